@@ -1,0 +1,50 @@
+#pragma once
+// loopback: the simplest bottom of a graph. Everything pushed into any of its
+// sessions comes back up, in order, to the protocol that enabled it
+// (open_enable), when the loop polls it. No DPDK, no system calls: it lets the
+// framework and the protocols be tested in one process.
+
+#include <cstddef>
+#include <deque>
+
+#include "xk/protocol.hpp"
+
+namespace xk::drivers {
+
+class Loopback final : public Protocol {
+ public:
+  struct Config {
+    std::size_t mtu = 1500;
+    std::size_t queue_limit = 4096;  // frames waiting for poll(); beyond: counted drop
+  };
+
+  Loopback(std::string name, Config config);
+  ~Loopback() override;
+
+  // Any upper may open a session to send through.
+  Result<SessionRef> open(Protocol& upper, Participants& parts) override;
+  // The upper that receives what comes back. One at a time.
+  Status open_enable(Protocol& upper, Participants& parts) override;
+  Status open_disable(Protocol& upper, Participants& parts) override;
+  Result<ControlReply> control_any(const ControlQuery& query) override;
+
+  // Deliver up to `budget` queued frames upward; returns how many were handled.
+  std::size_t poll(std::size_t budget);
+  std::size_t queued() const noexcept { return queue_.size(); }
+
+ private:
+  friend class LoopbackSession;
+  Status transmit(Msg msg);
+
+  Config config_;
+  std::deque<Msg> queue_;
+  Protocol* receiver_ = nullptr;
+  SessionRef rx_session_;  // the session frames arrive on
+  Counter& tx_frames_;
+  Counter& rx_frames_;
+  Counter& drop_queue_full_;
+  Counter& drop_too_big_;
+  Counter& drop_no_receiver_;
+};
+
+}  // namespace xk::drivers

@@ -1,0 +1,83 @@
+#include "xk/drivers/loopback.hpp"
+
+namespace xk::drivers {
+
+class LoopbackSession final : public Session {
+ public:
+  LoopbackSession(Loopback& lo, Protocol* upper) : Session(lo, upper), lo_(lo) {}
+  Status push(Msg msg) override { return lo_.transmit(std::move(msg)); }
+  // Nothing sits below a driver.
+  Status pop(Session&, Msg) override { return Errc::unsupported; }
+
+ private:
+  Loopback& lo_;
+};
+
+Loopback::Loopback(std::string name, Config config)
+    : Protocol(std::move(name), "loopback"),
+      config_(config),
+      tx_frames_(counters().add("tx_frames")),
+      rx_frames_(counters().add("rx_frames")),
+      drop_queue_full_(counters().add("drop_queue_full")),
+      drop_too_big_(counters().add("drop_too_big")),
+      drop_no_receiver_(counters().add("drop_no_receiver")) {}
+
+Loopback::~Loopback() = default;
+
+Result<SessionRef> Loopback::open(Protocol& upper, Participants&) {
+  return SessionRef(make_ref<LoopbackSession>(*this, &upper));
+}
+
+Status Loopback::open_enable(Protocol& upper, Participants&) {
+  if (receiver_ != nullptr && receiver_ != &upper) return Errc::exists;
+  receiver_ = &upper;
+  rx_session_ = make_ref<LoopbackSession>(*this, &upper);
+  return {};
+}
+
+Status Loopback::open_disable(Protocol& upper, Participants&) {
+  if (receiver_ != &upper) return Errc::not_found;
+  receiver_ = nullptr;
+  rx_session_ = nullptr;
+  return {};
+}
+
+Result<ControlReply> Loopback::control_any(const ControlQuery& query) {
+  if (std::holds_alternative<ctl::GetMtu>(query)) return ControlReply{config_.mtu};
+  if (std::holds_alternative<ctl::GetHeaderRoom>(query)) return ControlReply{std::size_t{0}};
+  return Protocol::control_any(query);
+}
+
+Status Loopback::transmit(Msg msg) {
+  if (msg.size() > config_.mtu) {
+    ++drop_too_big_;
+    return Errc::too_large;
+  }
+  if (queue_.size() >= config_.queue_limit) {
+    ++drop_queue_full_;
+    return Errc::would_block;
+  }
+  ++tx_frames_;
+  queue_.push_back(std::move(msg));
+  return {};
+}
+
+std::size_t Loopback::poll(std::size_t budget) {
+  std::size_t done = 0;
+  while (done < budget && !queue_.empty()) {
+    Msg msg = std::move(queue_.front());
+    queue_.pop_front();
+    ++done;
+    if (receiver_ == nullptr) {
+      ++drop_no_receiver_;
+      continue;
+    }
+    ++rx_frames_;
+    // Keep the session alive across the upcall even if the upper disables us.
+    SessionRef rx = rx_session_;
+    (void)receiver_->demux(*rx, std::move(msg));
+  }
+  return done;
+}
+
+}  // namespace xk::drivers

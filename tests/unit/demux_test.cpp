@@ -1,0 +1,161 @@
+#include "xk/demux.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <unordered_map>
+
+namespace xk {
+namespace {
+
+struct FourTuple {
+  std::uint32_t local_ip;
+  std::uint32_t remote_ip;
+  std::uint16_t local_port;
+  std::uint16_t remote_port;
+  friend bool operator==(const FourTuple&, const FourTuple&) = default;
+};
+
+// A hash that sends every key home to slot 0: long probe runs and wrap-around.
+struct TerribleHash {
+  std::uint64_t operator()(std::uint32_t) const noexcept { return 0; }
+};
+
+TEST(FlatMap, InsertFindErase) {
+  FlatMap<std::uint32_t, int> m;
+  EXPECT_EQ(m.find(1), nullptr);
+  auto [v, fresh] = m.insert(1, 10);
+  EXPECT_TRUE(fresh);
+  EXPECT_EQ(*v, 10);
+  auto [v2, fresh2] = m.insert(1, 20);
+  EXPECT_FALSE(fresh2) << "a duplicate key must not replace the entry";
+  EXPECT_EQ(*v2, 10);
+  EXPECT_EQ(m.size(), 1u);
+  EXPECT_TRUE(m.erase(1));
+  EXPECT_FALSE(m.erase(1));
+  EXPECT_EQ(m.find(1), nullptr);
+  EXPECT_TRUE(m.empty());
+}
+
+TEST(FlatMap, MatchesStdUnorderedMapUnderRandomChurn) {
+  FlatMap<FourTuple, std::uint64_t> m;
+  std::unordered_map<std::uint64_t, std::uint64_t> model;  // key packed to 64 bits
+  auto pack = [](const FourTuple& k) {
+    return (std::uint64_t(k.remote_ip & 0xff) << 32) | (std::uint64_t(k.local_port) << 16) | k.remote_port;
+  };
+  std::mt19937_64 rng(42);
+  for (int i = 0; i < 200000; ++i) {
+    FourTuple k{0xC0000201, 0xC6336400 | static_cast<std::uint32_t>(rng() % 4),
+                static_cast<std::uint16_t>(rng() % 64), static_cast<std::uint16_t>(rng() % 64)};
+    std::uint64_t value = rng();
+    switch (rng() % 3) {
+      case 0: {
+        bool fresh = m.insert(k, value).second;
+        bool model_fresh = model.emplace(pack(k), value).second;
+        ASSERT_EQ(fresh, model_fresh);
+        break;
+      }
+      case 1:
+        ASSERT_EQ(m.erase(k), model.erase(pack(k)) == 1);
+        break;
+      case 2: {
+        auto* v = m.find(k);
+        auto it = model.find(pack(k));
+        ASSERT_EQ(v != nullptr, it != model.end());
+        if (v != nullptr) {
+          ASSERT_EQ(*v, it->second);
+        }
+        break;
+      }
+    }
+    ASSERT_EQ(m.size(), model.size());
+  }
+  std::size_t visited = 0;
+  m.for_each([&](const FourTuple& k, std::uint64_t& v) {
+    ++visited;
+    ASSERT_EQ(model.at(pack(k)), v);
+  });
+  EXPECT_EQ(visited, model.size());
+}
+
+TEST(FlatMap, BackwardShiftKeepsCollidingKeysReachable) {
+  FlatMap<std::uint32_t, std::uint32_t, TerribleHash> m;
+  for (std::uint32_t k = 0; k < 12; ++k) m.insert(k, k * 10);
+  // Erase from the middle of the single probe run, then everything must still be found.
+  for (std::uint32_t k : {3u, 0u, 11u, 6u}) {
+    ASSERT_TRUE(m.erase(k));
+    for (std::uint32_t j = 0; j < 12; ++j) {
+      bool gone = j == 3 || j == 0 || j == 11 || j == 6;
+      if (j == k || gone) continue;
+      auto* v = m.find(j);
+      ASSERT_NE(v, nullptr) << "lost key " << j << " after erasing " << k;
+      EXPECT_EQ(*v, j * 10);
+    }
+  }
+}
+
+TEST(FlatMap, GrowsAndKeepsLoadFactorBelowSevenEighths) {
+  FlatMap<std::uint64_t, std::uint64_t> m;
+  for (std::uint64_t i = 0; i < 100000; ++i) m.insert(i * 7919, i);
+  EXPECT_EQ(m.size(), 100000u);
+  EXPECT_LE(m.size() * 8, m.capacity() * 7);
+  for (std::uint64_t i = 0; i < 100000; ++i) ASSERT_EQ(*m.find(i * 7919), i);
+  EXPECT_EQ(m.find(3), nullptr);
+}
+
+TEST(FlatMap, ReserveAvoidsRehash) {
+  FlatMap<std::uint32_t, int> m(1000);
+  std::size_t cap = m.capacity();
+  for (std::uint32_t i = 0; i < 1000; ++i) m.insert(i, 0);
+  EXPECT_EQ(m.capacity(), cap);
+}
+
+TEST(FlatMap, HashedLookupWithPrefetchMatchesFind) {
+  FlatMap<std::uint32_t, std::uint32_t> m;
+  for (std::uint32_t i = 0; i < 1000; ++i) m.insert(i, i + 1);
+  std::uint64_t hashes[16];
+  for (std::uint32_t i = 0; i < 16; ++i) {
+    hashes[i] = m.hash_of(i * 50);
+    m.prefetch(hashes[i]);
+  }
+  for (std::uint32_t i = 0; i < 16; ++i) {
+    auto* v = m.find_hashed(i * 50, hashes[i]);
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(*v, i * 50 + 1);
+  }
+}
+
+class CountingSession final : public Session {
+ public:
+  explicit CountingSession(Protocol& p) : Session(p, nullptr) {}
+  Status push(Msg) override { return {}; }
+  Status pop(Session&, Msg) override { return {}; }
+};
+
+TEST(ActiveMap, HoldsSessionReferencesUntilErased) {
+  Protocol proto("p0", "test");
+  std::int64_t live = Session::live();
+  ActiveMap<FourTuple> active;
+  FourTuple key{1, 2, 3, 4};
+  {
+    SessionRef s = make_ref<CountingSession>(proto);
+    active.insert(key, s);
+  }
+  EXPECT_EQ(Session::live(), live + 1) << "the map keeps the session alive";
+  ASSERT_NE(active.find(key), nullptr);
+  active.erase(key);
+  EXPECT_EQ(Session::live(), live);
+}
+
+TEST(PassiveMap, EnableCountsRepeatedEnables) {
+  Protocol upper("up0", "test");
+  PassiveMap<std::uint16_t> passive;
+  passive.insert(80, Enable{&upper});
+  Enable* e = passive.find(80);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->upper, &upper);
+  EXPECT_EQ(e->count, 1u);
+}
+
+}  // namespace
+}  // namespace xk

@@ -1,0 +1,404 @@
+#include "xk/msg.hpp"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+#include <vector>
+
+namespace xk {
+namespace {
+
+std::vector<std::byte> pattern(std::size_t n, unsigned seed = 1) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = std::byte(static_cast<unsigned char>(i * 31 + seed));
+  return v;
+}
+
+std::vector<std::byte> contents(const Msg& m) {
+  std::vector<std::byte> out(m.size());
+  EXPECT_TRUE(m.copy_out(0, out).ok());
+  return out;
+}
+
+// A message whose bytes are `data` spread over fragments of the given sizes.
+Msg chain(const std::vector<std::byte>& data, const std::vector<std::size_t>& sizes) {
+  Msg m;
+  std::size_t off = 0;
+  for (std::size_t n : sizes) {
+    Msg part = Msg::copy_of(std::span(data).subspan(off, n), 0);
+    m.join(std::move(part));
+    off += n;
+  }
+  EXPECT_EQ(off, data.size());
+  return m;
+}
+
+TEST(Msg, AllocHasHeadroomAndSize) {
+  Msg m = Msg::alloc(100, 64);
+  EXPECT_EQ(m.size(), 100u);
+  EXPECT_EQ(m.headroom(), 64u);
+  EXPECT_EQ(m.fragment_count(), 1u);
+}
+
+TEST(Msg, PushInPlaceWritesInFrontWithoutAllocating) {
+  auto payload = pattern(32);
+  Msg m = Msg::copy_of(payload, 16);
+  std::uint64_t before = Buf::created();
+  auto h = m.push(8);
+  ASSERT_TRUE(h.ok());
+  std::fill(h->begin(), h->end(), std::byte{0xAA});
+  EXPECT_EQ(Buf::created(), before) << "a push into headroom must not allocate";
+  EXPECT_EQ(m.size(), 40u);
+  EXPECT_EQ(m.headroom(), 8u);
+  EXPECT_EQ(m.fragment_count(), 1u);
+  auto bytes = contents(m);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(bytes[i], std::byte{0xAA});
+  EXPECT_TRUE(std::equal(payload.begin(), payload.end(), bytes.begin() + 8));
+}
+
+TEST(Msg, HeadroomExhaustionFailsCleanlyInPlace) {
+  Msg m = Msg::alloc(10, 6);
+  ASSERT_TRUE(m.push_in_place(4).ok());
+  auto r = m.push_in_place(4);  // only 2 bytes left
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), Errc::no_headroom);
+  EXPECT_EQ(m.size(), 14u) << "a failed push must leave the message unchanged";
+  EXPECT_EQ(m.headroom(), 2u);
+  ASSERT_TRUE(m.push_in_place(2).ok());
+  EXPECT_EQ(m.push_in_place(1).error(), Errc::no_headroom);
+}
+
+TEST(Msg, PushWithoutRoomPrependsAFragment) {
+  auto payload = pattern(20);
+  Msg m = Msg::copy_of(payload, 0);
+  auto h = m.push(14);
+  ASSERT_TRUE(h.ok());
+  std::fill(h->begin(), h->end(), std::byte{0x11});
+  EXPECT_EQ(m.fragment_count(), 2u);
+  EXPECT_EQ(m.size(), 34u);
+  // The new fragment keeps headroom so the next layer pushes in place.
+  EXPECT_GE(m.headroom(), 64u);
+  std::uint64_t before = Buf::created();
+  ASSERT_TRUE(m.push(20).ok());
+  EXPECT_EQ(Buf::created(), before);
+  auto bytes = contents(m);
+  EXPECT_TRUE(std::equal(payload.begin(), payload.end(), bytes.begin() + 34));
+}
+
+TEST(Msg, PushTooLargeFails) {
+  Msg m = Msg::alloc(1, 0);
+  EXPECT_EQ(m.push(Msg::kMaxContiguous + 1).error(), Errc::too_large);
+  EXPECT_EQ(m.size(), 1u);
+}
+
+TEST(Msg, PopPastEndFailsAndLeavesMessage) {
+  Msg m = Msg::copy_of(pattern(10));
+  auto r = m.pop(11);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), Errc::out_of_range);
+  EXPECT_EQ(m.size(), 10u);
+  EXPECT_EQ(contents(m), pattern(10));
+  std::byte sink[11];
+  EXPECT_EQ(m.pop_into(sink).error(), Errc::out_of_range);
+  EXPECT_EQ(m.peek(11).error(), Errc::out_of_range);
+  EXPECT_EQ(m.trim_front(11).error(), Errc::out_of_range);
+  EXPECT_EQ(m.truncate(11).error(), Errc::out_of_range);
+  EXPECT_EQ(m.split(11).error(), Errc::out_of_range);
+  EXPECT_EQ(m.size(), 10u);
+}
+
+TEST(Msg, PopThenPushReusesTheSameBytes) {
+  Msg m = Msg::copy_of(pattern(64), 32);
+  auto a = m.pop(20);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->size(), 20u);
+  EXPECT_EQ((*a)[0], pattern(64)[0]);
+  EXPECT_EQ(m.size(), 44u);
+  EXPECT_EQ(m.headroom(), 52u);
+  std::uint64_t before = Buf::created();
+  ASSERT_TRUE(m.push(20).ok());
+  EXPECT_EQ(Buf::created(), before);
+  EXPECT_EQ(m.size(), 64u);
+}
+
+TEST(Msg, PopAcrossFragmentsPullsUp) {
+  auto data = pattern(100);
+  Msg m = chain(data, {3, 0, 5, 92});
+  auto h = m.pop(10);
+  ASSERT_TRUE(h.ok());
+  EXPECT_TRUE(std::equal(h->begin(), h->end(), data.begin()));
+  EXPECT_EQ(m.size(), 90u);
+  auto rest = contents(m);
+  EXPECT_TRUE(std::equal(rest.begin(), rest.end(), data.begin() + 10));
+}
+
+TEST(Msg, ZeroLengthFragmentsAreHarmless) {
+  auto data = pattern(12);
+  Msg m = chain(data, {0, 0, 4, 0, 8, 0});
+  EXPECT_EQ(m.size(), 12u);
+  auto p = m.peek(6);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(std::equal(p->begin(), p->end(), data.begin()));
+  EXPECT_EQ(contents(m), data);
+  ASSERT_TRUE(m.pop(12).ok());
+  EXPECT_TRUE(m.empty());
+  EXPECT_EQ(m.pop(1).error(), Errc::out_of_range);
+  EXPECT_TRUE(m.pop(0).ok());
+}
+
+TEST(Msg, EmptyMessageOperations) {
+  Msg m;
+  EXPECT_TRUE(m.empty());
+  EXPECT_EQ(m.headroom(), 0u);
+  EXPECT_TRUE(m.pop(0).ok());
+  EXPECT_TRUE(m.peek(0).ok());
+  EXPECT_EQ(m.pop(1).error(), Errc::out_of_range);
+  EXPECT_TRUE(m.truncate(0).ok());
+  auto tail = m.split(0);
+  ASSERT_TRUE(tail.ok());
+  EXPECT_TRUE(tail->empty());
+  // A push on an empty message must still work (it allocates a header buffer).
+  ASSERT_TRUE(m.push(4).ok());
+  EXPECT_EQ(m.size(), 4u);
+}
+
+TEST(Msg, PeekDoesNotConsume) {
+  auto data = pattern(30);
+  Msg m = chain(data, {7, 23});
+  auto p = m.peek(20);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(std::equal(p->begin(), p->end(), data.begin()));
+  EXPECT_EQ(m.size(), 30u);
+  EXPECT_EQ(contents(m), data);
+}
+
+TEST(Msg, PopIntoAndCopyOutCrossFragmentsWithoutAllocating) {
+  auto data = pattern(50);
+  Msg m = chain(data, {1, 2, 3, 44});
+  std::vector<std::byte> mid(10);
+  ASSERT_TRUE(m.copy_out(2, mid).ok());
+  EXPECT_TRUE(std::equal(mid.begin(), mid.end(), data.begin() + 2));
+  std::uint64_t before = Buf::created();
+  std::vector<std::byte> head(7);
+  ASSERT_TRUE(m.pop_into(head).ok());
+  EXPECT_EQ(Buf::created(), before);
+  EXPECT_TRUE(std::equal(head.begin(), head.end(), data.begin()));
+  auto rest = contents(m);
+  EXPECT_TRUE(std::equal(rest.begin(), rest.end(), data.begin() + 7));
+}
+
+TEST(Msg, TruncateKeepsPrefix) {
+  auto data = pattern(40);
+  Msg m = chain(data, {10, 10, 20});
+  ASSERT_TRUE(m.truncate(15).ok());
+  EXPECT_EQ(m.size(), 15u);
+  EXPECT_EQ(m.fragment_count(), 2u);
+  auto c = contents(m);
+  EXPECT_TRUE(std::equal(c.begin(), c.end(), data.begin()));
+  ASSERT_TRUE(m.truncate(0).ok());
+  EXPECT_TRUE(m.empty());
+}
+
+TEST(Msg, SplitAtEveryOffsetRoundTrips) {
+  auto data = pattern(33);
+  for (std::size_t cut = 0; cut <= data.size(); ++cut) {
+    Msg m = chain(data, {5, 0, 11, 17});
+    auto tail = m.split(cut);
+    ASSERT_TRUE(tail.ok()) << cut;
+    EXPECT_EQ(m.size(), cut);
+    EXPECT_EQ(tail->size(), data.size() - cut);
+    m.join(std::move(*tail));
+    EXPECT_EQ(contents(m), data) << "cut at " << cut;
+  }
+}
+
+TEST(Msg, SplitSharesBuffersInsteadOfCopying) {
+  Msg m = Msg::copy_of(pattern(1000));
+  std::uint64_t before = Buf::created();
+  auto tail = m.split(400);
+  ASSERT_TRUE(tail.ok());
+  EXPECT_EQ(Buf::created(), before);
+  EXPECT_EQ(m.fragments()[0].buf, tail->fragments()[0].buf);
+  EXPECT_EQ(m.fragments()[0].buf->refs(), 2u);
+}
+
+TEST(Msg, ShareCountsReferencesAndFreesOnLastDrop) {
+  std::int64_t live = Buf::live();
+  {
+    Msg a = Msg::copy_of(pattern(64));
+    Msg b = a.share();
+    EXPECT_EQ(Buf::live(), live + 1);
+    EXPECT_EQ(a.fragments()[0].buf->refs(), 2u);
+    EXPECT_EQ(contents(a), contents(b));
+    a.reset();
+    EXPECT_EQ(Buf::live(), live + 1) << "b still holds the buffer";
+    EXPECT_EQ(contents(b), pattern(64));
+  }
+  EXPECT_EQ(Buf::live(), live);
+}
+
+TEST(Msg, SharedHeadroomGoesToTheFirstPusherOnly) {
+  auto payload = pattern(16);
+  Msg a = Msg::copy_of(payload, 32);
+  Msg b = a.share();
+  auto ha = a.push(8);
+  ASSERT_TRUE(ha.ok());
+  std::fill(ha->begin(), ha->end(), std::byte{0xA});
+  // b would overwrite a's header if it pushed in place now.
+  EXPECT_EQ(b.headroom(), 0u);
+  EXPECT_EQ(b.push_in_place(8).error(), Errc::no_headroom);
+  auto hb = b.push(8);
+  ASSERT_TRUE(hb.ok());
+  std::fill(hb->begin(), hb->end(), std::byte{0xB});
+  EXPECT_EQ(b.fragment_count(), 2u);
+  auto ca = contents(a);
+  auto cb = contents(b);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(ca[i], std::byte{0xA});
+    EXPECT_EQ(cb[i], std::byte{0xB});
+  }
+  EXPECT_TRUE(std::equal(payload.begin(), payload.end(), ca.begin() + 8));
+  EXPECT_TRUE(std::equal(payload.begin(), payload.end(), cb.begin() + 8));
+}
+
+TEST(Msg, AppendUsesTailroomOnlyWhenOwned) {
+  Msg m = Msg::alloc(0, 0, 16);
+  auto data = pattern(10);
+  std::uint64_t before = Buf::created();
+  ASSERT_TRUE(m.append(data).ok());
+  EXPECT_EQ(Buf::created(), before);
+  Msg shared = m.share();
+  ASSERT_TRUE(m.append(data).ok());  // at the frontier: still in place
+  ASSERT_TRUE(shared.append(data).ok());  // not at the frontier: new fragment
+  EXPECT_EQ(shared.fragment_count(), 2u);
+  EXPECT_EQ(contents(shared).size(), 20u);
+  auto cm = contents(m);
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), cm.begin() + 10));
+}
+
+TEST(Msg, WrapExternalBufferRunsDeleterOnce) {
+  struct Owner {
+    int released = 0;
+    std::byte storage[256];
+  } owner;
+  BufDeleter d{[](void* ctx, std::byte*) { ++static_cast<Owner*>(ctx)->released; }, &owner};
+  {
+    auto m = Msg::wrap(owner.storage, sizeof owner.storage, 64, 100, d);
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ(m->size(), 100u);
+    EXPECT_EQ(m->headroom(), 64u);
+    EXPECT_EQ(m->fragments()[0].data(), owner.storage + 64) << "wrap must not copy";
+    Msg copy = m->share();
+    auto tail = copy.split(50);
+    ASSERT_TRUE(tail.ok());
+    EXPECT_EQ(owner.released, 0);
+  }
+  EXPECT_EQ(owner.released, 1);
+}
+
+TEST(Msg, WrapRejectsBadBoundsAndStillReleases) {
+  int released = 0;
+  std::byte storage[16];
+  BufDeleter d{[](void* ctx, std::byte*) { ++*static_cast<int*>(ctx); }, &released};
+  auto m = Msg::wrap(storage, 16, 10, 7, d);
+  EXPECT_EQ(m.error(), Errc::invalid_argument);
+  EXPECT_EQ(released, 1);
+}
+
+TEST(Msg, LinearizeMakesOneFragment) {
+  auto data = pattern(300);
+  Msg m = chain(data, {1, 99, 0, 200});
+  ASSERT_TRUE(m.linearize().ok());
+  EXPECT_EQ(m.fragment_count(), 1u);
+  EXPECT_EQ(contents(m), data);
+  EXPECT_GE(m.headroom(), Msg::kDefaultHeadroom);
+}
+
+TEST(Msg, ManyFragmentsSpillBeyondInlineStorage) {
+  std::vector<std::byte> all;
+  Msg m;
+  for (int i = 0; i < 100; ++i) {
+    auto part = pattern(static_cast<std::size_t>(i % 7), static_cast<unsigned>(i));
+    all.insert(all.end(), part.begin(), part.end());
+    ASSERT_TRUE(m.append(part).ok());
+    Msg extra = Msg::copy_of(part, 0);
+    all.insert(all.end(), part.begin(), part.end());
+    m.join(std::move(extra));
+  }
+  EXPECT_EQ(contents(m), all);
+  Msg moved = std::move(m);
+  EXPECT_TRUE(m.empty());  // NOLINT(bugprone-use-after-move): moved-from is empty by contract
+  EXPECT_EQ(contents(moved), all);
+}
+
+TEST(Msg, RandomOperationsMatchAReferenceModel) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 300; ++round) {
+    std::vector<std::byte> model = pattern(rng() % 200, static_cast<unsigned>(round));
+    std::vector<std::size_t> sizes;
+    std::size_t left = model.size();
+    while (left > 0) {
+      std::size_t n = std::min<std::size_t>(left, rng() % 40);
+      sizes.push_back(n);
+      left -= n;
+    }
+    Msg m = chain(model, sizes);
+    for (int op = 0; op < 30; ++op) {
+      switch (rng() % 6) {
+        case 0: {  // push a header
+          std::size_t n = rng() % 40;
+          auto h = m.push(n);
+          ASSERT_TRUE(h.ok());
+          auto fill = pattern(n, static_cast<unsigned>(op));
+          std::copy(fill.begin(), fill.end(), h->begin());
+          model.insert(model.begin(), fill.begin(), fill.end());
+          break;
+        }
+        case 1: {  // pop
+          std::size_t n = rng() % 50;
+          auto r = m.pop(n);
+          if (n > model.size()) {
+            EXPECT_FALSE(r.ok());
+          } else {
+            ASSERT_TRUE(r.ok());
+            EXPECT_TRUE(std::equal(r->begin(), r->end(), model.begin()));
+            model.erase(model.begin(), model.begin() + static_cast<std::ptrdiff_t>(n));
+          }
+          break;
+        }
+        case 2: {  // truncate
+          std::size_t n = model.empty() ? 0 : rng() % (model.size() + 1);
+          ASSERT_TRUE(m.truncate(n).ok());
+          model.resize(n);
+          break;
+        }
+        case 3: {  // split and rejoin through a share
+          std::size_t n = model.empty() ? 0 : rng() % (model.size() + 1);
+          auto tail = m.split(n);
+          ASSERT_TRUE(tail.ok());
+          Msg shared = tail->share();
+          m.join(std::move(shared));
+          break;
+        }
+        case 4: {  // append
+          auto extra = pattern(rng() % 30, static_cast<unsigned>(op + 100));
+          ASSERT_TRUE(m.append(extra).ok());
+          model.insert(model.end(), extra.begin(), extra.end());
+          break;
+        }
+        case 5: {  // trim
+          std::size_t n = model.empty() ? 0 : rng() % (model.size() + 1);
+          ASSERT_TRUE(m.trim_front(n).ok());
+          model.erase(model.begin(), model.begin() + static_cast<std::ptrdiff_t>(n));
+          break;
+        }
+      }
+      ASSERT_EQ(m.size(), model.size());
+      ASSERT_EQ(contents(m), model) << "round " << round << " op " << op;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace xk

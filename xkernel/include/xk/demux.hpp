@@ -1,0 +1,245 @@
+#pragma once
+// Demux maps: how a protocol finds the session for an arriving message.
+//
+// Every protocol keeps two maps (x-kernel's design):
+//   active map  — full key (e.g. a TCP 4-tuple) -> session
+//   passive map — partial key (a listening port, an EtherType) -> the upper
+//                 protocol that asked to be told of new sessions (open_enable)
+//
+// Both are FlatMap: open addressing with linear probing and backward-shift
+// deletion (no tombstones, so lookups stay short after churn), a one-byte hash
+// tag per slot so most probes never touch the key, power-of-two capacity and a
+// load factor of at most 7/8. Lookups are O(1) and allocate nothing; only an
+// insert that grows the table allocates, which happens at connection set-up.
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+#include "xk/protocol.hpp"
+
+namespace xk {
+
+// Hash for plain keys (structs of integers without padding): mixes the key's
+// bytes 8 at a time. Keys with padding would hash garbage, so they are refused.
+template <class K>
+struct KeyHash {
+  static_assert(std::has_unique_object_representations_v<K>,
+                "KeyHash needs a key without padding bytes; give the map its own hash");
+  std::uint64_t operator()(const K& key) const noexcept {
+    const auto* p = reinterpret_cast<const unsigned char*>(&key);
+    std::uint64_t h = 0x9e3779b97f4a7c15ull ^ sizeof(K);
+    std::size_t i = 0;
+    for (; i + 8 <= sizeof(K); i += 8) {
+      std::uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      h = mix(h ^ w);
+    }
+    if (i < sizeof(K)) {
+      std::uint64_t w = 0;
+      std::memcpy(&w, p + i, sizeof(K) - i);
+      h = mix(h ^ w);
+    }
+    return h;
+  }
+  // A 64-bit finalizer (multiply-xorshift): every input bit affects every output bit.
+  static std::uint64_t mix(std::uint64_t x) noexcept {
+    x ^= x >> 32;
+    x *= 0xd6e8feb86659fd93ull;
+    x ^= x >> 32;
+    x *= 0xd6e8feb86659fd93ull;
+    x ^= x >> 32;
+    return x;
+  }
+};
+
+template <class K, class V, class Hash = KeyHash<K>>
+class FlatMap {
+ public:
+  explicit FlatMap(std::size_t expected = 0) { reserve(expected); }
+  FlatMap(const FlatMap&) = delete;
+  FlatMap& operator=(const FlatMap&) = delete;
+  FlatMap(FlatMap&& o) noexcept { swap(o); }
+  FlatMap& operator=(FlatMap&& o) noexcept {
+    FlatMap tmp(std::move(o));
+    swap(tmp);
+    return *this;
+  }
+  ~FlatMap() { destroy_all(); }
+
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  std::size_t capacity() const noexcept { return slots_ == nullptr ? 0 : mask_ + 1; }
+
+  std::uint64_t hash_of(const K& key) const noexcept { return Hash{}(key); }
+
+  V* find(const K& key) noexcept { return find_hashed(key, hash_of(key)); }
+  const V* find(const K& key) const noexcept {
+    return const_cast<FlatMap*>(this)->find_hashed(key, hash_of(key));
+  }
+  bool contains(const K& key) const noexcept { return find(key) != nullptr; }
+
+  // For bulk lookups: hash a batch, prefetch each home slot, then find_hashed.
+  void prefetch(std::uint64_t hash) const noexcept {
+    if (slots_ == nullptr) return;
+    std::size_t i = hash & mask_;
+    __builtin_prefetch(&tags_[i]);
+    __builtin_prefetch(&slots_[i]);
+  }
+
+  V* find_hashed(const K& key, std::uint64_t hash) noexcept {
+    if (size_ == 0) return nullptr;
+    std::uint8_t tag = tag_of(hash);
+    for (std::size_t i = hash & mask_;; i = (i + 1) & mask_) {
+      std::uint8_t t = tags_[i];
+      if (t == kEmpty) return nullptr;
+      if (t == tag && slots_[i].key == key) return &slots_[i].value;
+    }
+  }
+
+  // Insert key -> value. Returns the stored value and true, or the existing
+  // value and false when the key is already present (value is then unused).
+  std::pair<V*, bool> insert(const K& key, V value) {
+    std::uint64_t hash = hash_of(key);
+    if (V* v = find_hashed(key, hash)) return {v, false};
+    if ((size_ + 1) * 8 > (mask_ + 1) * 7 || slots_ == nullptr) grow();
+    std::size_t i = hash & mask_;
+    while (tags_[i] != kEmpty) i = (i + 1) & mask_;
+    new (&slots_[i]) Slot{key, std::move(value)};
+    tags_[i] = tag_of(hash);
+    ++size_;
+    return {&slots_[i].value, true};
+  }
+
+  bool erase(const K& key) noexcept {
+    if (size_ == 0) return false;
+    std::uint64_t hash = hash_of(key);
+    std::uint8_t tag = tag_of(hash);
+    std::size_t i = hash & mask_;
+    for (;; i = (i + 1) & mask_) {
+      if (tags_[i] == kEmpty) return false;
+      if (tags_[i] == tag && slots_[i].key == key) break;
+    }
+    slots_[i].~Slot();
+    tags_[i] = kEmpty;
+    --size_;
+    // Backward-shift: pull later members of the probe run into the hole when
+    // their home slot is at or before it, so no lookup ever stops too early.
+    std::size_t hole = i;
+    for (std::size_t j = (i + 1) & mask_; tags_[j] != kEmpty; j = (j + 1) & mask_) {
+      std::size_t home = hash_of(slots_[j].key) & mask_;
+      // Can entry j move to `hole`? Only if home is not cyclically in (hole, j].
+      bool movable = ((j - home) & mask_) >= ((j - hole) & mask_);
+      if (!movable) continue;
+      new (&slots_[hole]) Slot{std::move(slots_[j])};
+      tags_[hole] = tags_[j];
+      slots_[j].~Slot();
+      tags_[j] = kEmpty;
+      hole = j;
+    }
+    return true;
+  }
+
+  void clear() noexcept {
+    if (slots_ == nullptr) return;
+    for (std::size_t i = 0; i <= mask_; ++i) {
+      if (tags_[i] != kEmpty) {
+        slots_[i].~Slot();
+        tags_[i] = kEmpty;
+      }
+    }
+    size_ = 0;
+  }
+
+  void reserve(std::size_t n) {
+    std::size_t want = 16;
+    while (want * 7 < n * 8) want *= 2;
+    if (slots_ == nullptr || want > mask_ + 1) rehash(want);
+  }
+
+  // Visit every entry: f(const K&, V&). The map must not change meanwhile.
+  template <class F>
+  void for_each(F&& f) {
+    if (slots_ == nullptr) return;
+    for (std::size_t i = 0; i <= mask_; ++i) {
+      if (tags_[i] != kEmpty) f(std::as_const(slots_[i].key), slots_[i].value);
+    }
+  }
+
+ private:
+  struct Slot {
+    K key;
+    V value;
+  };
+  static constexpr std::uint8_t kEmpty = 0;
+  // Tag: top 7 bits of the hash with the high bit set, so never kEmpty. The
+  // slot index uses the low bits, so tag and index are independent.
+  static std::uint8_t tag_of(std::uint64_t h) noexcept {
+    return static_cast<std::uint8_t>((h >> 57) | 0x80);
+  }
+
+  void grow() { rehash(slots_ == nullptr ? 16 : (mask_ + 1) * 2); }
+
+  void rehash(std::size_t cap) {
+    auto* fresh_slots = static_cast<Slot*>(::operator new(cap * sizeof(Slot), std::align_val_t{alignof(Slot)}));
+    auto* fresh_tags = new std::uint8_t[cap]();
+    Slot* old_slots = slots_;
+    std::uint8_t* old_tags = tags_;
+    std::size_t old_cap = slots_ == nullptr ? 0 : mask_ + 1;
+    slots_ = fresh_slots;
+    tags_ = fresh_tags;
+    mask_ = cap - 1;
+    for (std::size_t i = 0; i < old_cap; ++i) {
+      if (old_tags[i] == kEmpty) continue;
+      std::uint64_t hash = hash_of(old_slots[i].key);
+      std::size_t j = hash & mask_;
+      while (tags_[j] != kEmpty) j = (j + 1) & mask_;
+      new (&slots_[j]) Slot{std::move(old_slots[i])};
+      tags_[j] = old_tags[i];
+      old_slots[i].~Slot();
+    }
+    if (old_slots != nullptr) ::operator delete(old_slots, std::align_val_t{alignof(Slot)});
+    delete[] old_tags;
+  }
+
+  void destroy_all() noexcept {
+    clear();
+    if (slots_ != nullptr) ::operator delete(slots_, std::align_val_t{alignof(Slot)});
+    delete[] tags_;
+    slots_ = nullptr;
+    tags_ = nullptr;
+    mask_ = 0;
+  }
+
+  void swap(FlatMap& o) noexcept {
+    std::swap(slots_, o.slots_);
+    std::swap(tags_, o.tags_);
+    std::swap(mask_, o.mask_);
+    std::swap(size_, o.size_);
+  }
+
+  Slot* slots_ = nullptr;
+  std::uint8_t* tags_ = nullptr;
+  std::size_t mask_ = 0;
+  std::size_t size_ = 0;
+};
+
+// What a passive open leaves behind: who to tell, and how many times it was
+// enabled (open_enable may be called more than once for the same key).
+struct Enable {
+  Protocol* upper = nullptr;
+  std::uint32_t count = 1;
+};
+
+template <class K, class Hash = KeyHash<K>>
+using ActiveMap = FlatMap<K, SessionRef, Hash>;
+
+template <class K, class Hash = KeyHash<K>>
+using PassiveMap = FlatMap<K, Enable, Hash>;
+
+}  // namespace xk

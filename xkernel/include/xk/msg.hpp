@@ -1,0 +1,209 @@
+#pragma once
+// Msg: the unit every layer passes up and down the graph.
+//
+// A Msg is a move-only chain of fragments. Each fragment is a window
+// (offset, length) into a reference-counted buffer (Buf). The first buffer
+// normally has headroom in front of the data, so pushing a header moves the
+// window back and writes in place: no allocation, no copy of the payload.
+// Buffers can be internal (allocated here) or external (an rte_mbuf, a user
+// buffer) released through a deleter, so received payload can travel up to the
+// application without a copy.
+//
+// Sharing: share() gives a second Msg over the same buffers. Bytes inside a
+// window are never written through a shared buffer. Headroom in front of a
+// shared buffer belongs to whichever Msg claims it first: every buffer keeps a
+// frontier (head_mark); a push may extend a window backwards only while the
+// window starts at that frontier or the buffer has a single owner.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include "xk/result.hpp"
+
+namespace xk {
+
+// How an external buffer is released when the last fragment referring to it
+// goes away. A plain function pointer plus context: no allocation to wrap.
+struct BufDeleter {
+  void (*fn)(void* ctx, std::byte* data) = nullptr;
+  void* ctx = nullptr;
+};
+
+class Buf {
+ public:
+  // Internal storage of `capacity` bytes, 64-byte aligned.
+  static Buf* allocate(std::size_t capacity);
+  // External storage; `deleter` runs when the last reference drops.
+  static Buf* wrap(std::byte* data, std::size_t capacity, BufDeleter deleter);
+
+  std::byte* data() const noexcept { return data_; }
+  std::uint32_t capacity() const noexcept { return capacity_; }
+  std::uint32_t refs() const noexcept { return refcnt_.load(std::memory_order_acquire); }
+
+  void ref() noexcept { refcnt_.fetch_add(1, std::memory_order_relaxed); }
+  void unref() noexcept {
+    if (refcnt_.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy();
+  }
+
+  // Buffers alive in this process: the leak check compares it across a test.
+  static std::int64_t live() noexcept { return live_.load(std::memory_order_relaxed); }
+  // Buffers ever created in this process: benchmarks use it to show a path
+  // allocates nothing.
+  static std::uint64_t created() noexcept { return created_.load(std::memory_order_relaxed); }
+
+ private:
+  friend class Msg;
+  Buf() = default;
+  void destroy() noexcept;
+
+  std::atomic<std::uint32_t> refcnt_{1};
+  std::uint32_t capacity_ = 0;
+  std::uint32_t head_mark_ = 0;  // lowest offset claimed by any window
+  std::uint32_t tail_mark_ = 0;  // highest end claimed by any window
+  std::byte* data_ = nullptr;
+  BufDeleter deleter_{};  // fn == nullptr: internal storage, freed with the Buf
+
+  static std::atomic<std::int64_t> live_;
+  static std::atomic<std::uint64_t> created_;
+};
+
+// One window into a buffer.
+struct Frag {
+  Buf* buf = nullptr;
+  std::uint32_t off = 0;
+  std::uint32_t len = 0;
+
+  std::byte* data() const noexcept { return buf->data() + off; }
+  std::span<const std::byte> bytes() const noexcept { return {data(), len}; }
+};
+
+class Msg {
+ public:
+  static constexpr std::size_t kDefaultHeadroom = 128;
+  // A header fragment allocated when a push finds no room in place.
+  static constexpr std::size_t kHeaderBufSize = 256;
+  // Largest contiguous region a single push or pull-up may ask for.
+  static constexpr std::size_t kMaxContiguous = 64 * 1024;
+
+  Msg() noexcept = default;
+  Msg(Msg&& other) noexcept;
+  Msg& operator=(Msg&& other) noexcept;
+  Msg(const Msg&) = delete;
+  Msg& operator=(const Msg&) = delete;
+  ~Msg() { reset(); }
+
+  // A message of `len` bytes (contents unspecified) with room for headers in
+  // front and `tailroom` spare bytes behind.
+  static Msg alloc(std::size_t len, std::size_t headroom = kDefaultHeadroom,
+                   std::size_t tailroom = 0);
+  static Msg copy_of(std::span<const std::byte> bytes, std::size_t headroom = kDefaultHeadroom);
+  // Carry an external buffer without copying: [base, base+capacity) is the
+  // storage, the data is [base+off, base+off+len); the bytes in front of it are
+  // headroom. `deleter` runs when the last reference drops (also on failure).
+  static Result<Msg> wrap(std::byte* base, std::size_t capacity, std::size_t off,
+                          std::size_t len, BufDeleter deleter);
+
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  std::size_t fragment_count() const noexcept { return n_; }
+  std::span<const Frag> fragments() const noexcept { return {frags_, n_}; }
+
+  // Bytes a push can take in place (without allocating).
+  std::size_t headroom() const noexcept;
+
+  // Make room for an n-byte header in front and return it for writing. Uses
+  // headroom when there is some; otherwise prepends a new header fragment.
+  // Fails with too_large for n > kMaxContiguous, no_memory if allocation fails.
+  Result<std::span<std::byte>> push(std::size_t n);
+  // As push, but never allocates: fails with no_headroom when there is no room.
+  Result<std::span<std::byte>> push_in_place(std::size_t n);
+
+  // The first n bytes as one contiguous read-only span, pulling them into one
+  // fragment if they straddle several. out_of_range if n > size().
+  Result<std::span<const std::byte>> peek(std::size_t n);
+  // As peek, then consume the bytes. The span stays valid until the next call
+  // that changes this message.
+  Result<std::span<const std::byte>> pop(std::size_t n);
+  // Copy the first dst.size() bytes out and consume them (never allocates).
+  Status pop_into(std::span<std::byte> dst);
+  // Copy bytes [off, off+dst.size()) out without consuming anything.
+  Status copy_out(std::size_t off, std::span<std::byte> dst) const;
+
+  // Drop the first n bytes.
+  Status trim_front(std::size_t n);
+  // Keep only the first n bytes.
+  Status truncate(std::size_t n);
+  // Keep [0, off) here and return [off, size()) as a new message. Buffers are
+  // shared, not copied.
+  Result<Msg> split(std::size_t off);
+  // Append another message's fragments; `tail` is left empty.
+  void join(Msg&& tail);
+  // Append a copy of `bytes`, in the last buffer's tailroom when it is ours.
+  Status append(std::span<const std::byte> bytes);
+  // A second message over the same bytes (reference counts, no copy).
+  Msg share() const;
+
+  // Copy the whole message into one new contiguous buffer.
+  Status linearize();
+
+  // Drop everything.
+  void reset() noexcept;
+
+ private:
+  static constexpr std::uint32_t kInline = 4;
+
+  bool push_in_place_fast(std::size_t n, std::span<std::byte>& out) noexcept;
+  Status reserve(std::uint32_t cap);
+  Status insert_front(const Frag& f);
+  Status push_back_frag(const Frag& f);
+  void erase_front(std::uint32_t count) noexcept;
+  Status pull_up(std::size_t n);
+
+  Frag inline_[kInline]{};
+  Frag* frags_ = inline_;
+  std::uint32_t n_ = 0;
+  std::uint32_t cap_ = kInline;
+  std::size_t size_ = 0;
+};
+
+inline bool Msg::push_in_place_fast(std::size_t n, std::span<std::byte>& out) noexcept {
+  if (n_ == 0) return false;
+  Frag& f = frags_[0];
+  Buf* b = f.buf;
+  if (f.off < n) return false;
+  // The headroom is ours if nobody shares the buffer, or if we stand at the
+  // frontier (nobody else has written in front of us).
+  if (f.off != b->head_mark_ && b->refs() != 1) return false;
+  f.off -= static_cast<std::uint32_t>(n);
+  f.len += static_cast<std::uint32_t>(n);
+  b->head_mark_ = f.off;
+  size_ += n;
+  out = {f.data(), n};
+  return true;
+}
+
+inline Result<std::span<std::byte>> Msg::push_in_place(std::size_t n) {
+  std::span<std::byte> out;
+  if (push_in_place_fast(n, out)) return out;
+  return Errc::no_headroom;
+}
+
+inline Result<std::span<const std::byte>> Msg::pop(std::size_t n) {
+  if (n_ != 0 && frags_[0].len >= n) {
+    Frag& f = frags_[0];
+    std::span<const std::byte> out{f.data(), n};
+    f.off += static_cast<std::uint32_t>(n);
+    f.len -= static_cast<std::uint32_t>(n);
+    size_ -= n;
+    return out;
+  }
+  if (n == 0) return std::span<const std::byte>{};
+  if (n > size_) return Errc::out_of_range;
+  if (Status s = pull_up(n); !s) return s.error();
+  return pop(n);
+}
+
+}  // namespace xk

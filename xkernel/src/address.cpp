@@ -1,0 +1,67 @@
+#include "xk/address.hpp"
+
+#include <charconv>
+#include <cstdio>
+
+namespace xk {
+
+std::string to_string(const MacAddr& a) {
+  char buf[18];
+  std::snprintf(buf, sizeof buf, "%02x:%02x:%02x:%02x:%02x:%02x", a.bytes[0], a.bytes[1], a.bytes[2],
+                a.bytes[3], a.bytes[4], a.bytes[5]);
+  return buf;
+}
+
+std::string to_string(const Ipv4Addr& a) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%u.%u.%u.%u", (a.value >> 24) & 0xff, (a.value >> 16) & 0xff,
+                (a.value >> 8) & 0xff, a.value & 0xff);
+  return buf;
+}
+
+std::string to_string(const AddressPart& a) {
+  struct Visitor {
+    std::string operator()(const MacAddr& m) const { return "mac " + to_string(m); }
+    std::string operator()(const Ipv4Addr& ip) const { return "ipv4 " + to_string(ip); }
+    std::string operator()(const Port& p) const { return "port " + std::to_string(p.value); }
+    std::string operator()(const ProtoNum& p) const { return "proto " + std::to_string(p.value); }
+  };
+  return std::visit(Visitor{}, a);
+}
+
+Result<Ipv4Addr> parse_ipv4(std::string_view text) {
+  std::uint32_t value = 0;
+  const char* p = text.data();
+  const char* end = text.data() + text.size();
+  for (int i = 0; i < 4; ++i) {
+    if (i > 0) {
+      if (p == end || *p != '.') return Errc::invalid_argument;
+      ++p;
+    }
+    // Reject leading '+'/'-' and empty groups; from_chars accepts neither anyway.
+    if (p == end || *p < '0' || *p > '9') return Errc::invalid_argument;
+    unsigned octet = 0;
+    auto [next, ec] = std::from_chars(p, end, octet);
+    if (ec != std::errc() || octet > 255 || next - p > 3) return Errc::invalid_argument;
+    value = (value << 8) | octet;
+    p = next;
+  }
+  if (p != end) return Errc::invalid_argument;
+  return Ipv4Addr{value};
+}
+
+Result<MacAddr> parse_mac(std::string_view text) {
+  if (text.size() != 17) return Errc::invalid_argument;
+  MacAddr mac;
+  for (int i = 0; i < 6; ++i) {
+    const char* p = text.data() + i * 3;
+    if (i < 5 && p[2] != ':') return Errc::invalid_argument;
+    unsigned byte = 0;
+    auto [next, ec] = std::from_chars(p, p + 2, byte, 16);
+    if (ec != std::errc() || next != p + 2) return Errc::invalid_argument;
+    mac.bytes[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(byte);
+  }
+  return mac;
+}
+
+}  // namespace xk

@@ -1,0 +1,414 @@
+#include "xk/msg.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+
+namespace xk {
+
+std::atomic<std::int64_t> Buf::live_{0};
+std::atomic<std::uint64_t> Buf::created_{0};
+
+namespace {
+constexpr std::size_t kBufAlign = 64;
+// Internal buffers are one block: the Buf header, padded to a cache line, then data.
+constexpr std::size_t kHeaderSpace = (sizeof(Buf) + kBufAlign - 1) / kBufAlign * kBufAlign;
+}  // namespace
+
+Buf* Buf::allocate(std::size_t capacity) {
+  if (capacity > UINT32_MAX - kHeaderSpace) return nullptr;
+  void* block = std::aligned_alloc(kBufAlign, (kHeaderSpace + capacity + kBufAlign - 1) / kBufAlign * kBufAlign);
+  if (block == nullptr) return nullptr;
+  Buf* b = new (block) Buf();
+  b->capacity_ = static_cast<std::uint32_t>(capacity);
+  b->data_ = static_cast<std::byte*>(block) + kHeaderSpace;
+  b->head_mark_ = b->capacity_;
+  b->tail_mark_ = 0;
+  live_.fetch_add(1, std::memory_order_relaxed);
+  created_.fetch_add(1, std::memory_order_relaxed);
+  return b;
+}
+
+Buf* Buf::wrap(std::byte* data, std::size_t capacity, BufDeleter deleter) {
+  if (capacity > UINT32_MAX) return nullptr;
+  Buf* b = new (std::nothrow) Buf();
+  if (b == nullptr) return nullptr;
+  b->capacity_ = static_cast<std::uint32_t>(capacity);
+  b->data_ = data;
+  b->deleter_ = deleter;
+  b->head_mark_ = b->capacity_;
+  b->tail_mark_ = 0;
+  live_.fetch_add(1, std::memory_order_relaxed);
+  created_.fetch_add(1, std::memory_order_relaxed);
+  return b;
+}
+
+void Buf::destroy() noexcept {
+  live_.fetch_sub(1, std::memory_order_relaxed);
+  if (deleter_.fn != nullptr) {
+    deleter_.fn(deleter_.ctx, data_);
+    delete this;
+  } else {
+    this->~Buf();
+    std::free(this);
+  }
+}
+
+// ---- construction ---------------------------------------------------------
+
+Msg::Msg(Msg&& other) noexcept { *this = std::move(other); }
+
+Msg& Msg::operator=(Msg&& other) noexcept {
+  if (this == &other) return *this;
+  reset();
+  if (other.frags_ == other.inline_) {
+    std::copy_n(other.inline_, other.n_, inline_);
+    frags_ = inline_;
+    cap_ = kInline;
+  } else {
+    frags_ = other.frags_;
+    cap_ = other.cap_;
+  }
+  n_ = other.n_;
+  size_ = other.size_;
+  other.frags_ = other.inline_;
+  other.cap_ = kInline;
+  other.n_ = 0;
+  other.size_ = 0;
+  return *this;
+}
+
+void Msg::reset() noexcept {
+  for (std::uint32_t i = 0; i < n_; ++i) frags_[i].buf->unref();
+  if (frags_ != inline_) delete[] frags_;
+  frags_ = inline_;
+  cap_ = kInline;
+  n_ = 0;
+  size_ = 0;
+}
+
+Msg Msg::alloc(std::size_t len, std::size_t headroom, std::size_t tailroom) {
+  Msg m;
+  Buf* b = Buf::allocate(headroom + len + tailroom);
+  if (b == nullptr) throw std::bad_alloc();
+  Frag f{b, static_cast<std::uint32_t>(headroom), static_cast<std::uint32_t>(len)};
+  b->head_mark_ = f.off;
+  b->tail_mark_ = f.off + f.len;
+  m.frags_[0] = f;
+  m.n_ = 1;
+  m.size_ = len;
+  return m;
+}
+
+Msg Msg::copy_of(std::span<const std::byte> bytes, std::size_t headroom) {
+  Msg m = alloc(bytes.size(), headroom);
+  if (!bytes.empty()) std::memcpy(m.frags_[0].data(), bytes.data(), bytes.size());
+  return m;
+}
+
+Result<Msg> Msg::wrap(std::byte* base, std::size_t capacity, std::size_t off, std::size_t len,
+                      BufDeleter deleter) {
+  if (off > capacity || len > capacity - off || capacity > UINT32_MAX) {
+    if (deleter.fn != nullptr) deleter.fn(deleter.ctx, base);
+    return Errc::invalid_argument;
+  }
+  Buf* b = Buf::wrap(base, capacity, deleter);
+  if (b == nullptr) {
+    if (deleter.fn != nullptr) deleter.fn(deleter.ctx, base);
+    return Errc::no_memory;
+  }
+  Msg m;
+  Frag f{b, static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(len)};
+  b->head_mark_ = f.off;
+  b->tail_mark_ = f.off + f.len;
+  m.frags_[0] = f;
+  m.n_ = 1;
+  m.size_ = len;
+  return m;
+}
+
+// ---- fragment array -------------------------------------------------------
+
+Status Msg::reserve(std::uint32_t cap) {
+  if (cap <= cap_) return {};
+  std::uint32_t new_cap = std::max(cap, cap_ * 2);
+  Frag* fresh = new (std::nothrow) Frag[new_cap];
+  if (fresh == nullptr) return Errc::no_memory;
+  std::copy_n(frags_, n_, fresh);
+  if (frags_ != inline_) delete[] frags_;
+  frags_ = fresh;
+  cap_ = new_cap;
+  return {};
+}
+
+Status Msg::insert_front(const Frag& f) {
+  if (Status s = reserve(n_ + 1); !s) return s;
+  std::copy_backward(frags_, frags_ + n_, frags_ + n_ + 1);
+  frags_[0] = f;
+  ++n_;
+  size_ += f.len;
+  return {};
+}
+
+Status Msg::push_back_frag(const Frag& f) {
+  if (Status s = reserve(n_ + 1); !s) return s;
+  frags_[n_++] = f;
+  size_ += f.len;
+  return {};
+}
+
+void Msg::erase_front(std::uint32_t count) noexcept {
+  for (std::uint32_t i = 0; i < count; ++i) {
+    size_ -= frags_[i].len;
+    frags_[i].buf->unref();
+  }
+  std::copy(frags_ + count, frags_ + n_, frags_);
+  n_ -= count;
+}
+
+// ---- headers --------------------------------------------------------------
+
+std::size_t Msg::headroom() const noexcept {
+  if (n_ == 0) return 0;
+  const Frag& f = frags_[0];
+  if (f.off != f.buf->head_mark_ && f.buf->refs() != 1) return 0;
+  return f.off;
+}
+
+Result<std::span<std::byte>> Msg::push(std::size_t n) {
+  std::span<std::byte> out;
+  if (push_in_place_fast(n, out)) return out;
+  if (n > kMaxContiguous) return Errc::too_large;
+  // No room in place: prepend a fresh header buffer, with the rest of its space
+  // left as headroom for the layers below.
+  std::size_t cap = std::max(kHeaderBufSize, n);
+  Buf* b = Buf::allocate(cap);
+  if (b == nullptr) return Errc::no_memory;
+  Frag f{b, static_cast<std::uint32_t>(cap - n), static_cast<std::uint32_t>(n)};
+  b->head_mark_ = f.off;
+  b->tail_mark_ = f.off + f.len;
+  if (Status s = insert_front(f); !s) {
+    b->unref();
+    return s.error();
+  }
+  return std::span<std::byte>{f.data(), n};
+}
+
+Status Msg::pull_up(std::size_t n) {
+  if (n > size_) return Errc::out_of_range;
+  // Drop leading empty fragments; they carry nothing.
+  std::uint32_t empties = 0;
+  while (empties < n_ && frags_[empties].len == 0) ++empties;
+  if (empties == n_) return n == 0 ? Status{} : Status{Errc::out_of_range};
+  if (empties > 0) erase_front(empties);
+  if (frags_[0].len >= n) return {};
+  if (n > kMaxContiguous) return Errc::too_large;
+
+  // Gather the first n bytes into a new buffer that keeps the usual headroom.
+  Buf* b = Buf::allocate(kDefaultHeadroom + n);
+  if (b == nullptr) return Errc::no_memory;
+  Frag head{b, static_cast<std::uint32_t>(kDefaultHeadroom), static_cast<std::uint32_t>(n)};
+  b->head_mark_ = head.off;
+  b->tail_mark_ = head.off + head.len;
+  std::byte* dst = head.data();
+  std::size_t need = n;
+  std::uint32_t consumed = 0;
+  while (need > 0) {
+    Frag& f = frags_[consumed];
+    std::size_t take = std::min<std::size_t>(need, f.len);
+    std::memcpy(dst, f.data(), take);
+    dst += take;
+    need -= take;
+    if (take == f.len) {
+      ++consumed;
+    } else {
+      f.off += static_cast<std::uint32_t>(take);
+      f.len -= static_cast<std::uint32_t>(take);
+      size_ -= take;
+    }
+  }
+  erase_front(consumed);
+  if (Status s = insert_front(head); !s) {
+    b->unref();
+    return s;
+  }
+  return {};
+}
+
+Result<std::span<const std::byte>> Msg::peek(std::size_t n) {
+  if (n == 0) return std::span<const std::byte>{};
+  if (n > size_) return Errc::out_of_range;
+  if (n_ == 0 || frags_[0].len < n) {
+    if (Status s = pull_up(n); !s) return s.error();
+  }
+  return std::span<const std::byte>{frags_[0].data(), n};
+}
+
+Status Msg::copy_out(std::size_t off, std::span<std::byte> dst) const {
+  if (off > size_ || dst.size() > size_ - off) return Errc::out_of_range;
+  std::size_t need = dst.size();
+  std::byte* out = dst.data();
+  for (std::uint32_t i = 0; i < n_ && need > 0; ++i) {
+    const Frag& f = frags_[i];
+    if (off >= f.len) {
+      off -= f.len;
+      continue;
+    }
+    std::size_t take = std::min<std::size_t>(need, f.len - off);
+    std::memcpy(out, f.data() + off, take);
+    out += take;
+    need -= take;
+    off = 0;
+  }
+  return {};
+}
+
+Status Msg::pop_into(std::span<std::byte> dst) {
+  if (Status s = copy_out(0, dst); !s) return s;
+  return trim_front(dst.size());
+}
+
+Status Msg::trim_front(std::size_t n) {
+  if (n > size_) return Errc::out_of_range;
+  std::uint32_t drop = 0;
+  while (n > 0) {
+    Frag& f = frags_[drop];
+    if (n < f.len) {
+      f.off += static_cast<std::uint32_t>(n);
+      f.len -= static_cast<std::uint32_t>(n);
+      size_ -= n;
+      n = 0;
+    } else {
+      n -= f.len;
+      ++drop;
+    }
+  }
+  // Keep the first buffer if it is now empty and the last one: it still holds
+  // headroom for headers pushed back on.
+  if (drop == n_ && drop > 0) {
+    Frag& last = frags_[drop - 1];
+    last.off += last.len;
+    size_ -= last.len;
+    last.len = 0;
+    --drop;
+  }
+  erase_front(drop);
+  return {};
+}
+
+Status Msg::truncate(std::size_t n) {
+  if (n > size_) return Errc::out_of_range;
+  std::size_t kept = 0;
+  std::uint32_t i = 0;
+  for (; i < n_; ++i) {
+    Frag& f = frags_[i];
+    if (kept + f.len >= n) {
+      f.len = static_cast<std::uint32_t>(n - kept);
+      ++i;
+      break;
+    }
+    kept += f.len;
+  }
+  for (std::uint32_t j = i; j < n_; ++j) frags_[j].buf->unref();
+  n_ = i;
+  size_ = n;
+  return {};
+}
+
+Result<Msg> Msg::split(std::size_t off) {
+  if (off > size_) return Errc::out_of_range;
+  Msg tail;
+  std::size_t pos = 0;
+  std::uint32_t i = 0;
+  while (i < n_ && pos + frags_[i].len <= off) pos += frags_[i++].len;
+  // Fragment i straddles the cut (or i == n_ when off == size_).
+  if (Status s = tail.reserve(n_ - i + 1); !s) return s.error();
+  std::uint32_t first_moved = i;
+  if (i < n_ && off > pos) {
+    Frag& f = frags_[i];
+    std::uint32_t head_len = static_cast<std::uint32_t>(off - pos);
+    Frag rest{f.buf, f.off + head_len, f.len - head_len};
+    f.buf->ref();
+    (void)tail.push_back_frag(rest);  // capacity reserved above
+    f.len = head_len;
+    first_moved = i + 1;
+  }
+  for (std::uint32_t j = first_moved; j < n_; ++j) (void)tail.push_back_frag(frags_[j]);
+  n_ = first_moved;
+  size_ = off;
+  return tail;
+}
+
+void Msg::join(Msg&& tail) {
+  if (&tail == this) return;
+  if (n_ == 0) {
+    *this = std::move(tail);
+    return;
+  }
+  if (!reserve(n_ + tail.n_)) throw std::bad_alloc();
+  std::copy_n(tail.frags_, tail.n_, frags_ + n_);
+  n_ += tail.n_;
+  size_ += tail.size_;
+  // The fragments (and their references) now belong to us.
+  tail.n_ = 0;
+  tail.size_ = 0;
+  tail.reset();
+}
+
+Status Msg::append(std::span<const std::byte> bytes) {
+  if (bytes.empty()) return {};
+  if (n_ > 0) {
+    Frag& f = frags_[n_ - 1];
+    Buf* b = f.buf;
+    std::uint32_t end = f.off + f.len;
+    bool ours = b->refs() == 1 || end == b->tail_mark_;
+    if (ours && b->deleter_.fn == nullptr && b->capacity() - end >= bytes.size()) {
+      std::memcpy(b->data() + end, bytes.data(), bytes.size());
+      f.len += static_cast<std::uint32_t>(bytes.size());
+      b->tail_mark_ = f.off + f.len;
+      size_ += bytes.size();
+      return {};
+    }
+  }
+  Buf* b = Buf::allocate(bytes.size());
+  if (b == nullptr) return Errc::no_memory;
+  std::memcpy(b->data(), bytes.data(), bytes.size());
+  Frag f{b, 0, static_cast<std::uint32_t>(bytes.size())};
+  b->head_mark_ = 0;
+  b->tail_mark_ = f.len;
+  if (Status s = push_back_frag(f); !s) {
+    b->unref();
+    return s;
+  }
+  return {};
+}
+
+Msg Msg::share() const {
+  Msg m;
+  if (!m.reserve(n_)) throw std::bad_alloc();
+  for (std::uint32_t i = 0; i < n_; ++i) {
+    frags_[i].buf->ref();
+    m.frags_[i] = frags_[i];
+  }
+  m.n_ = n_;
+  m.size_ = size_;
+  return m;
+}
+
+Status Msg::linearize() {
+  if (n_ <= 1) return {};
+  Buf* b = Buf::allocate(kDefaultHeadroom + size_);
+  if (b == nullptr) return Errc::no_memory;
+  Frag f{b, static_cast<std::uint32_t>(kDefaultHeadroom), static_cast<std::uint32_t>(size_)};
+  b->head_mark_ = f.off;
+  b->tail_mark_ = f.off + f.len;
+  (void)copy_out(0, {f.data(), size_});
+  std::size_t total = size_;
+  reset();
+  frags_[0] = f;
+  n_ = 1;
+  size_ = total;
+  return {};
+}
+
+}  // namespace xk

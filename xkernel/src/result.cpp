@@ -1,0 +1,24 @@
+#include "xk/result.hpp"
+
+namespace xk {
+
+const char* to_string(Errc e) noexcept {
+  switch (e) {
+    case Errc::ok: return "ok";
+    case Errc::no_headroom: return "no headroom";
+    case Errc::out_of_range: return "out of range";
+    case Errc::too_large: return "too large";
+    case Errc::no_memory: return "no memory";
+    case Errc::not_found: return "not found";
+    case Errc::exists: return "already exists";
+    case Errc::invalid_argument: return "invalid argument";
+    case Errc::unsupported: return "unsupported";
+    case Errc::would_block: return "would block";
+    case Errc::closed: return "closed";
+    case Errc::bad_state: return "bad state";
+    case Errc::malformed: return "malformed";
+  }
+  return "unknown error";
+}
+
+}  // namespace xk
