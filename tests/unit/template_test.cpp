@@ -16,7 +16,7 @@ namespace {
 
 std::vector<std::byte> bytes_of(std::string_view s) {
   std::vector<std::byte> v(s.size());
-  std::memcpy(v.data(), s.data(), s.size());
+  if (!s.empty()) std::memcpy(v.data(), s.data(), s.size());
   return v;
 }
 
