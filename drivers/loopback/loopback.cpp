@@ -80,4 +80,18 @@ std::size_t Loopback::poll(std::size_t budget) {
   return done;
 }
 
+void register_loopback(Registry& registry) {
+  registry.add(KindSpec("loopback", "in-process driver: what goes down comes back up")
+                   .with_below(0, 0)
+                   .with_option(OptionSpec::size("mtu", 1, 1 << 20, "largest frame").defaults_to("1500"))
+                   .with_option(OptionSpec::integer("queue", 1, 1 << 20, "frames held until polled")
+                                    .defaults_to("4096"))
+                   .with_factory([](const BuildArgs& args) -> std::unique_ptr<Protocol> {
+                     Loopback::Config config;
+                     config.mtu = args.options.get_size("mtu");
+                     config.queue_limit = static_cast<std::size_t>(args.options.get_int("queue"));
+                     return std::make_unique<Loopback>(args.name, config);
+                   }));
+}
+
 }  // namespace xk::drivers

@@ -164,4 +164,14 @@ Result<ControlReply> TemplateProtocol::control_any(const ControlQuery& query) {
   return Protocol::control_any(query);
 }
 
+// ---- graph kind ---------------------------------------------------------
+
+void register_template(Registry& registry) {
+  registry.add(KindSpec("template", "tag/length framing, one session per tag (the protocol to copy)")
+                   .with_below(1, 1)
+                   .with_factory([](const BuildArgs& args) -> std::unique_ptr<Protocol> {
+                     return std::make_unique<TemplateProtocol>(args.name, *args.below[0]);
+                   }));
+}
+
 }  // namespace xk::tmpl

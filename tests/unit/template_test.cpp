@@ -278,3 +278,49 @@ TEST(TemplateOverLoopback, RoundTripThroughTheDriver) {
 
 }  // namespace
 }  // namespace xk
+
+namespace xk {
+namespace {
+
+// The same round trip, with the graph built from a spec like any application's.
+TEST(TemplateGraph, BuiltFromSpecRoundTrips) {
+  Registry registry;
+  drivers::register_loopback(registry);
+  tmpl::register_template(registry);
+  Graph graph = Graph::build(R"(
+    loopback lo0 mtu=256 queue=16   # the bottom
+    template t0  below=lo0
+  )", registry);
+  auto* lo = graph.find_as<drivers::Loopback>("lo0");
+  auto* t0 = graph.find_as<tmpl::TemplateProtocol>("t0");
+  ASSERT_NE(lo, nullptr);
+  ASSERT_NE(t0, nullptr);
+  EXPECT_EQ(*t0->control(ctl::GetMtu{}), 252u);
+  App app;
+  auto parts = remote_tag(42);
+  auto s = t0->open(app, parts);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->push(Msg::copy_of(bytes_of("through the graph"))).ok());
+  EXPECT_EQ(lo->poll(16), 1u);
+  ASSERT_EQ(app.received.size(), 1u);
+  EXPECT_EQ(app.received[0].text, "through the graph");
+  ASSERT_TRUE((*s)->close().ok());
+}
+
+TEST(TemplateGraph, BadOptionsAreReportedWithTheLine) {
+  Registry registry;
+  drivers::register_loopback(registry);
+  tmpl::register_template(registry);
+  try {
+    (void)Graph::build("loopback lo0 mtu=0\ntemplate t0\n", registry);
+    FAIL() << "expected GraphError";
+  } catch (const GraphError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("graph:1"), std::string::npos) << what;
+    EXPECT_NE(what.find("mtu"), std::string::npos) << what;
+    EXPECT_NE(what.find("graph:2"), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace xk

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <deque>
 
+#include "xk/graph.hpp"
 #include "xk/protocol.hpp"
 
 namespace xk::drivers {
@@ -46,5 +47,9 @@ class Loopback final : public Protocol {
   Counter& drop_too_big_;
   Counter& drop_no_receiver_;
 };
+
+// Make the kind `loopback` available to graph specs:
+//   loopback lo0 mtu=9000 queue=4096
+void register_loopback(Registry& registry);
 
 }  // namespace xk::drivers

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "xk/demux.hpp"
+#include "xk/graph.hpp"
 #include "xk/protocol.hpp"
 
 namespace xk::tmpl {
@@ -67,5 +68,9 @@ class TemplateProtocol final : public Protocol {
   Counter& tx_msgs_;
   Counter& drop_malformed_;
 };
+
+// Make the kind `template` available to graph specs:
+//   template t0 below=lo0
+void register_template(Registry& registry);
 
 }  // namespace xk::tmpl
