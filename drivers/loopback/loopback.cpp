@@ -13,16 +13,21 @@ class LoopbackSession final : public Session {
   Loopback& lo_;
 };
 
-Loopback::Loopback(std::string name, Config config)
+Loopback::Loopback(std::string name, Config config, EventLoop* loop)
     : Protocol(std::move(name), "loopback"),
       config_(config),
+      loop_(loop),
       tx_frames_(counters().add("tx_frames")),
       rx_frames_(counters().add("rx_frames")),
       drop_queue_full_(counters().add("drop_queue_full")),
       drop_too_big_(counters().add("drop_too_big")),
-      drop_no_receiver_(counters().add("drop_no_receiver")) {}
+      drop_no_receiver_(counters().add("drop_no_receiver")) {
+  if (loop_ != nullptr) loop_->add(*this);
+}
 
-Loopback::~Loopback() = default;
+Loopback::~Loopback() {
+  if (loop_ != nullptr) loop_->remove(*this);
+}
 
 Result<SessionRef> Loopback::open(Protocol& upper, Participants&) {
   return SessionRef(make_ref<LoopbackSession>(*this, &upper));
@@ -90,7 +95,7 @@ void register_loopback(Registry& registry) {
                      Loopback::Config config;
                      config.mtu = args.options.get_size("mtu");
                      config.queue_limit = static_cast<std::size_t>(args.options.get_int("queue"));
-                     return std::make_unique<Loopback>(args.name, config);
+                     return std::make_unique<Loopback>(args.name, config, args.loop);
                    }));
 }
 

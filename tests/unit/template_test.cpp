@@ -324,3 +324,35 @@ TEST(TemplateGraph, BadOptionsAreReportedWithTheLine) {
 
 }  // namespace
 }  // namespace xk
+
+namespace xk {
+namespace {
+
+// A graph driven by an event loop: the loop polls the driver, nobody else.
+TEST(TemplateGraph, EventLoopMovesFramesThroughTheGraph) {
+  ManualClock clock;
+  EventLoop loop(clock);
+  Registry registry;
+  drivers::register_loopback(registry);
+  tmpl::register_template(registry);
+  Graph graph = Graph::build("loopback lo0\ntemplate t0 below=lo0\n", registry, &loop);
+  auto* t0 = graph.find_as<tmpl::TemplateProtocol>("t0");
+  ASSERT_NE(t0, nullptr);
+  App app;
+  auto parts = remote_tag(1);
+  auto s = t0->open(app, parts);
+  ASSERT_TRUE(s.ok());
+  // A timer pushes the message, as a protocol's retransmission would.
+  Timer send(loop.timers(), [&] { ASSERT_TRUE((*s)->push(Msg::copy_of(bytes_of("tick"))).ok()); });
+  send.arm_after(std::chrono::milliseconds(5));
+  loop.run_once();
+  EXPECT_TRUE(app.received.empty()) << "the timer is not due yet";
+  clock.advance(std::chrono::milliseconds(5));
+  for (int i = 0; i < 3 && app.received.empty(); ++i) loop.run_once();
+  ASSERT_EQ(app.received.size(), 1u);
+  EXPECT_EQ(app.received[0].text, "tick");
+  ASSERT_TRUE((*s)->close().ok());
+}
+
+}  // namespace
+}  // namespace xk

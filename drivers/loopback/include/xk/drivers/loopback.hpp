@@ -1,25 +1,28 @@
 #pragma once
 // loopback: the simplest bottom of a graph. Everything pushed into any of its
 // sessions comes back up, in order, to the protocol that enabled it
-// (open_enable), when the loop polls it. No DPDK, no system calls: it lets the
-// framework and the protocols be tested in one process.
+// (open_enable), when it is polled. No DPDK, no system calls: it lets the
+// framework and the protocols be tested in one process. Given an EventLoop it
+// registers itself there, so frames move whenever the loop runs.
 
 #include <cstddef>
 #include <deque>
 
+#include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
 #include "xk/protocol.hpp"
 
 namespace xk::drivers {
 
-class Loopback final : public Protocol {
+class Loopback final : public Protocol, public Pollable {
  public:
   struct Config {
     std::size_t mtu = 1500;
     std::size_t queue_limit = 4096;  // frames waiting for poll(); beyond: counted drop
   };
 
-  Loopback(std::string name, Config config);
+  // With a loop, the driver is polled by it (and leaves it when destroyed).
+  Loopback(std::string name, Config config, EventLoop* loop = nullptr);
   ~Loopback() override;
 
   // Any upper may open a session to send through.
@@ -30,7 +33,10 @@ class Loopback final : public Protocol {
   Result<ControlReply> control_any(const ControlQuery& query) override;
 
   // Deliver up to `budget` queued frames upward; returns how many were handled.
-  std::size_t poll(std::size_t budget);
+  std::size_t poll(std::size_t budget) override;
+  // Frames are only queued from the loop's own thread, so "nothing queued" is
+  // final until the loop runs again.
+  bool before_sleep() noexcept override { return queue_.empty(); }
   std::size_t queued() const noexcept { return queue_.size(); }
 
  private:
@@ -38,6 +44,7 @@ class Loopback final : public Protocol {
   Status transmit(Msg msg);
 
   Config config_;
+  EventLoop* loop_;
   std::deque<Msg> queue_;
   Protocol* receiver_ = nullptr;
   SessionRef rx_session_;  // the session frames arrive on
