@@ -1,5 +1,7 @@
 #include "xk/graph.hpp"
 
+#include "text.hpp"
+
 #include <algorithm>
 #include <fstream>
 #include <set>
@@ -44,16 +46,8 @@ std::string show(std::string_view s) {
   return out;
 }
 
-std::string join(const std::vector<std::string>& words, std::string_view sep) {
-  std::string out;
-  for (const auto& w : words) {
-    if (!out.empty()) out += sep;
-    out += w;
-  }
-  return out;
-}
-
-char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+using text::join;
+using text::lower;
 
 // Edit distance counting a swap of two neighbours as one edit (optimal string
 // alignment), case-insensitive: only for "did you mean" hints.

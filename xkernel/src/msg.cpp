@@ -56,6 +56,21 @@ void Buf::destroy() noexcept {
 
 // ---- construction ---------------------------------------------------------
 
+Frag Msg::claim(Buf* b, std::size_t off, std::size_t len) noexcept {
+  Frag f{b, static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(len)};
+  b->head_mark_ = f.off;
+  b->tail_mark_ = f.off + f.len;
+  return f;
+}
+
+Msg Msg::single(const Frag& f) noexcept {
+  Msg m;
+  m.frags_[0] = f;
+  m.n_ = 1;
+  m.size_ = f.len;
+  return m;
+}
+
 Msg::Msg(Msg&& other) noexcept { *this = std::move(other); }
 
 Msg& Msg::operator=(Msg&& other) noexcept {
@@ -88,16 +103,9 @@ void Msg::reset() noexcept {
 }
 
 Msg Msg::alloc(std::size_t len, std::size_t headroom, std::size_t tailroom) {
-  Msg m;
   Buf* b = Buf::allocate(headroom + len + tailroom);
   if (b == nullptr) throw std::bad_alloc();
-  Frag f{b, static_cast<std::uint32_t>(headroom), static_cast<std::uint32_t>(len)};
-  b->head_mark_ = f.off;
-  b->tail_mark_ = f.off + f.len;
-  m.frags_[0] = f;
-  m.n_ = 1;
-  m.size_ = len;
-  return m;
+  return single(claim(b, headroom, len));
 }
 
 Msg Msg::copy_of(std::span<const std::byte> bytes, std::size_t headroom) {
@@ -117,14 +125,7 @@ Result<Msg> Msg::wrap(std::byte* base, std::size_t capacity, std::size_t off, st
     if (deleter.fn != nullptr) deleter.fn(deleter.ctx, base);
     return Errc::no_memory;
   }
-  Msg m;
-  Frag f{b, static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(len)};
-  b->head_mark_ = f.off;
-  b->tail_mark_ = f.off + f.len;
-  m.frags_[0] = f;
-  m.n_ = 1;
-  m.size_ = len;
-  return m;
+  return single(claim(b, off, len));
 }
 
 // ---- fragment array -------------------------------------------------------
@@ -184,9 +185,7 @@ Result<std::span<std::byte>> Msg::push(std::size_t n) {
   std::size_t cap = std::max(kHeaderBufSize, n);
   Buf* b = Buf::allocate(cap);
   if (b == nullptr) return Errc::no_memory;
-  Frag f{b, static_cast<std::uint32_t>(cap - n), static_cast<std::uint32_t>(n)};
-  b->head_mark_ = f.off;
-  b->tail_mark_ = f.off + f.len;
+  Frag f = claim(b, cap - n, n);
   if (Status s = insert_front(f); !s) {
     b->unref();
     return s.error();
@@ -207,9 +206,7 @@ Status Msg::pull_up(std::size_t n) {
   // Gather the first n bytes into a new buffer that keeps the usual headroom.
   Buf* b = Buf::allocate(kDefaultHeadroom + n);
   if (b == nullptr) return Errc::no_memory;
-  Frag head{b, static_cast<std::uint32_t>(kDefaultHeadroom), static_cast<std::uint32_t>(n)};
-  b->head_mark_ = head.off;
-  b->tail_mark_ = head.off + head.len;
+  Frag head = claim(b, kDefaultHeadroom, n);
   std::byte* dst = head.data();
   std::size_t need = n;
   std::uint32_t consumed = 0;
@@ -373,9 +370,7 @@ Status Msg::append(std::span<const std::byte> bytes) {
   Buf* b = Buf::allocate(bytes.size());
   if (b == nullptr) return Errc::no_memory;
   std::memcpy(b->data(), bytes.data(), bytes.size());
-  Frag f{b, 0, static_cast<std::uint32_t>(bytes.size())};
-  b->head_mark_ = 0;
-  b->tail_mark_ = f.len;
+  Frag f = claim(b, 0, bytes.size());
   if (Status s = push_back_frag(f); !s) {
     b->unref();
     return s;
@@ -399,9 +394,7 @@ Status Msg::linearize() {
   if (n_ <= 1) return {};
   Buf* b = Buf::allocate(kDefaultHeadroom + size_);
   if (b == nullptr) return Errc::no_memory;
-  Frag f{b, static_cast<std::uint32_t>(kDefaultHeadroom), static_cast<std::uint32_t>(size_)};
-  b->head_mark_ = f.off;
-  b->tail_mark_ = f.off + f.len;
+  Frag f = claim(b, kDefaultHeadroom, size_);
   (void)copy_out(0, {f.data(), size_});
   std::size_t total = size_;
   reset();

@@ -1,5 +1,7 @@
 #include "xk/options.hpp"
 
+#include "text.hpp"
+
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -105,16 +107,8 @@ std::string range_text(const OptionSpec& s) {
   }
 }
 
-std::string join(const std::vector<std::string>& words, std::string_view sep) {
-  std::string out;
-  for (const auto& w : words) {
-    if (!out.empty()) out += sep;
-    out += w;
-  }
-  return out;
-}
-
-char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+using text::join;
+using text::lower;
 
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;

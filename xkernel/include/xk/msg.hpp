@@ -155,6 +155,9 @@ class Msg {
  private:
   static constexpr std::uint32_t kInline = 4;
 
+  // A window over a fresh buffer, which also becomes the buffer's frontiers.
+  static Frag claim(Buf* b, std::size_t off, std::size_t len) noexcept;
+  static Msg single(const Frag& f) noexcept;
   bool push_in_place_fast(std::size_t n, std::span<std::byte>& out) noexcept;
   Status reserve(std::uint32_t cap);
   Status insert_front(const Frag& f);
