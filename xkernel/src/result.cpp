@@ -17,6 +17,9 @@ const char* to_string(Errc e) noexcept {
     case Errc::closed: return "closed";
     case Errc::bad_state: return "bad state";
     case Errc::malformed: return "malformed";
+    case Errc::no_route: return "no route";
+    case Errc::port_unreachable: return "port unreachable";
+    case Errc::proto_unreachable: return "protocol unreachable";
   }
   return "unknown error";
 }

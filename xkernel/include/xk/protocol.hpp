@@ -110,10 +110,30 @@ struct SetChecksum {
 struct GetCounters {
   using Reply = const CounterSet*;
 };
+// An ICMP error about one of our flows, handed by ipv4 to the transport
+// protocol that owns the inner packet's protocol number (RFC 1122 3.2.2.1,
+// RFC 1191 for frag-needed). Ports are 0 for transports without them.
+struct NetError {
+  enum class Kind : std::uint8_t { unreachable, frag_needed, time_exceeded, param_problem };
+  Kind kind = Kind::unreachable;
+  std::uint8_t icmp_type = 0;
+  std::uint8_t icmp_code = 0;
+  std::uint16_t next_hop_mtu = 0;  // frag_needed only; 0 if the router did not say
+  Ipv4Addr local;                  // the inner packet's source (us)
+  Ipv4Addr remote;                 // the inner packet's destination (the peer)
+  std::uint8_t protocol = 0;
+  Port local_port;
+  Port remote_port;
+  std::uint32_t inner_seq = 0;     // TCP: the sequence number in the quoted header (RFC 5927)
+};
+struct DeliverError {
+  NetError error;
+  using Reply = std::monostate;
+};
 }  // namespace ctl
 
 using ControlQuery = std::variant<ctl::GetMtu, ctl::GetHeaderRoom, ctl::GetLocalAddr, ctl::GetPeerAddr,
-                                  ctl::GetChecksum, ctl::SetChecksum, ctl::GetCounters>;
+                                  ctl::GetChecksum, ctl::SetChecksum, ctl::GetCounters, ctl::DeliverError>;
 using ControlReply = std::variant<std::monostate, std::size_t, Participant, ChecksumMode, const CounterSet*>;
 
 namespace detail {

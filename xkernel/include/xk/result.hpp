@@ -23,6 +23,9 @@ enum class Errc : std::uint8_t {
   closed,            // the session or stack is closed
   bad_state,         // operation not allowed in the current state
   malformed,         // input from the network failed validation
+  no_route,          // no route or next hop for the destination
+  port_unreachable,  // a transport has no receiver for the port (IP answers with ICMP)
+  proto_unreachable, // nothing above IP handles the protocol number
 };
 
 const char* to_string(Errc e) noexcept;
