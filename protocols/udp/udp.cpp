@@ -1,0 +1,501 @@
+#include "xk/protocols/udp.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "xk/checksum.hpp"
+#include "xk/protocols/udp_wire.hpp"
+
+namespace xk::udp {
+
+namespace {
+
+bool computes(ChecksumMode m) noexcept { return m == ChecksumMode::on || m == ChecksumMode::tx_only; }
+bool verifies(ChecksumMode m) noexcept { return m == ChecksumMode::on || m == ChecksumMode::rx_only; }
+
+std::uintptr_t key_of(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
+
+// ICMP destination unreachable codes (RFC 792).
+constexpr std::uint8_t kCodeProtoUnreachable = 2;
+constexpr std::uint8_t kCodePortUnreachable = 3;
+
+}  // namespace
+
+// ---- session ------------------------------------------------------------
+
+UdpSession::UdpSession(UdpProtocol& proto, Protocol* upper, SocketOptions options)
+    : Session(proto, upper), proto_(&proto), options_(options) {
+  proto.sessions_.insert(UdpProtocol::PtrKey{key_of(this)}, this);
+}
+
+UdpSession::~UdpSession() {
+  if (proto_ != nullptr) proto_->forget(*this);
+}
+
+Status UdpSession::push(Msg msg) {
+  if (proto_ == nullptr) return Errc::closed;
+  if (!connected_) return Errc::bad_state;
+  return proto_->send(*this, std::move(msg), remote_.addr, remote_.port, nullptr);
+}
+
+Status UdpSession::pop(Session& lower, Msg msg) { return receive(lower, std::move(msg), remote_); }
+
+Status UdpSession::close() {
+  if (proto_ == nullptr) return Errc::closed;
+  SessionRef keep(this);  // the maps may hold the last reference
+  proto_->forget(*this);
+  proto_ = nullptr;
+  rxq_.clear();
+  rxq_bytes_ = 0;
+  ip_ = nullptr;
+  on_readable_ = nullptr;
+  return {};
+}
+
+Result<ControlReply> UdpSession::control_any(const ControlQuery& query) {
+  if (std::holds_alternative<ctl::GetLocalAddr>(query)) {
+    return ControlReply{Participant{connected_ ? conn_local_ : local_.addr, local_.port}};
+  }
+  if (std::holds_alternative<ctl::GetPeerAddr>(query)) {
+    if (!connected_) return Errc::bad_state;
+    return ControlReply{Participant{remote_.addr, remote_.port}};
+  }
+  if (std::holds_alternative<ctl::GetMtu>(query) && ip_) {
+    Result<std::size_t> mtu = ip_->control(ctl::GetMtu{});
+    if (!mtu) return mtu.error();
+    return ControlReply{*mtu > Header::kSize ? *mtu - Header::kSize : std::size_t{0}};
+  }
+  if (proto_ == nullptr) return Errc::closed;
+  return proto_->control_any(query);
+}
+
+Status UdpSession::bind(Ipv4Addr addr, Port port) {
+  if (proto_ == nullptr) return Errc::closed;
+  return proto_->bind_session(*this, addr, port);
+}
+
+Status UdpSession::connect(Ipv4Addr addr, Port port) {
+  if (proto_ == nullptr) return Errc::closed;
+  return proto_->connect_session(*this, addr, port);
+}
+
+Status UdpSession::sendto(Msg msg, Ipv4Addr addr, Port port) {
+  if (proto_ == nullptr) return Errc::closed;
+  return proto_->send(*this, std::move(msg), addr, port, nullptr);
+}
+
+Result<Datagram> UdpSession::recvfrom() {
+  // A reported error comes before queued data, as with SO_ERROR on Linux.
+  if (Errc e = take_error(); e != Errc::ok) return e;
+  if (rxq_.empty()) return proto_ == nullptr ? Errc::closed : Errc::would_block;
+  Datagram d = std::move(rxq_.front());
+  rxq_.pop_front();
+  rxq_bytes_ -= d.payload.size();
+  return d;
+}
+
+Status UdpSession::receive(Session&, Msg payload, Endpoint from) {
+  if (proto_ == nullptr) return Errc::closed;
+  if (upper() != nullptr) return upper()->demux(*this, std::move(payload));
+  if (rxq_.size() >= options_.rcvbuf_datagrams || rxq_bytes_ + payload.size() > options_.rcvbuf_bytes) {
+    ++rx_dropped_;
+    ++proto_->drop_rcvbuf_full_;
+    return Errc::would_block;
+  }
+  rxq_bytes_ += payload.size();
+  rxq_.push_back(Datagram{std::move(payload), from.addr, from.port});
+  if (on_readable_) on_readable_();
+  return {};
+}
+
+// ---- socket -------------------------------------------------------------
+
+UdpSocket::UdpSocket(UdpProtocol& udp, SocketOptions options)
+    : s_(make_ref<UdpSession>(udp, nullptr, options)) {}
+
+UdpSocket& UdpSocket::operator=(UdpSocket&& other) noexcept {
+  if (this != &other) {
+    (void)close();
+    s_ = std::move(other.s_);
+  }
+  return *this;
+}
+
+UdpSocket::~UdpSocket() { (void)close(); }
+
+Status UdpSocket::bind(Ipv4Addr addr, Port port) { return s_ ? s_->bind(addr, port) : Errc::closed; }
+Status UdpSocket::connect(Ipv4Addr addr, Port port) { return s_ ? s_->connect(addr, port) : Errc::closed; }
+Status UdpSocket::send(Msg msg) { return s_ ? s_->push(std::move(msg)) : Errc::closed; }
+Status UdpSocket::send(std::span<const std::byte> bytes) { return send(Msg::copy_of(bytes)); }
+Status UdpSocket::sendto(Msg msg, Ipv4Addr addr, Port port) {
+  return s_ ? s_->sendto(std::move(msg), addr, port) : Errc::closed;
+}
+Status UdpSocket::sendto(std::span<const std::byte> bytes, Ipv4Addr addr, Port port) {
+  return sendto(Msg::copy_of(bytes), addr, port);
+}
+Result<Datagram> UdpSocket::recvfrom() { return s_ ? s_->recvfrom() : Result<Datagram>(Errc::closed); }
+
+void UdpSocket::set_on_readable(std::function<void()> fn) {
+  if (s_) s_->set_on_readable(std::move(fn));
+}
+
+Result<Endpoint> UdpSocket::local_endpoint() const {
+  if (!is_open()) return Errc::closed;
+  if (!s_->bound()) return Errc::bad_state;
+  return s_->local();
+}
+
+Result<Endpoint> UdpSocket::remote_endpoint() const {
+  if (!is_open()) return Errc::closed;
+  if (!s_->connected()) return Errc::bad_state;
+  return s_->remote();
+}
+
+Status UdpSocket::close() {
+  if (!s_) return Errc::closed;
+  Status st = s_->is_closed() ? Status() : s_->close();
+  s_ = nullptr;
+  return st;
+}
+
+// ---- protocol -----------------------------------------------------------
+
+UdpProtocol::UdpProtocol(std::string name, Protocol& below, UdpConfig config)
+    : Protocol(std::move(name), "udp", {&below}),
+      below_(below),
+      config_(config),
+      next_ephemeral_(config.ephemeral_min),
+      rx_datagrams_(counters().add("rx_datagrams")),
+      tx_datagrams_(counters().add("tx_datagrams")),
+      rx_no_csum_(counters().add("rx_no_csum", "accepted with checksum 0 (not computed by the sender)")),
+      rx_trimmed_(counters().add("rx_trimmed", "IP payload longer than the UDP length: trimmed")),
+      drop_truncated_(counters().add("drop_truncated", "shorter than a UDP header")),
+      drop_bad_length_(counters().add("drop_bad_length", "length field < 8 or past the IP payload")),
+      drop_bad_csum_(counters().add("drop_bad_csum")),
+      drop_rcvbuf_full_(counters().add("drop_rcvbuf_full", "a socket's receive queue was full")),
+      icmp_errors_(counters().add("icmp_errors", "ICMP errors reported to a socket")),
+      icmp_errors_ignored_(counters().add("icmp_errors_ignored", "ICMP errors for no connected socket")) {
+  if (config_.ephemeral_min == 0 || config_.ephemeral_min > config_.ephemeral_max) {
+    throw std::invalid_argument("udp: bad ephemeral port range");
+  }
+}
+
+UdpProtocol::~UdpProtocol() {
+  // Sockets may outlive us: they become closed handles.
+  std::vector<UdpSession*> live;
+  sessions_.for_each([&](const PtrKey&, UdpSession*& s) { live.push_back(s); });
+  for (UdpSession* s : live) (void)s->close();
+  std::vector<SessionRef> ours;
+  ip_by_session_.for_each([&](const PtrKey&, IpPeer& p) {
+    if (p.opened_by_us) ours.push_back(p.session);
+  });
+  ip_by_peer_.clear();
+  ip_by_session_.clear();
+  for (SessionRef& s : ours) (void)s->close();
+  if (enabled_) {
+    Participants parts;
+    parts.local.push(ProtoNum{kIpProtocol});
+    (void)below_.open_disable(*this, parts);
+  }
+}
+
+Status UdpProtocol::ensure_enabled() {
+  if (enabled_) return {};
+  Participants parts;
+  parts.local.push(ProtoNum{kIpProtocol});
+  if (Status st = below_.open_enable(*this, parts); !st) return st;
+  enabled_ = true;
+  return {};
+}
+
+Result<UdpProtocol::IpPeer*> UdpProtocol::learn(Session& ip, bool opened_by_us) {
+  PtrKey key{key_of(&ip)};
+  if (IpPeer* p = ip_by_session_.find(key)) return p;
+  Result<Participant> local = ip.control(ctl::GetLocalAddr{});
+  Result<Participant> peer = ip.control(ctl::GetPeerAddr{});
+  if (!local || !peer) return Errc::bad_state;
+  Result<Ipv4Addr> local_addr = local->peek<Ipv4Addr>();
+  Result<Ipv4Addr> peer_addr = peer->peek<Ipv4Addr>();
+  if (!local_addr || !peer_addr) return Errc::bad_state;
+  auto [p, inserted] = ip_by_session_.insert(key, IpPeer{SessionRef(&ip), *local_addr, *peer_addr, opened_by_us});
+  (void)inserted;
+  ip_by_peer_.insert(PeerKey{peer_addr->value}, &ip);
+  return p;
+}
+
+Result<UdpProtocol::IpPeer*> UdpProtocol::route_to(Ipv4Addr peer, Ipv4Addr local_hint) {
+  if (Session** s = ip_by_peer_.find(PeerKey{peer.value})) return learn(**s, false);
+  Participants parts;
+  parts.remote.push(peer);
+  parts.remote.push(ProtoNum{kIpProtocol});
+  if (local_hint.value != 0) parts.local.push(local_hint);
+  Result<SessionRef> ip = below_.open(*this, parts);
+  if (!ip) return ip.error();
+  return learn(**ip, true);
+}
+
+Status UdpProtocol::open_done(Protocol&, Session& session, Participants&) {
+  // ipv4 made a session for a new peer: remember it, so replies use it.
+  Result<IpPeer*> p = learn(session, false);
+  return p.status();
+}
+
+bool UdpProtocol::port_conflicts(const UdpSession& s, Ipv4Addr addr, std::uint16_t port) {
+  std::vector<UdpSession*>* users = port_users_.find(PortKey{port});
+  if (users == nullptr) return false;
+  for (UdpSession* u : *users) {
+    if (u == &s) continue;
+    bool overlap = u->local_.addr == addr || u->local_.addr.value == 0 || addr.value == 0;
+    if (overlap && !(s.options_.reuse_addr && u->options_.reuse_addr)) return true;
+  }
+  return false;
+}
+
+Result<std::uint16_t> UdpProtocol::pick_ephemeral() {
+  std::uint32_t span = std::uint32_t{config_.ephemeral_max} - config_.ephemeral_min + 1;
+  for (std::uint32_t i = 0; i < span; ++i) {
+    std::uint32_t p = next_ephemeral_;
+    next_ephemeral_ = p >= config_.ephemeral_max ? config_.ephemeral_min : p + 1;
+    std::vector<UdpSession*>* users = port_users_.find(PortKey{static_cast<std::uint16_t>(p)});
+    if (users == nullptr || users->empty()) return static_cast<std::uint16_t>(p);
+  }
+  return Errc::exists;
+}
+
+Status UdpProtocol::bind_session(UdpSession& s, Ipv4Addr addr, Port port) {
+  if (s.bound_) return Errc::bad_state;
+  std::uint16_t p = port.value;
+  if (p == 0) {
+    Result<std::uint16_t> e = pick_ephemeral();
+    if (!e) return e.error();
+    p = *e;
+  } else if (port_conflicts(s, addr, p) || bound_.contains(BindKey{addr.value, p})) {
+    return Errc::exists;
+  }
+  if (Status st = ensure_enabled(); !st) return st;
+  s.local_ = Endpoint{addr, Port{p}};
+  s.bound_ = true;
+  bound_.insert(BindKey{addr.value, p}, SessionRef(&s));
+  port_users_.insert(PortKey{p}, {}).first->push_back(&s);
+  return {};
+}
+
+Status UdpProtocol::connect_session(UdpSession& s, Ipv4Addr addr, Port port) {
+  if (addr.value == 0 || port.value == 0) return Errc::invalid_argument;
+  if (!s.bound_) {
+    if (Status st = bind_session(s, Ipv4Addr{}, Port{}); !st) return st;
+  }
+  Result<IpPeer*> ip = route_to(addr, s.local_.addr);
+  if (!ip) return ip.error();
+  Ipv4Addr local = s.local_.addr.value != 0 ? s.local_.addr : (*ip)->local;
+  ConnKey key{local.value, addr.value, s.local_.port.value, port.value};
+  if (connected_.contains(key)) return Errc::exists;
+  SessionRef keep(&s);
+  if (s.connected_) {
+    connected_.erase(ConnKey{s.conn_local_.value, s.remote_.addr.value, s.local_.port.value, s.remote_.port.value});
+  } else {
+    bound_.erase(BindKey{s.local_.addr.value, s.local_.port.value});
+  }
+  connected_.insert(key, keep);
+  s.conn_local_ = local;
+  s.remote_ = Endpoint{addr, port};
+  s.connected_ = true;
+  s.ip_ = (*ip)->session;
+  return {};
+}
+
+void UdpProtocol::unbind(UdpSession& s) noexcept {
+  if (!s.bound_) return;
+  if (std::vector<UdpSession*>* users = port_users_.find(PortKey{s.local_.port.value})) {
+    std::erase(*users, &s);
+    if (users->empty()) port_users_.erase(PortKey{s.local_.port.value});
+  }
+  s.bound_ = false;
+  if (s.connected_) {
+    s.connected_ = false;
+    connected_.erase(ConnKey{s.conn_local_.value, s.remote_.addr.value, s.local_.port.value, s.remote_.port.value});
+  } else {
+    bound_.erase(BindKey{s.local_.addr.value, s.local_.port.value});
+  }
+}
+
+void UdpProtocol::forget(UdpSession& s) noexcept {
+  sessions_.erase(PtrKey{key_of(&s)});
+  unbind(s);
+}
+
+Status UdpProtocol::send(UdpSession& s, Msg msg, Ipv4Addr addr, Port port, IpPeer* ip) {
+  if (Errc e = s.take_error(); e != Errc::ok) return e;
+  if (addr.value == 0 || port.value == 0) return Errc::invalid_argument;
+  if (msg.size() > kMaxPayload) return Errc::too_large;
+  if (!s.bound_) {
+    if (Status st = bind_session(s, Ipv4Addr{}, Port{}); !st) return st;
+  }
+  if (ip == nullptr) {
+    if (s.connected_ && s.remote_ == Endpoint{addr, port}) {
+      Result<IpPeer*> known = learn(*s.ip_, false);
+      if (!known) return known.error();
+      ip = *known;
+    } else {
+      Result<IpPeer*> r = route_to(addr, s.local_.addr);
+      if (!r) return r.error();
+      ip = *r;
+    }
+  }
+  auto length = static_cast<std::uint16_t>(msg.size() + Header::kSize);
+  Result<std::span<std::byte>> room = msg.push(Header::kSize);
+  if (!room) return room.status();
+  Header{s.local_.port.value, port.value, length, 0}.write(room->first<Header::kSize>());
+  if (computes(config_.csum)) {
+    std::uint32_t sum = csum::pseudo_header_v4(ip->local, addr, kIpProtocol, length);
+    std::uint16_t ck = csum::finish(csum::partial(msg, sum));
+    // RFC 768: a computed 0 is sent as all ones; 0 on the wire means "none".
+    if (ck == 0) ck = 0xffff;
+    std::memcpy(room->data() + Header::kChecksumOffset, &ck, 2);
+  }
+  ++tx_datagrams_;
+  SessionRef lower = ip->session;  // the push may re-enter us
+  return lower->push(std::move(msg));
+}
+
+Result<SessionRef> UdpProtocol::open(Protocol& upper, Participants& parts) {
+  Result<Port> rport = parts.remote.pop<Port>();
+  if (!rport) return rport.error();
+  Result<Ipv4Addr> raddr = parts.remote.pop<Ipv4Addr>();
+  if (!raddr) return raddr.error();
+  Port lport{};
+  Ipv4Addr laddr{};
+  if (Result<Port> p = parts.local.pop<Port>()) lport = *p;
+  if (Result<Ipv4Addr> a = parts.local.pop<Ipv4Addr>()) laddr = *a;
+  Ref<UdpSession> s = make_ref<UdpSession>(*this, &upper, SocketOptions{});
+  if (Status st = s->bind(laddr, lport); !st) {
+    (void)s->close();
+    return st.error();
+  }
+  if (Status st = s->connect(*raddr, *rport); !st) {
+    (void)s->close();
+    return st.error();
+  }
+  return SessionRef(s);
+}
+
+Status UdpProtocol::demux(Session& lower, Msg msg) {
+  Result<IpPeer*> ip = learn(lower, false);
+  if (!ip) {
+    ++drops_no_session();
+    return ip.error();
+  }
+  Result<std::span<const std::byte>> raw = msg.peek(Header::kSize);
+  if (!raw) {
+    ++drop_truncated_;
+    return Errc::malformed;
+  }
+  Header h = Header::read(raw->first<Header::kSize>());
+  // RFC 768: the length counts header and data; more than IP carried is damage.
+  if (h.length < Header::kSize || h.length > msg.size()) {
+    ++drop_bad_length_;
+    return Errc::malformed;
+  }
+  if (h.length < msg.size()) {
+    (void)msg.truncate(h.length);
+    ++rx_trimmed_;
+  }
+  if (h.checksum == 0) {
+    ++rx_no_csum_;  // RFC 768: the sender computed none
+  } else if (verifies(config_.csum)) {
+    std::uint32_t sum = csum::pseudo_header_v4((*ip)->peer, (*ip)->local, kIpProtocol, h.length);
+    if (csum::fold(csum::partial(msg, sum)) != 0xffff) {
+      ++drop_bad_csum_;
+      return Errc::malformed;
+    }
+  }
+  (void)msg.trim_front(Header::kSize);
+  Endpoint from{(*ip)->peer, Port{h.src_port}};
+  Ipv4Addr dst = (*ip)->local;
+  SessionRef found;
+  if (SessionRef* s = connected_.find(ConnKey{dst.value, from.addr.value, h.dst_port, h.src_port})) {
+    found = *s;
+  } else if (SessionRef* b = bound_.find(BindKey{dst.value, h.dst_port})) {
+    found = *b;
+  } else if (SessionRef* w = bound_.find(BindKey{0, h.dst_port})) {
+    found = *w;
+  }
+  if (!found) {
+    ++drops_no_session();
+    return Errc::port_unreachable;
+  }
+  ++rx_datagrams_;
+  auto* s = static_cast<UdpSession*>(found.get());
+  return s->receive(lower, std::move(msg), from);
+}
+
+Status UdpProtocol::deliver_error(const ctl::NetError& e) {
+  Errc err = Errc::ok;
+  if (e.kind == ctl::NetError::Kind::unreachable) {
+    if (e.icmp_code == kCodePortUnreachable) {
+      err = Errc::port_unreachable;
+    } else if (e.icmp_code == kCodeProtoUnreachable) {
+      err = Errc::proto_unreachable;
+    } else {
+      err = Errc::no_route;
+    }
+  }
+  // Only connected sockets hear of ICMP errors, as on Linux without
+  // IP_RECVERR: an unconnected socket cannot tell which send failed. Time
+  // exceeded, parameter problems and frag-needed are soft errors for UDP.
+  SessionRef* s = connected_.find(
+      ConnKey{e.local.value, e.remote.value, e.local_port.value, e.remote_port.value});
+  if (err == Errc::ok || s == nullptr) {
+    ++icmp_errors_ignored_;
+    return {};
+  }
+  ++icmp_errors_;
+  auto* us = static_cast<UdpSession*>(s->get());
+  us->error_ = err;
+  SessionRef keep = *s;
+  if (us->on_readable_) us->on_readable_();
+  return {};
+}
+
+Result<ControlReply> UdpProtocol::control_any(const ControlQuery& query) {
+  if (const auto* d = std::get_if<ctl::DeliverError>(&query)) {
+    if (Status st = deliver_error(d->error); !st) return st.error();
+    return ControlReply{std::monostate{}};
+  }
+  if (std::holds_alternative<ctl::GetMtu>(query)) {
+    Result<std::size_t> mtu = below_.control(ctl::GetMtu{});
+    if (!mtu) return mtu.error();
+    return ControlReply{*mtu > Header::kSize ? *mtu - Header::kSize : std::size_t{0}};
+  }
+  if (std::holds_alternative<ctl::GetHeaderRoom>(query)) {
+    Result<std::size_t> room = below_.control(ctl::GetHeaderRoom{});
+    if (!room) return room.error();
+    return ControlReply{*room + Header::kSize};
+  }
+  if (std::holds_alternative<ctl::GetChecksum>(query)) return ControlReply{config_.csum};
+  if (const auto* set = std::get_if<ctl::SetChecksum>(&query)) {
+    config_.csum = set->mode;
+    return ControlReply{std::monostate{}};
+  }
+  return Protocol::control_any(query);
+}
+
+// ---- graph kind ---------------------------------------------------------
+
+void register_udp(Registry& registry) {
+  registry.add(KindSpec("udp", "UDP (RFC 768) over one ipv4 instance, with datagram sockets")
+                   .with_below(1, 1)
+                   .with_option(OptionSpec::boolean("csum", "compute on send and verify on receive").defaults_to("on"))
+                   .with_option(OptionSpec::integer("ephemeral_min", 1, 65535, "first ephemeral port").defaults_to("49152"))
+                   .with_option(OptionSpec::integer("ephemeral_max", 1, 65535, "last ephemeral port").defaults_to("65535"))
+                   .with_factory([](const BuildArgs& args) -> std::unique_ptr<Protocol> {
+                     UdpConfig c;
+                     c.csum = args.options.get_bool("csum") ? ChecksumMode::on : ChecksumMode::off;
+                     c.ephemeral_min = static_cast<std::uint16_t>(args.options.get_int("ephemeral_min"));
+                     c.ephemeral_max = static_cast<std::uint16_t>(args.options.get_int("ephemeral_max"));
+                     return std::make_unique<UdpProtocol>(args.name, *args.below[0], c);
+                   }));
+}
+
+}  // namespace xk::udp

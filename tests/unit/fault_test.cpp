@@ -1,0 +1,494 @@
+// The fault micro-protocol: the pass-through plumbing (active and passive
+// opens, upcalls reaching the right upper, control going down), then each
+// fault, statistically where it is random, with a ManualClock where it is timed.
+#include "xk/protocols/fault.hpp"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <string>
+#include <vector>
+
+#include "xk/drivers/loopback.hpp"
+#include "xk/protocols/udp.hpp"
+
+namespace xk {
+namespace {
+
+using fault::FaultConfig;
+using fault::FaultProtocol;
+
+std::vector<std::byte> bytes_of(std::string_view s) {
+  std::vector<std::byte> v(s.size());
+  if (!s.empty()) std::memcpy(v.data(), s.data(), s.size());
+  return v;
+}
+
+std::string text_of(const Msg& m) {
+  std::string s(m.size(), '\0');
+  EXPECT_TRUE(m.copy_out(0, std::as_writable_bytes(std::span(s))).ok());
+  return s;
+}
+
+Msg msg_of(std::string_view s) { return Msg::copy_of(bytes_of(s)); }
+
+// The layer below: records pushes, and delivers upward like a driver (one
+// receiver, a receive session) or like ipv4 (per-session upcalls, passive
+// opens announced with open_done).
+class FakeLink final : public Protocol {
+ public:
+  FakeLink() : Protocol("link0", "fake-link") {}
+  class S final : public Session {
+   public:
+    S(FakeLink& l, Protocol* up) : Session(l, up), l_(l) {}
+    Status push(Msg m) override {
+      l_.sent.push_back(std::move(m));
+      return {};
+    }
+    Status pop(Session&, Msg) override { return Errc::unsupported; }
+    Status close() override {
+      ++l_.closes;
+      return {};
+    }
+    Result<ControlReply> control_any(const ControlQuery& q) override {
+      if (std::holds_alternative<ctl::GetPeerAddr>(q)) return ControlReply{Participant{Ipv4Addr{0x0a000002}}};
+      return Session::control_any(q);
+    }
+
+   private:
+    FakeLink& l_;
+  };
+  Result<SessionRef> open(Protocol& up, Participants&) override {
+    SessionRef s = make_ref<S>(*this, &up);
+    opened.push_back(s);
+    return s;
+  }
+  Status open_enable(Protocol& up, Participants&) override {
+    receiver = &up;
+    rx_session = make_ref<S>(*this, &up);
+    return {};
+  }
+  Status open_disable(Protocol&, Participants&) override {
+    receiver = nullptr;
+    return {};
+  }
+  Result<ControlReply> control_any(const ControlQuery& q) override {
+    if (std::holds_alternative<ctl::GetMtu>(q)) return ControlReply{std::size_t{1500}};
+    return Protocol::control_any(q);
+  }
+  // As a driver: every frame to the one receiver.
+  Status deliver(Msg m) { return receiver->demux(*rx_session, std::move(m)); }
+  // As ipv4: a message on one of the sessions.
+  Status deliver_on(Session& s, Msg m) { return s.upper()->demux(s, std::move(m)); }
+  // As ipv4's passive open: a new session announced to the receiver.
+  Result<SessionRef> announce() {
+    SessionRef s = make_ref<S>(*this, receiver);
+    opened.push_back(s);
+    Participants parts;
+    parts.remote.push(Ipv4Addr{0x0a000002});
+    if (Status st = receiver->open_done(*this, *s, parts); !st) return st.error();
+    return s;
+  }
+
+  std::vector<Msg> sent;
+  std::vector<SessionRef> opened;
+  Protocol* receiver = nullptr;
+  SessionRef rx_session;
+  int closes = 0;
+};
+
+class App final : public Protocol {
+ public:
+  App() : Protocol("app0", "app") {}
+  Status demux(Session& lower, Msg msg) override {
+    received.push_back({&lower, text_of(msg)});
+    return {};
+  }
+  Status open_done(Protocol&, Session& s, Participants&) override {
+    opened.push_back(SessionRef(&s));
+    return {};
+  }
+  Result<ControlReply> control_any(const ControlQuery& q) override {
+    if (std::holds_alternative<ctl::DeliverError>(q)) {
+      ++errors;
+      return ControlReply{std::monostate{}};
+    }
+    return Protocol::control_any(q);
+  }
+  struct Delivery {
+    Session* session;
+    std::string text;
+  };
+  std::vector<Delivery> received;
+  std::vector<SessionRef> opened;
+  int errors = 0;
+};
+
+SessionRef open_through(Protocol& p, Protocol& upper) {
+  Participants none;
+  Result<SessionRef> s = p.open(upper, none);
+  EXPECT_TRUE(s.ok());
+  return s.ok() ? *s : SessionRef();
+}
+
+// ---- the pass-through ------------------------------------------------------
+
+struct PassThrough : ::testing::Test {
+  FakeLink link;
+  FaultProtocol f0{"f0", link, FaultConfig{}};
+  App app;
+};
+
+TEST_F(PassThrough, PushesGoDownAndDemuxesComeUpOnTheWrapper) {
+  SessionRef s = open_through(f0, app);
+  ASSERT_EQ(link.opened.size(), 1u);
+  EXPECT_NE(s.get(), link.opened[0].get()) << "the upper gets our wrapper";
+  EXPECT_EQ(link.opened[0]->upper()->kind(), "fault-tap");
+  ASSERT_TRUE(s->push(msg_of("down")).ok());
+  ASSERT_EQ(link.sent.size(), 1u);
+  EXPECT_EQ(text_of(link.sent[0]), "down");
+  ASSERT_TRUE(link.deliver_on(*link.opened[0], msg_of("up")).ok());
+  ASSERT_EQ(app.received.size(), 1u);
+  EXPECT_EQ(app.received[0].session, s.get());
+  EXPECT_EQ(app.received[0].text, "up");
+  EXPECT_EQ(f0.counters().value("tx_passed"), 1u);
+  EXPECT_EQ(f0.counters().value("rx_passed"), 1u);
+  ASSERT_TRUE(s->close().ok());
+  EXPECT_EQ(link.closes, 1);
+  EXPECT_EQ(f0.session_count(), 0u);
+}
+
+TEST_F(PassThrough, DriverStyleReceiveGetsAWrapperToo) {
+  Participants none;
+  ASSERT_TRUE(f0.open_enable(app, none).ok());
+  ASSERT_TRUE(link.deliver(msg_of("a")).ok());
+  ASSERT_TRUE(link.deliver(msg_of("b")).ok());
+  ASSERT_EQ(app.received.size(), 2u);
+  EXPECT_EQ(app.received[0].session, app.received[1].session);
+  EXPECT_NE(app.received[0].session, link.rx_session.get());
+  ASSERT_TRUE(f0.open_disable(app, none).ok());
+  EXPECT_EQ(link.receiver, nullptr);
+}
+
+TEST_F(PassThrough, PassiveOpensReachTheUpperWithAWrapper) {
+  Participants none;
+  ASSERT_TRUE(f0.open_enable(app, none).ok());
+  Result<SessionRef> lower = link.announce();
+  ASSERT_TRUE(lower.ok());
+  ASSERT_EQ(app.opened.size(), 1u);
+  SessionRef w = app.opened[0];
+  EXPECT_EQ(&w->protocol(), &f0);
+  ASSERT_TRUE(link.deliver_on(**lower, msg_of("hello")).ok());
+  ASSERT_EQ(app.received.size(), 1u);
+  EXPECT_EQ(app.received[0].session, w.get());
+  ASSERT_TRUE(w->push(msg_of("reply")).ok());
+  ASSERT_EQ(link.sent.size(), 1u);
+  // Session control is the lower session's.
+  auto peer = w->control(ctl::GetPeerAddr{});
+  ASSERT_TRUE(peer.ok());
+  EXPECT_EQ(*peer->peek<Ipv4Addr>(), Ipv4Addr{0x0a000002});
+}
+
+TEST_F(PassThrough, EachUpperHasItsOwnTap) {
+  App other;
+  SessionRef a = open_through(f0, app);
+  SessionRef b = open_through(f0, other);
+  ASSERT_TRUE(link.deliver_on(*link.opened[1], msg_of("for other")).ok());
+  ASSERT_TRUE(link.deliver_on(*link.opened[0], msg_of("for app")).ok());
+  ASSERT_EQ(app.received.size(), 1u);
+  ASSERT_EQ(other.received.size(), 1u);
+  EXPECT_EQ(app.received[0].text, "for app");
+  EXPECT_EQ(other.received[0].session, b.get());
+  // An ICMP error handed to the tap goes to its upper.
+  ASSERT_TRUE(link.opened[1]->upper()->control(ctl::DeliverError{}).ok());
+  EXPECT_EQ(other.errors, 1);
+  EXPECT_EQ(app.errors, 0);
+}
+
+TEST_F(PassThrough, ControlGoesDownExceptCounters) {
+  EXPECT_EQ(*f0.control(ctl::GetMtu{}), 1500u);
+  EXPECT_EQ((*f0.control(ctl::GetCounters{}))->owner(), "f0");
+  EXPECT_EQ(f0.control(ctl::GetChecksum{}).error(), Errc::unsupported);
+}
+
+TEST(PassThroughLifetime, WrapperOutlivingTheProtocolIsClosed) {
+  FakeLink link;
+  App app;
+  SessionRef s;
+  {
+    FaultProtocol f0("f0", link, FaultConfig{});
+    s = open_through(f0, app);
+  }
+  EXPECT_EQ(s->push(msg_of("x")).error(), Errc::closed);
+}
+
+// ---- faults ------------------------------------------------------------------
+
+struct Faulty {
+  explicit Faulty(FaultConfig c, EventLoop* loop = nullptr) : f0("f0", link, c, loop) { s = open_through(f0, app); }
+  void push_n(int n, std::size_t size = 10) {
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(s->push(Msg::alloc(size)).ok());
+  }
+  std::vector<std::string> sent_texts() const {
+    std::vector<std::string> v;
+    for (const Msg& m : link.sent) v.push_back(text_of(m));
+    return v;
+  }
+  FakeLink link;
+  App app;
+  FaultProtocol f0;
+  SessionRef s;
+};
+
+FaultConfig with(double FaultConfig::*field, double p, std::uint64_t seed = 1) {
+  FaultConfig c;
+  c.*field = p;
+  c.seed = seed;
+  return c;
+}
+
+TEST(Fault, LossRateIsAboutAsConfigured) {
+  Faulty t(with(&FaultConfig::loss, 0.3));
+  t.push_n(10000);
+  // Binomial(10000, 0.7): sd 46; the band is 6.5 sd wide each way.
+  EXPECT_GT(t.link.sent.size(), 6700u);
+  EXPECT_LT(t.link.sent.size(), 7300u);
+  EXPECT_EQ(t.f0.counters().value("tx_lost") + t.link.sent.size(), 10000u);
+}
+
+TEST(Fault, DuplicationSharesTheBuffers) {
+  Faulty t(with(&FaultConfig::duplicate, 0.2));
+  t.push_n(10000);
+  EXPECT_GT(t.link.sent.size(), 11700u);
+  EXPECT_LT(t.link.sent.size(), 12300u);
+  EXPECT_EQ(t.f0.counters().value("tx_duplicated") + 10000u, t.link.sent.size());
+  Faulty always(with(&FaultConfig::duplicate, 1.0));
+  always.push_n(1);
+  ASSERT_EQ(always.link.sent.size(), 2u);
+  EXPECT_EQ(always.link.sent[0].fragments()[0].data(), always.link.sent[1].fragments()[0].data());
+}
+
+TEST(Fault, ReorderSwapsAMessageWithTheNext) {
+  Faulty t(with(&FaultConfig::reorder, 1.0));
+  for (const char* m : {"1", "2", "3", "4", "5"}) ASSERT_TRUE(t.s->push(msg_of(m)).ok());
+  EXPECT_EQ(t.sent_texts(), (std::vector<std::string>{"2", "1", "4", "3"}));
+  EXPECT_EQ(t.f0.held(), 1u) << "5 waits for a successor";
+  EXPECT_EQ(t.f0.counters().value("tx_reordered"), 3u);
+}
+
+TEST(Fault, ReorderRateIsAboutAsConfigured) {
+  Faulty t(with(&FaultConfig::reorder, 0.1));
+  for (int i = 0; i < 10000; ++i) ASSERT_TRUE(t.s->push(msg_of(std::to_string(i))).ok());
+  std::size_t swapped = 0;
+  for (std::size_t i = 1; i < t.link.sent.size(); ++i) {
+    if (std::stoi(text_of(t.link.sent[i])) < std::stoi(text_of(t.link.sent[i - 1]))) ++swapped;
+  }
+  EXPECT_EQ(swapped, t.f0.counters().value("tx_reordered") - t.f0.held());
+  // A held message skips its own draw: about p / (1 + p) of all messages.
+  EXPECT_GT(swapped, 750u);
+  EXPECT_LT(swapped, 1050u);
+}
+
+TEST(Fault, CorruptionFlipsOneBitOfAPrivateCopy) {
+  Faulty t(with(&FaultConfig::corrupt, 1.0));
+  const std::string original = "shared with the retransmission queue";
+  Msg mine = msg_of(original);
+  Msg kept = mine.share();  // as a sender keeps its copy
+  ASSERT_TRUE(t.s->push(std::move(mine)).ok());
+  ASSERT_EQ(t.link.sent.size(), 1u);
+  EXPECT_EQ(text_of(kept), original) << "the sender's buffer is untouched";
+  std::string got = text_of(t.link.sent[0]);
+  ASSERT_EQ(got.size(), original.size());
+  int bits = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    bits += std::popcount(static_cast<unsigned>(static_cast<unsigned char>(got[i] ^ original[i])));
+  }
+  EXPECT_EQ(bits, 1);
+  EXPECT_NE(t.link.sent[0].fragments()[0].buf, kept.fragments()[0].buf);
+  EXPECT_EQ(t.f0.counters().value("tx_corrupted"), 1u);
+}
+
+TEST(Fault, SameSeedSameRunOtherSeedOtherRun) {
+  auto run = [](std::uint64_t seed) {
+    FaultConfig c;
+    c.loss = 0.1;
+    c.duplicate = 0.1;
+    c.reorder = 0.1;
+    c.corrupt = 0.1;
+    c.seed = seed;
+    Faulty t(c);
+    for (int i = 0; i < 2000; ++i) EXPECT_TRUE(t.s->push(msg_of("message " + std::to_string(i))).ok());
+    return t.sent_texts();
+  };
+  std::vector<std::string> a = run(42);
+  EXPECT_EQ(a, run(42));
+  EXPECT_NE(a, run(43));
+}
+
+TEST(Fault, DirectionLimitsTheFaults) {
+  FaultConfig c;
+  c.loss = 1.0;
+  c.dir = fault::Direction::rx;
+  Faulty t(c);
+  t.push_n(5);
+  EXPECT_EQ(t.link.sent.size(), 5u);
+  ASSERT_TRUE(t.link.deliver_on(*t.link.opened[0], msg_of("lost")).ok());
+  EXPECT_TRUE(t.app.received.empty());
+  EXPECT_EQ(t.f0.counters().value("rx_lost"), 1u);
+  EXPECT_EQ(t.f0.counters().value("tx_lost"), 0u);
+}
+
+TEST(Fault, DelayRunsOnTheLoopClock) {
+  ManualClock clock;
+  EventLoop loop(clock);
+  FaultConfig c;
+  c.delay = std::chrono::milliseconds(5);
+  Faulty t(c, &loop);
+  ASSERT_TRUE(t.s->push(msg_of("late")).ok());
+  ASSERT_TRUE(t.link.deliver_on(*t.link.opened[0], msg_of("up late")).ok());
+  EXPECT_EQ(t.f0.held(), 2u);
+  clock.advance(std::chrono::milliseconds(4));
+  loop.run_once();
+  EXPECT_TRUE(t.link.sent.empty());
+  EXPECT_TRUE(t.app.received.empty());
+  clock.advance(std::chrono::milliseconds(1));
+  loop.run_once();
+  ASSERT_EQ(t.link.sent.size(), 1u);
+  ASSERT_EQ(t.app.received.size(), 1u);
+  EXPECT_EQ(t.app.received[0].text, "up late");
+  EXPECT_EQ(t.f0.held(), 0u);
+  EXPECT_EQ(t.f0.counters().value("tx_delayed"), 1u);
+}
+
+TEST(Fault, JitterKeepsDeliveriesInDueOrder) {
+  ManualClock clock;
+  EventLoop loop(clock);
+  FaultConfig c;
+  c.delay = std::chrono::milliseconds(1);
+  c.jitter = std::chrono::milliseconds(10);
+  Faulty t(c, &loop);
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(t.s->push(msg_of(std::to_string(i))).ok());
+  clock.advance(std::chrono::milliseconds(12));
+  loop.run_once();
+  EXPECT_EQ(t.link.sent.size(), 50u);
+  EXPECT_NE(t.sent_texts().front(), "0") << "jitter mixes them (seed 1)";
+}
+
+TEST(Fault, HeldMessageGoesOutAfterTheHoldTime) {
+  ManualClock clock;
+  EventLoop loop(clock);
+  FaultConfig c;
+  c.reorder = 1.0;
+  c.reorder_hold = std::chrono::milliseconds(10);
+  Faulty t(c, &loop);
+  ASSERT_TRUE(t.s->push(msg_of("alone")).ok());
+  loop.run_once();
+  EXPECT_TRUE(t.link.sent.empty());
+  clock.advance(std::chrono::milliseconds(10));
+  loop.run_once();
+  ASSERT_EQ(t.link.sent.size(), 1u);
+  EXPECT_EQ(t.f0.held(), 0u);
+}
+
+TEST(Fault, RateLimitDropsTheExcess) {
+  ManualClock clock;
+  EventLoop loop(clock);
+  FaultConfig c;
+  c.rate = 1000;  // bytes per second
+  c.burst = 1000;
+  Faulty t(c, &loop);
+  t.push_n(12, 100);
+  EXPECT_EQ(t.link.sent.size(), 10u) << "the burst";
+  EXPECT_EQ(t.f0.counters().value("tx_rate_dropped"), 2u);
+  clock.advance(std::chrono::milliseconds(250));
+  t.push_n(3, 100);
+  EXPECT_EQ(t.link.sent.size(), 12u) << "250 ms refill 250 bytes";
+}
+
+TEST(Fault, HeldMessagesAreReleasedOnDestruction) {
+  ManualClock clock;
+  EventLoop loop(clock);
+  FaultConfig c;
+  c.delay = std::chrono::seconds(1);
+  auto t = std::make_unique<Faulty>(c, &loop);
+  t->push_n(3);
+  EXPECT_EQ(t->f0.held(), 3u);
+  t.reset();  // the leak check fails the test if any buffer or session survives
+}
+
+TEST(FaultGraph, OptionsAndLoopRequirement) {
+  Registry reg;
+  drivers::register_loopback(reg);
+  fault::register_fault(reg);
+  Graph g = Graph::build("loopback lo0\nfault f0 below=lo0 loss=0.25 dir=tx seed=9 rate=1m\n", reg);
+  auto* f0 = g.find_as<FaultProtocol>("f0");
+  ASSERT_NE(f0, nullptr);
+  EXPECT_EQ(f0->config().loss, 0.25);
+  EXPECT_EQ(f0->config().dir, fault::Direction::tx);
+  EXPECT_EQ(f0->config().seed, 9u);
+  EXPECT_EQ(f0->config().rate, 1u << 20);
+  EXPECT_THROW((void)Graph::build("loopback lo0\nfault f0 below=lo0 delay=5\n", reg), GraphError);
+  EXPECT_THROW((void)Graph::build("loopback lo0\nfault f0 below=lo0 loss=2\n", reg), GraphError);
+}
+
+// ---- udp over fault ------------------------------------------------------------
+
+// Just enough of the ipv4 contract for udp (see udp_test.cpp for the full fake).
+class MiniIp final : public Protocol {
+ public:
+  MiniIp() : Protocol("ip0", "mini-ip") {}
+  class S final : public Session {
+   public:
+    S(MiniIp& ip, Protocol* up, Ipv4Addr peer) : Session(ip, up), ip_(ip), peer_(peer) {}
+    Status push(Msg m) override {
+      ip_.sent.push_back(std::move(m));
+      return {};
+    }
+    Status pop(Session&, Msg) override { return Errc::unsupported; }
+    Result<ControlReply> control_any(const ControlQuery& q) override {
+      if (std::holds_alternative<ctl::GetLocalAddr>(q)) return ControlReply{Participant{Ipv4Addr{0x0a000001}}};
+      if (std::holds_alternative<ctl::GetPeerAddr>(q)) return ControlReply{Participant{peer_}};
+      return Session::control_any(q);
+    }
+
+   private:
+    MiniIp& ip_;
+    Ipv4Addr peer_;
+  };
+  Result<SessionRef> open(Protocol& up, Participants& parts) override {
+    if (!parts.remote.pop<ProtoNum>()) return Errc::invalid_argument;
+    Result<Ipv4Addr> peer = parts.remote.pop<Ipv4Addr>();
+    if (!peer) return peer.error();
+    session = make_ref<S>(*this, &up, *peer);
+    return session;
+  }
+  Status open_enable(Protocol&, Participants&) override { return {}; }
+  Status open_disable(Protocol&, Participants&) override { return {}; }
+  std::vector<Msg> sent;
+  SessionRef session;
+};
+
+TEST(FaultUnderUdp, DatagramsCrossTheFaultBothWays) {
+  MiniIp ip0;
+  FaultConfig c;
+  c.duplicate = 1.0;
+  FaultProtocol f0("f0", ip0, c);
+  udp::UdpProtocol u0("u0", f0);
+  udp::UdpSocket s = u0.socket();
+  ASSERT_TRUE(s.connect(Ipv4Addr{0x0a000002}, Port{7}).ok());
+  ASSERT_TRUE(s.send(bytes_of("echo")).ok());
+  ASSERT_EQ(ip0.sent.size(), 2u) << "duplicated on the way down";
+  // The peer echoes the datagram back: swap the ports; the checksum holds.
+  Msg back = Msg::copy_of(bytes_of(text_of(ip0.sent[0])));
+  std::vector<std::byte> raw(back.size());
+  ASSERT_TRUE(back.copy_out(0, raw).ok());
+  std::swap_ranges(raw.begin(), raw.begin() + 2, raw.begin() + 2);
+  ASSERT_TRUE(ip0.session->upper()->demux(*ip0.session, Msg::copy_of(raw)).ok());
+  ASSERT_EQ(s.queued_datagrams(), 2u) << "duplicated on the way up";
+  EXPECT_EQ(text_of(s.recvfrom()->payload), "echo");
+  EXPECT_EQ(u0.counters().value("drop_bad_csum"), 0u);
+  ASSERT_TRUE(s.close().ok());
+}
+
+}  // namespace
+}  // namespace xk
