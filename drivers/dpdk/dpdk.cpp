@@ -1,0 +1,553 @@
+#include "xk/drivers/dpdk.hpp"
+
+#include <rte_dev.h>
+#include <rte_epoll.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_log.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+namespace xk::drivers {
+namespace {
+
+constexpr std::size_t kEthHeader = 14;
+constexpr std::size_t kDefaultMbufData = 2048;
+
+std::atomic<std::size_t> g_pools_leaked{0};
+std::atomic<unsigned> g_pool_serial{0};
+
+[[noreturn]] void fail(const std::string& who, const std::string& what, int err) {
+  throw std::runtime_error("dpdk " + who + ": " + what + ": " + rte_strerror(err < 0 ? -err : err));
+}
+
+// The deleter of one received mbuf segment: back to its mempool.
+void free_segment(void* ctx, std::byte*) { rte_pktmbuf_free_seg(static_cast<rte_mbuf*>(ctx)); }
+
+std::string device_name_of(const std::string& devargs) { return devargs.substr(0, devargs.find(',')); }
+
+// The port of a device. Usually the port has the device's name, but not
+// always (net_ring with nodeaction= names its port after the ring), so the
+// devices of all ports are compared too.
+bool find_port(const std::string& device, std::uint16_t& port) {
+  if (rte_eth_dev_get_port_by_name(device.c_str(), &port) == 0) return true;
+  for (std::uint16_t p = rte_eth_find_next(0); p < RTE_MAX_ETHPORTS; p = rte_eth_find_next(static_cast<std::uint16_t>(p + 1))) {
+    rte_eth_dev_info info{};
+    if (rte_eth_dev_info_get(p, &info) == 0 && info.device != nullptr && device == rte_dev_name(info.device)) {
+      port = p;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Probing for rx interrupts on a PMD without them makes ethdev log an error;
+// the driver expects that answer and falls back, so the line is muted.
+class QuietEthdevLog {
+ public:
+  QuietEthdevLog() : type_(rte_log_register("lib.ethdev")) {
+    if (type_ >= 0) {
+      level_ = rte_log_get_level(static_cast<std::uint32_t>(type_));
+      (void)rte_log_set_level(static_cast<std::uint32_t>(type_), RTE_LOG_CRIT);
+    }
+  }
+  ~QuietEthdevLog() {
+    if (type_ >= 0 && level_ >= 0) (void)rte_log_set_level(static_cast<std::uint32_t>(type_), static_cast<std::uint32_t>(level_));
+  }
+  QuietEthdevLog(const QuietEthdevLog&) = delete;
+  QuietEthdevLog& operator=(const QuietEthdevLog&) = delete;
+
+ private:
+  int type_;
+  int level_ = -1;
+};
+
+}  // namespace
+
+std::size_t dpdk_pools_leaked() noexcept { return g_pools_leaked.load(std::memory_order_relaxed); }
+
+class DpdkSession final : public Session {
+ public:
+  DpdkSession(DpdkDriver& driver, Protocol* upper) : Session(driver, upper), driver_(driver) {}
+  Status push(Msg msg) override { return driver_.transmit(msg); }
+  // Nothing sits below a driver.
+  Status pop(Session&, Msg) override { return Errc::unsupported; }
+
+ private:
+  DpdkDriver& driver_;
+};
+
+DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
+    : Protocol(std::move(name), "dpdk"),
+      config_(std::move(config)),
+      loop_(loop),
+      rx_frames_(counters().add("rx_frames")),
+      rx_bytes_(counters().add("rx_bytes")),
+      rx_multi_seg_(counters().add("rx_multi_seg", "frames received as a chain of mbufs")),
+      rx_csum_bad_(counters().add("rx_csum_bad", "frames the port flagged with a bad IP or L4 checksum")),
+      tx_frames_(counters().add("tx_frames", "frames the tx ring took")),
+      tx_bytes_(counters().add("tx_bytes")),
+      tx_drop_full_(counters().add("tx_drop_full", "frames dropped: the tx ring was full")),
+      tx_nombuf_(counters().add("tx_nombuf", "frames refused: no free mbuf")),
+      drop_too_big_(counters().add("drop_too_big", "frames refused: larger than the MTU allows")),
+      drop_no_receiver_(counters().add("drop_no_receiver", "frames received with nobody enabled")),
+      drop_wrap_(counters().add("drop_wrap", "frames dropped: no memory to wrap an mbuf")),
+      link_up_(counters().add("link_up", "1 if the link was up when last asked")),
+      intr_sleeps_(counters().add("intr_sleeps", "loop sleeps armed with the rx interrupt")),
+      timer_sleeps_(counters().add("timer_sleeps", "loop sleeps bounded by the back-off timer")) {
+  if (config_.devargs.empty()) throw std::invalid_argument("dpdk " + this->name() + ": devargs is required");
+  config_.burst = std::clamp<std::size_t>(config_.burst, 1, kMaxBurst);
+  if (config_.idle_sleep_min.count() <= 0) config_.idle_sleep_min = std::chrono::microseconds(1);
+  config_.idle_sleep_max = std::max(config_.idle_sleep_max, config_.idle_sleep_min);
+  tx_queue_.reserve(config_.burst);
+  try {
+    dpdk::ensure_eal(config_.eal);
+    device_name_ = device_name_of(config_.devargs);
+    std::uint16_t port = 0;
+    if (!find_port(device_name_, port)) {
+      int rc = rte_dev_probe(config_.devargs.c_str());
+      if (rc != 0) fail(this->name(), "cannot probe '" + config_.devargs + "'", rc);
+      probed_ = true;
+      if (!find_port(device_name_, port)) {
+        throw std::runtime_error("dpdk " + this->name() + ": '" + config_.devargs + "' was probed but has no ethdev port");
+      }
+    }
+    port_ = port;
+    port_valid_ = true;
+    start_port();
+    setup_wait();
+    (void)link();
+  } catch (...) {
+    release();
+    throw;
+  }
+  if (loop_ != nullptr) loop_->add(*this);
+}
+
+DpdkDriver::~DpdkDriver() {
+  if (loop_ != nullptr) loop_->remove(*this);
+  release();
+}
+
+void DpdkDriver::start_port() {
+  rte_eth_dev_info info{};
+  if (int rc = rte_eth_dev_info_get(port_, &info); rc != 0) fail(name(), "rte_eth_dev_info_get", rc);
+
+  offloads_.tx_multi_segs = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
+  offloads_.rx_scatter = (info.rx_offload_capa & RTE_ETH_RX_OFFLOAD_SCATTER) != 0;
+  if (config_.csum_offload) {
+    offloads_.tx_ipv4_cksum = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_IPV4_CKSUM) != 0;
+    offloads_.tx_udp_cksum = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_UDP_CKSUM) != 0;
+    offloads_.tx_tcp_cksum = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_TCP_CKSUM) != 0;
+    offloads_.rx_ipv4_cksum = (info.rx_offload_capa & RTE_ETH_RX_OFFLOAD_IPV4_CKSUM) != 0;
+    offloads_.rx_l4_cksum =
+        (info.rx_offload_capa & (RTE_ETH_RX_OFFLOAD_UDP_CKSUM | RTE_ETH_RX_OFFLOAD_TCP_CKSUM)) ==
+        (RTE_ETH_RX_OFFLOAD_UDP_CKSUM | RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
+  }
+
+  std::size_t want_mtu = config_.mtu.value_or(RTE_ETHER_MTU);
+  std::size_t frame = want_mtu + kEthHeader;
+  // Frames larger than one mbuf travel as chains. When the port cannot chain
+  // both ways, and the user did not size the mbufs, make one mbuf hold a frame.
+  std::size_t data_room = config_.mbuf_data.value_or(kDefaultMbufData);
+  if (!config_.mbuf_data && frame > data_room && !(offloads_.tx_multi_segs && offloads_.rx_scatter)) {
+    data_room = frame;
+  }
+  data_room = std::max<std::size_t>(data_room, info.min_rx_bufsize);
+  if (data_room + RTE_PKTMBUF_HEADROOM > UINT16_MAX) {
+    throw std::invalid_argument("dpdk " + name() + ": mbuf data room " + std::to_string(data_room) + " too large");
+  }
+
+  int socket = rte_eth_dev_socket_id(port_);
+  if (socket < 0) socket = SOCKET_ID_ANY;
+  char pool_name[RTE_MEMPOOL_NAMESIZE];
+  std::snprintf(pool_name, sizeof pool_name, "xk_pool%u", g_pool_serial.fetch_add(1));
+  unsigned cache = static_cast<unsigned>(std::min<std::size_t>(RTE_MEMPOOL_CACHE_MAX_SIZE, config_.mbufs / 8));
+  pool_ = rte_pktmbuf_pool_create(pool_name, static_cast<unsigned>(config_.mbufs), cache, 0,
+                                  static_cast<std::uint16_t>(data_room + RTE_PKTMBUF_HEADROOM), socket);
+  if (pool_ == nullptr) fail(name(), "cannot create a mempool of " + std::to_string(config_.mbufs) + " mbufs", rte_errno);
+
+  rte_eth_conf conf{};
+  if (config_.mtu) conf.rxmode.mtu = static_cast<std::uint32_t>(*config_.mtu);
+  if (frame > data_room && offloads_.rx_scatter) conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_SCATTER;
+  if (offloads_.tx_multi_segs) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+  if (offloads_.tx_ipv4_cksum) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_IPV4_CKSUM;
+  if (offloads_.tx_udp_cksum) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_UDP_CKSUM;
+  if (offloads_.tx_tcp_cksum) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_TCP_CKSUM;
+  if (offloads_.rx_ipv4_cksum) conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_IPV4_CKSUM;
+  if (offloads_.rx_l4_cksum) conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_UDP_CKSUM | RTE_ETH_RX_OFFLOAD_TCP_CKSUM;
+
+  // Rx interrupts are asked for at configure time; a PMD that has none may
+  // refuse the configuration or the start, and then runs without.
+  bool want_intr = config_.rx_interrupt;
+  for (;;) {
+    conf.intr_conf.rxq = want_intr ? 1 : 0;
+    int rc = rte_eth_dev_configure(port_, 1, 1, &conf);
+    std::uint16_t rxd = config_.rx_descriptors;
+    std::uint16_t txd = config_.tx_descriptors;
+    if (rc == 0) rc = rte_eth_dev_adjust_nb_rx_tx_desc(port_, &rxd, &txd);
+    // The configured MTU is ethdev's record; set_mtu also tells the device
+    // (af_packet: the kernel interface). Not every PMD has the operation.
+    if (rc == 0 && config_.mtu) {
+      int m = rte_eth_dev_set_mtu(port_, static_cast<std::uint16_t>(*config_.mtu));
+      if (m != -ENOTSUP) rc = m;
+    }
+    if (rc == 0) rc = rte_eth_rx_queue_setup(port_, 0, rxd, static_cast<unsigned>(socket), nullptr, pool_);
+    if (rc == 0) rc = rte_eth_tx_queue_setup(port_, 0, txd, static_cast<unsigned>(socket), nullptr);
+    if (rc == 0) rc = rte_eth_dev_start(port_);
+    if (rc == 0) {
+      started_ = true;
+      rx_intr_ = want_intr;  // confirmed (or not) in setup_wait()
+      break;
+    }
+    if (!want_intr) fail(name(), "cannot configure and start port " + std::to_string(port_), rc);
+    want_intr = false;
+  }
+
+  if (config_.mac) {
+    rte_ether_addr addr{};
+    std::memcpy(addr.addr_bytes, config_.mac->bytes.data(), 6);
+    if (int rc = rte_eth_dev_default_mac_addr_set(port_, &addr); rc != 0) fail(name(), "cannot set the MAC address", rc);
+  }
+  if (config_.promiscuous) {
+    if (int rc = rte_eth_promiscuous_enable(port_); rc != 0) fail(name(), "cannot enable promiscuous mode", rc);
+  }
+  rte_ether_addr addr{};
+  if (int rc = rte_eth_macaddr_get(port_, &addr); rc != 0) fail(name(), "rte_eth_macaddr_get", rc);
+  std::memcpy(mac_.bytes.data(), addr.addr_bytes, 6);
+  std::uint16_t mtu = 0;
+  mtu_ = rte_eth_dev_get_mtu(port_, &mtu) == 0 && mtu != 0 ? mtu : want_mtu;
+}
+
+void DpdkDriver::setup_wait() {
+  if (rx_intr_) {
+    // The queue's event descriptor goes into an epoll set of our own: the
+    // loop's epoll watches that set (epoll descriptors nest), and draining it
+    // with rte_epoll_wait lets DPDK read the event the way the PMD needs.
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    QuietEthdevLog quiet;
+    bool added = epoll_fd_ >= 0 && rte_eth_dev_rx_intr_ctl_q(port_, 0, epoll_fd_, RTE_INTR_EVENT_ADD, nullptr) == 0;
+    if (added) {
+      // Most PMDs arm the interrupt on demand; a few (net_tap: the event is
+      // the queue's own descriptor) have it on all the time and no switch.
+      int rc = rte_eth_dev_rx_intr_enable(port_, 0);
+      if (rc == 0 || rc == -ENOTSUP) {
+        intr_switch_ = rc == 0;
+        if (intr_switch_) (void)rte_eth_dev_rx_intr_disable(port_, 0);
+        wait_fd_ = epoll_fd_;
+        return;
+      }
+      (void)rte_eth_dev_rx_intr_ctl_q(port_, 0, epoll_fd_, RTE_INTR_EVENT_DEL, nullptr);
+    }
+    if (epoll_fd_ >= 0) ::close(epoll_fd_);
+    epoll_fd_ = -1;
+    rx_intr_ = false;
+  }
+  timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (timer_fd_ < 0) throw std::runtime_error("dpdk " + name() + ": timerfd_create: " + std::strerror(errno));
+  wait_fd_ = timer_fd_;
+}
+
+void DpdkDriver::release() noexcept {
+  for (rte_mbuf* m : tx_queue_) rte_pktmbuf_free(m);
+  tx_queue_.clear();
+  if (started_) {
+    if (rx_intr_) (void)rte_eth_dev_rx_intr_ctl_q(port_, 0, epoll_fd_, RTE_INTR_EVENT_DEL, nullptr);
+    (void)rte_eth_dev_stop(port_);
+    started_ = false;
+  }
+  if (port_valid_) {
+    rte_eth_dev_info info{};
+    rte_device* dev = rte_eth_dev_info_get(port_, &info) == 0 ? info.device : nullptr;
+    (void)rte_eth_dev_close(port_);
+    if (probed_ && dev != nullptr) (void)rte_dev_remove(dev);
+    port_valid_ = false;
+  }
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  if (timer_fd_ >= 0) ::close(timer_fd_);
+  epoll_fd_ = timer_fd_ = wait_fd_ = -1;
+  if (pool_ != nullptr) {
+    // Received Msgs may still hold mbufs; freeing the pool under them would
+    // turn their release into a use after free.
+    if (rte_mempool_full(pool_) != 0) {
+      rte_mempool_free(pool_);
+    } else {
+      g_pools_leaked.fetch_add(1, std::memory_order_relaxed);
+      std::fprintf(stderr, "dpdk %s: %u mbufs still in use at close; the mempool is left allocated\n",
+                   name().c_str(), rte_mempool_in_use_count(pool_));
+    }
+    pool_ = nullptr;
+  }
+}
+
+Result<SessionRef> DpdkDriver::open(Protocol& upper, Participants&) {
+  return SessionRef(make_ref<DpdkSession>(*this, &upper));
+}
+
+Status DpdkDriver::open_enable(Protocol& upper, Participants&) {
+  if (receiver_ != nullptr && receiver_ != &upper) return Errc::exists;
+  receiver_ = &upper;
+  rx_session_ = make_ref<DpdkSession>(*this, &upper);
+  return {};
+}
+
+Status DpdkDriver::open_disable(Protocol& upper, Participants&) {
+  if (receiver_ != &upper) return Errc::not_found;
+  receiver_ = nullptr;
+  rx_session_ = nullptr;
+  return {};
+}
+
+Result<ControlReply> DpdkDriver::control_any(const ControlQuery& query) {
+  if (std::holds_alternative<ctl::GetMtu>(query)) return ControlReply{mtu_ + kEthHeader};
+  if (std::holds_alternative<ctl::GetHeaderRoom>(query)) return ControlReply{std::size_t{0}};
+  if (std::holds_alternative<ctl::GetLocalAddr>(query)) return ControlReply{Participant{mac_}};
+  return Protocol::control_any(query);
+}
+
+std::size_t DpdkDriver::poll(std::size_t budget) {
+  rte_mbuf* burst[kMaxBurst];
+  std::size_t done = 0;
+  while (done < budget) {
+    auto want = static_cast<std::uint16_t>(std::min(config_.burst, budget - done));
+    std::uint16_t got = rte_eth_rx_burst(port_, 0, burst, want);
+    for (std::uint16_t i = 0; i < got; ++i) deliver(burst[i]);
+    done += got;
+    if (got < want) break;
+  }
+  std::size_t sent = flush();
+  if (done != 0 || sent != 0) backoff_ = std::chrono::microseconds(0);
+  return done + sent;
+}
+
+void DpdkDriver::deliver(rte_mbuf* head) {
+  const std::uint64_t flags = head->ol_flags;
+  if ((flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_BAD ||
+      (flags & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_BAD) {
+    ++rx_csum_bad_;
+  }
+  const std::uint32_t frame_len = head->pkt_len;
+  if (head->nb_segs > 1) ++rx_multi_seg_;
+
+  // Each segment becomes its own fragment with its own deleter, so it is
+  // unlinked first: freeing a linked head would free the whole chain while
+  // later fragments still point into it.
+  Msg frame;
+  bool failed = false;
+  for (rte_mbuf* seg = head; seg != nullptr;) {
+    rte_mbuf* next = seg->next;
+    seg->next = nullptr;
+    seg->nb_segs = 1;
+    seg->pkt_len = seg->data_len;
+    if (failed || seg->data_len == 0) {
+      rte_pktmbuf_free_seg(seg);
+    } else {
+      Result<Msg> part = Msg::wrap(static_cast<std::byte*>(seg->buf_addr), seg->buf_len, seg->data_off,
+                                   seg->data_len, BufDeleter{&free_segment, seg});
+      if (part) {
+        frame.join(std::move(*part));
+      } else {
+        failed = true;  // wrap ran the deleter; the rest is freed above
+      }
+    }
+    seg = next;
+  }
+  if (failed) {
+    ++drop_wrap_;
+    return;
+  }
+  if (receiver_ == nullptr) {
+    ++drop_no_receiver_;
+    return;
+  }
+  ++rx_frames_;
+  rx_bytes_.inc(frame_len);
+  // Keep the session alive across the upcall even if the upper disables us.
+  SessionRef rx = rx_session_;
+  (void)receiver_->demux(*rx, std::move(frame));
+}
+
+Status DpdkDriver::transmit(const Msg& frame) {
+  if (frame.size() > mtu_ + kEthHeader) {
+    ++drop_too_big_;
+    return Errc::too_large;
+  }
+  rte_mbuf* head = rte_pktmbuf_alloc(pool_);
+  if (head == nullptr) {
+    ++tx_nombuf_;
+    return Errc::would_block;
+  }
+  rte_mbuf* tail = head;
+  for (const Frag& f : frame.fragments()) {
+    const std::byte* src = f.data();
+    std::size_t left = f.len;
+    while (left > 0) {
+      std::size_t room = rte_pktmbuf_tailroom(tail);
+      if (room == 0) {
+        rte_mbuf* seg = rte_pktmbuf_alloc(pool_);
+        if (seg == nullptr) {
+          rte_pktmbuf_free(head);
+          ++tx_nombuf_;
+          return Errc::would_block;
+        }
+        tail->next = seg;
+        tail = seg;
+        ++head->nb_segs;
+        continue;
+      }
+      std::size_t n = std::min(left, room);
+      std::memcpy(static_cast<std::byte*>(tail->buf_addr) + tail->data_off + tail->data_len, src, n);
+      tail->data_len = static_cast<std::uint16_t>(tail->data_len + n);
+      head->pkt_len += static_cast<std::uint32_t>(n);
+      src += n;
+      left -= n;
+    }
+  }
+  tx_queue_.push_back(head);
+  if (tx_queue_.size() >= config_.burst) (void)flush();
+  return {};
+}
+
+std::size_t DpdkDriver::flush() {
+  if (tx_queue_.empty()) return 0;
+  const std::size_t n = tx_queue_.size();
+  std::uint64_t bytes = 0;
+  for (rte_mbuf* m : tx_queue_) bytes += m->pkt_len;
+  std::size_t sent = 0;
+  while (sent < n) {
+    std::uint16_t k = rte_eth_tx_burst(port_, 0, tx_queue_.data() + sent, static_cast<std::uint16_t>(n - sent));
+    if (k == 0) break;
+    sent += k;
+  }
+  // What the ring refused is still ours.
+  for (std::size_t i = sent; i < n; ++i) {
+    bytes -= tx_queue_[i]->pkt_len;
+    rte_pktmbuf_free(tx_queue_[i]);
+  }
+  tx_drop_full_.inc(n - sent);
+  tx_frames_.inc(sent);
+  tx_bytes_.inc(bytes);
+  tx_queue_.clear();
+  return sent;
+}
+
+bool DpdkDriver::before_sleep() noexcept {
+  (void)flush();
+  if (rx_intr_) {
+    if (intr_switch_) {
+      if (rte_eth_dev_rx_intr_enable(port_, 0) != 0) return false;
+      // A frame that arrived before the interrupt was armed raises none.
+      if (rte_eth_rx_queue_count(port_, 0) > 0) {
+        (void)rte_eth_dev_rx_intr_disable(port_, 0);
+        return false;
+      }
+      intr_armed_ = true;
+    }
+    ++intr_sleeps_;
+    return true;
+  }
+  // No interrupt can wake the loop for a frame, so a timer does: after the
+  // loop's own spin, sleep a little, and longer each idle round.
+  backoff_ = backoff_.count() == 0 ? config_.idle_sleep_min : std::min(backoff_ * 2, config_.idle_sleep_max);
+  itimerspec spec{};
+  spec.it_value.tv_sec = static_cast<time_t>(backoff_.count() / 1'000'000);
+  spec.it_value.tv_nsec = static_cast<long>(backoff_.count() % 1'000'000) * 1000;
+  if (timerfd_settime(timer_fd_, 0, &spec, nullptr) != 0) return false;
+  ++timer_sleeps_;
+  return true;
+}
+
+void DpdkDriver::after_sleep() noexcept {
+  if (rx_intr_) {
+    if (intr_armed_) (void)rte_eth_dev_rx_intr_disable(port_, 0);
+    intr_armed_ = false;
+    // One pass reads every fired event descriptor. Not a loop: a descriptor
+    // that stays readable until the queue is empty (net_tap) would spin it.
+    rte_epoll_event events[4];
+    (void)rte_epoll_wait(epoll_fd_, events, 4, 0);
+    return;
+  }
+  itimerspec off{};
+  (void)timerfd_settime(timer_fd_, 0, &off, nullptr);
+  std::uint64_t expirations = 0;
+  while (::read(timer_fd_, &expirations, sizeof expirations) > 0) {
+  }
+}
+
+DpdkLink DpdkDriver::link() {
+  rte_eth_link l{};
+  DpdkLink out;
+  if (port_valid_ && rte_eth_link_get_nowait(port_, &l) == 0) {
+    out.up = l.link_status == RTE_ETH_LINK_UP;
+    out.speed_mbps = l.link_speed;
+    out.full_duplex = l.link_duplex == RTE_ETH_LINK_FULL_DUPLEX;
+  }
+  link_up_.set(out.up ? 1 : 0);
+  return out;
+}
+
+void DpdkDriver::update_port_stats() {
+  rte_eth_stats s{};
+  if (rte_eth_stats_get(port_, &s) != 0) return;
+  counters().add("port_ipackets").set(s.ipackets);
+  counters().add("port_opackets").set(s.opackets);
+  counters().add("port_imissed").set(s.imissed);
+  counters().add("port_ierrors").set(s.ierrors);
+  counters().add("port_oerrors").set(s.oerrors);
+  counters().add("port_rx_nombuf").set(s.rx_nombuf);
+}
+
+void register_dpdk(Registry& registry) {
+  registry.add(
+      KindSpec("dpdk", "DPDK ethdev port (any PMD: NIC, af_packet, tap, pcap, memif, ring)")
+          .with_below(0, 0)
+          .with_option(OptionSpec::string("devargs", "device to probe, e.g. net_af_packet0,iface=veth0").mandatory())
+          .with_option(OptionSpec::integer("rxd", 64, 32768, "rx descriptors").defaults_to("1024"))
+          .with_option(OptionSpec::integer("txd", 64, 32768, "tx descriptors").defaults_to("1024"))
+          .with_option(OptionSpec::integer("burst", 1, DpdkDriver::kMaxBurst, "frames per burst").defaults_to("32"))
+          .with_option(OptionSpec::integer("mbufs", 63, 1 << 24, "mempool size").defaults_to("8191"))
+          .with_option(OptionSpec::size("mbuf_data", 256, 65535 - RTE_PKTMBUF_HEADROOM,
+                                        "frame bytes per mbuf (default 2048, or one frame if the port cannot chain)"))
+          .with_option(OptionSpec::integer("mtu", 68, 65535, "IP MTU (default: the port's)"))
+          .with_option(OptionSpec::mac("mac", "override the port's MAC address"))
+          .with_option(OptionSpec::boolean("promisc", "promiscuous mode").defaults_to("off"))
+          .with_option(OptionSpec::choice("csum_offload", {"auto", "off"}, "checksum offloads").defaults_to("auto"))
+          .with_option(OptionSpec::choice("rx_intr", {"auto", "off"}, "sleep on rx interrupts").defaults_to("auto"))
+          .with_option(OptionSpec::integer("idle_sleep_us", 1, 1'000'000,
+                                           "without rx interrupts: longest sleep of an idle loop")
+                           .defaults_to("1000"))
+          .with_option(OptionSpec::size("eal_mem", 16 << 20, std::uint64_t{1} << 40, "EAL memory (first port only)")
+                           .defaults_to("256m"))
+          .with_option(OptionSpec::string("eal_args", "extra EAL arguments, space-separated (first port only)"))
+          .with_factory([](const BuildArgs& args) -> std::unique_ptr<Protocol> {
+            const Options& o = args.options;
+            DpdkDriver::Config c;
+            c.devargs = o.get_string("devargs");
+            c.rx_descriptors = static_cast<std::uint16_t>(o.get_int("rxd"));
+            c.tx_descriptors = static_cast<std::uint16_t>(o.get_int("txd"));
+            c.burst = static_cast<std::size_t>(o.get_int("burst"));
+            c.mbufs = static_cast<std::size_t>(o.get_int("mbufs"));
+            if (o.has("mbuf_data")) c.mbuf_data = o.get_size("mbuf_data");
+            if (o.has("mtu")) c.mtu = static_cast<std::size_t>(o.get_int("mtu"));
+            if (o.has("mac")) c.mac = o.get_mac("mac");
+            c.promiscuous = o.get_bool("promisc");
+            c.csum_offload = o.get_string("csum_offload") == "auto";
+            c.rx_interrupt = o.get_string("rx_intr") == "auto";
+            c.idle_sleep_max = std::chrono::microseconds(o.get_int("idle_sleep_us"));
+            c.eal.memory_mb = static_cast<std::size_t>(o.get_size("eal_mem") >> 20);
+            if (o.has("eal_args")) c.eal.extra_args = dpdk::split_args(o.get_string("eal_args"));
+            return std::make_unique<DpdkDriver>(args.name, std::move(c), args.loop);
+          }));
+}
+
+}  // namespace xk::drivers

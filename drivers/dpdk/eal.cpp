@@ -1,0 +1,128 @@
+// The EAL, once per process. DPDK's environment is process-global by nature
+// (one rte_eal_init per process, ever), so this is the one place in the driver
+// that keeps global state.
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "xk/drivers/dpdk.hpp"
+
+namespace xk::drivers::dpdk {
+namespace {
+
+struct EalState {
+  std::mutex mutex;
+  bool ready = false;
+  std::string failure;  // non-empty: init failed, and the EAL cannot be retried
+  std::vector<std::string> args;
+  // rte_eal_init keeps pointers into argv (e.g. for --vdev), so the strings
+  // and the array live as long as the process.
+  std::vector<char*> argv;
+};
+
+EalState& state() {
+  static EalState* s = new EalState;  // never destroyed: DPDK may read argv until exit
+  return *s;
+}
+
+std::atomic<bool> g_ready{false};
+
+// "0@(0,1,5)": the main lcore may run on every CPU this thread may run on, so
+// initializing the EAL does not pin the application's threads to one core.
+std::string lcores_arg() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::string cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (!CPU_ISSET(cpu, &set)) continue;
+      if (!cpus.empty()) cpus += ',';
+      cpus += std::to_string(cpu);
+    }
+  }
+  if (cpus.empty()) cpus = "0";
+  return "--lcores=0@(" + cpus + ")";
+}
+
+void remove_runtime_dir() {
+  // Empty with --no-shconf; leaves nothing behind in /var/run/dpdk.
+  if (const char* dir = rte_eal_get_runtime_dir(); dir != nullptr && *dir != '\0') ::rmdir(dir);
+}
+
+}  // namespace
+
+std::vector<std::string> split_args(const std::string& text) {
+  std::vector<std::string> out;
+  std::string word;
+  for (char c : text) {
+    if (c == ' ' || c == '\t' || c == '\n') {
+      if (!word.empty()) out.push_back(std::move(word));
+      word.clear();
+    } else {
+      word += c;
+    }
+  }
+  if (!word.empty()) out.push_back(std::move(word));
+  return out;
+}
+
+void ensure_eal(const EalConfig& config) {
+  if (g_ready.load(std::memory_order_acquire)) return;
+  EalState& s = state();
+  std::lock_guard lock(s.mutex);
+  if (s.ready) return;
+  if (!s.failure.empty()) throw std::runtime_error(s.failure);
+
+  static std::atomic<unsigned> counter{0};
+  std::vector<std::string> args = {"xk"};
+  args.push_back(lcores_arg());
+  if (config.no_huge) args.push_back("--no-huge");
+  args.push_back("-m");
+  args.push_back(std::to_string(config.memory_mb));
+  if (config.no_pci) args.push_back("--no-pci");
+  args.push_back("--no-shconf");
+  args.push_back("--no-telemetry");
+  args.push_back("--file-prefix=xk-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  args.push_back("--log-level=" + config.log_level);
+  args.insert(args.end(), config.extra_args.begin(), config.extra_args.end());
+
+  s.args = args;
+  s.argv.clear();
+  for (std::string& a : s.args) s.argv.push_back(a.data());
+  s.argv.push_back(nullptr);
+
+  int rc = rte_eal_init(static_cast<int>(s.args.size()), s.argv.data());
+  if (rc < 0) {
+    if (rte_errno == EALREADY) {
+      // The application initialized the EAL itself: use it as it is.
+      s.ready = true;
+      g_ready.store(true, std::memory_order_release);
+      return;
+    }
+    std::string cmd;
+    for (const std::string& a : s.args) cmd += (cmd.empty() ? "" : " ") + a;
+    s.failure = "dpdk: EAL initialization failed: " + std::string(rte_strerror(rte_errno)) + " (args: " + cmd + ")";
+    throw std::runtime_error(s.failure);
+  }
+  s.ready = true;
+  std::atexit(remove_runtime_dir);
+  g_ready.store(true, std::memory_order_release);
+}
+
+bool eal_ready() noexcept { return g_ready.load(std::memory_order_acquire); }
+
+std::vector<std::string> eal_args() {
+  EalState& s = state();
+  std::lock_guard lock(s.mutex);
+  return s.ready ? s.args : std::vector<std::string>{};
+}
+
+}  // namespace xk::drivers::dpdk

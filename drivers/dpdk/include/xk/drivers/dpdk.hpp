@@ -1,0 +1,206 @@
+#pragma once
+// dpdk: the bottom of a graph on a DPDK ethdev port -- any PMD: a NIC, a
+// vdev such as net_af_packet (a veth), net_tap, net_pcap, net_memif, net_ring.
+//
+// Receive is zero-copy: every mbuf segment of a received frame becomes one
+// fragment of the Msg handed up, and goes back to its mempool when the last
+// fragment referring to it is dropped. Transmit copies once, into a fresh mbuf
+// (chained when the frame is larger than one mbuf), and sends in bursts: at
+// the end of each poll(), when a burst is full, and on flush().
+//
+// This header includes no DPDK header, so users of the driver need none of
+// DPDK's compile flags; only the link flags travel with the library.
+//
+// The EAL (DPDK's environment) exists once per process. ensure_eal()
+// initializes it on first use; every DpdkDriver calls it with its own config,
+// and only the first call's config counts.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "xk/event_loop.hpp"
+#include "xk/graph.hpp"
+#include "xk/protocol.hpp"
+
+struct rte_mbuf;
+struct rte_mempool;
+
+namespace xk::drivers {
+
+namespace dpdk {
+
+struct EalConfig {
+  // Memory for the EAL heap (mempools, rings), from ordinary pages: the
+  // defaults need no hugepages, no PCI access and no shared config.
+  std::size_t memory_mb = 256;
+  bool no_huge = true;
+  bool no_pci = true;
+  std::string log_level = "warning";
+  // Appended after the defaults, e.g. {"--vdev=net_tap0", "-a", "0000:01:00.0"}.
+  std::vector<std::string> extra_args;
+};
+
+// Initialize the EAL once for this process (thread-safe). Later calls do
+// nothing and ignore their config. The file prefix is unique per process and
+// call site ("xk-<pid>-<n>"), so concurrent processes never share state. The
+// main lcore may run on any CPU the caller may run on: the calling thread's
+// CPU affinity is left as it was. Throws std::runtime_error with DPDK's
+// reason (rte_strerror) if initialization fails; a failure is final.
+void ensure_eal(const EalConfig& config = {});
+bool eal_ready() noexcept;
+// The arguments the EAL was initialized with (empty before).
+std::vector<std::string> eal_args();
+
+// Split "--vdev=a --log-level=lib.eal:debug" into words (spaces separate;
+// no quoting).
+std::vector<std::string> split_args(const std::string& text);
+
+}  // namespace dpdk
+
+// What the port can do for the layers above; recorded at start-up.
+struct DpdkOffloads {
+  bool tx_ipv4_cksum = false;
+  bool tx_udp_cksum = false;
+  bool tx_tcp_cksum = false;
+  bool rx_ipv4_cksum = false;  // rx mbufs carry IP checksum good/bad flags
+  bool rx_l4_cksum = false;    // ... and UDP/TCP checksum flags
+  bool tx_multi_segs = false;  // the PMD sends mbuf chains
+  bool rx_scatter = false;     // the PMD receives into mbuf chains
+};
+
+struct DpdkLink {
+  bool up = false;
+  std::uint32_t speed_mbps = 0;
+  bool full_duplex = false;
+};
+
+class DpdkDriver final : public Protocol, public Pollable {
+ public:
+  struct Config {
+    // The device: a vdev spec ("net_af_packet0,iface=veth0"), probed (and
+    // removed again on destruction), or the name of a port the EAL already
+    // probed (a PCI address given with eal.extra_args).
+    std::string devargs;
+    std::uint16_t rx_descriptors = 1024;
+    std::uint16_t tx_descriptors = 1024;
+    std::size_t burst = 32;  // frames per rx/tx burst, at most kMaxBurst
+    std::size_t mbufs = 8191;  // mempool size (2^n - 1 is the efficient size)
+    // Bytes of frame data per mbuf, not counting headroom. Frames larger than
+    // this are chains of mbufs (rx scatter / tx multi-segment). Unset: 2048,
+    // or one whole frame when the port cannot chain both ways.
+    std::optional<std::size_t> mbuf_data;
+    std::optional<std::size_t> mtu;  // IP MTU; unset: the port's own
+    std::optional<MacAddr> mac;      // override the port's address
+    bool promiscuous = false;
+    bool csum_offload = true;  // enable the checksum offloads the port has
+    bool rx_interrupt = true;  // sleep on rx interrupts when the PMD has them
+    // Without rx interrupts, a sleeping loop is woken by a timer after this
+    // long, doubling per idle sleep up to idle_sleep_max (adaptive back-off).
+    std::chrono::microseconds idle_sleep_min{50};
+    std::chrono::microseconds idle_sleep_max{1000};
+    dpdk::EalConfig eal;
+  };
+
+  static constexpr std::size_t kMaxBurst = 256;
+
+  // Start-up: initializes the EAL if needed, probes the device, configures one
+  // rx and one tx queue and starts the port. Throws std::runtime_error with
+  // DPDK's reason on any failure. With a loop, registers itself there.
+  DpdkDriver(std::string name, Config config, EventLoop* loop = nullptr);
+  // Stops and closes the port, removes a device it probed, frees the mempool
+  // (unless received Msgs still hold mbufs: then the pool is left allocated,
+  // so those Msgs stay valid, and counted in dpdk_pools_leaked()).
+  ~DpdkDriver() override;
+
+  Result<SessionRef> open(Protocol& upper, Participants& parts) override;
+  // The receiver: every frame goes to upper->demux(rx_session, frame).
+  Status open_enable(Protocol& upper, Participants& parts) override;
+  Status open_disable(Protocol& upper, Participants& parts) override;
+  // GetMtu: largest frame without FCS (MTU + 14); GetLocalAddr: {MacAddr};
+  // GetHeaderRoom: 0.
+  Result<ControlReply> control_any(const ControlQuery& query) override;
+
+  // Receive up to `budget` frames and deliver them; then send what is queued.
+  std::size_t poll(std::size_t budget) override;
+  // The rx interrupt's descriptor, or the back-off timer's.
+  int wait_fd() const noexcept override { return wait_fd_; }
+  bool before_sleep() noexcept override;
+  void after_sleep() noexcept override;
+
+  // Queue one frame for transmit (copied into an mbuf chain). would_block if
+  // no mbuf is free; too_large above GetMtu.
+  Status transmit(const Msg& frame);
+  // Send the queued frames now. Frames the tx ring has no room for are freed
+  // and counted in tx_drop_full. Returns how many were sent.
+  std::size_t flush();
+
+  std::uint16_t port_id() const noexcept { return port_; }
+  MacAddr mac() const noexcept { return mac_; }
+  std::size_t mtu() const noexcept { return mtu_; }
+  const DpdkOffloads& offloads() const noexcept { return offloads_; }
+  // Whether the loop sleeps on an rx interrupt (else on the back-off timer).
+  bool rx_interrupt_active() const noexcept { return rx_intr_; }
+  // Queries the port now (no waiting) and updates the link_up counter.
+  DpdkLink link();
+  // The port's own statistics (rte_eth_stats), folded into counters named
+  // port_ipackets, port_opackets, port_imissed, port_ierrors, port_oerrors,
+  // port_rx_nombuf.
+  void update_port_stats();
+
+ private:
+  void deliver(rte_mbuf* head);
+  void start_port();
+  void setup_wait();
+  void release() noexcept;
+
+  Config config_;
+  EventLoop* loop_;
+  std::string device_name_;
+  bool probed_ = false;  // we probed the device, so we remove it
+  bool port_valid_ = false;
+  bool started_ = false;
+  std::uint16_t port_ = 0;
+  rte_mempool* pool_ = nullptr;
+  MacAddr mac_{};
+  std::size_t mtu_ = 1500;
+  DpdkOffloads offloads_;
+  bool rx_intr_ = false;
+  int epoll_fd_ = -1;  // rx interrupt: the queue's event fd lives in here
+  int timer_fd_ = -1;  // no rx interrupt: the back-off timer
+  int wait_fd_ = -1;
+  std::chrono::microseconds backoff_{0};
+  bool intr_switch_ = false;  // the PMD enables/disables the interrupt
+  bool intr_armed_ = false;
+
+  Protocol* receiver_ = nullptr;
+  SessionRef rx_session_;
+  std::vector<rte_mbuf*> tx_queue_;
+
+  Counter& rx_frames_;
+  Counter& rx_bytes_;
+  Counter& rx_multi_seg_;
+  Counter& rx_csum_bad_;
+  Counter& tx_frames_;
+  Counter& tx_bytes_;
+  Counter& tx_drop_full_;
+  Counter& tx_nombuf_;
+  Counter& drop_too_big_;
+  Counter& drop_no_receiver_;
+  Counter& drop_wrap_;
+  Counter& link_up_;
+  Counter& intr_sleeps_;
+  Counter& timer_sleeps_;
+};
+
+// Mempools left allocated by drivers destroyed while Msgs still held mbufs.
+std::size_t dpdk_pools_leaked() noexcept;
+
+// Make the kind `dpdk` available to graph specs:
+//   dpdk net0 devargs=net_af_packet0,iface=veth0 mtu=1500 promisc=on
+void register_dpdk(Registry& registry);
+
+}  // namespace xk::drivers

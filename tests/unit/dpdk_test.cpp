@@ -1,0 +1,550 @@
+// The DPDK ethdev driver against real PMDs, all in this process:
+//   net_pcap    frames read from a pcap file written here, frames written to one
+//               and read back (including 9000-byte frames as mbuf chains);
+//   net_ring    a ring PMD whose tx ring is its rx ring: loopback, and a full
+//               ring to count tx drops; the idle back-off timer with an EventLoop;
+//   net_null    the graph kind and its options;
+//   net_af_packet on a veth pair whose other end is in a network namespace
+//               (root): frames both ways between xk and the Linux kernel.
+// The EAL is initialized once per process; every test shares it.
+#include "xk/drivers/dpdk.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace xk::drivers {
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+void init_eal() {
+  dpdk::EalConfig eal;
+  eal.memory_mb = 128;
+  dpdk::ensure_eal(eal);
+}
+
+// Every vdev needs a name of its own in this process.
+std::string vdev(const std::string& driver) {
+  static int serial = 0;
+  return driver + std::to_string(serial++);
+}
+
+// A test frame: broadcast destination, a locally administered source, the
+// local experimental EtherType 0x88b5 (so nothing else on a link matches), then
+// a counting payload seeded by `seed`.
+Bytes test_frame(std::size_t len, unsigned seed) {
+  Bytes f(len);
+  for (std::size_t i = 0; i < 6; ++i) f[i] = std::byte{0xff};
+  const unsigned char src[6] = {0x02, 0x00, 0x00, 0x00, 0x00, 0x01};
+  for (std::size_t i = 0; i < 6; ++i) f[6 + i] = std::byte{src[i]};
+  f[12] = std::byte{0x88};
+  f[13] = std::byte{0xb5};
+  for (std::size_t i = 14; i < len; ++i) f[i] = static_cast<std::byte>((i * 7 + seed) & 0xff);
+  return f;
+}
+
+bool is_test_frame(const Bytes& f) { return f.size() >= 14 && f[12] == std::byte{0x88} && f[13] == std::byte{0xb5}; }
+
+Bytes bytes_of(const Msg& m) {
+  Bytes b(m.size());
+  EXPECT_TRUE(m.copy_out(0, b).ok());
+  return b;
+}
+
+// The same bytes as a Msg of several fragments, so transmit has to gather.
+Msg fragmented(const Bytes& f, std::size_t piece) {
+  Msg out;
+  for (std::size_t off = 0; off < f.size(); off += piece) {
+    std::size_t n = std::min(piece, f.size() - off);
+    out.join(Msg::copy_of(std::span(f).subspan(off, n)));
+  }
+  return out;
+}
+
+// The top of the graph: keeps what arrives.
+class Sink final : public Protocol {
+ public:
+  Sink() : Protocol("sink0", "sink") {}
+  Status demux(Session&, Msg msg) override {
+    received.push_back(std::move(msg));
+    return {};
+  }
+  std::vector<Msg> received;
+};
+
+// ---- pcap files, written and read by hand (the classic format) ----------
+
+struct PcapRecord {
+  Bytes data;
+};
+
+void put32(std::ofstream& out, std::uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); }  // NOLINT
+void put16(std::ofstream& out, std::uint16_t v) { out.write(reinterpret_cast<const char*>(&v), 2); }  // NOLINT
+
+void write_pcap(const std::filesystem::path& path, const std::vector<Bytes>& frames) {
+  std::ofstream out(path, std::ios::binary);
+  put32(out, 0xa1b2c3d4);  // magic, microsecond timestamps, host byte order
+  put16(out, 2);
+  put16(out, 4);
+  put32(out, 0);       // thiszone
+  put32(out, 0);       // sigfigs
+  put32(out, 65535);   // snaplen
+  put32(out, 1);       // LINKTYPE_ETHERNET
+  std::uint32_t t = 1;
+  for (const Bytes& f : frames) {
+    put32(out, t++);
+    put32(out, 0);
+    put32(out, static_cast<std::uint32_t>(f.size()));
+    put32(out, static_cast<std::uint32_t>(f.size()));
+    out.write(reinterpret_cast<const char*>(f.data()), static_cast<std::streamsize>(f.size()));  // NOLINT
+  }
+}
+
+std::vector<Bytes> read_pcap(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<Bytes> frames;
+  auto get32 = [&](std::size_t off) {
+    std::uint32_t v = 0;
+    std::memcpy(&v, all.data() + off, 4);
+    return v;
+  };
+  // Microsecond or nanosecond timestamps (DPDK writes the latter).
+  if (all.size() < 24 || (get32(0) != 0xa1b2c3d4 && get32(0) != 0xa1b23c4d)) {
+    ADD_FAILURE() << path << ": not a host-order pcap file (" << all.size() << " bytes)";
+    return frames;
+  }
+  std::size_t off = 24;
+  while (off + 16 <= all.size()) {
+    std::uint32_t caplen = get32(off + 8);
+    off += 16;
+    if (off + caplen > all.size()) break;
+    Bytes f(caplen);
+    std::memcpy(f.data(), all.data() + off, caplen);
+    frames.push_back(std::move(f));
+    off += caplen;
+  }
+  return frames;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "xk-dpdk-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Poll until `sink` holds `want` frames or two seconds pass.
+void poll_until(DpdkDriver& drv, const Sink& sink, std::size_t want) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (sink.received.size() < want && std::chrono::steady_clock::now() < deadline) {
+    if (drv.poll(32) == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+class DpdkTest : public ::testing::Test {
+ protected:
+  void SetUp() override { init_eal(); }
+};
+
+TEST_F(DpdkTest, EalIsInitializedOnceWithoutPinningTheCaller) {
+  cpu_set_t before;
+  ASSERT_EQ(sched_getaffinity(0, sizeof before, &before), 0);
+  EXPECT_TRUE(dpdk::eal_ready());
+  dpdk::ensure_eal({});  // a second call changes nothing
+  std::vector<std::string> args = dpdk::eal_args();
+  auto has = [&](const std::string& a) { return std::find(args.begin(), args.end(), a) != args.end(); };
+  EXPECT_TRUE(has("--no-huge"));
+  EXPECT_TRUE(has("--no-pci"));
+  cpu_set_t after;
+  ASSERT_EQ(sched_getaffinity(0, sizeof after, &after), 0);
+  EXPECT_TRUE(CPU_EQUAL(&before, &after));
+  EXPECT_EQ(dpdk::split_args("  --vdev=net_null0   -l 0 "), (std::vector<std::string>{"--vdev=net_null0", "-l", "0"}));
+}
+
+TEST_F(DpdkTest, PcapFramesArriveZeroCopyAndJumboFramesAsMbufChains) {
+  TempDir dir;
+  std::vector<Bytes> frames = {test_frame(60, 1), test_frame(1514, 2), test_frame(9014, 3)};
+  write_pcap(dir / "in.pcap", frames);
+  std::size_t leaked_before = dpdk_pools_leaked();
+  {
+    DpdkDriver::Config c;
+    c.devargs = vdev("net_pcap") + ",rx_pcap=" + (dir / "in.pcap").string() + ",tx_pcap=" + (dir / "out.pcap").string();
+    c.mtu = 9000;
+    c.mbuf_data = 2048;  // so a 9014-byte frame is a chain of five mbufs
+    c.mbufs = 511;
+    DpdkDriver drv("net0", c);
+    Sink sink;
+    Participants parts;
+    ASSERT_TRUE(drv.open_enable(sink, parts).ok());
+    EXPECT_EQ(*drv.control(ctl::GetMtu{}), 9014u);
+    EXPECT_EQ(*drv.control(ctl::GetHeaderRoom{}), 0u);
+
+    poll_until(drv, sink, frames.size());
+    ASSERT_EQ(sink.received.size(), frames.size());
+    for (std::size_t i = 0; i < frames.size(); ++i) EXPECT_EQ(bytes_of(sink.received[i]), frames[i]) << "frame " << i;
+    // Zero copy: the mbuf's headroom is the Msg's, so a header goes in place.
+    EXPECT_EQ(sink.received[0].fragment_count(), 1u);
+    EXPECT_GE(sink.received[0].headroom(), 64u);
+    EXPECT_TRUE(sink.received[0].push_in_place(14).ok());
+    EXPECT_EQ(sink.received[2].fragment_count(), 5u);
+    EXPECT_EQ(drv.counters().value("rx_frames"), 3u);
+    EXPECT_EQ(drv.counters().value("rx_bytes"), 60u + 1514u + 9014u);
+    EXPECT_EQ(drv.counters().value("rx_multi_seg"), 1u);
+    // A piece of a chain outlives the rest of its frame.
+    Result<Msg> tail = sink.received[2].split(5000);
+    ASSERT_TRUE(tail.ok());
+    sink.received.clear();
+    EXPECT_EQ(bytes_of(*tail), Bytes(frames[2].begin() + 5000, frames[2].end()));
+    tail->reset();
+    ASSERT_TRUE(drv.open_disable(sink, parts).ok());
+  }
+  // Every mbuf went back: the pool was freed, not left behind.
+  EXPECT_EQ(dpdk_pools_leaked(), leaked_before);
+}
+
+TEST_F(DpdkTest, PcapTransmitCopiesFragmentedFramesIncludingJumboChains) {
+  TempDir dir;
+  write_pcap(dir / "empty.pcap", {});
+  std::vector<Bytes> frames = {test_frame(60, 4), test_frame(1514, 5), test_frame(9014, 6)};
+  {
+    DpdkDriver::Config c;
+    c.devargs = vdev("net_pcap") + ",rx_pcap=" + (dir / "empty.pcap").string() + ",tx_pcap=" + (dir / "out.pcap").string();
+    c.mtu = 9000;
+    c.mbuf_data = 2048;
+    c.mbufs = 511;
+    DpdkDriver drv("net0", c);
+    Sink sink;
+    Participants parts;
+    Result<SessionRef> s = drv.open(sink, parts);
+    ASSERT_TRUE(s.ok());
+    for (const Bytes& f : frames) EXPECT_TRUE((*s)->push(fragmented(f, 700)).ok());
+    EXPECT_EQ((*s)->push(Msg::copy_of(test_frame(9015, 7))).error(), Errc::too_large);
+    EXPECT_EQ(drv.counters().value("tx_frames"), 0u);  // batched until the poll
+    (void)drv.poll(32);
+    EXPECT_EQ(drv.counters().value("tx_frames"), 3u);
+    EXPECT_EQ(drv.counters().value("tx_bytes"), 60u + 1514u + 9014u);
+    EXPECT_EQ(drv.counters().value("drop_too_big"), 1u);
+    EXPECT_EQ(drv.counters().value("tx_drop_full"), 0u);
+  }  // closing the port closes the pcap file
+  std::vector<Bytes> written = read_pcap(dir / "out.pcap");
+  ASSERT_EQ(written.size(), frames.size());
+  for (std::size_t i = 0; i < frames.size(); ++i) EXPECT_EQ(written[i], frames[i]) << "frame " << i;
+}
+
+TEST_F(DpdkTest, MbufsHeldPastTheDriverKeepTheirPoolAlive) {
+  TempDir dir;
+  write_pcap(dir / "in.pcap", {test_frame(128, 8)});
+  std::size_t leaked_before = dpdk_pools_leaked();
+  Msg held;
+  {
+    DpdkDriver::Config c;
+    c.devargs = vdev("net_pcap") + ",rx_pcap=" + (dir / "in.pcap").string() + ",tx_pcap=" + (dir / "out.pcap").string();
+    c.mbufs = 255;
+    DpdkDriver drv("net0", c);
+    Sink sink;
+    Participants parts;
+    ASSERT_TRUE(drv.open_enable(sink, parts).ok());
+    poll_until(drv, sink, 1);
+    ASSERT_EQ(sink.received.size(), 1u);
+    held = std::move(sink.received[0]);
+  }
+  EXPECT_EQ(dpdk_pools_leaked(), leaked_before + 1);
+  // Still readable, and releasing it now is safe (ASan would say otherwise).
+  EXPECT_EQ(bytes_of(held), test_frame(128, 8));
+  held.reset();
+}
+
+// net_ring with CREATE: each queue's tx ring is its rx ring (1023 slots).
+std::string ring_devargs() {
+  std::string name = vdev("net_ring");
+  return name + ",nodeaction=r" + name + ":0:CREATE";
+}
+
+TEST_F(DpdkTest, RingLoopsFramesBackAndCountsTxDropsWhenTheRingIsFull) {
+  DpdkDriver::Config c;
+  c.devargs = ring_devargs();
+  c.mbufs = 2047;
+  EventLoop loop;
+  DpdkDriver drv("net0", c, &loop);
+  Sink sink;
+  Participants parts;
+  ASSERT_TRUE(drv.open_enable(sink, parts).ok());
+  Result<SessionRef> s = drv.open(sink, parts);
+  ASSERT_TRUE(s.ok());
+
+  constexpr std::size_t kSent = 1100;
+  for (std::size_t i = 0; i < kSent; ++i) {
+    Bytes f = test_frame(64, static_cast<unsigned>(i));
+    ASSERT_TRUE((*s)->push(Msg::copy_of(f)).ok()) << i;
+  }
+  EXPECT_EQ(drv.flush(), 0u);  // the ring was already full
+  EXPECT_EQ(drv.counters().value("tx_frames"), 1023u);
+  EXPECT_EQ(drv.counters().value("tx_drop_full"), kSent - 1023u);
+
+  for (int i = 0; i < 200 && sink.received.size() < 1023; ++i) (void)loop.run_once();
+  ASSERT_EQ(sink.received.size(), 1023u);
+  EXPECT_EQ(bytes_of(sink.received.front()), test_frame(64, 0));
+  EXPECT_EQ(bytes_of(sink.received.back()), test_frame(64, 1022));
+  EXPECT_EQ(drv.counters().value("rx_frames"), 1023u);
+  sink.received.clear();
+  ASSERT_TRUE(drv.open_disable(sink, parts).ok());
+}
+
+TEST_F(DpdkTest, IdleLoopSleepsOnTheBackOffTimerWhenThePmdHasNoRxInterrupt) {
+  DpdkDriver::Config c;
+  c.devargs = ring_devargs();
+  c.mbufs = 255;
+  c.idle_sleep_min = std::chrono::microseconds(200);
+  c.idle_sleep_max = std::chrono::microseconds(800);
+  EventLoop loop;
+  DpdkDriver drv("net0", c, &loop);
+  EXPECT_FALSE(drv.rx_interrupt_active());
+  EXPECT_GE(drv.wait_fd(), 0);
+
+  // Without the timer this wait would last the full second.
+  for (int i = 0; i < 4; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_TRUE(loop.wait(std::chrono::seconds(1)));
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
+  }
+  EXPECT_EQ(drv.counters().value("timer_sleeps"), 4u);
+  EXPECT_EQ(loop.counters().value("wakeups"), 4u);
+
+  // A frame waiting in the ring is found by the next pass; work resets the back-off.
+  Sink sink;
+  Participants parts;
+  ASSERT_TRUE(drv.open_enable(sink, parts).ok());
+  Result<SessionRef> s = drv.open(sink, parts);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->push(Msg::copy_of(test_frame(64, 9))).ok());
+  (void)loop.run_once();  // sends
+  (void)loop.run_once();  // receives
+  ASSERT_EQ(sink.received.size(), 1u);
+  sink.received.clear();
+  ASSERT_TRUE(drv.open_disable(sink, parts).ok());
+}
+
+TEST_F(DpdkTest, GraphKindBuildsAPortAndReportsBadDevargs) {
+  Registry registry;
+  register_dpdk(registry);
+  EventLoop loop;
+  {
+    Graph g = Graph::build("dpdk net0 devargs=" + vdev("net_null") + " mac=02:00:00:00:00:2a mtu=1500 rxd=256 txd=256"
+                           " mbufs=1023 promisc=on rx_intr=off",
+                           registry, &loop);
+    auto* drv = g.find_as<DpdkDriver>("net0");
+    ASSERT_NE(drv, nullptr);
+    EXPECT_EQ(*drv->control(ctl::GetMtu{}), 1514u);
+    Result<Participant> local = drv->control(ctl::GetLocalAddr{});
+    ASSERT_TRUE(local.ok());
+    Result<MacAddr> mac = local->peek<MacAddr>();
+    ASSERT_TRUE(mac.ok());
+    EXPECT_EQ(to_string(*mac), "02:00:00:00:00:2a");
+    EXPECT_EQ(drv->counters().value("link_up"), 1u);
+  }
+  try {
+    (void)Graph::build("dpdk net0 devargs=net_nosuchpmd0", registry, &loop);
+    FAIL() << "a device nobody can probe must not build";
+  } catch (const GraphError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot probe 'net_nosuchpmd0'"), std::string::npos) << e.what();
+    EXPECT_EQ(e.line(), 1u);
+  }
+}
+
+// ---- af_packet on a veth pair, the far end in a network namespace ------
+
+int run(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
+
+// Creates the namespace and the veth pair; removes both whatever happens.
+class VethInNamespace {
+ public:
+  VethInNamespace() {
+    std::string id = std::to_string(::getpid());
+    ns_ = "xk-test-" + id;
+    outer_ = "xkt" + id + "a";
+    inner_ = "xkt" + id + "b";
+    ok_ = run("ip netns add " + ns_) == 0;
+    ok_ = ok_ && run("ip link add " + outer_ + " type veth peer name " + inner_) == 0;
+    ok_ = ok_ && run("ip link set " + inner_ + " netns " + ns_) == 0;
+    ok_ = ok_ && run("ip link set " + outer_ + " up") == 0;
+    ok_ = ok_ && run("ip netns exec " + ns_ + " ip link set " + inner_ + " up") == 0;
+    ok_ = ok_ && run("ip netns exec " + ns_ + " ip addr add 192.0.2.2/24 dev " + inner_) == 0;
+  }
+  ~VethInNamespace() {
+    run("ip link del " + outer_);
+    run("ip netns del " + ns_);
+  }
+  bool ok() const { return ok_; }
+  const std::string& outer() const { return outer_; }
+
+  // A raw packet socket bound to the inner end, made inside the namespace by
+  // a thread of its own (setns changes only the calling thread).
+  int inner_socket() const {
+    int fd = -1;
+    std::thread t([&] {
+      int nsfd = ::open(("/var/run/netns/" + ns_).c_str(), O_RDONLY | O_CLOEXEC);
+      if (nsfd < 0 || setns(nsfd, CLONE_NEWNET) != 0) return;
+      ::close(nsfd);
+      int s = ::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(ETH_P_ALL));
+      if (s < 0) return;
+      sockaddr_ll addr{};
+      addr.sll_family = AF_PACKET;
+      addr.sll_protocol = htons(ETH_P_ALL);
+      addr.sll_ifindex = static_cast<int>(if_nametoindex(inner_.c_str()));
+      timeval tv{0, 100'000};
+      if (addr.sll_ifindex == 0 || ::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||  // NOLINT
+          setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0) {
+        ::close(s);
+        return;
+      }
+      fd = s;
+    });
+    t.join();
+    return fd;
+  }
+
+ private:
+  std::string ns_, outer_, inner_;
+  bool ok_ = false;
+};
+
+TEST_F(DpdkTest, AfPacketOnVethExchangesFramesWithTheKernel) {
+  ASSERT_EQ(::geteuid(), 0u) << "this test needs root: network namespace and veth pair";
+  VethInNamespace veth;
+  ASSERT_TRUE(veth.ok()) << "could not set up the namespace and veth pair (is iproute2 installed?)";
+  int sock = veth.inner_socket();
+  ASSERT_GE(sock, 0);
+
+  DpdkDriver::Config c;
+  c.devargs = vdev("net_af_packet") + ",iface=" + veth.outer();
+  c.mbufs = 2047;
+  c.rx_descriptors = 256;
+  c.tx_descriptors = 256;
+  DpdkDriver drv("net0", c);
+  EXPECT_TRUE(drv.link().up);
+  Sink sink;
+  Participants parts;
+  ASSERT_TRUE(drv.open_enable(sink, parts).ok());
+  Result<SessionRef> s = drv.open(sink, parts);
+  ASSERT_TRUE(s.ok());
+
+  // xk -> Linux.
+  std::vector<Bytes> out = {test_frame(60, 10), test_frame(1000, 11), test_frame(1514, 12)};
+  for (const Bytes& f : out) ASSERT_TRUE((*s)->push(fragmented(f, 300)).ok());
+  EXPECT_EQ(drv.flush(), out.size());
+  std::vector<Bytes> seen;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (seen.size() < out.size() && std::chrono::steady_clock::now() < deadline) {
+    Bytes buf(2048);
+    ssize_t n = ::recv(sock, buf.data(), buf.size(), 0);
+    if (n <= 0) continue;
+    buf.resize(static_cast<std::size_t>(n));
+    if (is_test_frame(buf)) seen.push_back(std::move(buf));
+  }
+  EXPECT_EQ(seen, out);
+
+  // Linux -> xk.
+  std::vector<Bytes> in = {test_frame(60, 20), test_frame(1514, 21)};
+  for (const Bytes& f : in) EXPECT_EQ(::send(sock, f.data(), f.size(), 0), static_cast<ssize_t>(f.size()));
+  std::vector<Bytes> got;
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (got.size() < in.size() && std::chrono::steady_clock::now() < deadline) {
+    if (drv.poll(32) == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    for (Msg& m : sink.received) {
+      Bytes b = bytes_of(m);
+      if (is_test_frame(b)) got.push_back(std::move(b));
+    }
+    sink.received.clear();  // the kernel's own frames (IPv6 ND ...) too
+  }
+  EXPECT_EQ(got, in);
+  EXPECT_GE(drv.counters().value("rx_frames"), in.size());
+  ::close(sock);
+  ASSERT_TRUE(drv.open_disable(sink, parts).ok());
+}
+
+// A raw packet socket on an interface of this namespace.
+int packet_socket(const std::string& iface) {
+  int s = ::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(ETH_P_ALL));
+  if (s < 0) return -1;
+  sockaddr_ll addr{};
+  addr.sll_family = AF_PACKET;
+  addr.sll_protocol = htons(ETH_P_ALL);
+  addr.sll_ifindex = static_cast<int>(if_nametoindex(iface.c_str()));
+  if (addr.sll_ifindex == 0 || ::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {  // NOLINT
+    ::close(s);
+    return -1;
+  }
+  return s;
+}
+
+// net_tap has rx interrupts: the loop sleeps in epoll until a frame comes.
+TEST_F(DpdkTest, TapRxInterruptWakesASleepingLoop) {
+  ASSERT_EQ(::geteuid(), 0u) << "this test needs root: a tap interface";
+  std::string iface = "xkt" + std::to_string(::getpid()) + "t";
+  DpdkDriver::Config c;
+  c.devargs = vdev("net_tap") + ",iface=" + iface;
+  c.mbufs = 1023;
+  c.rx_descriptors = 256;
+  c.tx_descriptors = 256;
+  EventLoop loop;
+  DpdkDriver drv("net0", c, &loop);
+  ASSERT_TRUE(drv.rx_interrupt_active());
+  Sink sink;
+  Participants parts;
+  ASSERT_TRUE(drv.open_enable(sink, parts).ok());
+  int sock = packet_socket(iface);
+  ASSERT_GE(sock, 0);
+
+  Bytes frame = test_frame(100, 30);
+  std::thread sender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    (void)::send(sock, frame.data(), frame.size(), 0);
+  });
+  // The kernel may send frames of its own on the new interface (IPv6): any
+  // frame ends the sleep, so sleep until ours is in.
+  bool seen = false;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (!seen && std::chrono::steady_clock::now() < deadline) {
+    (void)loop.wait(std::chrono::seconds(3));
+    (void)loop.run_once();
+    for (Msg& m : sink.received) seen = seen || bytes_of(m) == frame;
+    sink.received.clear();
+  }
+  sender.join();
+  EXPECT_TRUE(seen);
+  EXPECT_GE(drv.counters().value("intr_sleeps"), 1u);
+  EXPECT_GE(loop.counters().value("wakeups"), 1u);
+  ::close(sock);
+  ASSERT_TRUE(drv.open_disable(sink, parts).ok());
+}
+
+}  // namespace
+}  // namespace xk::drivers
