@@ -179,6 +179,13 @@ UdpProtocol::UdpProtocol(std::string name, Protocol& below, UdpConfig config)
   if (config_.ephemeral_min == 0 || config_.ephemeral_min > config_.ephemeral_max) {
     throw std::invalid_argument("udp: bad ephemeral port range");
   }
+  // Take protocol 17 at once, not at the first bind: a host with UDP answers
+  // a closed port with port unreachable, not protocol unreachable
+  // (RFC 1122 3.2.2.1, 4.1.3.1).
+  if (Status st = ensure_enabled(); !st) {
+    throw std::invalid_argument("udp: '" + below.name() + "' refused to pass up IP protocol 17: " +
+                                to_string(st.error()));
+  }
 }
 
 UdpProtocol::~UdpProtocol() {

@@ -254,10 +254,10 @@ TEST_F(Udp, EmptyQueueWouldBlock) {
   EXPECT_EQ(s.recvfrom().error(), Errc::would_block);
 }
 
-TEST_F(Udp, BindEnablesIpOnceAndDisablesOnDestruction) {
+TEST_F(Udp, EnablesIpWhenBuiltAndDisablesOnDestruction) {
   {
     UdpProtocol u1("u1", fip);
-    EXPECT_EQ(fip.enabled, nullptr) << "nothing bound yet";
+    EXPECT_EQ(fip.enabled, &u1) << "protocol 17 is taken before any bind (RFC 1122 3.2.2.1)";
     UdpSocket a = u1.socket();
     UdpSocket b = u1.socket();
     ASSERT_TRUE(a.bind(Ipv4Addr{}, Port{1}).ok());
@@ -353,11 +353,12 @@ TEST_F(Udp, DemuxPrefersConnectedThenBoundThenWildcard) {
 }
 
 TEST_F(Udp, NoListenerIsPortUnreachable) {
-  EXPECT_EQ(from_peer(1, 2, "x").error(), Errc::proto_unreachable) << "nothing enabled on ip yet";
+  // No socket at all: still a closed port, never protocol unreachable.
+  EXPECT_EQ(from_peer(1, 2, "x").error(), Errc::port_unreachable);
   UdpSocket s = u0.socket();
   ASSERT_TRUE(s.bind(Ipv4Addr{}, Port{1}).ok());
   EXPECT_EQ(from_peer(1, 2, "x").error(), Errc::port_unreachable);
-  EXPECT_EQ(u0.counters().value("drop_no_session"), 1u);
+  EXPECT_EQ(u0.counters().value("drop_no_session"), 2u);
 }
 
 TEST_F(Udp, ConnectedSocketSendsToItsPeerAndIgnoresOthers) {
