@@ -1,0 +1,795 @@
+// xk-udp-echo: one whole xk stack in a program of its own, talking to real
+// hosts through DPDK (docs/apps-udp-echo.md).
+//
+//   xk-udp-echo server --port net_af_packet0,iface=veth1 --ip 192.0.2.10/24
+//   xk-udp-echo client --port net_af_packet0,iface=veth1 --ip 192.0.2.10/24
+//                      --peer 192.0.2.1:7 --count 2000 --sizes 1..60000
+//
+// The graph is composed from the flags (or read with --graph):
+//
+//   dpdk    net0  devargs=...
+//   capture cap0  below=net0 file=... linktype=ether     (with --capture)
+//   eth     eth0  below=cap0|net0
+//   arp     arp0  below=eth0 pending=64
+//   ipv4    ip0   below=eth0,arp0 addr=... [gw=...]
+//   icmp    icmp0 below=ip0
+//   udp     udp0  below=ip0 csum=on|off
+//
+// The server echoes every datagram to its sender, sending back the very Msg it
+// received (no copy), and icmp0 answers pings. The client sends --count
+// datagrams, one at a time, waits for each echo (timeout, bounded retries),
+// compares every byte and exits non-zero on any mismatch or loss.
+//
+// One EventLoop (MonotonicClock, spin_then_sleep) runs on the main thread.
+// SIGINT and SIGTERM are blocked in every thread and read from a signalfd
+// that the loop polls: the loop stops, the graph is torn down normally (pcap
+// files flushed and closed) and the counters are printed.
+
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <numeric>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "xk/address.hpp"
+#include "xk/counters.hpp"
+#include "xk/drivers/dpdk.hpp"
+#include "xk/event_loop.hpp"
+#include "xk/graph.hpp"
+#include "xk/options.hpp"
+#include "xk/protocols/arp.hpp"
+#include "xk/protocols/eth.hpp"
+#include "xk/protocols/icmp.hpp"
+#include "xk/protocols/ipv4.hpp"
+#include "xk/protocols/udp.hpp"
+#include "xk/timer.hpp"
+#ifdef XK_HAVE_CAPTURE
+#include "xk/protocols/capture.hpp"
+#endif
+
+namespace {
+
+constexpr const char* kProg = "xk-udp-echo";
+constexpr int kExitOk = 0;
+constexpr int kExitFail = 1;
+constexpr int kExitUsage = 2;
+
+// ---- command line --------------------------------------------------------
+
+constexpr const char* kUsage = R"(usage: xk-udp-echo server|client [options]
+
+A standalone xk stack (dpdk -> eth -> arp -> ipv4 -> icmp, udp) on one DPDK port.
+server: echo every UDP datagram back to its sender (and answer pings).
+client: send --count datagrams to --peer, check every echoed byte, print a summary;
+        exit 1 on any mismatch or loss.
+
+stack:
+  --port DEVARGS      DPDK device, e.g. net_af_packet0,iface=veth1 (required without --graph)
+  --port-opts 'K=V ..' more options of the dpdk kind, e.g. 'mbuf_data=64k mbufs=1023'
+  --ip A.B.C.D/N      our address and prefix (required without --graph)
+  --gw A.B.C.D        default gateway (on the subnet)
+  --mac MAC           Ethernet address to use (default: the port's)
+  --csum on|off       UDP checksum on send and receive (default on)
+  --capture FILE      write every frame to FILE (pcap, linktype ether)
+  --graph FILE        use this graph spec instead of composing one; it must have
+                      a udp instance named udp0 (the stack flags above are refused)
+  --print-graph       print the graph spec and exit
+
+UDP:
+  --udp-port N        server: port to echo on (default 7); client: local port (default ephemeral)
+  --peer A.B.C.D:P    client: the echo server (required for client)
+  --count N           client: datagrams to send (default 1000); server: exit after
+                      echoing N datagrams (default 0: run until SIGINT/SIGTERM)
+  --sizes A..B        client: payload sizes, A..B within 1..65507 (default 1..1472);
+                      the first datagram has size A, the second B, the rest cycle
+                      through the range in a well-spread order; "N" means N..N
+  --timeout SEC       client: wait for each echo (default 1.0)
+  --retries N         client: re-sends of a datagram before it counts as lost (default 3)
+
+output:
+  --quiet             only errors and the client's summary
+  --verbose           print the counters table at exit (also printed on SIGINT/SIGTERM)
+  --help              this text
+
+exit status: 0 success, 1 failure (mismatch, loss, stack error), 2 bad command line
+)";
+
+struct UsageError {
+  std::string what;
+};
+
+struct Args {
+  enum class Mode { server, client } mode = Mode::server;
+  std::string port;
+  std::string port_opts;
+  std::optional<xk::Ipv4Cidr> ip;
+  std::optional<xk::Ipv4Addr> gw;
+  std::optional<xk::MacAddr> mac;
+  bool csum = true;
+  std::string capture;
+  std::string graph_file;
+  bool print_graph = false;
+  std::optional<std::uint16_t> udp_port;
+  std::optional<xk::Ipv4Addr> peer;
+  std::uint16_t peer_port = 0;
+  std::optional<std::uint64_t> count;
+  std::size_t size_min = 1;
+  std::size_t size_max = 1472;
+  double timeout_s = 1.0;
+  unsigned retries = 3;
+  bool quiet = false;
+  bool verbose = false;
+};
+
+template <class T>
+T parse_number(std::string_view flag, std::string_view text, T min, T max) {
+  T v{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || end != text.data() + text.size() || text.empty() || v < min || v > max) {
+    throw UsageError{std::string(flag) + ": '" + std::string(text) + "' is not a number in " + std::to_string(min) +
+                     ".." + std::to_string(max)};
+  }
+  return v;
+}
+
+double parse_seconds(std::string_view flag, std::string_view text) {
+  std::string s(text);
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !(v > 0) || v > 3600) {
+    throw UsageError{std::string(flag) + ": '" + s + "' is not a number of seconds in (0, 3600]"};
+  }
+  return v;
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  std::vector<std::string_view> words(argv + 1, argv + argc);
+  if (words.empty()) throw UsageError{"missing mode: server or client"};
+  for (auto w : words) {
+    if (w == "--help" || w == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(kExitOk);
+    }
+  }
+  if (words[0] == "server") {
+    a.mode = Args::Mode::server;
+  } else if (words[0] == "client") {
+    a.mode = Args::Mode::client;
+  } else {
+    throw UsageError{"unknown mode '" + std::string(words[0]) + "': expected server or client"};
+  }
+  bool stack_flag = false;
+  for (std::size_t i = 1; i < words.size(); ++i) {
+    std::string_view w = words[i];
+    std::string_view flag = w;
+    std::optional<std::string_view> inline_value;
+    if (auto eq = w.find('='); w.starts_with("--") && eq != std::string_view::npos) {
+      flag = w.substr(0, eq);
+      inline_value = w.substr(eq + 1);
+    }
+    auto value = [&]() -> std::string_view {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= words.size()) throw UsageError{std::string(flag) + " needs a value"};
+      return words[++i];
+    };
+    auto no_value = [&]() {
+      if (inline_value) throw UsageError{std::string(flag) + " takes no value"};
+    };
+    if (flag == "--port") {
+      a.port = std::string(value());
+      if (a.port.empty()) throw UsageError{"--port: empty device"};
+      stack_flag = true;
+    } else if (flag == "--port-opts") {
+      a.port_opts = std::string(value());
+      stack_flag = true;
+    } else if (flag == "--ip") {
+      auto v = value();
+      auto c = xk::parse_cidr(v);
+      if (!c) throw UsageError{"--ip: '" + std::string(v) + "' is not an address/prefix (a.b.c.d/n)"};
+      a.ip = *c;
+      stack_flag = true;
+    } else if (flag == "--gw") {
+      auto v = value();
+      auto g = xk::parse_ipv4(v);
+      if (!g) throw UsageError{"--gw: '" + std::string(v) + "' is not an IPv4 address"};
+      a.gw = *g;
+      stack_flag = true;
+    } else if (flag == "--mac") {
+      auto v = value();
+      auto m = xk::parse_mac(v);
+      if (!m) throw UsageError{"--mac: '" + std::string(v) + "' is not a MAC address (aa:bb:cc:dd:ee:ff)"};
+      a.mac = *m;
+      stack_flag = true;
+    } else if (flag == "--csum") {
+      auto v = value();
+      if (v == "on") {
+        a.csum = true;
+      } else if (v == "off") {
+        a.csum = false;
+      } else {
+        throw UsageError{"--csum: expected on or off, got '" + std::string(v) + "'"};
+      }
+      stack_flag = true;
+    } else if (flag == "--capture") {
+      a.capture = std::string(value());
+      if (a.capture.empty()) throw UsageError{"--capture: empty file name"};
+#ifndef XK_HAVE_CAPTURE
+      throw UsageError{"--capture: this build has no capture layer (libpcap was not found)"};
+#endif
+      stack_flag = true;
+    } else if (flag == "--graph") {
+      a.graph_file = std::string(value());
+    } else if (flag == "--print-graph") {
+      no_value();
+      a.print_graph = true;
+    } else if (flag == "--udp-port") {
+      a.udp_port = parse_number<std::uint16_t>(flag, value(), 0, 65535);
+    } else if (flag == "--peer") {
+      auto v = value();
+      auto colon = v.rfind(':');
+      if (colon == std::string_view::npos) throw UsageError{"--peer: expected A.B.C.D:PORT, got '" + std::string(v) + "'"};
+      auto addr = xk::parse_ipv4(v.substr(0, colon));
+      if (!addr) throw UsageError{"--peer: '" + std::string(v.substr(0, colon)) + "' is not an IPv4 address"};
+      a.peer = *addr;
+      a.peer_port = parse_number<std::uint16_t>("--peer port", v.substr(colon + 1), 1, 65535);
+    } else if (flag == "--count") {
+      a.count = parse_number<std::uint64_t>(flag, value(), 0, std::uint64_t{1} << 40);
+    } else if (flag == "--sizes") {
+      auto v = value();
+      auto dots = v.find("..");
+      std::size_t max_payload = xk::udp::UdpProtocol::kMaxPayload;
+      if (dots == std::string_view::npos) {
+        a.size_min = a.size_max = parse_number<std::size_t>(flag, v, 1, max_payload);
+      } else {
+        a.size_min = parse_number<std::size_t>(flag, v.substr(0, dots), 1, max_payload);
+        a.size_max = parse_number<std::size_t>(flag, v.substr(dots + 2), 1, max_payload);
+      }
+      if (a.size_min > a.size_max) throw UsageError{"--sizes: A..B needs A <= B"};
+    } else if (flag == "--timeout") {
+      a.timeout_s = parse_seconds(flag, value());
+    } else if (flag == "--retries") {
+      a.retries = parse_number<unsigned>(flag, value(), 0, 1000);
+    } else if (flag == "--quiet" || flag == "-q") {
+      no_value();
+      a.quiet = true;
+    } else if (flag == "--verbose" || flag == "-v") {
+      no_value();
+      a.verbose = true;
+    } else {
+      throw UsageError{"unknown option '" + std::string(w) + "'"};
+    }
+  }
+  if (!a.graph_file.empty()) {
+    if (stack_flag) {
+      throw UsageError{"--graph replaces the composed graph: --port, --port-opts, --ip, --gw, --mac, --csum and --capture "
+                       "go into the file instead"};
+    }
+  } else {
+    if (a.port.empty()) throw UsageError{"--port DEVARGS is required (or --graph FILE)"};
+    if (!a.ip) throw UsageError{"--ip A.B.C.D/N is required (or --graph FILE)"};
+    if (a.gw && !a.ip->contains(*a.gw)) throw UsageError{"--gw " + xk::to_string(*a.gw) + " is not on " + xk::to_string(*a.ip)};
+  }
+  if (a.mode == Args::Mode::client) {
+    if (!a.peer) throw UsageError{"client: --peer A.B.C.D:PORT is required"};
+  } else {
+    if (a.peer) throw UsageError{"--peer is for the client"};
+  }
+  if (a.quiet && a.verbose) throw UsageError{"--quiet and --verbose exclude each other"};
+  return a;
+}
+
+// A graph-spec value in double quotes (docs/graph-spec.md: \" and \\ escape).
+std::string spec_quoted(std::string_view v) {
+  std::string out = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  out += '"';
+  return out;
+}
+
+std::string compose_graph(const Args& a) {
+  std::ostringstream g;
+  g << "dpdk    net0  devargs=" << spec_quoted(a.port);
+  if (!a.port_opts.empty()) g << " " << a.port_opts;
+  g << "\n";
+  std::string link = "net0";
+  if (!a.capture.empty()) {
+    g << "capture cap0  below=net0 file=" << spec_quoted(a.capture) << " linktype=ether flush=off\n";
+    link = "cap0";
+  }
+  g << "eth     eth0  below=" << link;
+  if (a.mac) g << " mac=" << xk::to_string(*a.mac);
+  g << "\n";
+  // A 65507-byte datagram is 45 fragments: let them all wait for one ARP reply.
+  g << "arp     arp0  below=eth0 pending=64\n";
+  g << "ipv4    ip0   below=eth0,arp0 addr=" << xk::to_string(*a.ip);
+  if (a.gw) g << " gw=" << xk::to_string(*a.gw);
+  g << "\n";
+  g << "icmp    icmp0 below=ip0\n";
+  g << "udp     udp0  below=ip0 csum=" << (a.csum ? "on" : "off") << "\n";
+  return g.str();
+}
+
+// ---- signals ---------------------------------------------------------------
+
+// SIGINT/SIGTERM arrive on a signalfd the loop polls (they are blocked in every
+// thread, DPDK's included, because the mask is set before the EAL starts).
+class SignalSource final : public xk::Pollable {
+ public:
+  explicit SignalSource(xk::EventLoop& loop) : loop_(loop) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    fd_ = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (fd_ < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
+  }
+  ~SignalSource() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  SignalSource(const SignalSource&) = delete;
+  SignalSource& operator=(const SignalSource&) = delete;
+
+  static void block_signals() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  }
+
+  std::size_t poll(std::size_t) override {
+    signalfd_siginfo info{};
+    std::size_t n = 0;
+    while (::read(fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+      signal_ = static_cast<int>(info.ssi_signo);
+      ++n;
+    }
+    if (n > 0) loop_.stop();
+    return n;
+  }
+  int wait_fd() const noexcept override { return fd_; }
+  int signal() const noexcept { return signal_; }
+
+ private:
+  xk::EventLoop& loop_;
+  int fd_ = -1;
+  int signal_ = 0;
+};
+
+// ---- payloads --------------------------------------------------------------
+
+// Datagram `seq` of `size` bytes: different for every seq, also at size 1.
+void fill_pattern(std::vector<std::byte>& out, std::uint64_t seq, std::size_t size) {
+  out.resize(size);
+  auto s = static_cast<std::uint32_t>(seq * 2654435761u);
+  for (std::size_t j = 0; j < size; ++j) {
+    out[j] = std::byte(static_cast<unsigned char>((j * 131u) ^ (j >> 8) ^ (s >> ((j & 3) * 8)) ^ seq));
+  }
+}
+
+// Size of datagram i: A first, then B, then a walk through A..B with a step
+// near the golden ratio of the range and coprime to it, so any count spreads
+// evenly over the range and count >= range visits every size.
+class SizeCycle {
+ public:
+  SizeCycle(std::size_t lo, std::size_t hi) : lo_(lo), n_(hi - lo + 1) {
+    step_ = std::max<std::size_t>(1, static_cast<std::size_t>(static_cast<double>(n_) * 0.6180339887498949));
+    while (std::gcd(step_, n_) != 1) ++step_;
+  }
+  std::size_t operator()(std::uint64_t i) const {
+    if (i == 0) return lo_;
+    if (i == 1) return lo_ + n_ - 1;
+    return lo_ + static_cast<std::size_t>(((i - 2) * step_) % n_);
+  }
+
+ private:
+  std::size_t lo_;
+  std::size_t n_;
+  std::size_t step_;
+};
+
+// ---- server ----------------------------------------------------------------
+
+class EchoServer final : public xk::Pollable {
+ public:
+  EchoServer(xk::udp::UdpSocket& sock, xk::EventLoop& loop, std::uint64_t stop_after, bool quiet)
+      : sock_(sock), loop_(loop), stop_after_(stop_after), quiet_(quiet) {}
+
+  std::size_t poll(std::size_t budget) override {
+    std::size_t n = 0;
+    while (n < budget) {
+      auto d = sock_.recvfrom();
+      if (!d) {
+        if (d.error() == xk::Errc::would_block) break;
+        ++errors_;  // an ICMP error reported on the socket: nothing to echo
+        ++n;
+        continue;
+      }
+      ++n;
+      ++received_;
+      bytes_ += d->payload.size();
+      // Zero copy: the received Msg (its mbufs) goes straight back down.
+      if (xk::Status s = sock_.sendto(std::move(d->payload), d->from, d->from_port); s.ok()) {
+        ++echoed_;
+      } else {
+        ++send_errors_;
+        if (!quiet_ && send_errors_ <= 10) {
+          std::fprintf(stderr, "%s: echo to %s:%u failed: %s\n", kProg, xk::to_string(d->from).c_str(),
+                       d->from_port.value, xk::to_string(s.error()));
+        }
+      }
+      if (stop_after_ != 0 && received_ >= stop_after_) {
+        loop_.stop();
+        break;
+      }
+    }
+    return n;
+  }
+  bool before_sleep() noexcept override { return !sock_.readable(); }
+
+  std::uint64_t received() const noexcept { return received_; }
+  std::uint64_t echoed() const noexcept { return echoed_; }
+  std::uint64_t bytes() const noexcept { return bytes_; }
+  std::uint64_t send_errors() const noexcept { return send_errors_; }
+
+ private:
+  xk::udp::UdpSocket& sock_;
+  xk::EventLoop& loop_;
+  std::uint64_t stop_after_;
+  bool quiet_;
+  std::uint64_t received_ = 0;
+  std::uint64_t echoed_ = 0;
+  std::uint64_t bytes_ = 0;
+  std::uint64_t send_errors_ = 0;
+  std::uint64_t errors_ = 0;
+};
+
+// ---- client ----------------------------------------------------------------
+
+class EchoClient final : public xk::Pollable {
+ public:
+  struct Summary {
+    std::uint64_t sent = 0;       // datagrams (first transmissions)
+    std::uint64_t resent = 0;     // retransmissions after a timeout
+    std::uint64_t received = 0;   // echoes that matched
+    std::uint64_t mismatches = 0; // echoes that did not match (wrong size or bytes)
+    std::uint64_t lost = 0;       // no matching echo after every retry
+    std::uint64_t late = 0;       // duplicate echoes of earlier datagrams (after a retry)
+    std::uint64_t icmp_errors = 0;
+    std::uint64_t send_errors = 0;
+    std::uint64_t bytes = 0;
+  };
+
+  EchoClient(xk::udp::UdpSocket& sock, xk::EventLoop& loop, const Args& a)
+      : sock_(sock),
+        loop_(loop),
+        count_(a.count.value_or(1000)),
+        sizes_(a.size_min, a.size_max),
+        timeout_(std::chrono::duration_cast<xk::Duration>(std::chrono::duration<double>(a.timeout_s))),
+        retries_(a.retries),
+        quiet_(a.quiet),
+        timer_(loop.timers(), [this] { on_timeout(); }) {}
+
+  void start() {
+    if (count_ == 0) {
+      loop_.stop();
+      return;
+    }
+    transmit();
+  }
+  bool done() const noexcept { return next_ >= count_; }
+  const Summary& summary() const noexcept { return sum_; }
+  std::uint64_t count() const noexcept { return count_; }
+
+  std::size_t poll(std::size_t budget) override {
+    std::size_t n = 0;
+    while (n < budget) {
+      auto d = sock_.recvfrom();
+      if (!d) {
+        if (d.error() == xk::Errc::would_block) break;
+        ++n;
+        ++sum_.icmp_errors;
+        if (!quiet_ && sum_.icmp_errors <= 5) {
+          std::fprintf(stderr, "%s: the peer reports: %s\n", kProg, xk::to_string(d.error()));
+        }
+        continue;
+      }
+      ++n;
+      check(d->payload);
+    }
+    return n;
+  }
+  bool before_sleep() noexcept override { return !sock_.readable(); }
+
+ private:
+  void transmit() {
+    std::size_t size = sizes_(next_);
+    fill_pattern(expect_, next_, size);
+    if (attempts_ == 0) {
+      ++sum_.sent;
+    } else {
+      ++sum_.resent;
+    }
+    ++attempts_;
+    if (xk::Status s = sock_.send(std::span<const std::byte>(expect_)); !s) {
+      ++sum_.send_errors;  // the timer re-sends it
+      if (!quiet_ && sum_.send_errors <= 5) {
+        std::fprintf(stderr, "%s: send of datagram %llu (%zu bytes) failed: %s\n", kProg,
+                     static_cast<unsigned long long>(next_), size, xk::to_string(s.error()));
+      }
+    }
+    timer_.arm_after(timeout_);
+  }
+
+  void advance() {
+    timer_.cancel();
+    ++next_;
+    attempts_ = 0;
+    if (done()) {
+      loop_.stop();
+      return;
+    }
+    transmit();
+  }
+
+  void on_timeout() {
+    if (done()) return;
+    if (attempts_ <= retries_) {
+      if (!quiet_) {
+        std::fprintf(stderr, "%s: no echo for datagram %llu (%zu bytes) after %.3f s, re-sending\n", kProg,
+                     static_cast<unsigned long long>(next_), expect_.size(),
+                     std::chrono::duration<double>(timeout_).count());
+      }
+      transmit();
+      return;
+    }
+    ++sum_.lost;
+    if (!quiet_) {
+      std::fprintf(stderr, "%s: datagram %llu (%zu bytes) lost after %u attempts\n", kProg,
+                   static_cast<unsigned long long>(next_), expect_.size(), attempts_);
+    }
+    advance();
+  }
+
+  bool same(const xk::Msg& m, const std::vector<std::byte>& want) {
+    if (m.size() != want.size()) return false;
+    got_.resize(m.size());
+    if (!m.copy_out(0, got_).ok()) return false;
+    return std::memcmp(got_.data(), want.data(), want.size()) == 0;
+  }
+
+  void check(const xk::Msg& m) {
+    if (done()) {
+      ++sum_.late;
+      return;
+    }
+    if (same(m, expect_)) {
+      ++sum_.received;
+      sum_.bytes += m.size();
+      advance();
+      return;
+    }
+    // A second echo of an earlier datagram that we re-sent is not an error.
+    for (std::uint64_t back = 1; back <= 8 && back <= next_; ++back) {
+      std::uint64_t seq = next_ - back;
+      if (m.size() != sizes_(seq)) continue;
+      fill_pattern(scratch_, seq, sizes_(seq));
+      if (same(m, scratch_)) {
+        ++sum_.late;
+        return;
+      }
+    }
+    ++sum_.mismatches;
+    if (!quiet_ && sum_.mismatches <= 10) {
+      std::size_t first = 0;
+      if (m.size() == expect_.size()) {
+        while (first < expect_.size() && got_[first] == expect_[first]) ++first;
+      }
+      std::fprintf(stderr, "%s: MISMATCH for datagram %llu: sent %zu bytes, got %zu%s", kProg,
+                   static_cast<unsigned long long>(next_), expect_.size(), m.size(),
+                   m.size() == expect_.size() ? "" : "\n");
+      if (m.size() == expect_.size()) std::fprintf(stderr, ", first difference at byte %zu\n", first);
+    }
+    if (m.size() == expect_.size()) advance();  // a corrupted echo of this datagram: counted, move on
+  }
+
+  xk::udp::UdpSocket& sock_;
+  xk::EventLoop& loop_;
+  std::uint64_t count_;
+  SizeCycle sizes_;
+  xk::Duration timeout_;
+  unsigned retries_;
+  bool quiet_;
+  xk::Timer timer_;
+  std::uint64_t next_ = 0;
+  unsigned attempts_ = 0;
+  std::vector<std::byte> expect_;
+  std::vector<std::byte> scratch_;
+  std::vector<std::byte> got_;
+  Summary sum_;
+};
+
+// ---- main ------------------------------------------------------------------
+
+void print_counters(const xk::Graph& graph, xk::EventLoop& loop) {
+  std::vector<const xk::CounterSet*> sets = graph.counters();
+  sets.push_back(&loop.counters());
+  std::fputs(xk::counters_table(sets).c_str(), stdout);
+}
+
+int run(const Args& a) {
+  std::string spec_text;
+  std::string source = "flags";
+  if (!a.graph_file.empty()) {
+    std::ifstream in(a.graph_file);
+    if (!in) {
+      std::fprintf(stderr, "%s: cannot read %s: %s\n", kProg, a.graph_file.c_str(), std::strerror(errno));
+      return kExitFail;
+    }
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    spec_text = ss.str();
+    source = a.graph_file;
+  } else {
+    spec_text = compose_graph(a);
+  }
+
+  xk::Registry registry;
+  xk::drivers::register_dpdk(registry);
+#ifdef XK_HAVE_CAPTURE
+  xk::capture::register_capture(registry);
+#endif
+  xk::eth::register_eth(registry);
+  xk::arp::register_arp(registry);
+  xk::ipv4::register_ipv4(registry);
+  xk::icmp::register_icmp(registry);
+  xk::udp::register_udp(registry);
+
+  if (a.print_graph) {
+    try {
+      std::fputs(xk::GraphSpec::parse(spec_text, registry, source).to_string().c_str(), stdout);
+    } catch (const xk::GraphError& e) {
+      std::fprintf(stderr, "%s: %s\n", kProg, e.what());
+      return kExitFail;
+    }
+    return kExitOk;
+  }
+
+  // Before the EAL starts its threads, so they inherit the mask.
+  SignalSource::block_signals();
+
+  xk::EventLoopConfig lc;
+  lc.name = "loop";
+  lc.idle = xk::IdleMode::spin_then_sleep;
+  xk::EventLoop loop(lc);  // its own MonotonicClock
+  SignalSource signals(loop);
+
+  std::optional<xk::Graph> graph;
+  try {
+    graph.emplace(xk::Graph::build(spec_text, registry, &loop, source));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: cannot build the stack:\n%s\n", kProg, e.what());
+    return kExitFail;
+  }
+  loop.add(signals);
+
+  xk::udp::UdpProtocol* udp = graph->find_as<xk::udp::UdpProtocol>("udp0");
+  auto* ip = graph->find_as<xk::ipv4::Ipv4Protocol>("ip0");
+  if (udp == nullptr) {
+    std::fprintf(stderr, "%s: the graph has no udp instance named udp0\n", kProg);
+    return kExitFail;
+  }
+  std::string where = ip != nullptr ? xk::to_string(ip->config().addr) : std::string("?");
+  if (auto* net = graph->find_as<xk::drivers::DpdkDriver>("net0")) {
+    where += " on port " + std::to_string(net->port_id()) + " (" + xk::to_string(net->mac()) + ", mtu " +
+             std::to_string(net->mtu()) + ")";
+  }
+
+  xk::udp::SocketOptions so;
+  so.rcvbuf_bytes = 16u << 20;
+  so.rcvbuf_datagrams = 4096;
+  xk::udp::UdpSocket sock = udp->socket(so);
+
+  int rc = kExitOk;
+  if (a.mode == Args::Mode::server) {
+    std::uint16_t port = a.udp_port.value_or(7);
+    if (xk::Status s = sock.bind(xk::Ipv4Addr{}, xk::Port{port}); !s) {
+      std::fprintf(stderr, "%s: cannot bind udp port %u: %s\n", kProg, port, xk::to_string(s.error()));
+      return kExitFail;
+    }
+    EchoServer server(sock, loop, a.count.value_or(0), a.quiet);
+    loop.add(server);
+    if (!a.quiet) std::printf("%s: server %s, udp port %u: ready\n", kProg, where.c_str(), port);
+    std::fflush(stdout);
+    loop.run();
+    loop.remove(server);
+    if (!a.quiet) {
+      std::printf("%s: server: %llu datagrams (%llu bytes) received, %llu echoed, %llu echo errors\n", kProg,
+                  static_cast<unsigned long long>(server.received()), static_cast<unsigned long long>(server.bytes()),
+                  static_cast<unsigned long long>(server.echoed()),
+                  static_cast<unsigned long long>(server.send_errors()));
+    }
+  } else {
+    if (a.udp_port.value_or(0) != 0) {
+      if (xk::Status s = sock.bind(xk::Ipv4Addr{}, xk::Port{*a.udp_port}); !s) {
+        std::fprintf(stderr, "%s: cannot bind udp port %u: %s\n", kProg, *a.udp_port, xk::to_string(s.error()));
+        return kExitFail;
+      }
+    }
+    if (xk::Status s = sock.connect(*a.peer, xk::Port{a.peer_port}); !s) {
+      std::fprintf(stderr, "%s: cannot connect to %s:%u: %s\n", kProg, xk::to_string(*a.peer).c_str(), a.peer_port,
+                   xk::to_string(s.error()));
+      return kExitFail;
+    }
+    EchoClient client(sock, loop, a);
+    loop.add(client);
+    if (!a.quiet) {
+      std::printf("%s: client %s -> %s:%u, %llu datagrams of %zu..%zu bytes\n", kProg, where.c_str(),
+                  xk::to_string(*a.peer).c_str(), a.peer_port, static_cast<unsigned long long>(client.count()),
+                  a.size_min, a.size_max);
+      std::fflush(stdout);
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    client.start();
+    loop.run();
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    loop.remove(client);
+    const auto& s = client.summary();
+    std::uint64_t unfinished = client.count() - std::min<std::uint64_t>(client.count(), s.received + s.mismatches + s.lost);
+    std::printf(
+        "%s: client summary: sent %llu, received %llu, mismatches %llu, lost %llu, unfinished %llu "
+        "(re-sent %llu, late duplicates %llu, icmp errors %llu, send errors %llu); %.3f MB echoed in %.2f s\n",
+        kProg, static_cast<unsigned long long>(s.sent), static_cast<unsigned long long>(s.received),
+        static_cast<unsigned long long>(s.mismatches), static_cast<unsigned long long>(s.lost),
+        static_cast<unsigned long long>(unfinished), static_cast<unsigned long long>(s.resent),
+        static_cast<unsigned long long>(s.late), static_cast<unsigned long long>(s.icmp_errors),
+        static_cast<unsigned long long>(s.send_errors), static_cast<double>(s.bytes) / 1e6, secs);
+    if (s.mismatches != 0 || s.lost != 0 || unfinished != 0) rc = kExitFail;
+  }
+
+  loop.remove(signals);
+  if (signals.signal() != 0) {
+    std::printf("%s: stopped by %s\n", kProg, signals.signal() == SIGINT ? "SIGINT" : "SIGTERM");
+  }
+  if (a.verbose || signals.signal() != 0) print_counters(*graph, loop);
+  std::fflush(stdout);
+  sock.close().ok();
+  graph.reset();
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  try {
+    args = parse_args(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\ntry '%s --help'\n", kProg, e.what.c_str(), kProg);
+    return kExitUsage;
+  }
+  try {
+    return run(args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", kProg, e.what());
+    return kExitFail;
+  }
+}
