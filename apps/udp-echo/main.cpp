@@ -25,41 +25,27 @@
 // that the loop polls: the loop stops, the graph is torn down normally (pcap
 // files flushed and closed) and the counters are printed.
 
-#include <signal.h>
-#include <sys/signalfd.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <numeric>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "xk/address.hpp"
+#include "xk/apps/stack.hpp"
 #include "xk/counters.hpp"
-#include "xk/drivers/dpdk.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
-#include "xk/options.hpp"
-#include "xk/protocols/arp.hpp"
-#include "xk/protocols/eth.hpp"
-#include "xk/protocols/icmp.hpp"
-#include "xk/protocols/ipv4.hpp"
 #include "xk/protocols/udp.hpp"
 #include "xk/timer.hpp"
-#ifdef XK_HAVE_CAPTURE
-#include "xk/protocols/capture.hpp"
-#endif
 
 namespace {
 
@@ -68,9 +54,12 @@ constexpr int kExitOk = 0;
 constexpr int kExitFail = 1;
 constexpr int kExitUsage = 2;
 
+using xk::apps::parse_number;
+using xk::apps::UsageError;
+
 // ---- command line --------------------------------------------------------
 
-constexpr const char* kUsage = R"(usage: xk-udp-echo server|client [options]
+constexpr const char* kUsageHead = R"(usage: xk-udp-echo server|client [options]
 
 A standalone xk stack (dpdk -> eth -> arp -> ipv4 -> icmp, udp) on one DPDK port.
 server: echo every UDP datagram back to its sender (and answer pings).
@@ -78,16 +67,10 @@ client: send --count datagrams to --peer, check every echoed byte, print a summa
         exit 1 on any mismatch or loss.
 
 stack:
-  --port DEVARGS      DPDK device, e.g. net_af_packet0,iface=veth1 (required without --graph)
-  --port-opts 'K=V ..' more options of the dpdk kind, e.g. 'mbuf_data=64k mbufs=1023'
-  --ip A.B.C.D/N      our address and prefix (required without --graph)
-  --gw A.B.C.D        default gateway (on the subnet)
-  --mac MAC           Ethernet address to use (default: the port's)
-  --csum on|off       UDP checksum on send and receive (default on)
-  --capture FILE      write every frame to FILE (pcap, linktype ether)
-  --graph FILE        use this graph spec instead of composing one; it must have
-                      a udp instance named udp0 (the stack flags above are refused)
-  --print-graph       print the graph spec and exit
+)";
+constexpr const char* kUsageTail = R"(  --print-graph       print the graph spec and exit
+  --link-wait SEC     wait this long for the port's link (a memif peer) before
+                      starting (default 10)
 
 UDP:
   --udp-port N        server: port to echo on (default 7); client: local port (default ephemeral)
@@ -108,21 +91,11 @@ output:
 exit status: 0 success, 1 failure (mismatch, loss, stack error), 2 bad command line
 )";
 
-struct UsageError {
-  std::string what;
-};
-
 struct Args {
   enum class Mode { server, client } mode = Mode::server;
-  std::string port;
-  std::string port_opts;
-  std::optional<xk::Ipv4Cidr> ip;
-  std::optional<xk::Ipv4Addr> gw;
-  std::optional<xk::MacAddr> mac;
-  bool csum = true;
-  std::string capture;
-  std::string graph_file;
+  xk::apps::StackFlags stack;
   bool print_graph = false;
+  double link_wait_s = 10;
   std::optional<std::uint16_t> udp_port;
   std::optional<xk::Ipv4Addr> peer;
   std::uint16_t peer_port = 0;
@@ -135,34 +108,15 @@ struct Args {
   bool verbose = false;
 };
 
-template <class T>
-T parse_number(std::string_view flag, std::string_view text, T min, T max) {
-  T v{};
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc{} || end != text.data() + text.size() || text.empty() || v < min || v > max) {
-    throw UsageError{std::string(flag) + ": '" + std::string(text) + "' is not a number in " + std::to_string(min) +
-                     ".." + std::to_string(max)};
-  }
-  return v;
-}
-
-double parse_seconds(std::string_view flag, std::string_view text) {
-  std::string s(text);
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !(v > 0) || v > 3600) {
-    throw UsageError{std::string(flag) + ": '" + s + "' is not a number of seconds in (0, 3600]"};
-  }
-  return v;
-}
-
 Args parse_args(int argc, char** argv) {
   Args a;
   std::vector<std::string_view> words(argv + 1, argv + argc);
   if (words.empty()) throw UsageError{"missing mode: server or client"};
   for (auto w : words) {
     if (w == "--help" || w == "-h") {
-      std::fputs(kUsage, stdout);
+      std::fputs(kUsageHead, stdout);
+      std::fputs(xk::apps::kStackFlagsHelp, stdout);
+      std::fputs(kUsageTail, stdout);
       std::exit(kExitOk);
     }
   }
@@ -173,7 +127,6 @@ Args parse_args(int argc, char** argv) {
   } else {
     throw UsageError{"unknown mode '" + std::string(words[0]) + "': expected server or client"};
   }
-  bool stack_flag = false;
   for (std::size_t i = 1; i < words.size(); ++i) {
     std::string_view w = words[i];
     std::string_view flag = w;
@@ -190,63 +143,16 @@ Args parse_args(int argc, char** argv) {
     auto no_value = [&]() {
       if (inline_value) throw UsageError{std::string(flag) + " takes no value"};
     };
-    if (flag == "--port") {
-      a.port = std::string(value());
-      if (a.port.empty()) throw UsageError{"--port: empty device"};
-      stack_flag = true;
-    } else if (flag == "--port-opts") {
-      a.port_opts = std::string(value());
-      stack_flag = true;
-    } else if (flag == "--ip") {
-      auto v = value();
-      auto c = xk::parse_cidr(v);
-      if (!c) throw UsageError{"--ip: '" + std::string(v) + "' is not an address/prefix (a.b.c.d/n)"};
-      a.ip = *c;
-      stack_flag = true;
-    } else if (flag == "--gw") {
-      auto v = value();
-      auto g = xk::parse_ipv4(v);
-      if (!g) throw UsageError{"--gw: '" + std::string(v) + "' is not an IPv4 address"};
-      a.gw = *g;
-      stack_flag = true;
-    } else if (flag == "--mac") {
-      auto v = value();
-      auto m = xk::parse_mac(v);
-      if (!m) throw UsageError{"--mac: '" + std::string(v) + "' is not a MAC address (aa:bb:cc:dd:ee:ff)"};
-      a.mac = *m;
-      stack_flag = true;
-    } else if (flag == "--csum") {
-      auto v = value();
-      if (v == "on") {
-        a.csum = true;
-      } else if (v == "off") {
-        a.csum = false;
-      } else {
-        throw UsageError{"--csum: expected on or off, got '" + std::string(v) + "'"};
-      }
-      stack_flag = true;
-    } else if (flag == "--capture") {
-      a.capture = std::string(value());
-      if (a.capture.empty()) throw UsageError{"--capture: empty file name"};
-#ifndef XK_HAVE_CAPTURE
-      throw UsageError{"--capture: this build has no capture layer (libpcap was not found)"};
-#endif
-      stack_flag = true;
-    } else if (flag == "--graph") {
-      a.graph_file = std::string(value());
-    } else if (flag == "--print-graph") {
+    if (a.stack.take(flag, value)) continue;
+    if (flag == "--print-graph") {
       no_value();
       a.print_graph = true;
+    } else if (flag == "--link-wait") {
+      a.link_wait_s = xk::apps::parse_seconds(flag, value());
     } else if (flag == "--udp-port") {
       a.udp_port = parse_number<std::uint16_t>(flag, value(), 0, 65535);
     } else if (flag == "--peer") {
-      auto v = value();
-      auto colon = v.rfind(':');
-      if (colon == std::string_view::npos) throw UsageError{"--peer: expected A.B.C.D:PORT, got '" + std::string(v) + "'"};
-      auto addr = xk::parse_ipv4(v.substr(0, colon));
-      if (!addr) throw UsageError{"--peer: '" + std::string(v.substr(0, colon)) + "' is not an IPv4 address"};
-      a.peer = *addr;
-      a.peer_port = parse_number<std::uint16_t>("--peer port", v.substr(colon + 1), 1, 65535);
+      std::tie(a.peer, a.peer_port) = xk::apps::parse_endpoint(flag, value());
     } else if (flag == "--count") {
       a.count = parse_number<std::uint64_t>(flag, value(), 0, std::uint64_t{1} << 40);
     } else if (flag == "--sizes") {
@@ -261,7 +167,7 @@ Args parse_args(int argc, char** argv) {
       }
       if (a.size_min > a.size_max) throw UsageError{"--sizes: A..B needs A <= B"};
     } else if (flag == "--timeout") {
-      a.timeout_s = parse_seconds(flag, value());
+      a.timeout_s = xk::apps::parse_seconds(flag, value());
     } else if (flag == "--retries") {
       a.retries = parse_number<unsigned>(flag, value(), 0, 1000);
     } else if (flag == "--quiet" || flag == "-q") {
@@ -274,16 +180,7 @@ Args parse_args(int argc, char** argv) {
       throw UsageError{"unknown option '" + std::string(w) + "'"};
     }
   }
-  if (!a.graph_file.empty()) {
-    if (stack_flag) {
-      throw UsageError{"--graph replaces the composed graph: --port, --port-opts, --ip, --gw, --mac, --csum and --capture "
-                       "go into the file instead"};
-    }
-  } else {
-    if (a.port.empty()) throw UsageError{"--port DEVARGS is required (or --graph FILE)"};
-    if (!a.ip) throw UsageError{"--ip A.B.C.D/N is required (or --graph FILE)"};
-    if (a.gw && !a.ip->contains(*a.gw)) throw UsageError{"--gw " + xk::to_string(*a.gw) + " is not on " + xk::to_string(*a.ip)};
-  }
+  a.stack.validate();
   if (a.mode == Args::Mode::client) {
     if (!a.peer) throw UsageError{"client: --peer A.B.C.D:PORT is required"};
   } else {
@@ -292,87 +189,6 @@ Args parse_args(int argc, char** argv) {
   if (a.quiet && a.verbose) throw UsageError{"--quiet and --verbose exclude each other"};
   return a;
 }
-
-// A graph-spec value in double quotes (docs/graph-spec.md: \" and \\ escape).
-std::string spec_quoted(std::string_view v) {
-  std::string out = "\"";
-  for (char c : v) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  out += '"';
-  return out;
-}
-
-std::string compose_graph(const Args& a) {
-  std::ostringstream g;
-  g << "dpdk    net0  devargs=" << spec_quoted(a.port);
-  if (!a.port_opts.empty()) g << " " << a.port_opts;
-  g << "\n";
-  std::string link = "net0";
-  if (!a.capture.empty()) {
-    g << "capture cap0  below=net0 file=" << spec_quoted(a.capture) << " linktype=ether flush=off\n";
-    link = "cap0";
-  }
-  g << "eth     eth0  below=" << link;
-  if (a.mac) g << " mac=" << xk::to_string(*a.mac);
-  g << "\n";
-  // A 65507-byte datagram is 45 fragments: let them all wait for one ARP reply.
-  g << "arp     arp0  below=eth0 pending=64\n";
-  g << "ipv4    ip0   below=eth0,arp0 addr=" << xk::to_string(*a.ip);
-  if (a.gw) g << " gw=" << xk::to_string(*a.gw);
-  g << "\n";
-  g << "icmp    icmp0 below=ip0\n";
-  g << "udp     udp0  below=ip0 csum=" << (a.csum ? "on" : "off") << "\n";
-  return g.str();
-}
-
-// ---- signals ---------------------------------------------------------------
-
-// SIGINT/SIGTERM arrive on a signalfd the loop polls (they are blocked in every
-// thread, DPDK's included, because the mask is set before the EAL starts).
-class SignalSource final : public xk::Pollable {
- public:
-  explicit SignalSource(xk::EventLoop& loop) : loop_(loop) {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    fd_ = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (fd_ < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
-  }
-  ~SignalSource() override {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  SignalSource(const SignalSource&) = delete;
-  SignalSource& operator=(const SignalSource&) = delete;
-
-  static void block_signals() {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  }
-
-  std::size_t poll(std::size_t) override {
-    signalfd_siginfo info{};
-    std::size_t n = 0;
-    while (::read(fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
-      signal_ = static_cast<int>(info.ssi_signo);
-      ++n;
-    }
-    if (n > 0) loop_.stop();
-    return n;
-  }
-  int wait_fd() const noexcept override { return fd_; }
-  int signal() const noexcept { return signal_; }
-
- private:
-  xk::EventLoop& loop_;
-  int fd_ = -1;
-  int signal_ = 0;
-};
 
 // ---- payloads --------------------------------------------------------------
 
@@ -629,43 +445,14 @@ class EchoClient final : public xk::Pollable {
 
 // ---- main ------------------------------------------------------------------
 
-void print_counters(const xk::Graph& graph, xk::EventLoop& loop) {
-  std::vector<const xk::CounterSet*> sets = graph.counters();
-  sets.push_back(&loop.counters());
-  std::fputs(xk::counters_table(sets).c_str(), stdout);
-}
-
 int run(const Args& a) {
-  std::string spec_text;
-  std::string source = "flags";
-  if (!a.graph_file.empty()) {
-    std::ifstream in(a.graph_file);
-    if (!in) {
-      std::fprintf(stderr, "%s: cannot read %s: %s\n", kProg, a.graph_file.c_str(), std::strerror(errno));
-      return kExitFail;
-    }
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    spec_text = ss.str();
-    source = a.graph_file;
-  } else {
-    spec_text = compose_graph(a);
-  }
-
+  xk::apps::StackSpec spec = xk::apps::stack_spec(a.stack);
   xk::Registry registry;
-  xk::drivers::register_dpdk(registry);
-#ifdef XK_HAVE_CAPTURE
-  xk::capture::register_capture(registry);
-#endif
-  xk::eth::register_eth(registry);
-  xk::arp::register_arp(registry);
-  xk::ipv4::register_ipv4(registry);
-  xk::icmp::register_icmp(registry);
-  xk::udp::register_udp(registry);
+  xk::apps::register_all(registry);
 
   if (a.print_graph) {
     try {
-      std::fputs(xk::GraphSpec::parse(spec_text, registry, source).to_string().c_str(), stdout);
+      std::fputs(xk::GraphSpec::parse(spec.text, registry, spec.source).to_string().c_str(), stdout);
     } catch (const xk::GraphError& e) {
       std::fprintf(stderr, "%s: %s\n", kProg, e.what());
       return kExitFail;
@@ -674,17 +461,17 @@ int run(const Args& a) {
   }
 
   // Before the EAL starts its threads, so they inherit the mask.
-  SignalSource::block_signals();
+  xk::apps::SignalSource::block();
 
   xk::EventLoopConfig lc;
   lc.name = "loop";
   lc.idle = xk::IdleMode::spin_then_sleep;
   xk::EventLoop loop(lc);  // its own MonotonicClock
-  SignalSource signals(loop);
+  xk::apps::SignalSource signals(loop);
 
   std::optional<xk::Graph> graph;
   try {
-    graph.emplace(xk::Graph::build(spec_text, registry, &loop, source));
+    graph.emplace(xk::Graph::build(spec.text, registry, &loop, spec.source));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: cannot build the stack:\n%s\n", kProg, e.what());
     return kExitFail;
@@ -692,15 +479,19 @@ int run(const Args& a) {
   loop.add(signals);
 
   xk::udp::UdpProtocol* udp = graph->find_as<xk::udp::UdpProtocol>("udp0");
-  auto* ip = graph->find_as<xk::ipv4::Ipv4Protocol>("ip0");
   if (udp == nullptr) {
     std::fprintf(stderr, "%s: the graph has no udp instance named udp0\n", kProg);
     return kExitFail;
   }
-  std::string where = ip != nullptr ? xk::to_string(ip->config().addr) : std::string("?");
-  if (auto* net = graph->find_as<xk::drivers::DpdkDriver>("net0")) {
-    where += " on port " + std::to_string(net->port_id()) + " (" + xk::to_string(net->mac()) + ", mtu " +
-             std::to_string(net->mtu()) + ")";
+  std::string where = xk::apps::describe_stack(*graph);
+  if (!a.quiet) {
+    std::printf("%s: stack %s built, waiting for the link\n", kProg, where.c_str());
+    std::fflush(stdout);
+  }
+  auto link_wait = std::chrono::milliseconds(static_cast<long long>(a.link_wait_s * 1000));
+  if (!xk::apps::wait_for_link(loop, *graph, link_wait)) {
+    std::fprintf(stderr, "%s: the link of net0 is still down after %.1f s\n", kProg, a.link_wait_s);
+    return kExitFail;
   }
 
   xk::udp::SocketOptions so;
@@ -766,10 +557,8 @@ int run(const Args& a) {
   }
 
   loop.remove(signals);
-  if (signals.signal() != 0) {
-    std::printf("%s: stopped by %s\n", kProg, signals.signal() == SIGINT ? "SIGINT" : "SIGTERM");
-  }
-  if (a.verbose || signals.signal() != 0) print_counters(*graph, loop);
+  if (signals.signal() != 0) std::printf("%s: stopped by %s\n", kProg, signals.signal_name());
+  if (a.verbose || signals.signal() != 0) xk::apps::print_counters(*graph, loop);
   std::fflush(stdout);
   sock.close().ok();
   graph.reset();

@@ -26,7 +26,8 @@
 #   XK_INT_PING_COUNT    pings per size in (a) (default 100)
 set -euo pipefail
 
-die() { echo "udp_linux: FAIL: $*" >&2; exit 1; }
+TEST_NAME=udp_linux
+source "$(dirname "$0")/lib.sh"
 [ $# -ge 1 ] || die "usage: $0 XK_UDP_ECHO [af_packet|pcap]"
 XK=$(readlink -f "$1")
 PMD=${2:-af_packet}
@@ -39,14 +40,8 @@ for tool in ip ethtool ping tcpdump tshark "$PY"; do
   command -v "$tool" >/dev/null || die "needs $tool (packages: iproute2 ethtool iputils-ping tcpdump tshark python3)"
 done
 
-T0=$(date +%s.%N)
-elapsed() { awk -v t0="$T0" -v t1="$(date +%s.%N)" 'BEGIN { printf "%.1f", t1 - t0 }'; }
-step() { echo "== [$(elapsed) s] $*"; }
-
 # A sanitizer build is several times slower: fewer datagrams, and it says so.
-SANITIZED=0
-if ldd "$XK" 2>/dev/null | grep -q 'libasan'; then SANITIZED=1; fi
-if [ "$SANITIZED" = 1 ]; then
+if is_sanitized "$XK"; then
   UDP_COUNT=${XK_INT_UDP_COUNT:-2000}
   XK_COUNT=${XK_INT_XK_COUNT:-500}
   echo "udp_linux: NOTE: $XK is an ASan/UBSan build: (b) sends $UDP_COUNT datagrams and (c) $XK_COUNT" \
@@ -68,18 +63,10 @@ OUT=$PWD/udp_linux.$PMD.out
 rm -rf "$OUT"
 mkdir -p "$OUT"
 
-PIDS=()
 cleanup() {
   local rc=$?
   set +e
-  for pid in "${PIDS[@]}"; do
-    kill -TERM "$pid" 2>/dev/null
-  done
-  for pid in "${PIDS[@]}"; do
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-  done
+  kill_all
   ip netns del "$NSA" 2>/dev/null
   ip netns del "$NSB" 2>/dev/null
   ip link del "$LNX" 2>/dev/null
@@ -94,29 +81,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-# Waits until $1 contains the pattern $2 (or the process $3 died), at most $4 s.
-wait_for() {
-  local file=$1 pattern=$2 pid=$3 limit=$4 i
-  for ((i = 0; i < limit * 20; i++)); do
-    grep -q -- "$pattern" "$file" 2>/dev/null && return 0
-    kill -0 "$pid" 2>/dev/null || { cat "$file" >&2; die "process $pid exited before '$pattern' appeared in $file"; }
-    sleep 0.05
-  done
-  cat "$file" >&2
-  die "'$pattern' did not appear in $file within $limit s"
-}
-
-# Stops a background process with SIGTERM and returns its exit status.
-stop() {
-  local pid=$1 rc=0
-  kill -TERM "$pid" 2>/dev/null || true
-  wait "$pid" || rc=$?
-  local left=()
-  for p in "${PIDS[@]}"; do [ "$p" = "$pid" ] || left+=("$p"); done
-  PIDS=("${left[@]+"${left[@]}"}")
-  return $rc
-}
 
 step "topology: $NSA ($LNX $LNX_IP/24) <-veth-> $NSB ($XKIF, xk $XK_IP/24)"
 ip netns add "$NSA"
@@ -221,24 +185,6 @@ kill -INT "$TCPDUMP" 2>/dev/null || true
 stop "$TCPDUMP" || true
 tail -3 "$OUT/tcpdump.log" | sed 's/^/   /'
 
-# Checksum validation on (ICMP's is always checked); IP reassembly on (the
-# default), so UDP checksums are checked over whole datagrams.
-TSHARK_OPTS=(-n -o ip.check_checksum:TRUE -o udp.check_checksum:TRUE -o ip.defragment:TRUE)
-BAD='ip.checksum.status == "Bad" || udp.checksum.status == "Bad" || icmp.checksum.status == "Bad" || _ws.malformed || _ws.expert.severity == "Error"'
-check_pcap() {
-  local f=$1 total bad good
-  [ -s "$f" ] || die "$f is missing or empty"
-  tshark "${TSHARK_OPTS[@]}" -r "$f" -T fields -e frame.number -e ip.checksum.status -e udp.checksum.status \
-    -e icmp.checksum.status -e _ws.malformed -e _ws.expert.severity > "$f.fields" 2> "$f.tshark-err" \
-    || { cat "$f.tshark-err" >&2; die "tshark cannot read $f"; }
-  total=$(wc -l < "$f.fields")
-  bad=$(tshark "${TSHARK_OPTS[@]}" -r "$f" -Y "$BAD" 2>>"$f.tshark-err" | tee "$f.bad" | wc -l)
-  good=$(tshark "${TSHARK_OPTS[@]}" -r "$f" -Y 'udp.checksum.status == "Good" || icmp.checksum.status == "Good"' \
-           2>>"$f.tshark-err" | wc -l)
-  echo "   $(basename "$f"): $total frames, $good with a verified good UDP/ICMP checksum, $bad bad or malformed"
-  [ "$bad" -eq 0 ] || { head -20 "$f.bad" >&2; die "$f: $bad frames with a bad checksum or malformed"; }
-  [ "$good" -gt 0 ] || die "$f: no checksum was verified at all"
-}
 step "tshark: checksums and malformed frames"
 check_pcap "$OUT/linux.pcap"
 check_pcap "$OUT/xk-server.pcap"

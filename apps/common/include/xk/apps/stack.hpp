@@ -1,0 +1,134 @@
+#pragma once
+// What every standalone xk program shares: the stack flags (--port, --ip, ...)
+// and the graph they compose, a registry of every kind the program can use,
+// SIGINT/SIGTERM read from the event loop, waiting for the link, and the
+// counters table at exit. Apps keep only their own logic.
+
+#include <chrono>
+#include <charconv>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "xk/address.hpp"
+#include "xk/event_loop.hpp"
+#include "xk/graph.hpp"
+#include "xk/options.hpp"
+
+namespace xk::apps {
+
+// A bad command line: the message is printed with "try '<prog> --help'", exit 2.
+struct UsageError {
+  std::string what;
+};
+
+template <class T>
+T parse_number(std::string_view flag, std::string_view text, T min, T max) {
+  T v{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || end != text.data() + text.size() || text.empty() || v < min || v > max) {
+    throw UsageError{std::string(flag) + ": '" + std::string(text) + "' is not a number in " + std::to_string(min) +
+                     ".." + std::to_string(max)};
+  }
+  return v;
+}
+
+// A positive number of seconds, at most an hour.
+double parse_seconds(std::string_view flag, std::string_view text);
+
+// "A.B.C.D:PORT" (port 1..65535).
+std::pair<Ipv4Addr, std::uint16_t> parse_endpoint(std::string_view flag, std::string_view text);
+
+// The flags that describe the stack, shared by every app:
+//   --port DEVARGS --port-opts 'K=V ..' --ip A.B.C.D/N --gw A.B.C.D --mac MAC
+//   --csum on|off --capture FILE --graph FILE
+struct StackFlags {
+  std::string port;
+  std::string port_opts;
+  std::optional<Ipv4Cidr> ip;
+  std::optional<Ipv4Addr> gw;
+  std::optional<MacAddr> mac;
+  bool csum = true;
+  std::string capture;
+  std::string graph_file;
+  bool composed_flag_seen = false;  // any flag other than --graph
+
+  // Takes `flag` if it is a stack flag, reading its value with `value()`.
+  template <class ValueFn>
+  bool take(std::string_view flag, ValueFn&& value) {
+    if (flag == "--graph") {
+      graph_file = std::string(value());
+      return true;
+    }
+    if (!is_composed_flag(flag)) return false;
+    composed_flag_seen = true;
+    set(flag, value());
+    return true;
+  }
+  // After all flags: either --graph alone, or at least --port and --ip.
+  void validate() const;
+
+  static bool is_composed_flag(std::string_view flag);
+  void set(std::string_view flag, std::string_view value);
+};
+
+// Help text for the stack flags (indented two spaces, one flag a line).
+extern const char* const kStackFlagsHelp;
+
+// The graph the flags describe:
+//   dpdk net0 -> [capture cap0] -> eth eth0 -> arp arp0 -> ipv4 ip0 -> icmp icmp0, udp udp0
+// or the text of --graph (`source` says which, for error messages).
+struct StackSpec {
+  std::string text;
+  std::string source;
+};
+StackSpec stack_spec(const StackFlags& flags);
+
+// Every kind this build has: dpdk, capture (with libpcap), eth, arp, ipv4,
+// icmp, udp, fault.
+void register_all(Registry& registry);
+
+// SIGINT/SIGTERM, blocked in every thread (call block() before the EAL starts
+// its threads, so they inherit the mask) and read from a signalfd that the
+// loop polls: the loop stops, and the program tears down normally.
+class SignalSource final : public Pollable {
+ public:
+  explicit SignalSource(EventLoop& loop);
+  ~SignalSource() override;
+  SignalSource(const SignalSource&) = delete;
+  SignalSource& operator=(const SignalSource&) = delete;
+
+  static void block();
+  // Reads the signalfd after every sleep and every kCheckEvery passes: a
+  // busy-polling loop must not pay a system call per pass.
+  std::size_t poll(std::size_t) override;
+  int wait_fd() const noexcept override { return fd_; }
+  void after_sleep() noexcept override { passes_ = kCheckEvery; }
+  // The signal that stopped the loop, or 0.
+  int signal() const noexcept { return signal_; }
+  const char* signal_name() const noexcept;
+
+ private:
+  static constexpr unsigned kCheckEvery = 4096;  // well under a millisecond of passes
+  EventLoop& loop_;
+  int fd_ = -1;
+  int signal_ = 0;
+  unsigned passes_ = kCheckEvery;
+};
+
+// Runs the loop until the graph's driver `net0` reports its link up (a memif
+// peer connected), at most `limit`. True when up (or when net0 is not a DPDK
+// port, which has no link to wait for).
+bool wait_for_link(EventLoop& loop, Graph& graph, std::chrono::milliseconds limit);
+
+// "192.0.2.10/24 on port 0 (aa:bb:.., mtu 1500)"
+std::string describe_stack(Graph& graph);
+
+// Every counter of the graph and the loop, as a table on stdout.
+void print_counters(const Graph& graph, EventLoop& loop);
+
+// CPU seconds this process has used (user + system).
+double process_cpu_seconds();
+
+}  // namespace xk::apps

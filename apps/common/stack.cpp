@@ -1,0 +1,260 @@
+// Shared pieces of the standalone apps (include/xk/apps/stack.hpp).
+
+#include "xk/apps/stack.hpp"
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "xk/counters.hpp"
+#include "xk/drivers/dpdk.hpp"
+#include "xk/protocols/arp.hpp"
+#include "xk/protocols/eth.hpp"
+#include "xk/protocols/fault.hpp"
+#include "xk/protocols/icmp.hpp"
+#include "xk/protocols/ipv4.hpp"
+#include "xk/protocols/udp.hpp"
+#ifdef XK_HAVE_CAPTURE
+#include "xk/protocols/capture.hpp"
+#endif
+
+namespace xk::apps {
+
+double parse_seconds(std::string_view flag, std::string_view text) {
+  std::string s(text);
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !(v > 0) || v > 3600) {
+    throw UsageError{std::string(flag) + ": '" + s + "' is not a number of seconds in (0, 3600]"};
+  }
+  return v;
+}
+
+std::pair<Ipv4Addr, std::uint16_t> parse_endpoint(std::string_view flag, std::string_view v) {
+  auto colon = v.rfind(':');
+  if (colon == std::string_view::npos) {
+    throw UsageError{std::string(flag) + ": expected A.B.C.D:PORT, got '" + std::string(v) + "'"};
+  }
+  auto addr = parse_ipv4(v.substr(0, colon));
+  if (!addr) throw UsageError{std::string(flag) + ": '" + std::string(v.substr(0, colon)) + "' is not an IPv4 address"};
+  return {*addr, parse_number<std::uint16_t>(std::string(flag) + " port", v.substr(colon + 1), 1, 65535)};
+}
+
+const char* const kStackFlagsHelp =
+    R"(  --port DEVARGS      DPDK device, e.g. net_af_packet0,iface=veth1 or
+                      net_memif0,role=client,socket=/run/xk.sock (required without --graph)
+  --port-opts 'K=V ..' more options of the dpdk kind, e.g. 'mbuf_data=64k mbufs=1023'
+  --ip A.B.C.D/N      our address and prefix (required without --graph)
+  --gw A.B.C.D        default gateway (on the subnet)
+  --mac MAC           Ethernet address to use (default: the port's)
+  --csum on|off       UDP checksum on send and receive (default on)
+  --capture FILE      write every frame to FILE (pcap, linktype ether)
+  --graph FILE        use this graph spec instead of composing one; it must name the
+                      udp instance udp0 (the stack flags above are then refused)
+)";
+
+bool StackFlags::is_composed_flag(std::string_view flag) {
+  return flag == "--port" || flag == "--port-opts" || flag == "--ip" || flag == "--gw" || flag == "--mac" ||
+         flag == "--csum" || flag == "--capture";
+}
+
+void StackFlags::set(std::string_view flag, std::string_view v) {
+  if (flag == "--port") {
+    if (v.empty()) throw UsageError{"--port: empty device"};
+    port = std::string(v);
+  } else if (flag == "--port-opts") {
+    port_opts = std::string(v);
+  } else if (flag == "--ip") {
+    auto c = parse_cidr(v);
+    if (!c) throw UsageError{"--ip: '" + std::string(v) + "' is not an address/prefix (a.b.c.d/n)"};
+    ip = *c;
+  } else if (flag == "--gw") {
+    auto g = parse_ipv4(v);
+    if (!g) throw UsageError{"--gw: '" + std::string(v) + "' is not an IPv4 address"};
+    gw = *g;
+  } else if (flag == "--mac") {
+    auto m = parse_mac(v);
+    if (!m) throw UsageError{"--mac: '" + std::string(v) + "' is not a MAC address (aa:bb:cc:dd:ee:ff)"};
+    mac = *m;
+  } else if (flag == "--csum") {
+    if (v == "on") {
+      csum = true;
+    } else if (v == "off") {
+      csum = false;
+    } else {
+      throw UsageError{"--csum: expected on or off, got '" + std::string(v) + "'"};
+    }
+  } else if (flag == "--capture") {
+    if (v.empty()) throw UsageError{"--capture: empty file name"};
+#ifndef XK_HAVE_CAPTURE
+    throw UsageError{"--capture: this build has no capture layer (libpcap was not found)"};
+#endif
+    capture = std::string(v);
+  }
+}
+
+void StackFlags::validate() const {
+  if (!graph_file.empty()) {
+    if (composed_flag_seen) {
+      throw UsageError{"--graph replaces the composed graph: --port, --port-opts, --ip, --gw, --mac, --csum and "
+                       "--capture go into the file instead"};
+    }
+    return;
+  }
+  if (port.empty()) throw UsageError{"--port DEVARGS is required (or --graph FILE)"};
+  if (!ip) throw UsageError{"--ip A.B.C.D/N is required (or --graph FILE)"};
+  if (gw && !ip->contains(*gw)) throw UsageError{"--gw " + to_string(*gw) + " is not on " + to_string(*ip)};
+}
+
+namespace {
+
+// A graph-spec value in double quotes (docs/graph-spec.md: \" and \\ escape).
+std::string spec_quoted(std::string_view v) {
+  std::string out = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  out += '"';
+  return out;
+}
+
+}  // namespace
+
+StackSpec stack_spec(const StackFlags& a) {
+  if (!a.graph_file.empty()) {
+    std::ifstream in(a.graph_file);
+    if (!in) throw std::runtime_error("cannot read " + a.graph_file + ": " + std::strerror(errno));
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return {ss.str(), a.graph_file};
+  }
+  std::ostringstream g;
+  g << "dpdk    net0  devargs=" << spec_quoted(a.port);
+  if (!a.port_opts.empty()) g << " " << a.port_opts;
+  g << "\n";
+  std::string link = "net0";
+  if (!a.capture.empty()) {
+    g << "capture cap0  below=net0 file=" << spec_quoted(a.capture) << " linktype=ether flush=off\n";
+    link = "cap0";
+  }
+  g << "eth     eth0  below=" << link;
+  if (a.mac) g << " mac=" << to_string(*a.mac);
+  g << "\n";
+  // A 65507-byte datagram is 45 fragments: let them all wait for one ARP reply.
+  g << "arp     arp0  below=eth0 pending=64\n";
+  g << "ipv4    ip0   below=eth0,arp0 addr=" << to_string(*a.ip);
+  if (a.gw) g << " gw=" << to_string(*a.gw);
+  g << "\n";
+  g << "icmp    icmp0 below=ip0\n";
+  g << "udp     udp0  below=ip0 csum=" << (a.csum ? "on" : "off") << "\n";
+  return {g.str(), "flags"};
+}
+
+void register_all(Registry& registry) {
+  drivers::register_dpdk(registry);
+#ifdef XK_HAVE_CAPTURE
+  capture::register_capture(registry);
+#endif
+  fault::register_fault(registry);
+  eth::register_eth(registry);
+  arp::register_arp(registry);
+  ipv4::register_ipv4(registry);
+  icmp::register_icmp(registry);
+  udp::register_udp(registry);
+}
+
+namespace {
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+}  // namespace
+
+SignalSource::SignalSource(EventLoop& loop) : loop_(loop) {
+  sigset_t set = stop_signals();
+  fd_ = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (fd_ < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
+}
+
+SignalSource::~SignalSource() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SignalSource::block() {
+  sigset_t set = stop_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+std::size_t SignalSource::poll(std::size_t) {
+  if (++passes_ < kCheckEvery) return 0;
+  passes_ = 0;
+  signalfd_siginfo info{};
+  std::size_t n = 0;
+  while (::read(fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+    signal_ = static_cast<int>(info.ssi_signo);
+    ++n;
+  }
+  if (n > 0) loop_.stop();
+  return n;
+}
+
+const char* SignalSource::signal_name() const noexcept {
+  switch (signal_) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    default: return "no signal";
+  }
+}
+
+bool wait_for_link(EventLoop& loop, Graph& graph, std::chrono::milliseconds limit) {
+  auto* net = graph.find_as<drivers::DpdkDriver>("net0");
+  if (net == nullptr) return true;
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!net->link().up) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    // Keep the stack running meanwhile (a memif peer's connect is handled by
+    // DPDK's interrupt thread; anything that arrives is delivered as usual).
+    for (int i = 0; i < 100; ++i) loop.run_once();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+std::string describe_stack(Graph& graph) {
+  auto* ip = graph.find_as<ipv4::Ipv4Protocol>("ip0");
+  std::string where = ip != nullptr ? to_string(ip->config().addr) : std::string("?");
+  if (auto* net = graph.find_as<drivers::DpdkDriver>("net0")) {
+    where += " on port " + std::to_string(net->port_id()) + " (" + to_string(net->mac()) + ", mtu " +
+             std::to_string(net->mtu()) + ")";
+  }
+  return where;
+}
+
+void print_counters(const Graph& graph, EventLoop& loop) {
+  std::vector<const CounterSet*> sets = graph.counters();
+  sets.push_back(&loop.counters());
+  std::fputs(counters_table(sets).c_str(), stdout);
+}
+
+double process_cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto secs = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) / 1e6; };
+  return secs(ru.ru_utime) + secs(ru.ru_stime);
+}
+
+}  // namespace xk::apps
