@@ -101,6 +101,8 @@ DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
       tx_nombuf_(counters().add("tx_nombuf", "frames refused: no free mbuf")),
       drop_too_big_(counters().add("drop_too_big", "frames refused: larger than the MTU allows")),
       drop_no_receiver_(counters().add("drop_no_receiver", "frames received with nobody enabled")),
+      drop_offload_(counters().add("drop_offload", "frames refused: a checksum offload the port lacks")),
+      tx_csum_offload_(counters().add("tx_csum_offload", "frames sent with a checksum left to the port")),
       drop_wrap_(counters().add("drop_wrap", "frames dropped: no memory to wrap an mbuf")),
       link_up_(counters().add("link_up", "1 if the link was up when last asked")),
       intr_sleeps_(counters().add("intr_sleeps", "loop sleeps armed with the rx interrupt")),
@@ -312,6 +314,10 @@ Result<ControlReply> DpdkDriver::control_any(const ControlQuery& query) {
   if (std::holds_alternative<ctl::GetMtu>(query)) return ControlReply{mtu_ + kEthHeader};
   if (std::holds_alternative<ctl::GetHeaderRoom>(query)) return ControlReply{std::size_t{0}};
   if (std::holds_alternative<ctl::GetLocalAddr>(query)) return ControlReply{Participant{mac_}};
+  if (std::holds_alternative<ctl::GetOffloads>(query)) {
+    return ControlReply{LinkOffloads{offloads_.tx_ipv4_cksum, offloads_.tx_udp_cksum, offloads_.tx_tcp_cksum,
+                                     offloads_.rx_ipv4_cksum, offloads_.rx_l4_cksum}};
+  }
   return Protocol::control_any(query);
 }
 
@@ -370,6 +376,10 @@ void DpdkDriver::deliver(rte_mbuf* head) {
     ++drop_no_receiver_;
     return;
   }
+  // What the port verified travels with the frame; ipv4 and the transports
+  // then skip their own check (a bad one is still checked, and dropped there).
+  if ((flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_GOOD) frame.offload().flags |= Offload::rx_ip_good;
+  if ((flags & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_GOOD) frame.offload().flags |= Offload::rx_l4_good;
   ++rx_frames_;
   rx_bytes_.inc(frame_len);
   // Keep the session alive across the upcall even if the upper disables us.
@@ -382,10 +392,32 @@ Status DpdkDriver::transmit(const Msg& frame) {
     ++drop_too_big_;
     return Errc::too_large;
   }
+  // A checksum request the port cannot honour would put a wrong checksum on
+  // the wire: refuse it (the layers ask only for what GetOffloads offered).
+  const Offload req = frame.offload();
+  std::uint64_t ol_flags = 0;
+  if ((req.flags & Offload::kTxMask) != 0) {
+    if ((req.has(Offload::tx_ip_csum) && !offloads_.tx_ipv4_cksum) ||
+        (req.has(Offload::tx_udp_csum) && !offloads_.tx_udp_cksum) ||
+        (req.has(Offload::tx_tcp_csum) && !offloads_.tx_tcp_cksum) || req.l3_len < 20) {
+      ++drop_offload_;
+      return Errc::unsupported;
+    }
+    ol_flags = RTE_MBUF_F_TX_IPV4;
+    if (req.has(Offload::tx_ip_csum)) ol_flags |= RTE_MBUF_F_TX_IP_CKSUM;
+    if (req.has(Offload::tx_udp_csum)) ol_flags |= RTE_MBUF_F_TX_UDP_CKSUM;
+    if (req.has(Offload::tx_tcp_csum)) ol_flags |= RTE_MBUF_F_TX_TCP_CKSUM;
+  }
   rte_mbuf* head = rte_pktmbuf_alloc(pool_);
   if (head == nullptr) {
     ++tx_nombuf_;
     return Errc::would_block;
+  }
+  if (ol_flags != 0) {
+    head->ol_flags |= ol_flags;
+    head->l2_len = kEthHeader;  // we never send tagged frames
+    head->l3_len = req.l3_len;
+    ++tx_csum_offload_;
   }
   rte_mbuf* tail = head;
   for (const Frag& f : frame.fragments()) {

@@ -201,6 +201,9 @@ Msg FaultProtocol::corrupted_copy(const Msg& msg) {
   (void)msg.copy_out(0, bytes);
   std::size_t at = static_cast<std::size_t>(rng_() % bytes.size());
   bytes[at] ^= static_cast<std::byte>(1u << (rng_() % 8));
+  // The copy carries no Offload flags: a port's "checksum verified" must not
+  // vouch for the flipped bit, and a transmit request is dropped with it, so
+  // the frame leaves with a checksum that no longer matches, as on a bad link.
   return Msg::copy_of(bytes);
 }
 

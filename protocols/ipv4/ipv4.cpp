@@ -1,6 +1,8 @@
 #include "xk/protocols/ipv4.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -113,7 +115,11 @@ Ipv4Protocol::Ipv4Protocol(std::string name, Protocol& link, NextHopResolver* re
       icmp_port_unreach_(counters().add("icmp_port_unreach", "port unreachables asked of icmp")),
       icmp_proto_unreach_(counters().add("icmp_proto_unreach", "protocol unreachables asked of icmp")),
       errors_delivered_(counters().add("errors_delivered", "ICMP errors handed to a transport")),
-      drop_error_no_owner_(counters().add("drop_error_no_owner", "ICMP errors nobody owns")) {
+      drop_error_no_owner_(counters().add("drop_error_no_owner", "ICMP errors nobody owns")),
+      rx_csum_by_port_(counters().add("rx_csum_by_port", "header checksums the port verified for us")),
+      tx_csum_by_port_(counters().add("tx_csum_by_port", "header checksums left to the port")),
+      tx_l4_csum_resolved_(counters().add("tx_l4_csum_resolved",
+                                          "transport checksums finished here: fragmented or looped back")) {
   if (config_.gw && !config_.addr.contains(*config_.gw)) {
     throw std::invalid_argument("gw=" + to_string(*config_.gw) + " is not on the subnet of addr=" +
                                 to_string(config_.addr));
@@ -125,6 +131,9 @@ Ipv4Protocol::Ipv4Protocol(std::string name, Protocol& link, NextHopResolver* re
     throw std::runtime_error("cannot receive from '" + link_.name() + "': open_enable failed: " + to_string(st.error()));
   }
   link_enabled_ = true;
+  // The port's checksum offloads (docs/checksum.md, "Offload"); a link that
+  // does not answer has none.
+  if (Result<LinkOffloads> o = link_.control(ctl::GetOffloads{})) offloads_ = *o;
   if (resolver_ == nullptr) {
     // No resolver: one session on the link carries every packet.
     Participants none;
@@ -246,9 +255,13 @@ Status Ipv4Protocol::receive(Session* lower, Msg msg, bool verify) {
     ++drop_truncated_;
     return Errc::malformed;
   }
-  if (verify && !header_checksum_ok(*whole)) {
-    ++drop_bad_csum_;
-    return Errc::malformed;
+  if (verify) {
+    if (msg.offload().has(Offload::rx_ip_good)) {
+      ++rx_csum_by_port_;
+    } else if (!header_checksum_ok(*whole)) {
+      ++drop_bad_csum_;
+      return Errc::malformed;
+    }
   }
   if (h.options_length() != 0) ++rx_options_;
   // RFC 1122 3.2.1.3: a datagram from a broadcast or multicast source is
@@ -433,6 +446,9 @@ Status Ipv4Protocol::reassemble(Session* lower, const Header& h, Msg packet, boo
   }
   Msg whole;
   for (Fragment& f : frags) whole.join(std::move(f.data));
+  // A port checks a transport checksum only in an unfragmented packet: no
+  // flag of the first fragment may speak for the whole datagram.
+  whole.offload().flags &= static_cast<std::uint8_t>(~Offload::rx_l4_good);
   drop_datagram(key);
   Header rh = Header::read(std::span<const std::byte>(hdr).first<Header::kMinSize>());
   rh.total_length = static_cast<std::uint16_t>(hdr.size() + whole.size());
@@ -484,6 +500,9 @@ Status Ipv4Protocol::send(Ipv4Addr dst, std::uint8_t protocol, Msg payload, Send
     ++drop_tx_too_large_;
     return Errc::too_large;
   }
+  // What a port verified about a received message (echoed back, say) says
+  // nothing about it on the way down.
+  payload.offload().flags &= Offload::kTxMask;
   Header h;
   h.ttl = config_.ttl;
   h.protocol = protocol;
@@ -491,13 +510,23 @@ Status Ipv4Protocol::send(Ipv4Addr dst, std::uint8_t protocol, Msg payload, Send
   h.dst = dst;
   h.id = next_id_++;
 
-  auto finish_header = [&](Msg& m, std::uint16_t flags_offset) -> Status {
+  // `via_port`: the packet goes out through the link, whose port may fill
+  // the header checksum (never true for our own loopback).
+  auto finish_header = [&](Msg& m, std::uint16_t flags_offset, bool via_port) -> Status {
     h.total_length = static_cast<std::uint16_t>(m.size() + Header::kMinSize);
     h.flags_offset = flags_offset;
     Result<std::span<std::byte>> room = m.push(Header::kMinSize);
     if (!room) return room.status();
     h.write(room->first<Header::kMinSize>());
-    if (fill_tx()) fill_header_checksum(*room);
+    if (fill_tx()) {
+      if (via_port && offloads_.tx_ip_csum) {
+        m.offload().flags |= Offload::tx_ip_csum;  // the field stays 0 for the port to fill
+        ++tx_csum_by_port_;
+      } else {
+        fill_header_checksum(*room);
+      }
+    }
+    if ((m.offload().flags & Offload::kTxMask) != 0) m.offload().l3_len = Header::kMinSize;
     return {};
   };
 
@@ -508,7 +537,11 @@ Status Ipv4Protocol::send(Ipv4Addr dst, std::uint8_t protocol, Msg payload, Send
       ++drop_loopback_full_;
       return Errc::would_block;
     }
-    if (Status st = finish_header(payload, opts.dont_fragment ? Header::kFlagDf : 0); !st) return st;
+    // No port on this path: finish what the transport left to one.
+    if ((payload.offload().flags & (Offload::tx_udp_csum | Offload::tx_tcp_csum)) != 0) {
+      if (Status st = resolve_l4_checksum(payload); !st) return st;
+    }
+    if (Status st = finish_header(payload, opts.dont_fragment ? Header::kFlagDf : 0, false); !st) return st;
     loopback_.push_back(std::move(payload));
     ++tx_loopback_;
     if (!loopback_timer_.armed()) loopback_timer_.arm(timers_.clock().now());
@@ -531,12 +564,17 @@ Status Ipv4Protocol::send(Ipv4Addr dst, std::uint8_t protocol, Msg payload, Send
   const std::size_t mtu = link_mtu();
   const std::size_t max_payload = mtu - Header::kMinSize;
   if (payload.size() <= max_payload) {
-    if (Status st = finish_header(payload, opts.dont_fragment ? Header::kFlagDf : 0); !st) return st;
+    if (Status st = finish_header(payload, opts.dont_fragment ? Header::kFlagDf : 0, true); !st) return st;
     return emit(next_hop, std::move(payload));
   }
   if (opts.dont_fragment) {
     ++drop_tx_too_large_;
     return Errc::too_large;
+  }
+  // A transport checksum asked of the port covers the whole datagram, which
+  // no fragment carries whole: finish it here before cutting.
+  if ((payload.offload().flags & (Offload::tx_udp_csum | Offload::tx_tcp_csum)) != 0) {
+    if (Status st = resolve_l4_checksum(payload); !st) return st;
   }
   // RFC 791 fragmentation: every piece but the last carries a multiple of 8.
   const std::size_t chunk = max_payload / 8 * 8;
@@ -555,7 +593,7 @@ Status Ipv4Protocol::send(Ipv4Addr dst, std::uint8_t protocol, Msg payload, Send
     }
     auto fo = static_cast<std::uint16_t>((offset / 8) | (more ? Header::kFlagMf : 0));
     offset += piece.size();
-    if (Status st = finish_header(piece, fo); !st) return st;
+    if (Status st = finish_header(piece, fo, true); !st) return st;
     ++tx_fragments_;
     if (Status st = emit(next_hop, std::move(piece)); !st) return st;
   }
@@ -571,6 +609,27 @@ Status Ipv4Protocol::emit(Ipv4Addr next_hop, Msg packet) {
     ++drop_tx_link_;
   }
   return st;
+}
+
+// Does in software what a transmit request asked of the port: the field
+// already holds the pseudo-header sum, so the sum over the whole transport
+// segment, complemented, is the checksum.
+Status Ipv4Protocol::resolve_l4_checksum(Msg& payload) {
+  const bool udp = payload.offload().has(Offload::tx_udp_csum);
+  const std::size_t at = udp ? 6 : 16;  // RFC 768 / RFC 9293 3.1: the checksum field
+  if (payload.size() < at + 2) return Errc::invalid_argument;
+  std::uint16_t ck = csum::finish(csum::partial(payload));
+  if (udp && ck == 0) ck = 0xffff;  // RFC 768: 0 on the wire means "none"
+  std::array<std::byte, 18> head{};
+  if (Status st = payload.copy_out(0, std::span(head).first(at + 2)); !st) return st;
+  std::memcpy(head.data() + at, &ck, 2);  // already in network order, like the sum
+  if (Status st = payload.trim_front(at + 2); !st) return st;
+  Result<std::span<std::byte>> room = payload.push(at + 2);
+  if (!room) return room.status();
+  std::memcpy(room->data(), head.data(), at + 2);
+  payload.offload().flags &= static_cast<std::uint8_t>(~(Offload::tx_udp_csum | Offload::tx_tcp_csum));
+  ++tx_l4_csum_resolved_;
+  return {};
 }
 
 void Ipv4Protocol::drain_loopback() {
@@ -604,6 +663,7 @@ Result<ControlReply> Ipv4Protocol::control_any(const ControlQuery& query) {
     return ControlReply{(room ? *room : std::size_t{0}) + Header::kMinSize};
   }
   if (std::holds_alternative<ctl::GetLocalAddr>(query)) return ControlReply{Participant{address()}};
+  if (std::holds_alternative<ctl::GetOffloads>(query)) return ControlReply{offloads_};
   if (std::holds_alternative<ctl::GetChecksum>(query)) return ControlReply{config_.csum};
   if (const auto* set = std::get_if<ctl::SetChecksum>(&query)) {
     config_.csum = set->mode;

@@ -175,7 +175,11 @@ UdpProtocol::UdpProtocol(std::string name, Protocol& below, UdpConfig config)
       drop_bad_csum_(counters().add("drop_bad_csum")),
       drop_rcvbuf_full_(counters().add("drop_rcvbuf_full", "a socket's receive queue was full")),
       icmp_errors_(counters().add("icmp_errors", "ICMP errors reported to a socket")),
-      icmp_errors_ignored_(counters().add("icmp_errors_ignored", "ICMP errors for no connected socket")) {
+      icmp_errors_ignored_(counters().add("icmp_errors_ignored", "ICMP errors for no connected socket")),
+      rx_csum_by_port_(counters().add("rx_csum_by_port", "checksums the port verified for us")),
+      tx_csum_by_port_(counters().add("tx_csum_by_port", "checksums left to the port")) {
+  // The port's checksum offloads, as ipv4 reports them (none if it does not).
+  if (Result<LinkOffloads> o = below.control(ctl::GetOffloads{})) offloads_ = *o;
   if (config_.ephemeral_min == 0 || config_.ephemeral_min > config_.ephemeral_max) {
     throw std::invalid_argument("udp: bad ephemeral port range");
   }
@@ -356,9 +360,19 @@ Status UdpProtocol::send(UdpSession& s, Msg msg, Ipv4Addr addr, Port port, IpPee
   Header{s.local_.port.value, port.value, length, 0}.write(room->first<Header::kSize>());
   if (computes(config_.csum)) {
     std::uint32_t sum = csum::pseudo_header_v4(ip->local, addr, kIpProtocol, length);
-    std::uint16_t ck = csum::finish(csum::partial(msg, sum));
-    // RFC 768: a computed 0 is sent as all ones; 0 on the wire means "none".
-    if (ck == 0) ck = 0xffff;
+    std::uint16_t ck;
+    if (offloads_.tx_udp_csum) {
+      // The port sums the rest: the field holds the pseudo-header sum, not
+      // complemented (docs/checksum.md, "Offload"); ipv4 finishes it in
+      // software if it has to fragment.
+      ck = csum::fold(sum);
+      msg.offload().flags |= Offload::tx_udp_csum;
+      ++tx_csum_by_port_;
+    } else {
+      ck = csum::finish(csum::partial(msg, sum));
+      // RFC 768: a computed 0 is sent as all ones; 0 on the wire means "none".
+      if (ck == 0) ck = 0xffff;
+    }
     std::memcpy(room->data() + Header::kChecksumOffset, &ck, 2);
   }
   ++tx_datagrams_;
@@ -410,6 +424,8 @@ Status UdpProtocol::demux(Session& lower, Msg msg) {
   }
   if (h.checksum == 0) {
     ++rx_no_csum_;  // RFC 768: the sender computed none
+  } else if (verifies(config_.csum) && msg.offload().has(Offload::rx_l4_good)) {
+    ++rx_csum_by_port_;
   } else if (verifies(config_.csum)) {
     std::uint32_t sum = csum::pseudo_header_v4((*ip)->peer, (*ip)->local, kIpProtocol, h.length);
     if (csum::fold(csum::partial(msg, sum)) != 0xffff) {

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +29,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "xk/checksum.hpp"
 
 namespace xk::drivers {
 namespace {
@@ -544,6 +547,155 @@ TEST_F(DpdkTest, TapRxInterruptWakesASleepingLoop) {
   EXPECT_GE(loop.counters().value("wakeups"), 1u);
   ::close(sock);
   ASSERT_TRUE(drv.open_disable(sink, parts).ok());
+}
+
+// A UDP/IPv4 frame from 192.0.2.1:1000 to 192.0.2.2:2000 with `n` payload
+// bytes. With `offload`, both checksums are left to the port as the stack
+// leaves them (IPv4 field 0; UDP field the pseudo-header sum); otherwise they
+// are computed, and `corrupt` spoils the UDP one.
+Msg udp_frame(std::size_t n, bool offload, bool corrupt = false) {
+  Bytes f(14 + 20 + 8 + n);
+  std::fill(f.begin(), f.begin() + 12, std::byte{0x02});
+  f[12] = std::byte{0x08};
+  f[13] = std::byte{0x00};
+  std::byte* ip = f.data() + 14;
+  auto put16 = [](std::byte* p, std::uint16_t v) {
+    p[0] = std::byte(v >> 8);
+    p[1] = std::byte(v & 0xff);
+  };
+  ip[0] = std::byte{0x45};
+  put16(ip + 2, static_cast<std::uint16_t>(20 + 8 + n));
+  ip[8] = std::byte{64};
+  ip[9] = std::byte{17};
+  const Ipv4Addr src{0xC0000201}, dst{0xC0000202};
+  put16(ip + 12, 0xC000);
+  put16(ip + 14, 0x0201);
+  put16(ip + 16, 0xC000);
+  put16(ip + 18, 0x0202);
+  std::byte* udp = ip + 20;
+  put16(udp, 1000);
+  put16(udp + 2, 2000);
+  put16(udp + 4, static_cast<std::uint16_t>(8 + n));
+  for (std::size_t i = 0; i < n; ++i) udp[8 + i] = std::byte(static_cast<unsigned char>(i * 3 + 1));
+  std::uint32_t pseudo = csum::pseudo_header_v4(src, dst, 17, static_cast<std::uint16_t>(8 + n));
+  std::uint16_t uck, ick = 0;
+  if (offload) {
+    uck = csum::fold(pseudo);
+  } else {
+    uck = csum::finish(csum::partial(udp, 8 + n, pseudo));
+    if (corrupt) uck = static_cast<std::uint16_t>(uck ^ 0x0101);
+    ick = csum::finish(csum::partial(ip, 20));
+  }
+  std::memcpy(udp + 6, &uck, 2);
+  std::memcpy(ip + 10, &ick, 2);
+  Msg m = Msg::copy_of(f);
+  if (offload) {
+    m.offload().flags = Offload::tx_ip_csum | Offload::tx_udp_csum;
+    m.offload().l3_len = 20;
+  }
+  return m;
+}
+
+bool udp_frame_checksums_ok(const Bytes& f) {
+  if (f.size() < 42) return false;
+  const std::byte* ip = f.data() + 14;
+  if (csum::fold(csum::partial(ip, 20)) != 0xffff) return false;
+  const Ipv4Addr src{0xC0000201}, dst{0xC0000202};
+  std::size_t l4 = f.size() - 34;
+  std::uint32_t pseudo = csum::pseudo_header_v4(src, dst, 17, static_cast<std::uint16_t>(l4));
+  return csum::fold(csum::partial(ip + 20, l4, pseudo)) == 0xffff;
+}
+
+// net_tap offers IPv4/UDP/TCP checksum offload (done in the PMD, as a NIC
+// would): what the stack leaves to the port arrives right at the kernel, and
+// what the kernel sends is flagged verified (or not, when it is wrong).
+TEST_F(DpdkTest, TapFillsAndVerifiesChecksumsForUs) {
+  ASSERT_EQ(::geteuid(), 0u) << "this test needs root: a tap interface";
+  std::string iface = "xkt" + std::to_string(::getpid()) + "o";
+  DpdkDriver::Config c;
+  c.devargs = vdev("net_tap") + ",iface=" + iface;
+  c.mbufs = 1023;
+  c.rx_descriptors = 256;
+  c.tx_descriptors = 256;
+  DpdkDriver drv("net0", c);
+  ASSERT_TRUE(drv.offloads().tx_ipv4_cksum && drv.offloads().tx_udp_cksum) << "net_tap should offer tx checksums";
+  ASSERT_TRUE(drv.offloads().rx_ipv4_cksum && drv.offloads().rx_l4_cksum) << "net_tap should offer rx checksums";
+  Result<LinkOffloads> lo = drv.control(ctl::GetOffloads{});
+  ASSERT_TRUE(lo.ok());
+  EXPECT_TRUE(lo->tx_ip_csum && lo->tx_udp_csum && lo->tx_tcp_csum && lo->rx_ip_csum && lo->rx_l4_csum);
+  Sink sink;
+  Participants parts;
+  ASSERT_TRUE(drv.open_enable(sink, parts).ok());
+  Result<SessionRef> s = drv.open(sink, parts);
+  ASSERT_TRUE(s.ok());
+  int sock = packet_socket(iface);
+  ASSERT_GE(sock, 0);
+  timeval tv{0, 100'000};
+  ASSERT_EQ(setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+
+  // xk -> kernel: checksums left to the port.
+  ASSERT_TRUE((*s)->push(udp_frame(777, true)).ok());
+  EXPECT_EQ(drv.flush(), 1u);
+  EXPECT_EQ(drv.counters().value("tx_csum_offload"), 1u);
+  bool seen = false;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!seen && std::chrono::steady_clock::now() < deadline) {
+    Bytes buf(2048);
+    ssize_t n = ::recv(sock, buf.data(), buf.size(), 0);
+    if (n <= 0) continue;
+    buf.resize(static_cast<std::size_t>(n));
+    if (buf.size() == 14 + 20 + 8 + 777 && buf[23] == std::byte{17}) {
+      seen = true;
+      EXPECT_TRUE(udp_frame_checksums_ok(buf)) << "the port did not fill the checksums";
+    }
+  }
+  EXPECT_TRUE(seen);
+
+  // kernel -> xk: a good frame is flagged verified, a bad one is not.
+  Msg good = udp_frame(100, false);
+  Msg bad = udp_frame(101, false, true);
+  Bytes gb = bytes_of(good), bb = bytes_of(bad);
+  ASSERT_EQ(::send(sock, gb.data(), gb.size(), 0), static_cast<ssize_t>(gb.size()));
+  ASSERT_EQ(::send(sock, bb.data(), bb.size(), 0), static_cast<ssize_t>(bb.size()));
+  int got_good = 0, got_bad = 0;
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while ((got_good == 0 || got_bad == 0) && std::chrono::steady_clock::now() < deadline) {
+    if (drv.poll(32) == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    for (Msg& m : sink.received) {
+      Bytes b = bytes_of(m);
+      if (b == gb) {
+        ++got_good;
+        EXPECT_TRUE(m.offload().has(Offload::rx_ip_good));
+        EXPECT_TRUE(m.offload().has(Offload::rx_l4_good));
+      } else if (b == bb) {
+        ++got_bad;
+        EXPECT_TRUE(m.offload().has(Offload::rx_ip_good));
+        EXPECT_FALSE(m.offload().has(Offload::rx_l4_good)) << "a wrong UDP checksum must not be vouched for";
+      }
+    }
+    sink.received.clear();
+  }
+  EXPECT_EQ(got_good, 1);
+  EXPECT_EQ(got_bad, 1);
+  EXPECT_GE(drv.counters().value("rx_csum_bad"), 1u);
+  ::close(sock);
+  ASSERT_TRUE(drv.open_disable(sink, parts).ok());
+}
+
+// A request the port cannot honour is refused, never sent with a wrong checksum.
+TEST_F(DpdkTest, OffloadRequestsThePortLacksAreRefused) {
+  DpdkDriver::Config c;
+  c.devargs = vdev("net_null");
+  c.mbufs = 511;
+  DpdkDriver drv("net0", c);
+  Sink sink;
+  Participants parts;
+  Result<SessionRef> s = drv.open(sink, parts);
+  ASSERT_TRUE(s.ok());
+  ASSERT_FALSE(drv.offloads().tx_udp_cksum) << "net_null offers no checksum offload";
+  EXPECT_EQ((*s)->push(udp_frame(50, true)).error(), Errc::unsupported);
+  EXPECT_EQ(drv.counters().value("drop_offload"), 1u);
+  EXPECT_TRUE((*s)->push(udp_frame(50, false)).ok());
 }
 
 }  // namespace

@@ -400,5 +400,27 @@ TEST(Msg, RandomOperationsMatchAReferenceModel) {
   }
 }
 
+// The offload bits describe the packet, so they follow it: moves carry them
+// (and leave the source clean), split and share copy them, reset clears them.
+TEST(MsgOffload, TravelsWithTheMessage) {
+  Msg m = Msg::alloc(100);
+  EXPECT_EQ(m.offload().flags, 0);
+  m.offload().flags = Offload::rx_ip_good | Offload::rx_l4_good;
+  m.offload().l3_len = 20;
+  Msg moved = std::move(m);
+  EXPECT_EQ(moved.offload().flags, Offload::rx_ip_good | Offload::rx_l4_good);
+  EXPECT_EQ(moved.offload().l3_len, 20);
+  EXPECT_EQ(m.offload().flags, 0);  // NOLINT(bugprone-use-after-move): moved-from is reset
+  Msg shared = moved.share();
+  EXPECT_TRUE(shared.offload().has(Offload::rx_l4_good));
+  auto tail = moved.split(40);
+  ASSERT_TRUE(tail.ok());
+  EXPECT_TRUE(tail->offload().has(Offload::rx_ip_good));
+  EXPECT_TRUE(moved.offload().has(Offload::rx_ip_good));
+  moved.reset();
+  EXPECT_EQ(moved.offload().flags, 0);
+  EXPECT_EQ(moved.offload().l3_len, 0);
+}
+
 }  // namespace
 }  // namespace xk

@@ -1,5 +1,7 @@
 #include "xk/msg.hpp"
 
+#include <utility>
+
 #include <algorithm>
 #include <cstdlib>
 #include <new>
@@ -86,6 +88,7 @@ Msg& Msg::operator=(Msg&& other) noexcept {
   }
   n_ = other.n_;
   size_ = other.size_;
+  offload_ = std::exchange(other.offload_, Offload{});
   other.frags_ = other.inline_;
   other.cap_ = kInline;
   other.n_ = 0;
@@ -100,6 +103,7 @@ void Msg::reset() noexcept {
   cap_ = kInline;
   n_ = 0;
   size_ = 0;
+  offload_ = Offload{};
 }
 
 Msg Msg::alloc(std::size_t len, std::size_t headroom, std::size_t tailroom) {
@@ -333,6 +337,7 @@ Result<Msg> Msg::split(std::size_t off) {
   for (std::uint32_t j = first_moved; j < n_; ++j) (void)tail.push_back_frag(frags_[j]);
   n_ = first_moved;
   size_ = off;
+  tail.offload_ = offload_;
   return tail;
 }
 
@@ -387,6 +392,7 @@ Msg Msg::share() const {
   }
   m.n_ = n_;
   m.size_ = size_;
+  m.offload_ = offload_;
   return m;
 }
 

@@ -80,6 +80,28 @@ struct Frag {
   std::span<const std::byte> bytes() const noexcept { return {data(), len}; }
 };
 
+// Checksum work asked of the port on transmit, or done by it on receive
+// (docs/checksum.md, "Offload"). It rides with the message through the layers:
+// a driver sets the rx bits, ipv4/udp/tcp read them; the layers set the tx
+// requests and the driver hands them to the port. Moves, splits and shares
+// carry it; reset() clears it.
+struct Offload {
+  enum Flag : std::uint8_t {
+    tx_ip_csum = 1,   // the port fills the IPv4 header checksum
+    tx_udp_csum = 2,  // ... the UDP checksum (the field holds the pseudo-header sum)
+    tx_tcp_csum = 4,  // ... the TCP checksum (likewise)
+    rx_ip_good = 8,   // the port verified the IPv4 header checksum
+    rx_l4_good = 16,  // the port verified the UDP/TCP checksum
+  };
+  static constexpr std::uint8_t kTxMask = tx_ip_csum | tx_udp_csum | tx_tcp_csum;
+  static constexpr std::uint8_t kRxMask = rx_ip_good | rx_l4_good;
+
+  std::uint8_t flags = 0;
+  std::uint8_t l3_len = 0;  // IPv4 header bytes, for the tx requests
+
+  bool has(Flag f) const noexcept { return (flags & f) != 0; }
+};
+
 class Msg {
  public:
   static constexpr std::size_t kDefaultHeadroom = 128;
@@ -152,6 +174,9 @@ class Msg {
   // Drop everything.
   void reset() noexcept;
 
+  Offload& offload() noexcept { return offload_; }
+  const Offload& offload() const noexcept { return offload_; }
+
  private:
   static constexpr std::uint32_t kInline = 4;
 
@@ -170,6 +195,7 @@ class Msg {
   std::uint32_t n_ = 0;
   std::uint32_t cap_ = kInline;
   std::size_t size_ = 0;
+  Offload offload_;
 };
 
 inline bool Msg::push_in_place_fast(std::size_t n, std::span<std::byte>& out) noexcept {

@@ -85,6 +85,17 @@ enum class ChecksumMode : std::uint8_t {
   on = 3,       // both
 };
 
+// What the port can do for the layers above (Offload in msg.hpp): fill the
+// IPv4/UDP/TCP checksums on transmit, verify them on receive.
+struct LinkOffloads {
+  bool tx_ip_csum = false;
+  bool tx_udp_csum = false;
+  bool tx_tcp_csum = false;
+  bool rx_ip_csum = false;
+  bool rx_l4_csum = false;
+  friend bool operator==(const LinkOffloads&, const LinkOffloads&) = default;
+};
+
 namespace ctl {
 // Largest message an upper layer may push through this layer in one go.
 struct GetMtu {
@@ -110,6 +121,11 @@ struct SetChecksum {
 struct GetCounters {
   using Reply = const CounterSet*;
 };
+// The checksum offloads of the port at the bottom (a driver answers; link
+// layers and micro-protocols pass it down; ipv4 answers for its link).
+struct GetOffloads {
+  using Reply = LinkOffloads;
+};
 // An ICMP error about one of our flows, handed by ipv4 to the transport
 // protocol that owns the inner packet's protocol number (RFC 1122 3.2.2.1,
 // RFC 1191 for frag-needed). Ports are 0 for transports without them.
@@ -133,8 +149,10 @@ struct DeliverError {
 }  // namespace ctl
 
 using ControlQuery = std::variant<ctl::GetMtu, ctl::GetHeaderRoom, ctl::GetLocalAddr, ctl::GetPeerAddr,
-                                  ctl::GetChecksum, ctl::SetChecksum, ctl::GetCounters, ctl::DeliverError>;
-using ControlReply = std::variant<std::monostate, std::size_t, Participant, ChecksumMode, const CounterSet*>;
+                                  ctl::GetChecksum, ctl::SetChecksum, ctl::GetCounters, ctl::DeliverError,
+                                  ctl::GetOffloads>;
+using ControlReply =
+    std::variant<std::monostate, std::size_t, Participant, ChecksumMode, const CounterSet*, LinkOffloads>;
 
 namespace detail {
 template <class Q>

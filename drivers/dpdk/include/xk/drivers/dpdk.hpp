@@ -121,7 +121,7 @@ class DpdkDriver final : public Protocol, public Pollable {
   Status open_enable(Protocol& upper, Participants& parts) override;
   Status open_disable(Protocol& upper, Participants& parts) override;
   // GetMtu: largest frame without FCS (MTU + 14); GetLocalAddr: {MacAddr};
-  // GetHeaderRoom: 0.
+  // GetHeaderRoom: 0; GetOffloads: the checksum offloads turned on.
   Result<ControlReply> control_any(const ControlQuery& query) override;
 
   // Receive up to `budget` frames and deliver them; then send what is queued.
@@ -190,6 +190,8 @@ class DpdkDriver final : public Protocol, public Pollable {
   Counter& tx_nombuf_;
   Counter& drop_too_big_;
   Counter& drop_no_receiver_;
+  Counter& drop_offload_;
+  Counter& tx_csum_offload_;
   Counter& drop_wrap_;
   Counter& link_up_;
   Counter& intr_sleeps_;

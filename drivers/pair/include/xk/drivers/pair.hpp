@@ -74,6 +74,11 @@ class PairDriver final : public Protocol, public Pollable {
     MacAddr mac;                     // answered to GetLocalAddr
     std::size_t mtu = 1514;          // largest frame, Ethernet header included
     std::size_t queue_limit = 1024;  // frames waiting at this end; beyond: dropped by the sender
+    // Behave like a port with IPv4/UDP/TCP checksum offload: offer it in
+    // GetOffloads, fill the checksums a frame asks for on transmit, and flag
+    // the ones found good on receive. Done in software, as net_tap does, so
+    // the layers' offload paths can be tested without a NIC.
+    bool csum_offload = false;
   };
 
   // Takes a free end of `link` (throws std::invalid_argument when both are
@@ -102,6 +107,8 @@ class PairDriver final : public Protocol, public Pollable {
   friend class PairSession;
   friend class PairLink;
   Status transmit(Msg msg);
+  Status fill_requested_checksums(Msg& frame);
+  void flag_verified_checksums(Msg& frame);
 
   Config config_;
   PairLink* link_;
@@ -115,11 +122,14 @@ class PairDriver final : public Protocol, public Pollable {
   Counter& drop_queue_full_;
   Counter& drop_no_peer_;
   Counter& drop_no_receiver_;
+  Counter& drop_bad_offload_;
+  Counter& tx_csum_filled_;
+  Counter& rx_csum_verified_;
 };
 
 // Make the kind `pair` available to graph specs; links are looked up (and
 // created on first use) in `hub`, which must outlive every graph built:
-//   pair net0 link=wire0 mac=02:00:00:00:00:01 mtu=1514 queue=1024
+//   pair net0 link=wire0 mac=02:00:00:00:00:01 mtu=1514 queue=1024 csum_offload=off
 void register_pair(Registry& registry, PairHub& hub);
 
 }  // namespace xk::drivers

@@ -177,6 +177,7 @@ class Ipv4Protocol final : public Protocol {
   void reassembly_timeout(Datagram* d);
   bool evict_oldest(const ReasmKey& spare);
   void drain_loopback();
+  Status resolve_l4_checksum(Msg& payload);
   Status route_and_send(Ipv4Addr dst, Msg packet);
   Status emit(Ipv4Addr next_hop, Msg packet);
   bool verify_rx() const noexcept { return config_.csum == ChecksumMode::on || config_.csum == ChecksumMode::rx_only; }
@@ -186,6 +187,7 @@ class Ipv4Protocol final : public Protocol {
   NextHopResolver* resolver_;
   TimerWheel& timers_;
   Config config_;
+  LinkOffloads offloads_;  // the port's, asked once at start-up
   SessionRef link_session_;
   bool link_enabled_ = false;
   IcmpErrorSink* icmp_ = nullptr;
@@ -227,6 +229,9 @@ class Ipv4Protocol final : public Protocol {
   Counter& icmp_proto_unreach_;
   Counter& errors_delivered_;
   Counter& drop_error_no_owner_;
+  Counter& rx_csum_by_port_;
+  Counter& tx_csum_by_port_;
+  Counter& tx_l4_csum_resolved_;
 };
 
 // Make the kind `ipv4` available to graph specs. The factory needs an event

@@ -233,6 +233,7 @@ class UdpProtocol final : public Protocol {
 
   Protocol& below_;
   UdpConfig config_;
+  LinkOffloads offloads_;
   bool enabled_ = false;
   std::uint32_t next_ephemeral_;
   ActiveMap<ConnKey> connected_;
@@ -252,6 +253,8 @@ class UdpProtocol final : public Protocol {
   Counter& drop_rcvbuf_full_;
   Counter& icmp_errors_;
   Counter& icmp_errors_ignored_;
+  Counter& rx_csum_by_port_;
+  Counter& tx_csum_by_port_;
 };
 
 // Make the kind `udp` available to graph specs:
