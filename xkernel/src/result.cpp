@@ -20,6 +20,10 @@ const char* to_string(Errc e) noexcept {
     case Errc::no_route: return "no route";
     case Errc::port_unreachable: return "port unreachable";
     case Errc::proto_unreachable: return "protocol unreachable";
+    case Errc::refused: return "connection refused";
+    case Errc::reset: return "connection reset";
+    case Errc::timed_out: return "timed out";
+    case Errc::not_connected: return "not connected";
   }
   return "unknown error";
 }

@@ -26,6 +26,10 @@ enum class Errc : std::uint8_t {
   no_route,          // no route or next hop for the destination
   port_unreachable,  // a transport has no receiver for the port (IP answers with ICMP)
   proto_unreachable, // nothing above IP handles the protocol number
+  refused,           // the peer refused the connection (RST to our SYN)
+  reset,             // the peer reset the connection
+  timed_out,         // retransmissions or keepalives went unanswered
+  not_connected,     // the operation needs a connected socket
 };
 
 const char* to_string(Errc e) noexcept;

@@ -1,0 +1,527 @@
+#pragma once
+// TCP (RFC 9293) over one IPv4 instance, with large windows (RFC 7323), SACK
+// (RFC 2018, RFC 6675 recovery), congestion control behind tcp_cc.hpp, and
+// the socket API applications use (TcpSocket, TcpListener).
+//
+//   tcp tcp0 below=ip0 csum=on wscale=14 sack=on ts=on cc=cubic rto_min_ms=5
+//
+// Layout of the protocol (one job per file):
+//   tcp_wire      header and options on the wire, checksums
+//   tcp_seq       sequence-number arithmetic
+//   tcp_isn       RFC 6528 initial sequence numbers
+//   tcp_syncookie RFC 4987 SYN cookies
+//   tcp_rto       RFC 6298 retransmission timer
+//   tcp_cc        NewReno (RFC 5681/6582) and CUBIC (RFC 9438)
+//   tcp_sack      the sender's SACK scoreboard (RFC 6675)
+//   tcp_reasm     the receiver's out-of-order queue and SACK blocks
+//   tcp_buffer    send and receive byte queues
+//   tcp_input     "SEGMENT ARRIVES" (RFC 9293 3.10.7) for one connection
+//   tcp_output    what to send, when (windows, Nagle, SWS, recovery), timers
+//   tcp_protocol  the protocol: demux, listeners, ports, RSTs, the socket API
+//
+// Threading: one stack, one thread (docs/framework.md). The socket API is
+// called on the stack's thread; blocking and cross-thread use are built on top.
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "xk/clock.hpp"
+#include "xk/demux.hpp"
+#include "xk/graph.hpp"
+#include "xk/protocol.hpp"
+#include "xk/protocols/tcp_buffer.hpp"
+#include "xk/protocols/tcp_cc.hpp"
+#include "xk/protocols/tcp_isn.hpp"
+#include "xk/protocols/tcp_reasm.hpp"
+#include "xk/protocols/tcp_rto.hpp"
+#include "xk/protocols/tcp_sack.hpp"
+#include "xk/protocols/tcp_seq.hpp"
+#include "xk/protocols/tcp_syncookie.hpp"
+#include "xk/protocols/tcp_wire.hpp"
+#include "xk/timer.hpp"
+
+namespace xk::tcp {
+
+class TcpProtocol;
+class TcpConnection;
+class ListenSession;
+
+// RFC 9293 3.3.2.
+enum class State : std::uint8_t {
+  closed,
+  listen,
+  syn_sent,
+  syn_received,
+  established,
+  fin_wait_1,
+  fin_wait_2,
+  close_wait,
+  closing,
+  last_ack,
+  time_wait,
+};
+const char* to_string(State s) noexcept;
+
+struct TcpConfig {
+  ChecksumMode csum = ChecksumMode::on;  // off means off end to end: both sides must agree
+  std::uint16_t mss = 0;                 // 0: from the path (IP MTU - 40)
+  std::uint8_t wscale = 14;              // the largest shift we offer (RFC 7323 2.3)
+  bool sack = true;                      // RFC 2018
+  bool timestamps = true;                // RFC 7323
+  std::string cc = "cubic";              // "cubic" or "newreno"
+  Duration rto_min = std::chrono::milliseconds(200);
+  Duration rto_max = std::chrono::seconds(60);
+  Duration rto_initial = std::chrono::seconds(1);  // RFC 6298 2.1
+  Duration delack = std::chrono::milliseconds(40);  // RFC 1122 4.2.3.2: under 500 ms
+  Duration msl = std::chrono::seconds(30);          // TIME-WAIT lasts 2 MSL
+  unsigned syn_retries = 6;
+  unsigned max_retries = 15;  // RFC 1122 4.2.3.5 R2, in retransmissions
+  Duration keepalive_idle = std::chrono::hours(2);  // RFC 1122 4.2.3.6
+  Duration keepalive_interval = std::chrono::seconds(75);
+  unsigned keepalive_probes = 9;
+  std::size_t sndbuf = 1 << 20;         // default buffer sizes; sockets may change them
+  std::size_t rcvbuf = 1 << 20;
+  std::size_t buf_max = 64u << 20;      // the largest SO_SNDBUF/SO_RCVBUF
+  std::size_t syn_backlog = 1024;       // half-open connections per listener before SYN cookies
+  bool syncookies = true;               // RFC 4987
+  std::uint32_t challenge_acks_per_s = 1000;  // RFC 5961 7
+  std::uint16_t ephemeral_min = 49152;  // RFC 6335 6
+  std::uint16_t ephemeral_max = 65535;
+  std::optional<Secret> secret;         // ISN and cookie key; shared by stacks behind one address
+};
+
+// What one connection did (TCP_INFO-like).
+struct ConnStats {
+  State state = State::closed;
+  Duration srtt{0};
+  Duration rttvar{0};
+  Duration rto{0};
+  std::uint32_t cwnd = 0;
+  std::uint32_t ssthresh = 0;
+  std::uint32_t snd_wnd = 0;
+  std::uint32_t rcv_wnd = 0;
+  std::uint16_t mss = 0;
+  std::uint8_t snd_wscale = 0;
+  std::uint8_t rcv_wscale = 0;
+  bool sack = false;
+  bool timestamps = false;
+  std::uint64_t bytes_sent = 0;      // payload bytes handed to IP, retransmissions included
+  std::uint64_t bytes_acked = 0;
+  std::uint64_t bytes_received = 0;  // in-order payload bytes accepted
+  std::uint64_t segs_out = 0;
+  std::uint64_t segs_in = 0;
+  std::uint64_t retransmits = 0;     // segments sent again
+  std::uint64_t rto_expiries = 0;
+  std::uint64_t fast_retransmits = 0;
+  std::uint64_t sack_blocks_in = 0;
+  std::uint64_t sack_blocks_out = 0;
+  std::uint64_t dup_acks_in = 0;
+  std::uint64_t ooo_segments = 0;    // arrived out of order
+};
+
+// Readiness, as poll() would report it.
+enum Event : std::uint32_t {
+  ev_readable = 1,   // data, a FIN, or a pending error
+  ev_writable = 2,   // room in the send buffer (connected)
+  ev_error = 4,      // an error is pending (refused, reset, timed out)
+  ev_hangup = 8,     // the peer closed its side (FIN) or the connection is gone
+  ev_acceptable = 16,  // a listener has a connection to accept
+};
+
+// The TCB: one connection (RFC 9293 3.3.1). A Session, so another protocol can
+// sit on it; applications use it through TcpSocket.
+class TcpConnection final : public Session {
+ public:
+  TcpConnection(TcpProtocol& proto, Protocol* upper);
+  ~TcpConnection() override;
+
+  // Session interface: push() sends `msg` as stream bytes (all or would_block).
+  Status push(Msg msg) override;
+  Status pop(Session& lower, Msg msg) override;
+  Status close() override;
+  Result<ControlReply> control_any(const ControlQuery& query) override;
+
+  // ---- the user calls (RFC 9293 3.10.1 - 3.10.6) --------------------------
+  Status connect(Ipv4Addr addr, Port port);
+  // Copies what fits in the send buffer; would_block when nothing does.
+  Result<std::size_t> write(std::span<const std::byte> bytes);
+  Status write_msg(Msg& msg);
+  // Copies out what has arrived; 0 at end of stream; would_block when empty.
+  Result<std::size_t> read(std::span<std::byte> dst);
+  Result<Msg> read_msg(std::size_t max);
+  // No more writes: a FIN follows the queued data.
+  Status shutdown_write();
+  // Graceful close: FIN after the data (RFC 9293 3.10.4); the connection lives
+  // on in the stack until the handshake ends.
+  Status close_gracefully();
+  // RST and forget (RFC 9293 3.10.5).
+  void abort();
+
+  void set_nodelay(bool on) noexcept;
+  void set_cork(bool on) noexcept;
+  void set_keepalive(bool on) noexcept;
+  void set_sndbuf(std::size_t bytes) noexcept;
+  void set_rcvbuf(std::size_t bytes) noexcept;
+
+  State state() const noexcept { return state_; }
+  std::uint32_t events() const noexcept;
+  // Called on the stack's thread whenever events() may have changed.
+  void set_on_event(std::function<void()> fn) { on_event_ = std::move(fn); }
+  Errc pending_error() const noexcept { return error_; }
+  Errc take_error() noexcept { return std::exchange(error_, Errc::ok); }
+  ConnStats stats() const noexcept;
+  FourTuple tuple() const noexcept { return tuple_; }
+  std::size_t rcv_queued() const noexcept { return rcvbuf_.size(); }
+  std::size_t snd_queued() const noexcept { return sndbuf_.size(); }
+  bool detached() const noexcept { return proto_ == nullptr; }
+
+ private:
+  friend class TcpProtocol;
+  friend class ListenSession;
+
+  // ---- input (tcp_input.cpp) -------------------------------------------------
+  void segment_arrives(const Header& h, const Options& opts, Msg payload);
+  void input_syn_sent(const Header& h, const Options& opts, Msg payload);
+  bool check_paws(const Header& h, const Options& opts);
+  bool acceptable(const Header& h, std::size_t len) const noexcept;
+  void process_rst(const Header& h);
+  bool process_ack(const Header& h, const Options& opts, std::size_t len);
+  void new_ack(const Header& h, const Options& opts, std::uint32_t acked);
+  void duplicate_ack(const Header& h);
+  void update_window(const Header& h);
+  void process_data(const Header& h, Msg payload);
+  void process_fin();
+  void deliver(Msg data);
+  void window_opened();
+  void take_options(const Options& opts, bool syn);
+  void challenge_ack();
+
+  // ---- output (tcp_output.cpp) -------------------------------------------------
+  void output();
+  bool send_new_data();
+  bool send_recovery();
+  Status send_segment(SeqNum seq, std::uint32_t len, std::uint8_t flags, bool retransmit);
+  void send_syn();
+  void send_ack_now();
+  void send_rst_and_close();
+  void schedule_ack(bool full_segment);
+  std::uint32_t advertised_window();
+  std::uint32_t rcv_space() const noexcept;
+  std::uint32_t payload_mss() const noexcept;
+  std::size_t unsent_bytes() const noexcept;
+  void arm_rtx() noexcept;
+  void on_rtx_timeout();
+  void on_delack_timeout();
+  void on_persist_timeout();
+  void on_keepalive_timeout();
+  void on_time_wait_timeout();
+  void enter_time_wait();
+  void enter_state(State s);
+  void fail(Errc e);
+  void release();
+  void notify();
+  bool fin_outstanding() const noexcept;
+  std::uint32_t tsval_now() const noexcept;
+  void start_rtt_timing(SeqNum seq);
+
+  TcpProtocol* proto_;  // null once released
+  State state_ = State::closed;
+  FourTuple tuple_{};
+  SessionRef ip_;
+  ListenSession* listener_ = nullptr;  // a passive open not yet accepted
+  bool accepted_ = false;
+  bool user_closed_ = false;  // no handle any more: free at CLOSED
+  Errc error_ = Errc::ok;
+  std::function<void()> on_event_;
+
+  // Send sequence space (RFC 9293 3.3.1).
+  SeqNum iss_, snd_una_, snd_nxt_, snd_max_;
+  SeqNum snd_wl1_, snd_wl2_;
+  std::uint32_t snd_wnd_ = 0;
+  std::uint32_t max_snd_wnd_ = 0;
+  // Receive sequence space.
+  SeqNum irs_, rcv_nxt_, rcv_adv_;  // rcv_adv_: the right edge we advertised
+  SeqNum last_ack_sent_;            // RFC 7323 4.3
+  std::uint8_t snd_wscale_ = 0;     // the peer's shift (applied to its windows)
+  std::uint8_t rcv_wscale_ = 0;     // ours
+  bool sack_ok_ = false;
+  bool ts_ok_ = false;
+  std::uint32_t ts_recent_ = 0;
+  Time ts_recent_age_{};
+  std::uint16_t peer_mss_ = 536;  // RFC 9293 3.7.1 default
+  std::uint16_t mss_ = 536;       // our sending MSS (before options)
+
+  SendBuffer sndbuf_;
+  RecvBuffer rcvbuf_;
+  std::size_t rcvbuf_limit_;
+  Reassembly reasm_;
+  std::optional<SackBlock> dsack_;  // to report in the next ACK (RFC 2883)
+  bool write_shut_ = false;  // FIN queued after the data
+  bool fin_sent_ = false;
+  bool fin_received_ = false;
+  std::optional<SeqNum> fin_seq_pending_;  // a FIN beyond a hole
+
+  bool nodelay_ = false;
+  bool cork_ = false;
+  bool keepalive_ = false;
+  bool ack_pending_ = false;
+  unsigned unacked_segs_ = 0;  // full segments received since our last ACK
+
+  RtoEstimator rto_;
+  std::unique_ptr<CongestionControl> cc_;
+  SackScoreboard sb_;
+  unsigned dupacks_ = 0;
+  bool in_recovery_ = false;
+  SeqNum recover_;  // RFC 6582 / 6675: the recovery point
+  bool recover_set_ = false;
+  bool rtt_timing_ = false;
+  SeqNum rtt_seq_;
+  Time rtt_start_{};
+  unsigned retries_ = 0;  // consecutive RTO expiries
+  unsigned keepalive_sent_ = 0;
+  Time last_recv_{};
+  Time last_send_{};
+
+  Timer rtx_timer_;
+  Timer delack_timer_;
+  Timer persist_timer_;
+  Timer keepalive_timer_;
+  Timer time_wait_timer_;
+  ConnStats stats_;
+};
+
+// A passive open: a port (and address) that accepts connections.
+class ListenSession final : public Session {
+ public:
+  ListenSession(TcpProtocol& proto, Ipv4Addr addr, Port port, std::size_t backlog);
+  ~ListenSession() override;
+  Status push(Msg) override { return Errc::unsupported; }
+  Status pop(Session&, Msg) override { return Errc::unsupported; }
+  Status close() override;
+
+  // The oldest established connection, or would_block.
+  Result<Ref<TcpConnection>> accept();
+  std::size_t pending() const noexcept { return accept_q_.size(); }
+  std::uint32_t events() const noexcept { return accept_q_.empty() ? 0u : std::uint32_t{ev_acceptable}; }
+  void set_on_event(std::function<void()> fn) { on_event_ = std::move(fn); }
+  Ipv4Addr addr() const noexcept { return addr_; }
+  Port port() const noexcept { return port_; }
+  bool detached() const noexcept { return proto_ == nullptr; }
+
+ private:
+  friend class TcpProtocol;
+  friend class TcpConnection;
+  void established(TcpConnection& c);
+  void forget(TcpConnection& c) noexcept;
+
+  TcpProtocol* proto_;
+  Ipv4Addr addr_;
+  Port port_;
+  std::size_t backlog_;
+  std::size_t half_open_ = 0;
+  std::deque<Ref<TcpConnection>> accept_q_;
+  std::function<void()> on_event_;
+};
+
+// ---- the socket API ---------------------------------------------------------
+// Move-only RAII handles, used on the stack's thread. Errors are Errc values:
+// would_block (nothing now), closed (handle closed), not_connected, refused,
+// reset, timed_out, exists (address in use), invalid_argument.
+
+class TcpSocket {
+ public:
+  TcpSocket() noexcept = default;
+  explicit TcpSocket(Ref<TcpConnection> c) noexcept : c_(std::move(c)) {}
+  TcpSocket(TcpSocket&&) noexcept = default;
+  TcpSocket& operator=(TcpSocket&& other) noexcept;
+  TcpSocket(const TcpSocket&) = delete;
+  TcpSocket& operator=(const TcpSocket&) = delete;
+  ~TcpSocket();
+
+  bool is_open() const noexcept { return c_ && !c_->detached(); }
+  // Starts the handshake; the socket becomes writable when it is done.
+  Status connect(Ipv4Addr addr, Port port);
+  Result<std::size_t> write(std::span<const std::byte> bytes);
+  Status write(Msg& msg);
+  Result<std::size_t> read(std::span<std::byte> dst);
+  Result<Msg> read_msg(std::size_t max = SIZE_MAX);
+  Status shutdown_write();
+  // Graceful close; the stack finishes the handshake on its own.
+  Status close();
+  // RST now (SO_LINGER with a zero timeout).
+  void abort();
+
+  void set_nodelay(bool on) noexcept;
+  void set_cork(bool on) noexcept;
+  void set_keepalive(bool on) noexcept;
+  void set_sndbuf(std::size_t bytes) noexcept;
+  void set_rcvbuf(std::size_t bytes) noexcept;
+  void set_on_event(std::function<void()> fn);
+
+  std::uint32_t events() const noexcept;
+  State state() const noexcept { return c_ ? c_->state() : State::closed; }
+  ConnStats stats() const noexcept { return c_ ? c_->stats() : ConnStats{}; }
+  FourTuple tuple() const noexcept { return c_ ? c_->tuple() : FourTuple{}; }
+  TcpConnection* connection() const noexcept { return c_.get(); }
+
+ private:
+  Ref<TcpConnection> c_;
+};
+
+class TcpListener {
+ public:
+  TcpListener() noexcept = default;
+  explicit TcpListener(Ref<ListenSession> l) noexcept : l_(std::move(l)) {}
+  TcpListener(TcpListener&&) noexcept = default;
+  TcpListener& operator=(TcpListener&& other) noexcept;
+  TcpListener(const TcpListener&) = delete;
+  TcpListener& operator=(const TcpListener&) = delete;
+  ~TcpListener();
+
+  bool is_open() const noexcept { return l_ && !l_->detached(); }
+  Result<TcpSocket> accept();
+  std::uint32_t events() const noexcept { return l_ ? l_->events() : 0u; }
+  void set_on_event(std::function<void()> fn);
+  Port port() const noexcept { return l_ ? l_->port() : Port{}; }
+  Status close();
+
+ private:
+  Ref<ListenSession> l_;
+};
+
+class TcpProtocol final : public Protocol {
+ public:
+  TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, TcpConfig config = {});
+  ~TcpProtocol() override;
+
+  Result<SessionRef> open(Protocol& upper, Participants& parts) override;
+  Status open_done(Protocol& lower, Session& session, Participants& parts) override;
+  Status demux(Session& lower, Msg msg) override;
+  Result<ControlReply> control_any(const ControlQuery& query) override;
+
+  TcpSocket socket();
+  // Listen on `port` (0: an ephemeral one) of `addr` (0: every address).
+  Result<TcpListener> listen(Ipv4Addr addr, Port port, std::size_t backlog = 128);
+
+  const TcpConfig& config() const noexcept { return config_; }
+  TimerWheel& timers() noexcept { return timers_; }
+  std::size_t connection_count() const noexcept { return conns_.size(); }
+  ChecksumMode checksum_mode() const noexcept { return config_.csum; }
+
+ private:
+  friend class TcpConnection;
+  friend class ListenSession;
+
+  struct ConnKey {
+    std::uint32_t local_addr;
+    std::uint32_t remote_addr;
+    std::uint16_t local_port;
+    std::uint16_t remote_port;
+    friend bool operator==(const ConnKey&, const ConnKey&) = default;
+  };
+  struct ListenKey {
+    std::uint32_t addr;
+    std::uint16_t port;
+    std::uint16_t zero = 0;
+    friend bool operator==(const ListenKey&, const ListenKey&) = default;
+  };
+  struct PeerKey {
+    std::uint32_t addr;
+    friend bool operator==(const PeerKey&, const PeerKey&) = default;
+  };
+  struct IpPeer {
+    SessionRef session;
+    Ipv4Addr local;
+    Ipv4Addr peer;
+    std::size_t users = 0;
+  };
+  static ConnKey key_of(const FourTuple& t) noexcept {
+    return ConnKey{t.local_addr.value, t.remote_addr.value, t.local_port, t.remote_port};
+  }
+
+  Status ensure_enabled();
+  Result<IpPeer*> ip_for(Ipv4Addr peer, Session* known);
+  void drop_ip_user(Ipv4Addr peer) noexcept;
+  Result<std::uint16_t> pick_ephemeral(Ipv4Addr local, Ipv4Addr remote, std::uint16_t rport);
+  bool port_in_use(std::uint16_t port) const noexcept;
+  Status insert(TcpConnection& c);
+  void remove(TcpConnection& c) noexcept;
+  void listen_input(ListenSession& l, IpPeer& ip, const Header& h, const Options& opts, Msg payload);
+  void send_reset_for(IpPeer& ip, const Header& h, std::size_t seg_len);
+  Status send_raw(IpPeer& ip, std::uint16_t sport, std::uint16_t dport, SeqNum seq, SeqNum ack,
+                  std::uint8_t flags, std::uint16_t window, const Options* opts);
+  bool challenge_ack_allowed(Time now) noexcept;
+  Status transmit(Session& ip, Ipv4Addr src, Ipv4Addr dst, Msg segment);
+  std::uint16_t path_mss(Session& ip) const;
+  std::uint8_t our_wscale(std::size_t rcvbuf_max) const noexcept;
+
+  Protocol& below_;
+  TimerWheel& timers_;
+  TcpConfig config_;
+  LinkOffloads offloads_;
+  IsnGenerator isn_;
+  SynCookies cookies_;
+  bool enabled_ = false;
+  std::uint32_t next_ephemeral_;
+  ActiveMap<ConnKey> conns_;
+  FlatMap<ListenKey, ListenSession*> listeners_;
+  FlatMap<PeerKey, IpPeer> peers_;
+  Time challenge_window_start_{};
+  std::uint32_t challenge_acks_in_window_ = 0;
+
+ public:
+  // Counters (netstat -s), bumped by connections too.
+  struct Counters {
+    Counter& rx_segments;
+    Counter& tx_segments;
+    Counter& retransmits;
+    Counter& active_opens;
+    Counter& passive_opens;
+    Counter& established;
+    Counter& resets_sent;
+    Counter& resets_received;
+    Counter& drop_bad_csum;
+    Counter& drop_malformed;
+    Counter& drop_no_listener;
+    Counter& drop_paws;
+    Counter& drop_out_of_window;
+    Counter& drop_syn_queue;
+    Counter& drop_accept_queue;
+    Counter& drop_ack_unacceptable;
+    Counter& challenge_acks;
+    Counter& challenge_acks_limited;
+    Counter& syncookies_sent;
+    Counter& syncookies_ok;
+    Counter& syncookies_bad;
+    Counter& rto_expiries;
+    Counter& fast_retransmits;
+    Counter& sack_recoveries;
+    Counter& ooo_segments;
+    Counter& delayed_acks;
+    Counter& window_probes;
+    Counter& keepalive_probes;
+    Counter& timeouts;
+    Counter& time_wait_reused;
+    Counter& rx_csum_by_port;
+    Counter& tx_csum_by_port;
+  };
+  Counters& stats() noexcept { return c_; }
+
+ private:
+  Counters c_;
+};
+
+// Make the kind `tcp` available to graph specs:
+//   tcp t0 below=ip0 [csum=on|off] [mss=0] [wscale=14] [sack=on] [ts=on] [cc=cubic|newreno]
+//       [rto_min_ms=200] [rto_max_ms=60000] [rto_initial_ms=1000] [delack_ms=40] [msl_ms=30000]
+//       [sndbuf=1m] [rcvbuf=1m] [syncookies=on] [secret=<32 hex digits>]
+void register_tcp(Registry& registry);
+
+}  // namespace xk::tcp

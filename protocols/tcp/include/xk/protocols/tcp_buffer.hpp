@@ -1,0 +1,70 @@
+#pragma once
+// The byte queues of a TCP connection.
+//
+// SendBuffer holds what the application wrote and the peer has not yet
+// acknowledged, from SND.UNA on. Bytes written from a user buffer are copied
+// once, into chunks that grow on demand (nothing is allocated up front, so a
+// 64 MB limit costs nothing until it is used); a Msg handed over is kept as it
+// is. A segment's payload is a slice that shares the chunks' buffers, so
+// sending and retransmitting copy nothing.
+//
+// RecvBuffer holds in-order data the application has not read yet: the Msgs
+// that arrived (zero-copy), read out by copying into the caller's buffer or
+// handed over whole.
+
+#include <cstddef>
+#include <deque>
+#include <span>
+
+#include "xk/msg.hpp"
+#include "xk/result.hpp"
+
+namespace xk::tcp {
+
+class SendBuffer {
+ public:
+  static constexpr std::size_t kChunk = 64 * 1024;
+
+  explicit SendBuffer(std::size_t limit) noexcept : limit_(limit) {}
+
+  std::size_t size() const noexcept { return size_; }
+  std::size_t limit() const noexcept { return limit_; }
+  void set_limit(std::size_t limit) noexcept { limit_ = limit; }
+  std::size_t space() const noexcept { return limit_ > size_ ? limit_ - size_ : 0; }
+
+  // Copies as much of `bytes` as there is space for; returns how much.
+  std::size_t write(std::span<const std::byte> bytes);
+  // Takes `msg` whole (no copy) if it fits; else would_block and msg untouched.
+  Status write(Msg& msg);
+
+  // The bytes [off, off + len) counted from the front, sharing the buffers.
+  // out_of_range past the end.
+  Result<Msg> slice(std::size_t off, std::size_t len) const;
+  // Forget the first n bytes (acknowledged).
+  void consume(std::size_t n) noexcept;
+  void clear() noexcept;
+
+ private:
+  std::deque<Msg> chunks_;
+  std::size_t size_ = 0;
+  std::size_t limit_;
+  bool tail_open_ = false;  // the last chunk is ours and may be appended to
+};
+
+class RecvBuffer {
+ public:
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  void append(Msg data);
+  // Copies up to dst.size() bytes out and consumes them; returns how many.
+  std::size_t read(std::span<std::byte> dst);
+  // Hands over up to `max` bytes as a Msg (zero-copy).
+  Msg read_msg(std::size_t max);
+  void clear() noexcept;
+
+ private:
+  std::deque<Msg> q_;
+  std::size_t size_ = 0;
+};
+
+}  // namespace xk::tcp

@@ -1,0 +1,350 @@
+// One TCP connection: construction, the user calls (RFC 9293 3.10.1-3.10.6),
+// state changes and the end of a connection. Input is in tcp_input.cpp,
+// output and timers in tcp_output.cpp.
+
+#include <algorithm>
+
+#include "xk/protocols/tcp.hpp"
+
+namespace xk::tcp {
+
+namespace {
+std::unique_ptr<CongestionControl> make_cc(const TcpConfig& c) {
+  Result<std::unique_ptr<CongestionControl>> cc = make_congestion_control(c.cc);
+  if (cc) return std::move(*cc);
+  return std::make_unique<Cubic>();
+}
+RtoConfig rto_config(const TcpConfig& c) {
+  RtoConfig r;
+  r.min_rto = c.rto_min;
+  r.max_rto = c.rto_max;
+  r.initial_rto = c.rto_initial;
+  return r;
+}
+}  // namespace
+
+TcpConnection::TcpConnection(TcpProtocol& proto, Protocol* upper)
+    : Session(proto, upper),
+      proto_(&proto),
+      sndbuf_(proto.config().sndbuf),
+      rcvbuf_limit_(proto.config().rcvbuf),
+      rto_(rto_config(proto.config())),
+      cc_(make_cc(proto.config())),
+      rtx_timer_(proto.timers(), [c = this] { c->on_rtx_timeout(); }),
+      delack_timer_(proto.timers(), [c = this] { c->on_delack_timeout(); }),
+      persist_timer_(proto.timers(), [c = this] { c->on_persist_timeout(); }),
+      keepalive_timer_(proto.timers(), [c = this] { c->on_keepalive_timeout(); }),
+      time_wait_timer_(proto.timers(), [c = this] { c->on_time_wait_timeout(); }) {}
+
+TcpConnection::~TcpConnection() = default;
+
+Status TcpConnection::push(Msg msg) { return write_msg(msg); }
+
+Status TcpConnection::pop(Session&, Msg) { return Errc::unsupported; }  // input arrives through segment_arrives
+
+Status TcpConnection::close() { return close_gracefully(); }
+
+Result<ControlReply> TcpConnection::control_any(const ControlQuery& query) {
+  if (std::holds_alternative<ctl::GetLocalAddr>(query)) {
+    Participant p;
+    p.push(tuple_.local_addr);
+    p.push(Port{tuple_.local_port});
+    return ControlReply{p};
+  }
+  if (std::holds_alternative<ctl::GetPeerAddr>(query)) {
+    Participant p;
+    p.push(tuple_.remote_addr);
+    p.push(Port{tuple_.remote_port});
+    return ControlReply{p};
+  }
+  if (std::holds_alternative<ctl::GetMtu>(query)) return ControlReply{std::size_t{payload_mss()}};
+  if (proto_ == nullptr) return Errc::closed;
+  return proto_->control_any(query);
+}
+
+// ---- user calls -----------------------------------------------------------------
+
+// RFC 9293 3.10.1, active OPEN.
+Status TcpConnection::connect(Ipv4Addr addr, Port port) {
+  if (proto_ == nullptr) return Errc::closed;
+  if (state_ != State::closed || accepted_ || iss_ != SeqNum{} || snd_max_ != SeqNum{}) return Errc::bad_state;
+  if (addr.value == 0 || port.value == 0) return Errc::invalid_argument;
+  Result<TcpProtocol::IpPeer*> ip = proto_->ip_for(addr, nullptr);
+  if (!ip) return ip.error();
+  Result<std::uint16_t> lport = proto_->pick_ephemeral((*ip)->local, addr, port.value);
+  if (!lport) return lport.error();
+  tuple_ = FourTuple{(*ip)->local, *lport, addr, port.value};
+  ip_ = (*ip)->session;
+  ++(*ip)->users;
+  if (Status st = proto_->insert(*this); !st) {
+    ip_ = nullptr;
+    proto_->drop_ip_user(addr);
+    return st;
+  }
+  const Time now = proto_->timers().clock().now();
+  iss_ = proto_->isn_.isn(tuple_, now);
+  snd_una_ = snd_nxt_ = snd_max_ = iss_;
+  ++proto_->c_.active_opens;
+  enter_state(State::syn_sent);
+  send_syn();
+  return {};
+}
+
+Result<std::size_t> TcpConnection::write(std::span<const std::byte> bytes) {
+  if (error_ != Errc::ok) return take_error();
+  if (write_shut_) return Errc::closed;
+  switch (state_) {
+    case State::syn_sent:
+    case State::syn_received:
+    case State::established:
+    case State::close_wait:
+      break;
+    case State::closed:
+      return proto_ == nullptr ? Errc::closed : Errc::not_connected;
+    default:
+      return Errc::closed;
+  }
+  if (bytes.empty()) return std::size_t{0};
+  std::size_t n = sndbuf_.write(bytes);
+  if (n == 0) return Errc::would_block;
+  output();
+  return n;
+}
+
+Status TcpConnection::write_msg(Msg& msg) {
+  if (error_ != Errc::ok) return take_error();
+  if (write_shut_) return Errc::closed;
+  if (state_ != State::syn_sent && state_ != State::syn_received && state_ != State::established &&
+      state_ != State::close_wait) {
+    return state_ == State::closed && proto_ != nullptr ? Errc::not_connected : Errc::closed;
+  }
+  if (Status st = sndbuf_.write(msg); !st) return st;
+  output();
+  return {};
+}
+
+Result<std::size_t> TcpConnection::read(std::span<std::byte> dst) {
+  if (!rcvbuf_.empty()) {
+    std::size_t n = rcvbuf_.read(dst);
+    if (proto_ != nullptr) window_opened();
+    return n;
+  }
+  if (error_ != Errc::ok) return take_error();
+  if (fin_received_ || (proto_ == nullptr && state_ == State::closed)) return std::size_t{0};
+  if (state_ == State::closed) return Errc::not_connected;
+  return Errc::would_block;
+}
+
+Result<Msg> TcpConnection::read_msg(std::size_t max) {
+  if (!rcvbuf_.empty()) {
+    Msg m = rcvbuf_.read_msg(max);
+    if (proto_ != nullptr) window_opened();
+    return m;
+  }
+  if (error_ != Errc::ok) return take_error();
+  if (fin_received_ || (proto_ == nullptr && state_ == State::closed)) return Msg();
+  if (state_ == State::closed) return Errc::not_connected;
+  return Errc::would_block;
+}
+
+// RFC 9293 3.10.4 for one direction: FIN after the queued data.
+Status TcpConnection::shutdown_write() {
+  if (proto_ == nullptr) return Errc::closed;
+  if (write_shut_) return {};
+  switch (state_) {
+    case State::syn_received:
+    case State::established:
+      write_shut_ = true;
+      enter_state(State::fin_wait_1);
+      break;
+    case State::close_wait:
+      write_shut_ = true;
+      enter_state(State::last_ack);
+      break;
+    case State::syn_sent:
+    case State::closed:
+      return Errc::not_connected;
+    default:
+      return {};
+  }
+  output();
+  return {};
+}
+
+Status TcpConnection::close_gracefully() {
+  user_closed_ = true;
+  on_event_ = {};
+  if (proto_ == nullptr) return {};
+  // RFC 1122 4.2.2.13 / RFC 2525 2.17: data the application will never read
+  // is lost; say so with a RST instead of a FIN.
+  if (!rcvbuf_.empty() && state_ != State::syn_sent) {
+    abort();
+    return {};
+  }
+  switch (state_) {
+    case State::closed:
+    case State::syn_sent:
+      release();
+      return {};
+    case State::syn_received:
+    case State::established:
+    case State::close_wait:
+      return shutdown_write();
+    default:
+      return {};  // closing already; the stack finishes the handshake
+  }
+}
+
+// RFC 9293 3.10.5.
+void TcpConnection::abort() {
+  user_closed_ = true;
+  on_event_ = {};
+  if (proto_ == nullptr) return;
+  Ref<TcpConnection> keep(this);
+  switch (state_) {
+    case State::syn_received:
+    case State::established:
+    case State::fin_wait_1:
+    case State::fin_wait_2:
+    case State::close_wait:
+      send_rst_and_close();
+      return;
+    default:
+      release();
+  }
+}
+
+void TcpConnection::set_nodelay(bool on) noexcept {
+  nodelay_ = on;
+  if (on) output();
+}
+
+void TcpConnection::set_cork(bool on) noexcept {
+  cork_ = on;
+  if (!on) output();
+}
+
+void TcpConnection::set_keepalive(bool on) noexcept {
+  keepalive_ = on;
+  if (proto_ == nullptr) return;
+  if (on && state_ == State::established) {
+    keepalive_timer_.arm_after(proto_->config().keepalive_idle);
+  } else if (!on) {
+    keepalive_timer_.cancel();
+  }
+}
+
+void TcpConnection::set_sndbuf(std::size_t bytes) noexcept {
+  std::size_t max = proto_ != nullptr ? proto_->config().buf_max : bytes;
+  sndbuf_.set_limit(std::clamp<std::size_t>(bytes, 2048, max));
+}
+
+void TcpConnection::set_rcvbuf(std::size_t bytes) noexcept {
+  std::size_t max = proto_ != nullptr ? proto_->config().buf_max : bytes;
+  rcvbuf_limit_ = std::clamp<std::size_t>(bytes, 2048, max);
+}
+
+std::uint32_t TcpConnection::events() const noexcept {
+  std::uint32_t e = 0;
+  bool gone = proto_ == nullptr && state_ == State::closed;
+  if (!rcvbuf_.empty() || fin_received_ || error_ != Errc::ok || gone) e |= ev_readable;
+  if ((state_ == State::established || state_ == State::close_wait) && !write_shut_ && sndbuf_.space() > 0) {
+    e |= ev_writable;
+  }
+  if (error_ != Errc::ok) e |= ev_error;
+  if (fin_received_ || gone) e |= ev_hangup;
+  return e;
+}
+
+ConnStats TcpConnection::stats() const noexcept {
+  ConnStats s = stats_;
+  s.state = state_;
+  s.srtt = rto_.srtt();
+  s.rttvar = rto_.rttvar();
+  s.rto = rto_.rto();
+  s.cwnd = cc_->cwnd();
+  s.ssthresh = cc_->ssthresh();
+  s.snd_wnd = snd_wnd_;
+  s.rcv_wnd = static_cast<std::uint32_t>(rcv_adv_ - rcv_nxt_);
+  s.mss = mss_;
+  s.snd_wscale = snd_wscale_;
+  s.rcv_wscale = rcv_wscale_;
+  s.sack = sack_ok_;
+  s.timestamps = ts_ok_;
+  return s;
+}
+
+// ---- state ------------------------------------------------------------------------
+
+void TcpConnection::enter_state(State s) {
+  State old = state_;
+  state_ = s;
+  if (proto_ == nullptr) return;
+  if (s == State::established && old != State::established) {
+    ++proto_->c_.established;
+    retries_ = 0;
+    if (keepalive_) keepalive_timer_.arm_after(proto_->config().keepalive_idle);
+    if (listener_ != nullptr) listener_->established(*this);
+  }
+}
+
+void TcpConnection::enter_time_wait() {
+  enter_state(State::time_wait);
+  rtx_timer_.cancel();
+  persist_timer_.cancel();
+  keepalive_timer_.cancel();
+  delack_timer_.cancel();
+  // RFC 9293 3.6.1: 2 MSL, so old duplicates die before the 4-tuple is reused.
+  if (proto_ != nullptr) time_wait_timer_.arm_after(2 * proto_->config().msl);
+  notify();
+}
+
+void TcpConnection::on_time_wait_timeout() {
+  Ref<TcpConnection> keep(this);
+  state_ = State::closed;
+  release();
+  notify();
+}
+
+// The connection ends with an error the user sees once (ECONNREFUSED, ...).
+void TcpConnection::fail(Errc e) {
+  Ref<TcpConnection> keep(this);
+  error_ = e;
+  state_ = State::closed;
+  release();
+  notify();
+}
+
+// Leave the stack: forget the 4-tuple, stop the timers, give back the IP
+// session. What was received stays readable through a handle.
+void TcpConnection::release() {
+  if (proto_ == nullptr) return;
+  Ref<TcpConnection> keep(this);
+  TcpProtocol* p = std::exchange(proto_, nullptr);
+  rtx_timer_.cancel();
+  delack_timer_.cancel();
+  persist_timer_.cancel();
+  keepalive_timer_.cancel();
+  time_wait_timer_.cancel();
+  if (listener_ != nullptr) {
+    listener_->forget(*this);
+    listener_ = nullptr;
+  }
+  p->remove(*this);
+  if (ip_) {
+    ip_ = nullptr;
+    p->drop_ip_user(tuple_.remote_addr);
+  }
+  sndbuf_.clear();
+  reasm_.clear();
+  if (state_ != State::time_wait) state_ = State::closed;
+}
+
+void TcpConnection::notify() {
+  if (on_event_) {
+    auto fn = on_event_;  // the callback may replace or clear it
+    fn();
+  }
+}
+
+}  // namespace xk::tcp

@@ -1,0 +1,425 @@
+// What a connection sends and when: SYNs, data within the windows (RFC 5681,
+// RFC 1122 4.2.3.4 Nagle and sender SWS avoidance, cork), loss recovery
+// (RFC 6675 with SACK, RFC 6582 without), ACKs (delayed per RFC 5681 4.2,
+// receiver SWS avoidance RFC 1122 4.2.3.3) and the timers: retransmission
+// (RFC 6298), persist (RFC 9293 3.8.6.1), keepalive (RFC 1122 4.2.3.6).
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "xk/protocols/tcp.hpp"
+
+namespace xk::tcp {
+
+std::uint32_t TcpConnection::tsval_now() const noexcept {
+  // RFC 7323 5.4: a clock of 1 ms ticks (between 1 ms and 1 s per tick).
+  if (proto_ == nullptr) return 0;
+  return static_cast<std::uint32_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(proto_->timers().clock().now().time_since_epoch()).count());
+}
+
+// The payload a full segment carries: the MSS less the options every segment
+// has (RFC 6691: options come out of the MSS).
+std::uint32_t TcpConnection::payload_mss() const noexcept {
+  std::uint32_t m = mss_;
+  if (ts_ok_) m -= 12;  // NOP NOP TS
+  return std::max<std::uint32_t>(m, 1);
+}
+
+std::uint32_t TcpConnection::rcv_space() const noexcept {
+  std::size_t used = rcvbuf_.size() + reasm_.queued_bytes();
+  return used >= rcvbuf_limit_ ? 0u : static_cast<std::uint32_t>(std::min<std::size_t>(rcvbuf_limit_ - used, 1u << 30));
+}
+
+// The window field of the next segment, moving RCV.ADV forward only by
+// worthwhile steps (RFC 1122 4.2.3.3) and never backwards (RFC 9293 3.8.6.2.2).
+std::uint32_t TcpConnection::advertised_window() {
+  const std::uint32_t space = rcv_space();
+  const SeqNum edge = rcv_nxt_ + space;
+  const std::uint32_t step = std::min<std::uint32_t>(static_cast<std::uint32_t>(rcvbuf_limit_ / 2), mss_);
+  if (edge > rcv_adv_ && (static_cast<std::uint32_t>(edge - rcv_adv_) >= step || rcv_adv_ <= rcv_nxt_)) {
+    rcv_adv_ = edge;
+  }
+  if (rcv_adv_ < rcv_nxt_) rcv_adv_ = rcv_nxt_;
+  std::uint32_t wnd = static_cast<std::uint32_t>(rcv_adv_ - rcv_nxt_);
+  // Round up to the scale's unit, so the edge we advertise is never left of RCV.ADV.
+  const std::uint32_t unit = 1u << rcv_wscale_;
+  std::uint32_t field = static_cast<std::uint32_t>((std::uint64_t{wnd} + unit - 1) >> rcv_wscale_);
+  field = std::min<std::uint32_t>(field, 65535);
+  rcv_adv_ = rcv_nxt_ + (field << rcv_wscale_);
+  return field;
+}
+
+// After the application read: if the window can open by a worthwhile step,
+// tell the peer now instead of waiting for its next segment.
+void TcpConnection::window_opened() {
+  if (state_ != State::established && state_ != State::fin_wait_1 && state_ != State::fin_wait_2) return;
+  const SeqNum edge = rcv_nxt_ + rcv_space();
+  if (edge <= rcv_adv_) return;
+  const std::uint32_t grow = static_cast<std::uint32_t>(edge - rcv_adv_);
+  // RFC 1122 4.2.3.3: at least min(half the buffer, one MSS); twice the MSS
+  // keeps window updates from doubling the ACK rate.
+  if (grow >= std::min<std::uint32_t>(static_cast<std::uint32_t>(rcvbuf_limit_ / 2), 2u * mss_)) send_ack_now();
+}
+
+std::size_t TcpConnection::unsent_bytes() const noexcept {
+  std::uint32_t off = seq_span(snd_una_, snd_nxt_);
+  if (snd_una_ == iss_ && snd_nxt_ > iss_) --off;  // the SYN is not in the buffer
+  return off >= sndbuf_.size() ? 0 : sndbuf_.size() - off;
+}
+
+bool TcpConnection::fin_outstanding() const noexcept { return fin_sent_ && snd_una_ != snd_max_; }
+
+void TcpConnection::start_rtt_timing(SeqNum end) {
+  rtt_timing_ = true;
+  rtt_seq_ = end;
+  rtt_start_ = proto_->timers().clock().now();
+}
+
+void TcpConnection::arm_rtx() noexcept {
+  if (!rtx_timer_.armed()) rtx_timer_.arm_after(rto_.rto());
+}
+
+// One segment: [seq, seq + len) of the send buffer (or none), with `flags`.
+Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t flags, bool retransmit) {
+  if (proto_ == nullptr || !ip_) return Errc::closed;
+  Msg payload;
+  if (len > 0) {
+    std::size_t off = seq_span(snd_una_, seq);
+    Result<Msg> s = sndbuf_.slice(off, len);
+    if (!s) return s.status();
+    payload = std::move(*s);
+  }
+  Options o;
+  if (ts_ok_) o.timestamps = Timestamps{tsval_now(), ts_recent_};
+  if (sack_ok_ && (dsack_ || !reasm_.empty())) {
+    std::array<SackBlock, Options::kMaxSackBlocks> blocks{};
+    std::size_t n = reasm_.sack_blocks(blocks, dsack_);
+    for (std::size_t i = 0; i < n; ++i) (void)o.add_sack(blocks[i]);
+    dsack_.reset();
+    stats_.sack_blocks_out += o.sack_count;
+  }
+  std::array<std::byte, kMaxOptionsSize> ob{};
+  const std::size_t olen = write_options(o, ob);
+  Result<std::span<std::byte>> room = payload.push(Header::kMinSize + olen);
+  if (!room) return room.status();
+  Header h;
+  h.src_port = tuple_.local_port;
+  h.dst_port = tuple_.remote_port;
+  h.seq = seq;
+  h.flags = flags;
+  if (flags & kAck) {
+    h.ack = rcv_nxt_;
+    last_ack_sent_ = rcv_nxt_;
+  }
+  h.window = static_cast<std::uint16_t>(advertised_window());
+  h.data_offset = static_cast<std::uint8_t>((Header::kMinSize + olen) / 4);
+  h.write(room->first<Header::kMinSize>());
+  std::memcpy(room->data() + Header::kMinSize, ob.data(), olen);
+
+  ack_pending_ = false;
+  unacked_segs_ = 0;
+  delack_timer_.cancel();
+  ++stats_.segs_out;
+  stats_.bytes_sent += len;
+  if (retransmit) {
+    ++stats_.retransmits;
+    ++proto_->c_.retransmits;
+    // Karn: a retransmission inside the timed range spoils the measurement.
+    if (rtt_timing_ && rtt_seq_ > seq) rtt_timing_ = false;
+  } else if (len > 0 && !rtt_timing_) {
+    start_rtt_timing(seq + len);
+  }
+  last_send_ = proto_->timers().clock().now();
+  const SeqNum end = seq + len + ((flags & kSyn) ? 1u : 0u) + ((flags & kFin) ? 1u : 0u);
+  if (end > snd_max_) snd_max_ = end;
+  if (end != seq) arm_rtx();
+  return proto_->transmit(*ip_, tuple_.local_addr, tuple_.remote_addr, std::move(payload));
+}
+
+// Our SYN (SYN-SENT) or SYN-ACK (SYN-RECEIVED), with the options we offer.
+void TcpConnection::send_syn() {
+  if (proto_ == nullptr) return;
+  const TcpConfig& cfg = proto_->config();
+  const bool synack = state_ == State::syn_received;
+  Options o;
+  o.mss = proto_->path_mss(*ip_);
+  // RFC 7323 2.2 / RFC 2018 2: a SYN-ACK offers only what the SYN did.
+  if (cfg.wscale > 0 && (!synack || rcv_wscale_ > 0 || snd_wscale_ > 0)) {
+    o.wscale = proto_->our_wscale(cfg.buf_max);
+    if (!synack) rcv_wscale_ = *o.wscale;  // provisional until the SYN-ACK says
+  }
+  if (cfg.sack && (!synack || sack_ok_)) o.sack_permitted = true;
+  if (cfg.timestamps && (!synack || ts_ok_)) o.timestamps = Timestamps{tsval_now(), synack ? ts_recent_ : 0u};
+  std::array<std::byte, kMaxOptionsSize> ob{};
+  const std::size_t olen = write_options(o, ob);
+  Msg m = Msg::alloc(0);
+  Result<std::span<std::byte>> room = m.push(Header::kMinSize + olen);
+  if (!room) return;
+  Header h;
+  h.src_port = tuple_.local_port;
+  h.dst_port = tuple_.remote_port;
+  h.seq = iss_;
+  h.flags = synack ? (kSyn | kAck) : kSyn;
+  if (synack) {
+    h.ack = rcv_nxt_;
+    last_ack_sent_ = rcv_nxt_;
+  }
+  // RFC 7323 2.2: the window of a SYN is never scaled.
+  h.window = static_cast<std::uint16_t>(std::min<std::uint32_t>(rcv_space(), 65535));
+  rcv_adv_ = rcv_nxt_ + (synack ? std::uint32_t{h.window} : 0u);
+  h.data_offset = static_cast<std::uint8_t>((Header::kMinSize + olen) / 4);
+  h.write(room->first<Header::kMinSize>());
+  std::memcpy(room->data() + Header::kMinSize, ob.data(), olen);
+  ++stats_.segs_out;
+  if (retries_ == 0) start_rtt_timing(iss_ + 1);
+  snd_nxt_ = iss_ + 1;
+  if (snd_max_ < snd_nxt_) snd_max_ = snd_nxt_;
+  arm_rtx();
+  (void)proto_->transmit(*ip_, tuple_.local_addr, tuple_.remote_addr, std::move(m));
+}
+
+void TcpConnection::send_ack_now() {
+  if (proto_ == nullptr || !ip_) return;
+  if (state_ == State::syn_sent || state_ == State::closed || state_ == State::listen) return;
+  // A bare ACK carries SND.NXT (RFC 9293 3.10.7.4).
+  (void)send_segment(snd_nxt_, 0, kAck, false);
+}
+
+void TcpConnection::send_rst_and_close() {
+  if (proto_ != nullptr && ip_) {
+    ++proto_->c_.resets_sent;
+    TcpProtocol::IpPeer* ip = proto_->peers_.find(TcpProtocol::PeerKey{tuple_.remote_addr.value});
+    if (ip != nullptr) {
+      (void)proto_->send_raw(*ip, tuple_.local_port, tuple_.remote_port, snd_nxt_, rcv_nxt_, kRst | kAck, 0, nullptr);
+    }
+  }
+  state_ = State::closed;
+  release();
+}
+
+// RFC 5681 4.2 / RFC 1122 4.2.3.2: ACK every second full segment at once,
+// otherwise within the delayed-ACK timeout.
+void TcpConnection::schedule_ack(bool full_segment) {
+  ack_pending_ = true;
+  if (full_segment) ++unacked_segs_;
+  if (unacked_segs_ >= 2) {
+    send_ack_now();
+    return;
+  }
+  if (!delack_timer_.armed()) delack_timer_.arm_after(proto_->config().delack);
+}
+
+void TcpConnection::output() {
+  if (proto_ == nullptr) return;
+  switch (state_) {
+    case State::established:
+    case State::close_wait:
+    case State::fin_wait_1:
+    case State::last_ack:
+    case State::closing:
+      break;
+    default:
+      return;  // SYNs go out from send_syn() and the retransmission timer
+  }
+  if (in_recovery_ && sack_ok_) (void)send_recovery();
+  (void)send_new_data();
+}
+
+// RFC 6675 section 5 steps (C): while pipe allows, NextSeg decides.
+bool TcpConnection::send_recovery() {
+  bool sent = false;
+  for (int guard = 0; guard < 1024; ++guard) {
+    const std::uint32_t pipe = sb_.pipe(snd_max_);
+    if (cc_->cwnd() < pipe + payload_mss()) break;
+    bool new_ok = unsent_bytes() > 0 && seq_span(snd_una_, snd_max_) < snd_wnd_;
+    SackScoreboard::Segment seg = sb_.next_seg(snd_max_, new_ok);
+    if (seg.kind == SackScoreboard::SegKind::none) break;
+    if (seg.kind == SackScoreboard::SegKind::new_data) {
+      // Rule 2: new data from SND.MAX.
+      if (snd_nxt_ != snd_max_) snd_nxt_ = snd_max_;
+      std::uint32_t len = std::min<std::uint32_t>({payload_mss(), static_cast<std::uint32_t>(unsent_bytes()),
+                                                   snd_wnd_ - std::min(snd_wnd_, seq_span(snd_una_, snd_max_))});
+      if (len == 0) break;
+      if (!send_segment(snd_nxt_, len, kAck, false)) break;
+      snd_nxt_ += len;
+      SackScoreboard::Segment done{SackScoreboard::SegKind::new_data, snd_nxt_ - len, len};
+      sb_.on_sent(done);
+    } else {
+      std::uint32_t len = std::min<std::uint32_t>(seg.len, payload_mss());
+      if (!send_segment(seg.start, len, kAck, true)) break;
+      seg.len = len;
+      sb_.on_sent(seg);
+    }
+    sent = true;
+  }
+  return sent;
+}
+
+bool TcpConnection::send_new_data() {
+  bool sent = false;
+  const std::uint32_t smss = payload_mss();
+  for (;;) {
+    const std::size_t avail = unsent_bytes();
+    const SeqNum fin_seq = snd_una_ + static_cast<std::uint32_t>(sndbuf_.size()) + (snd_una_ == iss_ ? 1u : 0u);
+    if (avail == 0) {
+      // Only the FIN is left (RFC 9293 3.10.4): it needs no window.
+      if (write_shut_ && snd_nxt_ == fin_seq && !(fin_sent_ && snd_max_ > fin_seq && snd_nxt_ > fin_seq)) {
+        if (send_segment(snd_nxt_, 0, kAck | kFin, snd_max_ > fin_seq)) {
+          fin_sent_ = true;
+          snd_nxt_ = fin_seq + 1;
+          sent = true;
+        }
+      }
+      break;
+    }
+    const std::uint32_t in_flight = seq_span(snd_una_, snd_nxt_);
+    // RFC 3042 limited transmit: one more segment for each of the first two
+    // duplicate ACKs.
+    std::uint32_t cwnd = cc_->cwnd();
+    if (!in_recovery_ && dupacks_ > 0 && dupacks_ < 3) cwnd += dupacks_ * smss;
+    const std::uint32_t wnd = std::min(cwnd, snd_wnd_);
+    if (in_flight >= wnd) {
+      // A zero window with nothing in flight: probe it (persist).
+      if (snd_wnd_ == 0 && snd_una_ == snd_max_ && !persist_timer_.armed()) {
+        persist_timer_.arm_after(rto_.rto());
+      }
+      break;
+    }
+    const std::uint32_t usable = wnd - in_flight;
+    std::uint32_t len = static_cast<std::uint32_t>(std::min<std::size_t>({avail, smss, usable}));
+    const bool all = len == avail;
+    if (len < smss) {
+      if (cork_) break;
+      // RFC 1122 4.2.3.4: send a short segment only when it is all we have
+      // (and Nagle allows: nothing unacknowledged, or TCP_NODELAY), or when
+      // it is at least half the largest window the peer offered.
+      bool nagle_ok = all && (nodelay_ || snd_nxt_ == snd_una_ || snd_max_ == snd_una_);
+      bool sws_ok = len >= max_snd_wnd_ / 2 && max_snd_wnd_ > 0;
+      if (!nagle_ok && !sws_ok) break;
+    }
+    std::uint8_t flags = kAck;
+    const bool last = all && static_cast<std::size_t>(seq_span(snd_una_, snd_nxt_)) + len >= sndbuf_.size();
+    if (last) flags |= kPsh;
+    if (last && write_shut_) flags |= kFin;
+    const bool rexmit = snd_nxt_ < snd_max_;
+    if (!send_segment(snd_nxt_, len, flags, rexmit)) break;
+    snd_nxt_ += len;
+    if (flags & kFin) {
+      fin_sent_ = true;
+      snd_nxt_ += 1;
+    }
+    if (snd_max_ < snd_nxt_) snd_max_ = snd_nxt_;
+    sent = true;
+  }
+  return sent;
+}
+
+// ---- timers --------------------------------------------------------------------
+
+// RFC 6298 5.4 - 5.7: retransmit the earliest unacknowledged segment, back
+// off, and (RFC 5681 3.1) restart from one segment.
+void TcpConnection::on_rtx_timeout() {
+  Ref<TcpConnection> keep(this);
+  if (proto_ == nullptr) return;
+  const Time now = proto_->timers().clock().now();
+  ++retries_;
+  if (state_ == State::syn_sent || state_ == State::syn_received) {
+    if (retries_ > proto_->config().syn_retries) {
+      ++proto_->c_.timeouts;
+      if (state_ == State::syn_received && listener_ != nullptr) {
+        release();
+        return;
+      }
+      fail(Errc::timed_out);
+      return;
+    }
+    rto_.backoff();
+    rtt_timing_ = false;
+    ++stats_.rto_expiries;
+    ++proto_->c_.rto_expiries;
+    send_syn();
+    return;
+  }
+  if (snd_una_ == snd_max_) return;  // nothing outstanding
+  if (retries_ > proto_->config().max_retries) {
+    ++proto_->c_.timeouts;
+    fail(Errc::timed_out);
+    return;
+  }
+  ++stats_.rto_expiries;
+  ++proto_->c_.rto_expiries;
+  rto_.backoff();
+  cc_->on_rto(now, seq_span(snd_una_, snd_max_));
+  in_recovery_ = false;
+  dupacks_ = 0;
+  recover_ = snd_max_;  // RFC 6582 4.1: no fast retransmit for what was already sent
+  recover_set_ = true;
+  if (sack_ok_) {
+    sb_.exit_recovery();
+    sb_.clear();  // RFC 6675 5.1 allows forgetting SACK information after a timeout
+  }
+  rtt_timing_ = false;
+  snd_nxt_ = snd_una_;  // go back: resend from the first unacknowledged byte
+  rtx_timer_.arm_after(rto_.rto());
+  std::uint32_t len = std::min<std::uint32_t>(payload_mss(), static_cast<std::uint32_t>(unsent_bytes()));
+  if (len > 0) {
+    std::uint8_t flags = kAck;
+    if (len == unsent_bytes() && write_shut_) {
+      flags |= kFin;
+    }
+    if (send_segment(snd_nxt_, len, flags, true)) {
+      snd_nxt_ += len + ((flags & kFin) ? 1u : 0u);
+    }
+  } else if (fin_sent_) {
+    // Only the FIN is outstanding: send it again.
+    if (send_segment(snd_nxt_, 0, kAck | kFin, true)) snd_nxt_ += 1;
+  }
+}
+
+void TcpConnection::on_delack_timeout() {
+  Ref<TcpConnection> keep(this);
+  if (proto_ == nullptr || !ack_pending_) return;
+  ++proto_->c_.delayed_acks;
+  send_ack_now();
+}
+
+// RFC 9293 3.8.6.1: keep asking a zero window whether it opened. The probe is
+// a segment the receiver must answer (SEQ = SND.UNA - 1, no data), so it never
+// enters the sequence space we track.
+void TcpConnection::on_persist_timeout() {
+  Ref<TcpConnection> keep(this);
+  if (proto_ == nullptr) return;
+  if (snd_wnd_ != 0 || unsent_bytes() == 0) {
+    output();
+    return;
+  }
+  ++proto_->c_.window_probes;
+  (void)send_segment(snd_una_ - 1, 0, kAck, false);
+  Duration next = std::min(persist_timer_.deadline() - last_send_ + rto_.rto(), proto_->config().rto_max);
+  persist_timer_.arm_after(std::max(next, rto_.rto()));
+}
+
+// RFC 1122 4.2.3.6: after an idle period, probe; drop after unanswered probes.
+void TcpConnection::on_keepalive_timeout() {
+  Ref<TcpConnection> keep(this);
+  if (proto_ == nullptr || !keepalive_) return;
+  const TcpConfig& cfg = proto_->config();
+  const Time now = proto_->timers().clock().now();
+  if (now - last_recv_ < cfg.keepalive_idle && keepalive_sent_ == 0) {
+    keepalive_timer_.arm(last_recv_ + cfg.keepalive_idle);
+    return;
+  }
+  if (keepalive_sent_ >= cfg.keepalive_probes) {
+    ++proto_->c_.timeouts;
+    fail(Errc::timed_out);
+    return;
+  }
+  ++keepalive_sent_;
+  ++proto_->c_.keepalive_probes;
+  (void)send_segment(snd_una_ - 1, 0, kAck, false);
+  keepalive_timer_.arm_after(cfg.keepalive_interval);
+}
+
+}  // namespace xk::tcp

@@ -1,0 +1,731 @@
+// The TCP protocol object: demultiplexing (connections, then listeners, then
+// a RST), passive opens (RFC 9293 3.10.7.2, SYN cookies RFC 4987), ports, the
+// IP sessions of peers, and the socket handles.
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "xk/checksum.hpp"
+#include "xk/event_loop.hpp"
+#include "xk/options.hpp"
+#include "xk/protocols/tcp.hpp"
+
+namespace xk::tcp {
+
+const char* to_string(State s) noexcept {
+  switch (s) {
+    case State::closed: return "CLOSED";
+    case State::listen: return "LISTEN";
+    case State::syn_sent: return "SYN-SENT";
+    case State::syn_received: return "SYN-RECEIVED";
+    case State::established: return "ESTABLISHED";
+    case State::fin_wait_1: return "FIN-WAIT-1";
+    case State::fin_wait_2: return "FIN-WAIT-2";
+    case State::close_wait: return "CLOSE-WAIT";
+    case State::closing: return "CLOSING";
+    case State::last_ack: return "LAST-ACK";
+    case State::time_wait: return "TIME-WAIT";
+  }
+  return "?";
+}
+
+// ---- listener ---------------------------------------------------------------
+
+ListenSession::ListenSession(TcpProtocol& proto, Ipv4Addr addr, Port port, std::size_t backlog)
+    : Session(proto, nullptr), proto_(&proto), addr_(addr), port_(port), backlog_(backlog) {}
+
+ListenSession::~ListenSession() = default;
+
+Status ListenSession::close() {
+  if (proto_ == nullptr) return Errc::closed;
+  TcpProtocol* p = std::exchange(proto_, nullptr);
+  Ref<ListenSession> keep(this);
+  p->listeners_.erase(TcpProtocol::ListenKey{addr_.value, port_.value});
+  // Connections nobody will accept are reset (RFC 9293 3.10.4: like ABORT).
+  std::deque<Ref<TcpConnection>> q;
+  q.swap(accept_q_);
+  for (Ref<TcpConnection>& c : q) {
+    c->listener_ = nullptr;
+    c->abort();
+  }
+  // Half-open ones still point at us: they die with a RST too.
+  std::vector<Ref<TcpConnection>> half;
+  p->conns_.for_each([&](const TcpProtocol::ConnKey&, SessionRef& s) {
+    auto* c = static_cast<TcpConnection*>(s.get());
+    if (c->listener_ == this) half.emplace_back(c);
+  });
+  for (Ref<TcpConnection>& c : half) {
+    c->listener_ = nullptr;
+    c->abort();
+  }
+  half_open_ = 0;
+  return {};
+}
+
+Result<Ref<TcpConnection>> ListenSession::accept() {
+  if (proto_ == nullptr) return Errc::closed;
+  if (accept_q_.empty()) return Errc::would_block;
+  Ref<TcpConnection> c = std::move(accept_q_.front());
+  accept_q_.pop_front();
+  c->listener_ = nullptr;
+  c->accepted_ = true;
+  return c;
+}
+
+void ListenSession::established(TcpConnection& c) {
+  if (half_open_ > 0) --half_open_;
+  accept_q_.emplace_back(&c);
+  if (on_event_) on_event_();
+}
+
+void ListenSession::forget(TcpConnection& c) noexcept {
+  auto it = std::find_if(accept_q_.begin(), accept_q_.end(), [&](const Ref<TcpConnection>& r) { return r.get() == &c; });
+  if (it != accept_q_.end()) {
+    accept_q_.erase(it);
+  } else if (half_open_ > 0) {
+    --half_open_;
+  }
+}
+
+// ---- protocol ---------------------------------------------------------------
+
+TcpProtocol::TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, TcpConfig config)
+    : Protocol(std::move(name), "tcp", {&below}),
+      below_(below),
+      timers_(timers),
+      config_(std::move(config)),
+      isn_(config_.secret ? IsnGenerator(*config_.secret) : IsnGenerator()),
+      cookies_(SynCookies(isn_.secret())),
+      next_ephemeral_(config_.ephemeral_min),
+      c_{counters().add("rx_segments"),
+         counters().add("tx_segments"),
+         counters().add("retransmits", "segments sent again"),
+         counters().add("active_opens"),
+         counters().add("passive_opens", "SYNs that made a connection (or a cookie)"),
+         counters().add("established", "connections that reached ESTABLISHED"),
+         counters().add("resets_sent"),
+         counters().add("resets_received", "RSTs that ended a connection"),
+         counters().add("drop_bad_csum"),
+         counters().add("drop_malformed", "bad data offset or options"),
+         counters().add("drop_no_listener", "segments for no connection and no listener (RST sent unless RST)"),
+         counters().add("drop_paws", "RFC 7323 5: old timestamps"),
+         counters().add("drop_out_of_window", "RFC 9293 3.10.7.4: unacceptable sequence numbers"),
+         counters().add("drop_syn_queue", "SYNs dropped: half-open queue full without cookies"),
+         counters().add("drop_accept_queue", "SYNs dropped: accept queue full"),
+         counters().add("drop_ack_unacceptable", "ACKs of data never sent"),
+         counters().add("challenge_acks", "RFC 5961"),
+         counters().add("challenge_acks_limited", "RFC 5961 7: over the rate"),
+         counters().add("syncookies_sent"),
+         counters().add("syncookies_ok"),
+         counters().add("syncookies_bad"),
+         counters().add("rto_expiries"),
+         counters().add("fast_retransmits"),
+         counters().add("sack_recoveries"),
+         counters().add("ooo_segments", "segments that arrived out of order"),
+         counters().add("delayed_acks", "ACKs sent by the delayed-ACK timer"),
+         counters().add("window_probes", "zero-window probes (persist timer)"),
+         counters().add("keepalive_probes"),
+         counters().add("timeouts", "connections dropped after unanswered retransmissions or keepalives"),
+         counters().add("time_wait_reused", "TIME-WAIT connections ended by a new SYN"),
+         counters().add("rx_csum_by_port", "checksums the port verified for us"),
+         counters().add("tx_csum_by_port", "checksums left to the port")} {
+  if (config_.ephemeral_min == 0 || config_.ephemeral_min > config_.ephemeral_max) {
+    throw std::invalid_argument("tcp: bad ephemeral port range");
+  }
+  if (Result<LinkOffloads> o = below.control(ctl::GetOffloads{})) offloads_ = *o;
+  if (Status st = ensure_enabled(); !st) {
+    throw std::invalid_argument("tcp: '" + below.name() + "' refused to pass up IP protocol 6: " + to_string(st.error()));
+  }
+}
+
+TcpProtocol::~TcpProtocol() {
+  // Handles may outlive us: their connections become closed, and nothing is sent.
+  std::vector<Ref<ListenSession>> ls;
+  listeners_.for_each([&](const ListenKey&, ListenSession*& l) { ls.emplace_back(l); });
+  for (auto& l : ls) {
+    l->accept_q_.clear();
+    l->proto_ = nullptr;
+  }
+  listeners_.clear();
+  std::vector<Ref<TcpConnection>> cs;
+  conns_.for_each([&](const ConnKey&, SessionRef& s) { cs.emplace_back(static_cast<TcpConnection*>(s.get())); });
+  for (auto& c : cs) c->release();
+  conns_.clear();
+  peers_.for_each([](const PeerKey&, IpPeer& p) { (void)p.session->close(); });
+  peers_.clear();
+  if (enabled_) {
+    Participants parts;
+    parts.local.push(ProtoNum{kIpProtocol});
+    (void)below_.open_disable(*this, parts);
+  }
+}
+
+Status TcpProtocol::ensure_enabled() {
+  if (enabled_) return {};
+  Participants parts;
+  parts.local.push(ProtoNum{kIpProtocol});
+  if (Status st = below_.open_enable(*this, parts); !st) return st;
+  enabled_ = true;
+  return {};
+}
+
+Result<TcpProtocol::IpPeer*> TcpProtocol::ip_for(Ipv4Addr peer, Session* known) {
+  if (IpPeer* p = peers_.find(PeerKey{peer.value})) return p;
+  SessionRef s;
+  if (known != nullptr) {
+    s = SessionRef(known);
+  } else {
+    Participants parts;
+    parts.remote.push(peer);
+    parts.remote.push(ProtoNum{kIpProtocol});
+    Result<SessionRef> r = below_.open(*this, parts);
+    if (!r) return r.error();
+    s = *r;
+  }
+  Result<Participant> local = s->control(ctl::GetLocalAddr{});
+  Result<Ipv4Addr> local_addr = local ? local->peek<Ipv4Addr>() : Result<Ipv4Addr>(local.error());
+  if (!local_addr) return Errc::bad_state;
+  auto [p, inserted] = peers_.insert(PeerKey{peer.value}, IpPeer{std::move(s), *local_addr, peer, 0});
+  (void)inserted;
+  return p;
+}
+
+void TcpProtocol::drop_ip_user(Ipv4Addr peer) noexcept {
+  IpPeer* p = peers_.find(PeerKey{peer.value});
+  if (p == nullptr) return;
+  if (p->users > 0) --p->users;
+  if (p->users == 0) {
+    // ipv4 keeps a session until its upper closes it: close the idle ones.
+    SessionRef s = std::move(p->session);
+    peers_.erase(PeerKey{peer.value});
+    (void)s->close();
+  }
+}
+
+Status TcpProtocol::open_done(Protocol&, Session& session, Participants& parts) {
+  // ipv4 made a session for a new peer; its first segment follows at once.
+  Result<Ipv4Addr> peer = parts.remote.peek<Ipv4Addr>();
+  if (!peer) {
+    Result<Participant> pa = session.control(ctl::GetPeerAddr{});
+    peer = pa ? pa->peek<Ipv4Addr>() : Result<Ipv4Addr>(pa.error());
+  }
+  if (!peer) return peer.error();
+  return ip_for(*peer, &session).status();
+}
+
+bool TcpProtocol::port_in_use(std::uint16_t port) const noexcept {
+  bool used = false;
+  auto& self = const_cast<TcpProtocol&>(*this);
+  self.listeners_.for_each([&](const ListenKey& k, ListenSession*&) { used = used || k.port == port; });
+  return used;
+}
+
+Result<std::uint16_t> TcpProtocol::pick_ephemeral(Ipv4Addr local, Ipv4Addr remote, std::uint16_t rport) {
+  std::uint32_t span = std::uint32_t{config_.ephemeral_max} - config_.ephemeral_min + 1;
+  for (std::uint32_t i = 0; i < span; ++i) {
+    std::uint32_t p = next_ephemeral_;
+    next_ephemeral_ = p >= config_.ephemeral_max ? config_.ephemeral_min : p + 1;
+    auto port = static_cast<std::uint16_t>(p);
+    if (listeners_.find(ListenKey{0, port}) != nullptr || listeners_.find(ListenKey{local.value, port}) != nullptr) {
+      continue;
+    }
+    if (conns_.find(ConnKey{local.value, remote.value, port, rport}) == nullptr) return port;
+  }
+  return Errc::exists;
+}
+
+Status TcpProtocol::insert(TcpConnection& c) {
+  auto [slot, inserted] = conns_.insert(key_of(c.tuple_), SessionRef(&c));
+  (void)slot;
+  return inserted ? Status{} : Status{Errc::exists};
+}
+
+void TcpProtocol::remove(TcpConnection& c) noexcept {
+  ConnKey k = key_of(c.tuple_);
+  if (SessionRef* s = conns_.find(k); s != nullptr && s->get() == &c) conns_.erase(k);
+}
+
+std::uint16_t TcpProtocol::path_mss(Session& ip) const {
+  Result<std::size_t> mtu = ip.control(ctl::GetMtu{});
+  std::size_t m = mtu ? *mtu : 576 - 20;  // GetMtu is IP's payload: minus the TCP header
+  m = m > Header::kMinSize ? m - Header::kMinSize : 536;
+  if (config_.mss != 0) m = std::min<std::size_t>(m, config_.mss);
+  return static_cast<std::uint16_t>(std::min<std::size_t>(m, 65535 - 40));
+}
+
+std::uint8_t TcpProtocol::our_wscale(std::size_t rcvbuf_max) const noexcept {
+  // The smallest shift that lets the window cover the largest buffer (RFC 7323 2.3).
+  std::uint8_t s = 0;
+  while (s < config_.wscale && (std::size_t{65535} << s) < rcvbuf_max) ++s;
+  return s;
+}
+
+bool TcpProtocol::challenge_ack_allowed(Time now) noexcept {
+  if (now - challenge_window_start_ >= std::chrono::seconds(1)) {
+    challenge_window_start_ = now;
+    challenge_acks_in_window_ = 0;
+  }
+  if (challenge_acks_in_window_ >= config_.challenge_acks_per_s) {
+    ++c_.challenge_acks_limited;
+    return false;
+  }
+  ++challenge_acks_in_window_;
+  ++c_.challenge_acks;
+  return true;
+}
+
+// A finished segment (header, options and payload) goes out with its checksum.
+Status TcpProtocol::transmit(Session& ip, Ipv4Addr src, Ipv4Addr dst, Msg segment) {
+  const auto len = static_cast<std::uint16_t>(segment.size());
+  if (config_.csum == ChecksumMode::on || config_.csum == ChecksumMode::tx_only) {
+    std::uint32_t pseudo = csum::pseudo_header_v4(src, dst, kIpProtocol, len);
+    std::uint16_t ck;
+    if (offloads_.tx_tcp_csum) {
+      ck = csum::fold(pseudo);  // the port sums the rest (docs/checksum.md, "Offload")
+      segment.offload().flags |= Offload::tx_tcp_csum;
+      ++c_.tx_csum_by_port;
+    } else {
+      ck = csum::finish(csum::partial(segment, pseudo));
+    }
+    // The header is in the first fragment: it was pushed last.
+    std::memcpy(segment.fragments()[0].data() + Header::kChecksumOffset, &ck, 2);
+  }
+  ++c_.tx_segments;
+  return ip.push(std::move(segment));
+}
+
+Status TcpProtocol::send_raw(IpPeer& ip, std::uint16_t sport, std::uint16_t dport, SeqNum seq, SeqNum ack,
+                             std::uint8_t flags, std::uint16_t window, const Options* opts) {
+  std::array<std::byte, kMaxOptionsSize> ob{};
+  std::size_t olen = opts != nullptr ? write_options(*opts, ob) : 0;
+  Msg m = Msg::alloc(0, Msg::kDefaultHeadroom);
+  Result<std::span<std::byte>> room = m.push(Header::kMinSize + olen);
+  if (!room) return room.status();
+  Header h;
+  h.src_port = sport;
+  h.dst_port = dport;
+  h.seq = seq;
+  h.ack = ack;
+  h.data_offset = static_cast<std::uint8_t>((Header::kMinSize + olen) / 4);
+  h.flags = flags;
+  h.window = window;
+  h.write(room->first<Header::kMinSize>());
+  std::memcpy(room->data() + Header::kMinSize, ob.data(), olen);
+  return transmit(*ip.session, ip.local, ip.peer, std::move(m));
+}
+
+// RFC 9293 3.10.7.1: a segment for no connection gets a RST, unless it is one.
+void TcpProtocol::send_reset_for(IpPeer& ip, const Header& h, std::size_t seg_len) {
+  if (h.has(kRst)) return;
+  ++c_.resets_sent;
+  if (h.has(kAck)) {
+    (void)send_raw(ip, h.dst_port, h.src_port, h.ack, SeqNum(0), kRst, 0, nullptr);
+  } else {
+    std::uint32_t len = static_cast<std::uint32_t>(seg_len) + (h.has(kSyn) ? 1u : 0u) + (h.has(kFin) ? 1u : 0u);
+    (void)send_raw(ip, h.dst_port, h.src_port, SeqNum(0), h.seq + len, kRst | kAck, 0, nullptr);
+  }
+}
+
+Status TcpProtocol::demux(Session& lower, Msg msg) {
+  ++c_.rx_segments;
+  // Which peer: the IP session tells, and is remembered by pointer.
+  Result<Participant> pa = lower.control(ctl::GetPeerAddr{});
+  Result<Ipv4Addr> peer = pa ? pa->peek<Ipv4Addr>() : Result<Ipv4Addr>(pa.error());
+  if (!peer) return peer.error();
+  Result<IpPeer*> ipr = ip_for(*peer, &lower);
+  if (!ipr) return ipr.error();
+  IpPeer* ip = *ipr;
+
+  Result<std::span<const std::byte>> fixed = msg.peek(Header::kMinSize);
+  if (!fixed) {
+    ++c_.drop_malformed;
+    return Errc::malformed;
+  }
+  Header h = Header::read(fixed->first<Header::kMinSize>());
+  if (h.data_offset < Header::kMinDataOffset || h.header_length() > msg.size()) {
+    ++c_.drop_malformed;
+    return Errc::malformed;
+  }
+  if (config_.csum == ChecksumMode::on || config_.csum == ChecksumMode::rx_only) {
+    if (msg.offload().has(Offload::rx_l4_good)) {
+      ++c_.rx_csum_by_port;
+    } else {
+      std::uint32_t pseudo = csum::pseudo_header_v4(ip->peer, ip->local, kIpProtocol, static_cast<std::uint16_t>(msg.size()));
+      if (csum::fold(csum::partial(msg, pseudo)) != 0xffff) {
+        ++c_.drop_bad_csum;
+        return Errc::malformed;
+      }
+    }
+  }
+  Result<std::span<const std::byte>> whole = msg.peek(h.header_length());
+  if (!whole) {
+    ++c_.drop_malformed;
+    return Errc::malformed;
+  }
+  Result<Options> opts = parse_options(whole->subspan(Header::kMinSize));
+  if (!opts) {
+    ++c_.drop_malformed;
+    return Errc::malformed;
+  }
+  (void)msg.trim_front(h.header_length());
+  Msg& payload = msg;
+
+  ConnKey key{ip->local.value, ip->peer.value, h.dst_port, h.src_port};
+  if (SessionRef* s = conns_.find(key)) {
+    Ref<TcpConnection> c(static_cast<TcpConnection*>(s->get()));
+    // RFC 6191 / RFC 9293 3.6.1: a new SYN may end a TIME-WAIT early when its
+    // sequence number (or timestamp) is past what the old connection saw.
+    bool reuse = c->state_ == State::time_wait && h.has(kSyn) && !h.has(kAck) &&
+                 (h.seq > c->rcv_nxt_ || (c->ts_ok_ && opts->timestamps && 
+                                          static_cast<std::int32_t>(opts->timestamps->tsval - c->ts_recent_) > 0));
+    if (!reuse) {
+      c->segment_arrives(h, *opts, std::move(payload));
+      return {};
+    }
+    ++c_.time_wait_reused;
+    c->release();
+  }
+  ListenSession* l = nullptr;
+  if (ListenSession** f = listeners_.find(ListenKey{ip->local.value, h.dst_port})) {
+    l = *f;
+  } else if (ListenSession** w = listeners_.find(ListenKey{0, h.dst_port})) {
+    l = *w;
+  }
+  if (l != nullptr) {
+    Ref<ListenSession> keep(l);
+    listen_input(*l, *ip, h, *opts, std::move(payload));
+  } else {
+    ++c_.drop_no_listener;
+    send_reset_for(*ip, h, payload.size());
+  }
+  // A peer nobody talks to any more keeps no IP session.
+  if (IpPeer* p = peers_.find(PeerKey{peer->value}); p != nullptr && p->users == 0) {
+    ++p->users;
+    drop_ip_user(*peer);
+  }
+  return {};
+}
+
+// RFC 9293 3.10.7.2, LISTEN.
+void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, const Options& opts, Msg payload) {
+  if (h.has(kRst)) return;  // first: an incoming RST is ignored
+  const Time now = timers_.clock().now();
+  FourTuple t{ip.local, h.dst_port, ip.peer, h.src_port};
+  if (h.has(kAck) && !h.has(kSyn)) {
+    // Second: an ACK. Only a SYN cookie's third segment is acceptable here.
+    if (config_.syncookies && !h.has(kFin)) {
+      if (Result<std::uint16_t> mss = cookies_.check_ack(t, h.seq, h.ack, now)) {
+        if (l.accept_q_.size() >= l.backlog_) {
+          ++c_.drop_accept_queue;
+          return;
+        }
+        ++c_.syncookies_ok;
+        Ref<TcpConnection> c = make_ref<TcpConnection>(*this, nullptr);
+        c->tuple_ = t;
+        c->ip_ = ip.session;
+        ++ip.users;
+        c->iss_ = h.ack - 1;
+        c->irs_ = h.seq - 1;
+        c->snd_una_ = c->snd_nxt_ = c->snd_max_ = h.ack;
+        c->rcv_nxt_ = c->rcv_adv_ = h.seq;
+        c->snd_wl1_ = h.seq;
+        c->snd_wl2_ = h.ack;
+        c->peer_mss_ = *mss;
+        c->mss_ = std::min(*mss, path_mss(*ip.session));
+        if (opts.timestamps) {
+          // Our SYN-ACK's TSval carried its options (tcp_syncookie.hpp).
+          CookieOptions co = decode_cookie_tsecr(opts.timestamps->tsecr);
+          c->ts_ok_ = config_.timestamps;
+          c->ts_recent_ = opts.timestamps->tsval;
+          c->ts_recent_age_ = now;
+          c->sack_ok_ = config_.sack && co.sack_permitted;
+          if (co.wscale && config_.wscale > 0) {
+            c->snd_wscale_ = *co.wscale;
+            c->rcv_wscale_ = our_wscale(config_.buf_max);
+          }
+        }
+        c->snd_wnd_ = std::uint32_t{h.window} << c->snd_wscale_;
+        c->max_snd_wnd_ = c->snd_wnd_;
+        c->sb_.set_smss(c->payload_mss());
+        c->cc_->set_mss(c->payload_mss());
+        c->listener_ = &l;
+        ++l.half_open_;
+        if (!insert(*c)) return;
+        ++c_.passive_opens;
+        c->enter_state(State::established);
+        if (!payload.empty() || h.has(kFin)) c->segment_arrives(h, opts, std::move(payload));
+        return;
+      }
+      ++c_.syncookies_bad;
+    }
+    send_reset_for(ip, h, payload.size());
+    return;
+  }
+  if (!h.has(kSyn)) return;  // fourth: anything else is dropped
+  // Third: a SYN.
+  if (l.accept_q_.size() >= l.backlog_) {
+    ++c_.drop_accept_queue;
+    return;
+  }
+  if (l.half_open_ >= config_.syn_backlog) {
+    if (!config_.syncookies) {
+      ++c_.drop_syn_queue;
+      return;
+    }
+    // RFC 4987 3.6: answer without keeping state; the cookie is the ISN.
+    ++c_.syncookies_sent;
+    std::uint16_t my_mss = path_mss(*ip.session);
+    std::uint16_t their_mss = opts.mss.value_or(536);
+    Options o;
+    o.mss = my_mss;
+    if (opts.timestamps && config_.timestamps) {
+      CookieOptions co;
+      co.sack_permitted = config_.sack && opts.sack_permitted;
+      if (opts.wscale && config_.wscale > 0) co.wscale = *opts.wscale;
+      std::uint32_t ts = static_cast<std::uint32_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count());
+      o.timestamps = Timestamps{encode_cookie_tsval(co, ts), opts.timestamps->tsval};
+      o.sack_permitted = co.sack_permitted;
+      if (co.wscale) o.wscale = our_wscale(config_.buf_max);
+    }
+    SeqNum cookie = cookies_.make_isn(t, h.seq, std::min(their_mss, my_mss), now);
+    (void)send_raw(ip, h.dst_port, h.src_port, cookie, h.seq + 1, kSyn | kAck, 65535, &o);
+    ++c_.passive_opens;
+    return;
+  }
+  Ref<TcpConnection> c = make_ref<TcpConnection>(*this, nullptr);
+  c->tuple_ = t;
+  c->ip_ = ip.session;
+  ++ip.users;
+  c->listener_ = &l;
+  ++l.half_open_;
+  c->irs_ = h.seq;
+  c->rcv_nxt_ = c->rcv_adv_ = h.seq + 1;
+  c->iss_ = isn_.isn(t, now);
+  c->snd_una_ = c->snd_nxt_ = c->snd_max_ = c->iss_;
+  c->snd_wl1_ = h.seq;
+  c->take_options(opts, true);
+  c->snd_wnd_ = h.window;  // never scaled in a SYN (RFC 7323 2.2)
+  c->max_snd_wnd_ = c->snd_wnd_;
+  if (!insert(*c)) {
+    l.forget(*c);
+    c->listener_ = nullptr;
+    return;
+  }
+  ++c_.passive_opens;
+  c->enter_state(State::syn_received);
+  c->send_syn();
+}
+
+Result<SessionRef> TcpProtocol::open(Protocol& upper, Participants& parts) {
+  Result<Port> rport = parts.remote.pop<Port>();
+  if (!rport) return rport.error();
+  Result<Ipv4Addr> raddr = parts.remote.pop<Ipv4Addr>();
+  if (!raddr) return raddr.error();
+  Ref<TcpConnection> c = make_ref<TcpConnection>(*this, &upper);
+  if (Status st = c->connect(*raddr, *rport); !st) return st.error();
+  return SessionRef(c);
+}
+
+Result<ControlReply> TcpProtocol::control_any(const ControlQuery& query) {
+  if (std::holds_alternative<ctl::GetChecksum>(query)) return ControlReply{config_.csum};
+  if (const auto* set = std::get_if<ctl::SetChecksum>(&query)) {
+    config_.csum = set->mode;
+    return ControlReply{std::monostate{}};
+  }
+  if (std::holds_alternative<ctl::DeliverError>(query)) {
+    // ICMP errors (RFC 5927 checks, PMTU) are not acted upon yet: counted by ipv4.
+    return ControlReply{std::monostate{}};
+  }
+  return Protocol::control_any(query);
+}
+
+TcpSocket TcpProtocol::socket() { return TcpSocket(make_ref<TcpConnection>(*this, nullptr)); }
+
+Result<TcpListener> TcpProtocol::listen(Ipv4Addr addr, Port port, std::size_t backlog) {
+  if (backlog == 0) backlog = 1;
+  std::uint16_t p = port.value;
+  if (p == 0) {
+    Result<std::uint16_t> e = pick_ephemeral(addr, Ipv4Addr{}, 0);
+    if (!e) return e.error();
+    p = *e;
+  }
+  if (listeners_.find(ListenKey{addr.value, p}) != nullptr) return Errc::exists;
+  // A wildcard listener and a specific one on the same port conflict.
+  if (addr.value == 0) {
+    bool clash = false;
+    listeners_.for_each([&](const ListenKey& k, ListenSession*&) { clash = clash || k.port == p; });
+    if (clash) return Errc::exists;
+  } else if (listeners_.find(ListenKey{0, p}) != nullptr) {
+    return Errc::exists;
+  }
+  Ref<ListenSession> l = make_ref<ListenSession>(*this, addr, Port{p}, backlog);
+  listeners_.insert(ListenKey{addr.value, p}, l.get());
+  return TcpListener(std::move(l));
+}
+
+// ---- handles ----------------------------------------------------------------
+
+TcpSocket& TcpSocket::operator=(TcpSocket&& other) noexcept {
+  if (this != &other) {
+    (void)close();
+    c_ = std::move(other.c_);
+  }
+  return *this;
+}
+
+TcpSocket::~TcpSocket() { (void)close(); }
+
+Status TcpSocket::connect(Ipv4Addr addr, Port port) {
+  if (!c_) return Errc::closed;
+  return c_->connect(addr, port);
+}
+Result<std::size_t> TcpSocket::write(std::span<const std::byte> bytes) {
+  if (!c_) return Errc::closed;
+  return c_->write(bytes);
+}
+Status TcpSocket::write(Msg& msg) {
+  if (!c_) return Errc::closed;
+  return c_->write_msg(msg);
+}
+Result<std::size_t> TcpSocket::read(std::span<std::byte> dst) {
+  if (!c_) return Errc::closed;
+  return c_->read(dst);
+}
+Result<Msg> TcpSocket::read_msg(std::size_t max) {
+  if (!c_) return Errc::closed;
+  return c_->read_msg(max);
+}
+Status TcpSocket::shutdown_write() {
+  if (!c_) return Errc::closed;
+  return c_->shutdown_write();
+}
+Status TcpSocket::close() {
+  if (!c_) return Errc::closed;
+  Ref<TcpConnection> c = std::move(c_);
+  c->set_on_event({});
+  return c->close_gracefully();
+}
+void TcpSocket::abort() {
+  if (!c_) return;
+  Ref<TcpConnection> c = std::move(c_);
+  c->set_on_event({});
+  c->abort();
+}
+void TcpSocket::set_nodelay(bool on) noexcept {
+  if (c_) c_->set_nodelay(on);
+}
+void TcpSocket::set_cork(bool on) noexcept {
+  if (c_) c_->set_cork(on);
+}
+void TcpSocket::set_keepalive(bool on) noexcept {
+  if (c_) c_->set_keepalive(on);
+}
+void TcpSocket::set_sndbuf(std::size_t bytes) noexcept {
+  if (c_) c_->set_sndbuf(bytes);
+}
+void TcpSocket::set_rcvbuf(std::size_t bytes) noexcept {
+  if (c_) c_->set_rcvbuf(bytes);
+}
+void TcpSocket::set_on_event(std::function<void()> fn) {
+  if (c_) c_->set_on_event(std::move(fn));
+}
+std::uint32_t TcpSocket::events() const noexcept { return c_ ? c_->events() : std::uint32_t{ev_hangup}; }
+
+TcpListener& TcpListener::operator=(TcpListener&& other) noexcept {
+  if (this != &other) {
+    (void)close();
+    l_ = std::move(other.l_);
+  }
+  return *this;
+}
+
+TcpListener::~TcpListener() { (void)close(); }
+
+Result<TcpSocket> TcpListener::accept() {
+  if (!l_) return Errc::closed;
+  Result<Ref<TcpConnection>> c = l_->accept();
+  if (!c) return c.error();
+  return TcpSocket(std::move(*c));
+}
+
+void TcpListener::set_on_event(std::function<void()> fn) {
+  if (l_) l_->set_on_event(std::move(fn));
+}
+
+Status TcpListener::close() {
+  if (!l_) return Errc::closed;
+  Ref<ListenSession> l = std::move(l_);
+  l->set_on_event({});
+  return l->close();
+}
+
+// ---- graph kind ---------------------------------------------------------------
+
+namespace {
+Secret parse_secret(const std::string& hex) {
+  if (hex.size() != 32) throw std::invalid_argument("secret= needs 32 hex digits (16 bytes)");
+  Secret s{};
+  for (std::size_t i = 0; i < 16; ++i) {
+    auto nib = [&](char ch) -> unsigned {
+      if (ch >= '0' && ch <= '9') return static_cast<unsigned>(ch - '0');
+      if (ch >= 'a' && ch <= 'f') return static_cast<unsigned>(ch - 'a' + 10);
+      if (ch >= 'A' && ch <= 'F') return static_cast<unsigned>(ch - 'A' + 10);
+      throw std::invalid_argument("secret= has a character that is not a hex digit");
+    };
+    s[i] = std::byte(static_cast<unsigned char>(nib(hex[2 * i]) << 4 | nib(hex[2 * i + 1])));
+  }
+  return s;
+}
+}  // namespace
+
+void register_tcp(Registry& registry) {
+  registry.add(
+      KindSpec("tcp", "TCP over one IPv4 instance (RFC 9293, 7323, 2018, 6675, 5681, 9438)")
+          .with_below(1, 1)
+          .with_option(OptionSpec::boolean("csum", "compute on send and verify on receive").defaults_to("on"))
+          .with_option(OptionSpec::integer("mss", 0, 65495, "largest segment payload we announce (0: from the MTU)")
+                           .defaults_to("0"))
+          .with_option(OptionSpec::integer("wscale", 0, 14, "largest window shift we offer").defaults_to("14"))
+          .with_option(OptionSpec::boolean("sack", "selective acknowledgments (RFC 2018)").defaults_to("on"))
+          .with_option(OptionSpec::boolean("ts", "timestamps (RFC 7323)").defaults_to("on"))
+          .with_option(OptionSpec::choice("cc", {"cubic", "newreno"}, "congestion control").defaults_to("cubic"))
+          .with_option(OptionSpec::real("rto_min_ms", 0.01, 3.6e6, "smallest retransmission timeout").defaults_to("200"))
+          .with_option(OptionSpec::real("rto_max_ms", 0.01, 3.6e6, "largest retransmission timeout").defaults_to("60000"))
+          .with_option(OptionSpec::real("rto_initial_ms", 0.01, 3.6e6, "before any RTT sample").defaults_to("1000"))
+          .with_option(OptionSpec::real("delack_ms", 0.01, 500, "delayed-ACK timeout (RFC 1122: < 500)").defaults_to("40"))
+          .with_option(OptionSpec::real("msl_ms", 0.01, 3.6e6, "maximum segment lifetime (TIME-WAIT is 2 MSL)")
+                           .defaults_to("30000"))
+          .with_option(OptionSpec::size("sndbuf", 1024, std::size_t{1} << 30, "default send buffer").defaults_to("1m"))
+          .with_option(OptionSpec::size("rcvbuf", 1024, std::size_t{1} << 30, "default receive buffer").defaults_to("1m"))
+          .with_option(OptionSpec::boolean("syncookies", "SYN cookies when the SYN queue is full").defaults_to("on"))
+          .with_option(OptionSpec::string("secret", "ISN/cookie key, 32 hex digits (default: random)"))
+          .with_factory([](const BuildArgs& args) -> std::unique_ptr<Protocol> {
+            if (args.loop == nullptr) throw std::invalid_argument("tcp needs an event loop for its timers");
+            const xk::Options& o = args.options;
+            TcpConfig c;
+            c.csum = o.get_bool("csum") ? ChecksumMode::on : ChecksumMode::off;
+            c.mss = static_cast<std::uint16_t>(o.get_int("mss"));
+            c.wscale = static_cast<std::uint8_t>(o.get_int("wscale"));
+            c.sack = o.get_bool("sack");
+            c.timestamps = o.get_bool("ts");
+            c.cc = o.get_string("cc");
+            auto ms = [&](std::string_view n) {
+              return std::chrono::duration_cast<Duration>(std::chrono::duration<double, std::milli>(o.get_real(n)));
+            };
+            c.rto_min = ms("rto_min_ms");
+            c.rto_max = ms("rto_max_ms");
+            c.rto_initial = ms("rto_initial_ms");
+            c.delack = ms("delack_ms");
+            c.msl = ms("msl_ms");
+            c.sndbuf = o.get_size("sndbuf");
+            c.rcvbuf = o.get_size("rcvbuf");
+            c.syncookies = o.get_bool("syncookies");
+            if (o.has("secret")) c.secret = parse_secret(o.get_string("secret"));
+            if (c.rto_min > c.rto_max) throw std::invalid_argument("rto_min is above rto_max");
+            return std::make_unique<TcpProtocol>(args.name, *args.below[0], args.loop->timers(), c);
+          }));
+}
+
+}  // namespace xk::tcp

@@ -1,0 +1,289 @@
+// TCP between two whole xk stacks in one process (pair -> eth -> arp -> ipv4
+// -> [fault] -> tcp), on a manual clock that jumps to the next timer when both
+// stacks are idle: handshakes, options, bulk data both ways, closes, RSTs,
+// loss recovery. The scripted single-stack tests are in tcp_script_test.cpp.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "xk/clock.hpp"
+#include "xk/drivers/pair.hpp"
+#include "xk/event_loop.hpp"
+#include "xk/graph.hpp"
+#include "xk/protocols/arp.hpp"
+#include "xk/protocols/eth.hpp"
+#include "xk/protocols/fault.hpp"
+#include "xk/protocols/ipv4.hpp"
+#include "xk/protocols/tcp.hpp"
+
+namespace xk::tcp {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr Ipv4Addr kIpA{0xC000020A};  // 192.0.2.10
+constexpr Ipv4Addr kIpB{0xC0000214};  // 192.0.2.20
+
+struct StackOpts {
+  std::string tcp = "";    // extra tcp options
+  std::string fault = "";  // fault options between ip and tcp ("" = no fault layer)
+  std::string pair = "";   // extra pair options
+};
+
+std::string spec(const char* mac, const char* addr, const StackOpts& o) {
+  std::string s = std::string("pair net0 link=wire mac=") + mac + " " + o.pair +
+                  "\n"
+                  "eth  eth0 below=net0\n"
+                  "arp  arp0 below=eth0\n"
+                  "ipv4 ip0  below=eth0,arp0 addr=" +
+                  addr + "\n";
+  std::string below = "ip0";
+  if (!o.fault.empty()) {
+    s += "fault f0 below=ip0 " + o.fault + "\n";
+    below = "f0";
+  }
+  s += "tcp  tcp0 below=" + below + " rto_min_ms=10 " + o.tcp + "\n";
+  return s;
+}
+
+std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::byte> v(n);
+  std::uint32_t x = seed * 2654435761u + 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    v[i] = std::byte(static_cast<unsigned char>(x >> 24));
+  }
+  return v;
+}
+
+struct Tcp2 : ::testing::Test {
+  ManualClock clock{Time(std::chrono::seconds(1000))};
+  EventLoop loop_a{clock};
+  EventLoop loop_b{clock};
+  drivers::PairHub hub;
+  Registry registry;
+  std::unique_ptr<Graph> a;
+  std::unique_ptr<Graph> b;
+
+  void build(const StackOpts& oa = {}, const StackOpts& ob = {}) {
+    drivers::register_pair(registry, hub);
+    eth::register_eth(registry);
+    arp::register_arp(registry);
+    ipv4::register_ipv4(registry);
+    fault::register_fault(registry);
+    register_tcp(registry);
+    a = std::make_unique<Graph>(Graph::build(spec("02:00:00:00:00:0a", "192.0.2.10/24", oa), registry, &loop_a, "A"));
+    b = std::make_unique<Graph>(Graph::build(spec("02:00:00:00:00:14", "192.0.2.20/24", ob), registry, &loop_b, "B"));
+  }
+  void TearDown() override {
+    b.reset();
+    a.reset();
+  }
+  TcpProtocol& tcp_a() { return *a->find_as<TcpProtocol>("tcp0"); }
+  TcpProtocol& tcp_b() { return *b->find_as<TcpProtocol>("tcp0"); }
+  std::uint64_t counter(Graph& g, const char* proto, const char* name) { return g.find(proto)->counters().value(name); }
+
+  // Runs both stacks until `done` or nothing is left to do; when both are
+  // idle, jumps the clock to the next timer. False if `limit` passed first.
+  template <class F>
+  bool run_until(F&& done, Duration limit = 600s) {
+    const Time end = clock.now() + limit;
+    for (long i = 0; i < 50'000'000; ++i) {
+      if (done()) return true;
+      std::size_t work = loop_a.run_once() + loop_b.run_once();
+      if (work != 0) continue;
+      std::optional<Time> na = loop_a.timers().next_deadline();
+      std::optional<Time> nb = loop_b.timers().next_deadline();
+      std::optional<Time> next = na;
+      if (nb && (!next || *nb < *next)) next = nb;
+      if (!next) return done();
+      if (*next > end) return done();
+      if (*next > clock.now()) clock.set(*next);
+    }
+    return done();
+  }
+  void settle() {
+    run_until([] { return false; }, 1ms);
+  }
+
+  // Sends `out` through `from` while draining `to` into `in`.
+  void transfer(TcpSocket& from, TcpSocket& to, const std::vector<std::byte>& out, std::vector<std::byte>& in,
+                Duration limit = 600s) {
+    std::size_t sent = 0;
+    std::vector<std::byte> buf(65536);
+    bool ok = run_until(
+        [&] {
+          while (sent < out.size()) {
+            auto n = from.write(std::span<const std::byte>(out).subspan(sent));
+            if (!n) break;
+            sent += *n;
+          }
+          for (;;) {
+            auto n = to.read(buf);
+            if (!n || *n == 0) break;
+            in.insert(in.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(*n));
+          }
+          return in.size() >= out.size();
+        },
+        limit);
+    EXPECT_TRUE(ok) << "transfer stalled at " << in.size() << " of " << out.size() << " bytes (sent " << sent << ")";
+  }
+
+  // A connected pair: A connects to B's listener on port 5001.
+  std::pair<TcpSocket, TcpSocket> connected(std::size_t backlog = 8) {
+    Result<TcpListener> l = tcp_b().listen(Ipv4Addr{}, Port{5001}, backlog);
+    EXPECT_TRUE(l.ok());
+    listener = std::move(*l);
+    TcpSocket c = tcp_a().socket();
+    EXPECT_TRUE(c.connect(kIpB, Port{5001}).ok());
+    TcpSocket s;
+    EXPECT_TRUE(run_until([&] {
+      if (!s.is_open()) {
+        auto r = listener.accept();
+        if (r) s = std::move(*r);
+      }
+      return s.is_open() && c.state() == State::established;
+    }));
+    return {std::move(c), std::move(s)};
+  }
+  TcpListener listener;
+};
+
+TEST_F(Tcp2, HandshakeNegotiatesWindowScaleSackTimestampsAndMss) {
+  build();
+  auto [c, s] = connected();
+  ASSERT_EQ(c.state(), State::established);
+  ASSERT_EQ(s.state(), State::established);
+  for (TcpSocket* x : {&c, &s}) {
+    ConnStats st = x->stats();
+    EXPECT_TRUE(st.sack);
+    EXPECT_TRUE(st.timestamps);
+    // 64 MiB buffers: 65535 << 10 falls 1 KiB short, so the shift is 11 (RFC 7323 2.3).
+    EXPECT_EQ(st.snd_wscale, 11);
+    EXPECT_EQ(st.rcv_wscale, 11);
+    EXPECT_EQ(st.mss, 1460);
+  }
+  EXPECT_EQ(c.tuple().remote_port, 5001);
+  EXPECT_EQ(s.tuple().local_port, 5001);
+  EXPECT_EQ(s.tuple().remote_port, c.tuple().local_port);
+  EXPECT_GE(c.tuple().local_port, 49152);
+  EXPECT_EQ(counter(*a, "tcp0", "active_opens"), 1u);
+  EXPECT_EQ(counter(*b, "tcp0", "passive_opens"), 1u);
+}
+
+TEST_F(Tcp2, OptionsOffOnOneSideAreOffForBoth) {
+  build({.tcp = "sack=off ts=off wscale=0"}, {});
+  auto [c, s] = connected();
+  for (TcpSocket* x : {&c, &s}) {
+    ConnStats st = x->stats();
+    EXPECT_FALSE(st.sack);
+    EXPECT_FALSE(st.timestamps);
+    EXPECT_EQ(st.snd_wscale, 0);
+    EXPECT_EQ(st.rcv_wscale, 0);
+  }
+  std::vector<std::byte> out = pattern(300000, 1), in;
+  transfer(c, s, out, in);
+  EXPECT_EQ(in, out);
+}
+
+TEST_F(Tcp2, BulkBothWaysThenGracefulClose) {
+  build();
+  auto [c, s] = connected();
+  std::vector<std::byte> ab = pattern(4 << 20, 2), ba = pattern(3 << 20, 3), got_b, got_a;
+  transfer(c, s, ab, got_b);
+  EXPECT_EQ(got_b, ab);
+  transfer(s, c, ba, got_a);
+  EXPECT_EQ(got_a, ba);
+  EXPECT_EQ(c.stats().retransmits, 0u);
+  EXPECT_EQ(s.stats().retransmits, 0u);
+  // The client closes first: it ends in TIME-WAIT, the server in CLOSED.
+  TcpConnection* cc = c.connection();
+  Ref<TcpConnection> keep_c(cc);
+  ASSERT_TRUE(c.shutdown_write().ok());
+  std::byte one[1];
+  ASSERT_TRUE(run_until([&] {
+    auto r = s.read(one);
+    return r && *r == 0;
+  })) << "the server must see end of stream";
+  EXPECT_EQ(s.state(), State::close_wait);
+  ASSERT_TRUE(s.close().ok());
+  ASSERT_TRUE(run_until([&] { return keep_c->state() == State::time_wait; }, 10s));
+  EXPECT_EQ(tcp_b().connection_count(), 0u) << "LAST-ACK ended when our FIN was acknowledged";
+  EXPECT_EQ(tcp_a().connection_count(), 1u) << "TIME-WAIT keeps the 4-tuple";
+  // 2 MSL later it is gone.
+  ASSERT_TRUE(run_until([&] { return tcp_a().connection_count() == 0; }, 120s));
+  EXPECT_EQ(keep_c->state(), State::closed);
+  (void)c.close();
+}
+
+TEST_F(Tcp2, ConnectToAClosedPortIsRefused) {
+  build();
+  TcpSocket c = tcp_a().socket();
+  ASSERT_TRUE(c.connect(kIpB, Port{7777}).ok());
+  ASSERT_TRUE(run_until([&] { return c.state() == State::closed; }, 10s));
+  std::byte buf[4];
+  auto r = c.read(buf);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), Errc::refused);
+  EXPECT_EQ(counter(*b, "tcp0", "drop_no_listener"), 1u);
+  EXPECT_EQ(counter(*b, "tcp0", "resets_sent"), 1u);
+}
+
+TEST_F(Tcp2, AbortResetsThePeer) {
+  build();
+  auto [c, s] = connected();
+  c.abort();
+  ASSERT_TRUE(run_until([&] { return s.state() == State::closed; }, 10s));
+  std::byte buf[4];
+  auto r = s.read(buf);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), Errc::reset);
+}
+
+TEST_F(Tcp2, SynRetransmissionsBackOffThenTimeOut) {
+  build({.tcp = "rto_initial_ms=1000"}, {.pair = "queue=1"});
+  // B's driver never polls: everything A sends waits, then drops.
+  b.reset();
+  TcpSocket c = tcp_a().socket();
+  const Time t0 = clock.now();
+  ASSERT_TRUE(c.connect(kIpB, Port{80}).ok());
+  ASSERT_TRUE(run_until([&] { return c.state() == State::closed; }, 1000s));
+  // 1 + 2 + 4 + 8 + 16 + 32 s for the six retries, then a last wait capped
+  // at rto_max (60 s): RFC 6298 5.5 doubling with RFC 6298 2.5's maximum.
+  Duration took = clock.now() - t0;
+  EXPECT_EQ(took, 123s);
+  EXPECT_EQ(counter(*a, "tcp0", "rto_expiries"), 6u);
+  std::byte buf[1];
+  EXPECT_EQ(c.read(buf).error(), Errc::timed_out);
+}
+
+// Loss, both ways: recovery (SACK, then without) must deliver every byte.
+struct Tcp2Loss : Tcp2, ::testing::WithParamInterface<const char*> {};
+
+TEST_P(Tcp2Loss, EveryByteArrivesUnderLoss) {
+  std::string tcp_opts = GetParam();
+  build({.tcp = tcp_opts, .fault = "loss=0.02 seed=11"}, {.tcp = tcp_opts, .fault = "loss=0.02 seed=12"});
+  auto [c, s] = connected();
+  std::vector<std::byte> out = pattern(2 << 20, 4), in;
+  transfer(c, s, out, in);
+  EXPECT_EQ(in, out);
+  ConnStats st = c.stats();
+  EXPECT_GT(st.retransmits, 0u);
+  EXPECT_GT(st.fast_retransmits, 0u) << "losses should mostly be repaired without a timeout";
+}
+
+INSTANTIATE_TEST_SUITE_P(Recovery, Tcp2Loss, ::testing::Values("", "sack=off", "cc=newreno", "sack=off cc=newreno"),
+                         [](const auto& p) {
+                           std::string n = p.param;
+                           if (n.empty()) return std::string("sack_cubic");
+                           for (char& ch : n) {
+                             if (ch == '=' || ch == ' ') ch = '_';
+                           }
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace xk::tcp
