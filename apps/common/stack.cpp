@@ -23,6 +23,7 @@
 #include "xk/protocols/fault.hpp"
 #include "xk/protocols/icmp.hpp"
 #include "xk/protocols/ipv4.hpp"
+#include "xk/protocols/tcp.hpp"
 #include "xk/protocols/udp.hpp"
 #ifdef XK_HAVE_CAPTURE
 #include "xk/protocols/capture.hpp"
@@ -57,15 +58,16 @@ const char* const kStackFlagsHelp =
   --ip A.B.C.D/N      our address and prefix (required without --graph)
   --gw A.B.C.D        default gateway (on the subnet)
   --mac MAC           Ethernet address to use (default: the port's)
-  --csum on|off       UDP checksum on send and receive (default on)
+  --csum on|off       UDP and TCP checksums on send and receive (default on)
+  --tcp-opts 'K=V ..' more options of the tcp kind, e.g. 'rto_min_ms=5 cc=newreno sack=off'
   --capture FILE      write every frame to FILE (pcap, linktype ether)
   --graph FILE        use this graph spec instead of composing one; it must name the
-                      udp instance udp0 (the stack flags above are then refused)
+                      instances udp0/tcp0 the program uses (the flags above are then refused)
 )";
 
 bool StackFlags::is_composed_flag(std::string_view flag) {
   return flag == "--port" || flag == "--port-opts" || flag == "--ip" || flag == "--gw" || flag == "--mac" ||
-         flag == "--csum" || flag == "--capture";
+         flag == "--csum" || flag == "--capture" || flag == "--tcp-opts";
 }
 
 void StackFlags::set(std::string_view flag, std::string_view v) {
@@ -74,6 +76,8 @@ void StackFlags::set(std::string_view flag, std::string_view v) {
     port = std::string(v);
   } else if (flag == "--port-opts") {
     port_opts = std::string(v);
+  } else if (flag == "--tcp-opts") {
+    tcp_opts = std::string(v);
   } else if (flag == "--ip") {
     auto c = parse_cidr(v);
     if (!c) throw UsageError{"--ip: '" + std::string(v) + "' is not an address/prefix (a.b.c.d/n)"};
@@ -158,6 +162,9 @@ StackSpec stack_spec(const StackFlags& a) {
   g << "\n";
   g << "icmp    icmp0 below=ip0\n";
   g << "udp     udp0  below=ip0 csum=" << (a.csum ? "on" : "off") << "\n";
+  g << "tcp     tcp0  below=ip0 csum=" << (a.csum ? "on" : "off");
+  if (!a.tcp_opts.empty()) g << " " << a.tcp_opts;
+  g << "\n";
   return {g.str(), "flags"};
 }
 
@@ -172,6 +179,7 @@ void register_all(Registry& registry) {
   ipv4::register_ipv4(registry);
   icmp::register_icmp(registry);
   udp::register_udp(registry);
+  tcp::register_tcp(registry);
 }
 
 namespace {

@@ -138,6 +138,8 @@ DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
 
 DpdkDriver::~DpdkDriver() {
   if (loop_ != nullptr) loop_->remove(*this);
+  // What the layers sent last (a FIN, a final ACK) still goes out.
+  if (started_) (void)flush();
   release();
 }
 

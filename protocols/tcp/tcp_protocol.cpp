@@ -541,6 +541,14 @@ Result<ControlReply> TcpProtocol::control_any(const ControlQuery& query) {
   return Protocol::control_any(query);
 }
 
+std::size_t TcpProtocol::time_wait_count() const noexcept {
+  std::size_t n = 0;
+  const_cast<ActiveMap<ConnKey>&>(conns_).for_each([&](const ConnKey&, SessionRef& s) {
+    if (static_cast<TcpConnection*>(s.get())->state() == State::time_wait) ++n;
+  });
+  return n;
+}
+
 TcpSocket TcpProtocol::socket() { return TcpSocket(make_ref<TcpConnection>(*this, nullptr)); }
 
 Result<TcpListener> TcpProtocol::listen(Ipv4Addr addr, Port port, std::size_t backlog) {

@@ -42,10 +42,11 @@ std::pair<Ipv4Addr, std::uint16_t> parse_endpoint(std::string_view flag, std::st
 
 // The flags that describe the stack, shared by every app:
 //   --port DEVARGS --port-opts 'K=V ..' --ip A.B.C.D/N --gw A.B.C.D --mac MAC
-//   --csum on|off --capture FILE --graph FILE
+//   --csum on|off --tcp-opts 'K=V ..' --capture FILE --graph FILE
 struct StackFlags {
   std::string port;
   std::string port_opts;
+  std::string tcp_opts;
   std::optional<Ipv4Cidr> ip;
   std::optional<Ipv4Addr> gw;
   std::optional<MacAddr> mac;
@@ -77,7 +78,7 @@ struct StackFlags {
 extern const char* const kStackFlagsHelp;
 
 // The graph the flags describe:
-//   dpdk net0 -> [capture cap0] -> eth eth0 -> arp arp0 -> ipv4 ip0 -> icmp icmp0, udp udp0
+//   dpdk net0 -> [capture cap0] -> eth eth0 -> arp arp0 -> ipv4 ip0 -> icmp icmp0, udp udp0, tcp tcp0
 // or the text of --graph (`source` says which, for error messages).
 struct StackSpec {
   std::string text;
@@ -86,7 +87,7 @@ struct StackSpec {
 StackSpec stack_spec(const StackFlags& flags);
 
 // Every kind this build has: dpdk, capture (with libpcap), eth, arp, ipv4,
-// icmp, udp, fault.
+// icmp, udp, tcp, fault.
 void register_all(Registry& registry);
 
 // SIGINT/SIGTERM, blocked in every thread (call block() before the EAL starts

@@ -413,6 +413,8 @@ class TcpProtocol final : public Protocol {
   const TcpConfig& config() const noexcept { return config_; }
   TimerWheel& timers() noexcept { return timers_; }
   std::size_t connection_count() const noexcept { return conns_.size(); }
+  // Of those, the ones in TIME-WAIT.
+  std::size_t time_wait_count() const noexcept;
   ChecksumMode checksum_mode() const noexcept { return config_.csum; }
 
  private:

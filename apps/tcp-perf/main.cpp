@@ -1,0 +1,602 @@
+// xk-tcp-perf: TCP throughput and latency on a standalone xk stack
+// (docs/apps-tcp-perf.md).
+//
+//   xk-tcp-perf server STACK [--tcp-port 5001] [--mode sink|echo] [--count N]
+//   xk-tcp-perf client STACK --peer A.B.C.D:P [--mode send|pingpong] [--bytes N]
+//                      [--size N --count N] [--seed S]
+//
+// send: the client writes --bytes of a stream derived from --seed (a 1 MiB
+// block of SHA-256(seed, counter) outputs, repeated: tests/integration/
+// tcp_peer.py makes the same one), shuts its side down and waits for the
+// server to close; both print the SHA-256 of the stream they sent / received.
+// pingpong: --size bytes written, the same number read back from an echo
+// server, --count times; half the round-trip time is reported.
+// Each prints `RESULT key=value ...` lines for scripts.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "xk/apps/stack.hpp"
+#include "xk/event_loop.hpp"
+#include "xk/graph.hpp"
+#include "xk/protocols/tcp.hpp"
+#include "xk/sha256.hpp"
+
+namespace {
+
+constexpr const char* kProg = "xk-tcp-perf";
+constexpr int kExitOk = 0;
+constexpr int kExitFail = 1;
+constexpr int kExitUsage = 2;
+
+using xk::apps::parse_number;
+using xk::apps::UsageError;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kUsageHead = R"(usage: xk-tcp-perf server|client [options]
+
+TCP bulk transfer (checked with SHA-256) and ping-pong latency on a standalone xk stack.
+
+stack:
+)";
+constexpr const char* kUsageTail = R"(  --link-wait SEC     wait this long for the port's link (default 10)
+  --idle MODE         busy (default) or sleep: how the loop idles
+
+test:
+  --tcp-port N        server: port to listen on (default 5001)
+  --peer A.B.C.D:P    client: the server
+  --mode M            server: sink (default) or echo; client: send (default) or pingpong
+  --bytes N           client send: bytes to send (default 100M; suffixes k, m, g)
+  --seed S            client send: the stream's seed (default 1)
+  --size N            client pingpong: bytes per exchange (default 1)
+  --count N           client pingpong: exchanges (default 100000); server: exit after
+                      N connections (default 0: never)
+  --warmup N          client pingpong: untimed exchanges first (default 1000)
+  --sndbuf N, --rcvbuf N  socket buffers (default: the stack's)
+  --nodelay           TCP_NODELAY (pingpong sets it anyway)
+  --verify on|off     SHA-256 of the stream (default on; off for throughput runs: it
+                      costs about 4 ns per byte)
+  --timeout SEC       give up after this long without progress (default 30)
+  --help
+
+exit status: 0 success, 1 failure, 2 bad command line
+)";
+
+std::uint64_t parse_bytes(std::string_view flag, std::string_view v) {
+  std::uint64_t mult = 1;
+  if (!v.empty()) {
+    char last = v.back();
+    if (last == 'k' || last == 'K') mult = 1ull << 10;
+    if (last == 'm' || last == 'M') mult = 1ull << 20;
+    if (last == 'g' || last == 'G') mult = 1ull << 30;
+    if (mult != 1) v.remove_suffix(1);
+  }
+  return parse_number<std::uint64_t>(flag, v, 0, std::uint64_t{1} << 44) * mult;
+}
+
+struct Args {
+  enum class Role { server, client } role = Role::server;
+  xk::apps::StackFlags stack;
+  double link_wait_s = 10;
+  bool busy = true;
+  std::uint16_t port = 5001;
+  std::optional<xk::Ipv4Addr> peer;
+  std::uint16_t peer_port = 0;
+  std::string mode;
+  std::uint64_t bytes = 100ull << 20;
+  std::uint64_t seed = 1;
+  std::size_t size = 1;
+  std::uint64_t count = 0;
+  std::uint64_t warmup = 1000;
+  std::optional<std::size_t> sndbuf, rcvbuf;
+  bool nodelay = false;
+  bool verify = true;
+  double timeout_s = 30;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  std::vector<std::string_view> words(argv + 1, argv + argc);
+  for (auto w : words) {
+    if (w == "--help" || w == "-h") {
+      std::fputs(kUsageHead, stdout);
+      std::fputs(xk::apps::kStackFlagsHelp, stdout);
+      std::fputs(kUsageTail, stdout);
+      std::exit(kExitOk);
+    }
+  }
+  if (words.empty()) throw UsageError{"missing role: server or client"};
+  if (words[0] == "server") {
+    a.role = Args::Role::server;
+  } else if (words[0] == "client") {
+    a.role = Args::Role::client;
+  } else {
+    throw UsageError{"unknown role '" + std::string(words[0]) + "': expected server or client"};
+  }
+  std::optional<std::uint64_t> count;
+  for (std::size_t i = 1; i < words.size(); ++i) {
+    std::string_view w = words[i];
+    std::string_view flag = w;
+    std::optional<std::string_view> inline_value;
+    if (auto eq = w.find('='); w.starts_with("--") && eq != std::string_view::npos) {
+      flag = w.substr(0, eq);
+      inline_value = w.substr(eq + 1);
+    }
+    auto value = [&]() -> std::string_view {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= words.size()) throw UsageError{std::string(flag) + " needs a value"};
+      return words[++i];
+    };
+    if (a.stack.take(flag, value)) continue;
+    if (flag == "--link-wait") {
+      a.link_wait_s = xk::apps::parse_seconds(flag, value());
+    } else if (flag == "--idle") {
+      auto v = value();
+      if (v != "busy" && v != "sleep") throw UsageError{"--idle: expected busy or sleep"};
+      a.busy = v == "busy";
+    } else if (flag == "--tcp-port") {
+      a.port = parse_number<std::uint16_t>(flag, value(), 1, 65535);
+    } else if (flag == "--peer") {
+      std::tie(a.peer, a.peer_port) = xk::apps::parse_endpoint(flag, value());
+    } else if (flag == "--mode") {
+      a.mode = std::string(value());
+    } else if (flag == "--bytes") {
+      a.bytes = parse_bytes(flag, value());
+    } else if (flag == "--seed") {
+      a.seed = parse_number<std::uint64_t>(flag, value(), 0, ~std::uint64_t{0});
+    } else if (flag == "--size") {
+      a.size = parse_number<std::size_t>(flag, value(), 1, 1 << 20);
+    } else if (flag == "--count") {
+      count = parse_number<std::uint64_t>(flag, value(), 0, std::uint64_t{1} << 40);
+    } else if (flag == "--warmup") {
+      a.warmup = parse_number<std::uint64_t>(flag, value(), 0, std::uint64_t{1} << 40);
+    } else if (flag == "--sndbuf") {
+      a.sndbuf = parse_bytes(flag, value());
+    } else if (flag == "--rcvbuf") {
+      a.rcvbuf = parse_bytes(flag, value());
+    } else if (flag == "--nodelay") {
+      if (inline_value) throw UsageError{"--nodelay takes no value"};
+      a.nodelay = true;
+    } else if (flag == "--verify") {
+      auto v = value();
+      if (v != "on" && v != "off") throw UsageError{"--verify: on or off"};
+      a.verify = v == "on";
+    } else if (flag == "--timeout") {
+      a.timeout_s = xk::apps::parse_seconds(flag, value());
+    } else {
+      throw UsageError{"unknown option '" + std::string(w) + "'"};
+    }
+  }
+  a.stack.validate();
+  if (a.role == Args::Role::server) {
+    if (a.mode.empty()) a.mode = "sink";
+    if (a.mode != "sink" && a.mode != "echo") throw UsageError{"server --mode: sink or echo"};
+    if (a.peer) throw UsageError{"--peer is for the client"};
+    a.count = count.value_or(0);
+  } else {
+    if (a.mode.empty()) a.mode = "send";
+    if (a.mode != "send" && a.mode != "pingpong") throw UsageError{"client --mode: send or pingpong"};
+    if (!a.peer) throw UsageError{"client: --peer A.B.C.D:PORT is required"};
+    a.count = count.value_or(100000);
+  }
+  return a;
+}
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// The test stream: a 1 MiB block of SHA-256(seed as 8 little-endian bytes,
+// counter as 4 little-endian bytes) outputs, repeated.
+std::vector<std::byte> stream_block(std::uint64_t seed) {
+  std::vector<std::byte> block(1 << 20);
+  for (std::uint32_t c = 0; c < (1u << 20) / 32; ++c) {
+    std::byte in[12];
+    for (int i = 0; i < 8; ++i) in[i] = std::byte(static_cast<unsigned char>(seed >> (8 * i)));
+    for (int i = 0; i < 4; ++i) in[8 + i] = std::byte(static_cast<unsigned char>(c >> (8 * i)));
+    xk::Sha256::Digest d = xk::Sha256::of(in);
+    std::memcpy(block.data() + std::size_t{c} * 32, d.data(), 32);
+  }
+  return block;
+}
+
+void apply_socket_options(xk::tcp::TcpSocket& s, const Args& a) {
+  if (a.sndbuf) s.set_sndbuf(*a.sndbuf);
+  if (a.rcvbuf) s.set_rcvbuf(*a.rcvbuf);
+  if (a.nodelay || a.mode == "pingpong") s.set_nodelay(true);
+}
+
+void print_conn_stats(const char* who, const xk::tcp::TcpSocket& s) {
+  xk::tcp::ConnStats st = s.stats();
+  std::printf("STATS who=%s srtt_us=%.1f rto_ms=%.1f cwnd=%u mss=%u snd_wscale=%u rcv_wscale=%u sack=%d ts=%d "
+              "segs_out=%llu segs_in=%llu retransmits=%llu rto_expiries=%llu fast_retransmits=%llu\n",
+              who, std::chrono::duration<double, std::micro>(st.srtt).count(),
+              std::chrono::duration<double, std::milli>(st.rto).count(), st.cwnd, st.mss, st.snd_wscale, st.rcv_wscale,
+              st.sack ? 1 : 0, st.timestamps ? 1 : 0, static_cast<unsigned long long>(st.segs_out),
+              static_cast<unsigned long long>(st.segs_in), static_cast<unsigned long long>(st.retransmits),
+              static_cast<unsigned long long>(st.rto_expiries), static_cast<unsigned long long>(st.fast_retransmits));
+}
+
+// ---- server ------------------------------------------------------------------
+
+class Server final : public xk::Pollable {
+ public:
+  Server(xk::tcp::TcpListener& l, xk::EventLoop& loop, const Args& a) : l_(l), loop_(loop), a_(a) {}
+
+  std::size_t poll(std::size_t) override {
+    std::size_t work = 0;
+    while (auto s = l_.accept()) {
+      apply_socket_options(*s, a_);
+      auto c = std::make_unique<Conn>();
+      c->sock = std::move(*s);
+      c->start = Clock::now();
+      conns_.push_back(std::move(c));
+      ++work;
+    }
+    for (auto& c : conns_) {
+      if (!c->sock.is_open() && c->done) continue;
+      work += serve(*c);
+    }
+    std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->done; });
+    if (a_.count != 0 && finished_ >= a_.count && conns_.empty()) loop_.stop();
+    return work;
+  }
+  bool before_sleep() noexcept override { return false; }
+  std::uint64_t failures() const noexcept { return failures_; }
+
+ private:
+  struct Conn {
+    xk::tcp::TcpSocket sock;
+    xk::Sha256 sha;
+    std::uint64_t bytes = 0;
+    Clock::time_point start{};
+    bool done = false;
+    std::deque<xk::Msg> echo_pending;
+  };
+
+  std::size_t serve(Conn& c) {
+    std::size_t work = 0;
+    for (int i = 0; i < 64; ++i) {
+      if (a_.mode == "echo") {
+        while (!c.echo_pending.empty()) {
+          if (!c.sock.write(c.echo_pending.front())) return work;
+          c.echo_pending.pop_front();
+        }
+      }
+      auto m = c.sock.read_msg(1 << 20);
+      if (!m) {
+        if (m.error() == xk::Errc::would_block) return work;
+        std::fprintf(stderr, "%s: connection %llu: %s\n", kProg, static_cast<unsigned long long>(finished_),
+                     xk::to_string(m.error()));
+        ++failures_;
+        finish(c, false);
+        return work + 1;
+      }
+      if (m->empty()) {  // end of stream
+        finish(c, true);
+        return work + 1;
+      }
+      ++work;
+      c.bytes += m->size();
+      if (a_.mode == "sink") {
+        if (a_.verify) {
+          for (const xk::Frag& f : m->fragments()) c.sha.update(f.bytes());
+        }
+      } else {
+        c.echo_pending.push_back(std::move(*m));
+      }
+    }
+    return work;
+  }
+
+  void finish(Conn& c, bool eof) {
+    double secs = seconds_between(c.start, Clock::now());
+    if (a_.mode == "sink") {
+      std::printf("RESULT role=server conn=%llu bytes=%llu sha256=%s seconds=%.6f gbps=%.3f eof=%d cpu_s=%.3f\n",
+                  static_cast<unsigned long long>(finished_), static_cast<unsigned long long>(c.bytes),
+                  a_.verify ? xk::Sha256::hex(c.sha.digest()).c_str() : "off", secs,
+                  secs > 0 ? static_cast<double>(c.bytes) * 8 / secs / 1e9 : 0.0, eof ? 1 : 0,
+                  xk::apps::process_cpu_seconds());
+    }
+    print_conn_stats("server", c.sock);
+    std::fflush(stdout);
+    (void)c.sock.close();
+    c.done = true;
+    ++finished_;
+  }
+
+  xk::tcp::TcpListener& l_;
+  xk::EventLoop& loop_;
+  const Args& a_;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  std::uint64_t finished_ = 0;
+  std::uint64_t failures_ = 0;
+};
+
+// ---- client ------------------------------------------------------------------
+
+class Client final : public xk::Pollable {
+ public:
+  Client(xk::tcp::TcpSocket& s, xk::EventLoop& loop, const Args& a) : s_(s), loop_(loop), a_(a) {
+    if (a.mode == "send") block_ = stream_block(a.seed);
+    if (a.mode == "pingpong") {
+      msg_.assign(a.size, std::byte{0x42});
+      got_.resize(a.size);
+      samples_.reserve(a.count);
+    }
+    start_ = last_progress_ = Clock::now();
+  }
+
+  std::size_t poll(std::size_t) override {
+    auto now = Clock::now();
+    if (seconds_between(last_progress_, now) > a_.timeout_s) {
+      std::fprintf(stderr, "%s: no progress for %.1f s (state %s)\n", kProg, a_.timeout_s, xk::tcp::to_string(s_.state()));
+      rc_ = kExitFail;
+      loop_.stop();
+      return 0;
+    }
+    if (s_.state() == xk::tcp::State::syn_sent) return 0;
+    return a_.mode == "send" ? poll_send() : poll_pingpong();
+  }
+  bool before_sleep() noexcept override { return false; }
+  int rc() const noexcept { return rc_; }
+
+ private:
+  std::size_t poll_send() {
+    std::size_t work = 0;
+    if (!connected_) {
+      if (s_.state() != xk::tcp::State::established) return fail_if_closed();
+      connected_ = true;
+      start_ = Clock::now();
+    }
+    while (sent_ < a_.bytes) {
+      std::size_t off = static_cast<std::size_t>(sent_ % block_.size());
+      std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(a_.bytes - sent_, block_.size() - off));
+      auto w = s_.write(std::span<const std::byte>(block_).subspan(off, n));
+      if (!w) {
+        if (w.error() == xk::Errc::would_block) break;
+        std::fprintf(stderr, "%s: write: %s\n", kProg, xk::to_string(w.error()));
+        rc_ = kExitFail;
+        loop_.stop();
+        return 1;
+      }
+      if (a_.verify) sha_.update(std::span<const std::byte>(block_).subspan(off, *w));
+      sent_ += *w;
+      last_progress_ = Clock::now();
+      ++work;
+    }
+    if (sent_ == a_.bytes && !shut_) {
+      (void)s_.shutdown_write();
+      shut_ = true;
+      sent_done_ = Clock::now();
+    }
+    if (shut_) {
+      // The server closes once it has everything: wait for its FIN.
+      std::byte b[256];
+      auto r = s_.read(b);
+      if (r && *r == 0) {
+        finish();
+        return work + 1;
+      }
+      if (!r && r.error() != xk::Errc::would_block) {
+        std::fprintf(stderr, "%s: after sending: %s\n", kProg, xk::to_string(r.error()));
+        rc_ = kExitFail;
+        loop_.stop();
+      }
+    }
+    return work;
+  }
+
+  std::size_t poll_pingpong() {
+    if (!connected_) {
+      if (s_.state() != xk::tcp::State::established) return fail_if_closed();
+      connected_ = true;
+      send_one();
+    }
+    std::size_t work = 0;
+    for (;;) {
+      auto r = s_.read(std::span<std::byte>(got_).subspan(have_));
+      if (!r) {
+        if (r.error() != xk::Errc::would_block) {
+          std::fprintf(stderr, "%s: read: %s\n", kProg, xk::to_string(r.error()));
+          rc_ = kExitFail;
+          loop_.stop();
+        }
+        return work;
+      }
+      if (*r == 0) {
+        std::fprintf(stderr, "%s: the server closed during ping-pong\n", kProg);
+        rc_ = kExitFail;
+        loop_.stop();
+        return work;
+      }
+      ++work;
+      have_ += *r;
+      if (have_ < a_.size) continue;
+      auto now = Clock::now();
+      last_progress_ = now;
+      if (done_ >= a_.warmup) samples_.push_back(std::chrono::duration<double, std::micro>(now - sent_at_).count());
+      if (done_ == a_.warmup) start_ = now;
+      ++done_;
+      have_ = 0;
+      if (done_ >= a_.warmup + a_.count) {
+        report_pingpong(now);
+        (void)s_.close();
+        loop_.stop();
+        return work;
+      }
+      send_one();
+    }
+  }
+
+  void send_one() {
+    sent_at_ = Clock::now();
+    auto w = s_.write(msg_);
+    if (!w || *w != msg_.size()) {
+      std::fprintf(stderr, "%s: ping-pong write did not fit\n", kProg);
+      rc_ = kExitFail;
+      loop_.stop();
+    }
+  }
+
+  std::size_t fail_if_closed() {
+    if (s_.state() == xk::tcp::State::closed) {
+      std::byte b[1];
+      auto r = s_.read(b);
+      std::fprintf(stderr, "%s: connect failed: %s\n", kProg, r ? "closed" : xk::to_string(r.error()));
+      rc_ = kExitFail;
+      loop_.stop();
+    }
+    return 0;
+  }
+
+  void finish() {
+    auto now = Clock::now();
+    double secs = seconds_between(start_, now);
+    std::printf("RESULT role=client bytes=%llu sha256=%s seconds=%.6f gbps=%.3f send_seconds=%.6f cpu_s=%.3f\n",
+                static_cast<unsigned long long>(sent_), a_.verify ? xk::Sha256::hex(sha_.digest()).c_str() : "off", secs,
+                secs > 0 ? static_cast<double>(sent_) * 8 / secs / 1e9 : 0.0, seconds_between(start_, sent_done_),
+                xk::apps::process_cpu_seconds());
+    print_conn_stats("client", s_);
+    std::fflush(stdout);
+    (void)s_.close();
+    loop_.stop();
+  }
+
+  void report_pingpong(Clock::time_point now) {
+    std::sort(samples_.begin(), samples_.end());
+    double sum = 0;
+    for (double v : samples_) sum += v;
+    auto pct = [&](double p) {
+      return samples_[std::min(samples_.size() - 1, static_cast<std::size_t>(p * static_cast<double>(samples_.size())))] / 2;
+    };
+    double avg = sum / static_cast<double>(samples_.size()) / 2;
+    std::printf("%s: pingpong: %zu-byte messages, %zu exchanges: half-RTT avg %.2f us, p50 %.2f, p99 %.2f\n", kProg,
+                a_.size, samples_.size(), avg, pct(0.5), pct(0.99));
+    std::printf("RESULT role=pingpong size=%zu exchanges=%zu half_rtt_avg_us=%.3f half_rtt_p50_us=%.3f "
+                "half_rtt_p99_us=%.3f seconds=%.3f cpu_s=%.3f\n",
+                a_.size, samples_.size(), avg, pct(0.5), pct(0.99), seconds_between(start_, now),
+                xk::apps::process_cpu_seconds());
+    std::fflush(stdout);
+  }
+
+  xk::tcp::TcpSocket& s_;
+  xk::EventLoop& loop_;
+  const Args& a_;
+  std::vector<std::byte> block_;
+  xk::Sha256 sha_;
+  std::uint64_t sent_ = 0;
+  bool connected_ = false;
+  bool shut_ = false;
+  Clock::time_point start_{}, sent_done_{}, last_progress_{}, sent_at_{};
+  std::vector<std::byte> msg_, got_;
+  std::size_t have_ = 0;
+  std::uint64_t done_ = 0;
+  std::vector<double> samples_;
+  int rc_ = kExitOk;
+};
+
+// Closed connections finish their FIN handshake before the stack goes away,
+// so the peer sees a clean close; TIME-WAIT (or a silent peer) is not waited for.
+void finish_handshakes(xk::EventLoop& loop, xk::tcp::TcpProtocol& tcp) {
+  auto until = Clock::now() + std::chrono::seconds(2);
+  while (Clock::now() < until && tcp.connection_count() != tcp.time_wait_count()) loop.run_once();
+}
+
+int run(const Args& a) {
+  xk::apps::StackSpec spec = xk::apps::stack_spec(a.stack);
+  xk::Registry registry;
+  xk::apps::register_all(registry);
+  xk::apps::SignalSource::block();
+  xk::EventLoopConfig lc;
+  lc.idle = a.busy ? xk::IdleMode::busy_poll : xk::IdleMode::spin_then_sleep;
+  xk::EventLoop loop(lc);
+  xk::apps::SignalSource signals(loop);
+  std::optional<xk::Graph> graph;
+  try {
+    graph.emplace(xk::Graph::build(spec.text, registry, &loop, spec.source));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: cannot build the stack:\n%s\n", kProg, e.what());
+    return kExitFail;
+  }
+  loop.add(signals);
+  auto* tcp = graph->find_as<xk::tcp::TcpProtocol>("tcp0");
+  if (tcp == nullptr) {
+    std::fprintf(stderr, "%s: the graph has no tcp instance named tcp0\n", kProg);
+    return kExitFail;
+  }
+  std::printf("%s: stack %s built, waiting for the link\n", kProg, xk::apps::describe_stack(*graph).c_str());
+  std::fflush(stdout);
+  if (!xk::apps::wait_for_link(loop, *graph, std::chrono::milliseconds(static_cast<long long>(a.link_wait_s * 1e3)))) {
+    std::fprintf(stderr, "%s: the link of net0 is still down after %.1f s\n", kProg, a.link_wait_s);
+    return kExitFail;
+  }
+  int rc = kExitOk;
+  if (a.role == Args::Role::server) {
+    auto l = tcp->listen(xk::Ipv4Addr{}, xk::Port{a.port}, 128);
+    if (!l) {
+      std::fprintf(stderr, "%s: cannot listen on port %u: %s\n", kProg, a.port, xk::to_string(l.error()));
+      return kExitFail;
+    }
+    Server server(*l, loop, a);
+    loop.add(server);
+    std::printf("%s: %s server on tcp port %u: ready\n", kProg, a.mode.c_str(), a.port);
+    std::fflush(stdout);
+    loop.run();
+    loop.remove(server);
+    if (server.failures() != 0) rc = kExitFail;
+    (void)l->close();
+    finish_handshakes(loop, *tcp);
+  } else {
+    xk::tcp::TcpSocket s = tcp->socket();
+    apply_socket_options(s, a);
+    if (xk::Status st = s.connect(*a.peer, xk::Port{a.peer_port}); !st) {
+      std::fprintf(stderr, "%s: connect: %s\n", kProg, xk::to_string(st.error()));
+      return kExitFail;
+    }
+    Client client(s, loop, a);
+    loop.add(client);
+    loop.run();
+    loop.remove(client);
+    rc = client.rc();
+    if (signals.signal() != 0) rc = kExitFail;
+    finish_handshakes(loop, *tcp);
+  }
+  loop.remove(signals);
+  if (signals.signal() != 0) {
+    std::printf("%s: stopped by %s\n", kProg, signals.signal_name());
+    xk::apps::print_counters(*graph, loop);
+  }
+  std::fflush(stdout);
+  graph.reset();
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  try {
+    args = parse_args(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\ntry '%s --help'\n", kProg, e.what.c_str(), kProg);
+    return kExitUsage;
+  }
+  try {
+    return run(args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", kProg, e.what());
+    return kExitFail;
+  }
+}
