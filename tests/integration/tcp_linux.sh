@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# integration.tcp_linux: xk's TCP against the Linux kernel's over a veth pair
+# (docs/apps-tcp-perf.md).
+#
+#   tcp_linux.sh XK_TCP_PERF          (as root; CTest runs it)
+#
+#   netns xk-tcp-<pid>-a: Linux, xktl<pid> 192.0.2.1/24, offloads off, tcpdump
+#   netns xk-tcp-<pid>-b: xktx<pid>, no address: xk owns it through DPDK
+#                         net_af_packet, as 192.0.2.10/24
+#
+# (1) xk client -> Linux server: 256 MiB, the SHA-256 the server computed over
+#     what it received equals the one xk computed over what it sent;
+# (2) Linux client -> xk server: the same the other way;
+# then tshark reads tcpdump's capture with TCP checksum validation on: no bad
+# checksum, nothing malformed, no spurious retransmission, and both SYNs of
+# each connection carry window scaling, SACK-permitted and timestamps.
+#   XK_INT_TCP_BYTES   bytes each way (default 256m; 32m under ASan)
+set -euo pipefail
+TEST_NAME=tcp_linux
+source "$(dirname "$0")/lib.sh"
+
+[ $# -ge 1 ] || die "usage: $0 XK_TCP_PERF"
+XK=$(readlink -f "$1")
+HERE=$(cd "$(dirname "$0")" && pwd)
+[ -x "$XK" ] || die "$XK is not executable"
+[ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces)"
+PY=/usr/bin/python3
+for tool in ip ethtool tcpdump tshark "$PY"; do
+  command -v "$tool" >/dev/null || die "needs $tool"
+done
+if is_sanitized "$XK"; then
+  BYTES=${XK_INT_TCP_BYTES:-32m}
+  echo "$TEST_NAME: NOTE: ASan/UBSan build: $BYTES each way instead of 256m (XK_INT_TCP_BYTES changes it)"
+else
+  BYTES=${XK_INT_TCP_BYTES:-256m}
+fi
+
+NSA=xk-tcp-$$-a
+NSB=xk-tcp-$$-b
+LNX=xktl$$
+XKIF=xktx$$
+LNX_IP=192.0.2.1
+XK_IP=192.0.2.10
+OUT=$PWD/tcp_linux.out
+rm -rf "$OUT"
+mkdir -p "$OUT"
+
+cleanup() {
+  local rc=$?
+  set +e
+  kill_all
+  ip netns del "$NSA" 2>/dev/null
+  ip netns del "$NSB" 2>/dev/null
+  ip link del "$LNX" 2>/dev/null
+  ip link del "$XKIF" 2>/dev/null
+  if [ $rc -eq 0 ]; then
+    echo "$TEST_NAME: PASS in $(elapsed) s (artifacts: $OUT)"
+  else
+    echo "$TEST_NAME: FAILED (rc $rc) after $(elapsed) s; artifacts and logs: $OUT"
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+step "topology: $NSA ($LNX $LNX_IP/24) <-veth-> $NSB ($XKIF, xk $XK_IP/24)"
+ip netns add "$NSA"
+ip netns add "$NSB"
+ip link add "$LNX" type veth peer name "$XKIF"
+ip link set "$LNX" netns "$NSA"
+ip link set "$XKIF" netns "$NSB"
+for ns in "$NSA" "$NSB"; do
+  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+  ip netns exec "$ns" ip link set lo up
+done
+# Offloads off (docs/apps-udp-echo.md): real checksums both ways, and no
+# super-frames: every segment on the wire is at most one MSS.
+ip netns exec "$NSA" ethtool -K "$LNX" rx off tx off tso off gso off gro off 2>/dev/null \
+  || ip netns exec "$NSA" ethtool -K "$LNX" rx off tx off tso off gso off
+ip netns exec "$NSB" ethtool -K "$XKIF" rx off tx off tso off gso off gro off 2>/dev/null \
+  || ip netns exec "$NSB" ethtool -K "$XKIF" rx off tx off tso off gso off
+ip netns exec "$NSA" ip addr add "$LNX_IP/24" dev "$LNX"
+ip netns exec "$NSA" ip link set "$LNX" up
+ip netns exec "$NSB" ip link set "$XKIF" up
+ip netns exec "$NSA" sysctl -a 2>/dev/null | grep -E "net.ipv4.tcp_(window_scaling|sack|timestamps) " > "$OUT/linux-tcp-sysctl.txt" || true
+
+step "tcpdump on $LNX (Linux side)"
+ip netns exec "$NSA" tcpdump -i "$LNX" -s 0 -U -n -w "$OUT/linux.pcap" tcp > "$OUT/tcpdump.log" 2>&1 &
+TCPDUMP=$!
+PIDS+=("$TCPDUMP")
+wait_for "$OUT/tcpdump.log" "listening on" "$TCPDUMP" 20
+
+# The af_packet ring must hold a burst: 4096 frames of 2 KiB.
+XK_PORT="net_af_packet0,iface=$XKIF,framecnt=4096"
+XK_STACK=(--port "$XK_PORT" --port-opts "mbufs=16383" --ip "$XK_IP/24" --idle sleep)
+
+step "(1) xk client -> Linux server: $BYTES"
+ip netns exec "$NSA" "$PY" "$HERE/tcp_peer.py" server --bind "$LNX_IP" --port 5001 --ready "$OUT/lnx-server.ready" \
+  > "$OUT/lnx-server.log" 2>&1 &
+LSRV=$!
+PIDS+=("$LSRV")
+wait_for "$OUT/lnx-server.ready" "ready" "$LSRV" 20
+ip netns exec "$NSB" "$XK" client "${XK_STACK[@]}" --peer "$LNX_IP:5001" --bytes "$BYTES" --seed 1 \
+  > "$OUT/xk-client.log" 2>&1 || { tail -30 "$OUT/xk-client.log" >&2; die "xk-tcp-perf client failed"; }
+wait "$LSRV" || { cat "$OUT/lnx-server.log" >&2; die "the Linux server failed"; }
+sent=$(sed -n 's/^RESULT role=client .*sha256=\([0-9a-f]*\).*/\1/p' "$OUT/xk-client.log")
+got=$(sed -n 's/^RESULT .*sha256=\([0-9a-f]*\).*/\1/p' "$OUT/lnx-server.log")
+echo "   xk sent    $sent ($(grep -o 'gbps=[0-9.]*' "$OUT/xk-client.log"))"
+echo "   Linux got  $got ($(grep -o 'bytes=[0-9]*' "$OUT/lnx-server.log"))"
+[ -n "$sent" ] && [ "$sent" = "$got" ] || die "(1): the SHA-256 of what Linux received differs from what xk sent"
+grep '^STATS' "$OUT/xk-client.log" | sed 's/^/   /'
+
+step "(2) Linux client -> xk server: $BYTES"
+ip netns exec "$NSB" "$XK" server "${XK_STACK[@]}" --tcp-port 5002 --count 1 > "$OUT/xk-server.log" 2>&1 &
+XSRV=$!
+PIDS+=("$XSRV")
+wait_for "$OUT/xk-server.log" "ready" "$XSRV" 60
+ip netns exec "$NSA" "$PY" "$HERE/tcp_peer.py" client --peer "$XK_IP" --port 5002 --bytes "$BYTES" --seed 2 \
+  > "$OUT/lnx-client.log" 2>&1 || { cat "$OUT/lnx-client.log" >&2; die "the Linux client failed"; }
+wait "$XSRV" || { tail -30 "$OUT/xk-server.log" >&2; die "xk-tcp-perf server failed"; }
+sent=$(sed -n 's/^RESULT .*sha256=\([0-9a-f]*\).*/\1/p' "$OUT/lnx-client.log")
+got=$(sed -n 's/^RESULT role=server .*sha256=\([0-9a-f]*\).*/\1/p' "$OUT/xk-server.log")
+echo "   Linux sent $sent"
+echo "   xk got     $got ($(grep -o 'gbps=[0-9.]*' "$OUT/xk-server.log"))"
+[ -n "$sent" ] && [ "$sent" = "$got" ] || die "(2): the SHA-256 of what xk received differs from what Linux sent"
+grep '^STATS' "$OUT/xk-server.log" | sed 's/^/   /'
+
+step "stop tcpdump"
+sleep 0.5
+kill -INT "$TCPDUMP" 2>/dev/null || true
+stop "$TCPDUMP" || true
+tail -3 "$OUT/tcpdump.log" | sed 's/^/   /'
+
+step "tshark: checksums, malformed frames, retransmissions, negotiated options"
+PCAP=$OUT/linux.pcap
+[ -s "$PCAP" ] || die "$PCAP is missing or empty"
+# One pass over the capture, one line per frame; the counting is awk's.
+# Checksum status: 0 bad, 1 good, 2 unverified. Severity 0x800000 is Error.
+tshark -n -o tcp.check_checksum:TRUE -o ip.check_checksum:TRUE -o tcp.desegment_tcp_streams:FALSE -r "$PCAP" \
+  -T fields -E separator=/t -e frame.number -e tcp.checksum.status -e ip.checksum.status -e _ws.malformed \
+  -e _ws.expert.severity -e tcp.analysis.spurious_retransmission -e tcp.analysis.retransmission \
+  -e tcp.analysis.fast_retransmission -e tcp.flags.syn -e tcp.options.wscale.shift -e tcp.options.sack_perm \
+  -e tcp.options.timestamp.tsval -e tcp.options.sack_le > "$OUT/linux.fields" 2> "$OUT/tshark.err" \
+  || { cat "$OUT/tshark.err" >&2; die "tshark cannot read $PCAP"; }
+read -r total good bad spurious retrans syns full sacks < <(awk -F'\t' '
+  { total++
+    if ($2 == "1") good++
+    sev = 0; n = split($5, s, ","); for (i = 1; i <= n; i++) if (s[i] + 0 >= 8388608) sev = 1
+    if ($2 == "0" || $3 == "0" || $4 != "" || sev) bad++
+    if ($6 != "") spurious++
+    if ($7 != "" || $8 != "") retrans++
+    if ($9 == "1") { syns++; if ($10 != "" && $11 != "" && $12 != "") full++ }
+    if ($13 != "") sacks++ }
+  END { print total+0, good+0, bad+0, spurious+0, retrans+0, syns+0, full+0, sacks+0 }' "$OUT/linux.fields")
+echo "   $total frames, $good with a verified good TCP checksum, $bad bad or malformed," \
+     "$retrans retransmissions ($spurious spurious), $sacks with SACK blocks"
+[ "$bad" -eq 0 ] || die "$bad bad or malformed frames (see $OUT/linux.fields)"
+[ "$good" -gt 0 ] || die "no TCP checksum was verified at all"
+[ "$spurious" -eq 0 ] || die "$spurious spurious retransmissions on a clean link"
+# Every SYN and SYN-ACK carries window scale, SACK-permitted and timestamps.
+echo "   $syns SYN/SYN-ACK segments, $full with window scale + SACK-permitted + timestamps"
+[ "$syns" -ge 4 ] || die "expected at least 4 SYN segments (2 connections), saw $syns"
+[ "$full" -eq "$syns" ] || die "a SYN lacks window scale, SACK-permitted or timestamps (see $OUT/linux.fields)"
