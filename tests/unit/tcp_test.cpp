@@ -18,6 +18,7 @@
 #include "xk/protocols/fault.hpp"
 #include "xk/protocols/ipv4.hpp"
 #include "xk/protocols/tcp.hpp"
+#include "xk/sha256.hpp"
 
 namespace xk::tcp {
 namespace {
@@ -284,6 +285,97 @@ INSTANTIATE_TEST_SUITE_P(Recovery, Tcp2Loss, ::testing::Values("", "sack=off", "
                            }
                            return n;
                          });
+
+// The fault layer under the whole stack (between the driver and eth): every
+// impairment at once, with checksums on. Each way a stream is sent and its
+// SHA-256 compared; then both sides close cleanly.
+struct Tcp2Faults : Tcp2, ::testing::WithParamInterface<const char*> {};
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr std::size_t kFaultBytes = 24u << 20;  // ASan runs several times slower
+#else
+constexpr std::size_t kFaultBytes = 256u << 20;
+#endif
+
+// Streams `total` bytes of a seeded pattern through `from`, hashing what is
+// sent and what `to` reads; both digests come back.
+std::pair<std::string, std::string> stream(Tcp2& t, TcpSocket& from, TcpSocket& to, std::size_t total, unsigned seed) {
+  std::vector<std::byte> block = pattern(1 << 20, seed);
+  std::vector<std::byte> buf(1 << 16);
+  Sha256 sent_sha, got_sha;
+  std::size_t sent = 0, got = 0;
+  bool ok = t.run_until([&] {
+    while (sent < total) {
+      std::size_t off = sent % block.size();
+      std::size_t n = std::min(total - sent, block.size() - off);
+      auto w = from.write(std::span<const std::byte>(block).subspan(off, n));
+      if (!w) break;
+      sent_sha.update(std::span<const std::byte>(block).subspan(off, *w));
+      sent += *w;
+    }
+    for (;;) {
+      auto r = to.read(buf);
+      if (!r || *r == 0) break;
+      got_sha.update(std::span<const std::byte>(buf).first(*r));
+      got += *r;
+    }
+    return got >= total;
+  }, 3600s);
+  EXPECT_TRUE(ok) << "stalled at " << got << " of " << total << " bytes";
+  return {Sha256::hex(sent_sha.digest()), Sha256::hex(got_sha.digest())};
+}
+
+TEST_P(Tcp2Faults, StreamsSurviveEveryImpairmentWithChecksumsOn) {
+  StackOpts oa{.pair = "queue=4096"}, ob{.pair = "queue=4096"};
+  std::string faults = GetParam();
+  // The fault layer sits on the driver: frames of every layer are hit.
+  oa.fault = faults + " seed=21";
+  ob.fault = faults + " seed=22";
+  drivers::register_pair(registry, hub);
+  eth::register_eth(registry);
+  arp::register_arp(registry);
+  ipv4::register_ipv4(registry);
+  fault::register_fault(registry);
+  register_tcp(registry);
+  auto mk = [&](const char* mac, const char* addr, const StackOpts& o) {
+    return std::string("pair net0 link=wire mac=") + mac + " " + o.pair + "\nfault f0 below=net0 " + o.fault +
+           "\neth eth0 below=f0\narp arp0 below=eth0\nipv4 ip0 below=eth0,arp0 addr=" + addr +
+           "\ntcp tcp0 below=ip0 rto_min_ms=10\n";
+  };
+  a = std::make_unique<Graph>(Graph::build(mk("02:00:00:00:00:0a", "192.0.2.10/24", oa), registry, &loop_a, "A"));
+  b = std::make_unique<Graph>(Graph::build(mk("02:00:00:00:00:14", "192.0.2.20/24", ob), registry, &loop_b, "B"));
+  auto [c, s] = connected();
+  ASSERT_EQ(c.state(), State::established);
+  auto [ab_sent, ab_got] = stream(*this, c, s, kFaultBytes, 5);
+  EXPECT_EQ(ab_got, ab_sent);
+  auto [ba_sent, ba_got] = stream(*this, s, c, kFaultBytes, 6);
+  EXPECT_EQ(ba_got, ba_sent);
+  // The impairments happened, and checksums caught the corruption.
+  EXPECT_GT(counter(*a, "f0", "tx_lost") + counter(*a, "f0", "rx_lost"), 0u);
+  EXPECT_GT(counter(*a, "f0", "tx_reordered") + counter(*b, "f0", "tx_duplicated"), 0u);
+  std::uint64_t csum_drops = counter(*a, "tcp0", "drop_bad_csum") + counter(*b, "tcp0", "drop_bad_csum") +
+                             counter(*a, "ip0", "drop_bad_csum") + counter(*b, "ip0", "drop_bad_csum");
+  EXPECT_GT(counter(*a, "f0", "tx_corrupted") + counter(*b, "f0", "tx_corrupted"), 0u);
+  EXPECT_GT(csum_drops, 0u) << "corrupted frames must be caught by a checksum";
+  // A clean close both ways: both FINs cross (a simultaneous close, so both
+  // sides pass through TIME-WAIT), both readers see the end of the stream.
+  ASSERT_TRUE(c.shutdown_write().ok());
+  ASSERT_TRUE(s.shutdown_write().ok());
+  std::byte one[1];
+  auto finished = [](State st) { return st == State::time_wait || st == State::closed; };
+  ASSERT_TRUE(run_until([&] {
+    auto rc = c.read(one);
+    auto rs = s.read(one);
+    return rc && *rc == 0 && rs && *rs == 0 && finished(c.state()) && finished(s.state());
+  }, 600s)) << "client " << to_string(c.state()) << ", server " << to_string(s.state());
+  EXPECT_EQ(c.connection()->pending_error(), Errc::ok);
+  EXPECT_EQ(s.connection()->pending_error(), Errc::ok);
+}
+
+INSTANTIATE_TEST_SUITE_P(Impairments, Tcp2Faults,
+                         ::testing::Values("loss=0.01 reorder=0.01 duplicate=0.01 corrupt=0.001",
+                                           "loss=0.05 reorder=0.01 duplicate=0.01 corrupt=0.001"),
+                         [](const auto& p) { return std::string(p.index == 0 ? "loss1pct" : "loss5pct"); });
 
 }  // namespace
 }  // namespace xk::tcp
