@@ -39,7 +39,7 @@ void TcpConnection::take_options(const Options& opts, bool syn) {
   cc_->set_mss(payload_mss());
 }
 
-void TcpConnection::segment_arrives(const Header& h, const Options& opts, Msg payload) {
+void TcpConnection::segment_arrives(Header h, const Options& opts, Msg payload) {
   Ref<TcpConnection> keep(this);
   ++stats_.segs_in;
   if (proto_ == nullptr) return;
@@ -59,6 +59,19 @@ void TcpConnection::segment_arrives(const Header& h, const Options& opts, Msg pa
 
   // First (with PAWS before it, RFC 7323 5.3): is the segment acceptable?
   if (!check_paws(h, opts)) return;
+  if (state_ == State::syn_received && h.has(kSyn) && h.seq == irs_ && !h.has(kRst)) {
+    if (!h.has(kAck)) {
+      // The peer's SYN again: our SYN-ACK was lost, so send it again (an ACK
+      // would be dropped in SYN-SENT, RFC 9293 3.10.7.3 fifth). Karn: no RTT.
+      send_syn();
+      rtt_timing_ = false;
+      return;
+    }
+    // RFC 9293 3.5 figure 8 line 6: in a simultaneous open the peer's SYN-ACK
+    // repeats the SYN we took; what follows it (its ACK) completes ours.
+    h.flags = static_cast<std::uint8_t>(h.flags & ~kSyn);
+    h.seq += 1;
+  }
   std::uint32_t len = seg_len(h, payload.size());
   if (!acceptable(h, payload.size())) {
     ++proto_->c_.drop_out_of_window;
@@ -66,6 +79,11 @@ void TcpConnection::segment_arrives(const Header& h, const Options& opts, Msg pa
       // RFC 2883: report a duplicate we already had.
       if (sack_ok_ && len > 0 && h.seq + len <= rcv_nxt_) dsack_ = SackBlock{h.seq, h.seq + static_cast<std::uint32_t>(payload.size())};
       send_ack_now();
+      // RFC 9293 3.10.7.4 eighth, TIME-WAIT: the peer's FIN again (it lies
+      // below RCV.NXT, so never acceptable): ACK it and restart the 2 MSL.
+      if (state_ == State::time_wait && h.has(kFin) && h.seq + len == rcv_nxt_) {
+        time_wait_timer_.arm_after(2 * proto_->config().msl);
+      }
     }
     return;
   }
@@ -85,10 +103,6 @@ void TcpConnection::segment_arrives(const Header& h, const Options& opts, Msg pa
   }
   // Fourth: SYN in a synchronized state (RFC 5961 4.2): challenge ACK.
   if (h.has(kSyn)) {
-    if (state_ == State::syn_received && listener_ != nullptr && h.seq == irs_) {
-      send_syn();  // our SYN-ACK was lost: the peer's SYN came again
-      return;
-    }
     challenge_ack();
     return;
   }
@@ -110,15 +124,8 @@ void TcpConnection::segment_arrives(const Header& h, const Options& opts, Msg pa
     case State::fin_wait_2:
       process_data(h, std::move(payload));
       break;
-    case State::time_wait:
-      // A retransmitted FIN: acknowledge it and restart the 2 MSL.
-      if (h.has(kFin)) {
-        send_ack_now();
-        time_wait_timer_.arm_after(2 * proto_->config().msl);
-      }
-      break;
     default:
-      break;  // CLOSE-WAIT, CLOSING, LAST-ACK: the peer already sent its FIN
+      break;  // CLOSE-WAIT, CLOSING, LAST-ACK, TIME-WAIT: the peer already sent its FIN
   }
   if (proto_ != nullptr) output();
   notify();
@@ -268,7 +275,7 @@ bool TcpConnection::process_ack(const Header& h, const Options& opts, std::size_
     send_ack_now();
     return false;
   }
-  if (h.ack < snd_una_ - max_snd_wnd_ - 1) {
+  if (h.ack < snd_una_ - max_snd_wnd_) {
     ++proto_->c_.drop_ack_unacceptable;
     challenge_ack();
     return false;
@@ -384,7 +391,9 @@ void TcpConnection::duplicate_ack(const Header&) {
   // Fast retransmit: three duplicates, or (RFC 6675 5) SACK says the first
   // segment is lost. RFC 6582 4.1: not again for losses of the same window.
   bool lost = dupacks_ >= 3 || (sack_ok_ && sb_.is_lost(snd_una_));
-  if (!lost || (recover_set_ && snd_una_ <= recover_)) return;
+  // RFC 6582 3.2 step 2: "recover" is the highest byte sent (SND.MAX - 1):
+  // an ACK at SND.UNA == recover_ covers it.
+  if (!lost || (recover_set_ && snd_una_ < recover_)) return;
   in_recovery_ = true;
   recover_ = snd_max_;
   recover_set_ = true;
@@ -433,12 +442,18 @@ void TcpConnection::process_data(const Header& h, Msg payload) {
   }
   const std::uint32_t wnd = static_cast<std::uint32_t>(rcv_adv_ - rcv_nxt_);
   const std::uint32_t room = static_cast<std::uint32_t>(rcv_adv_ - seq);
-  if (payload.size() > room) {
+  // RFC 9293 3.10.7.4: bytes past the window are not acceptable and earn an
+  // ACK at once (a zero-window probe carrying data must be answered).
+  const bool past_window = payload.size() > room;
+  if (past_window) {
     (void)payload.truncate(room);
     fin_at.reset();  // the FIN lies past the window too
   }
   if (fin_at && *fin_at < rcv_nxt_) fin_at.reset();  // a FIN we already took
-  if (payload.empty() && !fin_at) return;
+  if (payload.empty() && !fin_at) {
+    if (past_window) send_ack_now();
+    return;
+  }
 
   if (seq == rcv_nxt_) {
     const std::size_t n = payload.size();
@@ -464,7 +479,7 @@ void TcpConnection::process_data(const Header& h, Msg payload) {
     }
     // RFC 5681 4.2: ACK at once when a hole is filled; else every second
     // full-sized segment, or after the delayed-ACK timeout.
-    if (filled || !reasm_.empty()) {
+    if (filled || !reasm_.empty() || past_window) {
       send_ack_now();
     } else if (n > 0) {
       schedule_ack(n >= payload_mss());

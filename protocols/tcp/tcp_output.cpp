@@ -55,7 +55,9 @@ std::uint32_t TcpConnection::advertised_window() {
 // tell the peer now instead of waiting for its next segment.
 void TcpConnection::window_opened() {
   if (state_ != State::established && state_ != State::fin_wait_1 && state_ != State::fin_wait_2) return;
-  const SeqNum edge = rcv_nxt_ + rcv_space();
+  // The field can say at most 65535 << RCV.WIND.SHIFT (RFC 7323 2.3): room
+  // beyond that is no news to the peer.
+  const SeqNum edge = rcv_nxt_ + std::min<std::uint32_t>(rcv_space(), 65535u << rcv_wscale_);
   if (edge <= rcv_adv_) return;
   const std::uint32_t grow = static_cast<std::uint32_t>(edge - rcv_adv_);
   // RFC 1122 4.2.3.3: at least min(half the buffer, one MSS); twice the MSS
@@ -282,9 +284,7 @@ bool TcpConnection::send_new_data() {
     const std::uint32_t wnd = std::min(cwnd, snd_wnd_);
     if (in_flight >= wnd) {
       // A zero window with nothing in flight: probe it (persist).
-      if (snd_wnd_ == 0 && snd_una_ == snd_max_ && !persist_timer_.armed()) {
-        persist_timer_.arm_after(rto_.rto());
-      }
+      if (snd_wnd_ == 0 && snd_una_ == snd_max_ && !persist_timer_.armed()) arm_persist();
       break;
     }
     const std::uint32_t usable = wnd - in_flight;
@@ -296,8 +296,13 @@ bool TcpConnection::send_new_data() {
       // (and Nagle allows: nothing unacknowledged, or TCP_NODELAY), or when
       // it is at least half the largest window the peer offered.
       bool nagle_ok = all && (nodelay_ || snd_nxt_ == snd_una_ || snd_max_ == snd_una_);
-      bool sws_ok = len >= max_snd_wnd_ / 2 && max_snd_wnd_ > 0;
-      if (!nagle_ok && !sws_ok) break;
+      bool sws_ok = (len >= max_snd_wnd_ / 2 && max_snd_wnd_ > 0) || sws_override_;
+      if (!nagle_ok && !sws_ok) {
+        // RFC 1122 4.2.3.4 (4): a window too small for the data, with nothing
+        // in flight to bring an ACK: the persist timer is the override timeout.
+        if (snd_una_ == snd_max_ && !persist_timer_.armed()) arm_persist();
+        break;
+      }
     }
     std::uint8_t flags = kAck;
     const bool last = all && static_cast<std::size_t>(seq_span(snd_una_, snd_nxt_)) + len >= sndbuf_.size();
@@ -385,6 +390,11 @@ void TcpConnection::on_delack_timeout() {
   send_ack_now();
 }
 
+void TcpConnection::arm_persist() {
+  persist_interval_ = rto_.rto();
+  persist_timer_.arm_after(persist_interval_);
+}
+
 // RFC 9293 3.8.6.1: keep asking a zero window whether it opened. The probe is
 // a segment the receiver must answer (SEQ = SND.UNA - 1, no data), so it never
 // enters the sequence space we track.
@@ -392,13 +402,18 @@ void TcpConnection::on_persist_timeout() {
   Ref<TcpConnection> keep(this);
   if (proto_ == nullptr) return;
   if (snd_wnd_ != 0 || unsent_bytes() == 0) {
+    // The window opened, but maybe not enough for a full segment: send
+    // what fits now (RFC 1122 4.2.3.4 (4), the override timeout).
+    sws_override_ = true;
     output();
+    sws_override_ = false;
     return;
   }
   ++proto_->c_.window_probes;
   (void)send_segment(snd_una_ - 1, 0, kAck, false);
-  Duration next = std::min(persist_timer_.deadline() - last_send_ + rto_.rto(), proto_->config().rto_max);
-  persist_timer_.arm_after(std::max(next, rto_.rto()));
+  // RFC 1122 4.2.2.17: the interval between probes grows exponentially.
+  persist_interval_ = std::min(2 * persist_interval_, proto_->config().rto_max);
+  persist_timer_.arm_after(persist_interval_);
 }
 
 // RFC 1122 4.2.3.6: after an idle period, probe; drop after unanswered probes.

@@ -372,19 +372,34 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
   Msg& payload = msg;
 
   ConnKey key{ip->local.value, ip->peer.value, h.dst_port, h.src_port};
+  std::optional<SeqNum> iss_floor;
   if (SessionRef* s = conns_.find(key)) {
     Ref<TcpConnection> c(static_cast<TcpConnection*>(s->get()));
-    // RFC 6191 / RFC 9293 3.6.1: a new SYN may end a TIME-WAIT early when its
-    // sequence number (or timestamp) is past what the old connection saw.
-    bool reuse = c->state_ == State::time_wait && h.has(kSyn) && !h.has(kAck) &&
-                 (h.seq > c->rcv_nxt_ || (c->ts_ok_ && opts->timestamps && 
-                                          static_cast<std::int32_t>(opts->timestamps->tsval - c->ts_recent_) > 0));
+    // RFC 6191 2 / RFC 9293 3.6.1: a new SYN may end a TIME-WAIT early when
+    // its timestamp (if both incarnations use them), else its sequence
+    // number, is past what the old connection saw.
+    bool reuse = false;
+    if (c->state_ == State::time_wait && h.has(kSyn) && !h.has(kAck)) {
+      if (c->ts_ok_ && opts->timestamps && config_.timestamps) {
+        std::int32_t d = static_cast<std::int32_t>(opts->timestamps->tsval - c->ts_recent_);
+        reuse = d > 0 || (d == 0 && h.seq > c->rcv_nxt_);
+      } else {
+        reuse = h.seq > c->rcv_nxt_;
+      }
+    }
     if (!reuse) {
       c->segment_arrives(h, *opts, std::move(payload));
       return {};
     }
     ++c_.time_wait_reused;
+    // RFC 9293 3.6.1 (1): the new ISS lies above all the old one used.
+    iss_floor = c->snd_max_;
+    // The old incarnation's IP session goes on serving the new one: keep the
+    // peer (and `ip`) alive across the release.
+    ++ip->users;
+    c->state_ = State::closed;
     c->release();
+    --ip->users;
   }
   ListenSession* l = nullptr;
   if (ListenSession** f = listeners_.find(ListenKey{ip->local.value, h.dst_port})) {
@@ -394,7 +409,7 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
   }
   if (l != nullptr) {
     Ref<ListenSession> keep(l);
-    listen_input(*l, *ip, h, *opts, std::move(payload));
+    listen_input(*l, *ip, h, *opts, std::move(payload), iss_floor);
   } else {
     ++c_.drop_no_listener;
     send_reset_for(*ip, h, payload.size());
@@ -408,7 +423,8 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
 }
 
 // RFC 9293 3.10.7.2, LISTEN.
-void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, const Options& opts, Msg payload) {
+void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, const Options& opts, Msg payload,
+                               std::optional<SeqNum> iss_floor) {
   if (h.has(kRst)) return;  // first: an incoming RST is ignored
   const Time now = timers_.clock().now();
   FourTuple t{ip.local, h.dst_port, ip.peer, h.src_port};
@@ -428,7 +444,10 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
         c->iss_ = h.ack - 1;
         c->irs_ = h.seq - 1;
         c->snd_una_ = c->snd_nxt_ = c->snd_max_ = h.ack;
-        c->rcv_nxt_ = c->rcv_adv_ = h.seq;
+        c->rcv_nxt_ = h.seq;
+        // Our SYN-ACK offered 65535 bytes, unscaled, and acknowledged h.seq.
+        c->rcv_adv_ = h.seq + 65535;
+        c->last_ack_sent_ = h.seq;
         c->snd_wl1_ = h.seq;
         c->snd_wl2_ = h.ack;
         c->peer_mss_ = *mss;
@@ -452,8 +471,7 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
         c->listener_ = &l;
         ++l.half_open_;
         if (!insert(*c)) return;
-        ++c_.passive_opens;
-        c->enter_state(State::established);
+        c->enter_state(State::established);  // passive_opens counted the SYN
         if (!payload.empty() || h.has(kFin)) c->segment_arrives(h, opts, std::move(payload));
         return;
       }
@@ -503,6 +521,7 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
   c->irs_ = h.seq;
   c->rcv_nxt_ = c->rcv_adv_ = h.seq + 1;
   c->iss_ = isn_.isn(t, now);
+  if (iss_floor && c->iss_ < *iss_floor) c->iss_ = *iss_floor;
   c->snd_una_ = c->snd_nxt_ = c->snd_max_ = c->iss_;
   c->snd_wl1_ = h.seq;
   c->take_options(opts, true);

@@ -187,7 +187,7 @@ class TcpConnection final : public Session {
   friend class ListenSession;
 
   // ---- input (tcp_input.cpp) -------------------------------------------------
-  void segment_arrives(const Header& h, const Options& opts, Msg payload);
+  void segment_arrives(Header h, const Options& opts, Msg payload);
   void input_syn_sent(const Header& h, const Options& opts, Msg payload);
   bool check_paws(const Header& h, const Options& opts);
   bool acceptable(const Header& h, std::size_t len) const noexcept;
@@ -220,6 +220,7 @@ class TcpConnection final : public Session {
   void on_rtx_timeout();
   void on_delack_timeout();
   void on_persist_timeout();
+  void arm_persist();
   void on_keepalive_timeout();
   void on_time_wait_timeout();
   void enter_time_wait();
@@ -270,6 +271,7 @@ class TcpConnection final : public Session {
 
   bool nodelay_ = false;
   bool cork_ = false;
+  bool sws_override_ = false;  // the persist timer lets a short segment go (RFC 1122 4.2.3.4 (4))
   bool keepalive_ = false;
   bool ack_pending_ = false;
   unsigned unacked_segs_ = 0;  // full segments received since our last ACK
@@ -286,6 +288,7 @@ class TcpConnection final : public Session {
   Time rtt_start_{};
   unsigned retries_ = 0;  // consecutive RTO expiries
   unsigned keepalive_sent_ = 0;
+  Duration persist_interval_{0};  // doubles with each zero-window probe
   Time last_recv_{};
   Time last_send_{};
 
@@ -455,7 +458,8 @@ class TcpProtocol final : public Protocol {
   bool port_in_use(std::uint16_t port) const noexcept;
   Status insert(TcpConnection& c);
   void remove(TcpConnection& c) noexcept;
-  void listen_input(ListenSession& l, IpPeer& ip, const Header& h, const Options& opts, Msg payload);
+  void listen_input(ListenSession& l, IpPeer& ip, const Header& h, const Options& opts, Msg payload,
+                    std::optional<SeqNum> iss_floor = std::nullopt);
   void send_reset_for(IpPeer& ip, const Header& h, std::size_t seg_len);
   Status send_raw(IpPeer& ip, std::uint16_t sport, std::uint16_t dport, SeqNum seq, SeqNum ack,
                   std::uint8_t flags, std::uint16_t window, const Options* opts);

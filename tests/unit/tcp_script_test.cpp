@@ -1,0 +1,1223 @@
+// Scripted-packet tests of one TCP against a scripted peer, on virtual time
+// (tests/unit/support/tcp_script.hpp): the exact segments the stack sends for
+// what the peer sends, and the counters it keeps. Each test names the RFC
+// rule it checks. Sequence numbers in scripts are relative (see the harness).
+#include "tcp_script.hpp"
+
+#include <gtest/gtest.h>
+
+namespace xk::tcp::script {
+namespace {
+
+using TcpScript = Script;
+
+Errc read_error(TcpSocket& s) {
+  std::byte b[16];
+  Result<std::size_t> r = s.read(b);
+  return r ? Errc::ok : r.error();
+}
+
+// ---- handshake options (RFC 9293 3.7.1, RFC 7323 2.2/3.2, RFC 2018 2) -------
+
+TEST_F(TcpScript, PassiveOpenEchoesEveryOptionThePeerOffered) {
+  start();
+  listen();
+  irs = SeqNum(0x10000000);
+  inject(syn().seq(0).win(29200).mss(1460).ws(7).sackok().ts(100, 0));
+  // 64 MiB buffers need a shift of 11 (65535 << 10 falls 1 KiB short).
+  expect(syn_ack().ack(1).win(65535).mss(1460).ws(11).sackok().ts(now_ms(), 100));
+  expect_nothing();
+  EXPECT_EQ(tcp->connection_count(), 1u);
+  EXPECT_EQ(stats().passive_opens.value(), 1u);
+  inject(ack().seq(1).ack(1).win(229).ts(101, now_ms()));
+  Result<TcpSocket> a = listener.accept();
+  ASSERT_TRUE(a.ok());
+  sock = std::move(*a);
+  ConnStats st = sock.stats();
+  EXPECT_EQ(st.state, State::established);
+  EXPECT_EQ(st.mss, 1460);
+  EXPECT_EQ(st.snd_wscale, 7);
+  EXPECT_EQ(st.rcv_wscale, 11);
+  EXPECT_TRUE(st.sack);
+  EXPECT_TRUE(st.timestamps);
+  EXPECT_EQ(st.snd_wnd, 229u << 7) << "the window of a non-SYN segment is scaled";
+  EXPECT_EQ(stats().established.value(), 1u);
+  expect_nothing();
+}
+
+TEST_F(TcpScript, SynAckOffersOnlyWhatTheSynOffered) {
+  start();
+  listen();
+  irs = SeqNum(0x30000000);
+  struct Case {
+    Offer offer;
+    const char* what;
+  };
+  const Case cases[] = {
+      {Offer().mss(1200), "MSS only"},
+      {Offer().mss(1200).ws(3), "window scale"},
+      {Offer().mss(1200).sack(), "SACK-permitted"},
+      {Offer().mss(1200).ts(), "timestamps"},
+      {Offer().no_mss(), "no options at all"},
+  };
+  std::uint16_t port = 41000;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    pport = port++;
+    inject(offer_syn(c.offer, 777));
+    // Our MSS is always there (RFC 9293 3.7.1: MUST send in the SYN).
+    Seg sa = syn_ack().ack(1).win(65535).mss(1460);
+    if (c.offer.ws_) sa.ws(11);
+    if (c.offer.sack_) sa.sackok();
+    if (c.offer.ts_) sa.ts(now_ms(), 777);
+    expect(sa);
+  }
+  expect_nothing();
+  EXPECT_EQ(tcp->connection_count(), 5u);
+}
+
+TEST_F(TcpScript, ActiveOpenOffersEverythingAndUsesOnlyWhatTheSynAckGives) {
+  start();
+  sock = tcp->socket();
+  ASSERT_TRUE(sock.connect(kPeer, Port{80}).ok());
+  pport = 80;
+  expect(syn().win(65535).mss(1460).ws(11).sackok().ts(now_ms(), 0));
+  EXPECT_EQ(lport, 49152) << "the first ephemeral port (RFC 6335 6)";
+  EXPECT_EQ(sock.state(), State::syn_sent);
+  EXPECT_EQ(stats().active_opens.value(), 1u);
+  irs = SeqNum(0x20000000);
+  inject(syn_ack().seq(0).ack(1).win(5000).mss(1200));
+  // No window scale in the SYN-ACK: neither side scales (RFC 7323 2.2), so
+  // our window is 65535 unscaled; no timestamps either.
+  expect(ack().seq(1).ack(1).win(65535));
+  ConnStats st = sock.stats();
+  EXPECT_EQ(st.state, State::established);
+  EXPECT_EQ(st.mss, 1200);
+  EXPECT_EQ(st.snd_wscale, 0);
+  EXPECT_EQ(st.rcv_wscale, 0);
+  EXPECT_FALSE(st.sack);
+  EXPECT_FALSE(st.timestamps);
+  EXPECT_EQ(st.snd_wnd, 5000u);
+  expect_nothing();
+}
+
+TEST_F(TcpScript, ActiveOpenWithEveryOption) {
+  start();
+  active_open(Offer().mss(1460).ws(2).sack().ts());
+  ConnStats st = sock.stats();
+  EXPECT_EQ(st.snd_wscale, 2);
+  EXPECT_EQ(st.rcv_wscale, 11);
+  EXPECT_TRUE(st.sack);
+  EXPECT_TRUE(st.timestamps);
+  EXPECT_EQ(st.mss, 1460);
+  // Our window is scaled now: 1 MiB >> 11.
+  inject(ack().seq(1).ack(1).len(100));
+  advance(40ms);
+  expect(ack().seq(1).ack(101).win(512).ecr(peer_tsval));
+}
+
+TEST_F(TcpScript, OptionsTurnedOffAreNeverOffered) {
+  TcpConfig c;
+  c.wscale = 0;
+  c.sack = false;
+  c.timestamps = false;
+  start(c);
+  listen();
+  irs = SeqNum(0x11110000);
+  inject(syn().seq(0).mss(1460).ws(7).sackok().ts(100, 0));
+  expect(syn_ack().ack(1).win(65535).mss(1460));
+  sock = tcp->socket();
+  ASSERT_TRUE(sock.connect(kPeer, Port{81}).ok());
+  expect(syn().win(65535).mss(1460).to(49152).from(81));
+}
+
+// A retransmitted SYN means our SYN-ACK was lost: send it again, same ISS.
+TEST_F(TcpScript, DuplicateSynInSynReceivedGetsTheSynAckAgain) {
+  start();
+  listen();
+  irs = SeqNum(0x12340000);
+  inject(syn().seq(0).mss(1000));
+  expect(syn_ack().ack(1).mss(1460));
+  const SeqNum first = iss;
+  advance(300ms);
+  inject(syn().seq(0).mss(1000));
+  expect(syn_ack().seq(0).ack(1).mss(1460));
+  EXPECT_EQ(iss, first);
+  inject(ack().seq(1).ack(1));
+  Result<TcpSocket> a = listener.accept();
+  ASSERT_TRUE(a.ok());
+  sock = std::move(*a);
+  EXPECT_EQ(sock.state(), State::established);
+  expect_nothing();
+}
+
+// RFC 6298 5.7: after a retransmitted SYN-ACK (and so no RTT sample, by
+// Karn's rule) the RTO of the connection starts at 3 s.
+TEST_F(TcpScript, SynAckRetransmissionsBackOffAndLeaveAnRtoOf3s) {
+  start();
+  listen();
+  irs = SeqNum(0x12350000);
+  inject(syn().seq(0).mss(1000));
+  expect(syn_ack().ack(1).mss(1460));
+  advance(999ms);
+  expect_nothing();
+  advance(1ms);
+  expect(syn_ack().seq(0).ack(1).mss(1460));
+  advance(1999ms);
+  expect_nothing();
+  advance(1ms);
+  expect(syn_ack().seq(0).ack(1).mss(1460));
+  EXPECT_EQ(stats().rto_expiries.value(), 2u);
+  advance(100ms);
+  inject(ack().seq(1).ack(1));
+  Result<TcpSocket> a = listener.accept();
+  ASSERT_TRUE(a.ok());
+  sock = std::move(*a);
+  EXPECT_EQ(sock.stats().rto, 3s);
+  EXPECT_EQ(sock.stats().srtt, 0ns) << "no sample from a retransmitted SYN-ACK";
+  expect_nothing();
+}
+
+TEST_F(TcpScript, SynReceivedAnswersABadAckWithRstAndARstWithListen) {
+  start();
+  listen();
+  irs = SeqNum(0x12360000);
+  inject(syn().seq(0).mss(1000));
+  expect(syn_ack().ack(1).mss(1460));
+  inject(ack().seq(1).ack(7));  // acknowledges nothing we sent
+  expect(rst().seq(7));         // <SEQ=SEG.ACK><CTL=RST> (RFC 9293 3.10.7.4 fifth)
+  EXPECT_EQ(tcp->connection_count(), 1u);
+  inject(rst().seq(1));         // back to LISTEN: the half-open connection is forgotten
+  expect_nothing();
+  EXPECT_EQ(tcp->connection_count(), 0u);
+  EXPECT_FALSE(listener.accept().ok());
+  EXPECT_TRUE(listener.is_open());
+  EXPECT_EQ(stats().resets_sent.value(), 1u);
+  EXPECT_EQ(stats().resets_received.value(), 1u);
+}
+
+// ---- our receive window (RFC 9293 3.8.6.2, 3.10.7.4; RFC 1122 4.2.3.3) ---------------------
+
+TEST_F(TcpScript, OurWindowFillsClosesAndReopens) {
+  TcpConfig c;
+  c.rcvbuf = 4096;
+  start(c);
+  passive_open(Offer());  // no window scale: the window is in bytes
+  inject(ack().seq(1).ack(1).len(1000));
+  inject(ack().seq(1001).ack(1).len(1000));
+  expect(ack().seq(1).ack(2001).win(2096));  // the right edge stays where it was
+  inject(ack().seq(2001).ack(1).len(1000));
+  inject(ack().seq(3001).ack(1).len(1000));
+  expect(ack().seq(1).ack(4001).win(96));
+  // 904 of these bytes lie past the window: cut, and an ACK at once.
+  inject(ack().seq(4001).ack(1).len(1000));
+  expect(ack().seq(1).ack(4097).win(0));
+  // A zero-window probe with one byte of data: not acceptable, but answered.
+  inject(ack().seq(4097).ack(1).len(1));
+  expect(ack().seq(1).ack(4097).win(0));
+  // The application reads: the window reopens by a worthwhile amount.
+  expect_read(1000);
+  expect_nothing();  // 1000 bytes: under min(half the buffer, 2 MSS)
+  expect_read(1000);
+  expect(ack().seq(1).ack(4097).win(2000));
+  expect_read(2096);
+  expect(ack().seq(1).ack(4097).win(4096));
+  expect_nothing();
+}
+
+// ---- window scaling at its limits (RFC 7323 2.2, 2.3) --------------------------
+
+TEST_F(TcpScript, PeerWindowOf65535ShiftedBy14) {
+  start();
+  passive_open(Offer().ws(14));
+  ConnStats st = sock.stats();
+  EXPECT_EQ(st.snd_wscale, 14);
+  EXPECT_EQ(st.snd_wnd, 65535u << 14);
+  EXPECT_EQ(st.snd_wnd, 1073725440u);
+}
+
+TEST_F(TcpScript, AShiftAbove14IsUsedAs14) {
+  start();
+  passive_open(Offer().ws(15));
+  EXPECT_EQ(sock.stats().snd_wscale, 14);
+  EXPECT_EQ(sock.stats().snd_wnd, 65535u << 14);
+}
+
+TEST_F(TcpScript, OurShift14AndAWindowNear2To30) {
+  TcpConfig c;
+  c.buf_max = std::size_t{1} << 30;
+  c.rcvbuf = std::size_t{1} << 30;
+  start(c);
+  passive_open(Offer().ws(14).sack());
+  EXPECT_EQ(sock.stats().rcv_wscale, 14);
+  inject(ack().seq(1).ack(1).len(100));
+  advance(40ms);
+  // 2^30 - 100 bytes of room: the field saturates at 65535 (<< 14).
+  expect(ack().seq(1).ack(101).win(65535));
+  EXPECT_EQ(sock.stats().rcv_wnd, 65535u << 14);
+  const std::uint32_t edge = 101 + (65535u << 14);  // RCV.NXT + RCV.WND
+  // The last 100 bytes of the window are acceptable (out of order: SACKed).
+  inject(ack().seq(edge - 100).ack(1).len(100));
+  expect(ack().seq(1).ack(101).win(65535).sack({{edge - 100, edge}}));
+  // The first byte past it is not (RFC 9293 3.10.7.4).
+  inject(ack().seq(edge).ack(1).len(10));
+  expect(ack().seq(1).ack(101).win(65535).sack({{edge - 100, edge}}));
+  EXPECT_EQ(stats().drop_out_of_window.value(), 1u);
+  EXPECT_EQ(stats().ooo_segments.value(), 1u);
+  expect_nothing();
+}
+
+TEST_F(TcpScript, AScaledPeerWindowLimitsWhatWeSend) {
+  start();
+  passive_open(Offer().ws(10));
+  inject(ack().seq(1).ack(1).win(3));  // 3 << 10 = 3072 bytes
+  EXPECT_EQ(sock.stats().snd_wnd, 3072u);
+  write(5000);
+  expect(ack().seq(1).ack(1).len(1000));
+  expect(ack().seq(1001).ack(1).len(1000));
+  expect(ack().seq(2001).ack(1).len(1000));
+  expect_nothing();  // 72 bytes of window left: sender SWS avoidance waits
+  inject(ack().seq(1).ack(3001).win(3));
+  expect(ack().seq(3001).ack(1).len(1000));
+  expect(psh_ack().seq(4001).ack(1).len(1000));
+  expect_nothing();
+}
+
+// ---- timestamps: PAWS and TS.Recent (RFC 7323 4.3, 5) ------------------------------
+
+TEST_F(TcpScript, PawsDropsOldTimestampsAndTsRecentFollowsTheRules) {
+  start();
+  passive_open(Offer().ts());  // TS.Recent = 5000
+  inject(ack().seq(1).ack(1).len(100).ts(5010, last_tsval_));
+  advance(40ms);
+  expect(ack().seq(1).ack(101).ecr(5010));
+  // An older TSval: not acceptable (R1); ACK and drop.
+  inject(ack().seq(101).ack(1).len(100).ts(5005, last_tsval_));
+  expect(ack().seq(1).ack(101).ecr(5010));
+  EXPECT_EQ(stats().drop_paws.value(), 1u);
+  // An equal one is fine.
+  inject(ack().seq(101).ack(1).len(100).ts(5010, last_tsval_));
+  advance(40ms);
+  expect(ack().seq(1).ack(201).ecr(5010));
+  // Out of order, SEG.SEQ > Last.ACK.sent: TS.Recent keeps its value (4.3 (2)).
+  inject(ack().seq(301).ack(1).len(100).ts(5020, last_tsval_));
+  expect(ack().seq(1).ack(201).ecr(5010));
+  // The segment that fills the hole gives its TSval (4.3 case C).
+  inject(ack().seq(201).ack(1).len(100).ts(5015, last_tsval_));
+  expect(ack().seq(1).ack(401).ecr(5015));
+  expect_read(400);
+  expect_read_all();
+  // A RST is never PAWS-checked; it is still sequence-checked: this one is
+  // in the window but not at RCV.NXT, so it gets a challenge ACK.
+  inject(rst().seq(402).ts(1, 0));
+  expect(ack().seq(1).ack(401).ecr(5015));
+  EXPECT_EQ(stats().drop_paws.value(), 1u);
+  // TS.Recent idle for more than 24 days is invalid (5.5): accepted.
+  advance(std::chrono::hours(25 * 24));
+  inject(ack().seq(401).ack(1).len(10).ts(100, last_tsval_));
+  advance(40ms);
+  expect(ack().seq(1).ack(411).ecr(100));
+  expect_read(10);
+  EXPECT_EQ(stats().drop_paws.value(), 1u);
+  expect_nothing();
+}
+
+// ---- SACK blocks we send (RFC 2018 4, RFC 2883) -----------------------------------
+
+TEST_F(TcpScript, SackBlocksMostRecentFirstAndDsack) {
+  start();
+  passive_open(Offer().sack());
+  inject(ack().seq(201).ack(1).len(100));
+  expect(ack().seq(1).ack(1).sack({{201, 301}}));
+  inject(ack().seq(401).ack(1).len(100));
+  expect(ack().seq(1).ack(1).sack({{401, 501}, {201, 301}}));
+  inject(ack().seq(601).ack(1).len(100));
+  expect(ack().seq(1).ack(1).sack({{601, 701}, {401, 501}, {201, 301}}));
+  // Growing an older block makes it the most recent one.
+  inject(ack().seq(301).ack(1).len(50));
+  expect(ack().seq(1).ack(1).sack({{201, 351}, {601, 701}, {401, 501}}));
+  inject(ack().seq(801).ack(1).len(100));
+  expect(ack().seq(1).ack(1).sack({{801, 901}, {201, 351}, {601, 701}, {401, 501}}));
+  // Five blocks, room for four (no timestamps): the oldest report is left out.
+  inject(ack().seq(1001).ack(1).len(100));
+  expect(ack().seq(1).ack(1).sack({{1001, 1101}, {801, 901}, {201, 351}, {601, 701}}));
+  // A duplicate of queued data: D-SACK first, then the block holding it.
+  inject(ack().seq(401).ack(1).len(100));
+  expect(ack().seq(1).ack(1).sack({{401, 501}, {401, 501}, {1001, 1101}, {801, 901}}));
+  inject(ack().seq(1).ack(1).len(100));
+  expect(ack().seq(1).ack(101).sack({{401, 501}, {1001, 1101}, {801, 901}, {201, 351}}));
+  // A duplicate below the cumulative ACK: D-SACK of it.
+  inject(ack().seq(1).ack(1).len(100));
+  expect(ack().seq(1).ack(101).sack({{1, 101}, {401, 501}, {1001, 1101}, {801, 901}}));
+  // Filling the first hole: ACK at once.
+  inject(ack().seq(101).ack(1).len(100));
+  expect(ack().seq(1).ack(351).sack({{401, 501}, {1001, 1101}, {801, 901}, {601, 701}}));
+  expect_read(350);
+  expect_read_all();
+  EXPECT_EQ(stats().ooo_segments.value(), 7u);
+  EXPECT_EQ(stats().drop_out_of_window.value(), 1u);
+  expect_nothing();
+}
+
+TEST_F(TcpScript, WithTimestampsThreeSackBlocksFit) {
+  start();
+  passive_open(Offer().sack().ts());
+  inject(ack().seq(201).ack(1).len(100));
+  expect(ack().seq(1).ack(1).sack({{201, 301}}));
+  inject(ack().seq(401).ack(1).len(100));
+  expect(ack().seq(1).ack(1).sack({{401, 501}, {201, 301}}));
+  inject(ack().seq(601).ack(1).len(100));
+  expect(ack().seq(1).ack(1).sack({{601, 701}, {401, 501}, {201, 301}}));
+  inject(ack().seq(801).ack(1).len(100));
+  expect(ack().seq(1).ack(1).sack({{801, 901}, {601, 701}, {401, 501}}));
+  expect_nothing();
+}
+
+// ---- loss recovery ---------------------------------------------------------------------
+
+// RFC 6675: which segments a SACK pattern makes us retransmit. Ten segments
+// of 1000 bytes; the first, third and sixth are lost.
+TEST_F(TcpScript, SackRecoveryRetransmitsWhatRfc6675Says) {
+  TcpConfig c;
+  c.cc = "newreno";
+  start(c);
+  passive_open(Offer().sack());
+  write(10000);
+  for (std::uint32_t i = 0; i < 10; ++i) expect((i == 9 ? psh_ack() : ack()).seq(1 + 1000 * i).ack(1).len(1000));
+  expect_nothing();
+  inject(ack().seq(1).ack(1).sack({{1001, 2001}}));
+  expect_nothing();
+  inject(ack().seq(1).ack(1).sack({{3001, 4001}, {1001, 2001}}));
+  expect_nothing();  // two SACKed ranges, 2000 bytes: nothing is lost yet
+  inject(ack().seq(1).ack(1).sack({{3001, 5001}, {1001, 2001}}));
+  // The third duplicate: fast retransmit of the first hole. cwnd = ssthresh
+  // = 5000, pipe = 7000: nothing else.
+  expect(ack().seq(1).ack(1).len(1000));
+  EXPECT_EQ(sock.stats().cwnd, 5000u);
+  expect_nothing();
+  inject(ack().seq(1).ack(1).sack({{6001, 7001}, {3001, 5001}, {1001, 2001}}));
+  expect_nothing();  // pipe = 5000
+  inject(ack().seq(1).ack(1).sack({{6001, 8001}, {3001, 5001}, {1001, 2001}}));
+  expect(ack().seq(2001).ack(1).len(1000));  // pipe 4000: IsLost(2001), rule 1
+  expect_nothing();
+  inject(ack().seq(1).ack(1).sack({{6001, 9001}, {3001, 5001}, {1001, 2001}}));
+  expect(ack().seq(5001).ack(1).len(1000));  // [5001, 6001) has 3000 SACKed bytes above it
+  expect_nothing();
+  inject(ack().seq(1).ack(1).sack({{6001, 10001}, {3001, 5001}, {1001, 2001}}));
+  expect_nothing();  // every hole retransmitted, no new data, no rescue yet
+  // A partial ACK: HighACK passed RescueRxt, so rule 4 sends one rescue
+  // retransmission holding the highest unSACKed byte.
+  inject(ack().seq(1).ack(2001).sack({{6001, 10001}, {3001, 5001}}));
+  expect(ack().seq(5001).ack(1).len(1000));
+  expect_nothing();
+  inject(ack().seq(1).ack(5001).sack({{6001, 10001}}));
+  expect_nothing();
+  inject(ack().seq(1).ack(10001));
+  expect_nothing();
+  EXPECT_EQ(stats().fast_retransmits.value(), 1u);
+  EXPECT_EQ(stats().sack_recoveries.value(), 1u);
+  EXPECT_EQ(stats().retransmits.value(), 4u);
+  EXPECT_EQ(stats().rto_expiries.value(), 0u);
+  EXPECT_EQ(sock.stats().dup_acks_in, 7u);
+}
+
+// RFC 6582 without SACK: fast retransmit on the third duplicate ACK, the next
+// hole at once on a partial ACK; and the next loss, right at the old recovery
+// point, is again a fast retransmit (RFC 6582 3.2 step 2: the ACK covers more
+// than "recover", the highest byte sent).
+TEST_F(TcpScript, NewRenoFastRetransmitAndPartialAcks) {
+  TcpConfig c;
+  c.cc = "newreno";
+  start(c);
+  passive_open(Offer());
+  write(10000);
+  for (std::uint32_t i = 0; i < 10; ++i) expect((i == 9 ? psh_ack() : ack()).seq(1 + 1000 * i).ack(1).len(1000));
+  // Segments 1 and 5 were lost: eight duplicate ACKs come back.
+  inject(ack().seq(1).ack(1));
+  inject(ack().seq(1).ack(1));
+  expect_nothing();
+  inject(ack().seq(1).ack(1));
+  expect(ack().seq(1).ack(1).len(1000));
+  EXPECT_EQ(sock.stats().cwnd, 8000u) << "ssthresh 5000 + 3 SMSS (RFC 5681 3.2 step 3)";
+  for (int i = 0; i < 5; ++i) inject(ack().seq(1).ack(1));
+  EXPECT_EQ(sock.stats().cwnd, 13000u);
+  expect_nothing();
+  inject(ack().seq(1).ack(4001));  // partial ACK: segment 5 at once
+  expect(ack().seq(4001).ack(1).len(1000));
+  expect_nothing();
+  inject(ack().seq(1).ack(10001));
+  expect_nothing();
+  EXPECT_EQ(stats().fast_retransmits.value(), 1u);
+  EXPECT_EQ(stats().retransmits.value(), 2u);
+  EXPECT_EQ(sock.stats().cwnd, 2000u) << "RFC 6582 3.2 step 3 option 1";
+
+  write(10000);
+  expect(ack().seq(10001).ack(1).len(1000));
+  expect(ack().seq(11001).ack(1).len(1000));
+  expect_nothing();
+  // 10001 is lost. Limited transmit (RFC 3042): one new segment per each of
+  // the first two duplicate ACKs.
+  inject(ack().seq(1).ack(10001));
+  expect(ack().seq(12001).ack(1).len(1000));
+  inject(ack().seq(1).ack(10001));
+  expect(ack().seq(13001).ack(1).len(1000));
+  inject(ack().seq(1).ack(10001));
+  expect(ack().seq(10001).ack(1).len(1000));
+  // cwnd = 2000 + 3000 against 4000 in flight: one new segment.
+  expect(ack().seq(14001).ack(1).len(1000));
+  expect_nothing();
+  EXPECT_EQ(stats().fast_retransmits.value(), 2u);
+  EXPECT_EQ(stats().rto_expiries.value(), 0u);
+}
+
+// ---- retransmission timer (RFC 6298) ------------------------------------------------------
+
+TEST_F(TcpScript, RtoFromRttSamplesAndBackoffDoubling) {
+  start();
+  passive_open(Offer().rtt(100ms));
+  ConnStats st = sock.stats();
+  EXPECT_EQ(st.srtt, 100ms);  // 2.2: SRTT = R, RTTVAR = R/2, RTO = SRTT + 4 RTTVAR
+  EXPECT_EQ(st.rttvar, 50ms);
+  EXPECT_EQ(st.rto, 300ms);
+  write(1000);
+  expect(psh_ack().seq(1).ack(1).len(1000));
+  advance(200ms);
+  inject(ack().seq(1).ack(1001));
+  st = sock.stats();
+  // 2.3: RTTVAR = 3/4 50 + 1/4 |100 - 200| = 62.5; SRTT = 7/8 100 + 1/8 200 = 112.5.
+  EXPECT_EQ(st.rttvar, 62500us);
+  EXPECT_EQ(st.srtt, 112500us);
+  EXPECT_EQ(st.rto, 362500us);
+  write(1000);
+  expect(psh_ack().seq(1001).ack(1).len(1000));
+  advance(362499us);
+  expect_nothing();
+  advance(1us);
+  expect(ack().seq(1001).ack(1).len(1000));
+  EXPECT_EQ(sock.stats().rto, 725ms);  // 5.5: doubled
+  advance(724999us);
+  expect_nothing();
+  advance(1us);
+  expect(ack().seq(1001).ack(1).len(1000));
+  EXPECT_EQ(sock.stats().rto, 1450ms);
+  advance(1450ms);
+  expect(ack().seq(1001).ack(1).len(1000));
+  EXPECT_EQ(stats().rto_expiries.value(), 3u);
+  EXPECT_EQ(sock.stats().rto, 2900ms);
+  // Karn: the ACK of a retransmitted segment gives no sample; the backed-off
+  // RTO stays until one does.
+  inject(ack().seq(1).ack(2001));
+  EXPECT_EQ(sock.stats().rto, 2900ms);
+  EXPECT_EQ(sock.stats().srtt, 112500us);
+  write(1000);
+  expect(psh_ack().seq(2001).ack(1).len(1000));
+  advance(50ms);
+  inject(ack().seq(1).ack(3001));
+  st = sock.stats();
+  EXPECT_EQ(st.srtt, 104687500ns);
+  EXPECT_EQ(st.rttvar, 62500us);
+  EXPECT_EQ(st.rto, 354687500ns);
+  EXPECT_EQ(sock.stats().retransmits, 3u);
+  expect_nothing();
+}
+
+TEST_F(TcpScript, RtoBackoffIsCappedAndTheConnectionGivesUp) {
+  TcpConfig c;
+  c.rto_max = 1s;
+  c.max_retries = 3;
+  start(c);
+  passive_open(Offer().rtt(100ms));
+  write(1000);
+  expect(psh_ack().seq(1).ack(1).len(1000));
+  advance(300ms);
+  expect(ack().seq(1).ack(1).len(1000));
+  advance(600ms);
+  expect(ack().seq(1).ack(1).len(1000));
+  advance(999ms);
+  expect_nothing();
+  advance(1ms);  // 1200 ms capped at rto_max
+  expect(ack().seq(1).ack(1).len(1000));
+  EXPECT_EQ(sock.state(), State::established);
+  advance(1s);
+  expect_nothing();
+  EXPECT_EQ(sock.state(), State::closed);
+  EXPECT_EQ(read_error(sock), Errc::timed_out);
+  EXPECT_EQ(stats().timeouts.value(), 1u);
+  EXPECT_EQ(stats().rto_expiries.value(), 3u);
+  EXPECT_EQ(tcp->connection_count(), 0u);
+}
+
+// ---- Nagle (RFC 1122 4.2.3.4, RFC 896) ------------------------------------------------------
+
+TEST_F(TcpScript, NagleHoldsASmallSegmentUntilTheAck) {
+  start();
+  passive_open(Offer());
+  write(100);
+  expect(psh_ack().seq(1).ack(1).len(100));
+  write(50);
+  expect_nothing();
+  inject(ack().seq(1).ack(101));
+  expect(psh_ack().seq(101).ack(1).len(50));
+  inject(ack().seq(1).ack(151));
+  // A full segment goes at once; the short tail waits.
+  write(100);
+  expect(psh_ack().seq(151).ack(1).len(100));
+  write(1500);
+  expect(ack().seq(251).ack(1).len(1000));
+  expect_nothing();
+  inject(ack().seq(1).ack(1251));
+  expect(psh_ack().seq(1251).ack(1).len(500));
+  inject(ack().seq(1).ack(1751));
+  expect_nothing();
+}
+
+TEST_F(TcpScript, NodelaySendsSmallSegmentsAtOnce) {
+  start();
+  passive_open(Offer());
+  sock.set_nodelay(true);
+  write(100);
+  expect(psh_ack().seq(1).ack(1).len(100));
+  write(50);
+  expect(psh_ack().seq(101).ack(1).len(50));
+  write(10);
+  expect(psh_ack().seq(151).ack(1).len(10));
+  expect_nothing();
+}
+
+// ---- delayed ACK (RFC 1122 4.2.3.2, RFC 5681 4.2) ----------------------------------------
+
+TEST_F(TcpScript, DelayedAckEverySecondFullSegmentOrAfter40ms) {
+  start();
+  passive_open(Offer());
+  inject(ack().seq(1).ack(1).len(1000));
+  expect_nothing();
+  advance(39ms);
+  expect_nothing();
+  advance(1ms);
+  expect(ack().seq(1).ack(1001));
+  EXPECT_EQ(stats().delayed_acks.value(), 1u);
+  inject(ack().seq(1001).ack(1).len(1000));
+  expect_nothing();
+  inject(ack().seq(2001).ack(1).len(1000));
+  expect(ack().seq(1).ack(3001));  // the second full segment: at once
+  inject(ack().seq(3001).ack(1).len(100));
+  expect_nothing();
+  advance(40ms);
+  expect(ack().seq(1).ack(3101));
+  EXPECT_EQ(stats().delayed_acks.value(), 2u);
+  expect_read(3100);
+  expect_read_all();
+  expect_nothing();
+}
+
+// ---- zero window (RFC 9293 3.8.6.1, RFC 1122 4.2.2.17) ---------------------------------------
+
+TEST_F(TcpScript, ZeroWindowProbesBackOffAndDataFlowsWhenTheWindowOpens) {
+  start();
+  passive_open(Offer().rtt(100ms));  // RTO 300 ms
+  inject(ack().seq(1).ack(1).win(0));
+  write(100);
+  expect_nothing();
+  advance(299ms);
+  expect_nothing();
+  advance(1ms);
+  expect(ack().seq(0).ack(1));  // the probe: SND.UNA - 1, no data
+  inject(ack().seq(1).ack(1).win(0));
+  expect_nothing();
+  // "SHOULD increase exponentially the interval between successive probes".
+  advance(599ms);
+  expect_nothing();
+  advance(1ms);
+  expect(ack().seq(0).ack(1));
+  inject(ack().seq(1).ack(1).win(0));
+  advance(1199ms);
+  expect_nothing();
+  advance(1ms);
+  expect(ack().seq(0).ack(1));
+  EXPECT_EQ(stats().window_probes.value(), 3u);
+  inject(ack().seq(1).ack(1).win(1000));
+  expect(psh_ack().seq(1).ack(1).len(100));
+  inject(ack().seq(1).ack(101).win(1000));
+  advance(10s);
+  expect_nothing();
+  EXPECT_EQ(stats().window_probes.value(), 3u);
+}
+
+// A window that opens by less than a segment: sender SWS avoidance waits, but
+// not forever (RFC 1122 4.2.3.4 (4), the override timeout).
+TEST_F(TcpScript, AWindowSmallerThanTheDataIsUsedAfterTheOverrideTimeout) {
+  start();
+  passive_open(Offer().rtt(100ms));
+  inject(ack().seq(1).ack(1).win(0));
+  write(100);
+  expect_nothing();
+  inject(ack().seq(1).ack(1).win(50));
+  expect_nothing();
+  advance(300ms);
+  expect(ack().seq(1).ack(1).len(50));
+  inject(ack().seq(1).ack(51).win(50));
+  expect(psh_ack().seq(51).ack(1).len(50));
+  inject(ack().seq(1).ack(101).win(1000));
+  expect_nothing();
+}
+
+// ---- keepalive (RFC 1122 4.2.3.6) ------------------------------------------------------------
+
+TEST_F(TcpScript, KeepaliveProbesAndTheDropAfterUnansweredOnes) {
+  TcpConfig c;
+  c.keepalive_idle = 10s;
+  c.keepalive_interval = 1s;
+  c.keepalive_probes = 3;
+  start(c);
+  passive_open(Offer());
+  sock.set_keepalive(true);
+  advance(9999ms);
+  expect_nothing();
+  advance(1ms);
+  expect(ack().seq(0).ack(1));
+  EXPECT_EQ(stats().keepalive_probes.value(), 1u);
+  inject(ack().seq(1).ack(1));  // answered: idle again from here
+  advance(9999ms);
+  expect_nothing();
+  advance(1ms);
+  expect(ack().seq(0).ack(1));
+  advance(1s);
+  expect(ack().seq(0).ack(1));
+  advance(1s);
+  expect(ack().seq(0).ack(1));
+  advance(999ms);
+  expect_nothing();
+  EXPECT_EQ(sock.state(), State::established);
+  advance(1ms);
+  expect_nothing();
+  EXPECT_EQ(sock.state(), State::closed);
+  EXPECT_EQ(read_error(sock), Errc::timed_out);
+  EXPECT_EQ(stats().keepalive_probes.value(), 4u);
+  EXPECT_EQ(stats().timeouts.value(), 1u);
+  EXPECT_EQ(tcp->connection_count(), 0u);
+}
+
+// ---- TIME-WAIT (RFC 9293 3.6.1, 3.10.7.4; RFC 6191) -------------------------------------
+
+// We close first; the peer's FIN takes us to TIME-WAIT.
+class TimeWait : public Script {
+ protected:
+  Ref<TcpConnection> closing;
+  SeqNum old_iss;
+
+  void to_time_wait(const Offer& o = Offer()) {
+    passive_open(o);
+    old_iss = iss;
+    closing = Ref<TcpConnection>(sock.connection());
+    ASSERT_TRUE(sock.close().ok());
+    expect(fin_ack().seq(1 + static_cast<std::uint32_t>(write_off)).ack(1));
+    inject(ack().seq(1).ack(2 + static_cast<std::uint32_t>(write_off)));
+    EXPECT_EQ(closing->state(), State::fin_wait_2);
+    inject(fin_ack().seq(1).ack(2 + static_cast<std::uint32_t>(write_off)));
+    expect(ack().seq(2 + static_cast<std::uint32_t>(write_off)).ack(2));
+    EXPECT_EQ(closing->state(), State::time_wait);
+  }
+  void TearDown() override {
+    closing = Ref<TcpConnection>();
+    Script::TearDown();
+  }
+};
+
+TEST_F(TimeWait, LastsTwoMslAndReAcksARetransmittedFin) {
+  start();
+  to_time_wait();
+  EXPECT_EQ(tcp->connection_count(), 1u);
+  advance(30s);
+  inject(fin_ack().seq(1).ack(2));
+  expect(ack().seq(2).ack(2));
+  // The 2 MSL restart from the retransmitted FIN.
+  advance(59999ms);
+  EXPECT_EQ(closing->state(), State::time_wait);
+  EXPECT_EQ(tcp->connection_count(), 1u);
+  advance(1ms);
+  EXPECT_EQ(closing->state(), State::closed);
+  EXPECT_EQ(tcp->connection_count(), 0u);
+  EXPECT_TRUE(ip.sessions.empty()) << "the IP session of the peer is closed with its last connection";
+  expect_nothing();
+}
+
+TEST_F(TimeWait, ANewSynWithAHigherSequenceNumberReopens) {
+  start();
+  to_time_wait();
+  advance(1s);
+  irs = irs + 1000;  // past the old RCV.NXT
+  inject(syn().seq(0).mss(1000));
+  expect(syn_ack().ack(1).mss(1460));
+  EXPECT_GE(iss - old_iss, 2) << "the new ISS is past everything the old connection sent";
+  EXPECT_EQ(stats().time_wait_reused.value(), 1u);
+  EXPECT_EQ(closing->state(), State::closed);
+  inject(ack().seq(1).ack(1));
+  Result<TcpSocket> a = listener.accept();
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->state(), State::established);
+  EXPECT_EQ(tcp->connection_count(), 1u);
+}
+
+TEST_F(TimeWait, ASynWithAnOldSequenceNumberDoesNotReopen) {
+  start();
+  to_time_wait();
+  inject(syn().seq(0).mss(1000));  // the old connection's own SYN
+  expect(ack().seq(2).ack(2));
+  EXPECT_EQ(stats().time_wait_reused.value(), 0u);
+  EXPECT_EQ(closing->state(), State::time_wait);
+}
+
+// RFC 9293 3.6.1 (1): reopening from TIME-WAIT needs an ISS above every
+// sequence number the old connection used, even when the ISN clock has not
+// moved that far.
+TEST_F(TimeWait, TheReopenedConnectionStartsAboveTheOldSequenceSpace) {
+  start();
+  passive_open(Offer());
+  write(5000);
+  for (std::uint32_t i = 0; i < 5; ++i) expect((i == 4 ? psh_ack() : ack()).seq(1 + 1000 * i).ack(1).len(1000));
+  inject(ack().seq(1).ack(5001));
+  SeqNum first_iss = iss;
+  sock = TcpSocket();  // closes
+  expect(fin_ack().seq(5001).ack(1));
+  inject(ack().seq(1).ack(5002));
+  inject(fin_ack().seq(1).ack(5002));
+  expect(ack().seq(5002).ack(2));
+  advance(1ms);
+  irs = irs + 1000;
+  inject(syn().seq(0).mss(1000));
+  expect(syn_ack().ack(1).mss(1460));
+  EXPECT_GE(iss - first_iss, 5002);
+  EXPECT_EQ(stats().time_wait_reused.value(), 1u);
+}
+
+// RFC 6191 2: with timestamps, the SYN's TSval decides.
+TEST_F(TimeWait, WithTimestampsTheSynsTimestampDecides) {
+  start();
+  to_time_wait(Offer().ts());  // TS.Recent = 5000
+  const SeqNum old_irs = irs;
+  // A higher sequence number but an older timestamp: no new incarnation
+  // (and PAWS answers it with an ACK).
+  inject(syn().seq(1000).mss(1000).ts(4000, 0));
+  expect(ack().seq(2).ack(2));
+  EXPECT_EQ(stats().time_wait_reused.value(), 0u);
+  EXPECT_EQ(closing->state(), State::time_wait);
+  // A lower sequence number but a newer timestamp: reopened.
+  irs = old_irs - 5000;
+  inject(syn().seq(0).mss(1000).ts(6000, 0));
+  expect(syn_ack().ack(1).mss(1460).ts(now_ms(), 6000));
+  EXPECT_EQ(stats().time_wait_reused.value(), 1u);
+  EXPECT_EQ(closing->state(), State::closed);
+}
+
+// ---- RST and RFC 5961 ----------------------------------------------------------------------
+
+TEST_F(TcpScript, OnlyAnExactRstResetsInWindowOnesGetAChallengeAck) {
+  start();
+  passive_open(Offer());
+  inject(rst().seq(1000));
+  expect(ack().seq(1).ack(1));  // RFC 5961 3.2: challenge ACK
+  inject(rst_ack().seq(500).ack(1));
+  expect(ack().seq(1).ack(1));
+  EXPECT_EQ(stats().challenge_acks.value(), 2u);
+  inject(rst().seq(70000));  // past the window
+  inject(rst().seq(0));      // just before RCV.NXT
+  expect_nothing();
+  EXPECT_EQ(stats().drop_out_of_window.value(), 2u);
+  EXPECT_EQ(sock.state(), State::established);
+  EXPECT_EQ(stats().resets_received.value(), 0u);
+  inject(rst().seq(1));
+  expect_nothing();
+  EXPECT_EQ(sock.state(), State::closed);
+  EXPECT_EQ(read_error(sock), Errc::reset);
+  EXPECT_EQ(stats().resets_received.value(), 1u);
+  EXPECT_EQ(tcp->connection_count(), 0u);
+}
+
+TEST_F(TcpScript, RstInSynSentNeedsAnAcceptableAck) {
+  start();
+  sock = tcp->socket();
+  ASSERT_TRUE(sock.connect(kPeer, Port{80}).ok());
+  pport = 80;
+  expect(syn().mss(1460).ws(11).sackok().ts(now_ms(), 0));
+  irs = SeqNum(0x70000000);
+  inject(rst().seq(0));  // no ACK: ignored (RFC 9293 3.10.7.3)
+  inject(rst_ack().seq(0).ack(5));  // an ACK of nothing we sent: ignored
+  expect_nothing();
+  // An unacceptable ACK without RST: <SEQ=SEG.ACK><CTL=RST>.
+  inject(ack().seq(0).ack(100));
+  expect(rst().seq(100));
+  EXPECT_EQ(sock.state(), State::syn_sent);
+  inject(rst_ack().seq(0).ack(1));
+  expect_nothing();
+  EXPECT_EQ(sock.state(), State::closed);
+  EXPECT_EQ(read_error(sock), Errc::refused);
+  EXPECT_EQ(stats().resets_received.value(), 1u);
+  EXPECT_EQ(stats().resets_sent.value(), 1u);
+}
+
+TEST_F(TcpScript, SynInEstablishedGetsAChallengeAck) {
+  start();
+  passive_open(Offer());
+  inject(syn().seq(100).mss(1000));
+  expect(ack().seq(1).ack(1));  // RFC 5961 4.2
+  EXPECT_EQ(stats().challenge_acks.value(), 1u);
+  inject(syn().seq(static_cast<std::uint32_t>(-100000)).mss(1000));
+  expect(ack().seq(1).ack(1));  // out of the window: the usual ACK
+  EXPECT_EQ(stats().drop_out_of_window.value(), 1u);
+  EXPECT_EQ(sock.state(), State::established);
+  inject(ack().seq(1).ack(1).len(100));
+  advance(40ms);
+  expect(ack().seq(1).ack(101));
+  expect_read(100);
+}
+
+// RFC 5961 5.2: acceptable ACKs lie in [SND.UNA - MAX.SND.WND, SND.NXT].
+TEST_F(TcpScript, BlindDataWithAnUnacceptableAckIsDropped) {
+  start();
+  passive_open(Offer());  // MAX.SND.WND = 65535
+  write(1000);
+  expect(psh_ack().seq(1).ack(1).len(1000));
+  inject(ack().seq(1).ack(5000).len(100));  // acknowledges what was never sent
+  expect(ack().seq(1001).ack(1));
+  EXPECT_EQ(stats().drop_ack_unacceptable.value(), 1u);
+  EXPECT_EQ(read_error(sock), Errc::would_block);
+  inject(ack().seq(1).ack(static_cast<std::uint32_t>(1 - 65535 - 1)).len(100));  // one too old
+  expect(ack().seq(1001).ack(1));
+  EXPECT_EQ(stats().challenge_acks.value(), 1u);
+  EXPECT_EQ(stats().drop_ack_unacceptable.value(), 2u);
+  EXPECT_EQ(read_error(sock), Errc::would_block);
+  inject(ack().seq(1).ack(static_cast<std::uint32_t>(1 - 65535)).len(100));  // the oldest acceptable
+  advance(40ms);
+  expect(ack().seq(1001).ack(101));
+  expect_read(100);
+  EXPECT_EQ(stats().drop_ack_unacceptable.value(), 2u);
+  EXPECT_EQ(stats().challenge_acks.value(), 1u);
+  inject(ack().seq(101).ack(1001));
+  expect_nothing();
+}
+
+TEST_F(TcpScript, ChallengeAcksAreRateLimited) {
+  TcpConfig c;
+  c.challenge_acks_per_s = 2;
+  start(c);
+  passive_open(Offer());
+  for (std::uint32_t i = 0; i < 5; ++i) inject(rst().seq(1000 + i));
+  expect(ack().seq(1).ack(1));
+  expect(ack().seq(1).ack(1));
+  expect_nothing();
+  EXPECT_EQ(stats().challenge_acks.value(), 2u);
+  EXPECT_EQ(stats().challenge_acks_limited.value(), 3u);
+  advance(1s);
+  inject(rst().seq(1000));
+  expect(ack().seq(1).ack(1));
+  inject(syn().seq(100));
+  expect(ack().seq(1).ack(1));
+  inject(syn().seq(100));
+  expect_nothing();  // SYNs share the budget (RFC 5961 7)
+  EXPECT_EQ(stats().challenge_acks.value(), 4u);
+  EXPECT_EQ(stats().challenge_acks_limited.value(), 4u);
+  EXPECT_EQ(sock.state(), State::established);
+}
+
+// ---- SYN cookies (RFC 4987 3.6) --------------------------------------------------------------
+
+TEST_F(TcpScript, SynCookieWithoutStateAndTheOptionsRecovered) {
+  TcpConfig c;
+  c.syn_backlog = 0;
+  start(c);
+  listen();
+  irs = SeqNum(0x50000000);
+  inject(syn().seq(0).mss(1300).ws(7).sackok().ts(700, 0));
+  Got g = expect(syn_ack().ack(1).win(65535).mss(1460).ws(11).sackok().ecr(700));
+  EXPECT_EQ(tcp->connection_count(), 0u) << "a cookie keeps no state";
+  EXPECT_EQ(stats().syncookies_sent.value(), 1u);
+  ASSERT_TRUE(g.opts.timestamps.has_value());
+  EXPECT_EQ(decode_cookie_tsecr(g.opts.timestamps->tsval), (CookieOptions{std::uint8_t{7}, true}));
+  inject(ack().seq(1).ack(1).ts(701, g.opts.timestamps->tsval));
+  Result<TcpSocket> a = listener.accept();
+  ASSERT_TRUE(a.ok());
+  sock = std::move(*a);
+  ConnStats st = sock.stats();
+  EXPECT_EQ(st.state, State::established);
+  EXPECT_EQ(st.mss, 1220) << "the largest table entry not above the peer's 1300";
+  EXPECT_EQ(st.snd_wscale, 7);
+  EXPECT_EQ(st.rcv_wscale, 11);
+  EXPECT_TRUE(st.sack);
+  EXPECT_TRUE(st.timestamps);
+  EXPECT_EQ(stats().syncookies_ok.value(), 1u);
+  EXPECT_EQ(stats().passive_opens.value(), 1u);
+  EXPECT_EQ(stats().established.value(), 1u);
+  expect_nothing();
+  // TS.Recent follows the peer from here (RFC 7323 4.3).
+  conn_ts = true;
+  inject(ack().seq(1).ack(1).len(100).ts(800, last_tsval_));
+  advance(40ms);
+  expect(ack().seq(1).ack(101).ecr(800));
+  expect_read(100);
+}
+
+TEST_F(TcpScript, SynCookieHandshakeAckMayCarryData) {
+  TcpConfig c;
+  c.syn_backlog = 0;
+  start(c);
+  listen();
+  irs = SeqNum(0x51000000);
+  inject(syn().seq(0).mss(1460).ws(7).sackok());
+  // Without timestamps there is nowhere to keep the window scale and SACK.
+  expect(syn_ack().ack(1).win(65535).mss(1460));
+  inject(ack().seq(1).ack(1).len(100));
+  Result<TcpSocket> a = listener.accept();
+  ASSERT_TRUE(a.ok());
+  sock = std::move(*a);
+  EXPECT_EQ(sock.stats().mss, 1460);
+  EXPECT_FALSE(sock.stats().sack);
+  EXPECT_EQ(sock.stats().snd_wscale, 0);
+  expect_read(100);
+  advance(40ms);
+  expect(ack().seq(1).ack(101).win(65535));
+  expect_nothing();
+}
+
+TEST_F(TcpScript, AWrongCookieGetsARst) {
+  TcpConfig c;
+  c.syn_backlog = 0;
+  start(c);
+  listen();
+  irs = SeqNum(0x52000000);
+  inject(syn().seq(0).mss(1460));
+  expect(syn_ack().ack(1).mss(1460));
+  inject(ack().seq(1).ack(2));
+  expect(rst().seq(2));  // <SEQ=SEG.ACK><CTL=RST>
+  inject(ack().seq(2).ack(1));  // the right cookie for another client ISN
+  expect(rst().seq(1));
+  EXPECT_EQ(stats().syncookies_bad.value(), 2u);
+  EXPECT_EQ(stats().syncookies_ok.value(), 0u);
+  EXPECT_EQ(stats().resets_sent.value(), 2u);
+  EXPECT_EQ(tcp->connection_count(), 0u);
+  EXPECT_FALSE(listener.accept().ok());
+}
+
+TEST_F(TcpScript, AFullSynQueueFallsBackToCookies) {
+  TcpConfig c;
+  c.syn_backlog = 1;
+  start(c);
+  listen();
+  irs = SeqNum(0x53000000);
+  pport = 41000;
+  inject(syn().seq(0).mss(1000));
+  expect(syn_ack().ack(1).mss(1460));
+  EXPECT_EQ(tcp->connection_count(), 1u);
+  pport = 41001;
+  inject(syn().seq(0).mss(1000));
+  expect(syn_ack().ack(1).mss(1460));
+  EXPECT_EQ(tcp->connection_count(), 1u);
+  EXPECT_EQ(stats().syncookies_sent.value(), 1u);
+  inject(ack().seq(1).ack(1));
+  Result<TcpSocket> a = listener.accept();
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->tuple().remote_port, 41001);
+  EXPECT_EQ(a->stats().mss, 536) << "1000 is stored as the table's 536";
+  EXPECT_EQ(stats().syncookies_ok.value(), 1u);
+  EXPECT_EQ(tcp->connection_count(), 2u);
+}
+
+// ---- sequence numbers across 2^32 ------------------------------------------------------------
+
+TEST_F(TcpScript, SequenceNumbersWrapAround) {
+  start();
+  clock.set(time_for_isn(FourTuple{kLocal, kListenPort, kPeer, kPeerPort}, 0xFFFFFF00));
+  passive_open(Offer().sack(), 0xFFFFFF80);
+  EXPECT_EQ(iss.raw(), 0xFFFFFF00u);
+  // A hole whose two sides lie on either side of the wrap.
+  inject(ack().seq(201).ack(1).len(200));
+  expect(ack().seq(1).ack(1).sack({{201, 401}}));
+  inject(ack().seq(1).ack(1).len(200));
+  expect(ack().seq(1).ack(401));
+  expect_read(400);
+  expect_read_all();
+  // Our data across the wrap: the first segment, which crosses it, is lost
+  // and SACK recovery (RFC 6675) repairs it.
+  write(4000);
+  for (std::uint32_t i = 0; i < 4; ++i) expect((i == 3 ? psh_ack() : ack()).seq(1 + 1000 * i).ack(401).len(1000));
+  inject(ack().seq(401).ack(1).sack({{1001, 2001}}));
+  inject(ack().seq(401).ack(1).sack({{1001, 3001}}));
+  expect_nothing();
+  inject(ack().seq(401).ack(1).sack({{1001, 4001}}));
+  expect(ack().seq(1).ack(401).len(1000));
+  expect_nothing();
+  inject(ack().seq(401).ack(4001));
+  EXPECT_EQ(sock.stats().bytes_acked, 4000u);
+  EXPECT_EQ(stats().fast_retransmits.value(), 1u);
+  write(100);
+  expect(psh_ack().seq(4001).ack(401).len(100));
+  inject(ack().seq(401).ack(4101));
+  EXPECT_EQ(sock.stats().bytes_acked, 4100u);
+  expect_nothing();
+}
+
+// ---- simultaneous open and close (RFC 9293 3.5 figure 8, 3.6 figure 13) -----------------------
+
+TEST_F(TcpScript, SimultaneousOpen) {
+  start();
+  sock = tcp->socket();
+  ASSERT_TRUE(sock.connect(kPeer, Port{80}).ok());
+  pport = 80;
+  expect(syn().win(65535).mss(1460).ws(11).sackok().ts(now_ms(), 0));
+  irs = SeqNum(0x60000000);
+  inject(syn().seq(0).win(8000).mss(1000));
+  // SYN-RECEIVED: our SYN again, with the ACK, offering what the peer did.
+  expect(syn_ack().seq(0).ack(1).win(65535).mss(1460));
+  EXPECT_EQ(sock.state(), State::syn_received);
+  // The peer's SYN-ACK acknowledges ours: ESTABLISHED (figure 8 line 6).
+  inject(syn_ack().seq(0).ack(1).win(8000).mss(1000));
+  expect_nothing();
+  EXPECT_EQ(sock.state(), State::established);
+  EXPECT_EQ(sock.stats().mss, 1000);
+  EXPECT_EQ(sock.stats().snd_wnd, 8000u);
+  write(100);
+  expect(psh_ack().seq(1).ack(1).len(100));
+  inject(ack().seq(1).ack(101).len(10));
+  advance(40ms);
+  expect(ack().seq(101).ack(11));
+  expect_read(10);
+  EXPECT_EQ(stats().established.value(), 1u);
+}
+
+TEST_F(TcpScript, SimultaneousCloseGoesThroughClosing) {
+  start();
+  passive_open(Offer());
+  ASSERT_TRUE(sock.shutdown_write().ok());
+  expect(fin_ack().seq(1).ack(1));
+  EXPECT_EQ(sock.state(), State::fin_wait_1);
+  inject(fin_ack().seq(1).ack(1));  // the peer's FIN crossed ours
+  expect(ack().seq(2).ack(2));
+  EXPECT_EQ(sock.state(), State::closing);
+  inject(ack().seq(2).ack(2));
+  EXPECT_EQ(sock.state(), State::time_wait);
+  expect_nothing();
+  advance(60s);
+  EXPECT_EQ(sock.state(), State::closed);
+  EXPECT_EQ(tcp->connection_count(), 0u);
+  expect_nothing();
+}
+
+// ---- half-close (RFC 9293 3.6) --------------------------------------------------------------
+
+TEST_F(TcpScript, AfterShutdownWriteWeKeepReceiving) {
+  start();
+  passive_open(Offer());
+  ASSERT_TRUE(sock.shutdown_write().ok());
+  expect(fin_ack().seq(1).ack(1));
+  inject(ack().seq(1).ack(2));
+  EXPECT_EQ(sock.state(), State::fin_wait_2);
+  inject(ack().seq(1).ack(2).len(1000));
+  inject(ack().seq(1001).ack(2).len(1000));
+  expect(ack().seq(2).ack(2001));
+  expect_read(2000);
+  expect_read_all();
+  std::byte one[1]{};
+  Result<std::size_t> w = sock.write(one);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.error(), Errc::closed);
+  inject(fin_ack().seq(2001).ack(2));
+  expect(ack().seq(2).ack(2002));
+  EXPECT_EQ(sock.state(), State::time_wait);
+  Result<std::size_t> eof = sock.read(one);
+  ASSERT_TRUE(eof.ok());
+  EXPECT_EQ(*eof, 0u);
+  expect_nothing();
+}
+
+TEST_F(TcpScript, AfterThePeersFinWeKeepSending) {
+  start();
+  passive_open(Offer());
+  inject(fin_ack().seq(1).ack(1));
+  expect(ack().seq(1).ack(2));
+  EXPECT_EQ(sock.state(), State::close_wait);
+  std::byte one[1]{};
+  Result<std::size_t> eof = sock.read(one);
+  ASSERT_TRUE(eof.ok());
+  EXPECT_EQ(*eof, 0u);
+  write(500);
+  expect(psh_ack().seq(1).ack(2).len(500));
+  inject(ack().seq(2).ack(501));
+  Ref<TcpConnection> c(sock.connection());
+  ASSERT_TRUE(sock.close().ok());
+  expect(fin_ack().seq(501).ack(2));
+  EXPECT_EQ(c->state(), State::last_ack);
+  inject(ack().seq(2).ack(502));
+  EXPECT_EQ(c->state(), State::closed);
+  EXPECT_EQ(tcp->connection_count(), 0u);
+  expect_nothing();
+}
+
+// ---- segments for no connection (RFC 9293 3.10.7.1) ---------------------------------------
+
+TEST_F(TcpScript, ResetsForAClosedPort) {
+  start();
+  irs = SeqNum(0x70000000);
+  lport = 9;  // nobody listens; iss stays 0, so our sequence numbers are absolute
+  inject(syn().seq(0).mss(1460));
+  expect(rst_ack().seq(0).ack(1).win(0));  // <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>
+  inject(syn().seq(0).len(10));
+  expect(rst_ack().seq(0).ack(11).win(0));
+  inject(ack().seq(5).abs_ack(12345).len(3));
+  expect(rst().abs_seq(12345).win(0));  // <SEQ=SEG.ACK><CTL=RST>
+  inject(seg(kFin).seq(5).len(3));
+  expect(rst_ack().seq(0).ack(9).win(0));
+  inject(rst().seq(5));  // never a RST for a RST
+  expect_nothing();
+  EXPECT_EQ(stats().rx_segments.value(), 5u);
+  EXPECT_EQ(stats().drop_no_listener.value(), 5u);
+  EXPECT_EQ(stats().resets_sent.value(), 4u);
+  EXPECT_EQ(stats().tx_segments.value(), 4u);
+  EXPECT_TRUE(ip.sessions.empty()) << "no IP session kept for a peer without connections";
+}
+
+// ---- malformed segments --------------------------------------------------------------------
+
+TEST_F(TcpScript, MalformedSegmentsAreCountedAndDropped) {
+  start();
+  passive_open(Offer());
+  EXPECT_EQ(try_inject(ack().seq(1).ack(1).len(10).doff(4)).error(), Errc::malformed);
+  EXPECT_EQ(try_inject(ack().seq(1).ack(1).doff(15)).error(), Errc::malformed);  // past the end
+  EXPECT_EQ(try_inject(ack().seq(1).ack(1).len(10).cut(12)).error(), Errc::malformed);  // shorter than 20
+  EXPECT_EQ(stats().drop_malformed.value(), 3u);
+  EXPECT_EQ(try_inject(ack().seq(1).ack(1).len(10).bad_csum()).error(), Errc::malformed);
+  EXPECT_EQ(stats().drop_bad_csum.value(), 1u);
+  auto bytes = [](std::initializer_list<int> v) {
+    std::vector<std::byte> b;
+    for (int x : v) b.push_back(std::byte(static_cast<unsigned char>(x)));
+    return b;
+  };
+  const std::vector<std::vector<std::byte>> bad_options = {
+      bytes({1, 1, 8, 10}),              // timestamps running past the end
+      bytes({1, 1, 1, 2}),               // a kind without its length byte
+      bytes({5, 0, 1, 1}),               // length 0
+      bytes({2, 1, 1, 1}),               // length 1
+      bytes({2, 3, 5, 1}),               // MSS of the wrong length
+      bytes({5, 6, 0, 0, 0, 0, 1, 1}),  // SACK with half a block
+  };
+  for (const auto& o : bad_options) {
+    EXPECT_EQ(try_inject(ack().seq(1).ack(1).len(10).raw_options(o)).error(), Errc::malformed);
+  }
+  EXPECT_EQ(stats().drop_malformed.value(), 9u);
+  expect_nothing();
+  EXPECT_EQ(read_error(sock), Errc::would_block);
+  EXPECT_EQ(sock.state(), State::established);
+  // The connection is unharmed.
+  inject(ack().seq(1).ack(1).len(10));
+  advance(40ms);
+  expect(ack().seq(1).ack(11));
+  expect_read(10);
+  // Nor does a listener answer malformed SYNs.
+  pport = 42000;
+  EXPECT_FALSE(try_inject(syn().seq(0).mss(1460).bad_csum()).ok());
+  EXPECT_FALSE(try_inject(syn().seq(0).raw_options(bytes({2, 4, 5, 0xb4, 1, 1, 8, 10}))).ok());
+  expect_nothing();
+  EXPECT_EQ(stats().drop_bad_csum.value(), 2u);
+  EXPECT_EQ(tcp->connection_count(), 1u);
+}
+
+}  // namespace
+}  // namespace xk::tcp::script
