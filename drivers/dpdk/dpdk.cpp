@@ -181,8 +181,13 @@ void DpdkDriver::start_port() {
                                   static_cast<std::uint16_t>(data_room + RTE_PKTMBUF_HEADROOM), socket);
   if (pool_ == nullptr) fail(name(), "cannot create a mempool of " + std::to_string(config_.mbufs) + " mbufs", rte_errno);
 
+  // DPDK 22.11's memif reports a 1518-byte max_rx_pktlen, yet it moves longer
+  // frames as descriptor chains between the two processes' shared memory: a
+  // larger MTU is ours to keep, and ethdev is not told (it would refuse it).
+  const bool soft_mtu = config_.mtu && *config_.mtu + kEthHeader + 4 > info.max_rx_pktlen &&
+                        std::string_view(info.driver_name != nullptr ? info.driver_name : "") == "net_memif";
   rte_eth_conf conf{};
-  if (config_.mtu) conf.rxmode.mtu = static_cast<std::uint32_t>(*config_.mtu);
+  if (config_.mtu && !soft_mtu) conf.rxmode.mtu = static_cast<std::uint32_t>(*config_.mtu);
   if (frame > data_room && offloads_.rx_scatter) conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_SCATTER;
   if (offloads_.tx_multi_segs) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   if (offloads_.tx_ipv4_cksum) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_IPV4_CKSUM;
@@ -202,7 +207,7 @@ void DpdkDriver::start_port() {
     if (rc == 0) rc = rte_eth_dev_adjust_nb_rx_tx_desc(port_, &rxd, &txd);
     // The configured MTU is ethdev's record; set_mtu also tells the device
     // (af_packet: the kernel interface). Not every PMD has the operation.
-    if (rc == 0 && config_.mtu) {
+    if (rc == 0 && config_.mtu && !soft_mtu) {
       int m = rte_eth_dev_set_mtu(port_, static_cast<std::uint16_t>(*config_.mtu));
       if (m != -ENOTSUP) rc = m;
     }
@@ -231,6 +236,7 @@ void DpdkDriver::start_port() {
   std::memcpy(mac_.bytes.data(), addr.addr_bytes, 6);
   std::uint16_t mtu = 0;
   mtu_ = rte_eth_dev_get_mtu(port_, &mtu) == 0 && mtu != 0 ? mtu : want_mtu;
+  if (soft_mtu) mtu_ = *config_.mtu;
 }
 
 void DpdkDriver::setup_wait() {
