@@ -1,0 +1,20 @@
+# The Debian 12 packages xk's build, tests, benchmarks and demo need; sourced
+# by scripts/test and scripts/demo, which install them unless XK_SKIP_INSTALL=1.
+XK_PACKAGES=(
+  build-essential cmake ninja-build pkg-config          # toolchain
+  libgtest-dev libgmock-dev libbenchmark-dev            # tests and benchmarks
+  libdpdk-dev dpdk libpcap-dev                          # packet I/O, capture
+  python3 python3-scapy                                 # golden vectors (independent tool), Linux test peers
+  tshark tcpdump                                        # reading captures back (capture tests)
+  sockperf iperf3                                       # the Linux references of the benchmarks
+  iproute2 ethtool iputils-ping                         # network namespaces, veth offloads, ping (integration)
+)
+
+xk_install_packages() {
+  [ "${XK_SKIP_INSTALL:-0}" = 1 ] && return 0
+  local sudo_cmd=()
+  if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+  echo "== installing packages"
+  "${sudo_cmd[@]}" apt-get update
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y --no-install-recommends "${XK_PACKAGES[@]}"
+}
