@@ -31,6 +31,32 @@
 
 namespace xk::apps {
 
+std::string_view Flag::value() {
+  if (inline_) return *inline_;
+  if (*next_ >= words_.size()) throw UsageError{std::string(name_) + " needs a value"};
+  return words_[(*next_)++];
+}
+
+void Flag::no_value() const {
+  if (inline_) throw UsageError{std::string(name_) + " takes no value"};
+}
+
+void for_each_flag(std::span<const std::string_view> words, const std::function<void(Flag&)>& fn) {
+  std::size_t i = 0;
+  while (i < words.size()) {
+    Flag f;
+    std::string_view w = words[i++];
+    f.name_ = w;
+    if (auto eq = w.find('='); w.starts_with("--") && eq != std::string_view::npos) {
+      f.name_ = w.substr(0, eq);
+      f.inline_ = w.substr(eq + 1);
+    }
+    f.words_ = words;
+    f.next_ = &i;
+    fn(f);
+  }
+}
+
 double parse_seconds(std::string_view flag, std::string_view text) {
   std::string s(text);
   char* end = nullptr;
@@ -263,6 +289,69 @@ double process_cpu_seconds() {
   getrusage(RUSAGE_SELF, &ru);
   auto secs = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) / 1e6; };
   return secs(ru.ru_utime) + secs(ru.ru_stime);
+}
+
+}  // namespace xk::apps
+
+namespace xk::apps {
+
+AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle)
+    : prog_(prog),
+      loop_([idle] {
+        EventLoopConfig c;
+        c.idle = idle;
+        return c;
+      }()),
+      signals_(loop_) {
+  StackSpec spec = stack_spec(flags);
+  register_all(registry_);
+  // Before the EAL starts its threads (in the graph's dpdk driver), so they
+  // inherit the mask and the signals reach our signalfd.
+  SignalSource::block();
+  try {
+    graph_.emplace(Graph::build(spec.text, registry_, &loop_, spec.source));
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("cannot build the stack:\n") + e.what());
+  }
+  loop_.add(signals_);
+}
+
+AppStack::~AppStack() {
+  loop_.remove(signals_);
+  graph_.reset();
+}
+
+void AppStack::wait_for_link(double seconds, bool announce) {
+  if (announce) {
+    std::printf("%s: stack %s built, waiting for the link\n", prog_, describe_stack(*graph_).c_str());
+    std::fflush(stdout);
+  }
+  if (!apps::wait_for_link(loop_, *graph_, std::chrono::milliseconds(static_cast<long long>(seconds * 1000)))) {
+    char msg[96];
+    std::snprintf(msg, sizeof msg, "the link of net0 is still down after %.1f s", seconds);
+    throw std::runtime_error(msg);
+  }
+}
+
+void AppStack::report_signal(bool always_counters) {
+  if (signals_.signal() != 0) std::printf("%s: stopped by %s\n", prog_, signals_.signal_name());
+  if (always_counters || signals_.signal() != 0) print_counters(*graph_, loop_);
+  std::fflush(stdout);
+}
+
+int app_main(const char* prog, const std::function<void()>& parse, const std::function<int()>& run) {
+  try {
+    parse();
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\ntry '%s --help'\n", prog, e.what.c_str(), prog);
+    return 2;
+  }
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", prog, e.what());
+    return 1;
+  }
 }
 
 }  // namespace xk::apps

@@ -125,59 +125,47 @@ Args parse_args(int argc, char** argv) {
     throw UsageError{"unknown role '" + std::string(words[0]) + "': expected server or client"};
   }
   std::optional<std::uint64_t> count;
-  for (std::size_t i = 1; i < words.size(); ++i) {
-    std::string_view w = words[i];
-    std::string_view flag = w;
-    std::optional<std::string_view> inline_value;
-    if (auto eq = w.find('='); w.starts_with("--") && eq != std::string_view::npos) {
-      flag = w.substr(0, eq);
-      inline_value = w.substr(eq + 1);
-    }
-    auto value = [&]() -> std::string_view {
-      if (inline_value) return *inline_value;
-      if (i + 1 >= words.size()) throw UsageError{std::string(flag) + " needs a value"};
-      return words[++i];
-    };
-    if (a.stack.take(flag, value)) continue;
-    if (flag == "--link-wait") {
-      a.link_wait_s = xk::apps::parse_seconds(flag, value());
-    } else if (flag == "--idle") {
-      auto v = value();
+  xk::apps::for_each_flag(std::span(words).subspan(1), [&](xk::apps::Flag& f) {
+    if (a.stack.take(f.name(), [&] { return f.value(); })) return;
+    if (f.name() == "--link-wait") {
+      a.link_wait_s = xk::apps::parse_seconds(f.name(), f.value());
+    } else if (f.name() == "--idle") {
+      auto v = f.value();
       if (v != "busy" && v != "sleep") throw UsageError{"--idle: expected busy or sleep"};
       a.busy = v == "busy";
-    } else if (flag == "--tcp-port") {
-      a.port = parse_number<std::uint16_t>(flag, value(), 1, 65535);
-    } else if (flag == "--peer") {
-      std::tie(a.peer, a.peer_port) = xk::apps::parse_endpoint(flag, value());
-    } else if (flag == "--mode") {
-      a.mode = std::string(value());
-    } else if (flag == "--bytes") {
-      a.bytes = parse_bytes(flag, value());
-    } else if (flag == "--seed") {
-      a.seed = parse_number<std::uint64_t>(flag, value(), 0, ~std::uint64_t{0});
-    } else if (flag == "--size") {
-      a.size = parse_number<std::size_t>(flag, value(), 1, 1 << 20);
-    } else if (flag == "--count") {
-      count = parse_number<std::uint64_t>(flag, value(), 0, std::uint64_t{1} << 40);
-    } else if (flag == "--warmup") {
-      a.warmup = parse_number<std::uint64_t>(flag, value(), 0, std::uint64_t{1} << 40);
-    } else if (flag == "--sndbuf") {
-      a.sndbuf = parse_bytes(flag, value());
-    } else if (flag == "--rcvbuf") {
-      a.rcvbuf = parse_bytes(flag, value());
-    } else if (flag == "--nodelay") {
-      if (inline_value) throw UsageError{"--nodelay takes no value"};
+    } else if (f.name() == "--tcp-port") {
+      a.port = parse_number<std::uint16_t>(f.name(), f.value(), 1, 65535);
+    } else if (f.name() == "--peer") {
+      std::tie(a.peer, a.peer_port) = xk::apps::parse_endpoint(f.name(), f.value());
+    } else if (f.name() == "--mode") {
+      a.mode = std::string(f.value());
+    } else if (f.name() == "--bytes") {
+      a.bytes = parse_bytes(f.name(), f.value());
+    } else if (f.name() == "--seed") {
+      a.seed = parse_number<std::uint64_t>(f.name(), f.value(), 0, ~std::uint64_t{0});
+    } else if (f.name() == "--size") {
+      a.size = parse_number<std::size_t>(f.name(), f.value(), 1, 1 << 20);
+    } else if (f.name() == "--count") {
+      count = parse_number<std::uint64_t>(f.name(), f.value(), 0, std::uint64_t{1} << 40);
+    } else if (f.name() == "--warmup") {
+      a.warmup = parse_number<std::uint64_t>(f.name(), f.value(), 0, std::uint64_t{1} << 40);
+    } else if (f.name() == "--sndbuf") {
+      a.sndbuf = parse_bytes(f.name(), f.value());
+    } else if (f.name() == "--rcvbuf") {
+      a.rcvbuf = parse_bytes(f.name(), f.value());
+    } else if (f.name() == "--nodelay") {
+      f.no_value();
       a.nodelay = true;
-    } else if (flag == "--verify") {
-      auto v = value();
+    } else if (f.name() == "--verify") {
+      auto v = f.value();
       if (v != "on" && v != "off") throw UsageError{"--verify: on or off"};
       a.verify = v == "on";
-    } else if (flag == "--timeout") {
-      a.timeout_s = xk::apps::parse_seconds(flag, value());
+    } else if (f.name() == "--timeout") {
+      a.timeout_s = xk::apps::parse_seconds(f.name(), f.value());
     } else {
-      throw UsageError{"unknown option '" + std::string(w) + "'"};
+      throw UsageError{"unknown option '" + std::string(f.name()) + "'"};
     }
-  }
+  });
   a.stack.validate();
   if (a.role == Args::Role::server) {
     if (a.mode.empty()) a.mode = "sink";
@@ -515,36 +503,13 @@ void finish_handshakes(xk::EventLoop& loop, xk::tcp::TcpProtocol& tcp) {
 }
 
 int run(const Args& a) {
-  xk::apps::StackSpec spec = xk::apps::stack_spec(a.stack);
-  xk::Registry registry;
-  xk::apps::register_all(registry);
-  xk::apps::SignalSource::block();
-  xk::EventLoopConfig lc;
-  lc.idle = a.busy ? xk::IdleMode::busy_poll : xk::IdleMode::spin_then_sleep;
-  xk::EventLoop loop(lc);
-  xk::apps::SignalSource signals(loop);
-  std::optional<xk::Graph> graph;
-  try {
-    graph.emplace(xk::Graph::build(spec.text, registry, &loop, spec.source));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: cannot build the stack:\n%s\n", kProg, e.what());
-    return kExitFail;
-  }
-  loop.add(signals);
-  auto* tcp = graph->find_as<xk::tcp::TcpProtocol>("tcp0");
-  if (tcp == nullptr) {
-    std::fprintf(stderr, "%s: the graph has no tcp instance named tcp0\n", kProg);
-    return kExitFail;
-  }
-  std::printf("%s: stack %s built, waiting for the link\n", kProg, xk::apps::describe_stack(*graph).c_str());
-  std::fflush(stdout);
-  if (!xk::apps::wait_for_link(loop, *graph, std::chrono::milliseconds(static_cast<long long>(a.link_wait_s * 1e3)))) {
-    std::fprintf(stderr, "%s: the link of net0 is still down after %.1f s\n", kProg, a.link_wait_s);
-    return kExitFail;
-  }
+  xk::apps::AppStack stack(kProg, a.stack, a.busy ? xk::IdleMode::busy_poll : xk::IdleMode::spin_then_sleep);
+  xk::EventLoop& loop = stack.loop();
+  auto& tcp = stack.require<xk::tcp::TcpProtocol>("tcp0");
+  stack.wait_for_link(a.link_wait_s);
   int rc = kExitOk;
   if (a.role == Args::Role::server) {
-    auto l = tcp->listen(xk::Ipv4Addr{}, xk::Port{a.port}, 128);
+    auto l = tcp.listen(xk::Ipv4Addr{}, xk::Port{a.port}, 128);
     if (!l) {
       std::fprintf(stderr, "%s: cannot listen on port %u: %s\n", kProg, a.port, xk::to_string(l.error()));
       return kExitFail;
@@ -557,9 +522,9 @@ int run(const Args& a) {
     loop.remove(server);
     if (server.failures() != 0) rc = kExitFail;
     (void)l->close();
-    finish_handshakes(loop, *tcp);
+    finish_handshakes(loop, tcp);
   } else {
-    xk::tcp::TcpSocket s = tcp->socket();
+    xk::tcp::TcpSocket s = tcp.socket();
     apply_socket_options(s, a);
     if (xk::Status st = s.connect(*a.peer, xk::Port{a.peer_port}); !st) {
       std::fprintf(stderr, "%s: connect: %s\n", kProg, xk::to_string(st.error()));
@@ -570,16 +535,10 @@ int run(const Args& a) {
     loop.run();
     loop.remove(client);
     rc = client.rc();
-    if (signals.signal() != 0) rc = kExitFail;
-    finish_handshakes(loop, *tcp);
+    if (stack.signals().signal() != 0) rc = kExitFail;
+    finish_handshakes(loop, tcp);
   }
-  loop.remove(signals);
-  if (signals.signal() != 0) {
-    std::printf("%s: stopped by %s\n", kProg, signals.signal_name());
-    xk::apps::print_counters(*graph, loop);
-  }
-  std::fflush(stdout);
-  graph.reset();
+  stack.report_signal();
   return rc;
 }
 
@@ -587,16 +546,5 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   Args args;
-  try {
-    args = parse_args(argc, argv);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s: %s\ntry '%s --help'\n", kProg, e.what.c_str(), kProg);
-    return kExitUsage;
-  }
-  try {
-    return run(args);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", kProg, e.what());
-    return kExitFail;
-  }
+  return xk::apps::app_main(kProg, [&] { args = parse_args(argc, argv); }, [&] { return run(args); });
 }

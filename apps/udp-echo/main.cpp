@@ -127,59 +127,44 @@ Args parse_args(int argc, char** argv) {
   } else {
     throw UsageError{"unknown mode '" + std::string(words[0]) + "': expected server or client"};
   }
-  for (std::size_t i = 1; i < words.size(); ++i) {
-    std::string_view w = words[i];
-    std::string_view flag = w;
-    std::optional<std::string_view> inline_value;
-    if (auto eq = w.find('='); w.starts_with("--") && eq != std::string_view::npos) {
-      flag = w.substr(0, eq);
-      inline_value = w.substr(eq + 1);
-    }
-    auto value = [&]() -> std::string_view {
-      if (inline_value) return *inline_value;
-      if (i + 1 >= words.size()) throw UsageError{std::string(flag) + " needs a value"};
-      return words[++i];
-    };
-    auto no_value = [&]() {
-      if (inline_value) throw UsageError{std::string(flag) + " takes no value"};
-    };
-    if (a.stack.take(flag, value)) continue;
-    if (flag == "--print-graph") {
-      no_value();
+  xk::apps::for_each_flag(std::span(words).subspan(1), [&](xk::apps::Flag& f) {
+    if (a.stack.take(f.name(), [&] { return f.value(); })) return;
+    if (f.name() == "--print-graph") {
+      f.no_value();
       a.print_graph = true;
-    } else if (flag == "--link-wait") {
-      a.link_wait_s = xk::apps::parse_seconds(flag, value());
-    } else if (flag == "--udp-port") {
-      a.udp_port = parse_number<std::uint16_t>(flag, value(), 0, 65535);
-    } else if (flag == "--peer") {
-      std::tie(a.peer, a.peer_port) = xk::apps::parse_endpoint(flag, value());
-    } else if (flag == "--count") {
-      a.count = parse_number<std::uint64_t>(flag, value(), 0, std::uint64_t{1} << 40);
-    } else if (flag == "--sizes") {
-      auto v = value();
+    } else if (f.name() == "--link-wait") {
+      a.link_wait_s = xk::apps::parse_seconds(f.name(), f.value());
+    } else if (f.name() == "--udp-port") {
+      a.udp_port = parse_number<std::uint16_t>(f.name(), f.value(), 0, 65535);
+    } else if (f.name() == "--peer") {
+      std::tie(a.peer, a.peer_port) = xk::apps::parse_endpoint(f.name(), f.value());
+    } else if (f.name() == "--count") {
+      a.count = parse_number<std::uint64_t>(f.name(), f.value(), 0, std::uint64_t{1} << 40);
+    } else if (f.name() == "--sizes") {
+      auto v = f.value();
       auto dots = v.find("..");
       std::size_t max_payload = xk::udp::UdpProtocol::kMaxPayload;
       if (dots == std::string_view::npos) {
-        a.size_min = a.size_max = parse_number<std::size_t>(flag, v, 1, max_payload);
+        a.size_min = a.size_max = parse_number<std::size_t>(f.name(), v, 1, max_payload);
       } else {
-        a.size_min = parse_number<std::size_t>(flag, v.substr(0, dots), 1, max_payload);
-        a.size_max = parse_number<std::size_t>(flag, v.substr(dots + 2), 1, max_payload);
+        a.size_min = parse_number<std::size_t>(f.name(), v.substr(0, dots), 1, max_payload);
+        a.size_max = parse_number<std::size_t>(f.name(), v.substr(dots + 2), 1, max_payload);
       }
       if (a.size_min > a.size_max) throw UsageError{"--sizes: A..B needs A <= B"};
-    } else if (flag == "--timeout") {
-      a.timeout_s = xk::apps::parse_seconds(flag, value());
-    } else if (flag == "--retries") {
-      a.retries = parse_number<unsigned>(flag, value(), 0, 1000);
-    } else if (flag == "--quiet" || flag == "-q") {
-      no_value();
+    } else if (f.name() == "--timeout") {
+      a.timeout_s = xk::apps::parse_seconds(f.name(), f.value());
+    } else if (f.name() == "--retries") {
+      a.retries = parse_number<unsigned>(f.name(), f.value(), 0, 1000);
+    } else if (f.name() == "--quiet" || f.name() == "-q") {
+      f.no_value();
       a.quiet = true;
-    } else if (flag == "--verbose" || flag == "-v") {
-      no_value();
+    } else if (f.name() == "--verbose" || f.name() == "-v") {
+      f.no_value();
       a.verbose = true;
     } else {
-      throw UsageError{"unknown option '" + std::string(w) + "'"};
+      throw UsageError{"unknown option '" + std::string(f.name()) + "'"};
     }
-  }
+  });
   a.stack.validate();
   if (a.mode == Args::Mode::client) {
     if (!a.peer) throw UsageError{"client: --peer A.B.C.D:PORT is required"};
@@ -460,39 +445,11 @@ int run(const Args& a) {
     return kExitOk;
   }
 
-  // Before the EAL starts its threads, so they inherit the mask.
-  xk::apps::SignalSource::block();
-
-  xk::EventLoopConfig lc;
-  lc.name = "loop";
-  lc.idle = xk::IdleMode::spin_then_sleep;
-  xk::EventLoop loop(lc);  // its own MonotonicClock
-  xk::apps::SignalSource signals(loop);
-
-  std::optional<xk::Graph> graph;
-  try {
-    graph.emplace(xk::Graph::build(spec.text, registry, &loop, spec.source));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: cannot build the stack:\n%s\n", kProg, e.what());
-    return kExitFail;
-  }
-  loop.add(signals);
-
-  xk::udp::UdpProtocol* udp = graph->find_as<xk::udp::UdpProtocol>("udp0");
-  if (udp == nullptr) {
-    std::fprintf(stderr, "%s: the graph has no udp instance named udp0\n", kProg);
-    return kExitFail;
-  }
-  std::string where = xk::apps::describe_stack(*graph);
-  if (!a.quiet) {
-    std::printf("%s: stack %s built, waiting for the link\n", kProg, where.c_str());
-    std::fflush(stdout);
-  }
-  auto link_wait = std::chrono::milliseconds(static_cast<long long>(a.link_wait_s * 1000));
-  if (!xk::apps::wait_for_link(loop, *graph, link_wait)) {
-    std::fprintf(stderr, "%s: the link of net0 is still down after %.1f s\n", kProg, a.link_wait_s);
-    return kExitFail;
-  }
+  xk::apps::AppStack stack(kProg, a.stack, xk::IdleMode::spin_then_sleep);
+  xk::EventLoop& loop = stack.loop();
+  xk::udp::UdpProtocol* udp = &stack.require<xk::udp::UdpProtocol>("udp0");
+  std::string where = xk::apps::describe_stack(stack.graph());
+  stack.wait_for_link(a.link_wait_s, !a.quiet);
 
   xk::udp::SocketOptions so;
   so.rcvbuf_bytes = 16u << 20;
@@ -556,12 +513,8 @@ int run(const Args& a) {
     if (s.mismatches != 0 || s.lost != 0 || unfinished != 0) rc = kExitFail;
   }
 
-  loop.remove(signals);
-  if (signals.signal() != 0) std::printf("%s: stopped by %s\n", kProg, signals.signal_name());
-  if (a.verbose || signals.signal() != 0) xk::apps::print_counters(*graph, loop);
-  std::fflush(stdout);
+  stack.report_signal(a.verbose);
   sock.close().ok();
-  graph.reset();
   return rc;
 }
 
@@ -569,16 +522,5 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   Args args;
-  try {
-    args = parse_args(argc, argv);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s: %s\ntry '%s --help'\n", kProg, e.what.c_str(), kProg);
-    return kExitUsage;
-  }
-  try {
-    return run(args);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", kProg, e.what());
-    return kExitFail;
-  }
+  return xk::apps::app_main(kProg, [&] { args = parse_args(argc, argv); }, [&] { return run(args); });
 }

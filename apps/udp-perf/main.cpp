@@ -104,47 +104,35 @@ Args parse_args(int argc, char** argv) {
   } else {
     throw UsageError{"unknown mode '" + std::string(words[0]) + "': expected server, pingpong or rate"};
   }
-  for (std::size_t i = 1; i < words.size(); ++i) {
-    std::string_view w = words[i];
-    std::string_view flag = w;
-    std::optional<std::string_view> inline_value;
-    if (auto eq = w.find('='); w.starts_with("--") && eq != std::string_view::npos) {
-      flag = w.substr(0, eq);
-      inline_value = w.substr(eq + 1);
-    }
-    auto value = [&]() -> std::string_view {
-      if (inline_value) return *inline_value;
-      if (i + 1 >= words.size()) throw UsageError{std::string(flag) + " needs a value"};
-      return words[++i];
-    };
-    if (a.stack.take(flag, value)) continue;
-    if (flag == "--link-wait") {
-      a.link_wait_s = xk::apps::parse_seconds(flag, value());
-    } else if (flag == "--idle") {
-      auto v = value();
+  xk::apps::for_each_flag(std::span(words).subspan(1), [&](xk::apps::Flag& f) {
+    if (a.stack.take(f.name(), [&] { return f.value(); })) return;
+    if (f.name() == "--link-wait") {
+      a.link_wait_s = xk::apps::parse_seconds(f.name(), f.value());
+    } else if (f.name() == "--idle") {
+      auto v = f.value();
       if (v != "busy" && v != "sleep") throw UsageError{"--idle: expected busy or sleep"};
       a.busy = v == "busy";
-    } else if (flag == "--udp-port") {
-      a.udp_port = parse_number<std::uint16_t>(flag, value(), 1, 65535);
-    } else if (flag == "--peer") {
-      std::tie(a.peer, a.peer_port) = xk::apps::parse_endpoint(flag, value());
-    } else if (flag == "--size") {
-      a.size = parse_number<std::size_t>(flag, value(), 1, xk::udp::UdpProtocol::kMaxPayload);
-    } else if (flag == "--count") {
-      a.count = parse_number<std::uint64_t>(flag, value(), 1, std::uint64_t{1} << 40);
-    } else if (flag == "--warmup") {
-      a.warmup = parse_number<std::uint64_t>(flag, value(), 0, std::uint64_t{1} << 40);
-    } else if (flag == "--seconds") {
-      a.seconds = xk::apps::parse_seconds(flag, value());
-    } else if (flag == "--sink") {
-      if (inline_value) throw UsageError{"--sink takes no value"};
+    } else if (f.name() == "--udp-port") {
+      a.udp_port = parse_number<std::uint16_t>(f.name(), f.value(), 1, 65535);
+    } else if (f.name() == "--peer") {
+      std::tie(a.peer, a.peer_port) = xk::apps::parse_endpoint(f.name(), f.value());
+    } else if (f.name() == "--size") {
+      a.size = parse_number<std::size_t>(f.name(), f.value(), 1, xk::udp::UdpProtocol::kMaxPayload);
+    } else if (f.name() == "--count") {
+      a.count = parse_number<std::uint64_t>(f.name(), f.value(), 1, std::uint64_t{1} << 40);
+    } else if (f.name() == "--warmup") {
+      a.warmup = parse_number<std::uint64_t>(f.name(), f.value(), 0, std::uint64_t{1} << 40);
+    } else if (f.name() == "--seconds") {
+      a.seconds = xk::apps::parse_seconds(f.name(), f.value());
+    } else if (f.name() == "--sink") {
+      f.no_value();
       a.sink = true;
-    } else if (flag == "--idle-exit") {
-      a.idle_exit_s = xk::apps::parse_seconds(flag, value());
+    } else if (f.name() == "--idle-exit") {
+      a.idle_exit_s = xk::apps::parse_seconds(f.name(), f.value());
     } else {
-      throw UsageError{"unknown option '" + std::string(w) + "'"};
+      throw UsageError{"unknown option '" + std::string(f.name()) + "'"};
     }
-  }
+  });
   a.stack.validate();
   if (a.mode == Args::Mode::server) {
     if (a.peer) throw UsageError{"--peer is for pingpong and rate"};
@@ -367,39 +355,15 @@ class RateSender final : public xk::Pollable {
 };
 
 int run(const Args& a) {
-  xk::apps::StackSpec spec = xk::apps::stack_spec(a.stack);
-  xk::Registry registry;
-  xk::apps::register_all(registry);
-  xk::apps::SignalSource::block();
-
-  xk::EventLoopConfig lc;
-  lc.idle = a.busy ? xk::IdleMode::busy_poll : xk::IdleMode::spin_then_sleep;
-  xk::EventLoop loop(lc);
-  xk::apps::SignalSource signals(loop);
-  std::optional<xk::Graph> graph;
-  try {
-    graph.emplace(xk::Graph::build(spec.text, registry, &loop, spec.source));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: cannot build the stack:\n%s\n", kProg, e.what());
-    return kExitFail;
-  }
-  loop.add(signals);
-  auto* udp = graph->find_as<xk::udp::UdpProtocol>("udp0");
-  if (udp == nullptr) {
-    std::fprintf(stderr, "%s: the graph has no udp instance named udp0\n", kProg);
-    return kExitFail;
-  }
-  std::printf("%s: stack %s built, waiting for the link\n", kProg, xk::apps::describe_stack(*graph).c_str());
-  std::fflush(stdout);
-  if (!xk::apps::wait_for_link(loop, *graph, std::chrono::milliseconds(static_cast<long long>(a.link_wait_s * 1e3)))) {
-    std::fprintf(stderr, "%s: the link of net0 is still down after %.1f s\n", kProg, a.link_wait_s);
-    return kExitFail;
-  }
+  xk::apps::AppStack stack(kProg, a.stack, a.busy ? xk::IdleMode::busy_poll : xk::IdleMode::spin_then_sleep);
+  xk::EventLoop& loop = stack.loop();
+  auto& udp = stack.require<xk::udp::UdpProtocol>("udp0");
+  stack.wait_for_link(a.link_wait_s);
   xk::udp::SocketOptions so;
   so.rcvbuf_bytes = 16u << 20;
   so.rcvbuf_datagrams = 8192;
-  xk::udp::UdpSocket sock = udp->socket(so);
-  std::string where = xk::apps::describe_stack(*graph);
+  xk::udp::UdpSocket sock = udp.socket(so);
+  std::string where = xk::apps::describe_stack(stack.graph());
 
   int rc = kExitOk;
   if (a.mode == Args::Mode::server) {
@@ -426,7 +390,7 @@ int run(const Args& a) {
       pp.start();
       loop.run();
       loop.remove(pp);
-      rc = signals.signal() != 0 ? kExitFail : pp.report(a.size);
+      rc = stack.signals().signal() != 0 ? kExitFail : pp.report(a.size);
     } else {
       RateSender rs(sock, loop, a);
       loop.add(rs);
@@ -436,11 +400,8 @@ int run(const Args& a) {
       rs.report(a.size);
     }
   }
-  loop.remove(signals);
-  if (signals.signal() != 0) std::printf("%s: stopped by %s\n", kProg, signals.signal_name());
-  std::fflush(stdout);
+  stack.report_signal();
   sock.close().ok();
-  graph.reset();
   return rc;
 }
 
@@ -448,16 +409,5 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   Args args;
-  try {
-    args = parse_args(argc, argv);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s: %s\ntry '%s --help'\n", kProg, e.what.c_str(), kProg);
-    return kExitUsage;
-  }
-  try {
-    return run(args);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", kProg, e.what());
-    return kExitFail;
-  }
+  return xk::apps::app_main(kProg, [&] { args = parse_args(argc, argv); }, [&] { return run(args); });
 }

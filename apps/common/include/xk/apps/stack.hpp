@@ -7,7 +7,10 @@
 #include <chrono>
 #include <charconv>
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -33,6 +36,26 @@ T parse_number(std::string_view flag, std::string_view text, T min, T max) {
   }
   return v;
 }
+
+// One flag of a command line: `--name value` or `--name=value`.
+class Flag {
+ public:
+  std::string_view name() const noexcept { return name_; }
+  // The flag's value (the inline one, or the next word).
+  std::string_view value();
+  // Throws if the flag was given a value inline.
+  void no_value() const;
+
+ private:
+  friend void for_each_flag(std::span<const std::string_view>, const std::function<void(Flag&)>&);
+  std::string_view name_;
+  std::optional<std::string_view> inline_;
+  std::span<const std::string_view> words_;
+  std::size_t* next_ = nullptr;
+};
+
+// Calls `fn` for each flag in `words` (the mode word already taken off).
+void for_each_flag(std::span<const std::string_view> words, const std::function<void(Flag&)>& fn);
 
 // A positive number of seconds, at most an hour.
 double parse_seconds(std::string_view flag, std::string_view text);
@@ -131,5 +154,42 @@ void print_counters(const Graph& graph, EventLoop& loop);
 
 // CPU seconds this process has used (user + system).
 double process_cpu_seconds();
+
+// What every standalone app runs on: the graph the flags describe, on an
+// event loop of its own clock, with SIGINT/SIGTERM stopping the loop.
+// Construction throws std::runtime_error saying what failed.
+class AppStack {
+ public:
+  AppStack(const char* prog, const StackFlags& flags, IdleMode idle);
+  ~AppStack();
+  AppStack(const AppStack&) = delete;
+  AppStack& operator=(const AppStack&) = delete;
+
+  EventLoop& loop() noexcept { return loop_; }
+  Graph& graph() noexcept { return *graph_; }
+  const SignalSource& signals() const noexcept { return signals_; }
+  // The instance `name` of type T, or a runtime_error naming what is missing.
+  template <class T>
+  T& require(std::string_view name) {
+    if (T* p = graph_->find_as<T>(name)) return *p;
+    throw std::runtime_error("the graph has no " + std::string(name) + " of the kind this program needs");
+  }
+  // Says "stack ... built, waiting for the link" and waits; throws when the
+  // link stays down (scripts wait for that line before starting a peer).
+  void wait_for_link(double seconds, bool announce = true);
+  // "stopped by SIGTERM" and the counters, if a signal stopped the loop.
+  void report_signal(bool always_counters = false);
+
+ private:
+  const char* prog_;
+  Registry registry_;
+  EventLoop loop_;
+  SignalSource signals_;
+  std::optional<Graph> graph_;
+};
+
+// main() of an app: parse (UsageError: exit 2 with a hint), run (any
+// exception: exit 1 with its message).
+int app_main(const char* prog, const std::function<void()>& parse, const std::function<int()>& run);
 
 }  // namespace xk::apps
