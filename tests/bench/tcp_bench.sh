@@ -45,16 +45,7 @@ trap 'exit 143' TERM
 field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" "$2" | head -1; }
 
 step "Linux: veth between two namespaces"
-ip netns add "$NSA"
-ip netns add "$NSB"
-ip link add xkbta$$ type veth peer name xkbtb$$
-ip link set xkbta$$ netns "$NSA"
-ip link set xkbtb$$ netns "$NSB"
-ip -n "$NSA" addr add 192.0.2.1/24 dev xkbta$$
-ip -n "$NSB" addr add 192.0.2.2/24 dev xkbtb$$
-for ns in "$NSA" "$NSB"; do ip -n "$ns" link set lo up; done
-ip -n "$NSA" link set xkbta$$ up
-ip -n "$NSB" link set xkbtb$$ up
+make_veth_pair "$NSA" "$NSB" xkbta$$ xkbtb$$ 192.0.2.1/24 192.0.2.2/24
 
 step "Linux: iperf3, $SECS s"
 ip netns exec "$NSA" iperf3 -s -1 -J > "$OUT/iperf3-s.json" 2>&1 &

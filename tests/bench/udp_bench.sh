@@ -49,16 +49,7 @@ trap 'exit 143' TERM
 field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" "$2" | tail -1; }
 
 step "Linux: veth between two namespaces"
-ip netns add "$NSA"
-ip netns add "$NSB"
-ip link add xkbua$$ type veth peer name xkbub$$
-ip link set xkbua$$ netns "$NSA"
-ip link set xkbub$$ netns "$NSB"
-ip -n "$NSA" addr add 192.0.2.1/24 dev xkbua$$
-ip -n "$NSB" addr add 192.0.2.2/24 dev xkbub$$
-for ns in "$NSA" "$NSB"; do ip -n "$ns" link set lo up; done
-ip -n "$NSA" link set xkbua$$ up
-ip -n "$NSB" link set xkbub$$ up
+make_veth_pair "$NSA" "$NSB" xkbua$$ xkbub$$ 192.0.2.1/24 192.0.2.2/24
 
 declare -A R
 for size in $SIZES; do

@@ -64,3 +64,49 @@ check_pcap() {
   [ "$bad" -eq 0 ] || { head -20 "$f.bad" >&2; die "$f: $bad frames with a bad checksum or malformed"; }
   [ "$good" -gt 0 ] || die "$f: no checksum was verified at all"
 }
+
+# The integration topology: namespace $1 holds Linux's end $3 of a veth pair
+# with address $5 (a.b.c.d/n), namespace $2 holds the other end $4 with no
+# address (xk takes it through DPDK). IPv6 is off (no router solicitations or
+# MLD in captures), loopbacks are up, and both ends have their offloads off:
+# with tx checksum offload a veth hands af_packet frames whose checksum is
+# only the pseudo-header sum, with rx checksumming Linux would trust xk's
+# checksums instead of checking them, and segmentation offloads would put
+# super-frames on the wire. `ethtool -k` of both ends goes to $OUT.
+make_veth_topology() {
+  local nsa=$1 nsb=$2 lnx=$3 xkif=$4 lnx_cidr=$5 ns
+  ip netns add "$nsa"
+  ip netns add "$nsb"
+  ip link add "$lnx" type veth peer name "$xkif"
+  ip link set "$lnx" netns "$nsa"
+  ip link set "$xkif" netns "$nsb"
+  for ns in "$nsa" "$nsb"; do
+    ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+    ip netns exec "$ns" ip link set lo up
+  done
+  ip netns exec "$nsa" ethtool -K "$lnx" rx off tx off tso off gso off gro off 2>/dev/null \
+    || ip netns exec "$nsa" ethtool -K "$lnx" rx off tx off tso off gso off
+  ip netns exec "$nsb" ethtool -K "$xkif" rx off tx off tso off gso off gro off 2>/dev/null \
+    || ip netns exec "$nsb" ethtool -K "$xkif" rx off tx off tso off gso off
+  ip netns exec "$nsa" ethtool -k "$lnx" > "$OUT/offloads-linux.txt"
+  ip netns exec "$nsb" ethtool -k "$xkif" > "$OUT/offloads-xk.txt"
+  ip netns exec "$nsa" ip addr add "$lnx_cidr" dev "$lnx"
+  ip netns exec "$nsa" ip link set "$lnx" up
+  ip netns exec "$nsb" ip link set "$xkif" up
+}
+
+# Two namespaces joined by a veth pair, addresses $5 and $6 on ends $3 and
+# $4, offloads as Linux sets them (the benchmarks' reference).
+make_veth_pair() {
+  local nsa=$1 nsb=$2 ifa=$3 ifb=$4 ns
+  ip netns add "$nsa"
+  ip netns add "$nsb"
+  ip link add "$ifa" type veth peer name "$ifb"
+  ip link set "$ifa" netns "$nsa"
+  ip link set "$ifb" netns "$nsb"
+  ip -n "$nsa" addr add "$5" dev "$ifa"
+  ip -n "$nsb" addr add "$6" dev "$ifb"
+  for ns in "$nsa" "$nsb"; do ip -n "$ns" link set lo up; done
+  ip -n "$nsa" link set "$ifa" up
+  ip -n "$nsb" link set "$ifb" up
+}

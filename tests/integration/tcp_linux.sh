@@ -65,24 +65,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 step "topology: $NSA ($LNX $LNX_IP/24) <-veth-> $NSB ($XKIF, xk $XK_IP/24)"
-ip netns add "$NSA"
-ip netns add "$NSB"
-ip link add "$LNX" type veth peer name "$XKIF"
-ip link set "$LNX" netns "$NSA"
-ip link set "$XKIF" netns "$NSB"
-for ns in "$NSA" "$NSB"; do
-  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
-  ip netns exec "$ns" ip link set lo up
-done
-# Offloads off (docs/apps-udp-echo.md): real checksums both ways, and no
-# super-frames: every segment on the wire is at most one MSS.
-ip netns exec "$NSA" ethtool -K "$LNX" rx off tx off tso off gso off gro off 2>/dev/null \
-  || ip netns exec "$NSA" ethtool -K "$LNX" rx off tx off tso off gso off
-ip netns exec "$NSB" ethtool -K "$XKIF" rx off tx off tso off gso off gro off 2>/dev/null \
-  || ip netns exec "$NSB" ethtool -K "$XKIF" rx off tx off tso off gso off
-ip netns exec "$NSA" ip addr add "$LNX_IP/24" dev "$LNX"
-ip netns exec "$NSA" ip link set "$LNX" up
-ip netns exec "$NSB" ip link set "$XKIF" up
+make_veth_topology "$NSA" "$NSB" "$LNX" "$XKIF" "$LNX_IP/24"
 ip netns exec "$NSA" sysctl -a 2>/dev/null | grep -E "net.ipv4.tcp_(window_scaling|sack|timestamps) " > "$OUT/linux-tcp-sysctl.txt" || true
 
 step "tcpdump on $LNX (Linux side)"

@@ -83,28 +83,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 step "topology: $NSA ($LNX $LNX_IP/24) <-veth-> $NSB ($XKIF, xk $XK_IP/24)"
-ip netns add "$NSA"
-ip netns add "$NSB"
-ip link add "$LNX" type veth peer name "$XKIF"
-ip link set "$LNX" netns "$NSA"
-ip link set "$XKIF" netns "$NSB"
-for ns in "$NSA" "$NSB"; do
-  # No IPv6 chatter (router solicitations, MLD) in the captures.
-  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
-  ip netns exec "$ns" ip link set lo up
-done
-# Offloads off on both ends: with tx checksum offload a veth hands af_packet
-# frames whose UDP checksum is only the pseudo-header sum, and with rx
-# checksumming on, Linux would trust xk's checksums instead of checking them.
-ip netns exec "$NSA" ethtool -K "$LNX" rx off tx off tso off gso off gro off 2>/dev/null \
-  || ip netns exec "$NSA" ethtool -K "$LNX" rx off tx off tso off gso off
-ip netns exec "$NSB" ethtool -K "$XKIF" rx off tx off tso off gso off gro off 2>/dev/null \
-  || ip netns exec "$NSB" ethtool -K "$XKIF" rx off tx off tso off gso off
-ip netns exec "$NSA" ethtool -k "$LNX" > "$OUT/offloads-linux.txt"
-ip netns exec "$NSB" ethtool -k "$XKIF" > "$OUT/offloads-xk.txt"
-ip netns exec "$NSA" ip addr add "$LNX_IP/24" dev "$LNX"
-ip netns exec "$NSA" ip link set "$LNX" up
-ip netns exec "$NSB" ip link set "$XKIF" up
+make_veth_topology "$NSA" "$NSB" "$LNX" "$XKIF" "$LNX_IP/24"
 
 step "tcpdump on $LNX (Linux side)"
 ip netns exec "$NSA" tcpdump -i "$LNX" -s 0 -U -n -w "$OUT/linux.pcap" > "$OUT/tcpdump.log" 2>&1 &
