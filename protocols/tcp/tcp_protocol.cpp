@@ -154,6 +154,7 @@ TcpProtocol::~TcpProtocol() {
   conns_.clear();
   peers_.for_each([](const PeerKey&, IpPeer& p) { (void)p.session->close(); });
   peers_.clear();
+  peer_of_.clear();
   if (enabled_) {
     Participants parts;
     parts.local.push(ProtoNum{kIpProtocol});
@@ -186,6 +187,7 @@ Result<TcpProtocol::IpPeer*> TcpProtocol::ip_for(Ipv4Addr peer, Session* known) 
   Result<Participant> local = s->control(ctl::GetLocalAddr{});
   Result<Ipv4Addr> local_addr = local ? local->peek<Ipv4Addr>() : Result<Ipv4Addr>(local.error());
   if (!local_addr) return Errc::bad_state;
+  peer_of_.insert(SessionKey{reinterpret_cast<std::uintptr_t>(s.get())}, peer.value);
   auto [p, inserted] = peers_.insert(PeerKey{peer.value}, IpPeer{std::move(s), *local_addr, peer, 0});
   (void)inserted;
   return p;
@@ -199,6 +201,7 @@ void TcpProtocol::drop_ip_user(Ipv4Addr peer) noexcept {
     // ipv4 keeps a session until its upper closes it: close the idle ones.
     SessionRef s = std::move(p->session);
     peers_.erase(PeerKey{peer.value});
+    peer_of_.erase(SessionKey{reinterpret_cast<std::uintptr_t>(s.get())});
     (void)s->close();
   }
 }
@@ -329,10 +332,15 @@ void TcpProtocol::send_reset_for(IpPeer& ip, const Header& h, std::size_t seg_le
 
 Status TcpProtocol::demux(Session& lower, Msg msg) {
   ++c_.rx_segments;
-  // Which peer: the IP session tells, and is remembered by pointer.
-  Result<Participant> pa = lower.control(ctl::GetPeerAddr{});
-  Result<Ipv4Addr> peer = pa ? pa->peek<Ipv4Addr>() : Result<Ipv4Addr>(pa.error());
-  if (!peer) return peer.error();
+  // Which peer: remembered by IP session; asked of the session the first time.
+  Result<Ipv4Addr> peer = Errc::not_found;
+  if (std::uint32_t* known = peer_of_.find(SessionKey{reinterpret_cast<std::uintptr_t>(&lower)})) {
+    peer = Ipv4Addr{*known};
+  } else {
+    Result<Participant> pa = lower.control(ctl::GetPeerAddr{});
+    peer = pa ? pa->peek<Ipv4Addr>() : Result<Ipv4Addr>(pa.error());
+    if (!peer) return peer.error();
+  }
   Result<IpPeer*> ipr = ip_for(*peer, &lower);
   if (!ipr) return ipr.error();
   IpPeer* ip = *ipr;

@@ -441,6 +441,10 @@ class TcpProtocol final : public Protocol {
     std::uint32_t addr;
     friend bool operator==(const PeerKey&, const PeerKey&) = default;
   };
+  struct SessionKey {
+    std::uintptr_t session;
+    friend bool operator==(const SessionKey&, const SessionKey&) = default;
+  };
   struct IpPeer {
     SessionRef session;
     Ipv4Addr local;
@@ -479,6 +483,9 @@ class TcpProtocol final : public Protocol {
   ActiveMap<ConnKey> conns_;
   FlatMap<ListenKey, ListenSession*> listeners_;
   FlatMap<PeerKey, IpPeer> peers_;
+  // The peer behind each IP session we hold, so a segment's demux asks no
+  // control (a Participant would allocate) per segment.
+  FlatMap<SessionKey, std::uint32_t> peer_of_;
   Time challenge_window_start_{};
   std::uint32_t challenge_acks_in_window_ = 0;
 
