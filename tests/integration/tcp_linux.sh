@@ -69,7 +69,8 @@ make_veth_topology "$NSA" "$NSB" "$LNX" "$XKIF" "$LNX_IP/24"
 ip netns exec "$NSA" sysctl -a 2>/dev/null | grep -E "net.ipv4.tcp_(window_scaling|sack|timestamps) " > "$OUT/linux-tcp-sysctl.txt" || true
 
 step "tcpdump on $LNX (Linux side)"
-ip netns exec "$NSA" tcpdump -i "$LNX" -s 0 -U -n -w "$OUT/linux.pcap" tcp > "$OUT/tcpdump.log" 2>&1 &
+# A 256 MiB capture buffer: at a gigabit, writing the file can fall behind.
+ip netns exec "$NSA" tcpdump -i "$LNX" -s 0 -B 262144 -U -n -w "$OUT/linux.pcap" tcp > "$OUT/tcpdump.log" 2>&1 &
 TCPDUMP=$!
 PIDS+=("$TCPDUMP")
 wait_for "$OUT/tcpdump.log" "listening on" "$TCPDUMP" 20
@@ -120,14 +121,19 @@ PCAP=$OUT/linux.pcap
 [ -s "$PCAP" ] || die "$PCAP is missing or empty"
 # One pass over the capture, one line per frame; the counting is awk's.
 # Checksum status: 0 bad, 1 good, 2 unverified. Severity 0x800000 is Error.
+# A checksum of 0xffff where tshark computes 0x0000 is the same one's-
+# complement zero (RFC 1624 section 3); Linux sends it now and then, and
+# tshark flags it as bad: it counts as good here.
 tshark -n -o tcp.check_checksum:TRUE -o ip.check_checksum:TRUE -o tcp.desegment_tcp_streams:FALSE -r "$PCAP" \
   -T fields -E separator=/t -e frame.number -e tcp.checksum.status -e ip.checksum.status -e _ws.malformed \
   -e _ws.expert.severity -e tcp.analysis.spurious_retransmission -e tcp.analysis.retransmission \
   -e tcp.analysis.fast_retransmission -e tcp.flags.syn -e tcp.options.wscale.shift -e tcp.options.sack_perm \
-  -e tcp.options.timestamp.tsval -e tcp.options.sack_le > "$OUT/linux.fields" 2> "$OUT/tshark.err" \
+  -e tcp.options.timestamp.tsval -e tcp.options.sack_le -e tcp.checksum -e tcp.checksum_calculated \
+  > "$OUT/linux.fields" 2> "$OUT/tshark.err" \
   || { cat "$OUT/tshark.err" >&2; die "tshark cannot read $PCAP"; }
 read -r total good bad spurious retrans syns full sacks < <(awk -F'\t' '
   { total++
+    if ($2 == "0" && $14 == "0xffff" && $15 == "0x0000") $2 = "1"
     if ($2 == "1") good++
     sev = 0; n = split($5, s, ","); for (i = 1; i <= n; i++) if (s[i] + 0 >= 8388608) sev = 1
     if ($2 == "0" || $3 == "0" || $4 != "" || sev) bad++
@@ -140,7 +146,17 @@ echo "   $total frames, $good with a verified good TCP checksum, $bad bad or mal
      "$retrans retransmissions ($spurious spurious), $sacks with SACK blocks"
 [ "$bad" -eq 0 ] || die "$bad bad or malformed frames (see $OUT/linux.fields)"
 [ "$good" -gt 0 ] || die "no TCP checksum was verified at all"
-[ "$spurious" -eq 0 ] || die "$spurious spurious retransmissions on a clean link"
+# tshark's retransmission analysis needs every frame: when tcpdump could not
+# keep up, xk's own counters say whether xk retransmitted on this clean link.
+dropped=$(sed -n 's/^\([0-9]*\) packets dropped by kernel.*/\1/p' "$OUT/tcpdump.log")
+if [ "${dropped:-0}" -eq 0 ]; then
+  [ "$spurious" -eq 0 ] || die "$spurious spurious retransmissions on a clean link"
+else
+  xk_rexmit=$(sed -n 's/^STATS .*retransmits=\([0-9]*\).*/\1/p' "$OUT/xk-client.log" "$OUT/xk-server.log" | awk '{ s += $1 } END { print s + 0 }')
+  echo "   NOTE: tcpdump dropped $dropped frames, so tshark's retransmission analysis is incomplete;" \
+       "xk's own count of retransmissions: $xk_rexmit"
+  [ "$xk_rexmit" -eq 0 ] || die "xk retransmitted $xk_rexmit segments on a clean link"
+fi
 # Every SYN and SYN-ACK carries window scale, SACK-permitted and timestamps.
 echo "   $syns SYN/SYN-ACK segments, $full with window scale + SACK-permitted + timestamps"
 [ "$syns" -ge 4 ] || die "expected at least 4 SYN segments (2 connections), saw $syns"
