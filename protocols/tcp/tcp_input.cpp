@@ -135,11 +135,7 @@ void TcpConnection::segment_arrives(Header h, const Options& opts, Msg payload) 
 void TcpConnection::input_syn_sent(const Header& h, const Options& opts, Msg payload) {
   // First: the ACK.
   if (h.has(kAck) && (h.ack <= iss_ || h.ack > snd_max_)) {
-    if (!h.has(kRst)) {
-      ++proto_->c_.resets_sent;
-      (void)proto_->send_raw(*proto_->peers_.find(TcpProtocol::PeerKey{tuple_.remote_addr.value}), tuple_.local_port,
-                             tuple_.remote_port, h.ack, SeqNum(0), kRst, 0, nullptr);
-    }
+    if (!h.has(kRst)) send_reset(h.ack, SeqNum(0), kRst);
     return;
   }
   const bool ack_ok = h.has(kAck);
@@ -255,9 +251,7 @@ void TcpConnection::challenge_ack() {
 bool TcpConnection::process_ack(const Header& h, const Options& opts, std::size_t len) {
   if (state_ == State::syn_received) {
     if (!(h.ack > snd_una_ && h.ack <= snd_max_)) {
-      ++proto_->c_.resets_sent;
-      (void)proto_->send_raw(*proto_->peers_.find(TcpProtocol::PeerKey{tuple_.remote_addr.value}), tuple_.local_port,
-                             tuple_.remote_port, h.ack, SeqNum(0), kRst, 0, nullptr);
+      send_reset(h.ack, SeqNum(0), kRst);
       return false;
     }
     snd_wnd_ = std::uint32_t{h.window} << snd_wscale_;

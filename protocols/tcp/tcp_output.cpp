@@ -71,8 +71,6 @@ std::size_t TcpConnection::unsent_bytes() const noexcept {
   return off >= sndbuf_.size() ? 0 : sndbuf_.size() - off;
 }
 
-bool TcpConnection::fin_outstanding() const noexcept { return fin_sent_ && snd_una_ != snd_max_; }
-
 void TcpConnection::start_rtt_timing(SeqNum end) {
   rtt_timing_ = true;
   rtt_seq_ = end;
@@ -133,7 +131,6 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
   } else if (len > 0 && !rtt_timing_) {
     start_rtt_timing(seq + len);
   }
-  last_send_ = proto_->timers().clock().now();
   const SeqNum end = seq + len + ((flags & kSyn) ? 1u : 0u) + ((flags & kFin) ? 1u : 0u);
   if (end > snd_max_) snd_max_ = end;
   if (end != seq) arm_rtx();
@@ -189,14 +186,17 @@ void TcpConnection::send_ack_now() {
   (void)send_segment(snd_nxt_, 0, kAck, false);
 }
 
+// A RST from this connection's 4-tuple, outside its sequence bookkeeping.
+void TcpConnection::send_reset(SeqNum seq, SeqNum ack, std::uint8_t flags) {
+  if (proto_ == nullptr || !ip_) return;
+  TcpProtocol::IpPeer* ip = proto_->peers_.find(TcpProtocol::PeerKey{tuple_.remote_addr.value});
+  if (ip == nullptr) return;
+  ++proto_->c_.resets_sent;
+  (void)proto_->send_raw(*ip, tuple_.local_port, tuple_.remote_port, seq, ack, flags, 0, nullptr);
+}
+
 void TcpConnection::send_rst_and_close() {
-  if (proto_ != nullptr && ip_) {
-    ++proto_->c_.resets_sent;
-    TcpProtocol::IpPeer* ip = proto_->peers_.find(TcpProtocol::PeerKey{tuple_.remote_addr.value});
-    if (ip != nullptr) {
-      (void)proto_->send_raw(*ip, tuple_.local_port, tuple_.remote_port, snd_nxt_, rcv_nxt_, kRst | kAck, 0, nullptr);
-    }
-  }
+  send_reset(snd_nxt_, rcv_nxt_, kRst | kAck);
   state_ = State::closed;
   release();
 }

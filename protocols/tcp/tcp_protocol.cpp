@@ -217,13 +217,6 @@ Status TcpProtocol::open_done(Protocol&, Session& session, Participants& parts) 
   return ip_for(*peer, &session).status();
 }
 
-bool TcpProtocol::port_in_use(std::uint16_t port) const noexcept {
-  bool used = false;
-  auto& self = const_cast<TcpProtocol&>(*this);
-  self.listeners_.for_each([&](const ListenKey& k, ListenSession*&) { used = used || k.port == port; });
-  return used;
-}
-
 Result<std::uint16_t> TcpProtocol::pick_ephemeral(Ipv4Addr local, Ipv4Addr remote, std::uint16_t rport) {
   std::uint32_t span = std::uint32_t{config_.ephemeral_max} - config_.ephemeral_min + 1;
   for (std::uint32_t i = 0; i < span; ++i) {

@@ -211,6 +211,7 @@ class TcpConnection final : public Session {
   void send_syn();
   void send_ack_now();
   void send_rst_and_close();
+  void send_reset(SeqNum seq, SeqNum ack, std::uint8_t flags);
   void schedule_ack(bool full_segment);
   std::uint32_t advertised_window();
   std::uint32_t rcv_space() const noexcept;
@@ -228,7 +229,6 @@ class TcpConnection final : public Session {
   void fail(Errc e);
   void release();
   void notify();
-  bool fin_outstanding() const noexcept;
   std::uint32_t tsval_now() const noexcept;
   void start_rtt_timing(SeqNum seq);
 
@@ -290,7 +290,6 @@ class TcpConnection final : public Session {
   unsigned keepalive_sent_ = 0;
   Duration persist_interval_{0};  // doubles with each zero-window probe
   Time last_recv_{};
-  Time last_send_{};
 
   Timer rtx_timer_;
   Timer delack_timer_;
@@ -459,7 +458,6 @@ class TcpProtocol final : public Protocol {
   Result<IpPeer*> ip_for(Ipv4Addr peer, Session* known);
   void drop_ip_user(Ipv4Addr peer) noexcept;
   Result<std::uint16_t> pick_ephemeral(Ipv4Addr local, Ipv4Addr remote, std::uint16_t rport);
-  bool port_in_use(std::uint16_t port) const noexcept;
   Status insert(TcpConnection& c);
   void remove(TcpConnection& c) noexcept;
   void listen_input(ListenSession& l, IpPeer& ip, const Header& h, const Options& opts, Msg payload,
