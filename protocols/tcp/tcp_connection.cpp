@@ -58,6 +58,12 @@ Result<ControlReply> TcpConnection::control_any(const ControlQuery& query) {
     return ControlReply{p};
   }
   if (std::holds_alternative<ctl::GetMtu>(query)) return ControlReply{std::size_t{payload_mss()}};
+  // On a connection, the checksum switches are this connection's.
+  if (std::holds_alternative<ctl::GetChecksum>(query)) return ControlReply{checksum_mode()};
+  if (const auto* set = std::get_if<ctl::SetChecksum>(&query)) {
+    set_checksum(set->mode);
+    return ControlReply{std::monostate{}};
+  }
   if (proto_ == nullptr) return Errc::closed;
   return proto_->control_any(query);
 }
@@ -65,13 +71,15 @@ Result<ControlReply> TcpConnection::control_any(const ControlQuery& query) {
 // ---- user calls -----------------------------------------------------------------
 
 // RFC 9293 3.10.1, active OPEN.
-Status TcpConnection::connect(Ipv4Addr addr, Port port) {
+Status TcpConnection::connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr, Port local_port) {
   if (proto_ == nullptr) return Errc::closed;
   if (state_ != State::closed || accepted_ || iss_ != SeqNum{} || snd_max_ != SeqNum{}) return Errc::bad_state;
   if (addr.value == 0 || port.value == 0) return Errc::invalid_argument;
   Result<TcpProtocol::IpPeer*> ip = proto_->ip_for(addr, nullptr);
   if (!ip) return ip.error();
-  Result<std::uint16_t> lport = proto_->pick_ephemeral((*ip)->local, addr, port.value);
+  if (local_addr.value != 0 && local_addr != (*ip)->local) return Errc::invalid_argument;
+  Result<std::uint16_t> lport =
+      local_port.value != 0 ? local_port.value : proto_->pick_ephemeral((*ip)->local, addr, port.value);
   if (!lport) return lport.error();
   tuple_ = FourTuple{(*ip)->local, *lport, addr, port.value};
   ip_ = (*ip)->session;
@@ -244,6 +252,11 @@ void TcpConnection::set_rcvbuf(std::size_t bytes) noexcept {
   rcvbuf_limit_ = std::clamp<std::size_t>(bytes, 2048, max);
 }
 
+ChecksumMode TcpConnection::checksum_mode() const noexcept {
+  if (csum_) return *csum_;
+  return proto_ != nullptr ? proto_->checksum_mode() : ChecksumMode::on;
+}
+
 std::uint32_t TcpConnection::events() const noexcept {
   std::uint32_t e = 0;
   bool gone = proto_ == nullptr && state_ == State::closed;
@@ -267,6 +280,7 @@ ConnStats TcpConnection::stats() const noexcept {
   s.snd_wnd = snd_wnd_;
   s.rcv_wnd = static_cast<std::uint32_t>(rcv_adv_ - rcv_nxt_);
   s.mss = mss_;
+  s.pmtu = path_mtu();
   s.snd_wscale = snd_wscale_;
   s.rcv_wscale = rcv_wscale_;
   s.sack = sack_ok_;

@@ -21,6 +21,8 @@ void TcpConnection::take_options(const Options& opts, bool syn) {
   const TcpConfig& cfg = proto_->config();
   peer_mss_ = opts.mss.value_or(536);  // RFC 9293 3.7.1: 536 when absent
   mss_ = std::min(peer_mss_, proto_->path_mss(*ip_));
+  // A path MTU learnt during the handshake (RFC 1191) holds too.
+  if (pmtu_ != 0) mss_ = std::min<std::uint16_t>(mss_, static_cast<std::uint16_t>(pmtu_ - kIpTcpHeaders));
   if (mss_ < 64) mss_ = 64;  // RFC 9293 3.7.1 leaves the floor to us; a tiny MSS is a DoS tool
   // RFC 7323 2.2: scaling only when both SYNs carry the option.
   if (opts.wscale && cfg.wscale > 0) {
@@ -155,6 +157,7 @@ void TcpConnection::input_syn_sent(const Header& h, const Options& opts, Msg pay
   take_options(opts, true);
   if (ack_ok) {
     snd_una_ = h.ack;
+    soft_error_ = Errc::ok;
     rtx_timer_.cancel();
     if (rtt_timing_ && h.ack > rtt_seq_ - 1 && retries_ == 0) {
       rto_.on_rtt_sample(proto_->timers().clock().now() - rtt_start_);
@@ -343,6 +346,7 @@ void TcpConnection::new_ack(const Header& h, const Options& opts, std::uint32_t 
   if (snd_nxt_ < snd_una_) snd_nxt_ = snd_una_;
   retries_ = 0;
   dupacks_ = 0;
+  soft_error_ = Errc::ok;  // the path works: an earlier ICMP soft error is stale
   const std::uint32_t in_flight = static_cast<std::uint32_t>(snd_max_ - snd_una_);
 
   if (in_recovery_) {

@@ -98,6 +98,11 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
     std::size_t n = reasm_.sack_blocks(blocks, dsack_);
     for (std::size_t i = 0; i < n; ++i) (void)o.add_sack(blocks[i]);
     dsack_.reset();
+    // RFC 6691: options come out of the MSS. Only the timestamps are set
+    // aside in payload_mss(), so a full segment carries fewer blocks (or
+    // none) rather than grow past the path MTU, where DF would have it
+    // refused (RFC 1191).
+    while (o.sack_count > 0 && len + options_size(o) > mss_) --o.sack_count;
     stats_.sack_blocks_out += o.sack_count;
   }
   std::array<std::byte, kMaxOptionsSize> ob{};
@@ -134,7 +139,7 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
   const SeqNum end = seq + len + ((flags & kSyn) ? 1u : 0u) + ((flags & kFin) ? 1u : 0u);
   if (end > snd_max_) snd_max_ = end;
   if (end != seq) arm_rtx();
-  return proto_->transmit(*ip_, tuple_.local_addr, tuple_.remote_addr, std::move(payload));
+  return proto_->transmit(*ip_, tuple_.local_addr, tuple_.remote_addr, std::move(payload), checksum_mode());
 }
 
 // Our SYN (SYN-SENT) or SYN-ACK (SYN-RECEIVED), with the options we offer.
@@ -176,7 +181,7 @@ void TcpConnection::send_syn() {
   snd_nxt_ = iss_ + 1;
   if (snd_max_ < snd_nxt_) snd_max_ = snd_nxt_;
   arm_rtx();
-  (void)proto_->transmit(*ip_, tuple_.local_addr, tuple_.remote_addr, std::move(m));
+  (void)proto_->transmit(*ip_, tuple_.local_addr, tuple_.remote_addr, std::move(m), checksum_mode());
 }
 
 void TcpConnection::send_ack_now() {
@@ -192,7 +197,7 @@ void TcpConnection::send_reset(SeqNum seq, SeqNum ack, std::uint8_t flags) {
   TcpProtocol::IpPeer* ip = proto_->peers_.find(TcpProtocol::PeerKey{tuple_.remote_addr.value});
   if (ip == nullptr) return;
   ++proto_->c_.resets_sent;
-  (void)proto_->send_raw(*ip, tuple_.local_port, tuple_.remote_port, seq, ack, flags, 0, nullptr);
+  (void)proto_->send_raw(*ip, tuple_.local_port, tuple_.remote_port, seq, ack, flags, 0, nullptr, checksum_mode());
 }
 
 void TcpConnection::send_rst_and_close() {
@@ -337,7 +342,7 @@ void TcpConnection::on_rtx_timeout() {
         release();
         return;
       }
-      fail(Errc::timed_out);
+      fail(timeout_error());
       return;
     }
     rto_.backoff();
@@ -350,7 +355,7 @@ void TcpConnection::on_rtx_timeout() {
   if (snd_una_ == snd_max_) return;  // nothing outstanding
   if (retries_ > proto_->config().max_retries) {
     ++proto_->c_.timeouts;
-    fail(Errc::timed_out);
+    fail(timeout_error());
     return;
   }
   ++stats_.rto_expiries;
@@ -428,7 +433,7 @@ void TcpConnection::on_keepalive_timeout() {
   }
   if (keepalive_sent_ >= cfg.keepalive_probes) {
     ++proto_->c_.timeouts;
-    fail(Errc::timed_out);
+    fail(timeout_error());
     return;
   }
   ++keepalive_sent_;

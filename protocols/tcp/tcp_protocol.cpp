@@ -129,7 +129,15 @@ TcpProtocol::TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, 
          counters().add("timeouts", "connections dropped after unanswered retransmissions or keepalives"),
          counters().add("time_wait_reused", "TIME-WAIT connections ended by a new SYN"),
          counters().add("rx_csum_by_port", "checksums the port verified for us"),
-         counters().add("tx_csum_by_port", "checksums left to the port")} {
+         counters().add("tx_csum_by_port", "checksums left to the port"),
+         counters().add("icmp_errors", "ICMP errors about TCP handed up by IP"),
+         counters().add("icmp_no_connection", "ICMP errors about no connection of ours"),
+         counters().add("icmp_out_of_window", "RFC 5927 4.1: quoted sequence number not in flight"),
+         counters().add("icmp_hard_errors", "protocol/port unreachable that ended a connection attempt"),
+         counters().add("icmp_soft_errors", "ICMP errors remembered, reported only on a timeout"),
+         counters().add("pmtu_updates", "RFC 1191: frag-needed that lowered a path MTU"),
+         counters().add("pmtu_ignored", "frag-needed with an MTU not below the current one"),
+         counters().add("rx_csum_unchecked", "segments taken without a checksum check (csum off)")} {
   if (config_.ephemeral_min == 0 || config_.ephemeral_min > config_.ephemeral_max) {
     throw std::invalid_argument("tcp: bad ephemeral port range");
   }
@@ -187,6 +195,8 @@ Result<TcpProtocol::IpPeer*> TcpProtocol::ip_for(Ipv4Addr peer, Session* known) 
   Result<Participant> local = s->control(ctl::GetLocalAddr{});
   Result<Ipv4Addr> local_addr = local ? local->peek<Ipv4Addr>() : Result<Ipv4Addr>(local.error());
   if (!local_addr) return Errc::bad_state;
+  // RFC 1191 3: our segments may not be fragmented; routers tell us the MTU.
+  set_dont_fragment(*s, true);
   peer_of_.insert(SessionKey{reinterpret_cast<std::uintptr_t>(s.get())}, peer.value);
   auto [p, inserted] = peers_.insert(PeerKey{peer.value}, IpPeer{std::move(s), *local_addr, peer, 0});
   (void)inserted;
@@ -223,13 +233,52 @@ Result<std::uint16_t> TcpProtocol::pick_ephemeral(Ipv4Addr local, Ipv4Addr remot
     std::uint32_t p = next_ephemeral_;
     next_ephemeral_ = p >= config_.ephemeral_max ? config_.ephemeral_min : p + 1;
     auto port = static_cast<std::uint16_t>(p);
-    if (listeners_.find(ListenKey{0, port}) != nullptr || listeners_.find(ListenKey{local.value, port}) != nullptr) {
-      continue;
-    }
+    if (port_claimed(local, port)) continue;
     if (conns_.find(ConnKey{local.value, remote.value, port, rport}) == nullptr) return port;
   }
   return Errc::exists;
 }
+
+bool TcpProtocol::port_claimed(Ipv4Addr addr, std::uint16_t port) {
+  auto overlaps = [&](auto& map) {
+    if (map.find(ListenKey{0, port}) != nullptr) return true;
+    if (addr.value != 0) return map.find(ListenKey{addr.value, port}) != nullptr;
+    bool any = false;  // the wildcard overlaps every specific address
+    map.for_each([&](const ListenKey& k, const auto&) { any = any || k.port == port; });
+    return any;
+  };
+  return overlaps(listeners_) || overlaps(reserved_);
+}
+
+Result<Port> TcpProtocol::reserve_port(Ipv4Addr addr, Port port, bool reuse_addr) {
+  std::uint16_t p = port.value;
+  if (p == 0) {
+    // An ephemeral port no connection uses at all, so any later connect works.
+    std::uint32_t span = std::uint32_t{config_.ephemeral_max} - config_.ephemeral_min + 1;
+    for (std::uint32_t i = 0; i < span && p == 0; ++i) {
+      std::uint32_t c = next_ephemeral_;
+      next_ephemeral_ = c >= config_.ephemeral_max ? config_.ephemeral_min : c + 1;
+      auto cand = static_cast<std::uint16_t>(c);
+      bool used = port_claimed(addr, cand);
+      if (!used) conns_.for_each([&](const ConnKey& k, SessionRef&) { used = used || k.local_port == cand; });
+      if (!used) p = cand;
+    }
+    if (p == 0) return Errc::exists;
+  } else {
+    if (port_claimed(addr, p)) return Errc::exists;
+    if (!reuse_addr) {
+      bool used = false;
+      conns_.for_each([&](const ConnKey& k, SessionRef&) {
+        used = used || (k.local_port == p && (addr.value == 0 || k.local_addr == addr.value));
+      });
+      if (used) return Errc::exists;
+    }
+  }
+  reserved_.insert(ListenKey{addr.value, p}, 1u);
+  return Port{p};
+}
+
+void TcpProtocol::release_port(Ipv4Addr addr, Port port) noexcept { reserved_.erase(ListenKey{addr.value, port.value}); }
 
 Status TcpProtocol::insert(TcpConnection& c) {
   auto [slot, inserted] = conns_.insert(key_of(c.tuple_), SessionRef(&c));
@@ -271,10 +320,11 @@ bool TcpProtocol::challenge_ack_allowed(Time now) noexcept {
   return true;
 }
 
-// A finished segment (header, options and payload) goes out with its checksum.
-Status TcpProtocol::transmit(Session& ip, Ipv4Addr src, Ipv4Addr dst, Msg segment) {
+// A finished segment (header, options and payload) goes out with its
+// checksum, or with 0 in the field when `csum` computes none.
+Status TcpProtocol::transmit(Session& ip, Ipv4Addr src, Ipv4Addr dst, Msg segment, ChecksumMode csum) {
   const auto len = static_cast<std::uint16_t>(segment.size());
-  if (config_.csum == ChecksumMode::on || config_.csum == ChecksumMode::tx_only) {
+  if (csum == ChecksumMode::on || csum == ChecksumMode::tx_only) {
     std::uint32_t pseudo = csum::pseudo_header_v4(src, dst, kIpProtocol, len);
     std::uint16_t ck;
     if (offloads_.tx_tcp_csum) {
@@ -292,7 +342,7 @@ Status TcpProtocol::transmit(Session& ip, Ipv4Addr src, Ipv4Addr dst, Msg segmen
 }
 
 Status TcpProtocol::send_raw(IpPeer& ip, std::uint16_t sport, std::uint16_t dport, SeqNum seq, SeqNum ack,
-                             std::uint8_t flags, std::uint16_t window, const Options* opts) {
+                             std::uint8_t flags, std::uint16_t window, const Options* opts, ChecksumMode csum) {
   std::array<std::byte, kMaxOptionsSize> ob{};
   std::size_t olen = opts != nullptr ? write_options(*opts, ob) : 0;
   Msg m = Msg::alloc(0, Msg::kDefaultHeadroom);
@@ -308,7 +358,7 @@ Status TcpProtocol::send_raw(IpPeer& ip, std::uint16_t sport, std::uint16_t dpor
   h.window = window;
   h.write(room->first<Header::kMinSize>());
   std::memcpy(room->data() + Header::kMinSize, ob.data(), olen);
-  return transmit(*ip.session, ip.local, ip.peer, std::move(m));
+  return transmit(*ip.session, ip.local, ip.peer, std::move(m), csum);
 }
 
 // RFC 9293 3.10.7.1: a segment for no connection gets a RST, unless it is one.
@@ -316,10 +366,10 @@ void TcpProtocol::send_reset_for(IpPeer& ip, const Header& h, std::size_t seg_le
   if (h.has(kRst)) return;
   ++c_.resets_sent;
   if (h.has(kAck)) {
-    (void)send_raw(ip, h.dst_port, h.src_port, h.ack, SeqNum(0), kRst, 0, nullptr);
+    (void)send_raw(ip, h.dst_port, h.src_port, h.ack, SeqNum(0), kRst, 0, nullptr, config_.csum);
   } else {
     std::uint32_t len = static_cast<std::uint32_t>(seg_len) + (h.has(kSyn) ? 1u : 0u) + (h.has(kFin) ? 1u : 0u);
-    (void)send_raw(ip, h.dst_port, h.src_port, SeqNum(0), h.seq + len, kRst | kAck, 0, nullptr);
+    (void)send_raw(ip, h.dst_port, h.src_port, SeqNum(0), h.seq + len, kRst | kAck, 0, nullptr, config_.csum);
   }
 }
 
@@ -348,7 +398,22 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
     ++c_.drop_malformed;
     return Errc::malformed;
   }
-  if (config_.csum == ChecksumMode::on || config_.csum == ChecksumMode::rx_only) {
+  // Who the segment is for decides whether its checksum is verified (the
+  // per-socket switch); a segment for nobody follows the stack's mode.
+  ConnKey key{ip->local.value, ip->peer.value, h.dst_port, h.src_port};
+  auto listener_for = [&]() -> ListenSession* {
+    if (ListenSession** f = listeners_.find(ListenKey{ip->local.value, h.dst_port})) return *f;
+    if (ListenSession** w = listeners_.find(ListenKey{0, h.dst_port})) return *w;
+    return nullptr;
+  };
+  SessionRef* s = conns_.find(key);
+  ChecksumMode csum_mode = config_.csum;
+  if (s != nullptr) {
+    csum_mode = static_cast<TcpConnection*>(s->get())->checksum_mode();
+  } else if (ListenSession* to = listener_for()) {
+    csum_mode = to->csum_.value_or(config_.csum);
+  }
+  if (csum_mode == ChecksumMode::on || csum_mode == ChecksumMode::rx_only) {
     if (msg.offload().has(Offload::rx_l4_good)) {
       ++c_.rx_csum_by_port;
     } else {
@@ -358,6 +423,8 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
         return Errc::malformed;
       }
     }
+  } else {
+    ++c_.rx_csum_unchecked;
   }
   Result<std::span<const std::byte>> whole = msg.peek(h.header_length());
   if (!whole) {
@@ -372,9 +439,8 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
   (void)msg.trim_front(h.header_length());
   Msg& payload = msg;
 
-  ConnKey key{ip->local.value, ip->peer.value, h.dst_port, h.src_port};
   std::optional<SeqNum> iss_floor;
-  if (SessionRef* s = conns_.find(key)) {
+  if (s != nullptr) {
     Ref<TcpConnection> c(static_cast<TcpConnection*>(s->get()));
     // RFC 6191 2 / RFC 9293 3.6.1: a new SYN may end a TIME-WAIT early when
     // its timestamp (if both incarnations use them), else its sequence
@@ -402,12 +468,7 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
     c->release();
     --ip->users;
   }
-  ListenSession* l = nullptr;
-  if (ListenSession** f = listeners_.find(ListenKey{ip->local.value, h.dst_port})) {
-    l = *f;
-  } else if (ListenSession** w = listeners_.find(ListenKey{0, h.dst_port})) {
-    l = *w;
-  }
+  ListenSession* l = listener_for();
   if (l != nullptr) {
     Ref<ListenSession> keep(l);
     listen_input(*l, *ip, h, *opts, std::move(payload), iss_floor);
@@ -440,6 +501,7 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
         ++c_.syncookies_ok;
         Ref<TcpConnection> c = make_ref<TcpConnection>(*this, nullptr);
         c->tuple_ = t;
+        c->csum_ = l.csum_;
         c->ip_ = ip.session;
         ++ip.users;
         c->iss_ = h.ack - 1;
@@ -509,12 +571,13 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
       if (co.wscale) o.wscale = our_wscale(config_.buf_max);
     }
     SeqNum cookie = cookies_.make_isn(t, h.seq, std::min(their_mss, my_mss), now);
-    (void)send_raw(ip, h.dst_port, h.src_port, cookie, h.seq + 1, kSyn | kAck, 65535, &o);
+    (void)send_raw(ip, h.dst_port, h.src_port, cookie, h.seq + 1, kSyn | kAck, 65535, &o, l.csum_.value_or(config_.csum));
     ++c_.passive_opens;
     return;
   }
   Ref<TcpConnection> c = make_ref<TcpConnection>(*this, nullptr);
   c->tuple_ = t;
+  c->csum_ = l.csum_;
   c->ip_ = ip.session;
   ++ip.users;
   c->listener_ = &l;
@@ -554,8 +617,8 @@ Result<ControlReply> TcpProtocol::control_any(const ControlQuery& query) {
     config_.csum = set->mode;
     return ControlReply{std::monostate{}};
   }
-  if (std::holds_alternative<ctl::DeliverError>(query)) {
-    // ICMP errors (RFC 5927 checks, PMTU) are not acted upon yet: counted by ipv4.
+  if (const auto* d = std::get_if<ctl::DeliverError>(&query)) {
+    icmp_error(d->error);
     return ControlReply{std::monostate{}};
   }
   return Protocol::control_any(query);
@@ -579,15 +642,7 @@ Result<TcpListener> TcpProtocol::listen(Ipv4Addr addr, Port port, std::size_t ba
     if (!e) return e.error();
     p = *e;
   }
-  if (listeners_.find(ListenKey{addr.value, p}) != nullptr) return Errc::exists;
-  // A wildcard listener and a specific one on the same port conflict.
-  if (addr.value == 0) {
-    bool clash = false;
-    listeners_.for_each([&](const ListenKey& k, ListenSession*&) { clash = clash || k.port == p; });
-    if (clash) return Errc::exists;
-  } else if (listeners_.find(ListenKey{0, p}) != nullptr) {
-    return Errc::exists;
-  }
+  if (port_claimed(addr, p)) return Errc::exists;
   Ref<ListenSession> l = make_ref<ListenSession>(*this, addr, Port{p}, backlog);
   listeners_.insert(ListenKey{addr.value, p}, l.get());
   return TcpListener(std::move(l));
@@ -605,9 +660,9 @@ TcpSocket& TcpSocket::operator=(TcpSocket&& other) noexcept {
 
 TcpSocket::~TcpSocket() { (void)close(); }
 
-Status TcpSocket::connect(Ipv4Addr addr, Port port) {
+Status TcpSocket::connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr, Port local_port) {
   if (!c_) return Errc::closed;
-  return c_->connect(addr, port);
+  return c_->connect(addr, port, local_addr, local_port);
 }
 Result<std::size_t> TcpSocket::write(std::span<const std::byte> bytes) {
   if (!c_) return Errc::closed;
@@ -656,6 +711,9 @@ void TcpSocket::set_sndbuf(std::size_t bytes) noexcept {
 void TcpSocket::set_rcvbuf(std::size_t bytes) noexcept {
   if (c_) c_->set_rcvbuf(bytes);
 }
+void TcpSocket::set_checksum(ChecksumMode mode) noexcept {
+  if (c_) c_->set_checksum(mode);
+}
 void TcpSocket::set_on_event(std::function<void()> fn) {
   if (c_) c_->set_on_event(std::move(fn));
 }
@@ -680,6 +738,10 @@ Result<TcpSocket> TcpListener::accept() {
 
 void TcpListener::set_on_event(std::function<void()> fn) {
   if (l_) l_->set_on_event(std::move(fn));
+}
+
+void TcpListener::set_checksum(ChecksumMode mode) noexcept {
+  if (l_) l_->set_checksum(mode);
 }
 
 Status TcpListener::close() {

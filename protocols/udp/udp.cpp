@@ -140,6 +140,13 @@ void UdpSocket::set_on_readable(std::function<void()> fn) {
   if (s_) s_->set_on_readable(std::move(fn));
 }
 
+Status UdpSession::set_options(const SocketOptions& options) {
+  if (proto_ == nullptr) return Errc::closed;
+  if (bound_ && options.reuse_addr != options_.reuse_addr) return Errc::bad_state;
+  options_ = options;
+  return {};
+}
+
 Result<Endpoint> UdpSocket::local_endpoint() const {
   if (!is_open()) return Errc::closed;
   if (!s_->bound()) return Errc::bad_state;

@@ -16,8 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "xk/checksum.hpp"
 #include "xk/drivers/loopback.hpp"
 #include "xk/event_loop.hpp"
+#include "xk/protocols/icmp.hpp"
+#include "xk/protocols/icmp_wire.hpp"
+#include "xk/protocols/tcp.hpp"
 
 namespace xk {
 namespace {
@@ -999,6 +1003,102 @@ TEST(Ipv4Graph, ComposesOverABareIpDriverWithoutEth) {
   EXPECT_EQ(tp.received[0].text, data);
   EXPECT_EQ(tp.received[0].info->ttl, 9);
   tp.opened.clear();
+}
+
+// ---- TCP over ipv4: DF and a frag-needed from a router (RFC 1191) ----------
+
+// The transport bytes of a packet ipv4 sent.
+std::vector<std::byte> l4_of(const Msg& m) {
+  std::vector<std::byte> b = bytes_of(m);
+  b.erase(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(header_of(m).header_length()));
+  return b;
+}
+
+std::string as_text(std::span<const std::byte> b) { return std::string(reinterpret_cast<const char*>(b.data()), b.size()); }
+
+// ICMP destination unreachable, fragmentation needed (RFC 792, RFC 1191 4),
+// from a router about `packet`: its IP header and first 8 bytes of TCP.
+Pkt frag_needed_about(const Msg& packet, std::uint16_t mtu) {
+  std::vector<std::byte> quote = bytes_of(packet);
+  quote.resize(Header::kMinSize + 8);
+  std::vector<std::byte> m(icmp::Header::kSize + quote.size());
+  icmp::Header{icmp::kDestUnreachable, icmp::kFragNeeded, 0, mtu}.write(std::span(m).first<icmp::Header::kSize>());
+  std::copy(quote.begin(), quote.end(), m.begin() + icmp::Header::kSize);
+  const std::uint16_t ck = csum::finish(csum::partial(m.data(), m.size()));
+  std::memcpy(m.data() + 2, &ck, 2);
+  Pkt p;
+  p.src = kGw;
+  p.proto = 1;
+  p.payload = as_text(m);
+  return p;
+}
+
+TEST_F(Ipv4Test, TcpSendsWithDfAndTakesAFragNeededFromARouter) {
+  icmp::IcmpProtocol icmp0("icmp0", *ip, &clock, icmp::Config{});
+  tcp::TcpProtocol tcp0("tcp0", *ip, loop.timers(), tcp::TcpConfig{});
+  tcp::TcpSocket s = tcp0.socket();
+  ASSERT_TRUE(s.connect(kPeer, Port{80}).ok());
+  ASSERT_EQ(link.sent.size(), 1u);
+  EXPECT_TRUE(header_of(link.sent[0]).df()) << "RFC 1191: TCP's segments carry DF";
+  std::vector<std::byte> syn = l4_of(link.sent[0]);
+  const tcp::Header our_syn = tcp::Header::read(std::span(syn).first<tcp::Header::kMinSize>());
+
+  // The peer's SYN-ACK offers MSS 1460 and nothing else.
+  std::vector<std::byte> sa(tcp::Header::kMinSize + 4);
+  tcp::Header h;
+  h.src_port = 80;
+  h.dst_port = our_syn.src_port;
+  h.seq = tcp::SeqNum(5000);
+  h.ack = our_syn.seq + 1;
+  h.data_offset = 6;
+  h.flags = tcp::kSyn | tcp::kAck;
+  h.window = 65535;
+  h.write(std::span(sa).first<tcp::Header::kMinSize>());
+  sa[20] = std::byte{2};
+  sa[21] = std::byte{4};
+  sa[22] = std::byte{0x05};
+  sa[23] = std::byte{0xb4};
+  ASSERT_TRUE(tcp::fill_checksum(kPeer, kUs, sa).ok());
+  Pkt synack;
+  synack.proto = 6;
+  synack.payload = as_text(sa);
+  ASSERT_TRUE(feed(synack).ok());
+  ASSERT_EQ(s.state(), tcp::State::established);
+  ASSERT_EQ(link.sent.size(), 2u);  // our ACK
+
+  std::vector<std::byte> data(2920, std::byte{0x5a});
+  ASSERT_EQ(*s.write(data), 2920u);
+  ASSERT_EQ(link.sent.size(), 4u);
+  for (std::size_t i = 2; i < 4; ++i) {
+    EXPECT_EQ(header_of(link.sent[i]).total_length, 1500);
+    EXPECT_TRUE(header_of(link.sent[i]).df());
+  }
+
+  // A router with a 1280-byte link refuses the second segment.
+  ASSERT_TRUE(feed(frag_needed_about(link.sent[3], 1280)).ok());
+  EXPECT_EQ(icmp0.counters().value("rx_errors"), 1u);
+  EXPECT_EQ(count("errors_delivered"), 1u);
+  EXPECT_EQ(tcp0.stats().pmtu_updates.value(), 1u);
+  EXPECT_EQ(s.stats().pmtu, 1280);
+  EXPECT_EQ(s.stats().mss, 1240);
+  ASSERT_EQ(link.sent.size(), 7u) << "what was in flight is sent again at once";
+  const std::uint16_t want[] = {1280, 1280, 480};
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(header_of(link.sent[4 + i]).total_length, want[i]);
+    EXPECT_TRUE(header_of(link.sent[4 + i]).df());
+  }
+
+  // One below 576: the MSS stops at 536 and routers may fragment the rest.
+  ASSERT_TRUE(feed(frag_needed_about(link.sent[4], 500)).ok());
+  EXPECT_EQ(s.stats().pmtu, 576);
+  EXPECT_EQ(s.stats().mss, 536);
+  ASSERT_EQ(link.sent.size(), 13u);
+  for (std::size_t i = 7; i < 13; ++i) {
+    EXPECT_EQ(header_of(link.sent[i]).total_length, i < 12 ? 576 : 280);
+    EXPECT_FALSE(header_of(link.sent[i]).df());
+  }
+  EXPECT_EQ(tcp0.stats().pmtu_updates.value(), 2u);
+  s.abort();
 }
 
 TEST(Ipv4Graph, ConfigurationErrorsSayWhatIsWrong) {

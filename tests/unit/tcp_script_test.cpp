@@ -373,6 +373,25 @@ TEST_F(TcpScript, WithTimestampsThreeSackBlocksFit) {
   expect_nothing();
 }
 
+TEST_F(TcpScript, DataSegmentsCarryOnlyTheSackBlocksTheMssLeavesRoomFor) {
+  start();
+  passive_open(Offer().sack());  // MSS 1000, no timestamps
+  inject(ack().seq(201).ack(1).len(100));
+  expect(ack().seq(1).ack(1).sack({{201, 301}}));
+  inject(ack().seq(401).ack(1).len(100));
+  expect(ack().seq(1).ack(1).sack({{401, 501}, {201, 301}}));
+  // RFC 6691: options come out of the MSS, so a segment never outgrows the
+  // path (DF, RFC 1191). A full one has no room for a block.
+  sock.set_nodelay(true);
+  write(1000);
+  expect(psh_ack().seq(1).ack(1).len(1000));
+  write(985);  // 15 bytes left: one block (12 with its NOPs), not two (20)
+  expect(psh_ack().seq(1001).ack(1).len(985).sack({{401, 501}}));
+  write(980);
+  expect(psh_ack().seq(1986).ack(1).len(980).sack({{401, 501}, {201, 301}}));
+  expect_nothing();
+}
+
 // ---- loss recovery ---------------------------------------------------------------------
 
 // RFC 6675: which segments a SACK pattern makes us retransmit. Ten segments
@@ -1217,6 +1236,312 @@ TEST_F(TcpScript, MalformedSegmentsAreCountedAndDropped) {
   expect_nothing();
   EXPECT_EQ(stats().drop_bad_csum.value(), 2u);
   EXPECT_EQ(tcp->connection_count(), 1u);
+}
+
+// ---- ICMP errors (RFC 1122 4.2.3.9, RFC 5927, RFC 1191 path MTU discovery) -----------------
+
+TEST_F(TcpScript, FragNeededInFlightShrinksTheMssAndResendsAtOnce) {
+  start();
+  active_open(Offer().mss(1460));
+  ConnStats st = sock.stats();
+  EXPECT_EQ(st.mss, 1460);
+  EXPECT_EQ(st.pmtu, 1500) << "until a router says otherwise, the link's MTU";
+  write(1000);
+  expect(psh_ack().seq(1).ack(1).len(1000));
+  inject(ack().seq(1).ack(1001));  // cwnd is no longer the initial window
+  write(2920);
+  expect(ack().seq(1001).ack(1).len(1460));
+  expect(psh_ack().seq(2461).ack(1).len(1460));
+  const ConnStats before = sock.stats();
+  // A router on the path refused the second segment: MTU 1280, MSS 1240.
+  deliver_icmp(icmp(3, 4, 2461, 1280));
+  // RFC 1191 6.4: all that is in flight, again from SND.UNA, without waiting
+  // for the retransmission timer; the short tail is not held by Nagle.
+  expect(ack().seq(1001).ack(1).len(1240));
+  expect(ack().seq(2241).ack(1).len(1240));
+  expect(psh_ack().seq(3481).ack(1).len(440));
+  expect_nothing();
+  st = sock.stats();
+  EXPECT_EQ(st.pmtu, 1280);
+  EXPECT_EQ(st.mss, 1240);
+  EXPECT_EQ(st.cwnd, before.cwnd) << "not a congestion signal";
+  EXPECT_EQ(st.ssthresh, before.ssthresh);
+  EXPECT_EQ(st.rto, before.rto) << "no backoff";
+  EXPECT_EQ(st.retransmits, 3u);
+  EXPECT_EQ(st.pmtu_updates, 1u);
+  EXPECT_EQ(st.icmp_errors, 1u);
+  EXPECT_EQ(stats().icmp_errors.value(), 1u);
+  EXPECT_EQ(stats().pmtu_updates.value(), 1u);
+  EXPECT_EQ(stats().rto_expiries.value(), 0u);
+  EXPECT_EQ(sock.connection()->soft_error(), Errc::ok) << "frag-needed is acted on, not kept";
+  inject(ack().seq(1).ack(3921));
+  expect_nothing();
+  // New data goes out in the new size too.
+  write(2480);
+  expect(ack().seq(3921).ack(1).len(1240));
+  expect(psh_ack().seq(5161).ack(1).len(1240));
+  expect_nothing();
+}
+
+TEST_F(TcpScript, IcmpErrorsAboutSegmentsNotInFlightAreIgnored) {
+  start();
+  active_open(Offer().mss(1460));
+  write(1460);
+  expect(psh_ack().seq(1).ack(1).len(1460));
+  // RFC 5927 4.1: only SND.UNA <= SEG.SEQ < SND.NXT is believed.
+  deliver_icmp(icmp(3, 4, 1461, 1280));        // SND.NXT: nothing sent there yet
+  deliver_icmp(icmp(3, 4, 0, 1280));           // our SYN, acknowledged long ago
+  deliver_icmp(icmp(3, 4, 0x40000000, 1280));  // a blind guess
+  deliver_icmp(icmp(3, 3, 0x40000000));        // a port unreachable likewise
+  expect_nothing();
+  ConnStats st = sock.stats();
+  EXPECT_EQ(st.mss, 1460);
+  EXPECT_EQ(st.pmtu, 1500);
+  EXPECT_EQ(st.icmp_errors, 0u);
+  EXPECT_EQ(stats().icmp_errors.value(), 4u);
+  EXPECT_EQ(stats().icmp_out_of_window.value(), 4u);
+  EXPECT_EQ(stats().pmtu_updates.value(), 0u);
+  EXPECT_EQ(stats().icmp_soft_errors.value(), 0u);
+  EXPECT_EQ(sock.connection()->soft_error(), Errc::ok);
+  // Another 4-tuple is no connection of ours.
+  pport = 81;
+  deliver_icmp(icmp(3, 4, 1, 1280));
+  EXPECT_EQ(stats().icmp_no_connection.value(), 1u);
+  pport = 80;
+  expect_nothing();
+  // In flight, it is believed.
+  deliver_icmp(icmp(3, 4, 1, 1280));
+  expect(ack().seq(1).ack(1).len(1240));
+  expect(psh_ack().seq(1241).ack(1).len(220));
+  EXPECT_EQ(stats().pmtu_updates.value(), 1u);
+}
+
+TEST_F(TcpScript, AFragNeededNotBelowThePathMtuIsIgnored) {
+  start();
+  active_open(Offer().mss(1460));
+  write(1460);
+  expect(psh_ack().seq(1).ack(1).len(1460));
+  deliver_icmp(icmp(3, 4, 1, 1500));
+  deliver_icmp(icmp(3, 4, 1, 9000));
+  expect_nothing();
+  EXPECT_EQ(sock.stats().mss, 1460);
+  EXPECT_EQ(sock.stats().pmtu, 1500);
+  EXPECT_EQ(stats().pmtu_ignored.value(), 2u);
+  EXPECT_EQ(stats().pmtu_updates.value(), 0u);
+  deliver_icmp(icmp(3, 4, 1, 1400));
+  expect(ack().seq(1).ack(1).len(1360));
+  expect(psh_ack().seq(1361).ack(1).len(100));
+  // RFC 1191 3: an ICMP never raises the estimate again.
+  deliver_icmp(icmp(3, 4, 1, 1450));
+  expect_nothing();
+  EXPECT_EQ(sock.stats().mss, 1360);
+  EXPECT_EQ(sock.stats().pmtu, 1400);
+  EXPECT_EQ(stats().pmtu_ignored.value(), 3u);
+  EXPECT_EQ(stats().pmtu_updates.value(), 1u);
+}
+
+TEST_F(TcpScript, AFragNeededWithoutAnMtuTakesThePlateauBelow) {
+  start();
+  active_open(Offer().mss(1460));
+  write(1460);
+  expect(psh_ack().seq(1).ack(1).len(1460));
+  // RFC 1191 5: an old router says 0; the plateau below our 1500-byte packets.
+  deliver_icmp(icmp(3, 4, 1));
+  EXPECT_EQ(sock.stats().pmtu, 1492);
+  EXPECT_EQ(sock.stats().mss, 1452);
+  expect(ack().seq(1).ack(1).len(1452));
+  expect(psh_ack().seq(1453).ack(1).len(8));
+  deliver_icmp(icmp(3, 4, 1));
+  EXPECT_EQ(sock.stats().pmtu, 1006);
+  EXPECT_EQ(sock.stats().mss, 966);
+  expect(ack().seq(1).ack(1).len(966));
+  expect(psh_ack().seq(967).ack(1).len(494));
+  // Not below 576, however small the report: the MSS stays at 536.
+  deliver_icmp(icmp(3, 4, 1, 300));
+  EXPECT_EQ(sock.stats().pmtu, 576);
+  EXPECT_EQ(sock.stats().mss, 536);
+  expect(ack().seq(1).ack(1).len(536));
+  expect(ack().seq(537).ack(1).len(536));
+  expect(psh_ack().seq(1073).ack(1).len(388));
+  expect_nothing();
+  EXPECT_EQ(stats().pmtu_updates.value(), 3u);
+}
+
+TEST_F(TcpScript, TheFallbackPlateauIsBelowThePacketsWeReallySend) {
+  start();
+  active_open(Offer().mss(1000));  // the peer's MSS: 1040-byte packets on a 1500 link
+  write(1000);
+  expect(psh_ack().seq(1).ack(1).len(1000));
+  // A smaller MTU that our packets already fit lowers the estimate only.
+  deliver_icmp(icmp(3, 4, 1, 1200));
+  EXPECT_EQ(sock.stats().pmtu, 1200);
+  EXPECT_EQ(sock.stats().mss, 1000);
+  expect_nothing();
+  // RFC 1191 5: without an MTU, the plateau below the 1040 bytes we send.
+  deliver_icmp(icmp(3, 4, 1));
+  EXPECT_EQ(sock.stats().pmtu, 1006);
+  EXPECT_EQ(sock.stats().mss, 966);
+  expect(ack().seq(1).ack(1).len(966));
+  expect(psh_ack().seq(967).ack(1).len(34));
+  expect_nothing();
+  EXPECT_EQ(stats().pmtu_updates.value(), 2u);
+}
+
+TEST_F(TcpScript, PortUnreachableInSynSentAbortsTheConnect) {
+  start();
+  pport = 80;
+  sock = tcp->socket();
+  ASSERT_TRUE(sock.connect(kPeer, Port{80}).ok());
+  expect(syn().win(65535).mss(1460).ws(our_wscale()).sackok().ts(now_ms(), 0));
+  deliver_icmp(icmp(3, 3, 1));  // SND.NXT: not about our SYN
+  EXPECT_EQ(sock.state(), State::syn_sent);
+  // RFC 1122 4.2.3.9: a hard error; before the peer said anything it ends the attempt.
+  deliver_icmp(icmp(3, 3, 0));
+  EXPECT_EQ(sock.state(), State::closed);
+  EXPECT_NE(sock.events() & ev_error, 0u);
+  EXPECT_EQ(read_error(sock), Errc::refused);
+  EXPECT_EQ(stats().icmp_hard_errors.value(), 1u);
+  EXPECT_EQ(stats().icmp_out_of_window.value(), 1u);
+  EXPECT_EQ(tcp->connection_count(), 0u);
+  advance(10s);
+  expect_nothing();  // no SYN again
+  // Protocol unreachable likewise.
+  sock = tcp->socket();
+  ASSERT_TRUE(sock.connect(kPeer, Port{80}).ok());
+  expect(syn().win(65535).mss(1460).ws(our_wscale()).sackok().ts(now_ms(), 0));
+  deliver_icmp(icmp(3, 2, 0));
+  EXPECT_EQ(sock.state(), State::closed);
+  EXPECT_EQ(read_error(sock), Errc::refused);
+  EXPECT_EQ(stats().icmp_hard_errors.value(), 2u);
+  EXPECT_TRUE(ip.sessions.empty());
+}
+
+TEST_F(TcpScript, SoftErrorsDoNotAbortAndOnlyATimeoutReportsThem) {
+  TcpConfig c;
+  c.max_retries = 2;
+  start(c);
+  pport = 80;
+  sock = tcp->socket();
+  ASSERT_TRUE(sock.connect(kPeer, Port{80}).ok());
+  expect(syn().win(65535).mss(1460).ws(our_wscale()).sackok().ts(now_ms(), 0));
+  // RFC 1122 4.2.3.9: host unreachable is soft, even in SYN-SENT.
+  deliver_icmp(icmp(3, 1, 0));
+  EXPECT_EQ(sock.state(), State::syn_sent);
+  EXPECT_EQ(sock.connection()->soft_error(), Errc::no_route);
+  EXPECT_EQ(sock.events() & ev_error, 0u);
+  // The handshake completes: the error is forgotten.
+  irs = SeqNum(0x20000000);
+  inject(syn_ack().seq(0).ack(1).mss(1460));
+  expect(ack().seq(1).ack(1));
+  EXPECT_EQ(sock.state(), State::established);
+  EXPECT_EQ(sock.connection()->soft_error(), Errc::ok);
+  write(100);
+  expect(psh_ack().seq(1).ack(1).len(100));
+  // RFC 5927 5.2: once synchronized, hard errors are soft too; the last one is kept.
+  deliver_icmp(icmp(3, 3, 1));
+  EXPECT_EQ(sock.connection()->soft_error(), Errc::refused);
+  deliver_icmp(icmp(11, 0, 1));  // time exceeded
+  EXPECT_EQ(sock.state(), State::established);
+  EXPECT_EQ(sock.connection()->soft_error(), Errc::no_route);
+  EXPECT_EQ(read_error(sock), Errc::would_block);
+  EXPECT_EQ(stats().icmp_soft_errors.value(), 3u);
+  EXPECT_EQ(stats().icmp_hard_errors.value(), 0u);
+  expect_nothing();
+  // The peer stays silent: the timeout reports what the routers said.
+  advance(60s);
+  ip.sent.clear();
+  EXPECT_EQ(sock.state(), State::closed);
+  EXPECT_EQ(read_error(sock), Errc::no_route);
+  EXPECT_EQ(stats().timeouts.value(), 1u);
+}
+
+// ---- per-socket checksums ------------------------------------------------------------------
+
+TEST_F(TcpScript, ASocketWithChecksumsOffTakesWhatAnotherConnectionDrops) {
+  start();
+  passive_open(Offer());  // the stack's mode: on
+  TcpSocket verifying = std::move(sock);
+  const SeqNum iss_on = iss;
+  const SeqNum irs_on = irs;
+  pport = 40001;
+  passive_open(Offer(), 0x50000000);
+  sock.set_checksum(ChecksumMode::off);
+  EXPECT_EQ(sock.connection()->checksum_mode(), ChecksumMode::off);
+  EXPECT_EQ(verifying.connection()->checksum_mode(), ChecksumMode::on);
+  inject(ack().seq(1).ack(1).len(10).bad_csum());
+  EXPECT_EQ(sock.connection()->rcv_queued(), 10u);
+  advance(40ms);
+  expect(ack().seq(1).ack(11).no_csum());  // and it sends none
+  EXPECT_EQ(stats().rx_csum_unchecked.value(), 1u);
+  EXPECT_EQ(stats().drop_bad_csum.value(), 0u);
+  // The same segment to the connection that verifies is dropped.
+  pport = 40000;
+  iss = iss_on;
+  irs = irs_on;
+  EXPECT_EQ(try_inject(ack().seq(1).ack(1).len(10).bad_csum()).error(), Errc::malformed);
+  EXPECT_EQ(stats().drop_bad_csum.value(), 1u);
+  EXPECT_EQ(verifying.connection()->rcv_queued(), 0u);
+  advance(40ms);
+  expect_nothing();
+  // A segment for nobody follows the stack's mode: dropped, no RST.
+  EXPECT_EQ(try_inject(ack().seq(1).ack(1).to(9).bad_csum()).error(), Errc::malformed);
+  EXPECT_EQ(stats().drop_bad_csum.value(), 2u);
+  expect_nothing();
+  inject(ack().seq(1).ack(1).len(10));
+  EXPECT_EQ(verifying.connection()->rcv_queued(), 10u);
+}
+
+TEST_F(TcpScript, PerSocketChecksumModesOnTheSendAndReceivePaths) {
+  start();
+  passive_open(Offer());
+  sock.set_checksum(ChecksumMode::off);
+  write(100);
+  expect(psh_ack().seq(1).ack(1).len(100).no_csum());
+  inject(ack().seq(1).ack(101).no_csum());  // a peer computing none
+  EXPECT_EQ(sock.stats().bytes_acked, 100u);
+  // tx_only: computed, not verified.
+  sock.set_checksum(ChecksumMode::tx_only);
+  inject(ack().seq(1).ack(101).len(5).bad_csum());
+  advance(40ms);
+  expect(ack().seq(101).ack(6));
+  expect_read(5);
+  // rx_only: verified, not computed.
+  sock.set_checksum(ChecksumMode::rx_only);
+  EXPECT_EQ(try_inject(ack().seq(6).ack(101).len(5).bad_csum()).error(), Errc::malformed);
+  write(10);
+  expect(psh_ack().seq(101).ack(6).len(10).no_csum());
+  // On a connection, the control queries are the connection's, not the stack's.
+  ASSERT_TRUE(sock.connection()->control(ctl::SetChecksum{ChecksumMode::on}).ok());
+  EXPECT_EQ(*sock.connection()->control(ctl::GetChecksum{}), ChecksumMode::on);
+  EXPECT_EQ(tcp->checksum_mode(), ChecksumMode::on);
+  inject(ack().seq(6).ack(111));
+  write(10);
+  expect(psh_ack().seq(111).ack(6).len(10));
+  expect_nothing();
+}
+
+TEST_F(TcpScript, AListenersChecksumModeGoesToWhatItAccepts) {
+  start();
+  listen();
+  listener.set_checksum(ChecksumMode::off);
+  irs = SeqNum(0x10000000);
+  inject(syn().seq(0).mss(1000).no_csum());
+  expect(syn_ack().ack(1).mss(1460).no_csum());
+  inject(ack().seq(1).ack(1).no_csum());
+  Result<TcpSocket> a = listener.accept();
+  ASSERT_TRUE(a.ok());
+  sock = std::move(*a);
+  EXPECT_EQ(sock.connection()->checksum_mode(), ChecksumMode::off);
+  write(10);
+  expect(psh_ack().seq(1).ack(1).len(10).no_csum());
+  TcpSocket accepted = std::move(sock);
+  // The stack-wide switch governs the connections that never chose.
+  ASSERT_TRUE(tcp->control(ctl::SetChecksum{ChecksumMode::off}).ok());
+  pport = 80;
+  sock = tcp->socket();
+  ASSERT_TRUE(sock.connect(kPeer, Port{80}).ok());
+  expect(syn().win(65535).mss(1460).ws(our_wscale()).sackok().ts(now_ms(), 0).no_csum());
+  EXPECT_EQ(stats().drop_bad_csum.value(), 0u);
 }
 
 }  // namespace

@@ -36,6 +36,10 @@
 //
 // Payload bytes are a pattern of the stream offset (sequence number - ISN -
 // 1), so retransmissions carry the same bytes and reads can be checked.
+//
+// ICMP errors reach TCP as ipv4 hands them up, through control(DeliverError):
+//   deliver_icmp(icmp(3, 4, 1461, 1280));      // frag-needed quoting our seq 1461
+// Checksums: .no_csum() injects 0 in the field, and makes expect() require 0.
 
 #include <gtest/gtest.h>
 
@@ -214,6 +218,9 @@ class Seg {
   Seg& raw_options(std::vector<std::byte> o) { raw_opts_ = std::move(o); has_raw_opts_ = true; return *this; }
   Seg& doff(std::uint8_t words) { doff_ = words; return *this; }
   Seg& bad_csum() { bad_csum_ = true; return *this; }
+  // Inject: 0 in the checksum field (a sender computing none). Expect: the
+  // field must be 0.
+  Seg& no_csum() { no_csum_ = true; return *this; }
   Seg& cut(std::size_t n) { cut_ = n; return *this; }
 
  private:
@@ -237,6 +244,7 @@ class Seg {
   bool has_raw_opts_ = false;
   std::optional<std::uint8_t> doff_;
   bool bad_csum_ = false;
+  bool no_csum_ = false;
   std::optional<std::size_t> cut_;
 };
 
@@ -445,6 +453,7 @@ class Script : public ::testing::Test {
     if (!payload.empty()) std::memcpy(b.data() + Header::kMinSize + opt.size(), payload.data(), payload.size());
     std::uint16_t ck = reference_checksum(kPeer, kLocal, b);
     if (s.bad_csum_) ck = static_cast<std::uint16_t>(ck ^ 0x0101);
+    if (s.no_csum_) ck = 0;
     store_be16(b.data() + Header::kChecksumOffset, ck);
     if (s.cut_ && *s.cut_ < b.size()) b.resize(*s.cut_);
     return b;
@@ -459,6 +468,38 @@ class Script : public ::testing::Test {
   void inject(const Seg& s, Loc loc = Loc::current()) {
     if (Status st = try_inject(s); !st) {
       ADD_FAILURE_AT(loc.file_name(), static_cast<int>(loc.line())) << "demux: " << xk::to_string(st.error());
+    }
+  }
+
+  // An ICMP error of `type` and `code` about our segment at relative
+  // sequence number `seq` on the current 4-tuple, as icmp parses it (the
+  // quoted TCP header gives the ports and the sequence number).
+  ctl::NetError icmp(std::uint8_t type, std::uint8_t code, std::uint32_t seq, std::uint16_t mtu = 0) const {
+    ctl::NetError e;
+    e.icmp_type = type;
+    e.icmp_code = code;
+    if (type == 11) {
+      e.kind = ctl::NetError::Kind::time_exceeded;
+    } else if (type == 12) {
+      e.kind = ctl::NetError::Kind::param_problem;
+    } else if (code == 4) {
+      e.kind = ctl::NetError::Kind::frag_needed;
+      e.next_hop_mtu = mtu;
+    } else {
+      e.kind = ctl::NetError::Kind::unreachable;
+    }
+    e.local = kLocal;
+    e.remote = kPeer;
+    e.protocol = kIpProtocol;
+    e.local_port = Port{lport};
+    e.remote_port = Port{pport};
+    e.inner_seq = (iss + seq).raw();
+    return e;
+  }
+  // ipv4 hands `e` to TCP.
+  void deliver_icmp(const ctl::NetError& e, Loc loc = Loc::current()) {
+    if (Status st = tcp->control(ctl::DeliverError{e}).status(); !st) {
+      ADD_FAILURE_AT(loc.file_name(), static_cast<int>(loc.line())) << "DeliverError: " << xk::to_string(st.error());
     }
   }
 
@@ -507,7 +548,11 @@ class Script : public ::testing::Test {
     g.payload.assign(out.bytes.begin() + static_cast<std::ptrdiff_t>(h->header_length()), out.bytes.end());
     std::vector<std::byte> zeroed = out.bytes;
     zeroed[Header::kChecksumOffset] = zeroed[Header::kChecksumOffset + 1] = std::byte{0};
-    if (reference_checksum(kLocal, kPeer, zeroed) != h->checksum) fail("bad checksum on " + describe(g));
+    if (s.no_csum_) {
+      if (h->checksum != 0) fail("a checksum where 0 was expected on " + describe(g));
+    } else if (reference_checksum(kLocal, kPeer, zeroed) != h->checksum) {
+      fail("bad checksum on " + describe(g));
+    }
 
     // A SYN tells us our ISS (and, on an active open, our port).
     if ((g.h.flags & kSyn) && !s.seq_) {

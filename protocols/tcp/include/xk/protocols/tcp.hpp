@@ -17,6 +17,7 @@
 //   tcp_buffer    send and receive byte queues
 //   tcp_input     "SEGMENT ARRIVES" (RFC 9293 3.10.7) for one connection
 //   tcp_output    what to send, when (windows, Nagle, SWS, recovery), timers
+//   tcp_icmp      ICMP errors: RFC 5927 checks, path MTU (RFC 1191), DF
 //   tcp_protocol  the protocol: demux, listeners, ports, RSTs, the socket API
 //
 // Threading: one stack, one thread (docs/framework.md). The socket API is
@@ -107,7 +108,8 @@ struct ConnStats {
   std::uint32_t ssthresh = 0;
   std::uint32_t snd_wnd = 0;
   std::uint32_t rcv_wnd = 0;
-  std::uint16_t mss = 0;
+  std::uint16_t mss = 0;             // our sending MSS (RFC 6691: options come out of it)
+  std::uint16_t pmtu = 0;            // the path MTU we believe in, IP header included (RFC 1191)
   std::uint8_t snd_wscale = 0;
   std::uint8_t rcv_wscale = 0;
   bool sack = false;
@@ -124,6 +126,8 @@ struct ConnStats {
   std::uint64_t sack_blocks_out = 0;
   std::uint64_t dup_acks_in = 0;
   std::uint64_t ooo_segments = 0;    // arrived out of order
+  std::uint64_t icmp_errors = 0;     // ICMP errors about this connection that passed RFC 5927's check
+  std::uint64_t pmtu_updates = 0;    // frag-needed messages that lowered the path MTU
 };
 
 // Readiness, as poll() would report it.
@@ -149,7 +153,9 @@ class TcpConnection final : public Session {
   Result<ControlReply> control_any(const ControlQuery& query) override;
 
   // ---- the user calls (RFC 9293 3.10.1 - 3.10.6) --------------------------
-  Status connect(Ipv4Addr addr, Port port);
+  // From an ephemeral port, or from `local_port` (and `local_addr`, which must
+  // be the address the stack reaches `addr` from) when the socket was bound.
+  Status connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr = {}, Port local_port = {});
   // Copies what fits in the send buffer; would_block when nothing does.
   Result<std::size_t> write(std::span<const std::byte> bytes);
   Status write_msg(Msg& msg);
@@ -169,6 +175,10 @@ class TcpConnection final : public Session {
   void set_keepalive(bool on) noexcept;
   void set_sndbuf(std::size_t bytes) noexcept;
   void set_rcvbuf(std::size_t bytes) noexcept;
+  // Whether this connection computes checksums on send and verifies them on
+  // receive; the stack's mode (csum=) until set. Off means off at both ends.
+  void set_checksum(ChecksumMode mode) noexcept { csum_ = mode; }
+  ChecksumMode checksum_mode() const noexcept;
 
   State state() const noexcept { return state_; }
   std::uint32_t events() const noexcept;
@@ -176,6 +186,9 @@ class TcpConnection final : public Session {
   void set_on_event(std::function<void()> fn) { on_event_ = std::move(fn); }
   Errc pending_error() const noexcept { return error_; }
   Errc take_error() noexcept { return std::exchange(error_, Errc::ok); }
+  // The last ICMP soft error (RFC 1122 4.2.3.9): reported only if the
+  // connection times out, forgotten when the peer acknowledges something.
+  Errc soft_error() const noexcept { return soft_error_; }
   ConnStats stats() const noexcept;
   FourTuple tuple() const noexcept { return tuple_; }
   std::size_t rcv_queued() const noexcept { return rcvbuf_.size(); }
@@ -199,6 +212,17 @@ class TcpConnection final : public Session {
   void process_data(const Header& h, Msg payload);
   void process_fin();
   void deliver(Msg data);
+  // ---- ICMP errors (tcp_icmp.cpp) ---------------------------------------------
+  // The IPv4 and TCP fixed headers: a segment of MSS bytes is a packet of MSS + 40.
+  static constexpr std::uint16_t kIpTcpHeaders = 40;
+  // The smallest path MTU we believe: 576, so the MSS never drops below 536
+  // (RFC 9293 3.7.1's default) however small a forged frag-needed says.
+  static constexpr std::uint16_t kMinPathMtu = 576;
+  void icmp_error(const ctl::NetError& err);
+  void frag_needed(std::uint16_t next_hop_mtu);
+  void resend_outstanding();
+  std::uint16_t path_mtu() const noexcept;
+  Errc timeout_error() const noexcept { return soft_error_ != Errc::ok ? soft_error_ : Errc::timed_out; }
   void window_opened();
   void take_options(const Options& opts, bool syn);
   void challenge_ack();
@@ -258,6 +282,9 @@ class TcpConnection final : public Session {
   Time ts_recent_age_{};
   std::uint16_t peer_mss_ = 536;  // RFC 9293 3.7.1 default
   std::uint16_t mss_ = 536;       // our sending MSS (before options)
+  std::uint16_t pmtu_ = 0;        // learnt from ICMP (RFC 1191); 0: the link's
+  Errc soft_error_ = Errc::ok;    // RFC 1122 4.2.3.9
+  std::optional<ChecksumMode> csum_;  // unset: the stack's
 
   SendBuffer sndbuf_;
   RecvBuffer rcvbuf_;
@@ -313,6 +340,9 @@ class ListenSession final : public Session {
   std::size_t pending() const noexcept { return accept_q_.size(); }
   std::uint32_t events() const noexcept { return accept_q_.empty() ? 0u : std::uint32_t{ev_acceptable}; }
   void set_on_event(std::function<void()> fn) { on_event_ = std::move(fn); }
+  // The checksum mode of the SYNs it takes and of the connections it makes
+  // (TcpConnection::set_checksum); the stack's until set.
+  void set_checksum(ChecksumMode mode) noexcept { csum_ = mode; }
   Ipv4Addr addr() const noexcept { return addr_; }
   Port port() const noexcept { return port_; }
   bool detached() const noexcept { return proto_ == nullptr; }
@@ -330,6 +360,7 @@ class ListenSession final : public Session {
   std::size_t half_open_ = 0;
   std::deque<Ref<TcpConnection>> accept_q_;
   std::function<void()> on_event_;
+  std::optional<ChecksumMode> csum_;
 };
 
 // ---- the socket API ---------------------------------------------------------
@@ -348,8 +379,9 @@ class TcpSocket {
   ~TcpSocket();
 
   bool is_open() const noexcept { return c_ && !c_->detached(); }
-  // Starts the handshake; the socket becomes writable when it is done.
-  Status connect(Ipv4Addr addr, Port port);
+  // Starts the handshake; the socket becomes writable when it is done. A
+  // local port (from TcpProtocol::reserve_port) may be given.
+  Status connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr = {}, Port local_port = {});
   Result<std::size_t> write(std::span<const std::byte> bytes);
   Status write(Msg& msg);
   Result<std::size_t> read(std::span<std::byte> dst);
@@ -365,6 +397,7 @@ class TcpSocket {
   void set_keepalive(bool on) noexcept;
   void set_sndbuf(std::size_t bytes) noexcept;
   void set_rcvbuf(std::size_t bytes) noexcept;
+  void set_checksum(ChecksumMode mode) noexcept;
   void set_on_event(std::function<void()> fn);
 
   std::uint32_t events() const noexcept;
@@ -391,6 +424,8 @@ class TcpListener {
   Result<TcpSocket> accept();
   std::uint32_t events() const noexcept { return l_ ? l_->events() : 0u; }
   void set_on_event(std::function<void()> fn);
+  // For the SYNs it takes and the connections it accepts.
+  void set_checksum(ChecksumMode mode) noexcept;
   Port port() const noexcept { return l_ ? l_->port() : Port{}; }
   Status close();
 
@@ -411,6 +446,15 @@ class TcpProtocol final : public Protocol {
   TcpSocket socket();
   // Listen on `port` (0: an ephemeral one) of `addr` (0: every address).
   Result<TcpListener> listen(Ipv4Addr addr, Port port, std::size_t backlog = 128);
+
+  // bind() before listen() or connect(): hold (addr, port) (port 0: an
+  // ephemeral one) so nobody else takes it meanwhile. Refused (exists) when a
+  // listener or another reservation overlaps it -- address 0 overlaps every
+  // address -- or, unless `reuse_addr` (SO_REUSEADDR), when a connection still
+  // uses it as its local end (TIME-WAIT ones included). Release the
+  // reservation before the listen() or connect() that uses it.
+  Result<Port> reserve_port(Ipv4Addr addr, Port port, bool reuse_addr);
+  void release_port(Ipv4Addr addr, Port port) noexcept;
 
   const TcpConfig& config() const noexcept { return config_; }
   TimerWheel& timers() noexcept { return timers_; }
@@ -458,16 +502,23 @@ class TcpProtocol final : public Protocol {
   Result<IpPeer*> ip_for(Ipv4Addr peer, Session* known);
   void drop_ip_user(Ipv4Addr peer) noexcept;
   Result<std::uint16_t> pick_ephemeral(Ipv4Addr local, Ipv4Addr remote, std::uint16_t rport);
+  // A listener or a reservation on (addr, port), address 0 overlapping all.
+  bool port_claimed(Ipv4Addr addr, std::uint16_t port);
   Status insert(TcpConnection& c);
   void remove(TcpConnection& c) noexcept;
   void listen_input(ListenSession& l, IpPeer& ip, const Header& h, const Options& opts, Msg payload,
                     std::optional<SeqNum> iss_floor = std::nullopt);
   void send_reset_for(IpPeer& ip, const Header& h, std::size_t seg_len);
   Status send_raw(IpPeer& ip, std::uint16_t sport, std::uint16_t dport, SeqNum seq, SeqNum ack,
-                  std::uint8_t flags, std::uint16_t window, const Options* opts);
+                  std::uint8_t flags, std::uint16_t window, const Options* opts, ChecksumMode csum);
   bool challenge_ack_allowed(Time now) noexcept;
-  Status transmit(Session& ip, Ipv4Addr src, Ipv4Addr dst, Msg segment);
+  // `csum`: the connection's (or listener's, or the stack's) mode.
+  Status transmit(Session& ip, Ipv4Addr src, Ipv4Addr dst, Msg segment, ChecksumMode csum);
   std::uint16_t path_mss(Session& ip) const;
+  // ---- ICMP and the IP sessions' DF bit (tcp_icmp.cpp) ----
+  void icmp_error(const ctl::NetError& err);
+  static void set_dont_fragment(Session& ip, bool df) noexcept;
+  void allow_fragments(Ipv4Addr peer) noexcept;
   std::uint8_t our_wscale(std::size_t rcvbuf_max) const noexcept;
 
   Protocol& below_;
@@ -480,6 +531,7 @@ class TcpProtocol final : public Protocol {
   std::uint32_t next_ephemeral_;
   ActiveMap<ConnKey> conns_;
   FlatMap<ListenKey, ListenSession*> listeners_;
+  FlatMap<ListenKey, std::uint32_t> reserved_;  // bound, not yet listening or connected
   FlatMap<PeerKey, IpPeer> peers_;
   // The peer behind each IP session we hold, so a segment's demux asks no
   // control (a Participant would allocate) per segment.
@@ -522,6 +574,14 @@ class TcpProtocol final : public Protocol {
     Counter& time_wait_reused;
     Counter& rx_csum_by_port;
     Counter& tx_csum_by_port;
+    Counter& icmp_errors;
+    Counter& icmp_no_connection;
+    Counter& icmp_out_of_window;
+    Counter& icmp_hard_errors;
+    Counter& icmp_soft_errors;
+    Counter& pmtu_updates;
+    Counter& pmtu_ignored;
+    Counter& rx_csum_unchecked;
   };
   Counters& stats() noexcept { return c_; }
 

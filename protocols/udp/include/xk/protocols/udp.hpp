@@ -95,11 +95,14 @@ class UdpSession final : public Session {
   // The error an ICMP message reported, returned once by the next send or receive.
   Errc pending_error() const noexcept { return error_; }
   void set_on_readable(std::function<void()> fn) { on_readable_ = std::move(fn); }
+  Errc take_error() noexcept { return std::exchange(error_, Errc::ok); }
+  const SocketOptions& options() const noexcept { return options_; }
+  // reuse_addr counts at bind(): changing it afterwards is bad_state.
+  Status set_options(const SocketOptions& options);
 
  private:
   friend class UdpProtocol;
   Status receive(Session& lower, Msg payload, Endpoint from);
-  Errc take_error() noexcept { return std::exchange(error_, Errc::ok); }
 
   UdpProtocol* proto_;  // null once closed (or the protocol is gone)
   SocketOptions options_;
@@ -160,6 +163,10 @@ class UdpSocket {
   std::size_t queued_bytes() const noexcept { return s_ ? s_->queued_bytes() : 0; }
   std::uint64_t rx_dropped() const noexcept { return s_ ? s_->rx_dropped() : 0; }
   UdpSession* session() const noexcept { return s_.get(); }
+  // The pending ICMP-reported error, taken (SO_ERROR); ok if none.
+  Errc take_error() noexcept { return s_ ? s_->take_error() : Errc::ok; }
+  // Receive queue bounds at any time; reuse_addr before bind() only.
+  Status set_options(const SocketOptions& options) { return s_ ? s_->set_options(options) : Status{Errc::closed}; }
 
   Status close();
 
