@@ -25,6 +25,7 @@
 #include "xk/protocols/ipv4.hpp"
 #include "xk/protocols/tcp.hpp"
 #include "xk/protocols/udp.hpp"
+#include "xk/stack.hpp"
 #ifdef XK_HAVE_CAPTURE
 #include "xk/protocols/capture.hpp"
 #endif
@@ -146,21 +147,6 @@ void StackFlags::validate() const {
   if (gw && !ip->contains(*gw)) throw UsageError{"--gw " + to_string(*gw) + " is not on " + to_string(*ip)};
 }
 
-namespace {
-
-// A graph-spec value in double quotes (docs/graph-spec.md: \" and \\ escape).
-std::string spec_quoted(std::string_view v) {
-  std::string out = "\"";
-  for (char c : v) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  out += '"';
-  return out;
-}
-
-}  // namespace
-
 StackSpec stack_spec(const StackFlags& a) {
   if (!a.graph_file.empty()) {
     std::ifstream in(a.graph_file);
@@ -169,44 +155,19 @@ StackSpec stack_spec(const StackFlags& a) {
     ss << in.rdbuf();
     return {ss.str(), a.graph_file};
   }
-  std::ostringstream g;
-  g << "dpdk    net0  devargs=" << spec_quoted(a.port);
-  if (!a.port_opts.empty()) g << " " << a.port_opts;
-  g << "\n";
-  std::string link = "net0";
-  if (!a.capture.empty()) {
-    g << "capture cap0  below=net0 file=" << spec_quoted(a.capture) << " linktype=ether flush=off\n";
-    link = "cap0";
-  }
-  g << "eth     eth0  below=" << link;
-  if (a.mac) g << " mac=" << to_string(*a.mac);
-  g << "\n";
-  // A 65507-byte datagram is 45 fragments: let them all wait for one ARP reply.
-  g << "arp     arp0  below=eth0 pending=64\n";
-  g << "ipv4    ip0   below=eth0,arp0 addr=" << to_string(*a.ip);
-  if (a.gw) g << " gw=" << to_string(*a.gw);
-  g << "\n";
-  g << "icmp    icmp0 below=ip0\n";
-  g << "udp     udp0  below=ip0 csum=" << (a.csum ? "on" : "off") << "\n";
-  g << "tcp     tcp0  below=ip0 csum=" << (a.csum ? "on" : "off");
-  if (!a.tcp_opts.empty()) g << " " << a.tcp_opts;
-  g << "\n";
-  return {g.str(), "flags"};
+  SimpleGraph g;
+  g.port = a.port;
+  g.port_opts = a.port_opts;
+  g.ip = to_string(*a.ip);
+  if (a.gw) g.gw = to_string(*a.gw);
+  if (a.mac) g.mac = to_string(*a.mac);
+  g.tcp_opts = a.tcp_opts;
+  g.capture = a.capture;
+  g.csum = a.csum;
+  return {compose_graph(g), "flags"};
 }
 
-void register_all(Registry& registry) {
-  drivers::register_dpdk(registry);
-#ifdef XK_HAVE_CAPTURE
-  capture::register_capture(registry);
-#endif
-  fault::register_fault(registry);
-  eth::register_eth(registry);
-  arp::register_arp(registry);
-  ipv4::register_ipv4(registry);
-  icmp::register_icmp(registry);
-  udp::register_udp(registry);
-  tcp::register_tcp(registry);
-}
+void register_all(Registry& registry) { register_all_kinds(registry); }
 
 namespace {
 sigset_t stop_signals() {

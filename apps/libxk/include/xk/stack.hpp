@@ -1,0 +1,190 @@
+#pragma once
+// xk::Stack: one running stack -- a graph on an event loop, driven inline by
+// the callers or by a service thread of its own -- and the one door into it,
+// call(): run this on the stack's thread, give me the result. The C API
+// (xk/xk.h) is built on it; C++ programs may use it directly with the socket
+// classes of the protocols (TcpSocket, TcpListener, UdpSocket) inside call().
+//
+//   xk::StackConfig c;
+//   c.graph = "loopback lo0\nipv4 ip0 below=lo0 addr=192.0.2.1/24\ntcp tcp0 below=ip0\n";
+//   c.mode = xk::StackMode::service;
+//   auto stack = xk::Stack::create(c);
+//   auto listener = stack->call([&] { return stack->tcp()->listen({}, xk::Port{5001}); });
+//
+// Everything the stack owns (sockets included) is touched only inside call()
+// (or, in service mode, by tasks on its thread): the stack itself takes no
+// locks on its data path.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "xk/event_loop.hpp"
+#include "xk/graph.hpp"
+
+namespace xk {
+
+namespace tcp {
+class TcpProtocol;
+}
+namespace udp {
+class UdpProtocol;
+}
+
+enum class StackMode : std::uint8_t {
+  inline_calls,    // the calling thread runs the stack in every call
+  service_thread,  // a pthread runs the stack; calls are posted to it
+};
+
+struct StackConfig {
+  std::string graph;               // spec text (docs/graph-spec.md)
+  std::string source = "config";   // names the spec in error messages
+  StackMode mode = StackMode::inline_calls;
+  EventLoopConfig loop;            // idle policy (busy_poll / spin_then_sleep), spin
+  ThreadOptions thread;            // service mode: CPU pinning and name
+  std::chrono::milliseconds link_wait{5000};  // for a DPDK port named net0
+  std::string tcp = "tcp0";        // the instances the socket API uses (may be absent)
+  std::string udp = "udp0";
+};
+
+// The simple graph most programs want, for xk_stack_config and the apps:
+//   dpdk net0 devargs=PORT -> eth eth0 -> arp arp0 -> ipv4 ip0 addr=IP gw=GW
+//   -> icmp icmp0, udp udp0, tcp tcp0
+struct SimpleGraph {
+  std::string port;      // DPDK devargs
+  std::string port_opts; // extra dpdk options, "K=V .."
+  std::string ip;        // "A.B.C.D/N"
+  std::string gw;        // may be empty
+  std::string mac;       // may be empty
+  std::string tcp_opts;  // extra tcp options
+  std::string capture;   // a pcap file to write (a capture layer over the port), or empty
+  bool csum = true;
+};
+// Throws std::invalid_argument for a missing port or address (the graph's own
+// parser checks the rest).
+std::string compose_graph(const SimpleGraph& g);
+
+// Every kind this build has: dpdk (if built), capture (with libpcap), fault,
+// loopback, eth, arp, ipv4, icmp, udp, tcp.
+void register_all_kinds(Registry& registry);
+
+// A counter for one kind of wait: a waiter samples gen(), does its check, and
+// sleeps until gen() moves on (or a deadline); bump() moves it and wakes the
+// sleepers. The futex is touched only when someone sleeps.
+class WaitPoint {
+ public:
+  std::uint32_t gen() const noexcept { return gen_.load(std::memory_order_seq_cst); }
+  void bump() noexcept;
+  // Spin for `spin`, then sleep while gen() == seen. False at the deadline.
+  bool wait(std::uint32_t seen, std::optional<std::chrono::steady_clock::time_point> deadline,
+            std::chrono::nanoseconds spin) const noexcept;
+
+ private:
+  std::atomic<std::uint32_t> gen_{0};
+  mutable std::atomic<std::uint32_t> sleepers_{0};
+};
+
+class Stack {
+ public:
+  // Builds the graph, waits for the link, starts the service thread. Throws
+  // std::runtime_error (GraphError for a bad spec) saying what failed.
+  static std::unique_ptr<Stack> create(StackConfig config);
+  ~Stack();
+  Stack(const Stack&) = delete;
+  Stack& operator=(const Stack&) = delete;
+
+  StackMode mode() const noexcept { return config_.mode; }
+  const StackConfig& config() const noexcept { return config_; }
+  EventLoop& loop() noexcept { return loop_; }
+  Graph& graph() noexcept { return *graph_; }
+  tcp::TcpProtocol* tcp() const noexcept { return tcp_; }
+  udp::UdpProtocol* udp() const noexcept { return udp_; }
+
+  // Runs `f` on the stack's thread and returns what it returns (an exception
+  // it throws is thrown here). Inline: under the stack's lock, after a pass
+  // of the stack (so what arrived is seen) and before another (so what `f`
+  // queued leaves). Service: posted to the stack's thread, the caller spins
+  // and then sleeps until it is done; on the stack's own thread `f` runs at once.
+  template <class F>
+  std::invoke_result_t<F&> call(F&& f);
+
+  // Blocks until `ready` moves on from `seen` (or the deadline: false),
+  // running an inline stack meanwhile with its idle policy (and letting other
+  // callers in between passes).
+  bool wait(const WaitPoint& ready, std::uint32_t seen,
+            std::optional<std::chrono::steady_clock::time_point> deadline);
+
+  // Inline: one pass in the calling thread; service: 0.
+  std::size_t poll();
+
+ private:
+  explicit Stack(StackConfig config);
+  struct Completion;
+  void post_and_wait(void (*run)(void*), void* frame);
+
+  StackConfig config_;
+  Registry registry_;
+  EventLoop loop_;
+  std::optional<Graph> graph_;
+  tcp::TcpProtocol* tcp_ = nullptr;
+  udp::UdpProtocol* udp_ = nullptr;
+  // Inline mode: one caller runs the stack at a time. A caller that finds it
+  // taken wakes the holder (which may be asleep in the loop, waiting for the
+  // network on behalf of a blocked call) and counts itself in `contenders_`,
+  // so a blocked caller that drives the stack lets it go between passes.
+  void lock_inline();
+  std::mutex inline_mu_;
+  std::atomic<int> contenders_{0};
+};
+
+template <class F>
+std::invoke_result_t<F&> Stack::call(F&& f) {
+  using R = std::invoke_result_t<F&>;
+  if (config_.mode == StackMode::inline_calls) {
+    lock_inline();
+    std::lock_guard<std::mutex> lock(inline_mu_, std::adopt_lock);
+    loop_.run_once();
+    if constexpr (std::is_void_v<R>) {
+      f();
+      loop_.run_once();
+    } else {
+      R r = f();
+      loop_.run_once();
+      return r;
+    }
+  } else if (loop_.in_loop_thread()) {
+    return f();
+  } else {
+    struct Frame {
+      F* fn;
+      std::optional<std::conditional_t<std::is_void_v<R>, char, R>> out;
+      std::exception_ptr error;
+    } frame{&f, std::nullopt, nullptr};
+    post_and_wait(
+        [](void* p) {
+          auto* fr = static_cast<Frame*>(p);
+          try {
+            if constexpr (std::is_void_v<R>) {
+              (*fr->fn)();
+              fr->out.emplace('\0');
+            } else {
+              fr->out.emplace((*fr->fn)());
+            }
+          } catch (...) {
+            fr->error = std::current_exception();
+          }
+        },
+        &frame);
+    if (frame.error) std::rethrow_exception(frame.error);
+    if constexpr (!std::is_void_v<R>) return std::move(*frame.out);
+  }
+}
+
+}  // namespace xk

@@ -1,0 +1,165 @@
+#ifndef XK_XK_H
+#define XK_XK_H
+/*
+ * libxk: the C API of xk, with POSIX semantics.
+ *
+ * A program makes one or more stacks (xk_stack_create), then uses sockets on
+ * them much as it would kernel sockets: the calls are named and behave like
+ * their POSIX namesakes (xk_connect ~ connect(2)), return -1 and set errno on
+ * failure, block unless the socket is non-blocking (SOCK_NONBLOCK, O_NONBLOCK,
+ * MSG_DONTWAIT), and take the system's own structures and constants
+ * (struct sockaddr_in, struct iovec, struct pollfd, struct epoll_event,
+ * SOL_SOCKET/SO_*, IPPROTO_TCP/TCP_NODELAY, EPOLLIN, POLLIN, ...). That is what
+ * lets an LD_PRELOAD shim map real sockets onto these calls one to one.
+ *
+ * Descriptors are small integers of xk's own, process-wide, distinct from the
+ * kernel's: an xk descriptor means nothing to read(2) and a kernel one nothing
+ * to xk_read. A socket belongs to the stack it was made on; an xk epoll
+ * instance watches sockets of one stack.
+ *
+ * Differences from the kernel worth knowing (docs/api.md has them all):
+ *   - AF_INET only; SOCK_STREAM (TCP) and SOCK_DGRAM (UDP).
+ *   - No signals: a write on a connection that is gone fails with EPIPE and
+ *     never raises SIGPIPE (as if MSG_NOSIGNAL were always given).
+ *   - Inline stacks run in the calling thread: nothing happens on the network
+ *     between calls. A program that does not call in for a while should call
+ *     xk_stack_poll() (or wait in xk_epoll_wait/xk_poll, which run the stack).
+ *
+ * Thread safety: every call may be made from any thread. On a service-thread
+ * stack, calls from many threads proceed concurrently; on an inline stack they
+ * take turns (one lock per stack) and a blocked call holds the stack, so
+ * programs with several threads that block independently want service mode.
+ */
+
+#include <poll.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define XK_VERSION_MAJOR 0
+#define XK_VERSION_MINOR 1
+
+typedef struct xk_stack xk_stack;
+
+/* How a stack runs (see the header comment). */
+enum xk_mode {
+  XK_MODE_INLINE = 0,  /* the calling thread runs the stack in every call: lowest latency */
+  XK_MODE_SERVICE = 1, /* a thread of the stack's own runs it; calls hand work over rings */
+};
+
+/* What a stack does when it has nothing to do. */
+enum xk_idle {
+  XK_IDLE_SPIN_THEN_SLEEP = 0, /* poll for spin_us after the last work, then sleep */
+  XK_IDLE_BUSY_POLL = 1,       /* never sleep: lowest latency, one core at 100 % */
+};
+
+struct xk_stack_config {
+  /* The graph spec (docs/graph-spec.md) as text. NULL: composed from the
+   * fields below: dpdk (port) -> eth -> arp -> ipv4 (ip, gw) -> icmp, udp, tcp. */
+  const char* graph;
+  const char* port;     /* DPDK devargs, e.g. "net_memif0,role=client,socket=/run/x.sock" */
+  const char* ip;       /* "A.B.C.D/N" */
+  const char* gw;       /* "A.B.C.D" or NULL */
+  const char* mac;      /* "aa:bb:cc:dd:ee:ff" or NULL: the port's own */
+  const char* tcp_opts; /* extra tcp options of the graph, "wscale=14 cc=newreno", or NULL */
+  int csum;             /* 1: TCP and UDP checksums on (default); 0: off end to end */
+  int mode;             /* enum xk_mode */
+  int idle;             /* enum xk_idle */
+  unsigned spin_us;     /* spin before sleeping (default 50) */
+  int cpu;              /* service mode: pin the stack's thread to this CPU; -1: no */
+  unsigned link_wait_ms; /* wait this long for the port's link at creation (default 5000) */
+};
+
+/* Defaults: graph NULL, csum 1, inline, spin-then-sleep 50 us, cpu -1, 5 s. */
+void xk_stack_config_init(struct xk_stack_config* config);
+
+/* Builds and starts a stack. NULL config: from the environment -- XK_GRAPH (a
+ * file holding a graph spec), or XK_PORT, XK_IP, XK_GW, XK_MAC, XK_TCP_OPTS,
+ * XK_CSUM (on|off); XK_MODE (inline|service), XK_IDLE (spin|busy),
+ * XK_SPIN_US, XK_CPU. On failure returns NULL with errno set (EINVAL for a bad
+ * configuration, EIO when the port or its link cannot be brought up) and
+ * xk_last_error() saying what went wrong. */
+xk_stack* xk_stack_create(const struct xk_stack_config* config);
+/* Closes every descriptor of the stack (connections are reset) and frees it. */
+void xk_stack_destroy(xk_stack* stack);
+/* Inline stacks: one pass of the stack (receive, timers, transmit) in the
+ * calling thread; returns the work done. Service stacks: returns 0. */
+int xk_stack_poll(xk_stack* stack);
+/* The message of the calling thread's last failed xk call ("" if none). */
+const char* xk_last_error(void);
+
+/* Sockets: AF_INET; SOCK_STREAM or SOCK_DGRAM, optionally | SOCK_NONBLOCK
+ * (| SOCK_CLOEXEC is accepted and ignored); protocol 0 or the matching
+ * IPPROTO_TCP / IPPROTO_UDP. */
+int xk_socket(xk_stack* stack, int domain, int type, int protocol);
+int xk_bind(int fd, const struct sockaddr* addr, socklen_t len);
+int xk_listen(int fd, int backlog);
+int xk_accept(int fd, struct sockaddr* addr, socklen_t* len);
+int xk_accept4(int fd, struct sockaddr* addr, socklen_t* len, int flags);
+/* Non-blocking: -1/EINPROGRESS, then writable when connected (or failed:
+ * SO_ERROR tells). Blocking: waits for the handshake. */
+int xk_connect(int fd, const struct sockaddr* addr, socklen_t len);
+ssize_t xk_read(int fd, void* buf, size_t len);
+ssize_t xk_write(int fd, const void* buf, size_t len);
+ssize_t xk_readv(int fd, const struct iovec* iov, int iovcnt);
+ssize_t xk_writev(int fd, const struct iovec* iov, int iovcnt);
+/* flags: MSG_DONTWAIT, MSG_WAITALL (stream receive), MSG_NOSIGNAL (always). */
+ssize_t xk_recv(int fd, void* buf, size_t len, int flags);
+ssize_t xk_send(int fd, const void* buf, size_t len, int flags);
+ssize_t xk_recvfrom(int fd, void* buf, size_t len, int flags, struct sockaddr* from, socklen_t* fromlen);
+ssize_t xk_sendto(int fd, const void* buf, size_t len, int flags, const struct sockaddr* to, socklen_t tolen);
+int xk_shutdown(int fd, int how);
+/* Graceful close (FIN after the queued data; SO_LINGER as in socket(7)). */
+int xk_close(int fd);
+
+/* SOL_SOCKET: SO_RCVBUF, SO_SNDBUF, SO_KEEPALIVE, SO_LINGER, SO_REUSEADDR,
+ * SO_RCVTIMEO, SO_SNDTIMEO, SO_ERROR and SO_TYPE (get only), SO_ACCEPTCONN
+ * (get only). IPPROTO_TCP: TCP_NODELAY, TCP_CORK, TCP_MAXSEG (get only),
+ * XK_TCP_CHECKSUM. Anything else: ENOPROTOOPT. */
+int xk_setsockopt(int fd, int level, int name, const void* value, socklen_t len);
+int xk_getsockopt(int fd, int level, int name, void* value, socklen_t* len);
+int xk_getsockname(int fd, struct sockaddr* addr, socklen_t* len);
+int xk_getpeername(int fd, struct sockaddr* addr, socklen_t* len);
+/* F_GETFL, F_SETFL (O_NONBLOCK), F_GETFD/F_SETFD (accepted, no effect). */
+int xk_fcntl(int fd, int cmd, ...);
+
+/* IPPROTO_TCP option of xk's own: checksums of this connection. An int:
+ * 0 off, 1 compute on send only, 2 verify on receive only, 3 both. Off means
+ * off end to end: both sides must agree. Default: the stack's csum. */
+#define XK_TCP_CHECKSUM 0x7801
+
+/* Readiness, like epoll(7): level-triggered by default, EPOLLET and
+ * EPOLLONESHOT as there; EPOLLIN, EPOLLOUT, EPOLLRDHUP, EPOLLERR, EPOLLHUP.
+ * Waiting in xk_epoll_wait runs an inline stack; a service stack's thread
+ * wakes the waiter. */
+int xk_epoll_create1(int flags);
+int xk_epoll_ctl(int epfd, int op, int fd, struct epoll_event* event);
+int xk_epoll_wait(int epfd, struct epoll_event* events, int maxevents, int timeout_ms);
+/* Like poll(2), for xk descriptors of one stack. */
+int xk_poll(struct pollfd* fds, nfds_t nfds, int timeout_ms);
+
+/* TCP_INFO-like statistics of a connection. */
+struct xk_tcp_info {
+  uint8_t state; /* RFC 9293 order: 0 CLOSED, 1 LISTEN, 2 SYN-SENT, ... 10 TIME-WAIT */
+  uint8_t snd_wscale, rcv_wscale, sack, timestamps;
+  uint16_t mss;
+  uint32_t srtt_us, rttvar_us, rto_us;
+  uint32_t cwnd, ssthresh, snd_wnd, rcv_wnd;
+  uint64_t bytes_sent, bytes_acked, bytes_received;
+  uint64_t segs_out, segs_in, retransmits, rto_expiries, fast_retransmits;
+  uint64_t sack_blocks_in, sack_blocks_out, dup_acks_in, ooo_segments;
+};
+int xk_get_tcp_info(int fd, struct xk_tcp_info* info);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XK_XK_H */

@@ -1,0 +1,277 @@
+// xk::Stack: building a stack, and the two ways of running it (xk/stack.hpp).
+
+#include "xk/stack.hpp"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <ctime>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "xk/drivers/loopback.hpp"
+#include "xk/protocols/arp.hpp"
+#include "xk/protocols/eth.hpp"
+#include "xk/protocols/fault.hpp"
+#include "xk/protocols/icmp.hpp"
+#include "xk/protocols/ipv4.hpp"
+#include "xk/protocols/tcp.hpp"
+#include "xk/protocols/udp.hpp"
+#ifdef XK_HAVE_DPDK
+#include "xk/drivers/dpdk.hpp"
+#endif
+#ifdef XK_HAVE_CAPTURE
+#include "xk/protocols/capture.hpp"
+#endif
+
+namespace xk {
+
+namespace {
+
+std::string spec_quoted(std::string_view v) {
+  std::string out = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  out += '"';
+  return out;
+}
+
+void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected, const timespec* timeout) noexcept {
+  // The kernel compares the word with `expected` under its own lock: a wake
+  // between our check and the sleep is not lost.
+  (void)syscall(SYS_futex, reinterpret_cast<const std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, timeout,
+                nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<std::uint32_t>& word) noexcept {
+  (void)syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr,
+                0);
+}
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+std::string compose_graph(const SimpleGraph& g) {
+  if (g.port.empty()) throw std::invalid_argument("no port: give the DPDK devargs of the port (or a whole graph)");
+  if (g.ip.empty()) throw std::invalid_argument("no address: give the stack's A.B.C.D/N (or a whole graph)");
+  std::ostringstream s;
+  s << "dpdk    net0  devargs=" << spec_quoted(g.port);
+  if (!g.port_opts.empty()) s << " " << g.port_opts;
+  s << "\n";
+  std::string link = "net0";
+  if (!g.capture.empty()) {
+    s << "capture cap0  below=net0 file=" << spec_quoted(g.capture) << " linktype=ether flush=off\n";
+    link = "cap0";
+  }
+  s << "eth     eth0  below=" << link;
+  if (!g.mac.empty()) s << " mac=" << g.mac;
+  s << "\n";
+  // A 65507-byte datagram is 45 fragments: let them all wait for one ARP reply.
+  s << "arp     arp0  below=eth0 pending=64\n";
+  s << "ipv4    ip0   below=eth0,arp0 addr=" << g.ip;
+  if (!g.gw.empty()) s << " gw=" << g.gw;
+  s << "\n";
+  s << "icmp    icmp0 below=ip0\n";
+  s << "udp     udp0  below=ip0 csum=" << (g.csum ? "on" : "off") << "\n";
+  s << "tcp     tcp0  below=ip0 csum=" << (g.csum ? "on" : "off");
+  if (!g.tcp_opts.empty()) s << " " << g.tcp_opts;
+  s << "\n";
+  return s.str();
+}
+
+void register_all_kinds(Registry& registry) {
+#ifdef XK_HAVE_DPDK
+  drivers::register_dpdk(registry);
+#endif
+#ifdef XK_HAVE_CAPTURE
+  capture::register_capture(registry);
+#endif
+  drivers::register_loopback(registry);
+  fault::register_fault(registry);
+  eth::register_eth(registry);
+  arp::register_arp(registry);
+  ipv4::register_ipv4(registry);
+  icmp::register_icmp(registry);
+  udp::register_udp(registry);
+  tcp::register_tcp(registry);
+}
+
+// ---- WaitPoint ----------------------------------------------------------------
+
+void WaitPoint::bump() noexcept {
+  gen_.fetch_add(1, std::memory_order_seq_cst);
+  // Pairs with the sleeper's increment of sleepers_ before its last look at
+  // gen_: either it sees the new gen_, or we see it counted and wake it.
+  if (sleepers_.load(std::memory_order_seq_cst) != 0) futex_wake_all(gen_);
+}
+
+bool WaitPoint::wait(std::uint32_t seen, std::optional<std::chrono::steady_clock::time_point> deadline,
+                     std::chrono::nanoseconds spin) const noexcept {
+  using clock = std::chrono::steady_clock;
+  const auto spin_until = clock::now() + spin;
+  while (gen_.load(std::memory_order_acquire) == seen) {
+    auto now = clock::now();
+    if (deadline && now >= *deadline) return false;
+    if (now < spin_until) {
+      cpu_relax();
+      continue;
+    }
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    if (gen_.load(std::memory_order_seq_cst) == seen) {
+      if (deadline) {
+        auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(*deadline - now);
+        timespec ts{static_cast<time_t>(left.count() / 1'000'000'000), static_cast<long>(left.count() % 1'000'000'000)};
+        futex_wait(gen_, seen, &ts);
+      } else {
+        futex_wait(gen_, seen, nullptr);
+      }
+    }
+    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  return true;
+}
+
+// ---- Stack ----------------------------------------------------------------------
+
+Stack::Stack(StackConfig config) : config_(std::move(config)), loop_(config_.loop) {}
+
+std::unique_ptr<Stack> Stack::create(StackConfig config) {
+  if (config.loop.name == "loop") config.loop.name = "stack";
+  std::unique_ptr<Stack> s(new Stack(std::move(config)));
+  register_all_kinds(s->registry_);
+  s->graph_.emplace(Graph::build(s->config_.graph, s->registry_, &s->loop_, s->config_.source));
+  s->tcp_ = s->graph_->find_as<tcp::TcpProtocol>(s->config_.tcp);
+  s->udp_ = s->graph_->find_as<udp::UdpProtocol>(s->config_.udp);
+#ifdef XK_HAVE_DPDK
+  if (auto* net = s->graph_->find_as<drivers::DpdkDriver>("net0")) {
+    // A memif peer connects through DPDK's interrupt thread; keep the stack
+    // running meanwhile so whatever arrives is handled as usual.
+    auto deadline = std::chrono::steady_clock::now() + s->config_.link_wait;
+    while (!net->link().up) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        throw std::runtime_error("the link of port net0 stayed down for " +
+                                 std::to_string(s->config_.link_wait.count()) + " ms");
+      }
+      for (int i = 0; i < 100; ++i) s->loop_.run_once();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+#endif
+  if (s->config_.mode == StackMode::service_thread) s->loop_.start_thread(s->config_.thread);
+  return s;
+}
+
+Stack::~Stack() {
+  if (config_.mode == StackMode::service_thread) {
+    loop_.stop();
+    loop_.join();
+  }
+  graph_.reset();  // protocols go before the loop they registered with
+}
+
+struct Stack::Completion {
+  // 0: running, 1: done, 2: the caller sleeps on the futex.
+  std::atomic<std::uint32_t> state{0};
+};
+
+void Stack::post_and_wait(void (*run)(void*), void* frame) {
+  Completion done;
+  loop_.post([run, frame, &done]() noexcept {
+    run(frame);
+    if (done.state.exchange(1, std::memory_order_acq_rel) == 2) futex_wake_all(done.state);
+  });
+  // A round trip to a polling stack takes about a microsecond: spin that
+  // long and more before paying for a sleep and a wake-up.
+  using clock = std::chrono::steady_clock;
+  const auto spin_until = clock::now() + config_.loop.spin;
+  for (;;) {
+    if (done.state.load(std::memory_order_acquire) == 1) return;
+    if (clock::now() < spin_until) {
+      cpu_relax();
+      continue;
+    }
+    std::uint32_t expected = 0;
+    if (done.state.compare_exchange_strong(expected, 2, std::memory_order_acq_rel)) {
+      while (done.state.load(std::memory_order_acquire) == 2) futex_wait(done.state, 2, nullptr);
+    }
+    // The exchange on the stack's side is the last touch of `done`.
+    if (done.state.load(std::memory_order_acquire) == 1) return;
+  }
+}
+
+void Stack::lock_inline() {
+  if (inline_mu_.try_lock()) return;
+  contenders_.fetch_add(1, std::memory_order_seq_cst);  // before the wake-up: see Stack::wait
+  loop_.wake();
+  inline_mu_.lock();
+  contenders_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+bool Stack::wait(const WaitPoint& ready, std::uint32_t seen,
+                 std::optional<std::chrono::steady_clock::time_point> deadline) {
+  if (config_.mode == StackMode::service_thread) {
+    return ready.wait(seen, deadline, config_.loop.spin);
+  }
+  // Inline: this thread drives the stack until `ready` moves, one pass at a
+  // time under the lock, so other callers get their turn in between.
+  using clock = std::chrono::steady_clock;
+  std::optional<clock::time_point> idle_since;
+  for (;;) {
+    std::size_t work;
+    {
+      lock_inline();
+      std::lock_guard<std::mutex> lock(inline_mu_, std::adopt_lock);
+      work = loop_.run_once();
+    }
+    if (ready.gen() != seen) return true;
+    auto now = clock::now();
+    if (deadline && now >= *deadline) return false;
+    // Another caller is waiting for the lock: let it have its turn (the mutex
+    // is not fair, and this thread would take it straight back).
+    for (int i = 0; i < 64 && contenders_.load(std::memory_order_relaxed) != 0; ++i) std::this_thread::yield();
+    if (work != 0) {
+      idle_since.reset();
+      continue;
+    }
+    if (config_.loop.idle == IdleMode::busy_poll) {
+      cpu_relax();
+      continue;
+    }
+    if (!idle_since) idle_since = now;
+    if (now - *idle_since < config_.loop.spin) {
+      cpu_relax();
+      continue;
+    }
+    // Sleep in the loop until the network, a timer or another caller (who
+    // wakes us in lock_inline) has something.
+    std::optional<Duration> max;
+    if (deadline) max = std::chrono::duration_cast<Duration>(*deadline - now);
+    {
+      lock_inline();
+      std::lock_guard<std::mutex> lock(inline_mu_, std::adopt_lock);
+      // Not while another caller waits for the lock: its wake-up may have
+      // been spent on an earlier sleep, and it would wait for this one.
+      if (ready.gen() == seen && contenders_.load(std::memory_order_seq_cst) == 0) loop_.wait(max);
+    }
+    idle_since.reset();
+  }
+}
+
+std::size_t Stack::poll() {
+  if (config_.mode == StackMode::service_thread) return 0;
+  lock_inline();
+  std::lock_guard<std::mutex> lock(inline_mu_, std::adopt_lock);
+  return loop_.run_once();
+}
+
+}  // namespace xk

@@ -1,0 +1,705 @@
+// The C API (apps/libxk, xk/xk.h) on a real stack: loopback driver -> ipv4
+// -> tcp, udp, the stack talking to its own address. Every test runs in both
+// modes: inline (the calling threads run the stack) and service (a thread of
+// the stack's own).
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "xk/xk.h"
+
+namespace {
+
+constexpr const char* kGraph =
+    "loopback lo0 mtu=9000\n"
+    "ipv4     ip0  below=lo0 addr=192.0.2.1/24\n"
+    "udp      udp0 below=ip0\n"
+    "tcp      tcp0 below=ip0 rto_min_ms=20 rto_initial_ms=100 delack_ms=1 msl_ms=100\n";
+
+sockaddr_in addr(const char* ip, std::uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, ip, &a.sin_addr);
+  return a;
+}
+const sockaddr* sa(const sockaddr_in& a) { return reinterpret_cast<const sockaddr*>(&a); }
+
+std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
+  std::vector<unsigned char> v(n);
+  std::uint32_t x = seed * 2654435761u + 1;
+  for (auto& b : v) {
+    x = x * 1664525u + 1013904223u;
+    b = static_cast<unsigned char>(x >> 24);
+  }
+  return v;
+}
+
+class CApi : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    xk_stack_config c;
+    xk_stack_config_init(&c);
+    c.graph = kGraph;
+    c.mode = GetParam();
+    c.spin_us = 20;
+    stack_ = xk_stack_create(&c);
+    ASSERT_NE(stack_, nullptr) << xk_last_error();
+  }
+  void TearDown() override { xk_stack_destroy(stack_); }
+
+  int tcp(int flags = 0) {
+    int fd = xk_socket(stack_, AF_INET, SOCK_STREAM | flags, 0);
+    EXPECT_GE(fd, 0) << xk_last_error();
+    return fd;
+  }
+  int listener(std::uint16_t port, int backlog = 16) {
+    int fd = tcp();
+    sockaddr_in a = addr("192.0.2.1", port);
+    EXPECT_EQ(xk_bind(fd, sa(a), sizeof a), 0) << xk_last_error();
+    EXPECT_EQ(xk_listen(fd, backlog), 0) << xk_last_error();
+    return fd;
+  }
+  // A connected pair through a non-blocking connect and epoll (works in both
+  // modes from one thread).
+  std::pair<int, int> pair(std::uint16_t port) {
+    int l = listener(port);
+    int c = tcp(SOCK_NONBLOCK);
+    sockaddr_in a = addr("192.0.2.1", port);
+    EXPECT_EQ(xk_connect(c, sa(a), sizeof a), -1);
+    EXPECT_EQ(errno, EINPROGRESS);
+    int ep = xk_epoll_create1(0);
+    epoll_event e{};
+    e.events = EPOLLIN;
+    e.data.fd = l;
+    EXPECT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_ADD, l, &e), 0) << xk_last_error();
+    e.events = EPOLLOUT;
+    e.data.fd = c;
+    EXPECT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_ADD, c, &e), 0) << xk_last_error();
+    bool writable = false, acceptable = false;
+    for (int i = 0; i < 100 && !(writable && acceptable); ++i) {
+      epoll_event out[4];
+      int n = xk_epoll_wait(ep, out, 4, 100);
+      for (int k = 0; k < n; ++k) {
+        if (out[k].data.fd == c && (out[k].events & EPOLLOUT)) writable = true;
+        if (out[k].data.fd == l && (out[k].events & EPOLLIN)) acceptable = true;
+      }
+    }
+    EXPECT_TRUE(writable && acceptable);
+    int s = xk_accept4(l, nullptr, nullptr, SOCK_NONBLOCK);
+    EXPECT_GE(s, 0) << xk_last_error();
+    int err = -1;
+    socklen_t len = sizeof err;
+    EXPECT_EQ(xk_getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &len), 0);
+    EXPECT_EQ(err, 0);
+    xk_close(ep);
+    xk_close(l);
+    return {c, s};
+  }
+
+  xk_stack* stack_ = nullptr;
+};
+
+// Moves `data` from `from` to `to` with non-blocking calls and epoll, one
+// thread; returns what arrived once `from` shut down its side.
+std::vector<unsigned char> pump(int from, int to, const std::vector<unsigned char>& data) {
+  int ep = xk_epoll_create1(0);
+  epoll_event e{};
+  e.events = EPOLLOUT;
+  e.data.fd = from;
+  EXPECT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_ADD, from, &e), 0);
+  e.events = EPOLLIN | EPOLLRDHUP;
+  e.data.fd = to;
+  EXPECT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_ADD, to, &e), 0);
+  std::vector<unsigned char> got;
+  std::vector<unsigned char> buf(65536);
+  std::size_t sent = 0;
+  bool eof = false, shut = false;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!eof && std::chrono::steady_clock::now() < deadline) {
+    epoll_event out[2];
+    int n = xk_epoll_wait(ep, out, 2, 100);
+    EXPECT_GE(n, 0) << xk_last_error();
+    for (int k = 0; k < n; ++k) {
+      if (out[k].data.fd == from && sent < data.size()) {
+        ssize_t w = xk_write(from, data.data() + sent, std::min<std::size_t>(data.size() - sent, 100000));
+        if (w > 0) sent += static_cast<std::size_t>(w);
+        if (w < 0) {
+          EXPECT_EQ(errno, EAGAIN);
+        }
+      }
+      if (out[k].data.fd == to) {
+        for (;;) {
+          ssize_t r = xk_read(to, buf.data(), buf.size());
+          if (r > 0) {
+            got.insert(got.end(), buf.begin(), buf.begin() + r);
+            continue;
+          }
+          if (r == 0) eof = true;
+          if (r < 0) {
+            EXPECT_EQ(errno, EAGAIN) << xk_last_error();
+          }
+          break;
+        }
+      }
+    }
+    if (sent == data.size() && !shut) {
+      EXPECT_EQ(xk_shutdown(from, SHUT_WR), 0) << xk_last_error();
+      e.events = 0;
+      e.data.fd = from;
+      EXPECT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_MOD, from, &e), 0);
+      shut = true;
+    }
+  }
+  xk_close(ep);
+  EXPECT_TRUE(eof) << "no end of stream after " << got.size() << " bytes";
+  return got;
+}
+
+TEST(CApiStack, BadGraphIsEinvalWithTheLine) {
+  xk_stack_config c;
+  xk_stack_config_init(&c);
+  c.graph = "loopback lo0\nipv4 ip0 below=nothere addr=192.0.2.1/24\n";
+  errno = 0;
+  EXPECT_EQ(xk_stack_create(&c), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_NE(std::string(xk_last_error()).find("config:2"), std::string::npos) << xk_last_error();
+}
+
+TEST(CApiStack, EnvironmentWithoutAPortIsEinval) {
+  ::unsetenv("XK_GRAPH");
+  ::unsetenv("XK_PORT");
+  ::setenv("XK_IP", "192.0.2.1/24", 1);
+  errno = 0;
+  EXPECT_EQ(xk_stack_create(nullptr), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_NE(std::string(xk_last_error()).find("no port"), std::string::npos) << xk_last_error();
+  ::setenv("XK_MODE", "sideways", 1);
+  EXPECT_EQ(xk_stack_create(nullptr), nullptr);
+  EXPECT_NE(std::string(xk_last_error()).find("XK_MODE"), std::string::npos) << xk_last_error();
+  ::unsetenv("XK_MODE");
+  ::unsetenv("XK_IP");
+}
+
+TEST(CApiStack, BadDescriptorsAndArguments) {
+  char b[4];
+  EXPECT_EQ(xk_read(12345, b, 4), -1);
+  EXPECT_EQ(errno, EBADF);
+  EXPECT_EQ(xk_close(-1), -1);
+  EXPECT_EQ(errno, EBADF);
+  EXPECT_EQ(xk_socket(nullptr, AF_INET, SOCK_STREAM, 0), -1);
+  EXPECT_EQ(errno, EINVAL);
+  int ep = xk_epoll_create1(0);
+  ASSERT_GE(ep, 0);
+  EXPECT_EQ(xk_read(ep, b, 4), -1);
+  EXPECT_EQ(errno, ENOTSOCK);
+  epoll_event out[1];
+  EXPECT_EQ(xk_epoll_wait(ep, out, 0, 0), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(xk_epoll_wait(ep, out, 1, 10), 0);  // nothing watched: times out
+  EXPECT_EQ(xk_close(ep), 0);
+}
+
+TEST_P(CApi, SocketArgumentsAreChecked) {
+  EXPECT_EQ(xk_socket(stack_, AF_INET6, SOCK_STREAM, 0), -1);
+  EXPECT_EQ(errno, EAFNOSUPPORT);
+  EXPECT_EQ(xk_socket(stack_, AF_INET, SOCK_RAW, 0), -1);
+  EXPECT_EQ(errno, ESOCKTNOSUPPORT);
+  EXPECT_EQ(xk_socket(stack_, AF_INET, SOCK_STREAM, IPPROTO_UDP), -1);
+  EXPECT_EQ(errno, EPROTONOSUPPORT);
+  int fd = tcp();
+  char b[4];
+  EXPECT_EQ(xk_read(fd, b, 4), -1);
+  EXPECT_EQ(errno, ENOTCONN);
+  EXPECT_EQ(xk_write(fd, b, 4), -1);
+  EXPECT_EQ(errno, ENOTCONN);
+  sockaddr_in6 six{};
+  six.sin6_family = AF_INET6;
+  EXPECT_EQ(xk_connect(fd, reinterpret_cast<sockaddr*>(&six), sizeof six), -1);
+  EXPECT_EQ(errno, EAFNOSUPPORT);
+  EXPECT_EQ(xk_setsockopt(fd, SOL_SOCKET, SO_BROADCAST + 1000, b, 4), -1);
+  EXPECT_EQ(errno, ENOPROTOOPT);
+  int type = 0;
+  socklen_t len = sizeof type;
+  EXPECT_EQ(xk_getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len), 0);
+  EXPECT_EQ(type, SOCK_STREAM);
+  EXPECT_EQ(xk_fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+  EXPECT_EQ(xk_fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+  EXPECT_NE(xk_fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+  EXPECT_EQ(xk_close(fd), 0);
+  EXPECT_EQ(xk_close(fd), -1);
+  EXPECT_EQ(errno, EBADF);
+}
+
+TEST_P(CApi, StreamThroughEpollArrivesIntactAndEnds) {
+  auto [c, s] = pair(5001);
+  auto data = pattern(3 << 20, 1);
+  EXPECT_EQ(pump(c, s, data), data);
+  // And back the other way on the same connection (half-close kept it open).
+  auto back = pattern(200000, 2);
+  EXPECT_EQ(pump(s, c, back), back);
+  EXPECT_EQ(xk_close(c), 0);
+  EXPECT_EQ(xk_close(s), 0);
+}
+
+TEST_P(CApi, NamesOfBothEnds) {
+  auto [c, s] = pair(5002);
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  ASSERT_EQ(xk_getsockname(s, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  EXPECT_EQ(ntohs(a.sin_port), 5002);
+  std::uint16_t server_port = ntohs(a.sin_port);
+  ASSERT_EQ(xk_getpeername(c, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  EXPECT_EQ(ntohs(a.sin_port), server_port);
+  ASSERT_EQ(xk_getsockname(c, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  std::uint16_t client_port = ntohs(a.sin_port);
+  EXPECT_GE(client_port, 49152);
+  ASSERT_EQ(xk_getpeername(s, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  EXPECT_EQ(ntohs(a.sin_port), client_port);
+  EXPECT_EQ(a.sin_addr.s_addr, htonl(0xC0000201));
+  xk_tcp_info info{};
+  ASSERT_EQ(xk_get_tcp_info(c, &info), 0);
+  EXPECT_EQ(info.state, 4);  // ESTABLISHED
+  EXPECT_TRUE(info.sack && info.timestamps);
+  EXPECT_GT(info.mss, 1000);
+  xk_close(c);
+  xk_close(s);
+}
+
+TEST_P(CApi, BlockingCallsAcrossThreads) {
+  int l = listener(5003);
+  auto data = pattern(2 << 20, 3);
+  std::vector<unsigned char> got;
+  std::thread server([&] {
+    sockaddr_in peer{};
+    socklen_t len = sizeof peer;
+    int s = xk_accept(l, reinterpret_cast<sockaddr*>(&peer), &len);
+    ASSERT_GE(s, 0) << xk_last_error();
+    EXPECT_EQ(len, sizeof peer);
+    std::vector<unsigned char> buf(100000);
+    for (;;) {
+      ssize_t r = xk_read(s, buf.data(), buf.size());
+      ASSERT_GE(r, 0) << xk_last_error();
+      if (r == 0) break;
+      got.insert(got.end(), buf.begin(), buf.begin() + r);
+    }
+    const char bye[] = "bye";
+    EXPECT_EQ(xk_write(s, bye, 3), 3);
+    EXPECT_EQ(xk_close(s), 0);
+  });
+  int c = tcp();
+  sockaddr_in a = addr("192.0.2.1", 5003);
+  ASSERT_EQ(xk_connect(c, sa(a), sizeof a), 0) << xk_last_error();
+  // writev: a blocking write takes everything, in pieces the iovecs give.
+  iovec iov[3] = {{data.data(), 1}, {data.data() + 1, 1000}, {data.data() + 1001, data.size() - 1001}};
+  EXPECT_EQ(xk_writev(c, iov, 3), static_cast<ssize_t>(data.size())) << xk_last_error();
+  EXPECT_EQ(xk_shutdown(c, SHUT_WR), 0);
+  EXPECT_EQ(xk_write(c, "x", 1), -1);
+  EXPECT_EQ(errno, EPIPE);
+  char reply[8] = {};
+  EXPECT_EQ(xk_recv(c, reply, sizeof reply, MSG_WAITALL), 3);  // 3 then end of stream
+  EXPECT_STREQ(reply, "bye");
+  server.join();
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(xk_close(c), 0);
+  EXPECT_EQ(xk_close(l), 0);
+}
+
+TEST_P(CApi, ReadvFillsBuffersInOrder) {
+  auto [c, s] = pair(5004);
+  const char msg[] = "abcdefghij";
+  ASSERT_EQ(xk_write(c, msg, 10), 10);
+  char a[3], b[7];
+  iovec iov[2] = {{a, 3}, {b, 7}};
+  ssize_t n = 0;
+  for (int i = 0; i < 1000 && n <= 0; ++i) {
+    n = xk_readv(s, iov, 2);
+    if (n < 0) {
+      ASSERT_EQ(errno, EAGAIN);
+      xk_stack_poll(stack_);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  ASSERT_EQ(n, 10);
+  EXPECT_EQ(std::string(a, 3), "abc");
+  EXPECT_EQ(std::string(b, 7), "defghij");
+  xk_close(c);
+  xk_close(s);
+}
+
+TEST_P(CApi, ConnectToNobodyIsRefused) {
+  int c = tcp();
+  sockaddr_in a = addr("192.0.2.1", 5999);
+  EXPECT_EQ(xk_connect(c, sa(a), sizeof a), -1);
+  EXPECT_EQ(errno, ECONNREFUSED) << xk_last_error();
+  xk_close(c);
+  // Non-blocking: EINPROGRESS, then SO_ERROR says why.
+  c = tcp(SOCK_NONBLOCK);
+  EXPECT_EQ(xk_connect(c, sa(a), sizeof a), -1);
+  EXPECT_EQ(errno, EINPROGRESS);
+  pollfd p{c, POLLOUT, 0};
+  EXPECT_EQ(xk_poll(&p, 1, 2000), 1);
+  EXPECT_NE(p.revents & (POLLERR | POLLHUP), 0);
+  int err = 0;
+  socklen_t len = sizeof err;
+  EXPECT_EQ(xk_getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &len), 0);
+  EXPECT_EQ(err, ECONNREFUSED);
+  xk_close(c);
+}
+
+TEST_P(CApi, PortsInUseAndReuseAddr) {
+  int l = listener(5005);
+  int other = tcp();
+  sockaddr_in a = addr("192.0.2.1", 5005);
+  EXPECT_EQ(xk_bind(other, sa(a), sizeof a), -1);
+  EXPECT_EQ(errno, EADDRINUSE);
+  sockaddr_in any = addr("0.0.0.0", 5005);
+  EXPECT_EQ(xk_bind(other, sa(any), sizeof any), -1);  // the wildcard overlaps
+  EXPECT_EQ(errno, EADDRINUSE);
+  xk_close(other);
+  xk_close(l);
+
+  // An active close leaves TIME-WAIT on the client's port: binding it again
+  // needs SO_REUSEADDR.
+  auto [c, s] = pair(5006);
+  sockaddr_in mine{};
+  socklen_t len = sizeof mine;
+  ASSERT_EQ(xk_getsockname(c, reinterpret_cast<sockaddr*>(&mine), &len), 0);
+  xk_close(c);
+  char b[8];
+  // The server reads the end of stream and closes too.
+  for (int i = 0; i < 2000; ++i) {
+    ssize_t r = xk_read(s, b, sizeof b);
+    if (r == 0) break;
+    ASSERT_EQ(errno, EAGAIN);
+    xk_stack_poll(stack_);
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  xk_close(s);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  int again = tcp();
+  EXPECT_EQ(xk_bind(again, sa(mine), sizeof mine), -1);
+  EXPECT_EQ(errno, EADDRINUSE);
+  int one = 1;
+  ASSERT_EQ(xk_setsockopt(again, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one), 0);
+  EXPECT_EQ(xk_bind(again, sa(mine), sizeof mine), 0) << xk_last_error();
+  // Bound but not listening still holds the port.
+  int third = tcp();
+  ASSERT_EQ(xk_setsockopt(third, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one), 0);
+  EXPECT_EQ(xk_bind(third, sa(mine), sizeof mine), -1);
+  EXPECT_EQ(errno, EADDRINUSE);
+  xk_close(third);
+  xk_close(again);
+}
+
+TEST_P(CApi, BoundClientConnectsFromItsPort) {
+  int l = listener(5007);
+  int c = tcp();
+  sockaddr_in from = addr("192.0.2.1", 40000);
+  ASSERT_EQ(xk_bind(c, sa(from), sizeof from), 0) << xk_last_error();
+  sockaddr_in a = addr("192.0.2.1", 5007);
+  ASSERT_EQ(xk_connect(c, sa(a), sizeof a), 0) << xk_last_error();
+  sockaddr_in peer{};
+  socklen_t len = sizeof peer;
+  int s = xk_accept(l, reinterpret_cast<sockaddr*>(&peer), &len);
+  ASSERT_GE(s, 0);
+  EXPECT_EQ(ntohs(peer.sin_port), 40000);
+  xk_close(s);
+  xk_close(c);
+  xk_close(l);
+}
+
+TEST_P(CApi, LingerZeroResetsThePeer) {
+  auto [c, s] = pair(5008);
+  linger lg{1, 0};
+  ASSERT_EQ(xk_setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+  ASSERT_EQ(xk_close(c), 0);
+  pollfd p{s, POLLIN, 0};
+  ASSERT_EQ(xk_poll(&p, 1, 2000), 1);
+  char b[4];
+  ASSERT_EQ(xk_fcntl(s, F_SETFL, 0), 0);
+  EXPECT_EQ(xk_read(s, b, 4), -1);
+  EXPECT_EQ(errno, ECONNRESET);
+  xk_close(s);
+}
+
+TEST_P(CApi, LingerWithTimeoutWaitsForTheData) {
+  auto [c, s] = pair(5009);
+  linger lg{1, 5};
+  ASSERT_EQ(xk_setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+  auto data = pattern(500000, 9);
+  ASSERT_EQ(xk_fcntl(c, F_SETFL, 0), 0);
+  ASSERT_EQ(xk_write(c, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  // The reader drains on another thread while close() lingers.
+  std::vector<unsigned char> got;
+  std::thread reader([&, s = s] {
+    ASSERT_EQ(xk_fcntl(s, F_SETFL, 0), 0);
+    std::vector<unsigned char> buf(65536);
+    for (;;) {
+      ssize_t r = xk_read(s, buf.data(), buf.size());
+      ASSERT_GE(r, 0) << xk_last_error();
+      if (r == 0) break;
+      got.insert(got.end(), buf.begin(), buf.begin() + r);
+    }
+  });
+  ASSERT_EQ(xk_close(c), 0);
+  reader.join();
+  EXPECT_EQ(got, data);
+  xk_close(s);
+}
+
+TEST_P(CApi, ReceiveTimeoutAndCloseFromAnotherThread) {
+  auto [c, s] = pair(5010);
+  ASSERT_EQ(xk_fcntl(s, F_SETFL, 0), 0);
+  timeval tv{0, 50'000};
+  ASSERT_EQ(xk_setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+  char b[4];
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(xk_read(s, b, 4), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(45));
+  if (GetParam() == XK_MODE_SERVICE) {
+    // A reader blocked with no timeout wakes with EBADF when its socket is
+    // closed by another thread.
+    tv = timeval{0, 0};
+    ASSERT_EQ(xk_setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    std::atomic<int> result{1}, err{0};
+    std::thread reader([&, s = s] {
+      result = static_cast<int>(xk_read(s, b, 4));
+      err = errno;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_EQ(result.load(), 1);  // still blocked
+    xk_close(s);
+    reader.join();
+    EXPECT_EQ(result.load(), -1);
+    EXPECT_EQ(err.load(), EBADF);
+  } else {
+    xk_close(s);
+  }
+  xk_close(c);
+}
+
+TEST_P(CApi, EpollLevelEdgeAndOneShot) {
+  auto [c, s] = pair(5011);
+  int ep = xk_epoll_create1(0);
+  epoll_event e{};
+  e.events = EPOLLIN;
+  e.data.u64 = 7;
+  ASSERT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_ADD, s, &e), 0);
+  EXPECT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_ADD, s, &e), -1);
+  EXPECT_EQ(errno, EEXIST);
+  epoll_event out[4];
+  EXPECT_EQ(xk_epoll_wait(ep, out, 4, 0), 0);  // nothing to read yet
+  ASSERT_EQ(xk_write(c, "hello", 5), 5);
+  ASSERT_EQ(xk_epoll_wait(ep, out, 4, 2000), 1);
+  EXPECT_EQ(out[0].data.u64, 7u);
+  EXPECT_EQ(out[0].events, static_cast<std::uint32_t>(EPOLLIN));
+  // Level-triggered: still readable, still reported.
+  EXPECT_EQ(xk_epoll_wait(ep, out, 4, 0), 1);
+  // Edge-triggered: once for the data there is, then not until more comes.
+  e.events = EPOLLIN | EPOLLET;
+  ASSERT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_MOD, s, &e), 0);
+  EXPECT_EQ(xk_epoll_wait(ep, out, 4, 0), 1);
+  EXPECT_EQ(xk_epoll_wait(ep, out, 4, 0), 0);
+  ASSERT_EQ(xk_write(c, "more", 4), 4);
+  EXPECT_EQ(xk_epoll_wait(ep, out, 4, 2000), 1);
+  // One-shot: once, then disabled until MOD re-arms it.
+  e.events = EPOLLIN | EPOLLONESHOT;
+  ASSERT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_MOD, s, &e), 0);
+  EXPECT_EQ(xk_epoll_wait(ep, out, 4, 0), 1);
+  EXPECT_EQ(xk_epoll_wait(ep, out, 4, 0), 0);
+  ASSERT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_MOD, s, &e), 0);
+  EXPECT_EQ(xk_epoll_wait(ep, out, 4, 0), 1);
+  // Drained: nothing. Peer closes: readable (end of stream) and RDHUP.
+  char b[16];
+  EXPECT_EQ(xk_read(s, b, sizeof b), 9);
+  e.events = EPOLLIN | EPOLLRDHUP;
+  ASSERT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_MOD, s, &e), 0);
+  EXPECT_EQ(xk_epoll_wait(ep, out, 4, 0), 0);
+  xk_close(c);
+  ASSERT_EQ(xk_epoll_wait(ep, out, 4, 2000), 1);
+  EXPECT_EQ(out[0].events & (EPOLLIN | EPOLLRDHUP), static_cast<std::uint32_t>(EPOLLIN | EPOLLRDHUP));
+  // A closed socket leaves the set by itself.
+  xk_close(s);
+  EXPECT_EQ(xk_epoll_wait(ep, out, 4, 0), 0);
+  EXPECT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_DEL, s, nullptr), -1);
+  EXPECT_EQ(errno, EBADF);
+  xk_close(ep);
+}
+
+TEST_P(CApi, OptionsRoundTrip) {
+  int fd = tcp();
+  int v = 1;
+  socklen_t len = sizeof v;
+  ASSERT_EQ(xk_setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, sizeof v), 0);
+  v = 0;
+  ASSERT_EQ(xk_getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, &len), 0);
+  EXPECT_EQ(v, 1);
+  v = 1 << 22;
+  ASSERT_EQ(xk_setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v), 0);
+  ASSERT_EQ(xk_getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, &len), 0);
+  EXPECT_EQ(v, 1 << 22);
+  v = 0;
+  ASSERT_EQ(xk_setsockopt(fd, IPPROTO_TCP, XK_TCP_CHECKSUM, &v, sizeof v), 0);
+  v = 3;
+  ASSERT_EQ(xk_getsockopt(fd, IPPROTO_TCP, XK_TCP_CHECKSUM, &v, &len), 0);
+  EXPECT_EQ(v, 0);
+  v = 4;
+  EXPECT_EQ(xk_setsockopt(fd, IPPROTO_TCP, XK_TCP_CHECKSUM, &v, sizeof v), -1);
+  EXPECT_EQ(errno, EINVAL);
+  linger lg{1, 3};
+  ASSERT_EQ(xk_setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+  lg = {};
+  len = sizeof lg;
+  ASSERT_EQ(xk_getsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, &len), 0);
+  EXPECT_EQ(lg.l_onoff, 1);
+  EXPECT_EQ(lg.l_linger, 3);
+  timeval tv{1, 500000};
+  ASSERT_EQ(xk_setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv), 0);
+  tv = {};
+  len = sizeof tv;
+  ASSERT_EQ(xk_getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &len), 0);
+  EXPECT_EQ(tv.tv_sec, 1);
+  EXPECT_EQ(tv.tv_usec, 500000);
+  xk_close(fd);
+}
+
+TEST_P(CApi, ConnectionsWithChecksumsOffStillCarryData) {
+  int l = listener(5012);
+  int off = 0;
+  ASSERT_EQ(xk_setsockopt(l, IPPROTO_TCP, XK_TCP_CHECKSUM, &off, sizeof off), 0);
+  int c = tcp();
+  ASSERT_EQ(xk_setsockopt(c, IPPROTO_TCP, XK_TCP_CHECKSUM, &off, sizeof off), 0);
+  sockaddr_in a = addr("192.0.2.1", 5012);
+  std::thread t([&] { EXPECT_EQ(xk_connect(c, sa(a), sizeof a), 0) << xk_last_error(); });
+  int s = xk_accept(l, nullptr, nullptr);
+  t.join();
+  ASSERT_GE(s, 0);
+  int v = 3;
+  socklen_t len = sizeof v;
+  ASSERT_EQ(xk_getsockopt(s, IPPROTO_TCP, XK_TCP_CHECKSUM, &v, &len), 0);
+  EXPECT_EQ(v, 0);  // inherited from the listener
+  auto data = pattern(300000, 5);
+  ASSERT_EQ(xk_fcntl(c, F_SETFL, O_NONBLOCK), 0);
+  ASSERT_EQ(xk_fcntl(s, F_SETFL, O_NONBLOCK), 0);
+  EXPECT_EQ(pump(c, s, data), data);
+  xk_close(c);
+  xk_close(s);
+  xk_close(l);
+}
+
+TEST_P(CApi, DatagramsBothWays) {
+  int a = xk_socket(stack_, AF_INET, SOCK_DGRAM, 0);
+  int b = xk_socket(stack_, AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  sockaddr_in ba = addr("192.0.2.1", 6000);
+  ASSERT_EQ(xk_bind(b, sa(ba), sizeof ba), 0) << xk_last_error();
+  char buf[2000];
+  EXPECT_EQ(xk_recv(b, buf, sizeof buf, 0), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  EXPECT_EQ(xk_send(a, "x", 1, 0), -1);
+  EXPECT_EQ(errno, EDESTADDRREQ);
+  auto msg = pattern(1400, 4);
+  ASSERT_EQ(xk_sendto(a, msg.data(), msg.size(), 0, sa(ba), sizeof ba), 1400) << xk_last_error();
+  pollfd p{b, POLLIN, 0};
+  ASSERT_EQ(xk_poll(&p, 1, 2000), 1);
+  sockaddr_in from{};
+  socklen_t len = sizeof from;
+  ASSERT_EQ(xk_recvfrom(b, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &len), 1400);
+  EXPECT_EQ(std::memcmp(buf, msg.data(), 1400), 0);
+  // Reply to the sender's address; a's blocking recv gets it, truncated to its buffer.
+  ASSERT_EQ(xk_sendto(b, "pong!", 5, 0, reinterpret_cast<sockaddr*>(&from), len), 5);
+  timeval tv{2, 0};
+  ASSERT_EQ(xk_setsockopt(a, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+  EXPECT_EQ(xk_recv(a, buf, 4, 0), 4);
+  EXPECT_EQ(std::string(buf, 4), "pong");
+  EXPECT_EQ(xk_sendto(a, buf, 70000, 0, sa(ba), sizeof ba), -1);
+  EXPECT_EQ(errno, EMSGSIZE);
+  xk_close(a);
+  xk_close(b);
+}
+
+TEST_P(CApi, ManyConnectionsThroughOneEpoll) {
+  constexpr int kConns = 20;
+  int l = listener(5013, 64);
+  ASSERT_EQ(xk_fcntl(l, F_SETFL, O_NONBLOCK), 0);
+  std::vector<int> clients;
+  for (int i = 0; i < kConns; ++i) {
+    int c = tcp(SOCK_NONBLOCK);
+    sockaddr_in a = addr("192.0.2.1", 5013);
+    ASSERT_EQ(xk_connect(c, sa(a), sizeof a), -1);
+    clients.push_back(c);
+  }
+  int ep = xk_epoll_create1(0);
+  epoll_event e{};
+  e.events = EPOLLIN;
+  e.data.fd = l;
+  ASSERT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_ADD, l, &e), 0);
+  std::vector<int> servers;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (servers.size() < kConns && std::chrono::steady_clock::now() < deadline) {
+    epoll_event out[8];
+    int n = xk_epoll_wait(ep, out, 8, 100);
+    for (int k = 0; k < n; ++k) {
+      if (out[k].data.fd == l) {
+        for (int s; (s = xk_accept4(l, nullptr, nullptr, SOCK_NONBLOCK)) >= 0;) {
+          servers.push_back(s);
+          e.events = EPOLLIN;
+          e.data.fd = s;
+          ASSERT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_ADD, s, &e), 0);
+        }
+        EXPECT_EQ(errno, EAGAIN);
+      }
+    }
+  }
+  ASSERT_EQ(servers.size(), static_cast<std::size_t>(kConns));
+  // Each client says its index; every server reads one message.
+  for (int i = 0; i < kConns; ++i) {
+    unsigned char b = static_cast<unsigned char>(i);
+    for (int tries = 0; xk_write(clients[i], &b, 1) != 1 && tries < 1000; ++tries) {
+      xk_stack_poll(stack_);
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  std::vector<int> seen(kConns, 0);
+  int got = 0;
+  while (got < kConns && std::chrono::steady_clock::now() < deadline) {
+    epoll_event out[8];
+    int n = xk_epoll_wait(ep, out, 8, 100);
+    for (int k = 0; k < n; ++k) {
+      unsigned char b;
+      if (out[k].data.fd != l && xk_read(out[k].data.fd, &b, 1) == 1) {
+        ++seen[b];
+        ++got;
+      }
+    }
+  }
+  EXPECT_EQ(got, kConns);
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), kConns);
+  for (int fd : clients) xk_close(fd);
+  for (int fd : servers) xk_close(fd);
+  xk_close(ep);
+  xk_close(l);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CApi, ::testing::Values(XK_MODE_INLINE, XK_MODE_SERVICE),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return std::string(i.param == XK_MODE_INLINE ? "Inline" : "Service");
+                         });
+
+}  // namespace
