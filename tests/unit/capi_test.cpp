@@ -90,7 +90,10 @@ class CApi : public ::testing::TestWithParam<int> {
     e.data.fd = c;
     EXPECT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_ADD, c, &e), 0) << xk_last_error();
     bool writable = false, acceptable = false;
-    for (int i = 0; i < 100 && !(writable && acceptable); ++i) {
+    // Until both, or 10 s (the client is writable, level-triggered, long
+    // before the server has the last ACK of the handshake).
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!(writable && acceptable) && std::chrono::steady_clock::now() < deadline) {
       epoll_event out[4];
       int n = xk_epoll_wait(ep, out, 4, 100);
       for (int k = 0; k < n; ++k) {
@@ -98,7 +101,7 @@ class CApi : public ::testing::TestWithParam<int> {
         if (out[k].data.fd == l && (out[k].events & EPOLLIN)) acceptable = true;
       }
     }
-    EXPECT_TRUE(writable && acceptable);
+    EXPECT_TRUE(writable && acceptable) << "writable " << writable << " acceptable " << acceptable;
     int s = xk_accept4(l, nullptr, nullptr, SOCK_NONBLOCK);
     EXPECT_GE(s, 0) << xk_last_error();
     int err = -1;
