@@ -39,7 +39,8 @@ EventLoop::EventLoop(const Clock& clock, EventLoopConfig config) : EventLoop(&cl
 EventLoop::EventLoop(const Clock* clock, EventLoopConfig config)
     : config_(std::move(config)),
       clock_(clock != nullptr ? *clock : own_clock_),  // own_clock_ is built by now
-      wheel_(clock_, config_.tick),
+      pass_clock_(clock_),
+      wheel_(pass_clock_, config_.tick),
       posts_(config_.post_capacity),
       loop_thread_(std::this_thread::get_id()),
       counters_(config_.name),
@@ -125,7 +126,7 @@ std::size_t EventLoop::run_once() {
   ++polls_;
   std::size_t work = run_posted(config_.task_budget);
 
-  std::size_t fired = wheel_.run_expired(clock_.now());
+  std::size_t fired = wheel_.run_expired(pass_clock_.freeze());
   timers_fired_.inc(fired);
   work += fired;
 
@@ -135,6 +136,7 @@ std::size_t EventLoop::run_once() {
     if (Pollable* p = pollables_[i].pollable) work += p->poll(config_.poll_budget);
   }
   polling_ = false;
+  pass_clock_.thaw();
   compact_sources();
 
   if (work == 0) ++idle_polls_;

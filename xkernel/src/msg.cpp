@@ -15,11 +15,50 @@ namespace {
 constexpr std::size_t kBufAlign = 64;
 // Internal buffers are one block: the Buf header, padded to a cache line, then data.
 constexpr std::size_t kHeaderSpace = (sizeof(Buf) + kBufAlign - 1) / kBufAlign * kBufAlign;
+
+std::size_t block_size(std::size_t capacity) noexcept {
+  return (kHeaderSpace + capacity + kBufAlign - 1) / kBufAlign * kBufAlign;
+}
+
+// Blocks of the two sizes every packet asks for -- a header buffer
+// (Msg::kHeaderBufSize: one per TCP segment sent) and a bare Buf (one per
+// frame wrapped on receive) -- kept per thread when freed, so the data path
+// does not go through malloc twice a packet. A block freed on another thread
+// than it was made on joins that thread's cache. The sanitizer builds keep no
+// cache, so every use after free is still caught.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr std::size_t kCacheDepth = 0;
+#else
+constexpr std::size_t kCacheDepth = 512;
+#endif
+
+class BlockCache {
+ public:
+  ~BlockCache() {
+    for (std::size_t i = 0; i < n_; ++i) std::free(blocks_[i]);
+  }
+  void* take() noexcept { return n_ != 0 ? blocks_[--n_] : nullptr; }
+  bool give(void* block) noexcept {
+    if (n_ == kCacheDepth) return false;
+    blocks_[n_++] = block;
+    return true;
+  }
+
+ private:
+  void* blocks_[kCacheDepth == 0 ? 1 : kCacheDepth];
+  std::size_t n_ = 0;
+};
+
+thread_local BlockCache t_header_blocks;  // internal storage of kHeaderBufSize
+thread_local BlockCache t_wrap_blocks;    // a Buf for external storage
+
+constexpr std::size_t kWrapBlock = (sizeof(Buf) + kBufAlign - 1) / kBufAlign * kBufAlign;
 }  // namespace
 
 Buf* Buf::allocate(std::size_t capacity) {
   if (capacity > UINT32_MAX - kHeaderSpace) return nullptr;
-  void* block = std::aligned_alloc(kBufAlign, (kHeaderSpace + capacity + kBufAlign - 1) / kBufAlign * kBufAlign);
+  void* block = capacity == Msg::kHeaderBufSize ? t_header_blocks.take() : nullptr;
+  if (block == nullptr) block = std::aligned_alloc(kBufAlign, block_size(capacity));
   if (block == nullptr) return nullptr;
   Buf* b = new (block) Buf();
   b->capacity_ = static_cast<std::uint32_t>(capacity);
@@ -33,8 +72,10 @@ Buf* Buf::allocate(std::size_t capacity) {
 
 Buf* Buf::wrap(std::byte* data, std::size_t capacity, BufDeleter deleter) {
   if (capacity > UINT32_MAX) return nullptr;
-  Buf* b = new (std::nothrow) Buf();
-  if (b == nullptr) return nullptr;
+  void* block = t_wrap_blocks.take();
+  if (block == nullptr) block = std::aligned_alloc(kBufAlign, kWrapBlock);
+  if (block == nullptr) return nullptr;
+  Buf* b = new (block) Buf();
   b->capacity_ = static_cast<std::uint32_t>(capacity);
   b->data_ = data;
   b->deleter_ = deleter;
@@ -47,13 +88,13 @@ Buf* Buf::wrap(std::byte* data, std::size_t capacity, BufDeleter deleter) {
 
 void Buf::destroy() noexcept {
   live_.fetch_sub(1, std::memory_order_relaxed);
-  if (deleter_.fn != nullptr) {
-    deleter_.fn(deleter_.ctx, data_);
-    delete this;
-  } else {
-    this->~Buf();
-    std::free(this);
-  }
+  const bool external = deleter_.fn != nullptr;
+  const std::uint32_t capacity = capacity_;
+  if (external) deleter_.fn(deleter_.ctx, data_);
+  this->~Buf();
+  void* block = this;
+  if (external ? t_wrap_blocks.give(block) : capacity == Msg::kHeaderBufSize && t_header_blocks.give(block)) return;
+  std::free(block);
 }
 
 // ---- construction ---------------------------------------------------------
