@@ -34,12 +34,16 @@ constexpr std::size_t kCacheDepth = 512;
 
 class BlockCache {
  public:
+  // A buffer freed after this (by a static destroyed later at exit) goes
+  // straight back to malloc.
   ~BlockCache() {
     for (std::size_t i = 0; i < n_; ++i) std::free(blocks_[i]);
+    n_ = 0;
+    closed_ = true;
   }
   void* take() noexcept { return n_ != 0 ? blocks_[--n_] : nullptr; }
   bool give(void* block) noexcept {
-    if (n_ == kCacheDepth) return false;
+    if (closed_ || n_ == kCacheDepth) return false;
     blocks_[n_++] = block;
     return true;
   }
@@ -47,6 +51,7 @@ class BlockCache {
  private:
   void* blocks_[kCacheDepth == 0 ? 1 : kCacheDepth];
   std::size_t n_ = 0;
+  bool closed_ = false;
 };
 
 thread_local BlockCache t_header_blocks;  // internal storage of kHeaderBufSize
