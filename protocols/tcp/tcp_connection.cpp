@@ -78,15 +78,25 @@ Status TcpConnection::connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr, Por
   Result<TcpProtocol::IpPeer*> ip = proto_->ip_for(addr, nullptr);
   if (!ip) return ip.error();
   if (local_addr.value != 0 && local_addr != (*ip)->local) return Errc::invalid_argument;
-  Result<std::uint16_t> lport =
-      local_port.value != 0 ? local_port.value : proto_->pick_ephemeral((*ip)->local, addr, port.value);
+  Result<std::uint16_t> lport = Errc::exists;
+  if (PortAuthority* a = proto_->authority_) {
+    // filterd picks (or grants) the host-wide port and installs the flow's
+    // rule before our SYN leaves.
+    lport = a->claim_connect(kIpProtocol, local_port.value, addr, port.value);
+  } else {
+    lport = local_port.value != 0 ? Result<std::uint16_t>(local_port.value)
+                                  : proto_->pick_ephemeral((*ip)->local, addr, port.value);
+  }
   if (!lport) return lport.error();
+  claimed_ = proto_->authority_ != nullptr;
   tuple_ = FourTuple{(*ip)->local, *lport, addr, port.value};
   ip_ = (*ip)->session;
   ++(*ip)->users;
   if (Status st = proto_->insert(*this); !st) {
     ip_ = nullptr;
     proto_->drop_ip_user(addr);
+    if (claimed_) proto_->authority_->release_connect(kIpProtocol, *lport, addr, port.value);
+    claimed_ = false;
     return st;
   }
   const Time now = proto_->timers().clock().now();
@@ -335,6 +345,10 @@ void TcpConnection::release() {
   if (proto_ == nullptr) return;
   Ref<TcpConnection> keep(this);
   TcpProtocol* p = std::exchange(proto_, nullptr);
+  if (claimed_ && p->authority_ != nullptr) {
+    p->authority_->release_connect(kIpProtocol, tuple_.local_port, tuple_.remote_addr, tuple_.remote_port);
+  }
+  claimed_ = false;
   rtx_timer_.cancel();
   delack_timer_.cancel();
   persist_timer_.cancel();

@@ -42,6 +42,7 @@ Status ListenSession::close() {
   TcpProtocol* p = std::exchange(proto_, nullptr);
   Ref<ListenSession> keep(this);
   p->listeners_.erase(TcpProtocol::ListenKey{addr_.value, port_.value});
+  if (p->authority_ != nullptr) p->authority_->release_listen(kIpProtocol, port_.value);
   // Connections nobody will accept are reset (RFC 9293 3.10.4: like ABORT).
   std::deque<Ref<TcpConnection>> q;
   q.swap(accept_q_);
@@ -634,15 +635,24 @@ std::size_t TcpProtocol::time_wait_count() const noexcept {
 
 TcpSocket TcpProtocol::socket() { return TcpSocket(make_ref<TcpConnection>(*this, nullptr)); }
 
-Result<TcpListener> TcpProtocol::listen(Ipv4Addr addr, Port port, std::size_t backlog) {
+Result<TcpListener> TcpProtocol::listen(Ipv4Addr addr, Port port, std::size_t backlog, bool group) {
   if (backlog == 0) backlog = 1;
   std::uint16_t p = port.value;
-  if (p == 0) {
+  if (p != 0 && port_claimed(addr, p)) return Errc::exists;
+  if (authority_ != nullptr) {
+    // The port is host-wide: filterd picks or grants it, and steers its SYNs here.
+    Result<std::uint16_t> granted = authority_->claim_listen(kIpProtocol, p, group);
+    if (!granted) return granted.error();
+    p = *granted;
+    if (port_claimed(addr, p)) {
+      authority_->release_listen(kIpProtocol, p);
+      return Errc::exists;
+    }
+  } else if (p == 0) {
     Result<std::uint16_t> e = pick_ephemeral(addr, Ipv4Addr{}, 0);
     if (!e) return e.error();
     p = *e;
   }
-  if (port_claimed(addr, p)) return Errc::exists;
   Ref<ListenSession> l = make_ref<ListenSession>(*this, addr, Port{p}, backlog);
   listeners_.insert(ListenKey{addr.value, p}, l.get());
   return TcpListener(std::move(l));

@@ -150,6 +150,7 @@ struct Sock final : File {
   Ipv4Addr bind_addr;
   Port bind_port;
   bool reuse_addr = false;
+  bool reuse_port = false;  // listen as one of a group of nodes (filterd)
   bool keepalive = false;
   bool nodelay = false;
   bool cork = false;
@@ -910,7 +911,7 @@ extern "C" int xk_listen(int fd, int backlog) {
       if (s->connected) return Errc::bad_state;
       auto n = static_cast<std::size_t>(std::clamp(backlog, 1, 65535));
       if (s->reserved) s->stack->tcp()->release_port(s->bind_addr, s->bind_port);
-      Result<tcp::TcpListener> l = s->stack->tcp()->listen(s->bind_addr, s->bind_port, n);
+      Result<tcp::TcpListener> l = s->stack->tcp()->listen(s->bind_addr, s->bind_port, n, s->reuse_port);
       if (!l) {
         if (s->reserved) (void)s->stack->tcp()->reserve_port(s->bind_addr, s->bind_port, true);
         return l.error();
@@ -1216,6 +1217,12 @@ extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, soc
               if (!s->udp.set_options(o)) return EINVAL;  // after bind()
             }
             return 0;
+          case SO_REUSEPORT:
+            // Nodes sharing an address through filterd: listen as one of a
+            // group that new connections are spread over.
+            if (s->listening) return EINVAL;
+            s->reuse_port = iv != 0;
+            return 0;
           case SO_KEEPALIVE:
             if (!stream) return ENOPROTOOPT;
             s->keepalive = iv != 0;
@@ -1291,6 +1298,7 @@ extern "C" int xk_getsockopt(int fd, int level, int name, void* value, socklen_t
           case SO_TYPE: r.iv = s->type; return r;
           case SO_ACCEPTCONN: r.iv = s->listening ? 1 : 0; return r;
           case SO_REUSEADDR: r.iv = s->reuse_addr ? 1 : 0; return r;
+          case SO_REUSEPORT: r.iv = s->reuse_port ? 1 : 0; return r;
           case SO_KEEPALIVE: r.iv = s->keepalive ? 1 : 0; return r;
           case SO_SNDBUF:
             r.iv = static_cast<int>(s->sndbuf != 0 ? s->sndbuf : s->stack->tcp() ? s->stack->tcp()->config().sndbuf : 0);

@@ -120,6 +120,7 @@ int xk_shutdown(int fd, int how);
 int xk_close(int fd);
 
 /* SOL_SOCKET: SO_RCVBUF, SO_SNDBUF, SO_KEEPALIVE, SO_LINGER, SO_REUSEADDR,
+ * SO_REUSEPORT (a node behind filterd listens as one of a group),
  * SO_RCVTIMEO, SO_SNDTIMEO, SO_ERROR and SO_TYPE (get only), SO_ACCEPTCONN
  * (get only). IPPROTO_TCP: TCP_NODELAY, TCP_CORK, TCP_MAXSEG (get only),
  * XK_TCP_CHECKSUM. Anything else: ENOPROTOOPT. */

@@ -36,6 +36,7 @@
 #include "xk/clock.hpp"
 #include "xk/demux.hpp"
 #include "xk/graph.hpp"
+#include "xk/port_authority.hpp"
 #include "xk/protocol.hpp"
 #include "xk/protocols/tcp_buffer.hpp"
 #include "xk/protocols/tcp_cc.hpp"
@@ -262,6 +263,7 @@ class TcpConnection final : public Session {
   SessionRef ip_;
   ListenSession* listener_ = nullptr;  // a passive open not yet accepted
   bool accepted_ = false;
+  bool claimed_ = false;  // the local port came from the PortAuthority: give it back on release
   bool user_closed_ = false;  // no handle any more: free at CLOSED
   Errc error_ = Errc::ok;
   std::function<void()> on_event_;
@@ -445,7 +447,15 @@ class TcpProtocol final : public Protocol {
 
   TcpSocket socket();
   // Listen on `port` (0: an ephemeral one) of `addr` (0: every address).
-  Result<TcpListener> listen(Ipv4Addr addr, Port port, std::size_t backlog = 128);
+  // `group`: with a PortAuthority, share the port with other nodes
+  // (SO_REUSEPORT); new connections are spread among them.
+  Result<TcpListener> listen(Ipv4Addr addr, Port port, std::size_t backlog = 128, bool group = false);
+
+  // Ports and connections are agreed with `authority` (filterd) from now on;
+  // null: the stack owns its address alone. Must outlive the protocol's use
+  // of it (set before the first listen/connect, cleared after the last).
+  void set_port_authority(PortAuthority* authority) noexcept { authority_ = authority; }
+  PortAuthority* port_authority() const noexcept { return authority_; }
 
   // bind() before listen() or connect(): hold (addr, port) (port 0: an
   // ephemeral one) so nobody else takes it meanwhile. Refused (exists) when a
@@ -532,6 +542,7 @@ class TcpProtocol final : public Protocol {
   ActiveMap<ConnKey> conns_;
   FlatMap<ListenKey, ListenSession*> listeners_;
   FlatMap<ListenKey, std::uint32_t> reserved_;  // bound, not yet listening or connected
+  PortAuthority* authority_ = nullptr;
   FlatMap<PeerKey, IpPeer> peers_;
   // The peer behind each IP session we hold, so a segment's demux asks no
   // control (a Participant would allocate) per segment.

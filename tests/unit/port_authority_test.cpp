@@ -1,0 +1,148 @@
+// TCP asking a PortAuthority (filterd, for nodes sharing one address) for its
+// ports: listen and connect take what the authority grants, and give it back
+// when the listener closes and when the connection is over (after TIME-WAIT).
+
+#include <chrono>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "xk/drivers/loopback.hpp"
+#include "xk/event_loop.hpp"
+#include "xk/graph.hpp"
+#include "xk/port_authority.hpp"
+#include "xk/protocols/ipv4.hpp"
+#include "xk/protocols/tcp.hpp"
+
+namespace xk {
+namespace {
+
+struct Call {
+  std::string what;
+  std::uint16_t port;
+  std::uint32_t remote;
+  std::uint16_t remote_port;
+  bool group;
+  friend bool operator==(const Call&, const Call&) = default;
+};
+
+class FakeAuthority final : public PortAuthority {
+ public:
+  Result<std::uint16_t> claim_listen(std::uint8_t proto, std::uint16_t port, bool group) override {
+    EXPECT_EQ(proto, 6);
+    calls.push_back({"listen", port, 0, 0, group});
+    if (refuse) return Errc::exists;
+    return port != 0 ? port : next_listen++;
+  }
+  void release_listen(std::uint8_t, std::uint16_t port) noexcept override {
+    calls.push_back({"unlisten", port, 0, 0, false});
+  }
+  Result<std::uint16_t> claim_connect(std::uint8_t, std::uint16_t port, Ipv4Addr remote,
+                                      std::uint16_t remote_port) override {
+    calls.push_back({"connect", port, remote.value, remote_port, false});
+    if (refuse) return Errc::exists;
+    return port != 0 ? port : next_connect++;
+  }
+  void release_connect(std::uint8_t, std::uint16_t port, Ipv4Addr remote, std::uint16_t remote_port) noexcept override {
+    calls.push_back({"release", port, remote.value, remote_port, false});
+  }
+
+  std::vector<Call> calls;
+  std::uint16_t next_listen = 7000;
+  std::uint16_t next_connect = 40000;
+  bool refuse = false;
+};
+
+class PortAuthorityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    drivers::register_loopback(registry);
+    ipv4::register_ipv4(registry);
+    tcp::register_tcp(registry);
+    graph.emplace(Graph::build(
+        "loopback lo0\nipv4 ip0 below=lo0 addr=192.0.2.1/24\ntcp tcp0 below=ip0 msl_ms=2 delack_ms=1\n", registry,
+        &loop));
+    tcp = graph->find_as<tcp::TcpProtocol>("tcp0");
+    tcp->set_port_authority(&authority);
+  }
+  void TearDown() override {
+    graph.reset();
+  }
+  // Runs the loop until `done`, at most 2 s.
+  template <class Pred>
+  bool run_until(Pred done) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      if (loop.run_once() == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    return true;
+  }
+
+  Registry registry;
+  EventLoop loop;
+  std::optional<Graph> graph;
+  tcp::TcpProtocol* tcp = nullptr;
+  FakeAuthority authority;
+};
+
+constexpr std::uint32_t kSelf = 0xC0000201;  // 192.0.2.1
+
+TEST_F(PortAuthorityTest, ListenAndConnectUseTheGrantedPortsAndGiveThemBack) {
+  Result<tcp::TcpListener> l = tcp->listen(Ipv4Addr{}, Port{0}, 8, /*group=*/true);
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->port(), Port{7000});
+  tcp::TcpSocket c = tcp->socket();
+  ASSERT_TRUE(c.connect(Ipv4Addr{kSelf}, Port{7000}).ok());
+  EXPECT_EQ(c.tuple().local_port, 40000);
+  std::optional<tcp::TcpSocket> s;
+  ASSERT_TRUE(run_until([&] {
+    if (Result<tcp::TcpSocket> a = l->accept(); a.ok()) s.emplace(std::move(*a));
+    return s.has_value();
+  }));
+  EXPECT_EQ(s->tuple().remote_port, 40000);
+  // The active side closes first and so holds TIME-WAIT: its port is given
+  // back only when that is over.
+  ASSERT_TRUE(c.close().ok());
+  ASSERT_TRUE(run_until([&] { return s->events() & tcp::ev_hangup; }));
+  ASSERT_TRUE(s->close().ok());
+  ASSERT_TRUE(run_until([&] { return tcp->connection_count() == 1 && tcp->time_wait_count() == 1; }));
+  EXPECT_EQ(authority.calls.back().what, "connect");  // not yet released
+  ASSERT_TRUE(run_until([&] { return tcp->connection_count() == 0; }));
+  ASSERT_TRUE(l->close().ok());
+  std::vector<Call> want = {
+      {"listen", 0, 0, 0, true},
+      {"connect", 0, kSelf, 7000, false},
+      {"release", 40000, kSelf, 7000, false},
+      {"unlisten", 7000, 0, 0, false},
+  };
+  EXPECT_EQ(authority.calls, want);
+}
+
+TEST_F(PortAuthorityTest, ARefusalIsTheCallersError) {
+  authority.refuse = true;
+  Result<tcp::TcpListener> l = tcp->listen(Ipv4Addr{}, Port{80});
+  EXPECT_EQ(l.error(), Errc::exists);
+  tcp::TcpSocket c = tcp->socket();
+  EXPECT_EQ(c.connect(Ipv4Addr{kSelf}, Port{80}).error(), Errc::exists);
+  EXPECT_EQ(tcp->connection_count(), 0u);
+  // Nothing was granted, so nothing is given back.
+  for (const Call& call : authority.calls) EXPECT_TRUE(call.what == "listen" || call.what == "connect") << call.what;
+}
+
+TEST_F(PortAuthorityTest, AnExplicitLocalPortIsAskedFor) {
+  Result<tcp::TcpListener> l = tcp->listen(Ipv4Addr{}, Port{5000});
+  ASSERT_TRUE(l.ok());
+  tcp::TcpSocket c = tcp->socket();
+  ASSERT_TRUE(c.connect(Ipv4Addr{kSelf}, Port{5000}, Ipv4Addr{}, Port{41000}).ok());
+  EXPECT_EQ(c.tuple().local_port, 41000);
+  EXPECT_EQ(authority.calls[1], (Call{"connect", 41000, kSelf, 5000, false}));
+  c.abort();
+  ASSERT_TRUE(run_until([&] { return tcp->connection_count() == 0; }));
+  EXPECT_EQ(authority.calls.back(), (Call{"release", 41000, kSelf, 5000, false}));
+}
+
+}  // namespace
+}  // namespace xk
