@@ -284,14 +284,24 @@ Result<std::uint16_t> UdpProtocol::pick_ephemeral() {
 Status UdpProtocol::bind_session(UdpSession& s, Ipv4Addr addr, Port port) {
   if (s.bound_) return Errc::bad_state;
   std::uint16_t p = port.value;
-  if (p == 0) {
+  if (p != 0 && (port_conflicts(s, addr, p) || bound_.contains(BindKey{addr.value, p}))) return Errc::exists;
+  bool claimed = false;
+  if (authority_ != nullptr && (p == 0 || port_users_.find(PortKey{p}) == nullptr)) {
+    // A port new to this stack is host-wide: filterd grants (or picks) it and
+    // steers its datagrams here.
+    Result<std::uint16_t> granted = authority_->claim_listen(kIpProtocol, p, false);
+    if (!granted) return granted.error();
+    p = *granted;
+    claimed = true;
+  } else if (p == 0) {
     Result<std::uint16_t> e = pick_ephemeral();
     if (!e) return e.error();
     p = *e;
-  } else if (port_conflicts(s, addr, p) || bound_.contains(BindKey{addr.value, p})) {
-    return Errc::exists;
   }
-  if (Status st = ensure_enabled(); !st) return st;
+  if (Status st = ensure_enabled(); !st) {
+    if (claimed) authority_->release_listen(kIpProtocol, p);
+    return st;
+  }
   s.local_ = Endpoint{addr, Port{p}};
   s.bound_ = true;
   bound_.insert(BindKey{addr.value, p}, SessionRef(&s));
@@ -327,7 +337,10 @@ void UdpProtocol::unbind(UdpSession& s) noexcept {
   if (!s.bound_) return;
   if (std::vector<UdpSession*>* users = port_users_.find(PortKey{s.local_.port.value})) {
     std::erase(*users, &s);
-    if (users->empty()) port_users_.erase(PortKey{s.local_.port.value});
+    if (users->empty()) {
+      port_users_.erase(PortKey{s.local_.port.value});
+      if (authority_ != nullptr) authority_->release_listen(kIpProtocol, s.local_.port.value);
+    }
   }
   s.bound_ = false;
   if (s.connected_) {

@@ -15,6 +15,7 @@
 #include "xk/port_authority.hpp"
 #include "xk/protocols/ipv4.hpp"
 #include "xk/protocols/tcp.hpp"
+#include "xk/protocols/udp.hpp"
 
 namespace xk {
 namespace {
@@ -31,13 +32,12 @@ struct Call {
 class FakeAuthority final : public PortAuthority {
  public:
   Result<std::uint16_t> claim_listen(std::uint8_t proto, std::uint16_t port, bool group) override {
-    EXPECT_EQ(proto, 6);
-    calls.push_back({"listen", port, 0, 0, group});
+    calls.push_back({proto == 17 ? "udp-bind" : "listen", port, 0, 0, group});
     if (refuse) return Errc::exists;
     return port != 0 ? port : next_listen++;
   }
-  void release_listen(std::uint8_t, std::uint16_t port) noexcept override {
-    calls.push_back({"unlisten", port, 0, 0, false});
+  void release_listen(std::uint8_t proto, std::uint16_t port) noexcept override {
+    calls.push_back({proto == 17 ? "udp-unbind" : "unlisten", port, 0, 0, false});
   }
   Result<std::uint16_t> claim_connect(std::uint8_t, std::uint16_t port, Ipv4Addr remote,
                                       std::uint16_t remote_port) override {
@@ -61,11 +61,15 @@ class PortAuthorityTest : public ::testing::Test {
     drivers::register_loopback(registry);
     ipv4::register_ipv4(registry);
     tcp::register_tcp(registry);
+    udp::register_udp(registry);
     graph.emplace(Graph::build(
-        "loopback lo0\nipv4 ip0 below=lo0 addr=192.0.2.1/24\ntcp tcp0 below=ip0 msl_ms=2 delack_ms=1\n", registry,
-        &loop));
+        "loopback lo0\nipv4 ip0 below=lo0 addr=192.0.2.1/24\ntcp tcp0 below=ip0 msl_ms=2 delack_ms=1\n"
+        "udp udp0 below=ip0\n",
+        registry, &loop));
     tcp = graph->find_as<tcp::TcpProtocol>("tcp0");
     tcp->set_port_authority(&authority);
+    udp = graph->find_as<udp::UdpProtocol>("udp0");
+    udp->set_port_authority(&authority);
   }
   void TearDown() override {
     graph.reset();
@@ -85,6 +89,7 @@ class PortAuthorityTest : public ::testing::Test {
   EventLoop loop;
   std::optional<Graph> graph;
   tcp::TcpProtocol* tcp = nullptr;
+  udp::UdpProtocol* udp = nullptr;
   FakeAuthority authority;
 };
 
@@ -142,6 +147,26 @@ TEST_F(PortAuthorityTest, AnExplicitLocalPortIsAskedFor) {
   c.abort();
   ASSERT_TRUE(run_until([&] { return tcp->connection_count() == 0; }));
   EXPECT_EQ(authority.calls.back(), (Call{"release", 41000, kSelf, 5000, false}));
+}
+
+TEST_F(PortAuthorityTest, UdpPortsAreClaimedByTheFirstSocketAndReleasedByTheLast) {
+  udp::SocketOptions shared;
+  shared.reuse_addr = true;
+  udp::UdpSocket a = udp->socket(shared);
+  udp::UdpSocket b = udp->socket(shared);
+  ASSERT_TRUE(a.bind(Ipv4Addr{}, Port{0}).ok());
+  Result<udp::Endpoint> ea = a.local_endpoint();
+  ASSERT_TRUE(ea.ok());
+  EXPECT_EQ(ea->port, Port{7000});  // the authority's pick
+  ASSERT_TRUE(b.bind(Ipv4Addr{kSelf}, Port{7000}).ok());  // the same port: no second claim
+  ASSERT_TRUE(a.close().ok());
+  EXPECT_EQ(authority.calls.size(), 1u);
+  ASSERT_TRUE(b.close().ok());
+  std::vector<Call> want = {{"udp-bind", 0, 0, 0, false}, {"udp-unbind", 7000, 0, 0, false}};
+  EXPECT_EQ(authority.calls, want);
+  authority.refuse = true;
+  udp::UdpSocket c = udp->socket();
+  EXPECT_EQ(c.bind(Ipv4Addr{}, Port{53}).error(), Errc::exists);
 }
 
 }  // namespace

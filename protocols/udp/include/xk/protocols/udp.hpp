@@ -30,6 +30,7 @@
 
 #include "xk/demux.hpp"
 #include "xk/graph.hpp"
+#include "xk/port_authority.hpp"
 #include "xk/protocol.hpp"
 
 namespace xk::udp {
@@ -187,6 +188,10 @@ class UdpProtocol final : public Protocol {
   Result<ControlReply> control_any(const ControlQuery& query) override;
 
   UdpSocket socket(SocketOptions options = {}) { return UdpSocket(*this, options); }
+  // Ports are agreed with `authority` (filterd) from now on: the first socket
+  // bound to a port claims it, the last one to leave gives it back. Null:
+  // the stack owns its address alone. Must outlive its use.
+  void set_port_authority(PortAuthority* authority) noexcept { authority_ = authority; }
   std::size_t session_count() const noexcept { return sessions_.size(); }
   ChecksumMode checksum_mode() const noexcept { return config_.csum; }
 
@@ -246,6 +251,7 @@ class UdpProtocol final : public Protocol {
   ActiveMap<ConnKey> connected_;
   ActiveMap<BindKey> bound_;
   FlatMap<PortKey, std::vector<UdpSession*>> port_users_;
+  PortAuthority* authority_ = nullptr;
   FlatMap<PtrKey, UdpSession*> sessions_;
   FlatMap<PtrKey, IpPeer> ip_by_session_;
   FlatMap<PeerKey, Session*> ip_by_peer_;
