@@ -1,0 +1,1011 @@
+// The filterd control protocol codec (docs/control-protocol.md): round trips of
+// every message, golden bytes written out by hand, delivery in pieces, and
+// hostile input -- truncation, corruption, garbage, broken limits -- which must
+// always end in a message or a clean error, never a crash or a hang.
+#include "xk/filterd/control.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <initializer_list>
+#include <map>
+#include <ostream>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace xk::filterd::ctl {
+
+// Failures show a message as its type, id and frame bytes.
+void PrintTo(const Message& m, std::ostream* os) {
+  *os << to_string(type_of(m.body)) << " id " << m.request_id;
+  Result<std::vector<std::byte>> b = encode(m);
+  if (!b.ok()) {
+    *os << " (invalid)";
+    return;
+  }
+  static const char* const kHex = "0123456789abcdef";
+  *os << " [";
+  for (std::byte x : *b) *os << kHex[std::to_integer<int>(x) >> 4] << kHex[std::to_integer<int>(x) & 15];
+  *os << "]";
+}
+
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+Bytes bytes(std::initializer_list<int> v) {
+  Bytes out;
+  for (int x : v) out.push_back(static_cast<std::byte>(x));
+  return out;
+}
+
+Bytes text_bytes(std::string_view s) {
+  Bytes out(s.size());
+  if (!s.empty()) std::memcpy(out.data(), s.data(), s.size());
+  return out;
+}
+
+Bytes operator+(Bytes a, const Bytes& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// In loops, so building a big body stays linear.
+Bytes& operator+=(Bytes& a, const Bytes& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+Bytes be16(std::uint16_t v) { return bytes({v >> 8, v & 0xFF}); }
+Bytes be32(std::uint32_t v) {
+  return bytes({static_cast<int>(v >> 24), static_cast<int>((v >> 16) & 0xFF), static_cast<int>((v >> 8) & 0xFF),
+                static_cast<int>(v & 0xFF)});
+}
+
+Bytes tlv(std::uint16_t tag, const Bytes& value) {
+  return be16(tag) + be16(static_cast<std::uint16_t>(value.size())) + value;
+}
+Bytes tlv(Tag tag, const Bytes& value) { return tlv(static_cast<std::uint16_t>(tag), value); }
+
+Bytes frame(std::uint8_t type, std::uint32_t id, const Bytes& body, std::uint16_t flags = 0,
+            std::uint8_t version = kVersion) {
+  return be32(kMagic) + bytes({version, type}) + be16(flags) + be32(static_cast<std::uint32_t>(body.size())) +
+         be32(id) + body;
+}
+Bytes frame(MsgType type, std::uint32_t id, const Bytes& body) {
+  return frame(static_cast<std::uint8_t>(type), id, body);
+}
+
+Bytes encoded(const Message& m) {
+  Result<Bytes> r = encode(m);
+  EXPECT_TRUE(r.ok()) << to_string(type_of(m.body)) << ": " << (validate(m) ? validate(m)->text : "");
+  return r.ok() ? *r : Bytes{};
+}
+
+Bytes ping_frame(std::uint32_t id) { return encoded(Message{id, Ping{}}); }
+
+// Everything the reader makes of a stream, in order.
+struct Drained {
+  std::vector<Message> messages;
+  std::vector<ProtocolError> errors;  // rejects, then at most one drop
+  bool dropped = false;
+  std::size_t calls = 0;
+};
+
+Drained drain(FrameReader& r) {
+  Drained d;
+  for (;;) {
+    ++d.calls;
+    ReadResult res = r.next();
+    if (res.need_more()) break;
+    if (res.has_message()) {
+      d.messages.push_back(std::move(res).message());
+      continue;
+    }
+    d.errors.push_back(res.error());
+    if (res.error().must_drop()) {
+      d.dropped = true;
+      break;
+    }
+  }
+  return d;
+}
+
+Drained read_all(const Bytes& stream) {
+  FrameReader r;
+  r.feed(stream);
+  return drain(r);
+}
+
+ProtocolError only_error(const Bytes& stream) {
+  Drained d = read_all(stream);
+  EXPECT_TRUE(d.messages.empty());
+  EXPECT_EQ(d.errors.size(), 1u);
+  return d.errors.empty() ? ProtocolError{} : d.errors.front();
+}
+
+Message only_message(const Bytes& stream) {
+  Drained d = read_all(stream);
+  EXPECT_TRUE(d.errors.empty()) << (d.errors.empty() ? "" : d.errors.front().text);
+  EXPECT_EQ(d.messages.size(), 1u);
+  return d.messages.empty() ? Message{} : d.messages.front();
+}
+
+Secret test_secret() {
+  Secret s;
+  for (std::size_t i = 0; i < s.size(); ++i) s[i] = static_cast<std::byte>(0xA0 + i);
+  return s;
+}
+
+HelloReply sample_hello_reply(std::size_t channels) {
+  HelloReply h;
+  h.version = 1;
+  h.node_id = 7;
+  h.memif_socket = "/run/xk/filterd.memif";
+  for (std::size_t i = 0; i < channels; ++i)
+    h.channels.push_back(Channel{static_cast<std::uint32_t>(100 + i),
+                                 MacAddr{{0x02, 0x00, 0x00, 0x07, 0x00, static_cast<std::uint8_t>(i)}}});
+  h.filterd_mac = MacAddr{{0x02, 0x00, 0x00, 0x00, 0x00, 0x01}};
+  h.mtu = 9000;
+  h.address = Ipv4Addr{0xC0000205};
+  h.prefix_len = 24;
+  h.gateway = Ipv4Addr{0xC0000201};
+  h.secret = test_secret();
+  h.heartbeat_ms = 1000;
+  return h;
+}
+
+// At least one message of every type, with fields away from their defaults.
+std::vector<Message> samples() {
+  std::vector<Message> v;
+  v.push_back({1, Hello{.name = "web-0", .pid = 4242, .queues = 4, .version_min = 1, .version_max = 2}});
+  v.push_back({2, Listen{.proto = Proto::tcp, .port = 80, .group = true, .queue = 3}});
+  v.push_back({3, Listen{.proto = Proto::udp, .port = 0, .group = false, .queue = 0}});
+  v.push_back({4, Unlisten{.proto = Proto::udp, .port = 5353}});
+  v.push_back({5, Connect{.proto = Proto::tcp, .remote_addr = {0xC6336401}, .remote_port = 443, .queue = 1}});
+  v.push_back({6, Connect{.proto = Proto::udp,
+                          .remote_addr = {0x0A000001},
+                          .remote_port = 53,
+                          .queue = 63,
+                          .local_port = 40000}});
+  v.push_back({7, Release{.proto = Proto::tcp, .local_port = 49152, .remote_addr = {0xC6336401}, .remote_port = 443}});
+  // A ping's echo "connection": the identifier is the local port.
+  v.push_back({17, Connect{.proto = Proto::icmp, .remote_addr = {0xC0000263}, .remote_port = 0, .queue = 5}});
+  v.push_back({18, Release{.proto = Proto::icmp, .local_port = 0x1234, .remote_addr = {0xC0000263}, .remote_port = 0}});
+  Resync rs;
+  rs.listeners = {{Proto::tcp, 80, true, 0}, {Proto::udp, 5353, false, 2}};
+  rs.flows = {{Proto::tcp, 49152, {0xC6336401}, 443, 1},
+              {Proto::tcp, 80, {0x0A0000FE}, 51000, 3},
+              {Proto::udp, 40000, {0x0A000001}, 53, 0},
+              {Proto::icmp, 0x1234, {0xC0000263}, 0, 5}};
+  rs.more = true;
+  v.push_back({8, rs});
+  v.push_back({9, Resync{}});
+  v.push_back({10, RuleAdd{.expression = "tcp dst port 9000 and src net 10.0.0.0/8", .queue = 2, .priority = -5}});
+  v.push_back({11, RuleAdd{.expression = "udp", .queue = 0, .priority = 0}});
+  v.push_back({12, RuleDel{.rule_id = 17}});
+  v.push_back({13, Stats{}});
+  v.push_back({14, Bye{}});
+  v.push_back({15, Ping{}});
+  v.push_back({1, HelloReply(sample_hello_reply(4))});
+  v.push_back({2, ListenReply{.port = 8080}});
+  v.push_back({5, ConnectReply{.local_port = 49153}});
+  v.push_back({7, Ok{}});
+  v.push_back({10, RuleAddReply{.rule_id = 17}});
+  v.push_back({13, StatsReply{{{"rx_frames", 123456789012ULL},
+                               {"drop_no_rule", 0},
+                               {"r\xC3\xA9sync_\xE2\x9C\x93", ~std::uint64_t{0}}}}});
+  v.push_back({0xFFFFFFFF, Error{.code = ErrorCode::port_in_use, .text = "port 80 belongs to node 3"}});
+  v.push_back({16, Error{.code = ErrorCode::internal, .text = ""}});
+  return v;
+}
+
+// ---- round trips ---------------------------------------------------------------
+
+TEST(ControlRoundTrip, EveryMessageType) {
+  std::set<std::size_t> kinds;
+  for (const Message& m : samples()) {
+    SCOPED_TRACE(to_string(type_of(m.body)));
+    kinds.insert(m.body.index());
+    EXPECT_FALSE(validate(m).has_value());
+    Bytes b = encoded(m);
+    EXPECT_EQ(b.size(), kHeaderSize + static_cast<std::size_t>(std::to_integer<int>(b[10]) << 8 |
+                                                                 std::to_integer<int>(b[11])));
+    EXPECT_EQ(static_cast<std::uint8_t>(b[5]), static_cast<std::uint8_t>(type_of(m.body)));
+    EXPECT_EQ(only_message(b), m);
+  }
+  EXPECT_EQ(kinds.size(), std::variant_size_v<Body>);
+}
+
+TEST(ControlRoundTrip, EveryFieldAtItsLimit) {
+  std::vector<Message> big;
+  Hello h{.name = std::string(kMaxNodeName, 'n'), .pid = ~0u, .queues = kMaxQueues, .version_min = 1,
+          .version_max = 255};
+  big.push_back({1, h});
+  big.push_back({2, RuleAdd{.expression = std::string(kMaxExpression, 'e'), .queue = kMaxQueues - 1,
+                            .priority = -32768}});
+  Resync r;
+  for (std::size_t i = 0; i < kMaxResyncListeners; ++i)
+    r.listeners.push_back({Proto::tcp, static_cast<std::uint16_t>(i + 1), (i & 1) != 0,
+                           static_cast<std::uint16_t>(i % kMaxQueues)});
+  for (std::size_t i = 0; i < kMaxResyncFlows; ++i)
+    r.flows.push_back({Proto::udp, static_cast<std::uint16_t>(1024 + i), {static_cast<std::uint32_t>(0x0A000000 + i)},
+                       65535, static_cast<std::uint16_t>(i % kMaxQueues)});
+  big.push_back({3, r});
+  HelloReply hr = sample_hello_reply(kMaxQueues);
+  hr.memif_socket = std::string(kMaxMemifSocket, 's');
+  hr.prefix_len = 32;
+  big.push_back({4, hr});
+  StatsReply s;
+  for (std::size_t i = 0; i < kMaxCounters; ++i) {
+    std::string name = "c" + std::to_string(i);
+    name.resize(kMaxCounterName, '_');
+    s.counters.push_back({name, i * 0x0123456789ULL});
+  }
+  big.push_back({5, s});
+  big.push_back({6, Error{.code = ErrorCode{999}, .text = std::string(kMaxErrorText, 'x')}});
+  for (const Message& m : big) {
+    SCOPED_TRACE(to_string(type_of(m.body)));
+    Bytes b = encoded(m);
+    EXPECT_LE(b.size(), kHeaderSize + kMaxBody);
+    EXPECT_EQ(only_message(b), m);
+  }
+}
+
+// ---- golden bytes ----------------------------------------------------------------
+
+TEST(ControlGolden, Listen) {
+  const Message m{7, Listen{.proto = Proto::tcp, .port = 8080, .group = true, .queue = 3}};
+  const Bytes golden = bytes({
+      0x58, 0x4B, 0x43, 0x31,  // magic "XKC1"
+      0x01,                    // version
+      0x02,                    // type LISTEN
+      0x00, 0x00,              // flags
+      0x00, 0x00, 0x00, 0x16,  // body length 22
+      0x00, 0x00, 0x00, 0x07,  // request id 7
+      0x00, 0x10, 0x00, 0x01, 0x06,        // proto tcp
+      0x00, 0x11, 0x00, 0x02, 0x1F, 0x90,  // local_port 8080
+      0x00, 0x12, 0x00, 0x01, 0x01,        // group
+      0x00, 0x13, 0x00, 0x02, 0x00, 0x03,  // queue 3
+  });
+  EXPECT_EQ(encoded(m), golden);
+  EXPECT_EQ(only_message(golden), m);
+}
+
+TEST(ControlGolden, Hello) {
+  const Message m{1, Hello{.name = "web", .pid = 4242, .queues = 2, .version_min = 1, .version_max = 1}};
+  const Bytes golden = bytes({
+      0x58, 0x4B, 0x43, 0x31, 0x01, 0x01, 0x00, 0x00,  // "XKC1" v1 HELLO, no flags
+      0x00, 0x00, 0x00, 0x1B, 0x00, 0x00, 0x00, 0x01,  // body 27 bytes, id 1
+      0x00, 0x01, 0x00, 0x03, 'w', 'e', 'b',           // name
+      0x00, 0x02, 0x00, 0x04, 0x00, 0x00, 0x10, 0x92,  // pid 4242
+      0x00, 0x03, 0x00, 0x02, 0x00, 0x02,              // queues 2
+      0x00, 0x04, 0x00, 0x02, 0x01, 0x01,              // versions 1..1
+  });
+  EXPECT_EQ(encoded(m), golden);
+  EXPECT_EQ(only_message(golden), m);
+}
+
+TEST(ControlGolden, Error) {
+  const Message m{0x01020304, Error{.code = ErrorCode::port_in_use, .text = "port 80 taken"}};
+  const Bytes golden = bytes({
+      0x58, 0x4B, 0x43, 0x31, 0x01, 0xFF, 0x00, 0x00,  // "XKC1" v1 ERROR, no flags
+      0x00, 0x00, 0x00, 0x17, 0x01, 0x02, 0x03, 0x04,  // body 23 bytes, id echoed
+      0x00, 0x60, 0x00, 0x02, 0x00, 0x04,              // error_code port_in_use
+      0x00, 0x61, 0x00, 0x0D, 'p', 'o', 'r', 't', ' ', '8', '0', ' ', 't', 'a', 'k', 'e', 'n',
+  });
+  EXPECT_EQ(encoded(m), golden);
+  EXPECT_EQ(only_message(golden), m);
+}
+
+TEST(ControlGolden, ResyncRecords) {
+  Resync r;
+  r.listeners = {{Proto::udp, 53, true, 1}};
+  r.flows = {{Proto::tcp, 49152, {0xC0000201}, 80, 2}};
+  r.more = true;
+  const Message m{9, r};
+  const Bytes golden = bytes({
+      0x58, 0x4B, 0x43, 0x31, 0x01, 0x06, 0x00, 0x00,  // "XKC1" v1 RESYNC, no flags
+      0x00, 0x00, 0x00, 0x1F, 0x00, 0x00, 0x00, 0x09,  // body 31 bytes, id 9
+      0x00, 0x20, 0x00, 0x06,                          // listener:
+      0x11, 0x01, 0x00, 0x35, 0x00, 0x01,              //   udp, group, port 53, queue 1
+      0x00, 0x21, 0x00, 0x0C,                          // flow:
+      0x06, 0x00, 0xC0, 0x00,                          //   tcp, no flags, local port 49152
+      0xC0, 0x00, 0x02, 0x01, 0x00, 0x50, 0x00, 0x02,  //   192.0.2.1 port 80, queue 2
+      0x00, 0x22, 0x00, 0x01, 0x01,                    // more
+  });
+  EXPECT_EQ(encoded(m), golden);
+  EXPECT_EQ(only_message(golden), m);
+}
+
+// ---- delivery in pieces --------------------------------------------------------------
+
+Bytes all_samples_stream() {
+  Bytes stream;
+  for (const Message& m : samples()) stream += encoded(m);
+  return stream;
+}
+
+TEST(ControlReader, ManyMessagesInOneFeed) {
+  Drained d = read_all(all_samples_stream());
+  EXPECT_TRUE(d.errors.empty());
+  EXPECT_EQ(d.messages, samples());
+}
+
+TEST(ControlReader, OneByteAtATime) {
+  const Bytes stream = all_samples_stream();
+  FrameReader r;
+  std::vector<Message> got;
+  for (std::byte b : stream) {
+    r.feed(std::span(&b, 1));
+    Drained d = drain(r);
+    ASSERT_TRUE(d.errors.empty());
+    for (Message& m : d.messages) got.push_back(std::move(m));
+  }
+  EXPECT_EQ(got, samples());
+  EXPECT_EQ(r.buffered(), 0u);
+}
+
+TEST(ControlReader, RandomPieces) {
+  const Bytes stream = all_samples_stream();
+  std::mt19937 rng(12345);
+  for (int round = 0; round < 200; ++round) {
+    FrameReader r;
+    std::vector<Message> got;
+    std::size_t off = 0;
+    while (off < stream.size()) {
+      std::size_t n = std::min<std::size_t>(stream.size() - off, 1 + rng() % 64);
+      r.feed(std::span(stream).subspan(off, n));
+      off += n;
+      Drained d = drain(r);
+      ASSERT_TRUE(d.errors.empty());
+      for (Message& m : d.messages) got.push_back(std::move(m));
+    }
+    ASSERT_EQ(got, samples());
+  }
+}
+
+TEST(ControlReader, NeedMoreSaysHowMuch) {
+  const Bytes f = encoded(samples()[0]);
+  FrameReader r;
+  EXPECT_EQ(r.next().missing(), kHeaderSize);
+  r.feed(std::span(f).first(5));
+  EXPECT_EQ(r.next().missing(), kHeaderSize - 5);
+  r.feed(std::span(f).subspan(5, kHeaderSize - 5));
+  EXPECT_EQ(r.next().missing(), f.size() - kHeaderSize);
+  r.feed(std::span(f).subspan(kHeaderSize, f.size() - kHeaderSize - 1));
+  EXPECT_EQ(r.next().missing(), 1u);
+  r.feed(std::span(f).last(1));
+  EXPECT_TRUE(r.next().has_message());
+  EXPECT_TRUE(r.next().need_more());
+}
+
+// ---- truncation ------------------------------------------------------------------------
+
+TEST(ControlHostile, EveryTruncationWaitsForMore) {
+  for (const Message& m : samples()) {
+    const Bytes f = encoded(m);
+    for (std::size_t len = 0; len < f.size(); ++len) {
+      FrameReader r;
+      r.feed(std::span(f).first(len));
+      ReadResult res = r.next();
+      ASSERT_TRUE(res.need_more()) << to_string(type_of(m.body)) << " cut at " << len;
+      EXPECT_EQ(r.buffered(), len);
+    }
+  }
+}
+
+// A body cut short with the header's length made to agree: the frame is
+// whole, so it must decode (when only optional fields went) or be rejected,
+// and the stream goes on.
+TEST(ControlHostile, EveryTruncatedBodyIsDecodedOrRejected) {
+  std::size_t rejected = 0;
+  for (const Message& m : samples()) {
+    const Bytes f = encoded(m);
+    for (std::size_t len = kHeaderSize; len < f.size(); ++len) {
+      Bytes cut(f.begin(), f.begin() + static_cast<std::ptrdiff_t>(len));
+      const Bytes length = be32(static_cast<std::uint32_t>(len - kHeaderSize));
+      std::copy(length.begin(), length.end(), cut.begin() + 8);
+      Drained d = read_all(cut + ping_frame(99));
+      ASSERT_FALSE(d.dropped);
+      ASSERT_EQ(d.messages.size() + d.errors.size(), 2u);
+      ASSERT_EQ(d.messages.back(), (Message{99, Ping{}}));
+      if (!d.errors.empty()) {
+        ++rejected;
+        EXPECT_EQ(d.errors[0].request_id, m.request_id);
+        EXPECT_EQ(d.errors[0].type, static_cast<std::uint8_t>(type_of(m.body)));
+      } else {
+        EXPECT_FALSE(validate(d.messages[0]).has_value());
+      }
+    }
+  }
+  EXPECT_GT(rejected, 100u);
+}
+
+// ---- corruption ------------------------------------------------------------------------
+
+// Whatever decodes from hostile bytes is a valid message that re-encodes to
+// itself.
+void expect_sane(const Message& m) {
+  ASSERT_FALSE(validate(m).has_value()) << validate(m)->text;
+  Result<Bytes> again = encode(m);
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(only_message(*again), m);
+}
+
+TEST(ControlHostile, EverySingleByteCorruption) {
+  std::size_t decoded = 0;
+  std::size_t rejected = 0;
+  std::size_t dropped = 0;
+  std::size_t waiting = 0;
+  for (const Message& m : samples()) {
+    const Bytes f = encoded(m);
+    for (std::size_t at = 0; at < f.size(); ++at) {
+      for (int x = 1; x < 256; ++x) {
+        Bytes bad = f;
+        bad[at] ^= static_cast<std::byte>(x);
+        Drained d = read_all(bad + ping_frame(99));
+        ASSERT_LE(d.calls, 4u);
+        for (const Message& got : d.messages) expect_sane(got);
+        for (const ProtocolError& e : d.errors) ASSERT_FALSE(e.text.empty());
+        if (d.dropped) {
+          ++dropped;
+          ASSERT_LT(at, 12u) << "only the magic, version and length can break the stream";
+          continue;
+        }
+        if (at >= 8 && at < 12) {  // a wrong body length may swallow the next frame
+          if (d.messages.size() + d.errors.size() < 2) ++waiting;
+          continue;
+        }
+        // Anything else leaves the stream in step: the PING comes out.
+        ASSERT_EQ(d.messages.size() + d.errors.size(), 2u) << "byte " << at << " ^ " << x;
+        ASSERT_EQ(d.messages.back(), (Message{99, Ping{}}));
+        if (d.errors.empty()) {
+          ++decoded;
+        } else {
+          ++rejected;
+          EXPECT_EQ(d.errors[0].severity, Severity::reject);
+        }
+      }
+    }
+  }
+  EXPECT_GT(decoded, 0u);
+  EXPECT_GT(rejected, 0u);
+  EXPECT_GT(dropped, 0u);
+  EXPECT_GT(waiting, 0u);
+}
+
+// ---- garbage -----------------------------------------------------------------------------
+
+// Feeds a stream in random pieces and checks the reader never loops: every
+// call returns need-more, consumes a frame, or drops.
+Drained feed_in_pieces(const Bytes& stream, std::mt19937_64& rng) {
+  FrameReader r;
+  Drained all;
+  std::size_t off = 0;
+  while (off < stream.size()) {
+    const std::size_t n = std::min<std::size_t>(stream.size() - off, 1 + rng() % 97);
+    r.feed(std::span(stream).subspan(off, n));
+    off += n;
+    Drained d = drain(r);
+    EXPECT_LE(d.calls, n / kHeaderSize + 2);
+    for (Message& m : d.messages) all.messages.push_back(std::move(m));
+    for (ProtocolError& e : d.errors) all.errors.push_back(std::move(e));
+    all.calls += d.calls;
+    if (d.dropped) {
+      all.dropped = true;
+      EXPECT_TRUE(r.broken());
+      r.feed(std::span(stream).subspan(off));
+      EXPECT_EQ(r.buffered(), 0u);
+      break;
+    }
+  }
+  for (const Message& m : all.messages) expect_sane(m);
+  return all;
+}
+
+TEST(ControlFuzz, RandomBytes) {
+  std::mt19937_64 rng(1);
+  std::size_t dropped = 0;
+  for (int i = 0; i < 20000; ++i) {
+    Bytes stream(rng() % 300);
+    for (std::byte& b : stream) b = static_cast<std::byte>(rng());
+    if (i % 4 == 0 && stream.size() >= 16) {  // sometimes a good header prefix, so the length check runs too
+      const Bytes head = be32(kMagic) + bytes({1});
+      std::copy(head.begin(), head.end(), stream.begin());
+    }
+    Drained d = feed_in_pieces(stream, rng);
+    dropped += d.dropped;
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GT(dropped, 10000u);
+}
+
+// The size of a well-formed value for a tag, or 0 for a string or record.
+std::size_t fixed_size(Tag t) {
+  switch (t) {
+    case Tag::proto: case Tag::group: case Tag::more: case Tag::version: case Tag::prefix_len: return 1;
+    case Tag::queues: case Tag::local_port: case Tag::queue: case Tag::remote_port: case Tag::priority:
+    case Tag::node_id: case Tag::mtu: case Tag::error_code: case Tag::versions: return 2;
+    case Tag::pid: case Tag::remote_addr: case Tag::rule_id: case Tag::address: case Tag::gateway:
+    case Tag::heartbeat_ms: return 4;
+    case Tag::filterd_mac: return 6;
+    case Tag::listener: return kListenerRecord;
+    case Tag::flow: return kFlowRecord;
+    case Tag::channel: return kChannelRecord;
+    case Tag::secret: return 16;
+    default: return 0;
+  }
+}
+
+constexpr Tag kAllTags[] = {Tag::pad, Tag::name, Tag::pid, Tag::queues, Tag::versions, Tag::version,
+                            Tag::proto, Tag::local_port, Tag::group, Tag::queue, Tag::remote_addr,
+                            Tag::remote_port, Tag::listener, Tag::flow, Tag::more, Tag::expression,
+                            Tag::priority, Tag::rule_id, Tag::node_id, Tag::memif_socket, Tag::channel,
+                            Tag::filterd_mac, Tag::mtu, Tag::address, Tag::prefix_len, Tag::gateway,
+                            Tag::secret, Tag::heartbeat_ms, Tag::counter, Tag::error_code, Tag::error_text};
+
+// Small values most of the time, so ranges (queue < 64, proto 6 or 17) are
+// sometimes met and whole messages decode.
+std::byte small_byte(std::mt19937_64& rng) {
+  switch (rng() % 4) {
+    case 0: return static_cast<std::byte>(rng());
+    case 1: return std::byte{6};
+    case 2: return std::byte{1};
+    default: return static_cast<std::byte>('a' + rng() % 26);
+  }
+}
+
+Bytes random_body(std::mt19937_64& rng) {
+  Bytes body;
+  const std::size_t fields = rng() % 14;
+  for (std::size_t i = 0; i < fields; ++i) {
+    std::uint16_t tag = static_cast<std::uint16_t>(kAllTags[rng() % std::size(kAllTags)]);
+    if (rng() % 16 == 0) tag = static_cast<std::uint16_t>(rng());
+    std::size_t len = fixed_size(static_cast<Tag>(tag));
+    if (len == 0 || rng() % 8 == 0) len = rng() % 24;
+    if (static_cast<Tag>(tag) == Tag::counter && rng() % 2) len = kCounterRecordMin + rng() % 8;
+    Bytes value(len);
+    for (std::byte& b : value) b = small_byte(rng);
+    if (static_cast<Tag>(tag) == Tag::counter && len >= kCounterRecordMin)
+      value[8] = static_cast<std::byte>(len - kCounterRecordMin);
+    body += tlv(tag, value);
+  }
+  if (rng() % 8 == 0 && !body.empty()) body.resize(rng() % body.size());  // a cut TLV
+  return body;
+}
+
+constexpr std::uint8_t kAllTypes[] = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A,
+                                      0x0B, 0x80, 0x81, 0x82, 0x84, 0x87, 0x89, 0xFF};
+
+TEST(ControlFuzz, RandomTlvBodies) {
+  std::mt19937_64 rng(2);
+  std::size_t messages = 0;
+  std::size_t rejects = 0;
+  for (int i = 0; i < 30000; ++i) {
+    Bytes stream;
+    const int frames = 1 + static_cast<int>(rng() % 3);
+    for (int k = 0; k < frames; ++k) {
+      std::uint8_t type = kAllTypes[rng() % std::size(kAllTypes)];
+      if (rng() % 32 == 0) type = static_cast<std::uint8_t>(rng());
+      const std::uint16_t flags = rng() % 64 == 0 ? static_cast<std::uint16_t>(rng()) : 0;
+      stream += frame(type, static_cast<std::uint32_t>(rng()), random_body(rng), flags);
+    }
+    Drained d = feed_in_pieces(stream, rng);
+    EXPECT_FALSE(d.dropped);
+    EXPECT_EQ(d.messages.size() + d.errors.size(), static_cast<std::size_t>(frames));
+    messages += d.messages.size();
+    rejects += d.errors.size();
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(messages, 1000u);
+  EXPECT_GT(rejects, 1000u);
+}
+
+TEST(ControlFuzz, MutatedStreams) {
+  std::mt19937_64 rng(3);
+  std::vector<Bytes> frames;
+  for (const Message& m : samples()) frames.push_back(encoded(m));
+  std::size_t messages = 0;
+  for (int i = 0; i < 20000; ++i) {
+    Bytes stream;
+    for (int k = 0; k < 3; ++k) stream += frames[rng() % frames.size()];
+    const int mutations = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < mutations && !stream.empty(); ++k) {
+      const std::size_t at = rng() % stream.size();
+      switch (rng() % 4) {
+        case 0: stream[at] = static_cast<std::byte>(rng()); break;
+        case 1: stream.erase(stream.begin() + static_cast<std::ptrdiff_t>(at)); break;
+        case 2: stream.insert(stream.begin() + static_cast<std::ptrdiff_t>(at), static_cast<std::byte>(rng())); break;
+        default: stream[at] ^= static_cast<std::byte>(1u << (rng() % 8)); break;
+      }
+    }
+    messages += feed_in_pieces(stream, rng).messages.size();
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(messages, 10000u);
+}
+
+// ---- framing errors ---------------------------------------------------------------------
+
+TEST(ControlFraming, WrongMagicDropsAtTheFirstByte) {
+  FrameReader r;
+  r.feed(bytes({'Y'}));
+  ReadResult res = r.next();
+  ASSERT_TRUE(res.has_error());
+  EXPECT_TRUE(res.error().must_drop());
+  EXPECT_FALSE(should_answer(res.error()));
+  EXPECT_NE(res.error().text.find("magic"), std::string::npos);
+  // The reader stays broken and ignores anything fed later.
+  r.feed(ping_frame(1));
+  EXPECT_EQ(r.buffered(), 0u);
+  EXPECT_TRUE(r.broken());
+  EXPECT_TRUE(r.next().error().must_drop());
+
+  Bytes f = ping_frame(1);
+  f[3] = std::byte{0x32};  // "XKC2"
+  EXPECT_TRUE(only_error(f).must_drop());
+}
+
+TEST(ControlFraming, WrongVersionDrops) {
+  for (int version : {0, 2, 255}) {
+    const ProtocolError e = only_error(frame(0x0B, 5, {}, 0, static_cast<std::uint8_t>(version)));
+    EXPECT_TRUE(e.must_drop());
+    EXPECT_EQ(e.code, ErrorCode::unsupported_version);
+  }
+  // Known from the fifth byte on: no need to wait for the whole header.
+  FrameReader r;
+  r.feed(be32(kMagic) + bytes({2}));
+  EXPECT_TRUE(r.next().has_error());
+}
+
+TEST(ControlFraming, OversizedBodyDropsBeforeItArrives) {
+  Bytes head = be32(kMagic) + bytes({1, 0x0B, 0, 0}) + be32(kMaxBody + 1) + be32(3);
+  const ProtocolError e = only_error(head);
+  EXPECT_TRUE(e.must_drop());
+  EXPECT_EQ(e.request_id, 3u);
+  EXPECT_NE(e.text.find("65537"), std::string::npos);
+  EXPECT_TRUE(only_error(be32(kMagic) + bytes({1, 0x0B, 0, 0}) + be32(0xFFFFFFFF) + be32(3)).must_drop());
+}
+
+TEST(ControlFraming, LargestBodyIsAccepted) {
+  // A PING padded to exactly 65536 bytes with 16384 empty pad TLVs.
+  Bytes body;
+  for (std::size_t i = 0; i < kMaxBody / kTlvHeaderSize; ++i) body += tlv(Tag::pad, {});
+  ASSERT_EQ(body.size(), kMaxBody);
+  EXPECT_EQ(only_message(frame(MsgType::ping, 4, body)), (Message{4, Ping{}}));
+}
+
+TEST(ControlFraming, NonzeroFlagsRejectOnlyThatFrame) {
+  Drained d = read_all(frame(0x0B, 8, {}, 0x0001) + ping_frame(9));
+  ASSERT_EQ(d.errors.size(), 1u);
+  EXPECT_EQ(d.errors[0].severity, Severity::reject);
+  EXPECT_EQ(d.errors[0].request_id, 8u);
+  EXPECT_NE(d.errors[0].text.find("flags"), std::string::npos);
+  EXPECT_EQ(d.messages, std::vector<Message>{(Message{9, Ping{}})});
+}
+
+TEST(ControlFraming, UnknownTypeIsRejectedAndAnsweredOnlyIfARequest) {
+  ProtocolError e = only_error(frame(0x33, 21, tlv(Tag::queue, be16(1))));
+  EXPECT_EQ(e.severity, Severity::reject);
+  EXPECT_TRUE(should_answer(e));
+  const Message reply = make_error(e);
+  EXPECT_EQ(reply.request_id, 21u);
+  EXPECT_EQ(std::get<Error>(reply.body).code, ErrorCode::bad_message);
+  EXPECT_TRUE(encode(reply).ok());
+
+  e = only_error(frame(0x90, 22, {}));
+  EXPECT_FALSE(should_answer(e));  // never answer a reply, not even a broken one
+}
+
+// ---- TLV rules ---------------------------------------------------------------------------
+
+const Bytes kListenBody = tlv(Tag::proto, bytes({6})) + tlv(Tag::local_port, be16(80)) + tlv(Tag::queue, be16(1));
+const Message kListen{30, Listen{.proto = Proto::tcp, .port = 80, .group = false, .queue = 1}};
+
+TEST(ControlTlv, UnknownTagsWithoutTheCriticalBitAreSkipped) {
+  EXPECT_EQ(only_message(frame(MsgType::listen, 30, kListenBody)), kListen);
+  EXPECT_EQ(only_message(frame(MsgType::listen, 30, tlv(0x7ABC, bytes({1, 2, 3})) + kListenBody)), kListen);
+  EXPECT_EQ(only_message(frame(MsgType::listen, 30, kListenBody + tlv(Tag::pad, Bytes(9)))), kListen);
+  // A tag known elsewhere (HELLO's name) means nothing in LISTEN.
+  EXPECT_EQ(only_message(frame(MsgType::listen, 30, kListenBody + tlv(Tag::name, text_bytes("x")))), kListen);
+  // Even a huge unknown value is just skipped.
+  EXPECT_EQ(only_message(frame(MsgType::listen, 30, kListenBody + tlv(0x1234, Bytes(65535 - 20)))), kListen);
+}
+
+TEST(ControlTlv, UnknownCriticalTagRejects) {
+  const ProtocolError e = only_error(frame(MsgType::listen, 30, kListenBody + tlv(0x8ABC, bytes({0}))));
+  EXPECT_EQ(e.severity, Severity::reject);
+  EXPECT_EQ(e.request_id, 30u);
+  EXPECT_NE(e.text.find("critical"), std::string::npos);
+  EXPECT_NE(e.text.find("0x8ABC"), std::string::npos);
+  EXPECT_TRUE(only_error(frame(MsgType::ping, 1, tlv(0x8000, {}))).severity == Severity::reject);
+}
+
+TEST(ControlTlv, DuplicateTagRejects) {
+  const ProtocolError e = only_error(frame(MsgType::listen, 30, kListenBody + tlv(Tag::local_port, be16(81))));
+  EXPECT_EQ(e.severity, Severity::reject);
+  EXPECT_NE(e.text.find("local_port"), std::string::npos);
+  EXPECT_NE(e.text.find("twice"), std::string::npos);
+  // Repeated fields may repeat, single ones in the same message may not.
+  Bytes more = tlv(Tag::more, bytes({1}));
+  EXPECT_EQ(only_error(frame(MsgType::resync, 2, more + more)).severity, Severity::reject);
+}
+
+TEST(ControlTlv, MissingRequiredTagRejects) {
+  const ProtocolError e =
+      only_error(frame(MsgType::listen, 30, tlv(Tag::proto, bytes({6})) + tlv(Tag::queue, be16(1))));
+  EXPECT_EQ(e.severity, Severity::reject);
+  EXPECT_NE(e.text.find("missing"), std::string::npos);
+  EXPECT_NE(e.text.find("local_port"), std::string::npos);
+  EXPECT_TRUE(only_error(frame(MsgType::error, 1, {})).severity == Severity::reject);
+}
+
+// Splits a frame's body into its TLVs (for well-formed frames only).
+std::vector<Bytes> tlvs_of(const Bytes& f) {
+  std::vector<Bytes> out;
+  std::size_t off = kHeaderSize;
+  while (off < f.size()) {
+    const std::size_t len = (std::to_integer<std::size_t>(f[off + 2]) << 8) | std::to_integer<std::size_t>(f[off + 3]);
+    out.emplace_back(f.begin() + static_cast<std::ptrdiff_t>(off),
+                     f.begin() + static_cast<std::ptrdiff_t>(off + kTlvHeaderSize + len));
+    off += kTlvHeaderSize + len;
+  }
+  return out;
+}
+
+Bytes body_of(const std::vector<Bytes>& tlvs) {
+  Bytes b;
+  for (const Bytes& t : tlvs) b += t;
+  return b;
+}
+
+// Dropping any one TLV of any sample leaves a message that is either still
+// valid (the TLV was optional or one of a list) or rejected as incomplete;
+// shuffling the TLVs changes nothing.
+TEST(ControlTlv, EveryFieldRemovedOrReordered) {
+  std::mt19937 rng(7);
+  for (const Message& m : samples()) {
+    const Bytes f = encoded(m);
+    const auto type = static_cast<std::uint8_t>(type_of(m.body));
+    std::vector<Bytes> fields = tlvs_of(f);
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+      std::vector<Bytes> less = fields;
+      less.erase(less.begin() + static_cast<std::ptrdiff_t>(i));
+      Drained d = read_all(frame(type, m.request_id, body_of(less)));
+      ASSERT_EQ(d.messages.size() + d.errors.size(), 1u);
+      if (!d.errors.empty()) {
+        EXPECT_EQ(d.errors[0].severity, Severity::reject);
+      }
+      for (const Message& got : d.messages) expect_sane(got);
+    }
+    // Different tags in any order; a repeated tag keeps its order (it is the
+    // order of the list).
+    std::vector<std::pair<std::uint32_t, Bytes>> keyed;
+    std::map<std::uint16_t, std::uint32_t> key_of_tag;
+    for (const Bytes& t : fields) {
+      const auto tag = static_cast<std::uint16_t>(std::to_integer<int>(t[0]) << 8 | std::to_integer<int>(t[1]));
+      if (!key_of_tag.count(tag)) key_of_tag[tag] = rng();
+      keyed.emplace_back(key_of_tag[tag], t);
+    }
+    std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    fields.clear();
+    for (auto& [key, t] : keyed) fields.push_back(std::move(t));
+    EXPECT_EQ(only_message(frame(type, m.request_id, body_of(fields))), m);
+  }
+}
+
+TEST(ControlTlv, RecordsMayGrowInLaterVersions) {
+  // A listener record with two bytes a later version added: they are skipped.
+  Bytes body = tlv(Tag::listener, bytes({17, 1, 0, 53, 0, 2, 0xEE, 0xEE}));
+  Resync want;
+  want.listeners = {{Proto::udp, 53, true, 2}};
+  EXPECT_EQ(only_message(frame(MsgType::resync, 3, body)), (Message{3, want}));
+  // Unknown flag bits are not skipped.
+  EXPECT_EQ(only_error(frame(MsgType::resync, 3, tlv(Tag::listener, bytes({17, 3, 0, 53, 0, 2})))).severity,
+            Severity::reject);
+  // A short record is rejected.
+  EXPECT_EQ(only_error(frame(MsgType::resync, 3, tlv(Tag::flow, Bytes(11)))).severity, Severity::reject);
+}
+
+TEST(ControlTlv, BadValuesReject) {
+  struct Case {
+    const char* what;
+    MsgType type;
+    Bytes body;
+  };
+  const Bytes port = tlv(Tag::local_port, be16(80));
+  const Bytes queue = tlv(Tag::queue, be16(1));
+  const Bytes tcp = tlv(Tag::proto, bytes({6}));
+  const Bytes hello_rest = tlv(Tag::pid, be32(1)) + tlv(Tag::queues, be16(1)) + tlv(Tag::versions, bytes({1, 1}));
+  const std::vector<Case> cases = {
+      {"proto 3", MsgType::listen, tlv(Tag::proto, bytes({3})) + port + queue},
+      {"proto too long", MsgType::listen, tlv(Tag::proto, bytes({0, 6})) + port + queue},
+      {"port too short", MsgType::listen, tcp + tlv(Tag::local_port, bytes({80})) + queue},
+      {"group 2", MsgType::listen, tcp + port + queue + tlv(Tag::group, bytes({2}))},
+      {"group without port", MsgType::listen, tcp + tlv(Tag::local_port, be16(0)) + queue + tlv(Tag::group, bytes({1}))},
+      {"queue 64", MsgType::listen, tcp + port + tlv(Tag::queue, be16(64))},
+      {"unlisten port 0", MsgType::unlisten, tcp + tlv(Tag::local_port, be16(0))},
+      {"connect to port 0", MsgType::connect,
+       tcp + queue + tlv(Tag::remote_addr, be32(0x0A000001)) + tlv(Tag::remote_port, be16(0))},
+      {"icmp connect with a remote port", MsgType::connect,
+       tlv(Tag::proto, bytes({1})) + queue + tlv(Tag::remote_addr, be32(0x0A000001)) + tlv(Tag::remote_port, be16(7))},
+      {"icmp listen", MsgType::listen, tlv(Tag::proto, bytes({1})) + port + queue},
+      {"icmp listener", MsgType::resync, tlv(Tag::listener, bytes({1, 0, 0, 80, 0, 0}))},
+      {"tcp flow without a remote port", MsgType::resync,
+       tlv(Tag::flow, bytes({6, 0, 0, 80, 10, 0, 0, 1, 0, 0, 0, 0}))},
+      {"flow with proto 2", MsgType::resync, tlv(Tag::flow, bytes({2, 0, 0, 80, 10, 0, 0, 1, 0, 0, 0, 0}))},
+      {"connect to 0.0.0.0", MsgType::connect,
+       tcp + queue + tlv(Tag::remote_addr, be32(0)) + tlv(Tag::remote_port, be16(80))},
+      {"empty name", MsgType::hello, tlv(Tag::name, {}) + hello_rest},
+      {"name too long", MsgType::hello, tlv(Tag::name, text_bytes(std::string(65, 'n'))) + hello_rest},
+      {"NUL in name", MsgType::hello, tlv(Tag::name, bytes({'a', 0, 'b'})) + hello_rest},
+      {"bad UTF-8", MsgType::hello, tlv(Tag::name, bytes({'a', 0xC0, 0x80})) + hello_rest},
+      {"surrogate", MsgType::hello, tlv(Tag::name, bytes({0xED, 0xA0, 0x80})) + hello_rest},
+      {"cut UTF-8", MsgType::hello, tlv(Tag::name, bytes({'a', 0xE2, 0x9C})) + hello_rest},
+      {"queues 0", MsgType::hello,
+       tlv(Tag::name, text_bytes("n")) + tlv(Tag::pid, be32(1)) + tlv(Tag::queues, be16(0)) +
+           tlv(Tag::versions, bytes({1, 1}))},
+      {"versions 2..1", MsgType::hello,
+       tlv(Tag::name, text_bytes("n")) + tlv(Tag::pid, be32(1)) + tlv(Tag::queues, be16(1)) +
+           tlv(Tag::versions, bytes({2, 1}))},
+      {"expression too long", MsgType::rule_add, queue + tlv(Tag::expression, text_bytes(std::string(1025, 'e')))},
+      {"rule id 0", MsgType::rule_del, tlv(Tag::rule_id, be32(0))},
+      {"error code 0", MsgType::error, tlv(Tag::error_code, be16(0))},
+      {"counter name longer than its record", MsgType::stats_reply,
+       tlv(Tag::counter, Bytes(8) + bytes({5, 'a', 'b'}))},
+      {"counter name too long", MsgType::stats_reply,
+       tlv(Tag::counter, Bytes(8) + bytes({49}) + text_bytes(std::string(49, 'c')))},
+      {"empty counter name", MsgType::stats_reply, tlv(Tag::counter, Bytes(9))},
+      {"TLV header cut", MsgType::ping, bytes({0, 0, 0})},
+      {"TLV value runs past the body", MsgType::ping, bytes({0x12, 0x34, 0, 5, 1, 2, 3, 4})},
+  };
+  for (const Case& c : cases) {
+    const ProtocolError e = only_error(frame(c.type, 77, c.body) );
+    EXPECT_EQ(e.severity, Severity::reject) << c.what;
+    EXPECT_EQ(e.request_id, 77u) << c.what;
+    EXPECT_FALSE(e.text.empty()) << c.what;
+  }
+}
+
+TEST(ControlTlv, ListCapsAreEnforced) {
+  Bytes listeners;
+  for (std::size_t i = 0; i <= kMaxResyncListeners; ++i)
+    listeners += tlv(Tag::listener, bytes({6, 0, 0, 80, 0, 0}));
+  ProtocolError e = only_error(frame(MsgType::resync, 1, listeners));
+  EXPECT_EQ(e.severity, Severity::reject);
+  EXPECT_NE(e.text.find("more than 1024"), std::string::npos);
+
+  Bytes flows;
+  for (std::size_t i = 0; i <= kMaxResyncFlows; ++i)
+    flows += tlv(Tag::flow, bytes({6, 0, 0, 80, 10, 0, 0, 1, 0, 80, 0, 0}));
+  EXPECT_EQ(only_error(frame(MsgType::resync, 1, flows)).severity, Severity::reject);
+
+  Bytes counters;
+  for (std::size_t i = 0; i <= kMaxCounters; ++i) counters += tlv(Tag::counter, Bytes(8) + bytes({1, 'c'}));
+  EXPECT_EQ(only_error(frame(MsgType::stats_reply, 1, counters)).severity, Severity::reject);
+
+  HelloReply h = sample_hello_reply(kMaxQueues);
+  Bytes f = encoded(Message{1, h});
+  f = frame(MsgType::hello_reply, 1, Bytes(f.begin() + kHeaderSize, f.end()) + tlv(Tag::channel, Bytes(10)));
+  EXPECT_EQ(only_error(f).severity, Severity::reject);
+  EXPECT_EQ(only_error(frame(MsgType::hello_reply, 1, {})).severity, Severity::reject);
+}
+
+// ---- the encoder refuses what the decoder would refuse ---------------------------------
+
+TEST(ControlEncode, InvalidMessagesAppendNothing) {
+  Resync r;
+  r.listeners.resize(kMaxResyncListeners + 1, ListenerEntry{Proto::tcp, 80, false, 0});
+  std::vector<Message> bad = {
+      {1, Hello{.name = "", .pid = 1, .queues = 1}},
+      {1, Hello{.name = "n", .pid = 1, .queues = 65}},
+      {1, Listen{.proto = Proto{1}, .port = 80}},
+      {1, Listen{.proto = Proto::tcp, .port = 80, .queue = 64}},
+      {1, r},
+      {1, RuleAdd{.expression = std::string(kMaxExpression + 1, 'e')}},
+      {1, HelloReply{}},
+      {1, StatsReply{{{"", 1}}}},
+      {1, Error{.code = ErrorCode{0}, .text = ""}},
+      {1, Error{.code = ErrorCode::internal, .text = std::string("a\0b", 3)}},
+  };
+  for (const Message& m : bad) {
+    SCOPED_TRACE(to_string(type_of(m.body)));
+    ASSERT_TRUE(validate(m).has_value());
+    EXPECT_EQ(validate(m)->code, ErrorCode::bad_message);
+    Bytes out = bytes({1, 2, 3});
+    Status s = encode_into(m, out);
+    EXPECT_FALSE(s.ok());
+    EXPECT_EQ(out, bytes({1, 2, 3}));
+    EXPECT_FALSE(encode(m).ok());
+  }
+  EXPECT_EQ(encode(Message{1, r}).error(), Errc::too_large);
+  EXPECT_EQ(encode(Message{1, Listen{.proto = Proto{1}}}).error(), Errc::invalid_argument);
+}
+
+TEST(ControlEncode, AppendsAfterWhatIsThere) {
+  Bytes out = ping_frame(1);
+  ASSERT_TRUE(encode_into(samples()[1], out).ok());
+  Drained d = read_all(out);
+  ASSERT_EQ(d.messages.size(), 2u);
+  EXPECT_EQ(d.messages[1], samples()[1]);
+}
+
+// ---- helpers ---------------------------------------------------------------------------
+
+TEST(ControlHelpers, MakeErrorAlwaysEncodes) {
+  Message m = make_error(5, ErrorCode::not_found, "no rule 9");
+  EXPECT_EQ(m, (Message{5, Error{.code = ErrorCode::not_found, .text = "no rule 9"}}));
+
+  // Cut at a character boundary: 300 two-byte characters become 128 (256 bytes).
+  std::string long_text;
+  for (int i = 0; i < 300; ++i) long_text += "\xC3\xA9";
+  m = make_error(5, ErrorCode::internal, long_text);
+  EXPECT_EQ(std::get<Error>(m.body).text.size(), 256u);
+  EXPECT_TRUE(encode(m).ok());
+  long_text = "x" + long_text;  // now a cut in the middle would split a character
+  m = make_error(5, ErrorCode::internal, long_text);
+  EXPECT_EQ(std::get<Error>(m.body).text.size(), 255u);
+  EXPECT_TRUE(encode(m).ok());
+
+  m = make_error(5, ErrorCode::internal, std::string("a\0b\xFF", 4));
+  EXPECT_EQ(std::get<Error>(m.body).text, "a?b?");
+  EXPECT_TRUE(encode(m).ok());
+
+  EXPECT_TRUE(encode(make_error(5, ErrorCode{0}, "")).ok());
+}
+
+TEST(ControlHelpers, SplitResync) {
+  std::vector<ListenerEntry> listeners;
+  std::vector<FlowEntry> flows;
+  for (std::uint16_t i = 1; i <= 2500; ++i) listeners.push_back({Proto::tcp, i, false, 0});
+  for (std::uint32_t i = 1; i <= 7000; ++i)
+    flows.push_back({Proto::udp, static_cast<std::uint16_t>(i), {0x0A000000 + i}, 53, 1});
+  const std::vector<Resync> parts = split_resync(listeners, flows);
+  ASSERT_EQ(parts.size(), 3u);
+  std::vector<ListenerEntry> all_listeners;
+  std::vector<FlowEntry> all_flows;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    EXPECT_EQ(parts[i].more, i + 1 < parts.size());
+    Bytes b = encoded(Message{static_cast<std::uint32_t>(i), parts[i]});
+    EXPECT_LE(b.size(), kHeaderSize + kMaxBody);
+    all_listeners.insert(all_listeners.end(), parts[i].listeners.begin(), parts[i].listeners.end());
+    all_flows.insert(all_flows.end(), parts[i].flows.begin(), parts[i].flows.end());
+  }
+  EXPECT_EQ(all_listeners, listeners);
+  EXPECT_EQ(all_flows, flows);
+
+  const std::vector<Resync> none = split_resync({}, {});
+  ASSERT_EQ(none.size(), 1u);
+  EXPECT_EQ(none[0], Resync{});
+}
+
+TEST(ControlHelpers, ReplyTypes) {
+  EXPECT_EQ(reply_type(MsgType::hello), MsgType::hello_reply);
+  EXPECT_EQ(reply_type(MsgType::listen), MsgType::listen_reply);
+  EXPECT_EQ(reply_type(MsgType::connect), MsgType::connect_reply);
+  EXPECT_EQ(reply_type(MsgType::rule_add), MsgType::rule_add_reply);
+  EXPECT_EQ(reply_type(MsgType::stats), MsgType::stats_reply);
+  for (MsgType t : {MsgType::unlisten, MsgType::release, MsgType::resync, MsgType::rule_del, MsgType::bye,
+                    MsgType::ping})
+    EXPECT_EQ(reply_type(t), MsgType::ok);
+  EXPECT_EQ(reply_type(MsgType::ok), MsgType::error);
+  for (const Message& m : samples()) {
+    const MsgType t = type_of(m.body);
+    EXPECT_STRNE(to_string(t), "?");
+    if (is_request_type(static_cast<std::uint8_t>(t)) && reply_type(t) != MsgType::ok) {
+      EXPECT_EQ(static_cast<std::uint8_t>(reply_type(t)), static_cast<std::uint8_t>(t) | 0x80);
+    }
+  }
+  EXPECT_STREQ(to_string(ErrorCode::no_ports), "no_ports");
+  EXPECT_STREQ(to_string(ErrorCode{999}), "unknown");
+  EXPECT_STREQ(to_string(Proto::udp), "udp");
+  EXPECT_STREQ(to_string(Proto::icmp), "icmp");
+  EXPECT_STREQ(to_string(Proto{2}), "?");
+}
+
+}  // namespace
+}  // namespace xk::filterd::ctl
