@@ -1,0 +1,108 @@
+#pragma once
+// steer: filterd's data path, as a layer of its graph (docs/filterd.md).
+//
+//   dpdk  net0   devargs=<the external port>
+//   steer st0    below=net0 addr=192.0.2.10/24 gw=192.0.2.1
+//   eth   eth0   below=st0          -- filterd's own stack for the shared
+//   arp   arp0   below=eth0         -- address: ARP, ping, and the RST /
+//   ipv4  ip0    below=eth0,arp0    -- port unreachable nobody else sends
+//   icmp, tcp, udp on ip0
+//
+// Every frame from the external port goes through the filter engine:
+// frames of a node's flow go straight to that node's channel (its Ethernet
+// header rewritten: filterd's channel MAC to the node's MAC); ARP, ICMP echo,
+// and segments or datagrams for nobody go up to filterd's own stack, whose
+// tcp (no listeners) answers RST and whose udp (no sockets) makes ipv4 answer
+// port unreachable -- the RFC behaviour, from code that is already tested.
+//
+// A node's frames arrive on its channel: ARP requests are answered with
+// filterd's channel MAC (so the node sends everything to filterd), IPv4
+// packets pass the egress check (the shared address, a flow or port the node
+// owns) and go out through filterd's ARP, which resolves the next hop on the
+// external link and writes the Ethernet header. Everything else is dropped
+// and counted.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "xk/clock.hpp"
+#include "xk/counters.hpp"
+#include "xk/demux.hpp"
+#include "xk/filterd/filter.hpp"
+#include "xk/graph.hpp"
+#include "xk/link.hpp"
+#include "xk/options.hpp"
+#include "xk/protocols/ipv4_wire.hpp"
+#include "xk/protocols/passthrough.hpp"
+
+namespace xk::filterd {
+
+struct SteerConfig {
+  Ipv4Cidr shared;                  // the shared address and its subnet
+  std::optional<Ipv4Addr> gateway;  // next hop off the subnet
+  // filterd's address on the node channels (locally administered).
+  MacAddr channel_mac{{0x02, 0x78, 0x6b, 0x00, 0x00, 0x01}};
+  FilterConfig filter;              // shared_ip is taken from `shared`
+};
+
+class Steer final : public fault::PassThrough {
+ public:
+  Steer(std::string name, Protocol& external, const Clock& clock, SteerConfig config);
+  ~Steer() override;
+
+  FilterEngine& filter() noexcept { return *filter_; }
+  const SteerConfig& config() const noexcept { return config_; }
+
+  // filterd's own ARP (the graph's arp0, above us): node packets leave
+  // through it. Until set, node packets are dropped (no_resolver).
+  void set_resolver(NextHopResolver* arp) noexcept { resolver_ = arp; }
+
+  // A node's channel: a driver whose receive side is the node's frames and
+  // whose sessions reach the node. One channel per node (queue 0). The
+  // driver must outlive the attachment (detach() first, or destroy the
+  // channel after steer).
+  // exists: the node has a channel already.
+  Status attach(NodeId node, Protocol& channel, MacAddr node_mac);
+  // Forget the channel and everything the node owned in the filter.
+  void detach(NodeId node) noexcept;
+  bool attached(NodeId node) const noexcept;
+
+ protected:
+  Status on_rx(fault::PassSession& s, Msg msg) override;
+
+ private:
+  class Channel;
+  struct NodeKey {
+    std::uint32_t node;
+    friend bool operator==(const NodeKey&, const NodeKey&) = default;
+  };
+  Status forward(const Decision& d, Msg frame);
+  Status egress(Channel& ch, Msg frame);
+  Status answer_arp(Channel& ch, Msg frame);
+  void learn_passive_flow(Channel& ch, const ipv4::Header& ip, std::span<const std::byte> frame);
+
+  SteerConfig config_;
+  std::unique_ptr<FilterEngine> filter_;
+  NextHopResolver* resolver_ = nullptr;
+  FlatMap<NodeKey, std::unique_ptr<Channel>> channels_;
+
+  Counter& rx_to_node_;
+  Counter& rx_local_;
+  Counter& rx_dropped_;
+  Counter& rx_no_channel_;
+  Counter& rx_channel_full_;
+  Counter& tx_from_nodes_;
+  Counter& tx_denied_;
+  Counter& tx_no_resolver_;
+  Counter& tx_not_sent_;
+  Counter& proxy_arp_;
+  Counter& channel_dropped_;
+  Counter& learned_flows_;
+};
+
+void register_steer(Registry& registry);
+
+}  // namespace xk::filterd

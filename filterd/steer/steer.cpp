@@ -1,0 +1,281 @@
+// filterd's data path (xk/filterd/steer.hpp).
+
+#include "xk/filterd/steer.hpp"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "xk/event_loop.hpp"
+#include "xk/graph.hpp"
+#include "xk/protocols/arp_wire.hpp"
+#include "xk/protocols/eth_wire.hpp"
+#include "xk/protocols/ipv4_wire.hpp"
+
+namespace xk::filterd {
+
+// The upper of one node's channel driver: frames from the node come to it,
+// and its session sends frames to the node.
+class Steer::Channel final : public Protocol {
+ public:
+  Channel(Steer& steer, NodeId node, Protocol& driver, MacAddr node_mac)
+      : Protocol(steer.name() + "/node" + std::to_string(node), "steer-channel"),
+        steer_(steer),
+        node_(node),
+        driver_(driver),
+        node_mac_(node_mac) {
+    Participants none;
+    Result<SessionRef> s = driver.open(*this, none);
+    if (!s) throw std::invalid_argument("cannot open a session on '" + driver.name() + "': " + to_string(s.error()));
+    tx_ = *s;
+    Participants none2;
+    if (Status st = driver.open_enable(*this, none2); !st) {
+      throw std::invalid_argument("channel '" + driver.name() + "' refused us as receiver: " + to_string(st.error()));
+    }
+  }
+  ~Channel() override {
+    Participants none;
+    (void)driver_.open_disable(*this, none);
+    if (tx_) (void)tx_->close();
+  }
+
+  Status demux(Session&, Msg msg) override { return steer_.egress(*this, std::move(msg)); }
+
+  // To the node: its MAC as destination, ours as source.
+  Status send(Msg frame) {
+    Result<std::span<const std::byte>> p = frame.pop(eth::Header::kSize);
+    if (!p) return p.error();
+    const std::uint16_t type = load_be16(p->data() + 12);
+    Result<std::span<std::byte>> room = frame.push(eth::Header::kSize);
+    if (!room) return room.error();
+    eth::Header{node_mac_, steer_.config_.channel_mac, type}.write(room->first<eth::Header::kSize>());
+    return tx_->push(std::move(frame));
+  }
+
+  NodeId node() const noexcept { return node_; }
+  MacAddr node_mac() const noexcept { return node_mac_; }
+
+ private:
+  Steer& steer_;
+  NodeId node_;
+  Protocol& driver_;
+  MacAddr node_mac_;
+  SessionRef tx_;
+};
+
+namespace {
+FilterConfig with_shared(FilterConfig f, Ipv4Addr shared) {
+  f.shared_ip = shared;
+  return f;
+}
+
+// The frame as one contiguous span: a chain (a jumbo frame over memif) is
+// copied into one buffer, the only case that copies.
+Result<std::span<const std::byte>> contiguous(Msg& frame) {
+  if (frame.fragments().size() > 1) {
+    if (Status st = frame.linearize(); !st) return st.error();
+  }
+  if (frame.size() == 0) return std::span<const std::byte>{};
+  return frame.peek(frame.size());
+}
+}  // namespace
+
+Steer::Steer(std::string name, Protocol& external, const Clock& clock, SteerConfig config)
+    : PassThrough(std::move(name), "steer", external),
+      config_(std::move(config)),
+      filter_(std::make_unique<FilterEngine>(with_shared(config_.filter, config_.shared.addr), clock)),
+      rx_to_node_(counters().add("rx_to_node", "frames steered to a node")),
+      rx_local_(counters().add("rx_local", "frames for filterd's own stack (ARP, ping, RST, unreachable)")),
+      rx_dropped_(counters().add("rx_dropped", "frames the filter dropped (see the filter's reasons)")),
+      rx_no_channel_(counters().add("rx_no_channel", "steered to a node with no channel")),
+      rx_channel_full_(counters().add("rx_channel_full", "a node's channel refused the frame")),
+      tx_from_nodes_(counters().add("tx_from_nodes", "node packets sent out")),
+      tx_denied_(counters().add("tx_denied", "node frames the egress check refused")),
+      tx_no_resolver_(counters().add("tx_no_resolver", "node packets with no ARP to send them")),
+      tx_not_sent_(counters().add("tx_not_sent", "node packets ARP could not send or queue")),
+      proxy_arp_(counters().add("proxy_arp", "node ARP requests answered with filterd's channel MAC")),
+      channel_dropped_(counters().add("channel_dropped", "node frames neither IPv4 nor an ARP request")),
+      learned_flows_(counters().add("learned_flows", "accepted connections made exact flows at their SYN-ACK")) {}
+
+Steer::~Steer() { channels_.clear(); }
+
+Status Steer::attach(NodeId node, Protocol& channel, MacAddr node_mac) {
+  if (channels_.find(NodeKey{node}) != nullptr) return Errc::exists;
+  channels_.insert(NodeKey{node}, std::make_unique<Channel>(*this, node, channel, node_mac));
+  return {};
+}
+
+void Steer::detach(NodeId node) noexcept {
+  channels_.erase(NodeKey{node});
+  filter_->remove_node(node);
+}
+
+bool Steer::attached(NodeId node) const noexcept { return channels_.find(NodeKey{node}) != nullptr; }
+
+// ---- ingress: the external port ----------------------------------------------
+
+Status Steer::on_rx(fault::PassSession& s, Msg msg) {
+  Result<std::span<const std::byte>> frame = contiguous(msg);
+  if (!frame) {
+    ++rx_dropped_;
+    return frame.error();
+  }
+  const Decision d = filter_->classify(*frame);
+  Status st;
+  switch (d.action) {
+    case Action::to_node:
+      st = forward(d, std::move(msg));
+      break;
+    case Action::local:
+    case Action::reset:
+    case Action::port_unreachable:
+      // filterd's own stack: ARP and echo for the shared address, and the
+      // RST / ICMP port unreachable its empty tcp and udp give (RFC 9293
+      // 3.10.7.1, RFC 1122 4.1.3.1).
+      ++rx_local_;
+      st = s.deliver_up(std::move(msg));
+      break;
+    case Action::held:
+      break;  // a copy waits for its first fragment
+    case Action::drop:
+      ++rx_dropped_;
+      break;
+  }
+  // Fragments a first fragment released go where it went.
+  if (filter_->has_released()) {
+    for (ReleasedFrame& r : filter_->take_released()) {
+      Msg m = Msg::copy_of(r.frame, Msg::kDefaultHeadroom);
+      if (r.decision.action == Action::to_node) {
+        (void)forward(r.decision, std::move(m));
+      } else {
+        ++rx_local_;
+        (void)s.deliver_up(std::move(m));
+      }
+    }
+  }
+  return st;
+}
+
+Status Steer::forward(const Decision& d, Msg frame) {
+  std::unique_ptr<Channel>* ch = channels_.find(NodeKey{d.target.node});
+  if (ch == nullptr) {
+    ++rx_no_channel_;
+    return Errc::not_found;
+  }
+  if (Status st = (*ch)->send(std::move(frame)); !st) {
+    ++rx_channel_full_;
+    return st;
+  }
+  ++rx_to_node_;
+  return {};
+}
+
+// ---- egress: a node's channel ---------------------------------------------------
+
+Status Steer::egress(Channel& ch, Msg frame) {
+  Result<std::span<const std::byte>> bytes = contiguous(frame);
+  if (!bytes || bytes->size() < eth::Header::kSize) {
+    ++channel_dropped_;
+    return Errc::malformed;
+  }
+  const std::uint16_t type = load_be16(bytes->data() + 12);
+  if (type == eth::kTypeArp) return answer_arp(ch, std::move(frame));
+  if (type != eth::kTypeIpv4) {
+    ++channel_dropped_;
+    return Errc::unsupported;
+  }
+  if (!filter_->egress_allowed(*bytes, ch.node())) {
+    ++tx_denied_;
+    return Errc::bad_state;
+  }
+  if (resolver_ == nullptr) {
+    ++tx_no_resolver_;
+    return Errc::no_route;
+  }
+  const ipv4::Header ip = ipv4::Header::read(bytes->subspan(eth::Header::kSize).first<ipv4::Header::kMinSize>());
+  learn_passive_flow(ch, ip, *bytes);
+  (void)frame.pop(eth::Header::kSize);
+  // The next hop on the external link: the destination itself on our
+  // subnet, the gateway beyond it.
+  Ipv4Addr next_hop = ip.dst;
+  if (!config_.shared.contains(ip.dst)) {
+    if (!config_.gateway) {
+      ++tx_not_sent_;
+      return Errc::no_route;
+    }
+    next_hop = *config_.gateway;
+  }
+  if (Status st = resolver_->send_to(next_hop, std::move(frame)); !st) {
+    ++tx_not_sent_;
+    return st;
+  }
+  ++tx_from_nodes_;
+  return {};
+}
+
+// A node's SYN-ACK (it accepted a connection on a port it listens on, alone
+// or in a group): from now on the connection is an exact flow of that node.
+// It then survives the listener closing before it (the rest of a close
+// handshake still passes the egress check) and a group changing members
+// (the rendezvous choice may move; the exact entry does not).
+void Steer::learn_passive_flow(Channel& ch, const ipv4::Header& ip, std::span<const std::byte> frame) {
+  constexpr std::uint8_t kSyn = 0x02, kAck = 0x10;
+  if (ip.protocol != 6 || (ip.flags_offset & ipv4::Header::kOffsetMask) != 0) return;
+  const std::size_t tcp = eth::Header::kSize + ip.header_length();
+  if (frame.size() < tcp + 14) return;
+  const auto flags = static_cast<std::uint8_t>(frame[tcp + 13]);
+  if ((flags & (kSyn | kAck)) != (kSyn | kAck)) return;
+  const FlowKey key{Proto::tcp, ip.dst, load_be16(frame.data() + tcp + 2), load_be16(frame.data() + tcp)};
+  if (filter_->find_flow(key)) return;
+  if (filter_->add_flow(key, Target{ch.node(), 0})) ++learned_flows_;
+}
+
+// A node asks who has an address: filterd does, for every address but the
+// node's own (RFC 1027 proxy ARP), so the node sends everything through us.
+Status Steer::answer_arp(Channel& ch, Msg frame) {
+  Result<std::span<const std::byte>> b = frame.peek(eth::Header::kSize + arp::Packet::kSize);
+  if (!b) {
+    ++channel_dropped_;
+    return Errc::malformed;
+  }
+  const arp::Packet req = arp::Packet::read(b->subspan(eth::Header::kSize).first<arp::Packet::kSize>());
+  if (req.op != arp::kOpRequest || req.htype != arp::kHtypeEthernet || req.ptype != arp::kPtypeIpv4 ||
+      req.tpa == config_.shared.addr) {
+    ++channel_dropped_;
+    return {};
+  }
+  arp::Packet reply = req;
+  reply.op = arp::kOpReply;
+  reply.sha = config_.channel_mac;
+  reply.spa = req.tpa;
+  reply.tha = req.sha;
+  reply.tpa = req.spa;
+  Msg out = Msg::alloc(0, Msg::kDefaultHeadroom);
+  Result<std::span<std::byte>> a = out.push(arp::Packet::kSize);
+  if (!a) return a.error();
+  reply.write(a->first<arp::Packet::kSize>());
+  Result<std::span<std::byte>> e = out.push(eth::Header::kSize);
+  if (!e) return e.error();
+  eth::Header{ch.node_mac(), config_.channel_mac, eth::kTypeArp}.write(e->first<eth::Header::kSize>());
+  ++proxy_arp_;
+  return ch.send(std::move(out));
+}
+
+// ---- graph kind ------------------------------------------------------------------
+
+void register_steer(Registry& registry) {
+  registry.add(KindSpec("steer", "filterd's data path: steers the external port's frames to the nodes that own them")
+                   .with_below(1, 1)
+                   .with_option(OptionSpec::cidr("addr", "the shared address/prefix").mandatory())
+                   .with_option(OptionSpec::ipv4("gw", "next hop off the subnet"))
+                   .with_option(OptionSpec::mac("channel_mac", "filterd's MAC on the node channels"))
+                   .with_factory([](const BuildArgs& a) -> std::unique_ptr<Protocol> {
+                     if (a.loop == nullptr) throw std::invalid_argument("steer needs an event loop (its clock)");
+                     SteerConfig c;
+                     c.shared = a.options.get_cidr("addr");
+                     if (a.options.has("gw")) c.gateway = a.options.get_ipv4("gw");
+                     if (a.options.has("channel_mac")) c.channel_mac = a.options.get_mac("channel_mac");
+                     return std::make_unique<Steer>(a.name, *a.below[0], a.loop->clock(), c);
+                   }));
+}
+
+}  // namespace xk::filterd

@@ -1,0 +1,275 @@
+// filterd's data path (steer) with whole stacks around it, in one process:
+//
+//   peer  (192.0.2.1, "a Linux host")  --pair "ext"--  filterd (steer + its own
+//   eth/arp/ipv4/icmp/udp/tcp for 192.0.2.10)  --pair "node1"/"node2"--  two
+//   nodes, each a whole xk stack with the shared address 192.0.2.10.
+//
+// The control plane is not here: the tests fill the filter tables directly
+// (and a PortAuthority that does so stands in for the control socket).
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "xk/drivers/pair.hpp"
+#include "xk/event_loop.hpp"
+#include "xk/filterd/steer.hpp"
+#include "xk/graph.hpp"
+#include "xk/protocols/arp.hpp"
+#include "xk/protocols/eth.hpp"
+#include "xk/protocols/icmp.hpp"
+#include "xk/protocols/ipv4.hpp"
+#include "xk/protocols/tcp.hpp"
+#include "xk/protocols/udp.hpp"
+
+namespace xk::filterd {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr Ipv4Addr kPeer{0xC0000201};    // 192.0.2.1
+constexpr Ipv4Addr kShared{0xC000020A};  // 192.0.2.10
+const MacAddr kNode1{{0x02, 0, 0, 0, 1, 1}};
+const MacAddr kNode2{{0x02, 0, 0, 0, 1, 2}};
+
+std::string stack(const std::string& link, const std::string& mac, const std::string& addr) {
+  return "pair net0 link=" + link + " mac=" + mac + " queue=4096\n"
+         "eth  eth0 below=net0\n"
+         "arp  arp0 below=eth0\n"
+         "ipv4 ip0  below=eth0,arp0 addr=" + addr + "\n"
+         "icmp icmp0 below=ip0\n"
+         "udp  udp0 below=ip0\n"
+         "tcp  tcp0 below=ip0 rto_min_ms=10\n";
+}
+
+// What the control socket will do: the node asks, filterd installs the rule.
+class DirectAuthority final : public PortAuthority {
+ public:
+  DirectAuthority(FilterEngine& f, NodeId node) : f_(f), node_(node) {}
+  Result<std::uint16_t> claim_listen(std::uint8_t proto, std::uint16_t port, bool) override {
+    if (Status st = f_.listen(static_cast<Proto>(proto), port, Target{node_, 0}); !st) return st.error();
+    return port;
+  }
+  void release_listen(std::uint8_t proto, std::uint16_t port) noexcept override {
+    (void)f_.unlisten(static_cast<Proto>(proto), port);
+  }
+  Result<std::uint16_t> claim_connect(std::uint8_t proto, std::uint16_t port, Ipv4Addr remote,
+                                      std::uint16_t remote_port) override {
+    std::uint16_t p = port != 0 ? port : next_++;
+    if (Status st = f_.add_flow(FlowKey{static_cast<Proto>(proto), remote, remote_port, p}, Target{node_, 0}); !st) {
+      return st.error();
+    }
+    return p;
+  }
+  void release_connect(std::uint8_t proto, std::uint16_t port, Ipv4Addr remote, std::uint16_t remote_port) noexcept override {
+    (void)f_.remove_flow(FlowKey{static_cast<Proto>(proto), remote, remote_port, port});
+  }
+
+ private:
+  FilterEngine& f_;
+  NodeId node_;
+  std::uint16_t next_ = 50000;
+};
+
+class SteerTest : public ::testing::Test {
+ public:
+  void SetUp() override {
+    drivers::register_pair(registry, hub);
+    eth::register_eth(registry);
+    arp::register_arp(registry);
+    ipv4::register_ipv4(registry);
+    icmp::register_icmp(registry);
+    udp::register_udp(registry);
+    tcp::register_tcp(registry);
+    register_steer(registry);
+    peer.emplace(Graph::build(stack("ext", "02:00:00:00:00:01", "192.0.2.1/24"), registry, &loop, "peer"));
+    filterd.emplace(Graph::build(
+        "pair  net0 link=ext mac=02:00:00:00:00:10 queue=4096\n"
+        // The channels before steer: built first, destroyed after it.
+        "pair  ch1  link=node1 mac=02:78:6b:00:00:01 queue=4096\n"
+        "pair  ch2  link=node2 mac=02:78:6b:00:00:01 queue=4096\n"
+        "steer st0  below=net0 addr=192.0.2.10/24\n"
+        "eth   eth0 below=st0\n"
+        "arp   arp0 below=eth0\n"
+        "ipv4  ip0  below=eth0,arp0 addr=192.0.2.10/24\n"
+        "icmp  icmp0 below=ip0\n"
+        "udp   udp0 below=ip0\n"
+        "tcp   tcp0 below=ip0\n",
+        registry, &loop, "filterd"));
+    node1.emplace(Graph::build(stack("node1", "02:00:00:00:01:01", "192.0.2.10/24"), registry, &loop, "node1"));
+    node2.emplace(Graph::build(stack("node2", "02:00:00:00:01:02", "192.0.2.10/24"), registry, &loop, "node2"));
+    steer = filterd->find_as<Steer>("st0");
+    steer->set_resolver(filterd->find_as<arp::ArpProtocol>("arp0"));
+    ASSERT_TRUE(steer->attach(1, *filterd->find("ch1"), kNode1).ok());
+    ASSERT_TRUE(steer->attach(2, *filterd->find("ch2"), kNode2).ok());
+    auth1 = std::make_unique<DirectAuthority>(steer->filter(), 1);
+    auth2 = std::make_unique<DirectAuthority>(steer->filter(), 2);
+    tcp_of(*node1).set_port_authority(auth1.get());
+    tcp_of(*node2).set_port_authority(auth2.get());
+    udp_of(*node2).set_port_authority(auth2.get());
+  }
+  void TearDown() override {
+    node2.reset();
+    node1.reset();
+    filterd.reset();
+    peer.reset();
+  }
+  static tcp::TcpProtocol& tcp_of(Graph& g) { return *g.find_as<tcp::TcpProtocol>("tcp0"); }
+  static udp::UdpProtocol& udp_of(Graph& g) { return *g.find_as<udp::UdpProtocol>("udp0"); }
+  std::uint64_t steer_counter(const char* name) { return steer->counters().value(name); }
+
+  template <class F>
+  bool run_until(F&& done, std::chrono::milliseconds limit = 5000ms) {
+    auto end = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      loop.run_once();
+    }
+    return true;
+  }
+
+  EventLoop loop;
+  drivers::PairHub hub;
+  Registry registry;
+  std::optional<Graph> peer, filterd, node1, node2;
+  Steer* steer = nullptr;
+  std::unique_ptr<DirectAuthority> auth1, auth2;
+};
+
+std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::byte> v(n);
+  std::uint32_t x = seed * 2654435761u + 1;
+  for (auto& b : v) {
+    x = x * 1664525u + 1013904223u;
+    b = std::byte(static_cast<unsigned char>(x >> 24));
+  }
+  return v;
+}
+
+// Pushes `data` from one socket to the other, running everything.
+bool move_bytes(SteerTest& t, tcp::TcpSocket& from, tcp::TcpSocket& to, const std::vector<std::byte>& data,
+                std::vector<std::byte>& got) {
+  std::size_t sent = 0;
+  std::vector<std::byte> buf(65536);
+  return t.run_until([&] {
+    while (sent < data.size()) {
+      auto n = from.write(std::span<const std::byte>(data).subspan(sent));
+      if (!n) break;
+      sent += *n;
+    }
+    for (;;) {
+      auto n = to.read(buf);
+      if (!n || *n == 0) break;
+      got.insert(got.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(*n));
+    }
+    return got.size() >= data.size();
+  }, 10000ms);
+}
+
+TEST_F(SteerTest, APeersConnectionReachesTheListeningNodeAndDataFlowsBothWays) {
+  Result<tcp::TcpListener> l = tcp_of(*node1).listen(Ipv4Addr{}, Port{80});
+  ASSERT_TRUE(l.ok());
+  tcp::TcpSocket c = tcp_of(*peer).socket();
+  ASSERT_TRUE(c.connect(kShared, Port{80}).ok());
+  std::optional<tcp::TcpSocket> s;
+  ASSERT_TRUE(run_until([&] {
+    if (auto a = l->accept(); a.ok()) s.emplace(std::move(*a));
+    return s.has_value();
+  }));
+  auto up = pattern(1 << 20, 1), down = pattern(300000, 2);
+  std::vector<std::byte> got_up, got_down;
+  ASSERT_TRUE(move_bytes(*this, c, *s, up, got_up));
+  ASSERT_TRUE(move_bytes(*this, *s, c, down, got_down));
+  EXPECT_EQ(got_up, up);
+  EXPECT_EQ(got_down, down);
+  EXPECT_GT(steer_counter("rx_to_node"), 700u);
+  EXPECT_GT(steer_counter("tx_from_nodes"), 200u);
+  EXPECT_GE(steer_counter("proxy_arp"), 1u);  // the node asked filterd for the peer's MAC
+  EXPECT_EQ(steer_counter("tx_denied"), 0u);
+  // Node 2 saw none of it.
+  EXPECT_EQ(tcp_of(*node2).counters().value("rx_segments"), 0u);
+}
+
+TEST_F(SteerTest, ANodeConnectsOutThroughTheRuleItsAuthorityInstalled) {
+  Result<tcp::TcpListener> l = tcp_of(*peer).listen(Ipv4Addr{}, Port{7});
+  ASSERT_TRUE(l.ok());
+  tcp::TcpSocket c = tcp_of(*node2).socket();
+  ASSERT_TRUE(c.connect(kPeer, Port{7}).ok());
+  EXPECT_EQ(c.tuple().local_port, 50000);
+  std::optional<tcp::TcpSocket> s;
+  ASSERT_TRUE(run_until([&] {
+    if (auto a = l->accept(); a.ok()) s.emplace(std::move(*a));
+    return s.has_value() && c.state() == tcp::State::established;
+  }));
+  auto data = pattern(200000, 3);
+  std::vector<std::byte> got;
+  ASSERT_TRUE(move_bytes(*this, c, *s, data, got));
+  EXPECT_EQ(got, data);
+}
+
+TEST_F(SteerTest, SegmentsForNobodyGetFilterdsRst) {
+  tcp::TcpSocket c = tcp_of(*peer).socket();
+  ASSERT_TRUE(c.connect(kShared, Port{81}).ok());
+  ASSERT_TRUE(run_until([&] { return c.connection()->pending_error() != Errc::ok; }));
+  EXPECT_EQ(c.connection()->pending_error(), Errc::refused);
+  EXPECT_GE(steer->filter().count(Reason::default_rst), 1u);
+  EXPECT_GE(filterd->find("tcp0")->counters().value("resets_sent"), 1u);
+}
+
+TEST_F(SteerTest, DatagramsForNobodyAreUnreachableAndARuleSteersThem) {
+  udp::UdpSocket u = udp_of(*peer).socket();
+  ASSERT_TRUE(u.connect(kShared, Port{9999}).ok());
+  ASSERT_TRUE(u.send(std::as_bytes(std::span("hello", 5))).ok());
+  ASSERT_TRUE(run_until([&] { return u.session()->pending_error() != Errc::ok; }));
+  EXPECT_EQ(u.session()->pending_error(), Errc::port_unreachable);
+  (void)u.take_error();
+  // A user rule in pcap syntax gives the port to node 2.
+  RuleResult r = steer->filter().add_rule("udp dst port 9999", Target{2, 0});
+  ASSERT_TRUE(r.ok()) << r.error;
+  udp::UdpSocket n2 = udp_of(*node2).socket();
+  udp_of(*node2).set_port_authority(nullptr);  // the rule is the authority here
+  ASSERT_TRUE(n2.bind(Ipv4Addr{}, Port{9999}).ok());
+  ASSERT_TRUE(u.send(std::as_bytes(std::span("again", 5))).ok());
+  ASSERT_TRUE(run_until([&] { return n2.readable(); }));
+  Result<udp::Datagram> d = n2.recvfrom();
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->from, kPeer);
+  EXPECT_EQ(steer->filter().count(Reason::rule_hit), 1u);
+}
+
+TEST_F(SteerTest, ANodeForgingAnotherNodesFlowIsDroppedAndCounted) {
+  Result<tcp::TcpListener> l = tcp_of(*node1).listen(Ipv4Addr{}, Port{80});
+  ASSERT_TRUE(l.ok());
+  // Node 2 sends from port 80 (node 1's) without asking: no authority.
+  tcp_of(*node2).set_port_authority(nullptr);
+  tcp::TcpSocket forged = tcp_of(*node2).socket();
+  ASSERT_TRUE(forged.connect(kPeer, Port{7}, Ipv4Addr{}, Port{80}).ok());
+  ASSERT_TRUE(run_until([&] { return steer_counter("tx_denied") >= 1; }));
+  EXPECT_EQ(tcp_of(*peer).counters().value("rx_segments"), 0u);
+  forged.abort();
+}
+
+TEST_F(SteerTest, ADetachedNodeLosesItsPortsAndItsPeersGetRst) {
+  Result<tcp::TcpListener> l = tcp_of(*node1).listen(Ipv4Addr{}, Port{80});
+  ASSERT_TRUE(l.ok());
+  tcp::TcpSocket c = tcp_of(*peer).socket();
+  ASSERT_TRUE(c.connect(kShared, Port{80}).ok());
+  std::optional<tcp::TcpSocket> s;
+  ASSERT_TRUE(run_until([&] {
+    if (auto a = l->accept(); a.ok()) s.emplace(std::move(*a));
+    return s.has_value();
+  }));
+  steer->detach(1);  // the node died
+  EXPECT_FALSE(steer->attached(1));
+  std::byte b[100] = {};
+  ASSERT_TRUE(c.write(b).ok());
+  ASSERT_TRUE(run_until([&] { return c.connection()->pending_error() != Errc::ok; }));
+  EXPECT_EQ(c.connection()->pending_error(), Errc::reset);
+  tcp_of(*node1).set_port_authority(nullptr);
+}
+
+}  // namespace
+}  // namespace xk::filterd
