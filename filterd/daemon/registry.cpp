@@ -1,0 +1,292 @@
+// filterd's control plane (xk/filterd/registry.hpp).
+
+#include "xk/filterd/registry.hpp"
+
+#include <algorithm>
+#include <string>
+#include <tuple>
+
+namespace xk::filterd {
+
+namespace {
+using ctl::ErrorCode;
+using ctl::Message;
+
+Message reply(std::uint32_t id, ctl::Body body) { return Message{id, std::move(body)}; }
+Message error(std::uint32_t id, ErrorCode code, std::string text) { return ctl::make_error(id, code, text); }
+
+Proto proto_of(ctl::Proto p) noexcept { return p == ctl::Proto::udp ? Proto::udp : Proto::tcp; }
+std::uint8_t num(ctl::Proto p) noexcept { return static_cast<std::uint8_t>(p); }
+}  // namespace
+
+NodeRegistry::NodeRegistry(RegistryConfig config, FilterEngine& filter, Hooks hooks)
+    : config_(std::move(config)),
+      filter_(filter),
+      hooks_(std::move(hooks)),
+      next_port_(config_.ephemeral_min),
+      hellos_(counters_.add("hellos", "nodes registered")),
+      requests_(counters_.add("requests")),
+      refused_(counters_.add("refused", "requests answered with ERROR")),
+      nodes_gone_(counters_.add("nodes_gone", "nodes whose connection closed or said BYE")) {}
+
+const NodeInfo* NodeRegistry::node(NodeId id) const {
+  auto it = nodes_.find(id);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+Message NodeRegistry::handle(const Message& request, NodeId& node, std::uint32_t peer_pid) {
+  ++requests_;
+  const std::uint32_t id = request.request_id;
+  Message out = [&]() -> Message {
+    if (const auto* h = std::get_if<ctl::Hello>(&request.body)) return hello(id, *h, node, peer_pid);
+    if (std::holds_alternative<ctl::Ping>(request.body)) return reply(id, ctl::Ok{});
+    auto it = nodes_.find(node);
+    if (node == 0 || it == nodes_.end()) return error(id, ErrorCode::not_registered, "HELLO first");
+    NodeInfo& n = it->second;
+    if (const auto* l = std::get_if<ctl::Listen>(&request.body)) return listen(id, n, *l);
+    if (const auto* u = std::get_if<ctl::Unlisten>(&request.body)) return unlisten(id, n, *u);
+    if (const auto* c = std::get_if<ctl::Connect>(&request.body)) return connect(id, n, *c);
+    if (const auto* r = std::get_if<ctl::Release>(&request.body)) return release(id, n, *r);
+    if (const auto* r = std::get_if<ctl::Resync>(&request.body)) return resync(id, n, *r);
+    if (const auto* r = std::get_if<ctl::RuleAdd>(&request.body)) return rule_add(id, n, *r);
+    if (const auto* r = std::get_if<ctl::RuleDel>(&request.body)) return rule_del(id, n, *r);
+    if (std::holds_alternative<ctl::Stats>(request.body)) return stats(id);
+    if (std::holds_alternative<ctl::Bye>(request.body)) {
+      node_gone(node);
+      node = 0;
+      return reply(id, ctl::Ok{});
+    }
+    return error(id, ErrorCode::bad_message, std::string("not a request: ") + ctl::to_string(ctl::type_of(request.body)));
+  }();
+  if (std::holds_alternative<ctl::Error>(out.body)) ++refused_;
+  return out;
+}
+
+Message NodeRegistry::hello(std::uint32_t id, const ctl::Hello& h, NodeId& node, std::uint32_t peer_pid) {
+  if (node != 0) return error(id, ErrorCode::bad_message, "this connection has registered already");
+  if (h.version_min > ctl::kVersion || h.version_max < ctl::kVersion) {
+    return error(id, ErrorCode::unsupported_version, "filterd speaks version " + std::to_string(ctl::kVersion));
+  }
+  // The kernel's word for who is at the other end beats the message's.
+  if (peer_pid != 0 && h.pid != peer_pid) {
+    return error(id, ErrorCode::permission_denied,
+                 "pid " + std::to_string(h.pid) + " is not the peer's (" + std::to_string(peer_pid) + ")");
+  }
+  if (nodes_.size() >= config_.max_nodes) return error(id, ErrorCode::too_many, "node limit reached");
+  // Ids are not reused at once: a late frame or request meant for a node
+  // that went must not reach the next one.
+  NodeId nid = next_id_;
+  while (nid == 0 || nodes_.count(nid) != 0) ++nid;
+  next_id_ = static_cast<NodeId>(nid + 1);
+  NodeInfo n;
+  n.id = nid;
+  n.name = h.name;
+  n.pid = h.pid;
+  n.queues = h.queues;
+  for (std::uint16_t q = 0; q < h.queues; ++q) {
+    ctl::Channel ch;
+    ch.memif_id = std::uint32_t{nid} * 64 + q;  // at most 64 queues a node (the codec's cap)
+    ch.node_mac = MacAddr{{0x02, 0x78, 0x6e, static_cast<std::uint8_t>(nid >> 8), static_cast<std::uint8_t>(nid),
+                           static_cast<std::uint8_t>(q)}};
+    n.channels.push_back(ch);
+  }
+  if (hooks_.attach) {
+    if (Status st = hooks_.attach(n); !st) {
+      return error(id, ErrorCode::internal, std::string("cannot make the node's channel: ") + to_string(st.error()));
+    }
+  }
+  ctl::HelloReply r;
+  r.node_id = nid;
+  r.memif_socket = config_.memif_socket;
+  r.channels = n.channels;
+  r.filterd_mac = config_.filterd_mac;
+  r.mtu = config_.mtu;
+  r.address = config_.shared.addr;
+  r.prefix_len = config_.shared.prefix_len;
+  r.gateway = config_.gateway;
+  r.secret = config_.secret;
+  r.heartbeat_ms = config_.heartbeat_ms;
+  nodes_.emplace(nid, std::move(n));
+  node = nid;
+  ++hellos_;
+  return reply(id, r);
+}
+
+std::optional<std::uint16_t> NodeRegistry::free_port(std::uint8_t proto) {
+  const std::uint32_t span = std::uint32_t{config_.ephemeral_max} - config_.ephemeral_min + 1;
+  for (std::uint32_t i = 0; i < span; ++i) {
+    std::uint16_t p = next_port_;
+    next_port_ = p >= config_.ephemeral_max ? config_.ephemeral_min : static_cast<std::uint16_t>(p + 1);
+    if (ports_.count({proto, p}) == 0) return p;
+  }
+  return std::nullopt;
+}
+
+Status NodeRegistry::take_listen(NodeInfo& n, std::uint8_t proto, std::uint16_t port, bool group,
+                                 std::uint16_t queue) {
+  auto it = ports_.find({proto, port});
+  const Target t{n.id, queue};
+  if (it != ports_.end()) {
+    // A group takes more members; anything else is someone's.
+    if (!group || !it->second.group || !it->second.listen) return Errc::exists;
+    if (Status st = filter_.join_group(static_cast<Proto>(proto), port, t); !st) return st;
+    ++it->second.users;
+  } else {
+    Status st = group ? filter_.join_group(static_cast<Proto>(proto), port, t)
+                      : filter_.listen(static_cast<Proto>(proto), port, t);
+    if (!st) return st;
+    ports_[{proto, port}] = PortUse{n.id, group, 1, true};
+  }
+  n.listens.insert({proto, port});
+  return {};
+}
+
+Message NodeRegistry::listen(std::uint32_t id, NodeInfo& n, const ctl::Listen& l) {
+  if (l.queue >= n.queues) return error(id, ErrorCode::bad_message, "no such queue");
+  std::uint16_t port = l.port;
+  if (port == 0) {
+    std::optional<std::uint16_t> p = free_port(num(l.proto));
+    if (!p) return error(id, ErrorCode::no_ports, "no free port");
+    port = *p;
+  }
+  if (n.listens.count({num(l.proto), port}) != 0) {
+    return error(id, ErrorCode::port_in_use, "this node listens on that port already");
+  }
+  if (Status st = take_listen(n, num(l.proto), port, l.group, l.queue); !st) {
+    return error(id, ErrorCode::port_in_use, std::string(ctl::to_string(l.proto)) + " port " + std::to_string(port) +
+                                                 " belongs to another node");
+  }
+  return reply(id, ctl::ListenReply{port});
+}
+
+Message NodeRegistry::unlisten(std::uint32_t id, NodeInfo& n, const ctl::Unlisten& u) {
+  const std::uint8_t proto = num(u.proto);
+  if (n.listens.erase({proto, u.port}) == 0) return error(id, ErrorCode::not_found, "not listening on that port");
+  auto it = ports_.find({proto, u.port});
+  if (it != ports_.end()) {
+    if (it->second.group) {
+      // Every queue of the node that joined.
+      for (std::uint16_t q = 0; q < n.queues; ++q) (void)filter_.leave_group(proto_of(u.proto), u.port, Target{n.id, q});
+    } else {
+      (void)filter_.unlisten(proto_of(u.proto), u.port);
+    }
+    if (--it->second.users == 0) ports_.erase(it);
+  }
+  return reply(id, ctl::Ok{});
+}
+
+Status NodeRegistry::take_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, Ipv4Addr remote,
+                               std::uint16_t rport, std::uint16_t queue) {
+  // A local port is one connection's (and no listener's), host-wide.
+  if (ports_.count({proto, lport}) != 0) return Errc::exists;
+  if (Status st = filter_.add_flow(FlowKey{static_cast<Proto>(proto), remote, rport, lport}, Target{n.id, queue}); !st) {
+    return st;
+  }
+  ports_[{proto, lport}] = PortUse{n.id, false, 1, false};
+  flows_[{proto, lport, remote.value, rport}] = n.id;
+  ++n.flows;
+  return {};
+}
+
+Message NodeRegistry::connect(std::uint32_t id, NodeInfo& n, const ctl::Connect& c) {
+  if (c.queue >= n.queues) return error(id, ErrorCode::bad_message, "no such queue");
+  std::uint16_t lport = c.local_port;
+  if (lport == 0) {
+    std::optional<std::uint16_t> p = free_port(num(c.proto));
+    if (!p) return error(id, ErrorCode::no_ports, "no free ephemeral port");
+    lport = *p;
+  }
+  if (Status st = take_flow(n, num(c.proto), lport, c.remote_addr, c.remote_port, c.queue); !st) {
+    return error(id, ErrorCode::port_in_use, "local port " + std::to_string(lport) + " is taken");
+  }
+  return reply(id, ctl::ConnectReply{lport});
+}
+
+Message NodeRegistry::release(std::uint32_t id, NodeInfo& n, const ctl::Release& r) {
+  const std::uint8_t proto = num(r.proto);
+  auto it = flows_.find({proto, r.local_port, r.remote_addr.value, r.remote_port});
+  if (it == flows_.end()) return error(id, ErrorCode::not_found, "no such flow");
+  if (it->second != n.id) return error(id, ErrorCode::permission_denied, "another node's flow");
+  flows_.erase(it);
+  (void)filter_.remove_flow(FlowKey{proto_of(r.proto), r.remote_addr, r.remote_port, r.local_port});
+  ports_.erase({proto, r.local_port});
+  --n.flows;
+  return reply(id, ctl::Ok{});
+}
+
+Message NodeRegistry::resync(std::uint32_t id, NodeInfo& n, const ctl::Resync& r) {
+  // After a restart of filterd the node says again what it had; what
+  // conflicts with what others re-declared first is refused (the node's
+  // TCP then sees RSTs on those connections).
+  std::size_t refused = 0;
+  for (const ctl::ListenerEntry& l : r.listeners) {
+    if (n.listens.count({num(l.proto), l.port}) != 0) continue;
+    if (l.queue >= n.queues || !take_listen(n, num(l.proto), l.port, l.group, l.queue)) ++refused;
+  }
+  for (const ctl::FlowEntry& f : r.flows) {
+    if (flows_.count({num(f.proto), f.local_port, f.remote_addr.value, f.remote_port}) != 0) continue;
+    if (f.queue >= n.queues || !take_flow(n, num(f.proto), f.local_port, f.remote_addr, f.remote_port, f.queue)) {
+      ++refused;
+    }
+  }
+  if (refused != 0) {
+    return error(id, ErrorCode::port_in_use, std::to_string(refused) + " entries belong to other nodes now");
+  }
+  return reply(id, ctl::Ok{});
+}
+
+Message NodeRegistry::rule_add(std::uint32_t id, NodeInfo& n, const ctl::RuleAdd& r) {
+  if (r.queue >= n.queues) return error(id, ErrorCode::bad_message, "no such queue");
+  RuleResult rr = filter_.add_rule(r.expression, Target{n.id, r.queue}, r.priority);
+  if (!rr) return error(id, ErrorCode::bad_rule, rr.error);
+  n.rules.insert(rr.id);
+  return reply(id, ctl::RuleAddReply{rr.id});
+}
+
+Message NodeRegistry::rule_del(std::uint32_t id, NodeInfo& n, const ctl::RuleDel& r) {
+  if (n.rules.erase(r.rule_id) == 0) return error(id, ErrorCode::not_found, "not a rule of this node");
+  (void)filter_.remove_rule(r.rule_id);
+  return reply(id, ctl::Ok{});
+}
+
+Message NodeRegistry::stats(std::uint32_t id) const {
+  ctl::StatsReply s;
+  auto add = [&](const CounterSet& set) {
+    for (const CounterSet::Entry& e : set.entries()) {
+      std::string name = set.owner() + "." + e.name;
+      if (name.size() > ctl::kMaxCounterName) name.resize(ctl::kMaxCounterName);
+      s.counters.push_back(ctl::Counter{name, e.counter.value()});
+    }
+  };
+  add(counters_);
+  add(filter_.counters());
+  s.counters.push_back(ctl::Counter{"registry.nodes", nodes_.size()});
+  s.counters.push_back(ctl::Counter{"registry.ports", ports_.size()});
+  if (s.counters.size() > ctl::kMaxCounters) s.counters.resize(ctl::kMaxCounters);
+  return reply(id, s);
+}
+
+void NodeRegistry::node_gone(NodeId node) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;
+  ++nodes_gone_;
+  // Group memberships are shared ports: only this node's share goes.
+  for (auto p = ports_.begin(); p != ports_.end();) {
+    const bool mine = it->second.listens.count(p->first) != 0 || (p->second.node == node && !p->second.group);
+    if (mine && p->second.group && p->second.users > 1) {
+      --p->second.users;
+      if (p->second.node == node) p->second.node = 0;
+      ++p;
+    } else if (mine) {
+      p = ports_.erase(p);
+    } else {
+      ++p;
+    }
+  }
+  std::erase_if(flows_, [&](const auto& f) { return f.second == node; });
+  filter_.remove_node(node);  // flows, listeners, group memberships, rules
+  nodes_.erase(it);
+  if (hooks_.detach) hooks_.detach(node);
+}
+
+}  // namespace xk::filterd

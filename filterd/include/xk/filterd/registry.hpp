@@ -1,0 +1,114 @@
+#pragma once
+// filterd's control plane without its transport: the nodes, the host-wide
+// ports they hold, and what every control request does to them and to the
+// filter (docs/control-protocol.md gives the messages, docs/filterd.md the
+// rules). The control socket server feeds it decoded requests and sends back
+// what it answers; a test can do the same without a socket.
+//
+// Ports are host-wide: a port one node listens on is nobody else's (unless
+// they all join it as a group), and each connection a node opens gets a
+// local port of its own from the ephemeral range, with its exact flow in the
+// filter before the reply -- so before the node's SYN leaves.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "xk/filterd/control.hpp"
+#include "xk/filterd/filter.hpp"
+#include "xk/options.hpp"
+
+namespace xk::filterd {
+
+struct RegistryConfig {
+  std::string memif_socket = "/run/xk/filterd.memif";  // where nodes find their channels
+  MacAddr filterd_mac{{0x02, 0x78, 0x6b, 0x00, 0x00, 0x01}};  // on the channels
+  std::uint16_t mtu = 1500;
+  Ipv4Cidr shared;
+  Ipv4Addr gateway;  // 0: none
+  ctl::Secret secret{};  // every node's ISN and SYN-cookie key (RFC 6528: one address, one key)
+  std::uint16_t ephemeral_min = 49152;  // RFC 6335 6
+  std::uint16_t ephemeral_max = 65535;
+  std::size_t max_nodes = 1024;
+  std::uint32_t heartbeat_ms = 0;
+};
+
+struct NodeInfo {
+  NodeId id = 0;
+  std::string name;
+  std::uint32_t pid = 0;
+  std::uint16_t queues = 1;
+  std::vector<ctl::Channel> channels;
+  std::set<std::pair<std::uint8_t, std::uint16_t>> listens;  // (proto, port)
+  std::set<std::uint32_t> rules;
+  std::size_t flows = 0;
+};
+
+class NodeRegistry {
+ public:
+  // What the daemon does when a node comes and goes: make its channels
+  // (memif server interfaces, attached to steer), and take them down.
+  struct Hooks {
+    std::function<Status(const NodeInfo&)> attach;
+    std::function<void(NodeId)> detach;
+  };
+
+  NodeRegistry(RegistryConfig config, FilterEngine& filter, Hooks hooks);
+
+  // One request on a control connection. `node` is the connection's node
+  // (0 until its HELLO, which sets it); `peer_pid` what SO_PEERCRED said (0:
+  // unknown, e.g. over TCP). Always returns the reply to send.
+  ctl::Message handle(const ctl::Message& request, NodeId& node, std::uint32_t peer_pid);
+  // The node's connection closed (or it said BYE): its ports, flows, rules
+  // and channels go.
+  void node_gone(NodeId node);
+
+  const NodeInfo* node(NodeId id) const;
+  std::size_t node_count() const noexcept { return nodes_.size(); }
+  std::size_t ports_in_use() const noexcept { return ports_.size(); }
+  const CounterSet& counters() const noexcept { return counters_; }
+
+ private:
+  struct PortUse {
+    NodeId node = 0;       // the owner (a listener or a connection)
+    bool group = false;    // a listen group: several nodes
+    std::size_t users = 0; // group members, or 1
+    bool listen = false;
+  };
+  using PortKey = std::pair<std::uint8_t, std::uint16_t>;
+
+  ctl::Message hello(std::uint32_t id, const ctl::Hello& h, NodeId& node, std::uint32_t peer_pid);
+  ctl::Message listen(std::uint32_t id, NodeInfo& n, const ctl::Listen& l);
+  ctl::Message unlisten(std::uint32_t id, NodeInfo& n, const ctl::Unlisten& u);
+  ctl::Message connect(std::uint32_t id, NodeInfo& n, const ctl::Connect& c);
+  ctl::Message release(std::uint32_t id, NodeInfo& n, const ctl::Release& r);
+  ctl::Message resync(std::uint32_t id, NodeInfo& n, const ctl::Resync& r);
+  ctl::Message rule_add(std::uint32_t id, NodeInfo& n, const ctl::RuleAdd& r);
+  ctl::Message rule_del(std::uint32_t id, NodeInfo& n, const ctl::RuleDel& r);
+  ctl::Message stats(std::uint32_t id) const;
+  std::optional<std::uint16_t> free_port(std::uint8_t proto);
+  Status take_listen(NodeInfo& n, std::uint8_t proto, std::uint16_t port, bool group, std::uint16_t queue);
+  Status take_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, Ipv4Addr remote, std::uint16_t rport,
+                   std::uint16_t queue);
+
+  RegistryConfig config_;
+  FilterEngine& filter_;
+  Hooks hooks_;
+  std::map<NodeId, NodeInfo> nodes_;
+  std::map<PortKey, PortUse> ports_;
+  // A node's flows (for RELEASE checks and cleanup): (proto, lport, remote, rport) -> node.
+  std::map<std::tuple<std::uint8_t, std::uint16_t, std::uint32_t, std::uint16_t>, NodeId> flows_;
+  std::uint16_t next_port_;
+  NodeId next_id_ = 1;
+  CounterSet counters_{"registry"};
+  Counter& hellos_;
+  Counter& requests_;
+  Counter& refused_;
+  Counter& nodes_gone_;
+};
+
+}  // namespace xk::filterd

@@ -1,0 +1,244 @@
+// filterd: the I/O-node daemon (docs/filterd.md).
+//
+//   filterd --port DEVARGS --ip A.B.C.D/N [--gw A.B.C.D] [--control PATH]
+//           [--memif-socket PATH] [--port-opts 'K=V ..'] [--secret HEX32]
+//
+// Owns the external port and the shared address; nodes register on the
+// control socket and get a net_memif channel each (filterd is the server,
+// one interface per node, hot-plugged when the node says HELLO); every frame
+// of a node's flow goes straight to its channel.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "xk/counters.hpp"
+#include "xk/drivers/dpdk.hpp"
+#include "xk/event_loop.hpp"
+#include "xk/filterd/control_server.hpp"
+#include "xk/filterd/registry.hpp"
+#include "xk/filterd/steer.hpp"
+#include "xk/graph.hpp"
+#include "xk/options.hpp"
+#include "xk/protocols/arp.hpp"
+#include "xk/protocols/eth.hpp"
+#include "xk/protocols/icmp.hpp"
+#include "xk/protocols/ipv4.hpp"
+#include "xk/protocols/tcp.hpp"
+#include "xk/protocols/udp.hpp"
+
+namespace {
+
+using namespace xk;
+using namespace xk::filterd;
+
+constexpr const char* kUsage =
+    R"(usage: filterd --port DEVARGS --ip A.B.C.D/N [options]
+
+The I/O-node daemon: owns the external port and the shared address, and steers
+every frame to the compute node that owns its flow (docs/filterd.md).
+
+  --port DEVARGS        the external DPDK port, e.g. net_af_packet0,iface=veth1
+  --port-opts 'K=V ..'  more options of the dpdk kind (mtu=9000, ...)
+  --ip A.B.C.D/N        the shared address and its subnet
+  --gw A.B.C.D          next hop off the subnet
+  --control PATH        the control socket (default /run/xk/filterd.sock)
+  --memif-socket PATH   where the nodes' memif channels meet (default /run/xk/filterd.memif)
+  --secret HEX32        the nodes' ISN and SYN-cookie key (default: random at start)
+  --help
+)";
+
+std::atomic<EventLoop*> g_loop{nullptr};
+void on_signal(int) {
+  if (EventLoop* l = g_loop.load()) l->stop();  // an atomic store and an eventfd write: signal-safe
+}
+
+struct Flags {
+  std::string port, port_opts, control = "/run/xk/filterd.sock", memif = "/run/xk/filterd.memif", secret;
+  std::optional<Ipv4Cidr> ip;
+  std::optional<Ipv4Addr> gw;
+};
+
+Flags parse(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(std::string(a) + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--port") {
+      f.port = value();
+    } else if (a == "--port-opts") {
+      f.port_opts = value();
+    } else if (a == "--ip") {
+      std::string v = value();
+      auto c = parse_cidr(v);
+      if (!c) throw std::invalid_argument("--ip: '" + v + "' is not A.B.C.D/N");
+      f.ip = *c;
+    } else if (a == "--gw") {
+      std::string v = value();
+      auto g = parse_ipv4(v);
+      if (!g) throw std::invalid_argument("--gw: '" + v + "' is not an IPv4 address");
+      f.gw = *g;
+    } else if (a == "--control") {
+      f.control = value();
+    } else if (a == "--memif-socket") {
+      f.memif = value();
+    } else if (a == "--secret") {
+      f.secret = value();
+      if (f.secret.size() != 32 || f.secret.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
+        throw std::invalid_argument("--secret: 32 hex digits");
+      }
+    } else {
+      throw std::invalid_argument("unknown argument '" + std::string(a) + "'");
+    }
+  }
+  if (f.port.empty()) throw std::invalid_argument("--port DEVARGS is required");
+  if (!f.ip) throw std::invalid_argument("--ip A.B.C.D/N is required");
+  if (f.gw && !f.ip->contains(*f.gw)) throw std::invalid_argument("--gw is not on the --ip subnet");
+  return f;
+}
+
+std::string quoted(const std::string& v) {
+  std::string out = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+int run(const Flags& f) {
+  Registry kinds;
+  drivers::register_dpdk(kinds);
+  register_steer(kinds);
+  eth::register_eth(kinds);
+  arp::register_arp(kinds);
+  ipv4::register_ipv4(kinds);
+  icmp::register_icmp(kinds);
+  udp::register_udp(kinds);
+  tcp::register_tcp(kinds);
+
+  // filterd's own stack answers ARP and ping for the shared address, and --
+  // with no listeners and no sockets -- RST and port unreachable for flows
+  // nobody owns.
+  std::string spec = "dpdk  net0 devargs=" + quoted(f.port) + " " + f.port_opts + "\n" +
+                     "steer st0  below=net0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +
+                     "\neth   eth0 below=st0\narp   arp0 below=eth0\n" +
+                     "ipv4  ip0  below=eth0,arp0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +
+                     "\nicmp  icmp0 below=ip0\nudp   udp0 below=ip0\ntcp   tcp0 below=ip0\n";
+  EventLoopConfig lc;
+  lc.name = "filterd";
+  EventLoop loop(lc);
+  Graph graph = Graph::build(spec, kinds, &loop, "filterd");
+  auto* steer = graph.find_as<Steer>("st0");
+  steer->set_resolver(graph.find_as<arp::ArpProtocol>("arp0"));
+  auto* ext = graph.find_as<drivers::DpdkDriver>("net0");
+
+  RegistryConfig rc;
+  rc.memif_socket = f.memif;
+  rc.filterd_mac = steer->config().channel_mac;
+  rc.mtu = static_cast<std::uint16_t>(ext->mtu());
+  rc.shared = *f.ip;
+  if (f.gw) rc.gateway = *f.gw;
+  if (!f.secret.empty()) {
+    for (std::size_t i = 0; i < 16; ++i) rc.secret[i] = std::byte(std::stoi(f.secret.substr(2 * i, 2), nullptr, 16));
+  } else {
+    std::random_device rd;
+    for (auto& b : rc.secret) b = std::byte(static_cast<unsigned char>(rd()));
+  }
+
+  // Each node's channel: a memif server interface of its own, hot-plugged.
+  std::map<NodeId, std::unique_ptr<drivers::DpdkDriver>> channels;
+  NodeRegistry::Hooks hooks;
+  hooks.attach = [&](const NodeInfo& n) -> Status {
+    const filterd::ctl::Channel& ch = n.channels.front();
+    drivers::DpdkDriver::Config dc;
+    dc.devargs = "net_memif" + std::to_string(ch.memif_id) + ",role=server,id=" + std::to_string(ch.memif_id) +
+                 ",socket=" + f.memif;
+    dc.mtu = ext->mtu();
+    try {
+      auto d = std::make_unique<drivers::DpdkDriver>("node" + std::to_string(n.id), dc, &loop);
+      if (Status st = steer->attach(n.id, *d, ch.node_mac); !st) return st;
+      channels[n.id] = std::move(d);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "filterd: node %u (%s): %s\n", n.id, n.name.c_str(), e.what());
+      return Errc::no_memory;
+    }
+    std::printf("filterd: node %u (%s, pid %u) attached on memif id %u\n", n.id, n.name.c_str(), n.pid, ch.memif_id);
+    std::fflush(stdout);
+    return {};
+  };
+  hooks.detach = [&](NodeId id) {
+    steer->detach(id);
+    channels.erase(id);
+    std::printf("filterd: node %u gone\n", id);
+    std::fflush(stdout);
+  };
+  NodeRegistry registry(rc, steer->filter(), hooks);
+  ControlServer::Config cc;
+  cc.path = f.control;
+  ControlServer control(loop, registry, cc);
+
+  g_loop.store(&loop);
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  std::printf("filterd: %s on %s, control %s, channels on %s: ready\n", to_string(*f.ip).c_str(), f.port.c_str(),
+              f.control.c_str(), f.memif.c_str());
+  std::fflush(stdout);
+  loop.run();
+  g_loop.store(nullptr);
+
+  std::printf("filterd: stopping\n");
+  std::vector<const CounterSet*> sets = graph.counters();
+  sets.push_back(&steer->filter().counters());
+  sets.push_back(&registry.counters());
+  sets.push_back(&control.counters());
+  for (const CounterSet* s : sets) {
+    for (const auto& e : s->entries()) {
+      if (e.counter.value() != 0) std::printf("  %-10s %-28s %llu\n", s->owner().c_str(), e.name.c_str(),
+                                              static_cast<unsigned long long>(e.counter.value()));
+    }
+  }
+  // Channels go before steer (it must not outlive... they detach first).
+  for (auto& [id, d] : channels) steer->detach(id);
+  channels.clear();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  try {
+    f = parse(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "filterd: %s\ntry 'filterd --help'\n", e.what());
+    return 2;
+  }
+  try {
+    return run(f);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "filterd: %s\n", e.what());
+    return 1;
+  }
+}
