@@ -26,6 +26,9 @@
 #include "xk/protocols/tcp.hpp"
 #include "xk/protocols/udp.hpp"
 #include "xk/stack.hpp"
+#ifdef XK_HAVE_FILTERD
+#include "xk/filterd_client.hpp"
+#endif
 #ifdef XK_HAVE_CAPTURE
 #include "xk/protocols/capture.hpp"
 #endif
@@ -90,6 +93,8 @@ const char* const kStackFlagsHelp =
   --capture FILE      write every frame to FILE (pcap, linktype ether)
   --graph FILE        use this graph spec instead of composing one; it must name the
                       instances udp0/tcp0 the program uses (the flags above are then refused)
+  --filterd PATH      attach to filterd's control socket: the port, address and secret come
+                      from filterd, and every port is agreed with it (--tcp-opts still apply)
 )";
 
 bool StackFlags::is_composed_flag(std::string_view flag) {
@@ -135,6 +140,13 @@ void StackFlags::set(std::string_view flag, std::string_view v) {
 }
 
 void StackFlags::validate() const {
+  if (!filterd.empty()) {
+    if (!graph_file.empty() || !port.empty() || ip || gw || mac || !capture.empty() || !port_opts.empty()) {
+      throw UsageError{"--filterd gives the port and the address: --graph, --port, --port-opts, --ip, --gw, --mac "
+                       "and --capture do not go with it"};
+    }
+    return;
+  }
   if (!graph_file.empty()) {
     if (composed_flag_seen) {
       throw UsageError{"--graph replaces the composed graph: --port, --port-opts, --ip, --gw, --mac, --csum and "
@@ -264,7 +276,18 @@ AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle)
         return c;
       }()),
       signals_(loop_) {
-  StackSpec spec = stack_spec(flags);
+  StackSpec spec;
+  if (!flags.filterd.empty()) {
+#ifdef XK_HAVE_FILTERD
+    auto client = FilterdClient::connect(flags.filterd, prog);
+    spec = StackSpec{client->graph_spec(flags.tcp_opts + (flags.csum ? "" : " csum=off")), "filterd"};
+    authority_ = std::move(client);
+#else
+    throw std::runtime_error("--filterd: this build has no filterd support (libpcap was not found)");
+#endif
+  } else {
+    spec = stack_spec(flags);
+  }
   register_all(registry_);
   // Before the EAL starts its threads (in the graph's dpdk driver), so they
   // inherit the mask and the signals reach our signalfd.
@@ -275,6 +298,10 @@ AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle)
     throw std::runtime_error(std::string("cannot build the stack:\n") + e.what());
   }
   loop_.add(signals_);
+  if (authority_) {
+    if (auto* t = graph_->find_as<tcp::TcpProtocol>("tcp0")) t->set_port_authority(authority_.get());
+    if (auto* u = graph_->find_as<udp::UdpProtocol>("udp0")) u->set_port_authority(authority_.get());
+  }
 }
 
 AppStack::~AppStack() {

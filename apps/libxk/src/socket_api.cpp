@@ -737,8 +737,10 @@ StackConfig config_from(const xk_stack_config* c) {
   xk_stack_config env;
   std::string graph_text;
   SimpleGraph g;
+  std::string filterd;
   if (c == nullptr) {
     xk_stack_config_init(&env);
+    filterd = env_or("XK_FILTERD");
     std::string file = env_or("XK_GRAPH");
     if (!file.empty()) {
       graph_text = read_file(file);
@@ -763,6 +765,7 @@ StackConfig config_from(const xk_stack_config* c) {
     env.cpu = cpu.empty() ? -1 : static_cast<int>(env_number("XK_CPU", 0, 4095));
     c = &env;
   } else {
+    if (c->filterd != nullptr) filterd = c->filterd;
     if (c->graph != nullptr) graph_text = c->graph;
     g.port = c->port != nullptr ? c->port : "";
     g.ip = c->ip != nullptr ? c->ip : "";
@@ -773,7 +776,12 @@ StackConfig config_from(const xk_stack_config* c) {
   }
   if (c->mode != XK_MODE_INLINE && c->mode != XK_MODE_SERVICE) throw std::invalid_argument("mode: inline or service");
   if (c->idle != XK_IDLE_SPIN_THEN_SLEEP && c->idle != XK_IDLE_BUSY_POLL) throw std::invalid_argument("idle: spin or busy");
-  sc.graph = graph_text.empty() ? compose_graph(g) : graph_text;
+  if (!filterd.empty()) {
+    sc.filterd = filterd;  // the graph comes from filterd
+    sc.tcp_opts = g.tcp_opts;
+  } else {
+    sc.graph = graph_text.empty() ? compose_graph(g) : graph_text;
+  }
   sc.mode = c->mode == XK_MODE_SERVICE ? StackMode::service_thread : StackMode::inline_calls;
   sc.loop.idle = c->idle == XK_IDLE_BUSY_POLL ? IdleMode::busy_poll : IdleMode::spin_then_sleep;
   sc.loop.spin = std::chrono::microseconds(c->spin_us);

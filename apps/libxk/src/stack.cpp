@@ -26,6 +26,9 @@
 #ifdef XK_HAVE_CAPTURE
 #include "xk/protocols/capture.hpp"
 #endif
+#ifdef XK_HAVE_FILTERD
+#include "xk/filterd_client.hpp"
+#endif
 
 namespace xk {
 
@@ -149,9 +152,24 @@ std::unique_ptr<Stack> Stack::create(StackConfig config) {
   if (config.loop.name == "loop") config.loop.name = "stack";
   std::unique_ptr<Stack> s(new Stack(std::move(config)));
   register_all_kinds(s->registry_);
+  if (!s->config_.filterd.empty()) {
+#ifdef XK_HAVE_FILTERD
+    if (!s->config_.graph.empty()) throw std::invalid_argument("a node attached to filterd gets its graph from filterd");
+    auto client = FilterdClient::connect(s->config_.filterd, s->config_.node_name);
+    s->config_.graph = client->graph_spec(s->config_.tcp_opts);
+    s->config_.source = "filterd";
+    s->authority_ = std::move(client);
+#else
+    throw std::invalid_argument("this build has no filterd support (libpcap was missing)");
+#endif
+  }
   s->graph_.emplace(Graph::build(s->config_.graph, s->registry_, &s->loop_, s->config_.source));
   s->tcp_ = s->graph_->find_as<tcp::TcpProtocol>(s->config_.tcp);
   s->udp_ = s->graph_->find_as<udp::UdpProtocol>(s->config_.udp);
+  if (s->authority_) {
+    if (s->tcp_ != nullptr) s->tcp_->set_port_authority(s->authority_.get());
+    if (s->udp_ != nullptr) s->udp_->set_port_authority(s->authority_.get());
+  }
 #ifdef XK_HAVE_DPDK
   if (auto* net = s->graph_->find_as<drivers::DpdkDriver>("net0")) {
     // A memif peer connects through DPDK's interrupt thread; keep the stack
@@ -176,7 +194,8 @@ Stack::~Stack() {
     loop_.stop();
     loop_.join();
   }
-  graph_.reset();  // protocols go before the loop they registered with
+  graph_.reset();  // protocols go before the loop they registered with (and the authority)
+  authority_.reset();
 }
 
 struct Stack::Completion {

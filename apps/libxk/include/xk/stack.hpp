@@ -37,6 +37,7 @@ class TcpProtocol;
 namespace udp {
 class UdpProtocol;
 }
+class PortAuthority;
 
 enum class StackMode : std::uint8_t {
   inline_calls,    // the calling thread runs the stack in every call
@@ -52,6 +53,12 @@ struct StackConfig {
   std::chrono::milliseconds link_wait{5000};  // for a DPDK port named net0
   std::string tcp = "tcp0";        // the instances the socket API uses (may be absent)
   std::string udp = "udp0";
+  // Attach to filterd through this control socket (docs/filterd.md): the
+  // graph then comes from filterd (graph must be empty; tcp_opts are added
+  // to its tcp line) and every port is agreed with it.
+  std::string filterd;
+  std::string tcp_opts;
+  std::string node_name = "xk";    // how filterd and xkctl name this node
 };
 
 // The simple graph most programs want, for xk_stack_config and the apps:
@@ -132,6 +139,9 @@ class Stack {
   StackConfig config_;
   Registry registry_;
   EventLoop loop_;
+  // filterd's side of the ports (null: standalone). Before the graph, so it
+  // outlives the connections that give their ports back to it.
+  std::unique_ptr<PortAuthority> authority_;
   std::optional<Graph> graph_;
   tcp::TcpProtocol* tcp_ = nullptr;
   udp::UdpProtocol* udp_ = nullptr;

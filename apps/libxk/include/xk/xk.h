@@ -75,12 +75,16 @@ struct xk_stack_config {
   unsigned spin_us;     /* spin before sleeping (default 50) */
   int cpu;              /* service mode: pin the stack's thread to this CPU; -1: no */
   unsigned link_wait_ms; /* wait this long for the port's link at creation (default 5000) */
+  /* Attach to filterd through this control socket: the graph (port, address,
+   * secret) comes from filterd, and ports are agreed with it. NULL: standalone. */
+  const char* filterd;
 };
 
 /* Defaults: graph NULL, csum 1, inline, spin-then-sleep 50 us, cpu -1, 5 s. */
 void xk_stack_config_init(struct xk_stack_config* config);
 
-/* Builds and starts a stack. NULL config: from the environment -- XK_GRAPH (a
+/* Builds and starts a stack. NULL config: from the environment -- XK_FILTERD
+ * (attach to filterd's control socket), XK_GRAPH (a
  * file holding a graph spec), or XK_PORT, XK_IP, XK_GW, XK_MAC, XK_TCP_OPTS,
  * XK_CSUM (on|off); XK_MODE (inline|service), XK_IDLE (spin|busy),
  * XK_SPIN_US, XK_CPU. On failure returns NULL with errno set (EINVAL for a bad

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -18,6 +19,7 @@
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
 #include "xk/options.hpp"
+#include "xk/port_authority.hpp"
 
 namespace xk::apps {
 
@@ -76,13 +78,19 @@ struct StackFlags {
   bool csum = true;
   std::string capture;
   std::string graph_file;
-  bool composed_flag_seen = false;  // any flag other than --graph
+  std::string filterd;  // attach to filterd's control socket (the graph comes from it)
+  bool composed_flag_seen = false;  // any flag other than --graph and --filterd
 
   // Takes `flag` if it is a stack flag, reading its value with `value()`.
   template <class ValueFn>
   bool take(std::string_view flag, ValueFn&& value) {
     if (flag == "--graph") {
       graph_file = std::string(value());
+      return true;
+    }
+    if (flag == "--filterd") {
+      filterd = std::string(value());
+      if (filterd.empty()) throw UsageError{"--filterd: empty socket path"};
       return true;
     }
     if (!is_composed_flag(flag)) return false;
@@ -185,6 +193,7 @@ class AppStack {
   Registry registry_;
   EventLoop loop_;
   SignalSource signals_;
+  std::unique_ptr<PortAuthority> authority_;  // filterd's control connection, or null
   std::optional<Graph> graph_;
 };
 
