@@ -137,7 +137,9 @@ int run(const Flags& f) {
   // filterd's own stack answers ARP and ping for the shared address, and --
   // with no listeners and no sockets -- RST and port unreachable for flows
   // nobody owns.
-  std::string spec = "dpdk  net0 devargs=" + quoted(f.port) + " " + f.port_opts + "\n" +
+  // EAL memory for the external port and a channel per node: 2 GiB of
+  // address space, used as mempools are made (--no-huge: ordinary pages).
+  std::string spec = "dpdk  net0 devargs=" + quoted(f.port) + " eal_mem=2g " + f.port_opts + "\n" +
                      "steer st0  below=net0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +
                      "\neth   eth0 below=st0\narp   arp0 below=eth0\n" +
                      "ipv4  ip0  below=eth0,arp0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +
@@ -172,6 +174,7 @@ int run(const Flags& f) {
     dc.devargs = "net_memif" + std::to_string(ch.memif_id) + ",role=server,id=" + std::to_string(ch.memif_id) +
                  ",socket=" + f.memif;
     dc.mtu = ext->mtu();
+    dc.mbufs = 4095;  // per node: enough for a channel's rings and bursts
     try {
       auto d = std::make_unique<drivers::DpdkDriver>("node" + std::to_string(n.id), dc, &loop);
       if (Status st = steer->attach(n.id, *d, ch.node_mac); !st) return st;

@@ -57,6 +57,8 @@ test:
   --tcp-port N        server: port to listen on (default 5001)
   --peer A.B.C.D:P    client: the server
   --mode M            server: sink (default) or echo; client: send (default) or pingpong
+  --group             server behind filterd (--filterd): share the port with other nodes,
+                      new connections spread over them
   --bytes N           client send: bytes to send (default 100M; suffixes k, m, g)
   --seed S            client send: the stream's seed (default 1)
   --size N            client pingpong: bytes per exchange (default 1)
@@ -101,6 +103,7 @@ struct Args {
   std::uint64_t warmup = 1000;
   std::optional<std::size_t> sndbuf, rcvbuf;
   bool nodelay = false;
+  bool group = false;  // server behind filterd: listen as one of a group
   bool verify = true;
   double timeout_s = 30;
 };
@@ -156,6 +159,9 @@ Args parse_args(int argc, char** argv) {
     } else if (f.name() == "--nodelay") {
       f.no_value();
       a.nodelay = true;
+    } else if (f.name() == "--group") {
+      f.no_value();
+      a.group = true;
     } else if (f.name() == "--verify") {
       auto v = f.value();
       if (v != "on" && v != "off") throw UsageError{"--verify: on or off"};
@@ -509,7 +515,7 @@ int run(const Args& a) {
   stack.wait_for_link(a.link_wait_s);
   int rc = kExitOk;
   if (a.role == Args::Role::server) {
-    auto l = tcp.listen(xk::Ipv4Addr{}, xk::Port{a.port}, 128);
+    auto l = tcp.listen(xk::Ipv4Addr{}, xk::Port{a.port}, 128, a.group);
     if (!l) {
       std::fprintf(stderr, "%s: cannot listen on port %u: %s\n", kProg, a.port, xk::to_string(l.error()));
       return kExitFail;

@@ -345,9 +345,7 @@ void TcpConnection::release() {
   if (proto_ == nullptr) return;
   Ref<TcpConnection> keep(this);
   TcpProtocol* p = std::exchange(proto_, nullptr);
-  if (claimed_ && p->authority_ != nullptr) {
-    p->authority_->release_connect(kIpProtocol, tuple_.local_port, tuple_.remote_addr, tuple_.remote_port);
-  }
+  if (claimed_ && p->authority_ != nullptr) p->defer_release(tuple_);
   claimed_ = false;
   rtx_timer_.cancel();
   delack_timer_.cancel();

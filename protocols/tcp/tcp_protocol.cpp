@@ -99,6 +99,7 @@ TcpProtocol::TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, 
       isn_(config_.secret ? IsnGenerator(*config_.secret) : IsnGenerator()),
       cookies_(SynCookies(isn_.secret())),
       next_ephemeral_(config_.ephemeral_min),
+      release_timer_(timers, [p = this] { p->flush_releases(); }),
       c_{counters().add("rx_segments"),
          counters().add("tx_segments"),
          counters().add("retransmits", "segments sent again"),
@@ -161,6 +162,11 @@ TcpProtocol::~TcpProtocol() {
   conns_.for_each([&](const ConnKey&, SessionRef& s) { cs.emplace_back(static_cast<TcpConnection*>(s.get())); });
   for (auto& c : cs) c->release();
   conns_.clear();
+  // Not given back one by one: frames of these flows may still sit in the
+  // driver's transmit queue, which empties only as the driver goes, after
+  // us; the authority frees the ports when the node leaves (filterd: BYE).
+  releases_.clear();
+  authority_ = nullptr;
   peers_.for_each([](const PeerKey&, IpPeer& p) { (void)p.session->close(); });
   peers_.clear();
   peer_of_.clear();
@@ -623,6 +629,18 @@ Result<ControlReply> TcpProtocol::control_any(const ControlQuery& query) {
     return ControlReply{std::monostate{}};
   }
   return Protocol::control_any(query);
+}
+
+void TcpProtocol::defer_release(const FourTuple& t) {
+  releases_.push_back(t);
+  if (!release_timer_.armed()) release_timer_.arm(timers_.clock().now());
+}
+
+void TcpProtocol::flush_releases() noexcept {
+  std::vector<FourTuple> due;
+  due.swap(releases_);
+  if (authority_ == nullptr) return;
+  for (const FourTuple& t : due) authority_->release_connect(kIpProtocol, t.local_port, t.remote_addr, t.remote_port);
 }
 
 std::size_t TcpProtocol::time_wait_count() const noexcept {

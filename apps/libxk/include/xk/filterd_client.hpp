@@ -24,7 +24,7 @@ class FilterdClient final : public PortAuthority {
  public:
   // Connects and registers (HELLO). Throws std::runtime_error saying why not.
   static std::unique_ptr<FilterdClient> connect(const std::string& path, const std::string& name,
-                                                std::chrono::milliseconds timeout = std::chrono::seconds(5));
+                                                std::chrono::milliseconds timeout = std::chrono::seconds(30));
   ~FilterdClient() override;  // BYE, then close
   FilterdClient(const FilterdClient&) = delete;
   FilterdClient& operator=(const FilterdClient&) = delete;

@@ -543,6 +543,13 @@ class TcpProtocol final : public Protocol {
   FlatMap<ListenKey, ListenSession*> listeners_;
   FlatMap<ListenKey, std::uint32_t> reserved_;  // bound, not yet listening or connected
   PortAuthority* authority_ = nullptr;
+  // 4-tuples to give back to the authority on the next pass: a segment this
+  // pass queued (a RST, the last ACK) must leave before filterd forgets the
+  // flow, or it is refused as not ours.
+  std::vector<FourTuple> releases_;
+  Timer release_timer_;
+  void defer_release(const FourTuple& t);
+  void flush_releases() noexcept;
   FlatMap<PeerKey, IpPeer> peers_;
   // The peer behind each IP session we hold, so a segment's demux asks no
   // control (a Participant would allocate) per segment.

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# integration.filterd_linux: filterd between a Linux host and 4 xk nodes that
+# share its address (docs/filterd.md).
+#
+#   filterd_linux.sh FILTERD XK_TCP_PERF          (as root; CTest runs it)
+#
+#   netns xk-fd-<pid>-a: Linux, xkfl<pid> 192.0.2.1/24
+#   netns xk-fd-<pid>-b: filterd on xkfx<pid> (DPDK net_af_packet) as
+#                        192.0.2.10/24; 4 xk-tcp-perf nodes attached to it over
+#                        net_memif (--filterd)
+#
+# (1) 64 concurrent connections from Linux to 192.0.2.10:5001, where all four
+#     nodes listen as a group (echo): every stream comes back intact (SHA-256),
+#     and every node served some of them;
+# (2) each node connects out to a Linux server at once: every stream arrives
+#     intact, and the four local ports differ;
+# (3) a TCP port nobody has: Linux sees its connect refused (filterd's RST);
+#     a UDP port nobody has: Linux sees ICMP port unreachable;
+# (4) kill -9 of a node: its control connection closes, filterd forgets it,
+#     and its port can be listened on again by a new node.
+#   XK_INT_FD_BYTES   bytes per connection in (1) (default 1m; 256k under ASan)
+set -euo pipefail
+TEST_NAME=filterd_linux
+source "$(dirname "$0")/lib.sh"
+
+[ $# -ge 2 ] || die "usage: $0 FILTERD XK_TCP_PERF"
+FD=$(readlink -f "$1")
+XK=$(readlink -f "$2")
+HERE=$(cd "$(dirname "$0")" && pwd)
+[ -x "$FD" ] && [ -x "$XK" ] || die "$FD or $XK is not executable"
+[ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces)"
+PY=/usr/bin/python3
+for tool in ip ethtool "$PY"; do command -v "$tool" >/dev/null || die "needs $tool"; done
+if is_sanitized "$XK"; then
+  BYTES=${XK_INT_FD_BYTES:-262144}
+else
+  BYTES=${XK_INT_FD_BYTES:-1048576}
+fi
+NODES=4
+CONNS=64
+
+NSA=xk-fd-$$-a
+NSB=xk-fd-$$-b
+LNX=xkfl$$
+XKIF=xkfx$$
+LNX_IP=192.0.2.1
+SHARED=192.0.2.10
+OUT=$PWD/filterd_linux.out
+rm -rf "$OUT"
+mkdir -p "$OUT"
+CTL=$OUT/filterd.sock
+MEMIF=/run/xk-fd-$$.memif  # an abstract-namespace name for memif; no file
+
+cleanup() {
+  local rc=$?
+  set +e
+  kill_all
+  ip netns del "$NSA" 2>/dev/null
+  ip netns del "$NSB" 2>/dev/null
+  ip link del "$LNX" 2>/dev/null
+  ip link del "$XKIF" 2>/dev/null
+  if [ $rc -eq 0 ]; then
+    echo "$TEST_NAME: PASS in $(elapsed) s (artifacts: $OUT)"
+  else
+    echo "$TEST_NAME: FAILED (rc $rc) after $(elapsed) s; artifacts and logs: $OUT"
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+step "topology: $NSA ($LNX $LNX_IP/24) <-veth-> $NSB (filterd on $XKIF as $SHARED/24)"
+make_veth_topology "$NSA" "$NSB" "$LNX" "$XKIF" "$LNX_IP/24"
+
+step "filterd"
+ip netns exec "$NSB" "$FD" --port "net_af_packet0,iface=$XKIF,framecnt=4096" --port-opts "mbufs=16383" \
+  --ip "$SHARED/24" --control "$CTL" --memif-socket "$MEMIF" > "$OUT/filterd.log" 2>&1 &
+FDPID=$!
+PIDS+=("$FDPID")
+wait_for "$OUT/filterd.log" "ready" "$FDPID" 30
+
+# A node: xk-tcp-perf attached to filterd, its pid in NODE_PID (not through
+# $(...): a subshell's child could not be waited for). Sleeping when idle:
+# five busy processes would starve each other on a small machine.
+node() {  # name args...
+  local name=$1
+  shift
+  ip netns exec "$NSB" "$XK" "$@" --filterd "$CTL" --idle sleep > "$OUT/$name.log" 2>&1 &
+  NODE_PID=$!
+  PIDS+=("$NODE_PID")
+}
+
+step "(1) $NODES nodes listen on $SHARED:5001 as a group; Linux opens $CONNS connections at once"
+SERVERS=()
+for i in $(seq 1 $NODES); do
+  node "server$i" server --mode echo --group --count 1000000
+  SERVERS+=("$NODE_PID")
+done
+for i in $(seq 1 $NODES); do wait_for "$OUT/server$i.log" "ready" "${SERVERS[$((i - 1))]}" 30; done
+ip netns exec "$NSA" "$PY" "$HERE/multi_peer.py" echo --peer "$SHARED" --port 5001 --conns $CONNS --bytes "$BYTES" \
+  > "$OUT/linux-echo.log" 2>&1 || { cat "$OUT/linux-echo.log" >&2; die "(1): not every stream came back intact"; }
+cat "$OUT/linux-echo.log" | sed 's/^/   /'
+for i in $(seq 1 $NODES); do
+  n=$(grep -c '^STATS who=server' "$OUT/server$i.log" || true)
+  echo "   node $i served $n connections"
+  [ "$n" -gt 0 ] || die "(1): node $i got no connection: the group did not spread them"
+done
+
+step "(2) each node connects out to Linux at once"
+ip netns exec "$NSA" "$PY" "$HERE/multi_peer.py" sink --bind "$LNX_IP" --port 7001 --conns $NODES \
+  > "$OUT/linux-sink.log" 2>&1 &
+SINK=$!
+PIDS+=("$SINK")
+wait_for "$OUT/linux-sink.log" "READY" "$SINK" 20
+CLIENTS=()
+for i in $(seq 1 $NODES); do
+  node "client$i" client --peer "$LNX_IP:7001" --bytes "$BYTES" --seed "$i"
+  CLIENTS+=("$NODE_PID")
+done
+for i in $(seq 1 $NODES); do
+  wait "${CLIENTS[$((i - 1))]}" || { tail "$OUT/client$i.log" >&2; die "(2): node client $i failed"; }
+done
+wait "$SINK" || { cat "$OUT/linux-sink.log" >&2; die "(2): the Linux sink failed"; }
+for i in $(seq 1 $NODES); do
+  sent=$(sed -n 's/^RESULT role=client .*sha256=\([0-9a-f]*\).*/\1/p' "$OUT/client$i.log")
+  grep -q "sha256=$sent" "$OUT/linux-sink.log" || die "(2): node $i's stream ($sent) did not arrive intact"
+done
+ports=$(sed -n 's/^CONN peer=[0-9.]*:\([0-9]*\) .*/\1/p' "$OUT/linux-sink.log" | sort -u | wc -l)
+sed 's/^/   /' "$OUT/linux-sink.log"
+[ "$ports" -eq $NODES ] || die "(2): $ports distinct local ports for $NODES connections"
+
+step "(3) flows nobody owns: RST for TCP, ICMP port unreachable for UDP"
+ip netns exec "$NSA" "$PY" "$HERE/multi_peer.py" refused --peer "$SHARED" --port 6666 --timeout 10 \
+  > "$OUT/refused.log" 2>&1 || { cat "$OUT/refused.log" >&2; die "(3): no RST for a port nobody listens on"; }
+ip netns exec "$NSA" "$PY" "$HERE/multi_peer.py" unreachable --peer "$SHARED" --port 6667 --timeout 10 \
+  > "$OUT/unreachable.log" 2>&1 || { cat "$OUT/unreachable.log" >&2; die "(3): no port unreachable for UDP"; }
+cat "$OUT/refused.log" "$OUT/unreachable.log" | sed 's/^/   /'
+
+step "(4) kill -9 of a node: filterd forgets it, its port is free again"
+node alone server --mode sink --tcp-port 5002 --count 1000000
+ALONE=$NODE_PID
+wait_for "$OUT/alone.log" "ready" "$ALONE" 30
+kill -9 "$ALONE"
+wait "$ALONE" 2>/dev/null || true
+wait_for "$OUT/filterd.log" "gone" "$FDPID" 10
+node again server --mode sink --tcp-port 5002 --count 1000000
+AGAIN=$NODE_PID
+wait_for "$OUT/again.log" "ready" "$AGAIN" 30
+
+step "stop"
+for pid in "${SERVERS[@]}" "$AGAIN"; do stop "$pid" || true; done
+stop "$FDPID" || die "filterd did not exit cleanly"
+grep -E "rx_to_node|tx_from_nodes|learned_flows|default_rst|default_unreachable|group_hit|egress_denied" \
+  "$OUT/filterd.log" | sed 's/^/   /'
+if grep -q "egress_denied" "$OUT/filterd.log"; then
+  die "filterd denied frames of honest nodes"
+fi
