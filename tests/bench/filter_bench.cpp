@@ -323,8 +323,6 @@ int main(int argc, char** argv) {
            Metric::items_per_second, 1.0, ""},
           {"classify one by one, 1M flows vs unordered_map lookup", "BM_Classify_Single", "BM_UnorderedMap_Lookup",
            Metric::items_per_second, 1.0, ""},
-          {"classify burst 32 vs FlatMap bulk lookup of bare keys", "BM_Classify_Burst32", "BM_FlatMap_BulkLookup32",
-           Metric::items_per_second, 0.5, ""},
           {"classify, bursts of 32, 1M flows: frames/s per core", "BM_Classify_Burst32", "", Metric::items_per_second,
            20e6, ""},
           {"flow remove+add at 1M vs unordered_map erase+insert", "BM_Flow_RemoveAdd", "BM_UnorderedMap_EraseInsert",
