@@ -10,10 +10,10 @@
 #include <cstdint>
 #include <cstring>
 
-#include "../../protocols/eth/include/xk/protocols/eth_wire.hpp"
-#include "../../protocols/icmp/include/xk/protocols/icmp_wire.hpp"
-#include "../../protocols/ipv4/include/xk/protocols/ipv4_wire.hpp"
-#include "../../protocols/udp/include/xk/protocols/udp_wire.hpp"
+#include "xk/protocols/eth_wire.hpp"
+#include "xk/protocols/icmp_wire.hpp"
+#include "xk/protocols/ipv4_wire.hpp"
+#include "xk/protocols/udp_wire.hpp"
 #include "xk/byteorder.hpp"
 
 namespace xk::filterd::wire {
