@@ -24,13 +24,17 @@ for f in "$libdir/libxk.so" "$libdir/libxk.a" "$work/prefix/include/xk/xk.h" "$w
 done
 export PKG_CONFIG_PATH="$(dirname "$pc")"
 [[ $(pkg-config --variable=includedir libxk) -ef $work/prefix/include ]] || die "libxk.pc does not point into the prefix"
-pkg-config --cflags libxk | grep -q -- '-march\|rte_config' && die "libxk.pc leaks DPDK's compile flags"
+cflags=$(pkg-config --cflags libxk)
+grep -q -- '-march\|rte_config' <<< "$cflags" && die "libxk.pc leaks DPDK's compile flags"
 
 step "the example, copied out of the tree, built with CMake against the installed libxk.so"
 cp -r "$src/apps/examples/echo" "$work/echo"
 cmake -S "$work/echo" -B "$work/echo/build" -DCMAKE_BUILD_TYPE=Release > "$work/cmake.log" || { cat "$work/cmake.log"; die "configure failed"; }
 cmake --build "$work/echo/build" > "$work/build.log" || { cat "$work/build.log"; die "build failed"; }
-ldd "$work/echo/build/echo" | grep -q "$libdir/libxk.so" || die "the example does not use the installed libxk.so"
+# (ldd's output in a variable: grep -q stops reading early, and with pipefail
+# ldd's SIGPIPE would fail the pipeline now and then.)
+deps=$(ldd "$work/echo/build/echo")
+grep -q "$libdir/libxk.so" <<< "$deps" || die "the example does not use the installed libxk.so"
 LD_LIBRARY_PATH="$libdir" "$work/echo/build/echo" service
 LD_LIBRARY_PATH="$libdir" "$work/echo/build/echo" inline
 
@@ -42,7 +46,8 @@ cc -O2 -o "$work/echo-static" "$work/echo/echo.c" $(pkg-config --cflags libxk) \
    $(pkg-config --libs libxk | sed 's/-lxk\b/-l:libxk.a/') \
    $(pkg-config --libs $(pkg-config --variable=requires_static libxk)) \
    $(pkg-config --static --libs-only-l libxk | tr ' ' '\n' | grep -E '^-l(stdc\+\+|m|pthread)$' | tr '\n' ' ')
-ldd "$work/echo-static" | grep -q libxk && die "the static build still needs libxk.so"
+deps=$(ldd "$work/echo-static")
+grep -q libxk <<< "$deps" && die "the static build still needs libxk.so"
 "$work/echo-static" service
 
 step "the C++ headers compile on their own"
