@@ -114,15 +114,6 @@ Flags parse(int argc, char** argv) {
   return f;
 }
 
-std::string quoted(const std::string& v) {
-  std::string out = "\"";
-  for (char c : v) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
 int run(const Flags& f) {
   Registry kinds;
   drivers::register_dpdk(kinds);
@@ -139,7 +130,7 @@ int run(const Flags& f) {
   // nobody owns.
   // EAL memory for the external port and a channel per node: 2 GiB of
   // address space, used as mempools are made (--no-huge: ordinary pages).
-  std::string spec = "dpdk  net0 devargs=" + quoted(f.port) + " eal_mem=2g " + f.port_opts + "\n" +
+  std::string spec = "dpdk  net0 devargs=" + spec_value(f.port) + " eal_mem=2g " + f.port_opts + "\n" +
                      "steer st0  below=net0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +
                      "\neth   eth0 below=st0\narp   arp0 below=eth0\n" +
                      "ipv4  ip0  below=eth0,arp0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +

@@ -373,6 +373,8 @@ std::vector<std::size_t> order_and_find_cycles(const std::vector<Parsed>& all,
 
 }  // namespace
 
+std::string spec_value(std::string_view value) { return quote_if_needed(value, false); }
+
 // ---- Registry -------------------------------------------------------------
 
 void Registry::add(KindSpec spec) {

@@ -2,6 +2,8 @@
 
 #include "xk/filterd_client.hpp"
 
+#include "xk/graph.hpp"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -15,16 +17,16 @@
 
 namespace xk {
 
-namespace ctl = filterd::ctl;
+namespace fc = filterd::ctl;
 
 namespace {
-Errc errc_of(ctl::ErrorCode code) noexcept {
+Errc errc_of(fc::ErrorCode code) noexcept {
   switch (code) {
-    case ctl::ErrorCode::port_in_use:
-    case ctl::ErrorCode::no_ports: return Errc::exists;
-    case ctl::ErrorCode::permission_denied: return Errc::bad_state;
-    case ctl::ErrorCode::not_found: return Errc::not_found;
-    case ctl::ErrorCode::too_many: return Errc::no_memory;
+    case fc::ErrorCode::port_in_use:
+    case fc::ErrorCode::no_ports: return Errc::exists;
+    case fc::ErrorCode::permission_denied: return Errc::bad_state;
+    case fc::ErrorCode::not_found: return Errc::not_found;
+    case fc::ErrorCode::too_many: return Errc::no_memory;
     default: return Errc::invalid_argument;
   }
 }
@@ -44,24 +46,24 @@ std::unique_ptr<FilterdClient> FilterdClient::connect(const std::string& path, c
     throw std::runtime_error("filterd: cannot connect to " + path + ": " + std::strerror(e));
   }
   std::unique_ptr<FilterdClient> c(new FilterdClient(fd, timeout));
-  ctl::Hello h;
-  h.name = name.substr(0, ctl::kMaxNodeName);
+  fc::Hello h;
+  h.name = name.substr(0, fc::kMaxNodeName);
   if (h.name.empty()) h.name = "node";
   h.pid = static_cast<std::uint32_t>(::getpid());
   h.queues = 1;
-  Result<ctl::Message> r = c->request(h);
+  Result<fc::Message> r = c->request(h);
   if (!r) throw std::runtime_error(std::string("filterd: no answer to HELLO: ") + to_string(r.error()));
-  if (const auto* e = std::get_if<ctl::Error>(&r->body)) {
-    throw std::runtime_error(std::string("filterd refused us: ") + ctl::to_string(e->code) + ": " + e->text);
+  if (const auto* e = std::get_if<fc::Error>(&r->body)) {
+    throw std::runtime_error(std::string("filterd refused us: ") + fc::to_string(e->code) + ": " + e->text);
   }
-  const auto* hr = std::get_if<ctl::HelloReply>(&r->body);
+  const auto* hr = std::get_if<fc::HelloReply>(&r->body);
   if (hr == nullptr || hr->channels.empty()) throw std::runtime_error("filterd: HELLO answered with something else");
   c->hello_ = *hr;
   return c;
 }
 
 FilterdClient::~FilterdClient() {
-  (void)request(ctl::Bye{});
+  (void)request(fc::Bye{});
   ::close(fd_);
 }
 
@@ -76,14 +78,14 @@ Status FilterdClient::send_all(const std::vector<std::byte>& bytes) {
   return {};
 }
 
-Result<ctl::Message> FilterdClient::request(ctl::Body body) {
+Result<fc::Message> FilterdClient::request(fc::Body body) {
   const std::uint32_t id = next_id_++;
-  Result<std::vector<std::byte>> bytes = ctl::encode(ctl::Message{id, std::move(body)});
+  Result<std::vector<std::byte>> bytes = fc::encode(fc::Message{id, std::move(body)});
   if (!bytes) return bytes.error();
   if (Status st = send_all(*bytes); !st) return st.error();
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   for (;;) {
-    ctl::ReadResult r = reader_.next();
+    fc::ReadResult r = reader_.next();
     if (r.has_message()) {
       if (r.message().request_id == id) return std::move(r.message());
       continue;  // a late reply to a request that timed out
@@ -105,10 +107,11 @@ Result<ctl::Message> FilterdClient::request(ctl::Body body) {
 }
 
 std::string FilterdClient::graph_spec(const std::string& tcp_opts) const {
-  const ctl::Channel& ch = hello_.channels.front();
+  const fc::Channel& ch = hello_.channels.front();
   std::ostringstream g;
-  g << "dpdk net0 devargs=\"net_memif0,role=client,id=" << ch.memif_id << ",socket=" << hello_.memif_socket
-    << "\" mtu=" << hello_.mtu << "\n";
+  g << "dpdk net0 devargs="
+    << spec_value("net_memif0,role=client,id=" + std::to_string(ch.memif_id) + ",socket=" + hello_.memif_socket)
+    << " mtu=" << hello_.mtu << "\n";
   g << "eth  eth0 below=net0 mac=" << to_string(ch.node_mac) << "\n";
   g << "arp  arp0 below=eth0\n";
   g << "ipv4 ip0  below=eth0,arp0 addr=" << to_string(hello_.address) << "/" << int{hello_.prefix_len};
@@ -125,20 +128,20 @@ std::string FilterdClient::graph_spec(const std::string& tcp_opts) const {
 }
 
 Result<std::uint16_t> FilterdClient::claim_listen(std::uint8_t proto, std::uint16_t port, bool group) {
-  ctl::Listen l;
-  l.proto = proto == 17 ? ctl::Proto::udp : ctl::Proto::tcp;
+  fc::Listen l;
+  l.proto = proto == 17 ? fc::Proto::udp : fc::Proto::tcp;
   l.port = port;
   l.group = group;
-  Result<ctl::Message> r = request(l);
+  Result<fc::Message> r = request(l);
   if (!r) return r.error();
-  if (const auto* ok = std::get_if<ctl::ListenReply>(&r->body)) return ok->port;
-  if (const auto* e = std::get_if<ctl::Error>(&r->body)) return errc_of(e->code);
+  if (const auto* ok = std::get_if<fc::ListenReply>(&r->body)) return ok->port;
+  if (const auto* e = std::get_if<fc::Error>(&r->body)) return errc_of(e->code);
   return Errc::malformed;
 }
 
 void FilterdClient::release_listen(std::uint8_t proto, std::uint16_t port) noexcept {
   try {
-    (void)request(ctl::Unlisten{proto == 17 ? ctl::Proto::udp : ctl::Proto::tcp, port});
+    (void)request(fc::Unlisten{proto == 17 ? fc::Proto::udp : fc::Proto::tcp, port});
   } catch (...) {
     // Out of memory while encoding: filterd frees the port when we go.
   }
@@ -146,22 +149,22 @@ void FilterdClient::release_listen(std::uint8_t proto, std::uint16_t port) noexc
 
 Result<std::uint16_t> FilterdClient::claim_connect(std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
                                                    std::uint16_t remote_port) {
-  ctl::Connect c;
-  c.proto = proto == 17 ? ctl::Proto::udp : ctl::Proto::tcp;
+  fc::Connect c;
+  c.proto = proto == 17 ? fc::Proto::udp : fc::Proto::tcp;
   c.remote_addr = remote;
   c.remote_port = remote_port;
   c.local_port = local_port;
-  Result<ctl::Message> r = request(c);
+  Result<fc::Message> r = request(c);
   if (!r) return r.error();
-  if (const auto* ok = std::get_if<ctl::ConnectReply>(&r->body)) return ok->local_port;
-  if (const auto* e = std::get_if<ctl::Error>(&r->body)) return errc_of(e->code);
+  if (const auto* ok = std::get_if<fc::ConnectReply>(&r->body)) return ok->local_port;
+  if (const auto* e = std::get_if<fc::Error>(&r->body)) return errc_of(e->code);
   return Errc::malformed;
 }
 
 void FilterdClient::release_connect(std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
                                     std::uint16_t remote_port) noexcept {
   try {
-    (void)request(ctl::Release{proto == 17 ? ctl::Proto::udp : ctl::Proto::tcp, local_port, remote, remote_port});
+    (void)request(fc::Release{proto == 17 ? fc::Proto::udp : fc::Proto::tcp, local_port, remote, remote_port});
   } catch (...) {
   }
 }

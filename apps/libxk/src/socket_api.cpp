@@ -1360,10 +1360,6 @@ extern "C" int xk_getsockname(int fd, struct sockaddr* addr, socklen_t* len) {
       if (s->type == SOCK_DGRAM) {
         Result<udp::Endpoint> e = s->udp.local_endpoint();
         if (!e) return {};
-        if (s->udp.session()->connected()) {
-          // The address the connected 4-tuple uses, when bound to any.
-          return {e->addr, e->port};
-        }
         return {e->addr, e->port};
       }
       if (s->listening) return {s->bind_addr, s->listener.port()};

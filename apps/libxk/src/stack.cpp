@@ -34,15 +34,6 @@ namespace xk {
 
 namespace {
 
-std::string spec_quoted(std::string_view v) {
-  std::string out = "\"";
-  for (char c : v) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  out += '"';
-  return out;
-}
 
 void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected, const timespec* timeout) noexcept {
   // The kernel compares the word with `expected` under its own lock: a wake
@@ -68,12 +59,12 @@ std::string compose_graph(const SimpleGraph& g) {
   if (g.port.empty()) throw std::invalid_argument("no port: give the DPDK devargs of the port (or a whole graph)");
   if (g.ip.empty()) throw std::invalid_argument("no address: give the stack's A.B.C.D/N (or a whole graph)");
   std::ostringstream s;
-  s << "dpdk    net0  devargs=" << spec_quoted(g.port);
+  s << "dpdk    net0  devargs=" << spec_value(g.port);
   if (!g.port_opts.empty()) s << " " << g.port_opts;
   s << "\n";
   std::string link = "net0";
   if (!g.capture.empty()) {
-    s << "capture cap0  below=net0 file=" << spec_quoted(g.capture) << " linktype=ether flush=off\n";
+    s << "capture cap0  below=net0 file=" << spec_value(g.capture) << " linktype=ether flush=off\n";
     link = "cap0";
   }
   s << "eth     eth0  below=" << link;

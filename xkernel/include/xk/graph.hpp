@@ -110,6 +110,10 @@ class Registry {
   std::map<std::string, std::shared_ptr<const KindSpec>, std::less<>> kinds_;
 };
 
+// `value` written as an option value (key=VALUE) of a spec line, quoted and
+// escaped when it has spaces, quotes or '#', so parsing gives it back.
+std::string spec_value(std::string_view value);
+
 // One problem in a spec. `line` is 1-based; 0 when no line is to blame.
 struct GraphDiagnostic {
   std::size_t line = 0;
