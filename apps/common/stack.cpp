@@ -71,6 +71,18 @@ double parse_seconds(std::string_view flag, std::string_view text) {
   return v;
 }
 
+std::uint64_t parse_bytes(std::string_view flag, std::string_view text) {
+  std::uint64_t mult = 1;
+  if (!text.empty()) {
+    char last = text.back();
+    if (last == 'k' || last == 'K') mult = std::uint64_t{1} << 10;
+    if (last == 'm' || last == 'M') mult = std::uint64_t{1} << 20;
+    if (last == 'g' || last == 'G') mult = std::uint64_t{1} << 30;
+    if (mult != 1) text.remove_suffix(1);
+  }
+  return parse_number<std::uint64_t>(flag, text, 0, (std::uint64_t{1} << 44) / mult) * mult;
+}
+
 std::pair<Ipv4Addr, std::uint16_t> parse_endpoint(std::string_view flag, std::string_view v) {
   auto colon = v.rfind(':');
   if (colon == std::string_view::npos) {

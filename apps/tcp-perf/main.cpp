@@ -40,6 +40,7 @@ constexpr int kExitOk = 0;
 constexpr int kExitFail = 1;
 constexpr int kExitUsage = 2;
 
+using xk::apps::parse_bytes;
 using xk::apps::parse_number;
 using xk::apps::UsageError;
 using Clock = std::chrono::steady_clock;
@@ -74,18 +75,6 @@ test:
 
 exit status: 0 success, 1 failure, 2 bad command line
 )";
-
-std::uint64_t parse_bytes(std::string_view flag, std::string_view v) {
-  std::uint64_t mult = 1;
-  if (!v.empty()) {
-    char last = v.back();
-    if (last == 'k' || last == 'K') mult = 1ull << 10;
-    if (last == 'm' || last == 'M') mult = 1ull << 20;
-    if (last == 'g' || last == 'G') mult = 1ull << 30;
-    if (mult != 1) v.remove_suffix(1);
-  }
-  return parse_number<std::uint64_t>(flag, v, 0, std::uint64_t{1} << 44) * mult;
-}
 
 struct Args {
   enum class Role { server, client } role = Role::server;

@@ -62,6 +62,10 @@ void for_each_flag(std::span<const std::string_view> words, const std::function<
 // A positive number of seconds, at most an hour.
 double parse_seconds(std::string_view flag, std::string_view text);
 
+// A byte count with an optional binary suffix: "1500", "64k", "100m", "2g"
+// (at most 16 TiB).
+std::uint64_t parse_bytes(std::string_view flag, std::string_view text);
+
 // "A.B.C.D:PORT" (port 1..65535).
 std::pair<Ipv4Addr, std::uint16_t> parse_endpoint(std::string_view flag, std::string_view text);
 

@@ -1,0 +1,508 @@
+// xk-pingpong: a NetPIPE-style latency and bandwidth sweep over TCP
+// (docs/apps-pingpong.md).
+//
+//   xk-pingpong server STACK [--tcp-port 5002] [--count N]
+//   xk-pingpong client STACK --peer A.B.C.D:P [--min 1] [--max 8m] [--perturb 3]
+//                      [--trial-seconds 0.02] [--trials 3] [--warmup 1000] [--csv FILE] [--verify]
+//
+// The client walks the message sizes NetPIPE walks -- every power of two from
+// --min to --max, each also 3 bytes smaller and 3 bytes larger (--perturb) --
+// and for each size times a run of exchanges (write the message, read the
+// server's echo of it). The number of exchanges per run is chosen from the
+// previous size's time so that a run lasts about --trial-seconds; each size
+// gets --trials runs and the fastest counts (what a loaded machine adds is
+// noise, not the network's cost). Per size: half the round-trip time, and the
+// throughput that gives (message bits over the one-way time), as a table and
+// as CSV.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "xk/apps/stack.hpp"
+#include "xk/event_loop.hpp"
+#include "xk/protocols/tcp.hpp"
+
+namespace {
+
+constexpr const char* kProg = "xk-pingpong";
+constexpr int kExitOk = 0;
+constexpr int kExitFail = 1;
+
+using xk::apps::parse_bytes;
+using xk::apps::parse_number;
+using xk::apps::UsageError;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kMaxMessage = std::size_t{64} << 20;
+
+constexpr const char* kUsageHead = R"(usage: xk-pingpong server|client [options]
+
+A NetPIPE-style sweep: TCP ping-pong of messages from --min to --max bytes,
+half round-trip time and throughput per size.
+
+stack:
+)";
+constexpr const char* kUsageTail = R"(  --link-wait SEC     wait this long for the port's link (default 10)
+  --idle MODE         busy (default) or sleep: how the loop idles
+
+test:
+  --tcp-port N        server: port to listen on (default 5002)
+  --count N           server: exit after N connections (default 0: never)
+  --peer A.B.C.D:P    client: the server (an xk-pingpong server, or any TCP echo server)
+  --min N             client: smallest message (default 1; suffixes k, m, g)
+  --max N             client: largest message (default 8m, at most 64m)
+  --perturb N         client: also N bytes below and above each power of two
+                      (default 3; 0: powers of two only)
+  --trial-seconds S   client: aim for runs this long (default 0.02)
+  --trials N          client: runs per size, the fastest counts (default 3)
+  --warmup N          client: untimed exchanges of the smallest size first (default 1000)
+  --csv FILE          client: also write the table as CSV
+  --verify            client: check every echoed byte
+  --timeout SEC       give up after this long without progress (default 30)
+  --help
+
+exit status: 0 success, 1 failure, 2 bad command line
+)";
+
+struct Args {
+  enum class Role { server, client } role = Role::server;
+  xk::apps::StackFlags stack;
+  double link_wait_s = 10;
+  bool busy = true;
+  std::uint16_t port = 5002;
+  std::uint64_t count = 0;
+  std::optional<xk::Ipv4Addr> peer;
+  std::uint16_t peer_port = 0;
+  std::size_t min = 1;
+  std::size_t max = std::size_t{8} << 20;
+  std::size_t perturb = 3;
+  double trial_s = 0.02;
+  unsigned trials = 3;
+  std::uint64_t warmup = 1000;
+  std::string csv;
+  bool verify = false;
+  double timeout_s = 30;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  std::vector<std::string_view> words(argv + 1, argv + argc);
+  for (auto w : words) {
+    if (w == "--help" || w == "-h") {
+      std::fputs(kUsageHead, stdout);
+      std::fputs(xk::apps::kStackFlagsHelp, stdout);
+      std::fputs(kUsageTail, stdout);
+      std::exit(kExitOk);
+    }
+  }
+  if (words.empty()) throw UsageError{"missing role: server or client"};
+  if (words[0] == "server") {
+    a.role = Args::Role::server;
+  } else if (words[0] == "client") {
+    a.role = Args::Role::client;
+  } else {
+    throw UsageError{"unknown role '" + std::string(words[0]) + "': expected server or client"};
+  }
+  bool client_flag = false;
+  bool server_flag = false;
+  xk::apps::for_each_flag(std::span(words).subspan(1), [&](xk::apps::Flag& f) {
+    if (a.stack.take(f.name(), [&] { return f.value(); })) return;
+    auto bytes = [&] {
+      std::uint64_t v = parse_bytes(f.name(), f.value());
+      if (v < 1 || v > kMaxMessage) throw UsageError{std::string(f.name()) + ": a message is 1 byte to 64m"};
+      return static_cast<std::size_t>(v);
+    };
+    if (f.name() == "--link-wait") {
+      a.link_wait_s = xk::apps::parse_seconds(f.name(), f.value());
+    } else if (f.name() == "--idle") {
+      auto v = f.value();
+      if (v != "busy" && v != "sleep") throw UsageError{"--idle: expected busy or sleep"};
+      a.busy = v == "busy";
+    } else if (f.name() == "--tcp-port") {
+      a.port = parse_number<std::uint16_t>(f.name(), f.value(), 1, 65535);
+      server_flag = true;
+    } else if (f.name() == "--count") {
+      a.count = parse_number<std::uint64_t>(f.name(), f.value(), 0, std::uint64_t{1} << 40);
+      server_flag = true;
+    } else if (f.name() == "--peer") {
+      std::tie(a.peer, a.peer_port) = xk::apps::parse_endpoint(f.name(), f.value());
+    } else if (f.name() == "--min") {
+      a.min = bytes();
+      client_flag = true;
+    } else if (f.name() == "--max") {
+      a.max = bytes();
+      client_flag = true;
+    } else if (f.name() == "--perturb") {
+      a.perturb = parse_number<std::size_t>(f.name(), f.value(), 0, 1 << 10);
+      client_flag = true;
+    } else if (f.name() == "--trial-seconds") {
+      a.trial_s = xk::apps::parse_seconds(f.name(), f.value());
+      client_flag = true;
+    } else if (f.name() == "--trials") {
+      a.trials = parse_number<unsigned>(f.name(), f.value(), 1, 1000);
+      client_flag = true;
+    } else if (f.name() == "--warmup") {
+      a.warmup = parse_number<std::uint64_t>(f.name(), f.value(), 0, 1000000);
+      client_flag = true;
+    } else if (f.name() == "--csv") {
+      a.csv = std::string(f.value());
+      if (a.csv.empty()) throw UsageError{"--csv: empty file name"};
+      client_flag = true;
+    } else if (f.name() == "--verify") {
+      f.no_value();
+      a.verify = true;
+      client_flag = true;
+    } else if (f.name() == "--timeout") {
+      a.timeout_s = xk::apps::parse_seconds(f.name(), f.value());
+    } else {
+      throw UsageError{"unknown option '" + std::string(f.name()) + "'"};
+    }
+  });
+  a.stack.validate();
+  if (a.role == Args::Role::server) {
+    if (a.peer) throw UsageError{"--peer is for the client"};
+    if (client_flag) throw UsageError{"--min, --max, --perturb, --trial-seconds, --trials, --warmup, --csv and --verify are for the client"};
+  } else {
+    if (!a.peer) throw UsageError{"client: --peer A.B.C.D:PORT is required"};
+    if (server_flag) throw UsageError{"--tcp-port and --count are for the server"};
+    if (a.min > a.max) throw UsageError{"--min is larger than --max"};
+  }
+  return a;
+}
+
+// NetPIPE's schedule: each power of two p in [min, max] (and min itself),
+// with p - perturb and p + perturb beside it; sorted, without repeats, every
+// size within [min, max].
+std::vector<std::size_t> schedule(std::size_t min, std::size_t max, std::size_t perturb) {
+  std::vector<std::size_t> sizes{min};
+  for (std::size_t p = 1; p <= max; p *= 2) {
+    for (std::size_t s : {p - std::min(p, perturb), p, p + perturb}) {
+      if (s >= min && s <= max && s != 0) sizes.push_back(s);
+    }
+    if (p > max / 2) break;
+  }
+  sizes.push_back(max);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  return sizes;
+}
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// ---- server: echo every byte back ------------------------------------------------
+
+class EchoServer final : public xk::Pollable {
+ public:
+  EchoServer(xk::tcp::TcpListener& l, xk::EventLoop& loop, const Args& a) : l_(l), loop_(loop), a_(a) {}
+
+  std::size_t poll(std::size_t) override {
+    std::size_t work = 0;
+    while (auto s = l_.accept()) {
+      s->set_nodelay(true);
+      conns_.push_back(std::make_unique<Conn>(std::move(*s)));
+      ++work;
+    }
+    for (auto& c : conns_) work += serve(*c);
+    std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->done; });
+    if (a_.count != 0 && finished_ >= a_.count && conns_.empty()) loop_.stop();
+    return work;
+  }
+  bool before_sleep() noexcept override { return false; }
+  std::uint64_t failures() const noexcept { return failures_; }
+
+ private:
+  struct Conn {
+    explicit Conn(xk::tcp::TcpSocket s) : sock(std::move(s)) {}
+    xk::tcp::TcpSocket sock;
+    std::deque<xk::Msg> pending;  // read, not yet taken by the send buffer
+    bool done = false;
+  };
+
+  std::size_t serve(Conn& c) {
+    std::size_t work = 0;
+    for (int i = 0; i < 64; ++i) {
+      while (!c.pending.empty()) {
+        if (!c.sock.write(c.pending.front())) return work;  // the send buffer is full: the rest later
+        c.pending.pop_front();
+      }
+      auto m = c.sock.read_msg(std::size_t{1} << 20);
+      if (!m) {
+        if (m.error() == xk::Errc::would_block) return work;
+        std::fprintf(stderr, "%s: connection: %s\n", kProg, xk::to_string(m.error()));
+        ++failures_;
+        finish(c);
+        return work + 1;
+      }
+      ++work;
+      if (m->empty()) {  // the client is done
+        finish(c);
+        return work;
+      }
+      c.pending.push_back(std::move(*m));
+    }
+    return work;
+  }
+
+  void finish(Conn& c) {
+    (void)c.sock.close();
+    c.done = true;
+    ++finished_;
+  }
+
+  xk::tcp::TcpListener& l_;
+  xk::EventLoop& loop_;
+  const Args& a_;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  std::uint64_t finished_ = 0;
+  std::uint64_t failures_ = 0;
+};
+
+// ---- client: the sweep -------------------------------------------------------------
+
+struct Point {
+  std::size_t bytes = 0;
+  std::uint64_t reps = 0;
+  double half_rtt_us = 0;
+  double mbit_s = 0;
+};
+
+class Sweep final : public xk::Pollable {
+ public:
+  Sweep(xk::tcp::TcpSocket& s, xk::EventLoop& loop, const Args& a)
+      : s_(s), loop_(loop), a_(a), sizes_(schedule(a.min, a.max, a.perturb)), tx_(a.max) {
+    for (std::size_t i = 0; i < tx_.size(); ++i) tx_[i] = std::byte(static_cast<unsigned char>(i + i / 251));
+    last_progress_ = Clock::now();
+  }
+
+  std::size_t poll(std::size_t) override {
+    if (done_) return 0;
+    auto now = Clock::now();
+    if (seconds_between(last_progress_, now) > a_.timeout_s) {
+      return fail("no progress for " + std::to_string(a_.timeout_s) + " s (state " +
+                  xk::tcp::to_string(s_.state()) + ")");
+    }
+    if (!started_) {
+      if (s_.state() == xk::tcp::State::syn_sent) return 0;
+      if (s_.state() != xk::tcp::State::established) return fail("connect failed");
+      started_ = true;
+      std::printf("%12s %10s %14s %12s\n", "bytes", "reps", "half-RTT us", "Mbit/s");
+      warm_left_ = a_.warmup;
+      if (warm_left_ == 0) begin_size();
+    }
+    std::size_t work = 0;
+    std::size_t size = sizes_[idx_];
+    while (written_ < size) {
+      auto w = s_.write(std::span<const std::byte>(tx_).subspan(written_, size - written_));
+      if (!w) {
+        if (w.error() == xk::Errc::would_block) break;
+        return fail(std::string("write: ") + xk::to_string(w.error()));
+      }
+      written_ += *w;
+      ++work;
+    }
+    for (;;) {
+      auto m = s_.read_msg(size - echoed_);
+      if (!m) {
+        if (m.error() == xk::Errc::would_block) break;
+        return fail(std::string("read: ") + xk::to_string(m.error()));
+      }
+      if (m->empty()) return fail("the server closed the connection");
+      ++work;
+      if (a_.verify) {
+        std::size_t off = echoed_;
+        for (const xk::Frag& f : m->fragments()) {
+          auto b = f.bytes();
+          if (std::memcmp(b.data(), tx_.data() + off, b.size()) != 0) {
+            return fail("the echo of a " + std::to_string(size) + "-byte message differs near byte " +
+                        std::to_string(off));
+          }
+          off += b.size();
+        }
+      }
+      echoed_ += m->size();
+      if (echoed_ < size) continue;
+      last_progress_ = Clock::now();
+      exchange_done(last_progress_);
+      if (done_) return work;
+      size = sizes_[idx_];
+      break;  // the next exchange's write starts on the next pass
+    }
+    return work;
+  }
+  bool before_sleep() noexcept override { return false; }
+  int rc() const noexcept { return rc_; }
+  const std::vector<Point>& points() const noexcept { return points_; }
+
+ private:
+  void begin_size() {
+    // A run of about trial_s, from the last size's time per exchange (at
+    // least 3 exchanges; the first size starts with 100 to learn it).
+    if (per_exchange_s_ > 0) {
+      double n = a_.trial_s / per_exchange_s_;
+      reps_ = static_cast<std::uint64_t>(std::clamp(n, 3.0, 1e6));
+    } else {
+      reps_ = 100;
+    }
+    trial_ = 0;
+    best_s_ = 0;
+    begin_trial(Clock::now());
+  }
+
+  void begin_trial(Clock::time_point now) {
+    rep_ = 0;
+    written_ = echoed_ = 0;
+    trial_start_ = now;
+  }
+
+  void exchange_done(Clock::time_point now) {
+    written_ = echoed_ = 0;
+    if (warm_left_ > 0) {  // caches, page faults, the peer's first sleep: not the network
+      if (--warm_left_ == 0) begin_size();
+      return;
+    }
+    if (++rep_ < reps_) return;
+    double secs = seconds_between(trial_start_, now);
+    if (trial_ == 0 || secs < best_s_) best_s_ = secs;
+    if (++trial_ < a_.trials) {
+      begin_trial(now);
+      return;
+    }
+    per_exchange_s_ = best_s_ / static_cast<double>(reps_);
+    Point p;
+    p.bytes = sizes_[idx_];
+    p.reps = reps_;
+    p.half_rtt_us = per_exchange_s_ / 2 * 1e6;
+    p.mbit_s = static_cast<double>(p.bytes) * 8 / (per_exchange_s_ / 2) / 1e6;
+    points_.push_back(p);
+    std::printf("%12zu %10llu %14.3f %12.3f\n", p.bytes, static_cast<unsigned long long>(p.reps), p.half_rtt_us,
+                p.mbit_s);
+    std::fflush(stdout);
+    if (++idx_ == sizes_.size()) {
+      done_ = true;
+      loop_.stop();
+      return;
+    }
+    // The next size's runs are sized from this size's time per exchange, as
+    // NetPIPE does: where bandwidth dominates, a doubled message makes a run
+    // last up to twice --trial-seconds, which is fine.
+    begin_size();
+  }
+
+  std::size_t fail(const std::string& why) {
+    std::fprintf(stderr, "%s: %s\n", kProg, why.c_str());
+    rc_ = kExitFail;
+    done_ = true;
+    loop_.stop();
+    return 1;
+  }
+
+  xk::tcp::TcpSocket& s_;
+  xk::EventLoop& loop_;
+  const Args& a_;
+  std::vector<std::size_t> sizes_;
+  std::vector<std::byte> tx_;
+  std::vector<Point> points_;
+  std::size_t idx_ = 0;
+  std::uint64_t warm_left_ = 0;
+  std::uint64_t reps_ = 0, rep_ = 0;
+  unsigned trial_ = 0;
+  double best_s_ = 0;
+  double per_exchange_s_ = 0;
+  std::size_t written_ = 0, echoed_ = 0;
+  Clock::time_point trial_start_{}, last_progress_{};
+  bool started_ = false;
+  bool done_ = false;
+  int rc_ = kExitOk;
+};
+
+bool write_csv(const std::string& path, const std::vector<Point>& points) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "%s: cannot write %s: %s\n", kProg, path.c_str(), std::strerror(errno));
+    return false;
+  }
+  std::fprintf(f, "bytes,reps,half_rtt_us,mbit_s\n");
+  for (const Point& p : points) {
+    std::fprintf(f, "%zu,%llu,%.3f,%.3f\n", p.bytes, static_cast<unsigned long long>(p.reps), p.half_rtt_us, p.mbit_s);
+  }
+  bool ok = std::fclose(f) == 0;
+  if (!ok) std::fprintf(stderr, "%s: writing %s failed\n", kProg, path.c_str());
+  return ok;
+}
+
+// Closed connections finish their FIN handshake before the stack goes away.
+void finish_handshakes(xk::EventLoop& loop, xk::tcp::TcpProtocol& tcp) {
+  auto until = Clock::now() + std::chrono::seconds(2);
+  while (Clock::now() < until && tcp.connection_count() != tcp.time_wait_count()) loop.run_once();
+}
+
+int run(const Args& a) {
+  xk::apps::AppStack stack(kProg, a.stack, a.busy ? xk::IdleMode::busy_poll : xk::IdleMode::spin_then_sleep);
+  xk::EventLoop& loop = stack.loop();
+  auto& tcp = stack.require<xk::tcp::TcpProtocol>("tcp0");
+  stack.wait_for_link(a.link_wait_s);
+  int rc = kExitOk;
+  if (a.role == Args::Role::server) {
+    auto l = tcp.listen(xk::Ipv4Addr{}, xk::Port{a.port}, 128, false);
+    if (!l) {
+      std::fprintf(stderr, "%s: cannot listen on port %u: %s\n", kProg, a.port, xk::to_string(l.error()));
+      return kExitFail;
+    }
+    EchoServer server(*l, loop, a);
+    loop.add(server);
+    std::printf("%s: echo server on tcp port %u: ready\n", kProg, a.port);
+    std::fflush(stdout);
+    loop.run();
+    loop.remove(server);
+    if (server.failures() != 0) rc = kExitFail;
+    (void)l->close();
+    finish_handshakes(loop, tcp);
+  } else {
+    xk::tcp::TcpSocket s = tcp.socket();
+    s.set_nodelay(true);
+    if (xk::Status st = s.connect(*a.peer, xk::Port{a.peer_port}); !st) {
+      std::fprintf(stderr, "%s: connect: %s\n", kProg, xk::to_string(st.error()));
+      return kExitFail;
+    }
+    Sweep sweep(s, loop, a);
+    loop.add(sweep);
+    loop.run();
+    loop.remove(sweep);
+    rc = sweep.rc();
+    if (stack.signals().signal() != 0) rc = kExitFail;
+    const auto& pts = sweep.points();
+    if (rc == kExitOk && !pts.empty()) {
+      auto best = std::max_element(pts.begin(), pts.end(), [](const Point& x, const Point& y) { return x.mbit_s < y.mbit_s; });
+      std::printf("RESULT role=pingpong sizes=%zu min_bytes=%zu half_rtt_us=%.3f max_bytes=%zu max_mbit_s=%.3f "
+                  "at_bytes=%zu cpu_s=%.3f\n",
+                  pts.size(), pts.front().bytes, pts.front().half_rtt_us, pts.back().bytes, best->mbit_s, best->bytes,
+                  xk::apps::process_cpu_seconds());
+    }
+    if (!a.csv.empty() && !write_csv(a.csv, pts)) rc = kExitFail;
+    (void)s.close();
+    finish_handshakes(loop, tcp);
+  }
+  stack.report_signal();
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  return xk::apps::app_main(kProg, [&] { args = parse_args(argc, argv); }, [&] { return run(args); });
+}
