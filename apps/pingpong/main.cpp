@@ -30,6 +30,7 @@
 #include <tuple>
 #include <vector>
 
+#include "xk/apps/servers.hpp"
 #include "xk/apps/stack.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/protocols/tcp.hpp"
@@ -40,6 +41,7 @@ constexpr const char* kProg = "xk-pingpong";
 constexpr int kExitOk = 0;
 constexpr int kExitFail = 1;
 
+using xk::apps::finish_handshakes;
 using xk::apps::parse_bytes;
 using xk::apps::parse_number;
 using xk::apps::UsageError;
@@ -202,74 +204,6 @@ std::vector<std::size_t> schedule(std::size_t min, std::size_t max, std::size_t 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
-
-// ---- server: echo every byte back ------------------------------------------------
-
-class EchoServer final : public xk::Pollable {
- public:
-  EchoServer(xk::tcp::TcpListener& l, xk::EventLoop& loop, const Args& a) : l_(l), loop_(loop), a_(a) {}
-
-  std::size_t poll(std::size_t) override {
-    std::size_t work = 0;
-    while (auto s = l_.accept()) {
-      s->set_nodelay(true);
-      conns_.push_back(std::make_unique<Conn>(std::move(*s)));
-      ++work;
-    }
-    for (auto& c : conns_) work += serve(*c);
-    std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->done; });
-    if (a_.count != 0 && finished_ >= a_.count && conns_.empty()) loop_.stop();
-    return work;
-  }
-  bool before_sleep() noexcept override { return false; }
-  std::uint64_t failures() const noexcept { return failures_; }
-
- private:
-  struct Conn {
-    explicit Conn(xk::tcp::TcpSocket s) : sock(std::move(s)) {}
-    xk::tcp::TcpSocket sock;
-    std::deque<xk::Msg> pending;  // read, not yet taken by the send buffer
-    bool done = false;
-  };
-
-  std::size_t serve(Conn& c) {
-    std::size_t work = 0;
-    for (int i = 0; i < 64; ++i) {
-      while (!c.pending.empty()) {
-        if (!c.sock.write(c.pending.front())) return work;  // the send buffer is full: the rest later
-        c.pending.pop_front();
-      }
-      auto m = c.sock.read_msg(std::size_t{1} << 20);
-      if (!m) {
-        if (m.error() == xk::Errc::would_block) return work;
-        std::fprintf(stderr, "%s: connection: %s\n", kProg, xk::to_string(m.error()));
-        ++failures_;
-        finish(c);
-        return work + 1;
-      }
-      ++work;
-      if (m->empty()) {  // the client is done
-        finish(c);
-        return work;
-      }
-      c.pending.push_back(std::move(*m));
-    }
-    return work;
-  }
-
-  void finish(Conn& c) {
-    (void)c.sock.close();
-    c.done = true;
-    ++finished_;
-  }
-
-  xk::tcp::TcpListener& l_;
-  xk::EventLoop& loop_;
-  const Args& a_;
-  std::vector<std::unique_ptr<Conn>> conns_;
-  std::uint64_t finished_ = 0;
-  std::uint64_t failures_ = 0;
-};
 
 // ---- client: the sweep -------------------------------------------------------------
 
@@ -444,12 +378,6 @@ bool write_csv(const std::string& path, const std::vector<Point>& points) {
   return ok;
 }
 
-// Closed connections finish their FIN handshake before the stack goes away.
-void finish_handshakes(xk::EventLoop& loop, xk::tcp::TcpProtocol& tcp) {
-  auto until = Clock::now() + std::chrono::seconds(2);
-  while (Clock::now() < until && tcp.connection_count() != tcp.time_wait_count()) loop.run_once();
-}
-
 int run(const Args& a) {
   xk::apps::AppStack stack(kProg, a.stack, a.busy ? xk::IdleMode::busy_poll : xk::IdleMode::spin_then_sleep);
   xk::EventLoop& loop = stack.loop();
@@ -462,7 +390,7 @@ int run(const Args& a) {
       std::fprintf(stderr, "%s: cannot listen on port %u: %s\n", kProg, a.port, xk::to_string(l.error()));
       return kExitFail;
     }
-    EchoServer server(*l, loop, a);
+    xk::apps::TcpEchoServer server(kProg, *l, loop, a.count);
     loop.add(server);
     std::printf("%s: echo server on tcp port %u: ready\n", kProg, a.port);
     std::fflush(stdout);

@@ -27,6 +27,7 @@
 #include <tuple>
 #include <vector>
 
+#include "xk/apps/servers.hpp"
 #include "xk/apps/stack.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
@@ -40,7 +41,9 @@ constexpr int kExitOk = 0;
 constexpr int kExitFail = 1;
 constexpr int kExitUsage = 2;
 
+using xk::apps::finish_handshakes;
 using xk::apps::parse_bytes;
+using xk::apps::print_conn_stats;
 using xk::apps::parse_number;
 using xk::apps::UsageError;
 using Clock = std::chrono::steady_clock;
@@ -198,17 +201,6 @@ void apply_socket_options(xk::tcp::TcpSocket& s, const Args& a) {
   if (a.sndbuf) s.set_sndbuf(*a.sndbuf);
   if (a.rcvbuf) s.set_rcvbuf(*a.rcvbuf);
   if (a.nodelay || a.mode == "pingpong") s.set_nodelay(true);
-}
-
-void print_conn_stats(const char* who, const xk::tcp::TcpSocket& s) {
-  xk::tcp::ConnStats st = s.stats();
-  std::printf("STATS who=%s srtt_us=%.1f rto_ms=%.1f cwnd=%u mss=%u snd_wscale=%u rcv_wscale=%u sack=%d ts=%d "
-              "segs_out=%llu segs_in=%llu retransmits=%llu rto_expiries=%llu fast_retransmits=%llu\n",
-              who, std::chrono::duration<double, std::micro>(st.srtt).count(),
-              std::chrono::duration<double, std::milli>(st.rto).count(), st.cwnd, st.mss, st.snd_wscale, st.rcv_wscale,
-              st.sack ? 1 : 0, st.timestamps ? 1 : 0, static_cast<unsigned long long>(st.segs_out),
-              static_cast<unsigned long long>(st.segs_in), static_cast<unsigned long long>(st.retransmits),
-              static_cast<unsigned long long>(st.rto_expiries), static_cast<unsigned long long>(st.fast_retransmits));
 }
 
 // ---- server ------------------------------------------------------------------
@@ -489,13 +481,6 @@ class Client final : public xk::Pollable {
   std::vector<double> samples_;
   int rc_ = kExitOk;
 };
-
-// Closed connections finish their FIN handshake before the stack goes away,
-// so the peer sees a clean close; TIME-WAIT (or a silent peer) is not waited for.
-void finish_handshakes(xk::EventLoop& loop, xk::tcp::TcpProtocol& tcp) {
-  auto until = Clock::now() + std::chrono::seconds(2);
-  while (Clock::now() < until && tcp.connection_count() != tcp.time_wait_count()) loop.run_once();
-}
 
 int run(const Args& a) {
   xk::apps::AppStack stack(kProg, a.stack, a.busy ? xk::IdleMode::busy_poll : xk::IdleMode::spin_then_sleep);

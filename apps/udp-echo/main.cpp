@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "xk/address.hpp"
+#include "xk/apps/servers.hpp"
 #include "xk/apps/stack.hpp"
 #include "xk/counters.hpp"
 #include "xk/event_loop.hpp"
@@ -205,62 +206,6 @@ class SizeCycle {
   std::size_t lo_;
   std::size_t n_;
   std::size_t step_;
-};
-
-// ---- server ----------------------------------------------------------------
-
-class EchoServer final : public xk::Pollable {
- public:
-  EchoServer(xk::udp::UdpSocket& sock, xk::EventLoop& loop, std::uint64_t stop_after, bool quiet)
-      : sock_(sock), loop_(loop), stop_after_(stop_after), quiet_(quiet) {}
-
-  std::size_t poll(std::size_t budget) override {
-    std::size_t n = 0;
-    while (n < budget) {
-      auto d = sock_.recvfrom();
-      if (!d) {
-        if (d.error() == xk::Errc::would_block) break;
-        ++errors_;  // an ICMP error reported on the socket: nothing to echo
-        ++n;
-        continue;
-      }
-      ++n;
-      ++received_;
-      bytes_ += d->payload.size();
-      // Zero copy: the received Msg (its mbufs) goes straight back down.
-      if (xk::Status s = sock_.sendto(std::move(d->payload), d->from, d->from_port); s.ok()) {
-        ++echoed_;
-      } else {
-        ++send_errors_;
-        if (!quiet_ && send_errors_ <= 10) {
-          std::fprintf(stderr, "%s: echo to %s:%u failed: %s\n", kProg, xk::to_string(d->from).c_str(),
-                       d->from_port.value, xk::to_string(s.error()));
-        }
-      }
-      if (stop_after_ != 0 && received_ >= stop_after_) {
-        loop_.stop();
-        break;
-      }
-    }
-    return n;
-  }
-  bool before_sleep() noexcept override { return !sock_.readable(); }
-
-  std::uint64_t received() const noexcept { return received_; }
-  std::uint64_t echoed() const noexcept { return echoed_; }
-  std::uint64_t bytes() const noexcept { return bytes_; }
-  std::uint64_t send_errors() const noexcept { return send_errors_; }
-
- private:
-  xk::udp::UdpSocket& sock_;
-  xk::EventLoop& loop_;
-  std::uint64_t stop_after_;
-  bool quiet_;
-  std::uint64_t received_ = 0;
-  std::uint64_t echoed_ = 0;
-  std::uint64_t bytes_ = 0;
-  std::uint64_t send_errors_ = 0;
-  std::uint64_t errors_ = 0;
 };
 
 // ---- client ----------------------------------------------------------------
@@ -463,7 +408,7 @@ int run(const Args& a) {
       std::fprintf(stderr, "%s: cannot bind udp port %u: %s\n", kProg, port, xk::to_string(s.error()));
       return kExitFail;
     }
-    EchoServer server(sock, loop, a.count.value_or(0), a.quiet);
+    xk::apps::UdpEchoServer server(kProg, sock, loop, a.count.value_or(0), a.quiet);
     loop.add(server);
     if (!a.quiet) std::printf("%s: server %s, udp port %u: ready\n", kProg, where.c_str(), port);
     std::fflush(stdout);

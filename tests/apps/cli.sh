@@ -76,6 +76,15 @@ expect xk-pingpong 2 "are for the client" server "${STACK[@]}" --verify
 expect xk-pingpong 2 "--tcp-port and --count are for the server" client "${STACK[@]}" "${PEER[@]}" --count 3
 expect xk-pingpong 2 "--peer is for the client" server "${STACK[@]}" "${PEER[@]}"
 
+# xk-echo (no role word)
+expect xk-echo 0 "usage: xk-echo" --help
+expect xk-echo 2 "^xk-echo: --port DEVARGS is required" --ip 192.0.2.1/24
+expect xk-echo 2 "^xk-echo: unknown option '--frob'" "${STACK[@]}" --frob
+expect xk-echo 2 "leave nothing to serve" "${STACK[@]}" --tcp-only --udp-only
+expect xk-echo 2 "--group is for the TCP port" "${STACK[@]}" --udp-only --group
+expect xk-echo 2 "--udp-port: '0' is not a number in 1..65535" "${STACK[@]}" --udp-port 0
+expect xk-echo 2 "--tcp-only" "${STACK[@]}" --tcp-only=yes
+
 # xk-udp-echo, xk-udp-perf
 expect xk-udp-perf 2 "unknown mode 'bogus': expected server, pingpong or rate" bogus
 expect xk-udp-echo 2 "unknown mode 'bogus': expected server or client" bogus
