@@ -184,10 +184,20 @@ int run(const Flags& f) {
     std::printf("filterd: node %u gone\n", id);
     std::fflush(stdout);
   };
+  // For STATS and NODES (xkctl): every counter set filterd has, and the
+  // frames steered to each node.
+  const ControlServer* control_ptr = nullptr;
+  hooks.counter_sets = [&]() {
+    std::vector<const CounterSet*> sets = graph.counters();
+    if (control_ptr != nullptr) sets.push_back(&control_ptr->counters());
+    return sets;
+  };
+  hooks.node_rx_frames = [&](NodeId id) { return steer->rx_frames(id); };
   NodeRegistry registry(rc, steer->filter(), hooks);
   ControlServer::Config cc;
   cc.path = f.control;
   ControlServer control(loop, registry, cc);
+  control_ptr = &control;
 
   g_loop.store(&loop);
   struct sigaction sa {};

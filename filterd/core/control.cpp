@@ -55,6 +55,13 @@ const char* tag_name(std::uint16_t tag) noexcept {
     case Tag::counter: return "counter";
     case Tag::error_code: return "error_code";
     case Tag::error_text: return "error_text";
+    case Tag::cursor: return "cursor";
+    case Tag::limit: return "limit";
+    case Tag::total: return "total";
+    case Tag::node: return "node";
+    case Tag::port: return "port";
+    case Tag::rule: return "rule";
+    case Tag::node_flow: return "node_flow";
   }
   return "unknown";
 }
@@ -190,6 +197,8 @@ Check check(const Release& m) {
                   check_remote_port(m.proto, m.remote_port));
 }
 
+Check check_flow(const FlowEntry& f);
+
 Check check(const Resync& m) {
   if (m.listeners.size() > kMaxResyncListeners)
     return over(num(m.listeners.size()) + " listeners, over the limit of " + num(kMaxResyncListeners));
@@ -215,6 +224,85 @@ Check check(const Resync& m) {
 
 Check check(const RuleAdd& m) {
   return first_of(check_text(m.expression, "expression", 1, kMaxExpression), check_queue(m.queue));
+}
+
+Check check_cursor(const Cursor& c) {
+  if (c.size() > kMaxCursor) return over("cursor is " + num(c.size()) + " bytes, over the limit of " + num(kMaxCursor));
+  return std::nullopt;
+}
+
+Check check(const Nodes& m) { return check_cursor(m.cursor); }
+Check check(const Ports& m) { return check_cursor(m.cursor); }
+Check check(const Flows& m) { return check_cursor(m.cursor); }
+Check check(const Rules& m) { return check_cursor(m.cursor); }
+
+template <class T>
+Check check_count(const std::vector<T>& v, std::size_t cap, const char* what) {
+  if (v.size() > cap) return over(num(v.size()) + " " + what + ", over the limit of " + num(cap));
+  return std::nullopt;
+}
+
+Check check_flow(const FlowEntry& f) {
+  return first_of(check_flow_proto(f.proto), check_queue(f.queue), check_nonzero_port(f.local_port, "local port"),
+                  check_remote_port(f.proto, f.remote_port));
+}
+
+Check check(const NodesReply& m) {
+  if (auto v = first_of(check_count(m.nodes, kMaxNodeRecords, "nodes"), check_cursor(m.cursor))) return v;
+  for (std::size_t i = 0; i < m.nodes.size(); ++i) {
+    const NodeRecord& n = m.nodes[i];
+    Check v = check_text(n.name, "name", 1, kMaxNodeName);
+    if (!v && (n.queues == 0 || n.queues > kMaxQueues))
+      v = bad("queues " + num(n.queues) + " is not in 1.." + num(kMaxQueues));
+    if (!v && n.id == 0) v = bad("node id 0");
+    if (v) {
+      v->text = "node " + num(i) + ": " + v->text;
+      return v;
+    }
+  }
+  return std::nullopt;
+}
+
+Check check(const PortsReply& m) {
+  if (auto v = first_of(check_count(m.ports, kMaxPortRecords, "ports"), check_cursor(m.cursor))) return v;
+  for (std::size_t i = 0; i < m.ports.size(); ++i) {
+    const PortRecord& p = m.ports[i];
+    if (auto v = first_of(check_proto(p.proto), check_queue(p.queue), check_nonzero_port(p.port, "port"))) {
+      v->text = "port " + num(i) + ": " + v->text;
+      return v;
+    }
+  }
+  return std::nullopt;
+}
+
+Check check(const FlowsReply& m) {
+  if (auto v = first_of(check_count(m.flows, kMaxFlowRecords, "flows"), check_cursor(m.cursor))) return v;
+  for (std::size_t i = 0; i < m.flows.size(); ++i) {
+    if (auto v = check_flow(m.flows[i].flow)) {
+      v->text = "flow " + num(i) + ": " + v->text;
+      return v;
+    }
+  }
+  return std::nullopt;
+}
+
+Check check(const RulesReply& m) {
+  if (auto v = first_of(check_count(m.rules, kMaxRuleRecords, "rules"), check_cursor(m.cursor))) return v;
+  // Expressions may be long: the records must also fit in one frame.
+  std::size_t body = m.cursor.empty() ? 0 : kTlvHeaderSize + m.cursor.size();
+  for (std::size_t i = 0; i < m.rules.size(); ++i) {
+    const RuleRecord& r = m.rules[i];
+    Check v = check_text(r.expression, "expression", 1, kMaxExpression);
+    if (!v && r.id == 0) v = bad("rule id 0");
+    if (!v) v = check_queue(r.queue);
+    if (v) {
+      v->text = "rule " + num(i) + ": " + v->text;
+      return v;
+    }
+    body += kTlvHeaderSize + kRuleRecordMin + r.expression.size();
+  }
+  if (body > kMaxBody) return over("rules take " + num(body) + " bytes, over the body limit of " + num(kMaxBody));
+  return std::nullopt;
 }
 
 Check check(const RuleDel& m) {
@@ -348,6 +436,8 @@ void put(Writer& w, const Release& m) {
   w.u16(Tag::remote_port, m.remote_port);
 }
 
+void write_flow(std::byte* v, const FlowEntry& f);
+
 void put(Writer& w, const Resync& m) {
   for (const ListenerEntry& l : m.listeners) {
     std::span<std::byte> v = w.value(Tag::listener, kListenerRecord);
@@ -356,15 +446,7 @@ void put(Writer& w, const Resync& m) {
     store_be16(v.data() + 2, l.port);
     store_be16(v.data() + 4, l.queue);
   }
-  for (const FlowEntry& f : m.flows) {
-    std::span<std::byte> v = w.value(Tag::flow, kFlowRecord);
-    v[0] = std::byte{raw(f.proto)};
-    v[1] = std::byte{0};
-    store_be16(v.data() + 2, f.local_port);
-    store_be32(v.data() + 4, f.remote_addr.value);
-    store_be16(v.data() + 8, f.remote_port);
-    store_be16(v.data() + 10, f.queue);
-  }
+  for (const FlowEntry& f : m.flows) write_flow(w.value(Tag::flow, kFlowRecord).data(), f);
   if (m.more) w.boolean(Tag::more, true);
 }
 
@@ -372,6 +454,29 @@ void put(Writer& w, const RuleAdd& m) {
   w.u16(Tag::queue, m.queue);
   w.text(Tag::expression, m.expression);
   if (m.priority != 0) w.u16(Tag::priority, static_cast<std::uint16_t>(m.priority));
+  if (m.node != 0) w.u16(Tag::node_id, m.node);
+}
+
+void put_page(Writer& w, const Cursor& cursor, std::uint32_t limit) {
+  if (!cursor.empty()) w.bytes(Tag::cursor, cursor);
+  if (limit != 0) w.u32(Tag::limit, limit);
+}
+
+void put(Writer& w, const Nodes& m) { put_page(w, m.cursor, m.limit); }
+void put(Writer& w, const Ports& m) { put_page(w, m.cursor, m.limit); }
+void put(Writer& w, const Flows& m) {
+  if (m.node != 0) w.u16(Tag::node_id, m.node);
+  put_page(w, m.cursor, m.limit);
+}
+void put(Writer& w, const Rules& m) { put_page(w, m.cursor, m.limit); }
+
+void write_flow(std::byte* v, const FlowEntry& f) {
+  v[0] = std::byte{static_cast<std::uint8_t>(f.proto)};
+  v[1] = std::byte{0};
+  store_be16(v + 2, f.local_port);
+  store_be32(v + 4, f.remote_addr.value);
+  store_be16(v + 8, f.remote_port);
+  store_be16(v + 10, f.queue);
 }
 
 void put(Writer& w, const RuleDel& m) { w.u32(Tag::rule_id, m.rule_id); }
@@ -408,6 +513,61 @@ void put(Writer& w, const StatsReply& m) {
     store_be64(v.data(), c.value);
     v[8] = std::byte{static_cast<std::uint8_t>(c.name.size())};
     std::memcpy(v.data() + kCounterRecordMin, c.name.data(), c.name.size());
+  }
+}
+
+void put(Writer& w, const NodesReply& m) {
+  if (!m.cursor.empty()) w.bytes(Tag::cursor, m.cursor);
+  for (const NodeRecord& n : m.nodes) {
+    std::byte* v = w.value(Tag::node, kNodeRecordMin + n.name.size()).data();
+    store_be16(v, n.id);
+    store_be16(v + 2, n.queues);
+    store_be32(v + 4, n.pid);
+    store_be32(v + 8, n.memif_id);
+    store_be32(v + 12, n.listeners);
+    store_be32(v + 16, n.flows);
+    store_be32(v + 20, n.rules);
+    store_be64(v + 24, n.rx_frames);
+    store_be64(v + 32, n.egress_allowed);
+    store_be64(v + 40, n.egress_denied);
+    v[48] = std::byte{static_cast<std::uint8_t>(n.name.size())};
+    std::memcpy(v + kNodeRecordMin, n.name.data(), n.name.size());
+  }
+}
+
+void put(Writer& w, const PortsReply& m) {
+  if (!m.cursor.empty()) w.bytes(Tag::cursor, m.cursor);
+  for (const PortRecord& p : m.ports) {
+    std::byte* v = w.value(Tag::port, kPortRecord).data();
+    v[0] = std::byte{raw(p.proto)};
+    v[1] = std::byte{static_cast<std::uint8_t>((p.group ? kPortFlagGroup : 0) | (p.listen ? kPortFlagListen : 0))};
+    store_be16(v + 2, p.port);
+    store_be16(v + 4, p.node);
+    store_be16(v + 6, p.queue);
+  }
+}
+
+void put(Writer& w, const FlowsReply& m) {
+  if (!m.cursor.empty()) w.bytes(Tag::cursor, m.cursor);
+  w.u32(Tag::total, m.total);
+  for (const NodeFlow& f : m.flows) {
+    std::byte* v = w.value(Tag::node_flow, kNodeFlowRecord).data();
+    store_be16(v, f.node);
+    write_flow(v + 2, f.flow);
+  }
+}
+
+void put(Writer& w, const RulesReply& m) {
+  if (!m.cursor.empty()) w.bytes(Tag::cursor, m.cursor);
+  for (const RuleRecord& r : m.rules) {
+    std::byte* v = w.value(Tag::rule, kRuleRecordMin + r.expression.size()).data();
+    store_be32(v, r.id);
+    store_be16(v + 4, r.node);
+    store_be16(v + 6, r.queue);
+    store_be16(v + 8, static_cast<std::uint16_t>(r.priority));
+    store_be64(v + 10, r.hits);
+    store_be16(v + 18, static_cast<std::uint16_t>(r.expression.size()));
+    std::memcpy(v + kRuleRecordMin, r.expression.data(), r.expression.size());
   }
 }
 
@@ -523,6 +683,21 @@ class Decoder {
     }
     return std::string(reinterpret_cast<const char*>(v.data()), v.size());
   }
+  // A variable-length field of 1..max bytes, if present.
+  std::optional<std::span<const std::byte>> bytes(Tag t, std::size_t max) {
+    const int i = index(t);
+    if (i < 0 || !one_[static_cast<std::size_t>(i)]) return std::nullopt;
+    std::span<const std::byte> v = *one_[static_cast<std::size_t>(i)];
+    if (v.empty() || v.size() > max) {
+      fail(describe(t) + ": length " + num(v.size()) + ", expected 1.." + num(max));
+      return std::nullopt;
+    }
+    return v;
+  }
+  bool present(Tag t) const noexcept {
+    const int i = index(t);
+    return i >= 0 && one_[static_cast<std::size_t>(i)].has_value();
+  }
   const std::vector<std::span<const std::byte>>& list(Tag t) const {
     static const std::vector<std::span<const std::byte>> kNone;
     const int i = index(t);
@@ -561,8 +736,17 @@ constexpr FieldSpec kReleaseFields[] = {{Tag::proto, P::required},
 constexpr FieldSpec kResyncFields[] = {{Tag::listener, P::repeated, kMaxResyncListeners},
                                        {Tag::flow, P::repeated, kMaxResyncFlows},
                                        {Tag::more, P::optional}};
-constexpr FieldSpec kRuleAddFields[] = {
-    {Tag::queue, P::required}, {Tag::expression, P::required}, {Tag::priority, P::optional}};
+constexpr FieldSpec kRuleAddFields[] = {{Tag::queue, P::required},
+                                        {Tag::expression, P::required},
+                                        {Tag::priority, P::optional},
+                                        {Tag::node_id, P::optional}};
+constexpr FieldSpec kPageFields[] = {{Tag::cursor, P::optional}, {Tag::limit, P::optional}};
+constexpr FieldSpec kFlowsFields[] = {{Tag::node_id, P::optional}, {Tag::cursor, P::optional}, {Tag::limit, P::optional}};
+constexpr FieldSpec kNodesReplyFields[] = {{Tag::node, P::repeated, kMaxNodeRecords}, {Tag::cursor, P::optional}};
+constexpr FieldSpec kPortsReplyFields[] = {{Tag::port, P::repeated, kMaxPortRecords}, {Tag::cursor, P::optional}};
+constexpr FieldSpec kFlowsReplyFields[] = {
+    {Tag::node_flow, P::repeated, kMaxFlowRecords}, {Tag::cursor, P::optional}, {Tag::total, P::required}};
+constexpr FieldSpec kRulesReplyFields[] = {{Tag::rule, P::repeated, kMaxRuleRecords}, {Tag::cursor, P::optional}};
 constexpr FieldSpec kRuleIdFields[] = {{Tag::rule_id, P::required}};
 constexpr FieldSpec kHelloReplyFields[] = {{Tag::version, P::required},
                                            {Tag::node_id, P::required},
@@ -675,6 +859,167 @@ Body take(Decoder& d, RuleAdd) {
   m.queue = d.u16(Tag::queue);
   m.expression = d.text(Tag::expression, kMaxExpression);
   m.priority = static_cast<std::int16_t>(d.u16(Tag::priority));
+  m.node = d.u16(Tag::node_id);
+  if (d.present(Tag::node_id) && m.node == 0) d.fail(describe(Tag::node_id) + ": 0 (leave the field out instead)");
+  return m;
+}
+
+Cursor take_cursor(Decoder& d) {
+  Cursor c;
+  if (auto v = d.bytes(Tag::cursor, kMaxCursor)) c.assign(v->begin(), v->end());
+  return c;
+}
+
+// An explicit limit of 0 would mean the same as none: only one encoding.
+std::uint32_t take_limit(Decoder& d) {
+  const std::uint32_t limit = d.u32(Tag::limit);
+  if (d.present(Tag::limit) && limit == 0) d.fail(describe(Tag::limit) + ": 0 (leave the field out instead)");
+  return limit;
+}
+
+Body take(Decoder& d, Nodes) {
+  Nodes m;
+  m.cursor = take_cursor(d);
+  m.limit = take_limit(d);
+  return m;
+}
+
+Body take(Decoder& d, Ports) {
+  Ports m;
+  m.cursor = take_cursor(d);
+  m.limit = take_limit(d);
+  return m;
+}
+
+Body take(Decoder& d, Flows) {
+  Flows m;
+  m.node = d.u16(Tag::node_id);
+  if (d.present(Tag::node_id) && m.node == 0) d.fail(describe(Tag::node_id) + ": 0 (leave the field out instead)");
+  m.cursor = take_cursor(d);
+  m.limit = take_limit(d);
+  return m;
+}
+
+Body take(Decoder& d, Rules) {
+  Rules m;
+  m.cursor = take_cursor(d);
+  m.limit = take_limit(d);
+  return m;
+}
+
+FlowEntry read_flow(const std::byte* v) {
+  FlowEntry f;
+  f.proto = static_cast<Proto>(v[0]);
+  f.local_port = load_be16(v + 2);
+  f.remote_addr.value = load_be32(v + 4);
+  f.remote_port = load_be16(v + 8);
+  f.queue = load_be16(v + 10);
+  return f;
+}
+
+Body take(Decoder& d, NodesReply) {
+  NodesReply m;
+  const auto& nodes = d.list(Tag::node);
+  m.nodes.reserve(nodes.size());
+  for (std::span<const std::byte> v : nodes) {
+    const std::size_t name_len = v.size() >= kNodeRecordMin ? static_cast<std::uint8_t>(v[48]) : 0;
+    if (v.size() < kNodeRecordMin + name_len) {
+      d.fail(describe(Tag::node) + ": length " + num(v.size()) + ", too short for its name");
+      return m;
+    }
+    if (name_len > kMaxNodeName) {
+      d.fail(describe(Tag::node) + ": a name of " + num(name_len) + " bytes, over the limit of " + num(kMaxNodeName));
+      return m;
+    }
+    NodeRecord& n = m.nodes.emplace_back();
+    const std::byte* p = v.data();
+    n.id = load_be16(p);
+    n.queues = load_be16(p + 2);
+    n.pid = load_be32(p + 4);
+    n.memif_id = load_be32(p + 8);
+    n.listeners = load_be32(p + 12);
+    n.flows = load_be32(p + 16);
+    n.rules = load_be32(p + 20);
+    n.rx_frames = load_be64(p + 24);
+    n.egress_allowed = load_be64(p + 32);
+    n.egress_denied = load_be64(p + 40);
+    n.name.assign(reinterpret_cast<const char*>(p + kNodeRecordMin), name_len);
+  }
+  m.cursor = take_cursor(d);
+  return m;
+}
+
+Body take(Decoder& d, PortsReply) {
+  PortsReply m;
+  const auto& ports = d.list(Tag::port);
+  m.ports.reserve(ports.size());
+  for (std::span<const std::byte> v : ports) {
+    if (v.size() < kPortRecord) {
+      d.fail(describe(Tag::port) + ": length " + num(v.size()) + ", at least " + num(kPortRecord) + " expected");
+      return m;
+    }
+    const auto flags = static_cast<std::uint8_t>(v[1]);
+    if (flags & ~(kPortFlagGroup | kPortFlagListen)) {
+      d.fail(describe(Tag::port) + ": unknown flags " + hex(flags, 2));
+      return m;
+    }
+    PortRecord& p = m.ports.emplace_back();
+    p.proto = static_cast<Proto>(v[0]);
+    p.group = (flags & kPortFlagGroup) != 0;
+    p.listen = (flags & kPortFlagListen) != 0;
+    p.port = load_be16(v.data() + 2);
+    p.node = load_be16(v.data() + 4);
+    p.queue = load_be16(v.data() + 6);
+  }
+  m.cursor = take_cursor(d);
+  return m;
+}
+
+Body take(Decoder& d, FlowsReply) {
+  FlowsReply m;
+  const auto& flows = d.list(Tag::node_flow);
+  m.flows.reserve(flows.size());
+  for (std::span<const std::byte> v : flows) {
+    if (v.size() < kNodeFlowRecord) {
+      d.fail(describe(Tag::node_flow) + ": length " + num(v.size()) + ", at least " + num(kNodeFlowRecord) +
+             " expected");
+      return m;
+    }
+    if (v[3] != std::byte{0}) {
+      d.fail(describe(Tag::node_flow) + ": unknown flags " + hex(static_cast<std::uint8_t>(v[3]), 2));
+      return m;
+    }
+    m.flows.push_back(NodeFlow{load_be16(v.data()), read_flow(v.data() + 2)});
+  }
+  m.cursor = take_cursor(d);
+  m.total = d.u32(Tag::total);
+  return m;
+}
+
+Body take(Decoder& d, RulesReply) {
+  RulesReply m;
+  const auto& rules = d.list(Tag::rule);
+  m.rules.reserve(rules.size());
+  for (std::span<const std::byte> v : rules) {
+    const std::size_t len = v.size() >= kRuleRecordMin ? load_be16(v.data() + 18) : 0;
+    if (v.size() < kRuleRecordMin + len) {
+      d.fail(describe(Tag::rule) + ": length " + num(v.size()) + ", too short for its expression");
+      return m;
+    }
+    if (len > kMaxExpression) {
+      d.fail(describe(Tag::rule) + ": an expression of " + num(len) + " bytes, over the limit of " +
+             num(kMaxExpression));
+      return m;
+    }
+    RuleRecord& r = m.rules.emplace_back();
+    r.id = load_be32(v.data());
+    r.node = load_be16(v.data() + 4);
+    r.queue = load_be16(v.data() + 6);
+    r.priority = static_cast<std::int16_t>(load_be16(v.data() + 8));
+    r.hits = load_be64(v.data() + 10);
+    r.expression.assign(reinterpret_cast<const char*>(v.data() + kRuleRecordMin), len);
+  }
+  m.cursor = take_cursor(d);
   return m;
 }
 
@@ -777,12 +1122,20 @@ const char* to_string(MsgType type) noexcept {
     case MsgType::stats: return "STATS";
     case MsgType::bye: return "BYE";
     case MsgType::ping: return "PING";
+    case MsgType::nodes: return "NODES";
+    case MsgType::ports: return "PORTS";
+    case MsgType::flows: return "FLOWS";
+    case MsgType::rules: return "RULES";
     case MsgType::ok: return "OK";
     case MsgType::hello_reply: return "HELLO_REPLY";
     case MsgType::listen_reply: return "LISTEN_REPLY";
     case MsgType::connect_reply: return "CONNECT_REPLY";
     case MsgType::rule_add_reply: return "RULE_ADD_REPLY";
     case MsgType::stats_reply: return "STATS_REPLY";
+    case MsgType::nodes_reply: return "NODES_REPLY";
+    case MsgType::ports_reply: return "PORTS_REPLY";
+    case MsgType::flows_reply: return "FLOWS_REPLY";
+    case MsgType::rules_reply: return "RULES_REPLY";
     case MsgType::error: return "ERROR";
   }
   return "?";
@@ -820,6 +1173,10 @@ MsgType reply_type(MsgType request) noexcept {
     case MsgType::connect: return MsgType::connect_reply;
     case MsgType::rule_add: return MsgType::rule_add_reply;
     case MsgType::stats: return MsgType::stats_reply;
+    case MsgType::nodes: return MsgType::nodes_reply;
+    case MsgType::ports: return MsgType::ports_reply;
+    case MsgType::flows: return MsgType::flows_reply;
+    case MsgType::rules: return MsgType::rules_reply;
     case MsgType::unlisten:
     case MsgType::release:
     case MsgType::resync:
@@ -911,6 +1268,14 @@ std::variant<Body, Problem> decode_body(std::uint8_t type, std::span<const std::
     case MsgType::stats: return decode_as<Stats>({}, body);
     case MsgType::bye: return decode_as<Bye>({}, body);
     case MsgType::ping: return decode_as<Ping>({}, body);
+    case MsgType::nodes: return decode_as<Nodes>(kPageFields, body);
+    case MsgType::ports: return decode_as<Ports>(kPageFields, body);
+    case MsgType::flows: return decode_as<Flows>(kFlowsFields, body);
+    case MsgType::rules: return decode_as<Rules>(kPageFields, body);
+    case MsgType::nodes_reply: return decode_as<NodesReply>(kNodesReplyFields, body);
+    case MsgType::ports_reply: return decode_as<PortsReply>(kPortsReplyFields, body);
+    case MsgType::flows_reply: return decode_as<FlowsReply>(kFlowsReplyFields, body);
+    case MsgType::rules_reply: return decode_as<RulesReply>(kRulesReplyFields, body);
     case MsgType::ok: return decode_as<Ok>({}, body);
     case MsgType::hello_reply: return decode_as<HelloReply>(kHelloReplyFields, body);
     case MsgType::listen_reply: return decode_as<ListenReply>(kPortFields, body);

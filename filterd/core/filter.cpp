@@ -234,6 +234,27 @@ Status FilterEngine::remove_rule(RuleId id) noexcept { return rules_->remove(id)
 
 std::size_t FilterEngine::rule_count() const noexcept { return rules_->size(); }
 
+std::vector<RuleInfo> FilterEngine::rules() const { return rules_->list(); }
+
+void FilterEngine::for_each_flow(const std::function<void(const FlowKey&, Target)>& f) {
+  flows_.for_each([&](const PackedKey& k, Target& t) {
+    f(FlowKey{static_cast<Proto>(k.proto), Ipv4Addr{k.remote}, k.remote_port, k.local_port}, t);
+  });
+}
+
+std::optional<ListenerInfo> FilterEngine::listener(Proto proto, std::uint16_t port) const {
+  const Listener* l = listeners_.find(ListenKey{static_cast<std::uint16_t>(proto), port});
+  if (l == nullptr) return std::nullopt;
+  ListenerInfo info;
+  info.group = l->group;
+  for (const Member& m : l->members) info.members.push_back(m.target);
+  return info;
+}
+
+NodeEgress FilterEngine::egress_counts(NodeId node) const noexcept {
+  return node < node_egress_.size() ? node_egress_[node] : NodeEgress{};
+}
+
 void FilterEngine::remove_node(NodeId node) {
   std::vector<PackedKey> flows;
   flows_.for_each([&](const PackedKey& k, Target& t) {
@@ -249,6 +270,7 @@ void FilterEngine::remove_node(NodeId node) {
   for (const ListenKey& k : ports) listeners_.erase(k);
 
   rules_->remove_node(node);
+  if (node < node_egress_.size()) node_egress_[node] = NodeEgress{};
 
   frags_->ingress.for_each([&](const FragKey&, IngressDatagram& d) {
     if (d.decided && d.decision.action == Action::to_node && d.decision.target.node == node) {
@@ -608,6 +630,10 @@ EgressVerdict FilterEngine::egress_check(Frame frame, NodeId node) {
   const EgressVerdict v = egress(frame, node);
   egress_counters_[static_cast<std::size_t>(v.reason)]->inc();
   (v.allowed ? egress_allowed_ : egress_denied_).inc();
+  // Node ids are small and not reused at once: a vector by id, grown the
+  // first time a node sends (ids above the last one seen only).
+  if (node >= node_egress_.size()) node_egress_.resize(std::size_t{node} + 1);
+  ++(v.allowed ? node_egress_[node].allowed : node_egress_[node].denied);
   return v;
 }
 

@@ -27,7 +27,7 @@ RuleResult RuleTable::add(std::string_view expression, Target target, int priori
   const RuleId id = next_id_++;
   // Higher priority first; a new rule goes after every rule of its priority.
   auto at = std::find_if(rules_.begin(), rules_.end(), [&](const Rule& r) { return r.priority < priority; });
-  rules_.insert(at, Rule{id, priority, target, std::move(program)});
+  rules_.insert(at, Rule{id, priority, target, std::move(program), text});
   return RuleResult{id, {}};
 }
 
@@ -42,6 +42,13 @@ void RuleTable::remove_node(NodeId node) {
   std::erase_if(rules_, [&](const Rule& r) { return r.target.node == node; });
 }
 
+std::vector<RuleInfo> RuleTable::list() const {
+  std::vector<RuleInfo> out;
+  out.reserve(rules_.size());
+  for (const Rule& r : rules_) out.push_back(RuleInfo{r.id, r.expression, r.target, r.priority, r.hits});
+  return out;
+}
+
 const Target* RuleTable::match(Frame frame) const noexcept {
   if (rules_.empty()) return nullptr;
   pcap_pkthdr hdr{};
@@ -49,7 +56,10 @@ const Target* RuleTable::match(Frame frame) const noexcept {
   hdr.len = static_cast<bpf_u_int32>(frame.size());
   const auto* data = reinterpret_cast<const u_char*>(frame.data());
   for (const Rule& r : rules_) {
-    if (pcap_offline_filter(r.program.get(), &hdr, data) != 0) return &r.target;
+    if (pcap_offline_filter(r.program.get(), &hdr, data) != 0) {
+      ++r.hits;
+      return &r.target;
+    }
   }
   return nullptr;
 }

@@ -6,6 +6,7 @@
 #include <pcap/pcap.h>
 
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -24,6 +25,7 @@ class RuleTable {
   RuleResult add(std::string_view expression, Target target, int priority);
   Status remove(RuleId id) noexcept;
   void remove_node(NodeId node);
+  std::vector<RuleInfo> list() const;
   std::size_t size() const noexcept { return rules_.size(); }
   bool empty() const noexcept { return rules_.empty(); }
 
@@ -45,6 +47,8 @@ class RuleTable {
     int priority = 0;
     Target target;
     std::unique_ptr<bpf_program, ProgramFree> program;
+    std::string expression;
+    mutable std::uint64_t hits = 0;  // counted by match(), which is const for the data path's callers
   };
 
   std::unique_ptr<pcap_t, PcapClose> pcap_;

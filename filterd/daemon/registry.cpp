@@ -3,8 +3,11 @@
 #include "xk/filterd/registry.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <queue>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 
 namespace xk::filterd {
 
@@ -17,6 +20,43 @@ Message error(std::uint32_t id, ErrorCode code, std::string text) { return ctl::
 
 Proto proto_of(ctl::Proto p) noexcept { return p == ctl::Proto::udp ? Proto::udp : Proto::tcp; }
 std::uint8_t num(ctl::Proto p) noexcept { return static_cast<std::uint8_t>(p); }
+
+// Cursors of the admin lists: the last entry's key, big-endian, so that the
+// page after it starts at the next key even if entries came and went.
+struct CursorWriter {
+  ctl::Cursor bytes;
+  CursorWriter& u8(std::uint8_t v) {
+    bytes.push_back(std::byte{v});
+    return *this;
+  }
+  CursorWriter& u16(std::uint16_t v) { return u8(static_cast<std::uint8_t>(v >> 8)).u8(static_cast<std::uint8_t>(v)); }
+  CursorWriter& u32(std::uint32_t v) { return u16(static_cast<std::uint16_t>(v >> 16)).u16(static_cast<std::uint16_t>(v)); }
+};
+
+struct CursorReader {
+  const ctl::Cursor& bytes;
+  std::size_t at = 0;
+  std::uint8_t u8() { return static_cast<std::uint8_t>(bytes[at++]); }
+  std::uint16_t u16() {
+    const std::uint16_t hi = u8();
+    return static_cast<std::uint16_t>((hi << 8) | u8());
+  }
+  std::uint32_t u32() {
+    const std::uint32_t hi = u16();
+    return (hi << 16) | u16();
+  }
+};
+
+std::uint32_t page_limit(std::uint32_t asked, std::size_t cap) {
+  return asked == 0 || asked > cap ? static_cast<std::uint32_t>(cap) : asked;
+}
+
+Message bad_cursor(std::uint32_t id, std::size_t want) {
+  return error(id, ErrorCode::bad_message, "cursor: " + std::to_string(want) + " bytes expected (send back the reply's)");
+}
+
+// The order flows are listed in: by node, then the flow's own key.
+using FlowOrder = std::tuple<NodeId, std::uint8_t, std::uint16_t, std::uint32_t, std::uint16_t>;
 }  // namespace
 
 NodeRegistry::NodeRegistry(RegistryConfig config, FilterEngine& filter, Hooks hooks)
@@ -40,6 +80,17 @@ Message NodeRegistry::handle(const Message& request, NodeId& node, std::uint32_t
   Message out = [&]() -> Message {
     if (const auto* h = std::get_if<ctl::Hello>(&request.body)) return hello(id, *h, node, peer_pid);
     if (std::holds_alternative<ctl::Ping>(request.body)) return reply(id, ctl::Ok{});
+    // Administration: any connection (the transport checked who it is).
+    if (const auto* r = std::get_if<ctl::Nodes>(&request.body)) return list_nodes(id, *r);
+    if (const auto* r = std::get_if<ctl::Ports>(&request.body)) return list_ports(id, *r);
+    if (const auto* r = std::get_if<ctl::Flows>(&request.body)) return list_flows(id, *r);
+    if (const auto* r = std::get_if<ctl::Rules>(&request.body)) return list_rules(id, *r);
+    if (std::holds_alternative<ctl::Stats>(request.body)) return stats(id);
+    if (node == 0) {
+      // An admin connection: rules for any node.
+      if (const auto* r = std::get_if<ctl::RuleAdd>(&request.body)) return admin_rule_add(id, *r);
+      if (const auto* r = std::get_if<ctl::RuleDel>(&request.body)) return admin_rule_del(id, *r);
+    }
     auto it = nodes_.find(node);
     if (node == 0 || it == nodes_.end()) return error(id, ErrorCode::not_registered, "HELLO first");
     NodeInfo& n = it->second;
@@ -50,7 +101,6 @@ Message NodeRegistry::handle(const Message& request, NodeId& node, std::uint32_t
     if (const auto* r = std::get_if<ctl::Resync>(&request.body)) return resync(id, n, *r);
     if (const auto* r = std::get_if<ctl::RuleAdd>(&request.body)) return rule_add(id, n, *r);
     if (const auto* r = std::get_if<ctl::RuleDel>(&request.body)) return rule_del(id, n, *r);
-    if (std::holds_alternative<ctl::Stats>(request.body)) return stats(id);
     if (std::holds_alternative<ctl::Bye>(request.body)) {
       node_gone(node);
       node = 0;
@@ -64,8 +114,10 @@ Message NodeRegistry::handle(const Message& request, NodeId& node, std::uint32_t
 
 Message NodeRegistry::hello(std::uint32_t id, const ctl::Hello& h, NodeId& node, std::uint32_t peer_pid) {
   if (node != 0) return error(id, ErrorCode::bad_message, "this connection has registered already");
-  if (h.version_min > ctl::kVersion || h.version_max < ctl::kVersion) {
-    return error(id, ErrorCode::unsupported_version, "filterd speaks version " + std::to_string(ctl::kVersion));
+  if (h.version_min > ctl::kProtocolVersion || h.version_max < ctl::kProtocolVersionMin) {
+    return error(id, ErrorCode::unsupported_version,
+                 "filterd speaks versions " + std::to_string(ctl::kProtocolVersionMin) + ".." +
+                     std::to_string(ctl::kProtocolVersion));
   }
   // The kernel's word for who is at the other end beats the message's.
   if (peer_pid != 0 && h.pid != peer_pid) {
@@ -106,6 +158,7 @@ Message NodeRegistry::hello(std::uint32_t id, const ctl::Hello& h, NodeId& node,
   r.gateway = config_.gateway;
   r.secret = config_.secret;
   r.heartbeat_ms = config_.heartbeat_ms;
+  r.version = std::min(h.version_max, ctl::kProtocolVersion);
   nodes_.emplace(nid, std::move(n));
   node = nid;
   ++hellos_;
@@ -236,6 +289,28 @@ Message NodeRegistry::resync(std::uint32_t id, NodeInfo& n, const ctl::Resync& r
 }
 
 Message NodeRegistry::rule_add(std::uint32_t id, NodeInfo& n, const ctl::RuleAdd& r) {
+  if (r.node != 0 && r.node != n.id) {
+    return error(id, ErrorCode::permission_denied, "a node adds rules for itself only");
+  }
+  return add_rule_for(id, n, r);
+}
+
+Message NodeRegistry::admin_rule_add(std::uint32_t id, const ctl::RuleAdd& r) {
+  if (r.node == 0) return error(id, ErrorCode::bad_message, "RULE_ADD from an admin connection must name the node");
+  auto it = nodes_.find(r.node);
+  if (it == nodes_.end()) return error(id, ErrorCode::not_found, "no node " + std::to_string(r.node));
+  return add_rule_for(id, it->second, r);
+}
+
+Message NodeRegistry::admin_rule_del(std::uint32_t id, const ctl::RuleDel& r) {
+  for (auto& [nid, n] : nodes_) {
+    if (n.rules.count(r.rule_id) != 0) return rule_del(id, n, r);
+  }
+  return error(id, ErrorCode::not_found, "no rule " + std::to_string(r.rule_id));
+}
+
+// The rule belongs to the node it steers to: it goes when the node goes.
+Message NodeRegistry::add_rule_for(std::uint32_t id, NodeInfo& n, const ctl::RuleAdd& r) {
   if (r.queue >= n.queues) return error(id, ErrorCode::bad_message, "no such queue");
   RuleResult rr = filter_.add_rule(r.expression, Target{n.id, r.queue}, r.priority);
   if (!rr) return error(id, ErrorCode::bad_rule, rr.error);
@@ -260,10 +335,166 @@ Message NodeRegistry::stats(std::uint32_t id) const {
   };
   add(counters_);
   add(filter_.counters());
+  if (hooks_.counter_sets) {
+    for (const CounterSet* set : hooks_.counter_sets()) add(*set);
+  }
   s.counters.push_back(ctl::Counter{"registry.nodes", nodes_.size()});
   s.counters.push_back(ctl::Counter{"registry.ports", ports_.size()});
   if (s.counters.size() > ctl::kMaxCounters) s.counters.resize(ctl::kMaxCounters);
   return reply(id, s);
+}
+
+Message NodeRegistry::list_nodes(std::uint32_t id, const ctl::Nodes& r) {
+  if (!r.cursor.empty() && r.cursor.size() != 2) return bad_cursor(id, 2);
+  const NodeId after = r.cursor.empty() ? 0 : CursorReader{r.cursor}.u16();
+  const std::uint32_t limit = page_limit(r.limit, ctl::kMaxNodeRecords);
+  // The flows are counted in the filter's table, which also holds the
+  // accepted connections steer learned: one pass for every node.
+  std::unordered_map<NodeId, std::uint32_t> flows;
+  filter_.for_each_flow([&](const FlowKey&, Target t) { ++flows[t.node]; });
+  ctl::NodesReply out;
+  for (auto it = nodes_.upper_bound(after); it != nodes_.end(); ++it) {
+    if (out.nodes.size() == limit) {
+      out.cursor = CursorWriter{}.u16(out.nodes.back().id).bytes;
+      break;
+    }
+    const NodeInfo& n = it->second;
+    ctl::NodeRecord rec;
+    rec.id = n.id;
+    rec.name = n.name;
+    rec.pid = n.pid;
+    rec.queues = n.queues;
+    rec.memif_id = n.channels.empty() ? 0 : n.channels.front().memif_id;
+    rec.listeners = static_cast<std::uint32_t>(n.listens.size());
+    rec.flows = flows[n.id];
+    rec.rules = static_cast<std::uint32_t>(n.rules.size());
+    rec.rx_frames = hooks_.node_rx_frames ? hooks_.node_rx_frames(n.id) : 0;
+    const NodeEgress e = filter_.egress_counts(n.id);
+    rec.egress_allowed = e.allowed;
+    rec.egress_denied = e.denied;
+    out.nodes.push_back(std::move(rec));
+  }
+  return reply(id, std::move(out));
+}
+
+Message NodeRegistry::list_ports(std::uint32_t id, const ctl::Ports& r) {
+  // Cursor: the port to go on at and the index of its next owner.
+  if (!r.cursor.empty() && r.cursor.size() != 7) return bad_cursor(id, 7);
+  PortKey from{0, 0};
+  std::uint32_t skip = 0;
+  if (!r.cursor.empty()) {
+    CursorReader c{r.cursor};
+    from.first = c.u8();
+    from.second = c.u16();
+    skip = c.u32();
+  }
+  const std::uint32_t limit = page_limit(r.limit, ctl::kMaxPortRecords);
+  ctl::PortsReply out;
+  for (auto it = ports_.lower_bound(from); it != ports_.end(); ++it) {
+    const auto [proto, port] = it->first;
+    const PortUse& use = it->second;
+    std::vector<ctl::PortRecord> owners;
+    const ctl::Proto cp = static_cast<ctl::Proto>(proto);
+    if (use.listen) {
+      if (std::optional<ListenerInfo> l = filter_.listener(static_cast<Proto>(proto), port)) {
+        for (const Target& t : l->members) owners.push_back({cp, port, l->group, true, t.node, t.queue});
+      }
+    } else {
+      // A connection's local port: its flow says the queue.
+      auto f = flows_.lower_bound({proto, port, 0, 0});
+      std::uint16_t queue = 0;
+      if (f != flows_.end() && std::get<0>(f->first) == proto && std::get<1>(f->first) == port) {
+        const auto& [fp, lport, remote, rport] = f->first;
+        if (auto t = filter_.find_flow(FlowKey{static_cast<Proto>(fp), Ipv4Addr{remote}, rport, lport})) queue = t->queue;
+      }
+      owners.push_back({cp, port, false, false, use.node, queue});
+    }
+    const std::uint32_t first = it->first == from ? skip : 0;
+    for (std::uint32_t i = first; i < owners.size(); ++i) {
+      if (out.ports.size() == limit) {
+        out.cursor = CursorWriter{}.u8(proto).u16(port).u32(i).bytes;
+        return reply(id, std::move(out));
+      }
+      out.ports.push_back(owners[i]);
+    }
+  }
+  return reply(id, std::move(out));
+}
+
+Message NodeRegistry::list_flows(std::uint32_t id, const ctl::Flows& r) {
+  if (!r.cursor.empty() && r.cursor.size() != 11) return bad_cursor(id, 11);
+  std::optional<FlowOrder> after;
+  if (!r.cursor.empty()) {
+    CursorReader c{r.cursor};
+    const NodeId n = c.u16();
+    const std::uint8_t p = c.u8();
+    const std::uint16_t lport = c.u16();
+    const std::uint32_t remote = c.u32();
+    after = FlowOrder{n, p, lport, remote, c.u16()};
+  }
+  if (r.node != 0 && nodes_.count(r.node) == 0) return error(id, ErrorCode::not_found, "no node " + std::to_string(r.node));
+  const std::uint32_t limit = page_limit(r.limit, ctl::kMaxFlowRecords);
+  // Up to a million flows in a hash table: keep the `limit` smallest after
+  // the cursor in a max-heap, one pass, O(n log limit) and no sorted copy.
+  std::priority_queue<std::pair<FlowOrder, std::uint16_t>> best;  // (key, queue)
+  std::uint32_t total = 0;
+  std::size_t beyond = 0;  // flows after the cursor
+  filter_.for_each_flow([&](const FlowKey& k, Target t) {
+    if (r.node != 0 && t.node != r.node) return;
+    ++total;
+    const FlowOrder o{t.node, static_cast<std::uint8_t>(k.proto), k.local_port, k.remote.value, k.remote_port};
+    if (after && !(*after < o)) return;
+    ++beyond;
+    if (best.size() < limit) {
+      best.emplace(o, t.queue);
+    } else if (o < best.top().first) {
+      best.pop();
+      best.emplace(o, t.queue);
+    }
+  });
+  ctl::FlowsReply out;
+  out.total = total;
+  out.flows.resize(best.size());
+  for (std::size_t i = best.size(); i-- > 0;) {
+    const auto& [o, queue] = best.top();
+    const auto& [node, proto, lport, remote, rport] = o;
+    out.flows[i] = ctl::NodeFlow{node, ctl::FlowEntry{static_cast<ctl::Proto>(proto), lport, Ipv4Addr{remote}, rport, queue}};
+    best.pop();
+  }
+  if (beyond > out.flows.size() && !out.flows.empty()) {
+    const ctl::NodeFlow& last = out.flows.back();
+    out.cursor = CursorWriter{}
+                     .u16(last.node)
+                     .u8(static_cast<std::uint8_t>(last.flow.proto))
+                     .u16(last.flow.local_port)
+                     .u32(last.flow.remote_addr.value)
+                     .u16(last.flow.remote_port)
+                     .bytes;
+  }
+  return reply(id, std::move(out));
+}
+
+Message NodeRegistry::list_rules(std::uint32_t id, const ctl::Rules& r) {
+  // Rules are listed in the order they are tried; the cursor is the position
+  // to go on from (rules change rarely, and only by administration).
+  if (!r.cursor.empty() && r.cursor.size() != 4) return bad_cursor(id, 4);
+  const std::uint32_t from = r.cursor.empty() ? 0 : CursorReader{r.cursor}.u32();
+  const std::uint32_t limit = page_limit(r.limit, ctl::kMaxRuleRecords);
+  const std::vector<RuleInfo> rules = filter_.rules();
+  ctl::RulesReply out;
+  std::size_t body = ctl::kTlvHeaderSize + 4;  // room for the cursor
+  for (std::size_t i = from; i < rules.size(); ++i) {
+    const RuleInfo& ri = rules[i];
+    const std::size_t size = ctl::kTlvHeaderSize + ctl::kRuleRecordMin + ri.expression.size();
+    if (out.rules.size() == limit || body + size > ctl::kMaxBody) {
+      out.cursor = CursorWriter{}.u32(static_cast<std::uint32_t>(i)).bytes;
+      break;
+    }
+    body += size;
+    out.rules.push_back(ctl::RuleRecord{ri.id, ri.target.node, ri.target.queue, static_cast<std::int16_t>(ri.priority),
+                                        ri.hits, ri.expression});
+  }
+  return reply(id, std::move(out));
 }
 
 void NodeRegistry::node_gone(NodeId node) {

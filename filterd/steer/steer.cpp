@@ -52,6 +52,7 @@ class Steer::Channel final : public Protocol {
   }
 
   NodeId node() const noexcept { return node_; }
+  std::uint64_t rx_frames = 0;  // steered to this node
   MacAddr node_mac() const noexcept { return node_mac_; }
 
  private:
@@ -111,6 +112,11 @@ void Steer::detach(NodeId node) noexcept {
 
 bool Steer::attached(NodeId node) const noexcept { return channels_.find(NodeKey{node}) != nullptr; }
 
+std::uint64_t Steer::rx_frames(NodeId node) const noexcept {
+  const std::unique_ptr<Channel>* ch = channels_.find(NodeKey{node});
+  return ch == nullptr ? 0 : (*ch)->rx_frames;
+}
+
 // ---- ingress: the external port ----------------------------------------------
 
 Status Steer::on_rx(fault::PassSession& s, Msg msg) {
@@ -166,6 +172,7 @@ Status Steer::forward(const Decision& d, Msg frame) {
     return st;
   }
   ++rx_to_node_;
+  ++(*ch)->rx_frames;
   return {};
 }
 

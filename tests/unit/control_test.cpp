@@ -198,6 +198,30 @@ std::vector<Message> samples() {
   v.push_back({13, StatsReply{{{"rx_frames", 123456789012ULL},
                                {"drop_no_rule", 0},
                                {"r\xC3\xA9sync_\xE2\x9C\x93", ~std::uint64_t{0}}}}});
+  // Version 2: administration.
+  v.push_back({19, RuleAdd{.expression = "udp dst port 9999", .queue = 1, .priority = 10, .node = 2}});
+  v.push_back({20, Nodes{}});
+  v.push_back({21, Nodes{.cursor = bytes({0, 5}), .limit = 10}});
+  v.push_back({22, Ports{.cursor = bytes({6, 0, 80, 0, 0, 0, 1}), .limit = 1}});
+  v.push_back({23, Flows{.node = 3, .cursor = Cursor(11, std::byte{0xAB}), .limit = 100}});
+  v.push_back({24, Flows{}});
+  v.push_back({25, Rules{.cursor = bytes({0, 0, 0, 4}), .limit = 0}});
+  v.push_back({20, NodesReply{{{.id = 1, .queues = 2, .pid = 4242, .memif_id = 64, .listeners = 1, .flows = 3,
+                                .rules = 1, .rx_frames = 1000, .egress_allowed = 999, .egress_denied = 7,
+                                .name = "web-0"},
+                               {.id = 9, .queues = 1, .pid = 1, .memif_id = 576, .name = "n\xC3\xA9"}},
+                              bytes({0, 9})}});
+  v.push_back({22, PortsReply{{{Proto::tcp, 80, true, true, 1, 0}, {Proto::tcp, 80, true, true, 2, 3},
+                               {Proto::udp, 49152, false, false, 9, 0}},
+                              {}}});
+  v.push_back({23, FlowsReply{{{3, {Proto::tcp, 80, {0xC6336401}, 51000, 1}}, {3, {Proto::icmp, 7, {0x0A000001}, 0, 0}}},
+                              1000000,
+                              Cursor(11, std::byte{1})}});
+  v.push_back({24, FlowsReply{}});
+  v.push_back({25, RulesReply{{{.id = 4, .node = 2, .queue = 0, .priority = -3, .hits = 12, .expression = "udp"},
+                               {.id = 1, .node = 1, .queue = 5, .priority = 0, .hits = 0,
+                                .expression = "tcp dst port 9000 and src net 10.0.0.0/8"}},
+                              bytes({0, 0, 0, 2})}});
   v.push_back({0xFFFFFFFF, Error{.code = ErrorCode::port_in_use, .text = "port 80 belongs to node 3"}});
   v.push_back({16, Error{.code = ErrorCode::internal, .text = ""}});
   return v;
@@ -247,6 +271,37 @@ TEST(ControlRoundTrip, EveryFieldAtItsLimit) {
   }
   big.push_back({5, s});
   big.push_back({6, Error{.code = ErrorCode{999}, .text = std::string(kMaxErrorText, 'x')}});
+  NodesReply nodes;
+  for (std::size_t i = 0; i < kMaxNodeRecords; ++i) {
+    nodes.nodes.push_back({.id = static_cast<std::uint16_t>(i + 1), .queues = kMaxQueues, .pid = ~0u,
+                           .memif_id = ~0u, .listeners = ~0u, .flows = ~0u, .rules = ~0u, .rx_frames = ~0ull,
+                           .egress_allowed = ~0ull, .egress_denied = ~0ull, .name = std::string(kMaxNodeName, 'n')});
+  }
+  nodes.cursor = Cursor(kMaxCursor, std::byte{0xFF});
+  big.push_back({7, nodes});
+  PortsReply ports;
+  for (std::size_t i = 0; i < kMaxPortRecords; ++i)
+    ports.ports.push_back({Proto::udp, static_cast<std::uint16_t>(i + 1), true, true, 65535, kMaxQueues - 1});
+  ports.cursor = Cursor(kMaxCursor, std::byte{1});
+  big.push_back({8, ports});
+  FlowsReply flows;
+  for (std::size_t i = 0; i < kMaxFlowRecords; ++i)
+    flows.flows.push_back({65535, {Proto::tcp, 65535, {~0u}, static_cast<std::uint16_t>(i + 1), kMaxQueues - 1}});
+  flows.total = ~0u;
+  flows.cursor = Cursor(kMaxCursor, std::byte{2});
+  big.push_back({9, flows});
+  // Rules are bounded by the frame: as many longest expressions as fit.
+  RulesReply rules;
+  rules.cursor = Cursor(kMaxCursor, std::byte{3});
+  const std::size_t per_rule = kTlvHeaderSize + kRuleRecordMin + kMaxExpression;
+  while ((rules.rules.size() + 1) * per_rule + kTlvHeaderSize + kMaxCursor <= kMaxBody)
+    rules.rules.push_back({.id = ~0u, .node = 65535, .queue = kMaxQueues - 1, .priority = 32767, .hits = ~0ull,
+                           .expression = std::string(kMaxExpression, 'r')});
+  big.push_back({10, rules});
+  rules.rules.push_back(rules.rules.back());
+  EXPECT_TRUE(validate(Message{10, rules}).has_value()) << "one more rule does not fit in a frame";
+  EXPECT_EQ(encode(Message{10, rules}).error(), Errc::too_large);
+  big.push_back({11, Flows{.node = 65535, .cursor = Cursor(kMaxCursor, std::byte{4}), .limit = ~0u}});
   for (const Message& m : big) {
     SCOPED_TRACE(to_string(type_of(m.body)));
     Bytes b = encoded(m);
@@ -256,6 +311,25 @@ TEST(ControlRoundTrip, EveryFieldAtItsLimit) {
 }
 
 // ---- golden bytes ----------------------------------------------------------------
+
+// Version 2, as docs/control-protocol.md shows them: an admin's rule for node 2
+// and a page of node 2's flows.
+TEST(ControlGolden, AdminRuleAddAndFlows) {
+  const Bytes rule_add =
+      bytes({0x58, 0x4b, 0x43, 0x31, 0x01, 0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x21, 0x00, 0x00, 0x00, 0x05}) +
+      bytes({0x00, 0x13, 0x00, 0x02, 0x00, 0x00}) + bytes({0x00, 0x30, 0x00, 0x11}) + text_bytes("udp dst port 9999") +
+      bytes({0x00, 0x40, 0x00, 0x02, 0x00, 0x02});
+  const Message m{5, RuleAdd{.expression = "udp dst port 9999", .queue = 0, .priority = 0, .node = 2}};
+  EXPECT_EQ(encoded(m), rule_add);
+  EXPECT_EQ(only_message(rule_add), m);
+
+  const Bytes flows =
+      bytes({0x58, 0x4b, 0x43, 0x31, 0x01, 0x0e, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0e, 0x00, 0x00, 0x00, 0x06}) +
+      bytes({0x00, 0x40, 0x00, 0x02, 0x00, 0x02, 0x00, 0x71, 0x00, 0x04, 0x00, 0x00, 0x00, 0x64});
+  const Message f{6, Flows{.node = 2, .cursor = {}, .limit = 100}};
+  EXPECT_EQ(encoded(f), flows);
+  EXPECT_EQ(only_message(flows), f);
+}
 
 TEST(ControlGolden, Listen) {
   const Message m{7, Listen{.proto = Proto::tcp, .port = 8080, .group = true, .queue = 3}};
@@ -861,6 +935,38 @@ TEST(ControlTlv, BadValuesReject) {
        tlv(Tag::counter, Bytes(8) + bytes({49}) + text_bytes(std::string(49, 'c')))},
       {"empty counter name", MsgType::stats_reply, tlv(Tag::counter, Bytes(9))},
       {"TLV header cut", MsgType::ping, bytes({0, 0, 0})},
+      {"cursor of 33 bytes", MsgType::nodes, tlv(Tag::cursor, Bytes(33))},
+      {"empty cursor", MsgType::rules, tlv(Tag::cursor, {})},
+      {"limit 0", MsgType::ports, tlv(Tag::limit, be32(0))},
+      {"limit too short", MsgType::ports, tlv(Tag::limit, be16(1))},
+      {"flows of node 0", MsgType::flows, tlv(Tag::node_id, be16(0))},
+      {"node record too short", MsgType::nodes_reply, tlv(Tag::node, Bytes(48))},
+      {"node name longer than its record", MsgType::nodes_reply,
+       tlv(Tag::node, bytes({0, 1, 0, 1}) + Bytes(44) + bytes({3, 'a'}))},
+      {"node name empty", MsgType::nodes_reply, tlv(Tag::node, bytes({0, 1, 0, 1}) + Bytes(45))},
+      {"node id 0", MsgType::nodes_reply, tlv(Tag::node, bytes({0, 0, 0, 1}) + Bytes(44) + bytes({1, 'a'}))},
+      {"node queues 0", MsgType::nodes_reply, tlv(Tag::node, bytes({0, 1, 0, 0}) + Bytes(44) + bytes({1, 'a'}))},
+      {"port record flags", MsgType::ports_reply, tlv(Tag::port, bytes({6, 4, 0, 80, 0, 1, 0, 0}))},
+      {"port record proto", MsgType::ports_reply, tlv(Tag::port, bytes({1, 2, 0, 80, 0, 1, 0, 0}))},
+      {"port record port 0", MsgType::ports_reply, tlv(Tag::port, bytes({6, 2, 0, 0, 0, 1, 0, 0}))},
+      {"port record short", MsgType::ports_reply, tlv(Tag::port, bytes({6, 2, 0, 80, 0, 1, 0}))},
+      {"flows reply without total", MsgType::flows_reply, {}},
+      {"node flow short", MsgType::flows_reply,
+       tlv(Tag::total, be32(1)) + tlv(Tag::node_flow, bytes({0, 1, 6, 0, 0, 80, 10, 0, 0, 1, 0, 80, 0}))},
+      {"node flow flags", MsgType::flows_reply,
+       tlv(Tag::total, be32(1)) + tlv(Tag::node_flow, bytes({0, 1, 6, 1, 0, 80, 10, 0, 0, 1, 0, 80, 0, 0}))},
+      {"node flow queue 64", MsgType::flows_reply,
+       tlv(Tag::total, be32(1)) + tlv(Tag::node_flow, bytes({0, 1, 6, 0, 0, 80, 10, 0, 0, 1, 0, 80, 0, 64}))},
+      {"rule expression longer than its record", MsgType::rules_reply,
+       tlv(Tag::rule, bytes({0, 0, 0, 1}) + Bytes(14) + be16(5) + text_bytes("udp"))},
+      {"rule expression empty", MsgType::rules_reply, tlv(Tag::rule, bytes({0, 0, 0, 1}) + Bytes(16))},
+      {"rule id 0 in a record", MsgType::rules_reply, tlv(Tag::rule, Bytes(18) + be16(3) + text_bytes("udp"))},
+      {"rule expression over 1024", MsgType::rules_reply,
+       tlv(Tag::rule, bytes({0, 0, 0, 1}) + Bytes(14) + be16(1025) + text_bytes(std::string(1025, 'e')))},
+      {"rule add for node 0 given", MsgType::rule_add,
+       queue + tlv(Tag::expression, text_bytes("udp")) + tlv(Tag::node_id, be16(0))},
+      {"rule add node id too short", MsgType::rule_add,
+       queue + tlv(Tag::expression, text_bytes("udp")) + tlv(Tag::node_id, bytes({2}))},
       {"TLV value runs past the body", MsgType::ping, bytes({0x12, 0x34, 0, 5, 1, 2, 3, 4})},
   };
   for (const Case& c : cases) {
@@ -887,6 +993,15 @@ TEST(ControlTlv, ListCapsAreEnforced) {
   Bytes counters;
   for (std::size_t i = 0; i <= kMaxCounters; ++i) counters += tlv(Tag::counter, Bytes(8) + bytes({1, 'c'}));
   EXPECT_EQ(only_error(frame(MsgType::stats_reply, 1, counters)).severity, Severity::reject);
+
+  Bytes ports;
+  for (std::size_t i = 0; i <= kMaxPortRecords; ++i) ports += tlv(Tag::port, bytes({6, 2, 0, 80, 0, 1, 0, 0}));
+  e = only_error(frame(MsgType::ports_reply, 1, ports));
+  EXPECT_NE(e.text.find("more than 4096"), std::string::npos);
+  Bytes node_flows = tlv(Tag::total, be32(1));
+  for (std::size_t i = 0; i <= kMaxFlowRecords; ++i)
+    node_flows += tlv(Tag::node_flow, bytes({0, 1, 6, 0, 0, 80, 10, 0, 0, 1, 0, 80, 0, 0}));
+  EXPECT_EQ(only_error(frame(MsgType::flows_reply, 1, node_flows)).severity, Severity::reject);
 
   HelloReply h = sample_hello_reply(kMaxQueues);
   Bytes f = encoded(Message{1, h});
@@ -989,6 +1104,10 @@ TEST(ControlHelpers, ReplyTypes) {
   EXPECT_EQ(reply_type(MsgType::connect), MsgType::connect_reply);
   EXPECT_EQ(reply_type(MsgType::rule_add), MsgType::rule_add_reply);
   EXPECT_EQ(reply_type(MsgType::stats), MsgType::stats_reply);
+  EXPECT_EQ(reply_type(MsgType::nodes), MsgType::nodes_reply);
+  EXPECT_EQ(reply_type(MsgType::ports), MsgType::ports_reply);
+  EXPECT_EQ(reply_type(MsgType::flows), MsgType::flows_reply);
+  EXPECT_EQ(reply_type(MsgType::rules), MsgType::rules_reply);
   for (MsgType t : {MsgType::unlisten, MsgType::release, MsgType::resync, MsgType::rule_del, MsgType::bye,
                     MsgType::ping})
     EXPECT_EQ(reply_type(t), MsgType::ok);

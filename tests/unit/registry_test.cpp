@@ -3,6 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <map>
+#include <set>
+#include <tuple>
+
 #include "xk/clock.hpp"
 #include "xk/filterd/registry.hpp"
 
@@ -28,7 +33,7 @@ class RegistryTest : public ::testing::Test {
                               attached.push_back(n.id);
                               return fail_attach ? Status(Errc::no_memory) : Status();
                             },
-                            [this](NodeId n) { detached.push_back(n); }});
+                            [this](NodeId n) { detached.push_back(n); }, {}, {}});
   }
 
   Message ask(NodeId& node, ctl::Body body, std::uint32_t pid = 0) {
@@ -78,7 +83,7 @@ TEST_F(RegistryTest, NothingBeforeHelloAndThePeersPidMustMatch) {
   EXPECT_EQ(code(ask(n, ctl::Listen{ctl::Proto::tcp, 80})), ErrorCode::not_registered);
   EXPECT_EQ(code(ask(n, ctl::Hello{"liar", 4242, 1}, /*peer_pid=*/100)), ErrorCode::permission_denied);
   EXPECT_EQ(n, 0);
-  EXPECT_EQ(code(ask(n, ctl::Hello{"old", 100, 1, 2, 3})), ErrorCode::unsupported_version);
+  EXPECT_EQ(code(ask(n, ctl::Hello{"new", 100, 1, 3, 4})), ErrorCode::unsupported_version);
   fail_attach = true;
   EXPECT_EQ(code(ask(n, ctl::Hello{"no channel", 100, 1})), ErrorCode::internal);
   EXPECT_EQ(reg->node_count(), 0u);
@@ -197,7 +202,254 @@ TEST_F(RegistryTest, StatsCarryTheCountersAndByeLeaves) {
   EXPECT_TRUE(std::holds_alternative<ctl::Ok>(ask(a, ctl::Bye{}).body));
   EXPECT_EQ(a, 0);
   EXPECT_EQ(reg->node_count(), 0u);
-  EXPECT_EQ(code(ask(a, ctl::Stats{})), ErrorCode::not_registered);
+  EXPECT_EQ(code(ask(a, ctl::Listen{ctl::Proto::tcp, 80})), ErrorCode::not_registered);
+}
+
+// ---- administration (protocol version 2) ------------------------------------------
+
+TEST_F(RegistryTest, HelloNegotiatesTheHighestCommonVersion) {
+  NodeId n = 0;
+  Message r = ask(n, ctl::Hello{"v1", 100, 1, 1, 1});
+  ASSERT_TRUE(std::holds_alternative<ctl::HelloReply>(r.body));
+  EXPECT_EQ(std::get<ctl::HelloReply>(r.body).version, 1);
+  n = 0;
+  r = ask(n, ctl::Hello{"v1-9", 100, 1, 1, 9});
+  ASSERT_TRUE(std::holds_alternative<ctl::HelloReply>(r.body));
+  EXPECT_EQ(std::get<ctl::HelloReply>(r.body).version, ctl::kProtocolVersion);
+}
+
+TEST_F(RegistryTest, AnAdminConnectionListsNodesPortsFlowsAndRules) {
+  NodeId a = hello("alpha", 2), b = hello("beta");
+  const Ipv4Addr peer{0xC0000201};
+  ASSERT_TRUE(std::holds_alternative<ctl::ListenReply>(ask(a, ctl::Listen{ctl::Proto::tcp, 80, false, 1}).body));
+  ASSERT_TRUE(std::holds_alternative<ctl::ListenReply>(ask(a, ctl::Listen{ctl::Proto::tcp, 8080, true, 0}).body));
+  ASSERT_TRUE(std::holds_alternative<ctl::ListenReply>(ask(b, ctl::Listen{ctl::Proto::tcp, 8080, true, 0}).body));
+  Message c = ask(b, ctl::Connect{ctl::Proto::udp, peer, 53});
+  ASSERT_TRUE(std::holds_alternative<ctl::ConnectReply>(c.body));
+  const std::uint16_t lport = std::get<ctl::ConnectReply>(c.body).local_port;
+  // An accepted connection steer learned: in the filter only.
+  ASSERT_TRUE(filter->add_flow(FlowKey{Proto::tcp, peer, 40001, 80}, Target{a, 1}).ok());
+  ASSERT_TRUE(std::holds_alternative<ctl::RuleAddReply>(ask(b, ctl::RuleAdd{"udp dst port 9999", 0, 3}).body));
+
+  NodeId admin = 0;  // never says HELLO
+  Message r = ask(admin, ctl::Nodes{});
+  ASSERT_TRUE(std::holds_alternative<ctl::NodesReply>(r.body));
+  const auto& nodes = std::get<ctl::NodesReply>(r.body);
+  ASSERT_EQ(nodes.nodes.size(), 2u);
+  EXPECT_TRUE(nodes.cursor.empty());
+  EXPECT_EQ(nodes.nodes[0].id, a);
+  EXPECT_EQ(nodes.nodes[0].name, "alpha");
+  EXPECT_EQ(nodes.nodes[0].pid, 100u);
+  EXPECT_EQ(nodes.nodes[0].queues, 2);
+  EXPECT_EQ(nodes.nodes[0].memif_id, reg->node(a)->channels[0].memif_id);
+  EXPECT_EQ(nodes.nodes[0].listeners, 2u);
+  EXPECT_EQ(nodes.nodes[0].flows, 1u);
+  EXPECT_EQ(nodes.nodes[0].rules, 0u);
+  EXPECT_EQ(nodes.nodes[1].name, "beta");
+  EXPECT_EQ(nodes.nodes[1].listeners, 1u);
+  EXPECT_EQ(nodes.nodes[1].flows, 1u);
+  EXPECT_EQ(nodes.nodes[1].rules, 1u);
+
+  r = ask(admin, ctl::Ports{});
+  ASSERT_TRUE(std::holds_alternative<ctl::PortsReply>(r.body));
+  const std::vector<ctl::PortRecord> want = {
+      {ctl::Proto::tcp, 80, false, true, a, 1},
+      {ctl::Proto::tcp, 8080, true, true, a, 0},
+      {ctl::Proto::tcp, 8080, true, true, b, 0},
+      {ctl::Proto::udp, lport, false, false, b, 0},
+  };
+  EXPECT_EQ(std::get<ctl::PortsReply>(r.body).ports, want);
+
+  r = ask(admin, ctl::Flows{.node = a, .cursor = {}, .limit = 0});
+  ASSERT_TRUE(std::holds_alternative<ctl::FlowsReply>(r.body));
+  const auto& fa = std::get<ctl::FlowsReply>(r.body);
+  EXPECT_EQ(fa.total, 1u);
+  ASSERT_EQ(fa.flows.size(), 1u);
+  EXPECT_EQ(fa.flows[0], (ctl::NodeFlow{a, {ctl::Proto::tcp, 80, peer, 40001, 1}}));
+  r = ask(admin, ctl::Flows{});
+  EXPECT_EQ(std::get<ctl::FlowsReply>(r.body).total, 2u);
+  EXPECT_EQ(code(ask(admin, ctl::Flows{.node = 99, .cursor = {}, .limit = 0})), ErrorCode::not_found);
+
+  r = ask(admin, ctl::Rules{});
+  ASSERT_TRUE(std::holds_alternative<ctl::RulesReply>(r.body));
+  const auto& rules = std::get<ctl::RulesReply>(r.body).rules;
+  ASSERT_EQ(rules.size(), 1u);
+  EXPECT_EQ(rules[0].expression, "udp dst port 9999");
+  EXPECT_EQ(rules[0].node, b);
+  EXPECT_EQ(rules[0].priority, 3);
+  EXPECT_EQ(rules[0].hits, 0u);
+  // Nothing else an admin connection may do without HELLO.
+  EXPECT_EQ(code(ask(admin, ctl::Listen{ctl::Proto::tcp, 81})), ErrorCode::not_registered);
+  EXPECT_EQ(admin, 0);
+}
+
+TEST_F(RegistryTest, AdminRulesForAnyNodeAndNodesOnlyForThemselves) {
+  NodeId a = hello("a", 2), b = hello("b");
+  NodeId admin = 0;
+  EXPECT_EQ(code(ask(admin, ctl::RuleAdd{"udp", 0, 0})), ErrorCode::bad_message);  // which node?
+  EXPECT_EQ(code(ask(admin, ctl::RuleAdd{"udp", 0, 0, 77})), ErrorCode::not_found);
+  EXPECT_EQ(code(ask(admin, ctl::RuleAdd{"udp", 2, 0, b})), ErrorCode::bad_message);  // b has one queue
+  EXPECT_EQ(code(ask(admin, ctl::RuleAdd{"udp port", 0, 0, b})), ErrorCode::bad_rule);
+  Message r = ask(admin, ctl::RuleAdd{"udp dst port 9999", 1, 7, a});
+  ASSERT_TRUE(std::holds_alternative<ctl::RuleAddReply>(r.body));
+  const std::uint32_t ra = std::get<ctl::RuleAddReply>(r.body).rule_id;
+  // The rule steers to a's queue 1, and is a's.
+  Message rules = ask(admin, ctl::Rules{});
+  ASSERT_EQ(std::get<ctl::RulesReply>(rules.body).rules.size(), 1u);
+  EXPECT_EQ(std::get<ctl::RulesReply>(rules.body).rules[0],
+            (ctl::RuleRecord{ra, a, 1, 7, 0, "udp dst port 9999"}));
+  EXPECT_EQ(reg->node(a)->rules.count(ra), 1u);
+  // A node adds rules for itself only, and deletes only its own.
+  EXPECT_EQ(code(ask(b, ctl::RuleAdd{"tcp", 0, 0, a})), ErrorCode::permission_denied);
+  Message rb = ask(b, ctl::RuleAdd{"tcp", 0, 0, b});
+  ASSERT_TRUE(std::holds_alternative<ctl::RuleAddReply>(rb.body));
+  EXPECT_EQ(code(ask(b, ctl::RuleDel{ra})), ErrorCode::not_found);
+  // The admin deletes any rule.
+  EXPECT_TRUE(std::holds_alternative<ctl::Ok>(ask(admin, ctl::RuleDel{ra}).body));
+  EXPECT_TRUE(std::holds_alternative<ctl::Ok>(ask(admin, ctl::RuleDel{std::get<ctl::RuleAddReply>(rb.body).rule_id}).body));
+  EXPECT_EQ(code(ask(admin, ctl::RuleDel{ra})), ErrorCode::not_found);
+  EXPECT_EQ(filter->rule_count(), 0u);
+  EXPECT_TRUE(reg->node(a)->rules.empty());
+  // A rule an admin added for a node goes with the node.
+  ASSERT_TRUE(std::holds_alternative<ctl::RuleAddReply>(ask(admin, ctl::RuleAdd{"udp", 0, 0, b}).body));
+  reg->node_gone(b);
+  EXPECT_EQ(filter->rule_count(), 0u);
+}
+
+TEST_F(RegistryTest, FlowsArePagedInOrderWithoutGapsOrRepeats) {
+  NodeId a = hello("a"), b = hello("b");
+  // 2500 flows in the filter's hash table, for two nodes.
+  std::set<std::tuple<NodeId, std::uint16_t, std::uint32_t, std::uint16_t>> want_a;
+  for (std::uint32_t i = 0; i < 2500; ++i) {
+    const NodeId owner = i % 5 == 0 ? b : a;
+    const FlowKey k{Proto::tcp, Ipv4Addr{0xC6336400 + (i * 7919) % 251}, static_cast<std::uint16_t>(1024 + i), 80};
+    ASSERT_TRUE(filter->add_flow(k, Target{owner, 0}).ok());
+    if (owner == a) want_a.insert({owner, k.local_port, k.remote.value, k.remote_port});
+  }
+  NodeId admin = 0;
+  std::vector<ctl::NodeFlow> got;
+  ctl::Cursor cursor;
+  int pages = 0;
+  do {
+    Message r = ask(admin, ctl::Flows{.node = a, .cursor = cursor, .limit = 300});
+    ASSERT_TRUE(std::holds_alternative<ctl::FlowsReply>(r.body)) << static_cast<int>(code(r));
+    const auto& page = std::get<ctl::FlowsReply>(r.body);
+    EXPECT_EQ(page.total, want_a.size());
+    EXPECT_LE(page.flows.size(), 300u);
+    got.insert(got.end(), page.flows.begin(), page.flows.end());
+    cursor = page.cursor;
+    ++pages;
+    ASSERT_LT(pages, 100);
+  } while (!cursor.empty());
+  EXPECT_EQ(pages, 7);  // 2000 flows, 300 a page
+  ASSERT_EQ(got.size(), want_a.size());
+  std::set<std::tuple<NodeId, std::uint16_t, std::uint32_t, std::uint16_t>> seen;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].node, a);
+    seen.insert({got[i].node, got[i].flow.local_port, got[i].flow.remote_addr.value, got[i].flow.remote_port});
+    if (i > 0) {
+      const auto& p = got[i - 1].flow;
+      const auto& q = got[i].flow;
+      EXPECT_LT(std::tie(p.local_port, p.remote_addr.value, p.remote_port),
+                std::tie(q.local_port, q.remote_addr.value, q.remote_port));
+    }
+  }
+  EXPECT_EQ(seen, want_a);
+  // A cursor that is not the reply's is refused; the rest goes on.
+  EXPECT_EQ(code(ask(admin, ctl::Flows{.node = a, .cursor = ctl::Cursor(3), .limit = 0})), ErrorCode::bad_message);
+  EXPECT_TRUE(std::holds_alternative<ctl::FlowsReply>(ask(admin, ctl::Flows{}).body));
+}
+
+TEST_F(RegistryTest, PortsAndNodesArePagedToo) {
+  std::vector<NodeId> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(hello(("n" + std::to_string(i)).c_str()));
+  for (NodeId n : ids) {
+    NodeId conn = n;
+    ASSERT_TRUE(std::holds_alternative<ctl::ListenReply>(ask(conn, ctl::Listen{ctl::Proto::udp, 53, true}).body));
+    ASSERT_TRUE(std::holds_alternative<ctl::ListenReply>(
+        ask(conn, ctl::Listen{ctl::Proto::tcp, static_cast<std::uint16_t>(1000 + n)}).body));
+  }
+  NodeId admin = 0;
+  // A group's members are split across pages: limit 2 of 10 records.
+  std::vector<ctl::PortRecord> all;
+  ctl::Cursor cursor;
+  do {
+    Message r = ask(admin, ctl::Ports{cursor, 2});
+    ASSERT_TRUE(std::holds_alternative<ctl::PortsReply>(r.body));
+    const auto& page = std::get<ctl::PortsReply>(r.body);
+    EXPECT_LE(page.ports.size(), 2u);
+    all.insert(all.end(), page.ports.begin(), page.ports.end());
+    cursor = page.cursor;
+  } while (!cursor.empty());
+  ASSERT_EQ(all.size(), 10u);
+  for (std::size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(all[i], (ctl::PortRecord{ctl::Proto::tcp, static_cast<std::uint16_t>(1000 + ids[i]), false, true, ids[i], 0}));
+    EXPECT_EQ(all[5 + i], (ctl::PortRecord{ctl::Proto::udp, 53, true, true, ids[i], 0}));
+  }
+  std::vector<ctl::NodeRecord> nodes;
+  cursor.clear();
+  do {
+    Message r = ask(admin, ctl::Nodes{cursor, 2});
+    const auto& page = std::get<ctl::NodesReply>(r.body);
+    nodes.insert(nodes.end(), page.nodes.begin(), page.nodes.end());
+    cursor = page.cursor;
+  } while (!cursor.empty());
+  ASSERT_EQ(nodes.size(), 5u);
+  for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(nodes[i].id, ids[i]);
+  EXPECT_EQ(code(ask(admin, ctl::Nodes{ctl::Cursor(5), 0})), ErrorCode::bad_message);
+  EXPECT_EQ(code(ask(admin, ctl::Ports{ctl::Cursor(2), 0})), ErrorCode::bad_message);
+  EXPECT_EQ(code(ask(admin, ctl::Rules{ctl::Cursor(1), 0})), ErrorCode::bad_message);
+}
+
+TEST_F(RegistryTest, RulesArePagedWithinAFrame) {
+  NodeId a = hello("a");
+  // 100 rules of ~1000 bytes: about 60 fit in one reply.
+  std::string expr = "udp dst port 1";
+  while (expr.size() < 1000) expr += " or udp dst port 1";
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(std::holds_alternative<ctl::RuleAddReply>(ask(a, ctl::RuleAdd{expr, 0, static_cast<std::int16_t>(i % 3)}).body));
+  }
+  NodeId admin = 0;
+  std::vector<ctl::RuleRecord> all;
+  ctl::Cursor cursor;
+  int pages = 0;
+  do {
+    Message r = ask(admin, ctl::Rules{cursor, 0});
+    ASSERT_TRUE(std::holds_alternative<ctl::RulesReply>(r.body));
+    EXPECT_TRUE(ctl::encode(r).ok());
+    const auto& page = std::get<ctl::RulesReply>(r.body);
+    all.insert(all.end(), page.rules.begin(), page.rules.end());
+    cursor = page.cursor;
+    ++pages;
+  } while (!cursor.empty());
+  EXPECT_EQ(pages, 2);
+  ASSERT_EQ(all.size(), 100u);
+  // In the order they are tried: priority 2 first.
+  for (std::size_t i = 1; i < all.size(); ++i) EXPECT_GE(all[i - 1].priority, all[i].priority);
+}
+
+TEST_F(RegistryTest, EgressDenialsAndStatsAreCountedPerNodeForAdmins) {
+  NodeId a = hello("a"), b = hello("b");
+  const std::array<std::byte, 10> runt{};  // not even an Ethernet header
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(filter->egress_allowed(runt, b));
+  NodeId admin = 0;
+  Message r = ask(admin, ctl::Nodes{});
+  const auto& nodes = std::get<ctl::NodesReply>(r.body).nodes;
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_EQ(nodes[0].id, a);
+  EXPECT_EQ(nodes[0].egress_denied, 0u);
+  EXPECT_EQ(nodes[1].egress_denied, 3u);
+  EXPECT_EQ(nodes[1].egress_allowed, 0u);
+  // STATS needs no HELLO either, and carries the filter's reasons.
+  Message s = ask(admin, ctl::Stats{});
+  ASSERT_TRUE(std::holds_alternative<ctl::StatsReply>(s.body));
+  std::map<std::string, std::uint64_t> by_name;
+  for (const ctl::Counter& c : std::get<ctl::StatsReply>(s.body).counters) by_name[c.name] = c.value;
+  EXPECT_EQ(by_name["filter.egress_denied"], 3u);
+  EXPECT_EQ(by_name["registry.nodes"], 2u);
+  // The node leaves: its counts go with it.
+  reg->node_gone(b);
+  EXPECT_EQ(filter->egress_counts(b).denied, 0u);
 }
 
 }  // namespace

@@ -238,6 +238,11 @@ TEST_F(SteerTest, DatagramsForNobodyAreUnreachableAndARuleSteersThem) {
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->from, kPeer);
   EXPECT_EQ(steer->filter().count(Reason::rule_hit), 1u);
+  // Counted per rule (xkctl rules) and per node (xkctl nodes).
+  ASSERT_EQ(steer->filter().rules().size(), 1u);
+  EXPECT_EQ(steer->filter().rules()[0].hits, 1u);
+  EXPECT_EQ(steer->filter().rules()[0].expression, "udp dst port 9999");
+  EXPECT_EQ(steer->rx_frames(2), 1u);
 }
 
 TEST_F(SteerTest, ANodeForgingAnotherNodesFlowIsDroppedAndCounted) {
@@ -249,6 +254,10 @@ TEST_F(SteerTest, ANodeForgingAnotherNodesFlowIsDroppedAndCounted) {
   ASSERT_TRUE(forged.connect(kPeer, Port{7}, Ipv4Addr{}, Port{80}).ok());
   ASSERT_TRUE(run_until([&] { return steer_counter("tx_denied") >= 1; }));
   EXPECT_EQ(tcp_of(*peer).counters().value("rx_segments"), 0u);
+  // The denials are the forger's (xkctl nodes / counters), none node 1's.
+  EXPECT_EQ(steer->filter().egress_counts(2).denied, steer_counter("tx_denied"));
+  EXPECT_EQ(steer->filter().egress_counts(2).allowed, 0u);
+  EXPECT_EQ(steer->filter().egress_counts(1).denied, 0u);
   forged.abort();
 }
 

@@ -109,6 +109,9 @@ struct RuleAdd {
   std::string expression;     // pcap filter syntax, 1..1024 bytes
   std::uint16_t queue = 0;
   std::int16_t priority = 0;  // higher is tried first; ties in the order added
+  // Version 2: the node whose queue gets the frames. 0 (absent): the
+  // connection's own node; an admin connection must name one.
+  std::uint16_t node = 0;
   friend bool operator==(const RuleAdd&, const RuleAdd&) = default;
 };
 
@@ -131,6 +134,44 @@ struct Bye {
 struct Ping {
   static constexpr MsgType kType = MsgType::ping;
   friend bool operator==(const Ping&, const Ping&) = default;
+};
+
+// ---- administration (version 2; any connection, no HELLO needed) -----------
+//
+// Each asks for one page of a list. `cursor` is empty for the first page;
+// a reply whose list goes on carries a cursor to send back for the next page
+// (its bytes mean something to filterd only). `limit` 0 (absent): as many as
+// fit in one reply.
+
+using Cursor = std::vector<std::byte>;  // 0..32 bytes; empty: from the start / no more
+
+struct Nodes {
+  static constexpr MsgType kType = MsgType::nodes;
+  Cursor cursor;
+  std::uint32_t limit = 0;
+  friend bool operator==(const Nodes&, const Nodes&) = default;
+};
+
+struct Ports {
+  static constexpr MsgType kType = MsgType::ports;
+  Cursor cursor;
+  std::uint32_t limit = 0;
+  friend bool operator==(const Ports&, const Ports&) = default;
+};
+
+struct Flows {
+  static constexpr MsgType kType = MsgType::flows;
+  std::uint16_t node = 0;  // 0 (absent): every node's
+  Cursor cursor;
+  std::uint32_t limit = 0;
+  friend bool operator==(const Flows&, const Flows&) = default;
+};
+
+struct Rules {
+  static constexpr MsgType kType = MsgType::rules;
+  Cursor cursor;
+  std::uint32_t limit = 0;
+  friend bool operator==(const Rules&, const Rules&) = default;
 };
 
 // ---- replies (filterd -> node) ---------------------------------------------
@@ -193,6 +234,78 @@ struct StatsReply {
   friend bool operator==(const StatsReply&, const StatsReply&) = default;
 };
 
+// A registered node as filterd holds it, with its counts.
+struct NodeRecord {
+  std::uint16_t id = 0;
+  std::uint16_t queues = 1;
+  std::uint32_t pid = 0;
+  std::uint32_t memif_id = 0;   // of queue 0; queue q has memif_id + q
+  std::uint32_t listeners = 0;  // ports it listens on, alone or in a group
+  std::uint32_t flows = 0;      // exact flows (connected, accepted, declared)
+  std::uint32_t rules = 0;
+  std::uint64_t rx_frames = 0;       // steered to it
+  std::uint64_t egress_allowed = 0;  // its frames the egress check let out
+  std::uint64_t egress_denied = 0;   // ... and refused (spoofing, not its port)
+  std::string name;                  // 1..64 bytes
+  friend bool operator==(const NodeRecord&, const NodeRecord&) = default;
+};
+
+struct NodesReply {
+  static constexpr MsgType kType = MsgType::nodes_reply;
+  std::vector<NodeRecord> nodes;  // by id; at most kMaxNodeRecords
+  Cursor cursor;                  // nonempty: more follow
+  friend bool operator==(const NodesReply&, const NodesReply&) = default;
+};
+
+// One owner of a port: a group has one record per member (node, queue).
+struct PortRecord {
+  Proto proto = Proto::tcp;  // tcp or udp
+  std::uint16_t port = 0;    // nonzero
+  bool group = false;
+  bool listen = false;       // a listener; else a connection's local port
+  std::uint16_t node = 0;
+  std::uint16_t queue = 0;
+  friend bool operator==(const PortRecord&, const PortRecord&) = default;
+};
+
+struct PortsReply {
+  static constexpr MsgType kType = MsgType::ports_reply;
+  std::vector<PortRecord> ports;  // by (proto, port); at most kMaxPortRecords
+  Cursor cursor;
+  friend bool operator==(const PortsReply&, const PortsReply&) = default;
+};
+
+struct NodeFlow {
+  std::uint16_t node = 0;
+  FlowEntry flow;
+  friend bool operator==(const NodeFlow&, const NodeFlow&) = default;
+};
+
+struct FlowsReply {
+  static constexpr MsgType kType = MsgType::flows_reply;
+  std::vector<NodeFlow> flows;  // by (node, proto, local port, remote); at most kMaxFlowRecords
+  std::uint32_t total = 0;      // flows of the node (or all) in the table
+  Cursor cursor;
+  friend bool operator==(const FlowsReply&, const FlowsReply&) = default;
+};
+
+struct RuleRecord {
+  std::uint32_t id = 0;  // nonzero
+  std::uint16_t node = 0;
+  std::uint16_t queue = 0;
+  std::int16_t priority = 0;
+  std::uint64_t hits = 0;  // frames it steered
+  std::string expression;  // 1..1024 bytes
+  friend bool operator==(const RuleRecord&, const RuleRecord&) = default;
+};
+
+struct RulesReply {
+  static constexpr MsgType kType = MsgType::rules_reply;
+  std::vector<RuleRecord> rules;  // in the order they are tried; at most kMaxRuleRecords, within one frame
+  Cursor cursor;
+  friend bool operator==(const RulesReply&, const RulesReply&) = default;
+};
+
 struct Error {
   static constexpr MsgType kType = MsgType::error;
   ErrorCode code = ErrorCode::internal;  // nonzero; unknown codes are kept
@@ -201,7 +314,8 @@ struct Error {
 };
 
 using Body = std::variant<Hello, Listen, Unlisten, Connect, Release, Resync, RuleAdd, RuleDel, Stats, Bye,
-                          Ping, Ok, HelloReply, ListenReply, ConnectReply, RuleAddReply, StatsReply, Error>;
+                          Ping, Nodes, Ports, Flows, Rules, Ok, HelloReply, ListenReply, ConnectReply, RuleAddReply,
+                          StatsReply, NodesReply, PortsReply, FlowsReply, RulesReply, Error>;
 
 struct Message {
   std::uint32_t request_id = 0;  // a reply echoes its request's id

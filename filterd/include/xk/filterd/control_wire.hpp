@@ -27,7 +27,13 @@
 namespace xk::filterd::ctl {
 
 inline constexpr std::uint32_t kMagic = 0x584B4331;  // "XKC1"
-inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::uint8_t kVersion = 1;  // of the framing (the header's version field)
+// The message set, negotiated in HELLO. Version 2 adds the administration
+// requests (NODES, PORTS, FLOWS, RULES; RULE_ADD naming a node; RULE_DEL of
+// any rule from an admin connection). Nothing a node sends or receives
+// changed, so filterd accepts nodes speaking 1 or 2.
+inline constexpr std::uint8_t kProtocolVersionMin = 1;
+inline constexpr std::uint8_t kProtocolVersion = 2;
 inline constexpr std::size_t kHeaderSize = 16;
 inline constexpr std::size_t kMaxBody = 64 * 1024;
 inline constexpr std::size_t kTlvHeaderSize = 4;
@@ -43,7 +49,14 @@ inline constexpr std::size_t kMaxQueues = 64;  // stacks per node; queue indexes
 inline constexpr std::size_t kMaxResyncListeners = 1024;  // per RESYNC message
 inline constexpr std::size_t kMaxResyncFlows = 3072;      // per RESYNC message
 inline constexpr std::size_t kMaxCounters = 1024;
-inline constexpr std::uint16_t kMinMtu = 68;  // RFC 791: every host must take 68 bytes
+inline constexpr std::uint16_t kMinMtu = 68;
+// Administration lists (version 2), per reply: a longer list is paged with
+// a cursor. Each cap keeps a full reply within kMaxBody.
+inline constexpr std::size_t kMaxCursor = 32;       // bytes; opaque to the client
+inline constexpr std::size_t kMaxNodeRecords = 512;  // 4 + 49 + 64 bytes each at most
+inline constexpr std::size_t kMaxPortRecords = 4096; // 4 + 8 bytes each
+inline constexpr std::size_t kMaxFlowRecords = 3072; // 4 + 14 bytes each
+inline constexpr std::size_t kMaxRuleRecords = 1024; // 4 + 20 + expression; also bounded by kMaxBody  // RFC 791: every host must take 68 bytes
 
 // Frame types. A request is below 0x80; its reply is request | 0x80 when it
 // carries data, else the generic OK; any request may be answered by ERROR.
@@ -59,12 +72,20 @@ enum class MsgType : std::uint8_t {
   stats = 0x09,
   bye = 0x0A,
   ping = 0x0B,
+  nodes = 0x0C,  // version 2: administration
+  ports = 0x0D,
+  flows = 0x0E,
+  rules = 0x0F,
   ok = 0x80,
   hello_reply = 0x81,
   listen_reply = 0x82,
   connect_reply = 0x84,
   rule_add_reply = 0x87,
   stats_reply = 0x89,
+  nodes_reply = 0x8C,
+  ports_reply = 0x8D,
+  flows_reply = 0x8E,
+  rules_reply = 0x8F,
   error = 0xFF,
 };
 
@@ -123,6 +144,13 @@ enum class Tag : std::uint16_t {
   counter = 0x0050,       // record: value u64, name length u8, name
   error_code = 0x0060,    // u16, nonzero
   error_text = 0x0061,    // string 0..256
+  cursor = 0x0070,        // bytes 1..32: where a paged list goes on (version 2)
+  limit = 0x0071,         // u32, nonzero: at most this many records
+  total = 0x0072,         // u32: records the whole list holds
+  node = 0x0073,          // record, see kNodeRecord
+  port = 0x0074,          // record, see kPortRecord
+  rule = 0x0075,          // record, see kRuleRecordMin
+  node_flow = 0x0076,     // record, see kNodeFlowRecord
 };
 
 // Base sizes of the record values; a longer record carries fields from a
@@ -132,6 +160,21 @@ inline constexpr std::size_t kFlowRecord = 12;
 inline constexpr std::size_t kChannelRecord = 10;
 inline constexpr std::size_t kCounterRecordMin = 9;  // plus the name
 inline constexpr std::uint8_t kListenerFlagGroup = 0x01;
+// Version 2 records.
+//   node:      node id u16, queues u16, pid u32, memif id u32 (queue 0's),
+//              listeners u32, flows u32, rules u32, rx frames u64,
+//              egress allowed u64, egress denied u64, name length u8, name
+//   port:      proto u8, flags u8 (bit 0 group, bit 1 listen), port u16,
+//              node u16, queue u16
+//   rule:      rule id u32, node u16, queue u16, priority i16, hits u64,
+//              expression length u16, expression
+//   node_flow: node u16, then a flow record (12 bytes)
+inline constexpr std::size_t kNodeRecordMin = 49;  // plus the name
+inline constexpr std::size_t kPortRecord = 8;
+inline constexpr std::size_t kRuleRecordMin = 20;  // plus the expression
+inline constexpr std::size_t kNodeFlowRecord = 14;
+inline constexpr std::uint8_t kPortFlagGroup = 0x01;
+inline constexpr std::uint8_t kPortFlagListen = 0x02;
 
 struct FrameHeader {
   std::uint32_t magic = kMagic;

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -137,6 +138,27 @@ struct RuleResult {
   explicit operator bool() const noexcept { return ok(); }
 };
 
+// A user rule as the engine holds it (for administration).
+struct RuleInfo {
+  RuleId id = 0;
+  std::string expression;
+  Target target;
+  int priority = 0;
+  std::uint64_t hits = 0;  // frames it steered
+};
+
+// A listener as the engine holds it: one target, or a group's members.
+struct ListenerInfo {
+  bool group = false;
+  std::vector<Target> members;
+};
+
+// What the egress check did with one node's frames.
+struct NodeEgress {
+  std::uint64_t allowed = 0;
+  std::uint64_t denied = 0;
+};
+
 struct ReleasedFrame {
   std::vector<std::byte> frame;
   Decision decision;
@@ -203,6 +225,17 @@ class FilterEngine {
   RuleResult add_rule(std::string_view expression, Target target, int priority = 0);
   Status remove_rule(RuleId id) noexcept;  // not_found
   std::size_t rule_count() const noexcept;
+  // Every rule, in the order they are tried.
+  std::vector<RuleInfo> rules() const;
+
+  // ---- Administration (not the data path) ----
+  // Calls f for every exact flow, in no particular order; f must not change
+  // the table.
+  void for_each_flow(const std::function<void(const FlowKey&, Target)>& f);
+  std::optional<ListenerInfo> listener(Proto proto, std::uint16_t port) const;
+  // The egress check's verdicts on `node`'s frames since it appeared (zero
+  // after remove_node).
+  NodeEgress egress_counts(NodeId node) const noexcept;
 
   // A node died: forget its flows, listeners, group memberships and rules;
   // later fragments of datagrams it was given are dropped.
@@ -308,6 +341,7 @@ class FilterEngine {
   Counter& frag_dropped_;
   Counter& egress_allowed_;
   Counter& egress_denied_;
+  std::vector<NodeEgress> node_egress_;  // by node id, grown when a node first sends
 };
 
 }  // namespace xk::filterd

@@ -9,6 +9,11 @@
 // they all join it as a group), and each connection a node opens gets a
 // local port of its own from the ephemeral range, with its exact flow in the
 // filter before the reply -- so before the node's SYN leaves.
+//
+// Administration (version 2): a connection that never says HELLO is an admin
+// connection (xkctl). It may list nodes, ports, flows and rules, read the
+// counters, add a rule for any node and delete any rule. Who may connect at
+// all is the transport's business (SO_PEERCRED: root or filterd's user).
 
 #include <cstdint>
 #include <functional>
@@ -16,6 +21,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "xk/filterd/control.hpp"
@@ -55,6 +61,10 @@ class NodeRegistry {
   struct Hooks {
     std::function<Status(const NodeInfo&)> attach;
     std::function<void(NodeId)> detach;
+    // Optional, for STATS and NODES: the daemon's other counter sets (steer,
+    // the drivers, the control socket), and the frames steered to a node.
+    std::function<std::vector<const CounterSet*>()> counter_sets;
+    std::function<std::uint64_t(NodeId)> node_rx_frames;
   };
 
   NodeRegistry(RegistryConfig config, FilterEngine& filter, Hooks hooks);
@@ -90,6 +100,13 @@ class NodeRegistry {
   ctl::Message rule_add(std::uint32_t id, NodeInfo& n, const ctl::RuleAdd& r);
   ctl::Message rule_del(std::uint32_t id, NodeInfo& n, const ctl::RuleDel& r);
   ctl::Message stats(std::uint32_t id) const;
+  ctl::Message admin_rule_add(std::uint32_t id, const ctl::RuleAdd& r);
+  ctl::Message admin_rule_del(std::uint32_t id, const ctl::RuleDel& r);
+  ctl::Message add_rule_for(std::uint32_t id, NodeInfo& n, const ctl::RuleAdd& r);
+  ctl::Message list_nodes(std::uint32_t id, const ctl::Nodes& r);
+  ctl::Message list_ports(std::uint32_t id, const ctl::Ports& r);
+  ctl::Message list_flows(std::uint32_t id, const ctl::Flows& r);
+  ctl::Message list_rules(std::uint32_t id, const ctl::Rules& r);
   std::optional<std::uint16_t> free_port(std::uint8_t proto);
   Status take_listen(NodeInfo& n, std::uint8_t proto, std::uint16_t port, bool group, std::uint16_t queue);
   Status take_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, Ipv4Addr remote, std::uint16_t rport,

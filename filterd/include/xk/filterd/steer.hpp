@@ -69,6 +69,9 @@ class Steer final : public fault::PassThrough {
   // Forget the channel and everything the node owned in the filter.
   void detach(NodeId node) noexcept;
   bool attached(NodeId node) const noexcept;
+  // Frames steered to the node's channel since it was attached (0: none,
+  // or no such node).
+  std::uint64_t rx_frames(NodeId node) const noexcept;
 
  protected:
   Status on_rx(fault::PassSession& s, Msg msg) override;
