@@ -2,6 +2,7 @@
 //
 //   filterd --port DEVARGS --ip A.B.C.D/N [--gw A.B.C.D] [--control PATH]
 //           [--memif-socket PATH] [--port-opts 'K=V ..'] [--secret HEX32]
+//           [--mode steer|central]
 //
 // Owns the external port and the shared address; nodes register on the
 // control socket and get a net_memif channel each (filterd is the server,
@@ -26,6 +27,7 @@
 #include "xk/counters.hpp"
 #include "xk/drivers/dpdk.hpp"
 #include "xk/event_loop.hpp"
+#include "xk/filterd/central.hpp"
 #include "xk/filterd/control_server.hpp"
 #include "xk/filterd/registry.hpp"
 #include "xk/filterd/steer.hpp"
@@ -56,6 +58,9 @@ every frame to the compute node that owns its flow (docs/filterd.md).
   --control PATH        the control socket (default /run/xk/filterd.sock)
   --memif-socket PATH   where the nodes' memif channels meet (default /run/xk/filterd.memif)
   --secret HEX32        the nodes' ISN and SYN-cookie key (default: random at start)
+  --mode steer|central  steer (default): each node runs TCP, filterd steers its frames;
+                        central: filterd runs TCP for every node and relays the byte
+                        streams over the channels (the baseline; docs/filterd.md)
   --help
 )";
 
@@ -68,6 +73,7 @@ struct Flags {
   std::string port, port_opts, control = "/run/xk/filterd.sock", memif = "/run/xk/filterd.memif", secret;
   std::optional<Ipv4Cidr> ip;
   std::optional<Ipv4Addr> gw;
+  bool central = false;
 };
 
 Flags parse(int argc, char** argv) {
@@ -97,6 +103,10 @@ Flags parse(int argc, char** argv) {
       f.gw = *g;
     } else if (a == "--control") {
       f.control = value();
+    } else if (a == "--mode") {
+      std::string v = value();
+      if (v != "steer" && v != "central") throw std::invalid_argument("--mode: steer or central");
+      f.central = v == "central";
     } else if (a == "--memif-socket") {
       f.memif = value();
     } else if (a == "--secret") {
@@ -148,12 +158,23 @@ int run(const Flags& f) {
   rc.filterd_mac = steer->config().channel_mac;
   rc.mtu = static_cast<std::uint16_t>(ext->mtu());
   rc.shared = *f.ip;
+  rc.central = f.central;
   if (f.gw) rc.gateway = *f.gw;
   if (!f.secret.empty()) {
     for (std::size_t i = 0; i < 16; ++i) rc.secret[i] = std::byte(std::stoi(f.secret.substr(2 * i, 2), nullptr, 16));
   } else {
     std::random_device rd;
     for (auto& b : rc.secret) b = std::byte(static_cast<unsigned char>(rd()));
+  }
+
+  // Central mode: filterd's tcp0 ends every connection; the bridge relays
+  // the streams (before the channels: destroyed after them... it holds no
+  // channel, only steer's sink, which it clears).
+  std::unique_ptr<Central> central;
+  if (f.central) {
+    CentralConfig cc;
+    cc.channel_mtu = ext->mtu();
+    central = std::make_unique<Central>(*graph.find_as<tcp::TcpProtocol>("tcp0"), *steer, &loop, cc);
   }
 
   // Each node's channel: a memif server interface of its own, hot-plugged.
@@ -166,6 +187,7 @@ int run(const Flags& f) {
                  ",socket=" + f.memif;
     dc.mtu = ext->mtu();
     dc.mbufs = 4095;  // per node: enough for a channel's rings and bursts
+    dc.tx_keep = f.central;  // relay frames are never dropped: a full ring waits
     try {
       auto d = std::make_unique<drivers::DpdkDriver>("node" + std::to_string(n.id), dc, &loop);
       if (Status st = steer->attach(n.id, *d, ch.node_mac); !st) return st;
@@ -179,6 +201,7 @@ int run(const Flags& f) {
     return {};
   };
   hooks.detach = [&](NodeId id) {
+    if (central) central->node_gone(id);
     steer->detach(id);
     channels.erase(id);
     std::printf("filterd: node %u gone\n", id);
@@ -194,6 +217,16 @@ int run(const Flags& f) {
   };
   hooks.node_rx_frames = [&](NodeId id) { return steer->rx_frames(id); };
   NodeRegistry registry(rc, steer->filter(), hooks);
+  if (central) {
+    NodeRegistry::ListenHooks lh;
+    lh.listened = [&](NodeId n, std::uint8_t proto, std::uint16_t port) {
+      if (proto == 6) central->listened(n, port);
+    };
+    lh.unlistened = [&](NodeId n, std::uint8_t proto, std::uint16_t port) {
+      if (proto == 6) central->unlistened(n, port);
+    };
+    registry.set_listen_hooks(std::move(lh));
+  }
   ControlServer::Config cc;
   cc.path = f.control;
   ControlServer control(loop, registry, cc);
@@ -206,24 +239,27 @@ int run(const Flags& f) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  std::printf("filterd: %s on %s, control %s, channels on %s: ready\n", to_string(*f.ip).c_str(), f.port.c_str(),
-              f.control.c_str(), f.memif.c_str());
+  std::printf("filterd: %s on %s, control %s, channels on %s, %s mode: ready\n", to_string(*f.ip).c_str(),
+              f.port.c_str(), f.control.c_str(), f.memif.c_str(), f.central ? "central" : "steer");
   std::fflush(stdout);
   loop.run();
   g_loop.store(nullptr);
 
-  std::printf("filterd: stopping\n");
+  std::printf("filterd: stopping (%s mode)\n", f.central ? "central" : "steer");
   std::vector<const CounterSet*> sets = graph.counters();
   sets.push_back(&steer->filter().counters());
   sets.push_back(&registry.counters());
   sets.push_back(&control.counters());
+  if (central) sets.push_back(&central->counters());
   for (const CounterSet* s : sets) {
     for (const auto& e : s->entries()) {
       if (e.counter.value() != 0) std::printf("  %-10s %-28s %llu\n", s->owner().c_str(), e.name.c_str(),
                                               static_cast<unsigned long long>(e.counter.value()));
     }
   }
-  // Channels go before steer (it must not outlive... they detach first).
+  // Relayed connections go first (RST to their peers), then the channels
+  // (detached from steer first).
+  central.reset();
   for (auto& [id, d] : channels) steer->detach(id);
   channels.clear();
   return 0;

@@ -98,6 +98,7 @@ DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
       tx_frames_(counters().add("tx_frames", "frames the tx ring took")),
       tx_bytes_(counters().add("tx_bytes")),
       tx_drop_full_(counters().add("tx_drop_full", "frames dropped: the tx ring was full")),
+      tx_kept_(counters().add("tx_kept", "tx_keep: frames the ring refused, kept for a later flush")),
       tx_nombuf_(counters().add("tx_nombuf", "frames refused: no free mbuf")),
       drop_too_big_(counters().add("drop_too_big", "frames refused: larger than the MTU allows")),
       drop_no_receiver_(counters().add("drop_no_receiver", "frames received with nobody enabled")),
@@ -416,6 +417,10 @@ Status DpdkDriver::transmit(const Msg& frame) {
     if (req.has(Offload::tx_udp_csum)) ol_flags |= RTE_MBUF_F_TX_UDP_CKSUM;
     if (req.has(Offload::tx_tcp_csum)) ol_flags |= RTE_MBUF_F_TX_TCP_CKSUM;
   }
+  if (config_.tx_keep && tx_queue_.size() >= config_.tx_keep_max) {
+    (void)flush();
+    if (tx_queue_.size() >= config_.tx_keep_max) return Errc::would_block;
+  }
   rte_mbuf* head = rte_pktmbuf_alloc(pool_);
   if (head == nullptr) {
     ++tx_nombuf_;
@@ -469,15 +474,20 @@ std::size_t DpdkDriver::flush() {
     if (k == 0) break;
     sent += k;
   }
-  // What the ring refused is still ours.
+  // What the ring refused is still ours: kept for the next flush, or freed.
   for (std::size_t i = sent; i < n; ++i) {
     bytes -= tx_queue_[i]->pkt_len;
-    rte_pktmbuf_free(tx_queue_[i]);
+    if (!config_.tx_keep) rte_pktmbuf_free(tx_queue_[i]);
   }
-  tx_drop_full_.inc(n - sent);
   tx_frames_.inc(sent);
   tx_bytes_.inc(bytes);
-  tx_queue_.clear();
+  if (config_.tx_keep) {
+    tx_kept_.inc(n - sent);
+    tx_queue_.erase(tx_queue_.begin(), tx_queue_.begin() + static_cast<std::ptrdiff_t>(sent));
+  } else {
+    tx_drop_full_.inc(n - sent);
+    tx_queue_.clear();
+  }
   return sent;
 }
 
@@ -566,6 +576,8 @@ void register_dpdk(Registry& registry) {
           .with_option(OptionSpec::integer("idle_sleep_us", 1, 1'000'000,
                                            "without rx interrupts: longest sleep of an idle loop")
                            .defaults_to("1000"))
+          .with_option(OptionSpec::boolean("tx_keep", "keep frames the tx ring refuses for a later flush (never drop)")
+                           .defaults_to("off"))
           .with_option(OptionSpec::size("eal_mem", 16 << 20, std::uint64_t{1} << 40, "EAL memory (first port only)")
                            .defaults_to("256m"))
           .with_option(OptionSpec::string("eal_args", "extra EAL arguments, space-separated (first port only)"))
@@ -584,6 +596,7 @@ void register_dpdk(Registry& registry) {
             c.csum_offload = o.get_string("csum_offload") == "auto";
             c.rx_interrupt = o.get_string("rx_intr") == "auto";
             c.idle_sleep_max = std::chrono::microseconds(o.get_int("idle_sleep_us"));
+            c.tx_keep = o.get_bool("tx_keep");
             c.eal.memory_mb = static_cast<std::size_t>(o.get_size("eal_mem") >> 20);
             if (o.has("eal_args")) c.eal.extra_args = dpdk::split_args(o.get_string("eal_args"));
             return std::make_unique<DpdkDriver>(args.name, std::move(c), args.loop);

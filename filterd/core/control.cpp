@@ -52,6 +52,7 @@ const char* tag_name(std::uint16_t tag) noexcept {
     case Tag::gateway: return "gateway";
     case Tag::secret: return "secret";
     case Tag::heartbeat_ms: return "heartbeat_ms";
+    case Tag::central: return "central";
     case Tag::counter: return "counter";
     case Tag::error_code: return "error_code";
     case Tag::error_text: return "error_text";
@@ -501,6 +502,7 @@ void put(Writer& w, const HelloReply& m) {
   if (m.gateway.value != 0) w.u32(Tag::gateway, m.gateway.value);
   w.bytes(Tag::secret, m.secret);
   w.u32(Tag::heartbeat_ms, m.heartbeat_ms);
+  if (m.central) w.boolean(Tag::central, true);
 }
 
 void put(Writer& w, const ListenReply& m) { w.u16(Tag::local_port, m.port); }
@@ -758,7 +760,8 @@ constexpr FieldSpec kHelloReplyFields[] = {{Tag::version, P::required},
                                            {Tag::prefix_len, P::required},
                                            {Tag::gateway, P::optional},
                                            {Tag::secret, P::required},
-                                           {Tag::heartbeat_ms, P::required}};
+                                           {Tag::heartbeat_ms, P::required},
+                                           {Tag::central, P::optional}};
 constexpr FieldSpec kPortFields[] = {{Tag::local_port, P::required}};
 constexpr FieldSpec kStatsReplyFields[] = {{Tag::counter, P::repeated, kMaxCounters}};
 constexpr FieldSpec kErrorFields[] = {{Tag::error_code, P::required}, {Tag::error_text, P::optional}};
@@ -1052,6 +1055,7 @@ Body take(Decoder& d, HelloReply) {
   m.gateway.value = d.u32(Tag::gateway);
   if (auto v = d.fixed(Tag::secret, m.secret.size())) std::memcpy(m.secret.data(), v->data(), m.secret.size());
   m.heartbeat_ms = d.u32(Tag::heartbeat_ms);
+  m.central = d.boolean(Tag::central);
   return m;
 }
 

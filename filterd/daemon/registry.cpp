@@ -159,6 +159,7 @@ Message NodeRegistry::hello(std::uint32_t id, const ctl::Hello& h, NodeId& node,
   r.secret = config_.secret;
   r.heartbeat_ms = config_.heartbeat_ms;
   r.version = std::min(h.version_max, ctl::kProtocolVersion);
+  r.central = config_.central;
   nodes_.emplace(nid, std::move(n));
   node = nid;
   ++hellos_;
@@ -191,6 +192,7 @@ Status NodeRegistry::take_listen(NodeInfo& n, std::uint8_t proto, std::uint16_t 
     ports_[{proto, port}] = PortUse{n.id, group, 1, true};
   }
   n.listens.insert({proto, port});
+  if (listen_hooks_.listened) listen_hooks_.listened(n.id, proto, port);
   return {};
 }
 
@@ -225,6 +227,7 @@ Message NodeRegistry::unlisten(std::uint32_t id, NodeInfo& n, const ctl::Unliste
     }
     if (--it->second.users == 0) ports_.erase(it);
   }
+  if (listen_hooks_.unlistened) listen_hooks_.unlistened(n.id, proto, u.port);
   return reply(id, ctl::Ok{});
 }
 

@@ -10,6 +10,7 @@
 #include "xk/protocols/arp_wire.hpp"
 #include "xk/protocols/eth_wire.hpp"
 #include "xk/protocols/ipv4_wire.hpp"
+#include "xk/protocols/relay_wire.hpp"
 
 namespace xk::filterd {
 
@@ -45,6 +46,14 @@ class Steer::Channel final : public Protocol {
     Result<std::span<const std::byte>> p = frame.pop(eth::Header::kSize);
     if (!p) return p.error();
     const std::uint16_t type = load_be16(p->data() + 12);
+    Result<std::span<std::byte>> room = frame.push(eth::Header::kSize);
+    if (!room) return room.error();
+    eth::Header{node_mac_, steer_.config_.channel_mac, type}.write(room->first<eth::Header::kSize>());
+    return tx_->push(std::move(frame));
+  }
+
+  // A frame whose Ethernet header is still to come (a relay frame).
+  Status send_typed(Msg frame, std::uint16_t type) {
     Result<std::span<std::byte>> room = frame.push(eth::Header::kSize);
     if (!room) return room.error();
     eth::Header{node_mac_, steer_.config_.channel_mac, type}.write(room->first<eth::Header::kSize>());
@@ -95,7 +104,9 @@ Steer::Steer(std::string name, Protocol& external, const Clock& clock, SteerConf
       tx_not_sent_(counters().add("tx_not_sent", "node packets ARP could not send or queue")),
       proxy_arp_(counters().add("proxy_arp", "node ARP requests answered with filterd's channel MAC")),
       channel_dropped_(counters().add("channel_dropped", "node frames neither IPv4 nor an ARP request")),
-      learned_flows_(counters().add("learned_flows", "accepted connections made exact flows at their SYN-ACK")) {}
+      learned_flows_(counters().add("learned_flows", "accepted connections made exact flows at their SYN-ACK")),
+      rx_central_tcp_(counters().add("rx_central_tcp", "central mode: TCP segments for filterd's own TCP")),
+      relay_from_nodes_(counters().add("relay_from_nodes", "central mode: relay frames from the nodes")) {}
 
 Steer::~Steer() { channels_.clear(); }
 
@@ -108,6 +119,12 @@ Status Steer::attach(NodeId node, Protocol& channel, MacAddr node_mac) {
 void Steer::detach(NodeId node) noexcept {
   channels_.erase(NodeKey{node});
   filter_->remove_node(node);
+}
+
+Status Steer::send_relay(NodeId node, Msg frame) {
+  std::unique_ptr<Channel>* ch = channels_.find(NodeKey{node});
+  if (ch == nullptr) return Errc::not_found;
+  return (*ch)->send_typed(std::move(frame), relay::kEtherType);
 }
 
 bool Steer::attached(NodeId node) const noexcept { return channels_.find(NodeKey{node}) != nullptr; }
@@ -124,6 +141,13 @@ Status Steer::on_rx(fault::PassSession& s, Msg msg) {
   if (!frame) {
     ++rx_dropped_;
     return frame.error();
+  }
+  if (relay_sink_ && frame->size() > 23 && load_be16(frame->data() + 12) == eth::kTypeIpv4 &&
+      static_cast<std::uint8_t>((*frame)[23]) == 6) {
+    // Central mode: filterd's TCP is every TCP connection's end (its ipv4
+    // checks the packet as for any stack).
+    ++rx_central_tcp_;
+    return s.deliver_up(std::move(msg));
   }
   const Decision d = filter_->classify(*frame);
   Status st;
@@ -186,6 +210,12 @@ Status Steer::egress(Channel& ch, Msg frame) {
   }
   const std::uint16_t type = load_be16(bytes->data() + 12);
   if (type == eth::kTypeArp) return answer_arp(ch, std::move(frame));
+  if (type == relay::kEtherType && relay_sink_) {
+    ++relay_from_nodes_;
+    (void)frame.pop(eth::Header::kSize);
+    relay_sink_(ch.node(), std::move(frame));
+    return {};
+  }
   if (type != eth::kTypeIpv4) {
     ++channel_dropped_;
     return Errc::unsupported;

@@ -24,7 +24,7 @@ RtoConfig rto_config(const TcpConfig& c) {
 }  // namespace
 
 TcpConnection::TcpConnection(TcpProtocol& proto, Protocol* upper)
-    : Session(proto, upper),
+    : StreamEndpoint(proto, upper),
       proto_(&proto),
       sndbuf_(proto.config().sndbuf),
       rcvbuf_limit_(proto.config().rcvbuf),

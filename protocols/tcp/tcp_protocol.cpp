@@ -33,7 +33,7 @@ const char* to_string(State s) noexcept {
 // ---- listener ---------------------------------------------------------------
 
 ListenSession::ListenSession(TcpProtocol& proto, Ipv4Addr addr, Port port, std::size_t backlog)
-    : Session(proto, nullptr), proto_(&proto), addr_(addr), port_(port), backlog_(backlog) {}
+    : ListenEndpoint(proto, nullptr), proto_(&proto), addr_(addr), port_(port), backlog_(backlog) {}
 
 ListenSession::~ListenSession() = default;
 
@@ -72,6 +72,12 @@ Result<Ref<TcpConnection>> ListenSession::accept() {
   c->listener_ = nullptr;
   c->accepted_ = true;
   return c;
+}
+
+Result<Ref<StreamEndpoint>> ListenSession::accept_stream() {
+  Result<Ref<TcpConnection>> c = accept();
+  if (!c) return c.error();
+  return Ref<StreamEndpoint>(*c);
 }
 
 void ListenSession::established(TcpConnection& c) {
@@ -651,7 +657,10 @@ std::size_t TcpProtocol::time_wait_count() const noexcept {
   return n;
 }
 
-TcpSocket TcpProtocol::socket() { return TcpSocket(make_ref<TcpConnection>(*this, nullptr)); }
+TcpSocket TcpProtocol::socket() {
+  if (backend_ != nullptr) return TcpSocket(backend_->make_stream());
+  return TcpSocket(make_ref<TcpConnection>(*this, nullptr));
+}
 
 Result<TcpListener> TcpProtocol::listen(Ipv4Addr addr, Port port, std::size_t backlog, bool group) {
   if (backlog == 0) backlog = 1;
@@ -670,6 +679,14 @@ Result<TcpListener> TcpProtocol::listen(Ipv4Addr addr, Port port, std::size_t ba
     Result<std::uint16_t> e = pick_ephemeral(addr, Ipv4Addr{}, 0);
     if (!e) return e.error();
     p = *e;
+  }
+  if (backend_ != nullptr) {
+    Result<Ref<ListenEndpoint>> b = backend_->make_listener(addr, Port{p}, backlog, authority_);
+    if (!b) {
+      if (authority_ != nullptr) authority_->release_listen(kIpProtocol, p);
+      return b.error();
+    }
+    return TcpListener(std::move(*b));
   }
   Ref<ListenSession> l = make_ref<ListenSession>(*this, addr, Port{p}, backlog);
   listeners_.insert(ListenKey{addr.value, p}, l.get());
@@ -714,13 +731,13 @@ Status TcpSocket::shutdown_write() {
 }
 Status TcpSocket::close() {
   if (!c_) return Errc::closed;
-  Ref<TcpConnection> c = std::move(c_);
+  Ref<StreamEndpoint> c = std::move(c_);
   c->set_on_event({});
   return c->close_gracefully();
 }
 void TcpSocket::abort() {
   if (!c_) return;
-  Ref<TcpConnection> c = std::move(c_);
+  Ref<StreamEndpoint> c = std::move(c_);
   c->set_on_event({});
   c->abort();
 }
@@ -759,7 +776,7 @@ TcpListener::~TcpListener() { (void)close(); }
 
 Result<TcpSocket> TcpListener::accept() {
   if (!l_) return Errc::closed;
-  Result<Ref<TcpConnection>> c = l_->accept();
+  Result<Ref<StreamEndpoint>> c = l_->accept_stream();
   if (!c) return c.error();
   return TcpSocket(std::move(*c));
 }
@@ -774,7 +791,7 @@ void TcpListener::set_checksum(ChecksumMode mode) noexcept {
 
 Status TcpListener::close() {
   if (!l_) return Errc::closed;
-  Ref<ListenSession> l = std::move(l_);
+  Ref<ListenEndpoint> l = std::move(l_);
   l->set_on_event({});
   return l->close();
 }
@@ -819,6 +836,9 @@ void register_tcp(Registry& registry) {
           .with_option(OptionSpec::size("rcvbuf", 1024, std::size_t{1} << 30, "default receive buffer").defaults_to("1m"))
           .with_option(OptionSpec::boolean("syncookies", "SYN cookies when the SYN queue is full").defaults_to("on"))
           .with_option(OptionSpec::string("secret", "ISN/cookie key, 32 hex digits (default: random)"))
+          .with_option(OptionSpec::choice("backend", {"own", "relay"},
+                                          "who carries the streams: this TCP, or the layer below (a relay)")
+                           .defaults_to("own"))
           .with_factory([](const BuildArgs& args) -> std::unique_ptr<Protocol> {
             if (args.loop == nullptr) throw std::invalid_argument("tcp needs an event loop for its timers");
             const xk::Options& o = args.options;
@@ -842,7 +862,15 @@ void register_tcp(Registry& registry) {
             c.syncookies = o.get_bool("syncookies");
             if (o.has("secret")) c.secret = parse_secret(o.get_string("secret"));
             if (c.rto_min > c.rto_max) throw std::invalid_argument("rto_min is above rto_max");
-            return std::make_unique<TcpProtocol>(args.name, *args.below[0], args.loop->timers(), c);
+            auto t = std::make_unique<TcpProtocol>(args.name, *args.below[0], args.loop->timers(), c);
+            if (o.get_string("backend") == "relay") {
+              auto* backend = dynamic_cast<StreamBackend*>(args.below[0]);
+              if (backend == nullptr) {
+                throw std::invalid_argument("backend=relay: '" + args.below[0]->name() + "' carries no streams");
+              }
+              t->set_backend(backend);
+            }
+            return t;
           }));
 }
 

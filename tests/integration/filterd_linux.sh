@@ -2,7 +2,11 @@
 # integration.filterd_linux: filterd between a Linux host and 4 xk nodes that
 # share its address (docs/filterd.md).
 #
-#   filterd_linux.sh FILTERD XK_TCP_PERF          (as root; CTest runs it)
+#   filterd_linux.sh FILTERD XK_TCP_PERF [steer|central]   (as root; CTest runs it)
+#
+# MODE (default steer) is filterd's --mode: in central mode filterd's own TCP
+# ends every connection and relays the streams to the nodes (the same data
+# tests, the same unchanged xk-tcp-perf; integration.filterd_central).
 #
 #   netns xk-fd-<pid>-a: Linux, xkfl<pid> 192.0.2.1/24
 #   netns xk-fd-<pid>-b: filterd on xkfx<pid> (DPDK net_af_packet) as
@@ -20,10 +24,15 @@
 #     and its port can be listened on again by a new node.
 #   XK_INT_FD_BYTES   bytes per connection in (1) (default 1m; 256k under ASan)
 set -euo pipefail
-TEST_NAME=filterd_linux
+MODE=${3:-steer}
+case "$MODE" in
+  steer) TEST_NAME=filterd_linux ;;
+  central) TEST_NAME=filterd_central ;;
+  *) echo "mode: steer or central, not '$MODE'" >&2; exit 2 ;;
+esac
 source "$(dirname "$0")/lib.sh"
 
-[ $# -ge 2 ] || die "usage: $0 FILTERD XK_TCP_PERF"
+[ $# -ge 2 ] || die "usage: $0 FILTERD XK_TCP_PERF [steer|central]"
 FD=$(readlink -f "$1")
 XK=$(readlink -f "$2")
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -45,7 +54,7 @@ LNX=xkfl$$
 XKIF=xkfx$$
 LNX_IP=192.0.2.1
 SHARED=192.0.2.10
-OUT=$PWD/filterd_linux.out
+OUT=$PWD/$TEST_NAME.out
 rm -rf "$OUT"
 mkdir -p "$OUT"
 CTL=$OUT/filterd.sock
@@ -73,8 +82,8 @@ trap 'exit 143' TERM
 step "topology: $NSA ($LNX $LNX_IP/24) <-veth-> $NSB (filterd on $XKIF as $SHARED/24)"
 make_veth_topology "$NSA" "$NSB" "$LNX" "$XKIF" "$LNX_IP/24"
 
-step "filterd"
-ip netns exec "$NSB" "$FD" --port "net_af_packet0,iface=$XKIF,framecnt=4096" --port-opts "mbufs=16383" \
+step "filterd ($MODE mode)"
+ip netns exec "$NSB" "$FD" --mode "$MODE" --port "net_af_packet0,iface=$XKIF,framecnt=4096" --port-opts "mbufs=16383" \
   --ip "$SHARED/24" --control "$CTL" --memif-socket "$MEMIF" > "$OUT/filterd.log" 2>&1 &
 FDPID=$!
 PIDS+=("$FDPID")
@@ -151,8 +160,21 @@ wait_for "$OUT/again.log" "ready" "$AGAIN" 30
 step "stop"
 for pid in "${SERVERS[@]}" "$AGAIN"; do stop "$pid" || true; done
 stop "$FDPID" || die "filterd did not exit cleanly"
-grep -E "rx_to_node|tx_from_nodes|learned_flows|default_rst|default_unreachable|group_hit|egress_denied" \
+grep -E "rx_to_node|tx_from_nodes|learned_flows|default_rst|default_unreachable|group_hit|egress_denied|central " \
   "$OUT/filterd.log" | sed 's/^/   /'
+if [ "$MODE" = central ]; then
+  # filterd's TCP accepted every connection of (1) and made those of (2).
+  acc=$(sed -n 's/^ *central *accepted *\([0-9]*\)$/\1/p' "$OUT/filterd.log")
+  con=$(sed -n 's/^ *central *connected *\([0-9]*\)$/\1/p' "$OUT/filterd.log")
+  [ "${acc:-0}" -ge $CONNS ] || die "central: filterd accepted ${acc:-0} connections, $CONNS expected"
+  [ "${con:-0}" -ge $NODES ] || die "central: filterd connected ${con:-0} for the nodes, $NODES expected"
+  if grep -qE "central *(malformed|over_credit|unknown_id)" "$OUT/filterd.log"; then
+    die "central: the relay saw malformed or excess frames from honest nodes"
+  fi
+  if grep -q "rx_to_node" "$OUT/filterd.log" && [ "$(sed -n 's/^ *st0 *rx_to_node *\([0-9]*\)$/\1/p' "$OUT/filterd.log")" -gt 100 ]; then
+    die "central: TCP frames were steered to nodes"
+  fi
+fi
 if grep -q "egress_denied" "$OUT/filterd.log"; then
   die "filterd denied frames of honest nodes"
 fi

@@ -111,7 +111,10 @@ std::string FilterdClient::graph_spec(const std::string& tcp_opts) const {
   std::ostringstream g;
   g << "dpdk net0 devargs="
     << spec_value("net_memif0,role=client,id=" + std::to_string(ch.memif_id) + ",socket=" + hello_.memif_socket)
-    << " mtu=" << hello_.mtu << "\n";
+    << " mtu=" << hello_.mtu;
+  // Central mode: relay frames are never dropped (a full ring waits).
+  if (hello_.central) g << " tx_keep=on";
+  g << "\n";
   g << "eth  eth0 below=net0 mac=" << to_string(ch.node_mac) << "\n";
   g << "arp  arp0 below=eth0\n";
   g << "ipv4 ip0  below=eth0,arp0 addr=" << to_string(hello_.address) << "/" << int{hello_.prefix_len};
@@ -121,7 +124,13 @@ std::string FilterdClient::graph_spec(const std::string& tcp_opts) const {
   g << "udp  udp0 below=ip0\n";
   char hex[33];
   for (std::size_t i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", static_cast<unsigned>(hello_.secret[i]));
-  g << "tcp  tcp0 below=ip0 secret=" << hex;
+  if (hello_.central) {
+    // filterd runs TCP; our sockets are its relayed streams (UDP stays ours).
+    g << "relay relay0 below=eth0 peer=" << to_string(hello_.filterd_mac) << "\n";
+    g << "tcp  tcp0 below=relay0 backend=relay secret=" << hex;
+  } else {
+    g << "tcp  tcp0 below=ip0 secret=" << hex;
+  }
   if (!tcp_opts.empty()) g << " " << tcp_opts;
   g << "\n";
   return g.str();

@@ -268,7 +268,7 @@ std::uint32_t compute_events(Sock& s) {
     return ev;
   }
   if (!s.connected) return EPOLLOUT | EPOLLHUP;  // as Linux reports a fresh TCP socket
-  const tcp::TcpConnection* c = s.conn.connection();
+  const tcp::StreamEndpoint* c = s.conn.endpoint();
   if (c == nullptr) return EPOLLHUP;
   const std::uint32_t t = c->events();
   const bool gone = c->detached();
@@ -536,7 +536,7 @@ ssize_t dgram_send(Sock& s, const void* buf, std::size_t len, const sockaddr* to
 // as set, or graceful.
 int close_sock(const std::shared_ptr<Sock>& sp, bool reset) {
   Sock& s = *sp;
-  Ref<tcp::TcpConnection> lingering;
+  Ref<tcp::StreamEndpoint> lingering;
   Linger linger;
   s.stack->call([&] {
     s.closed.store(true);
@@ -554,7 +554,7 @@ int close_sock(const std::shared_ptr<Sock>& sp, bool reset) {
     } else if (reset || (linger.on && linger.seconds == 0)) {
       s.conn.abort();  // RFC 9293 3.10.5 ABORT: RST, queued data dropped
     } else {
-      if (linger.on && s.conn.connection() != nullptr) lingering = Ref<tcp::TcpConnection>(s.conn.connection());
+      if (linger.on && s.conn.endpoint() != nullptr) lingering = Ref<tcp::StreamEndpoint>(s.conn.endpoint());
       (void)s.conn.close();
       if (lingering) lingering->set_on_event([p = &s] { p->wp.bump(); });
     }
@@ -1012,7 +1012,7 @@ extern "C" int xk_connect(int fd, const struct sockaddr* addr, socklen_t len) {
       if (s->closed.load()) return Errc::closed;
       if (s->listening) return Errc::bad_state;
       if (s->connected) {
-        tcp::TcpConnection* c = s->conn.connection();
+        tcp::StreamEndpoint* c = s->conn.endpoint();
         if (c != nullptr && c->pending_error() != Errc::ok) return c->take_error();
         return s->conn.state() == tcp::State::syn_sent ? 2 : 3;
       }
@@ -1042,7 +1042,7 @@ extern "C" int xk_connect(int fd, const struct sockaddr* addr, socklen_t len) {
     // Blocking: wait for the handshake to end one way or the other.
     const Deadline deadline = deadline_after_ns(s->sndtimeo_ns.load());
     Outcome o = blocking(*s, true, deadline, [&]() -> Outcome {
-      tcp::TcpConnection* c = s->conn.connection();
+      tcp::StreamEndpoint* c = s->conn.endpoint();
       if (c == nullptr) return Outcome::error(Errc::closed);
       if (c->pending_error() != Errc::ok) return Outcome::error(c->take_error());
       if (s->conn.state() == tcp::State::syn_sent || s->conn.state() == tcp::State::syn_received) {
@@ -1213,7 +1213,7 @@ extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, soc
     int err = s->stack->call([&]() -> int {
       if (s->closed.load()) return EBADF;
       const bool stream = s->type == SOCK_STREAM;
-      tcp::TcpConnection* c = stream ? s->conn.connection() : nullptr;
+      tcp::StreamEndpoint* c = stream ? s->conn.endpoint() : nullptr;
       auto buf_size = [&] { return static_cast<std::size_t>(std::clamp(iv, 2048, 64 << 20)); };
       if (level == SOL_SOCKET) {
         switch (name) {
@@ -1300,7 +1300,7 @@ extern "C" int xk_getsockopt(int fd, int level, int name, void* value, socklen_t
       Answer r;
       if (s->closed.load()) return Answer{EBADF};
       const bool stream = s->type == SOCK_STREAM;
-      tcp::TcpConnection* c = stream ? s->conn.connection() : nullptr;
+      tcp::StreamEndpoint* c = stream ? s->conn.endpoint() : nullptr;
       if (level == SOL_SOCKET) {
         switch (name) {
           case SO_TYPE: r.iv = s->type; return r;

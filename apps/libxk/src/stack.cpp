@@ -18,6 +18,7 @@
 #include "xk/protocols/fault.hpp"
 #include "xk/protocols/icmp.hpp"
 #include "xk/protocols/ipv4.hpp"
+#include "xk/protocols/relay.hpp"
 #include "xk/protocols/tcp.hpp"
 #include "xk/protocols/udp.hpp"
 #ifdef XK_HAVE_DPDK
@@ -98,6 +99,7 @@ void register_all_kinds(Registry& registry) {
   icmp::register_icmp(registry);
   udp::register_udp(registry);
   tcp::register_tcp(registry);
+  relay::register_relay(registry);
 }
 
 // ---- WaitPoint ----------------------------------------------------------------

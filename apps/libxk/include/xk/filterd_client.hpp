@@ -31,7 +31,9 @@ class FilterdClient final : public PortAuthority {
 
   const filterd::ctl::HelloReply& hello() const noexcept { return hello_; }
   // The node's graph: its memif channel to filterd, the shared address, the
-  // ISN/SYN-cookie secret, and `tcp_opts` added to the tcp line.
+  // ISN/SYN-cookie secret, and `tcp_opts` added to the tcp line. In central
+  // mode (the HELLO reply says so) tcp sits on a relay layer instead of ip0:
+  // the same sockets, carried by filterd's TCP (docs/filterd.md).
   std::string graph_spec(const std::string& tcp_opts = {}) const;
 
   // One request, its reply (an Error reply is a reply, not a failure);

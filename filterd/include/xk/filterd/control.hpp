@@ -201,6 +201,7 @@ struct HelloReply {
   Ipv4Addr gateway;                 // 0.0.0.0: none
   Secret secret{};                  // ISN and SYN-cookie key, shared by every stack
   std::uint32_t heartbeat_ms = 0;   // send PING when idle this long; 0: no heartbeat
+  bool central = false;             // central mode: filterd runs TCP, streams come over the relay
   friend bool operator==(const HelloReply&, const HelloReply&) = default;
 };
 

@@ -141,6 +141,7 @@ enum class Tag : std::uint16_t {
   gateway = 0x0047,       // u32
   secret = 0x0048,        // 16 bytes
   heartbeat_ms = 0x0049,  // u32
+  central = 0x004A,       // u8 bool
   counter = 0x0050,       // record: value u64, name length u8, name
   error_code = 0x0060,    // u16, nonzero
   error_text = 0x0061,    // string 0..256

@@ -41,6 +41,7 @@ struct RegistryConfig {
   std::uint16_t ephemeral_max = 65535;
   std::size_t max_nodes = 1024;
   std::uint32_t heartbeat_ms = 0;
+  bool central = false;  // central mode (HELLO_REPLY says so to the nodes)
 };
 
 struct NodeInfo {
@@ -66,6 +67,14 @@ class NodeRegistry {
     std::function<std::vector<const CounterSet*>()> counter_sets;
     std::function<std::uint64_t(NodeId)> node_rx_frames;
   };
+  // A node listens on a port now (alone or in its group), or no longer
+  // (UNLISTEN; a node that goes gets detach only). Central mode's bridge
+  // listens on filterd's own TCP for these.
+  struct ListenHooks {
+    std::function<void(NodeId, std::uint8_t proto, std::uint16_t port)> listened;
+    std::function<void(NodeId, std::uint8_t proto, std::uint16_t port)> unlistened;
+  };
+  void set_listen_hooks(ListenHooks hooks) { listen_hooks_ = std::move(hooks); }
 
   NodeRegistry(RegistryConfig config, FilterEngine& filter, Hooks hooks);
 
@@ -115,6 +124,7 @@ class NodeRegistry {
   RegistryConfig config_;
   FilterEngine& filter_;
   Hooks hooks_;
+  ListenHooks listen_hooks_;
   std::map<NodeId, NodeInfo> nodes_;
   std::map<PortKey, PortUse> ports_;
   // A node's flows (for RELEASE checks and cleanup): (proto, lport, remote, rport) -> node.

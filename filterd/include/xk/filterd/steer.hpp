@@ -23,6 +23,7 @@
 // and counted.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,6 +74,18 @@ class Steer final : public fault::PassThrough {
   // or no such node).
   std::uint64_t rx_frames(NodeId node) const noexcept;
 
+  // Central mode (docs/filterd.md): every TCP segment for the shared address
+  // goes up to filterd's own TCP, which terminates the connections; the
+  // nodes' relay frames (EtherType 0x88B5) go to `sink`. UDP, ARP and ICMP
+  // are steered as ever.
+  using RelaySink = std::function<void(NodeId node, Msg frame)>;
+  void set_central(RelaySink sink) { relay_sink_ = std::move(sink); }
+  bool central() const noexcept { return static_cast<bool>(relay_sink_); }
+  // A relay frame (no Ethernet header yet) to a node's channel. would_block:
+  // the channel is full now and the frame was not taken (it is still the
+  // caller's if it pushed a share()); not_found: no such channel.
+  Status send_relay(NodeId node, Msg frame);
+
  protected:
   Status on_rx(fault::PassSession& s, Msg msg) override;
 
@@ -91,6 +104,7 @@ class Steer final : public fault::PassThrough {
   std::unique_ptr<FilterEngine> filter_;
   NextHopResolver* resolver_ = nullptr;
   FlatMap<NodeKey, std::unique_ptr<Channel>> channels_;
+  RelaySink relay_sink_;
 
   Counter& rx_to_node_;
   Counter& rx_local_;
@@ -104,6 +118,8 @@ class Steer final : public fault::PassThrough {
   Counter& proxy_arp_;
   Counter& channel_dropped_;
   Counter& learned_flows_;
+  Counter& rx_central_tcp_;
+  Counter& relay_from_nodes_;
 };
 
 void register_steer(Registry& registry);

@@ -102,6 +102,12 @@ class DpdkDriver final : public Protocol, public Pollable {
     // long, doubling per idle sleep up to idle_sleep_max (adaptive back-off).
     std::chrono::microseconds idle_sleep_min{50};
     std::chrono::microseconds idle_sleep_max{1000};
+    // Keep frames the tx ring refuses and send them on a later flush, in
+    // order, instead of dropping them; push() says would_block once
+    // tx_keep_max frames wait. For channels whose protocol never drops
+    // (central mode's relay).
+    bool tx_keep = false;
+    std::size_t tx_keep_max = 1024;
     dpdk::EalConfig eal;
   };
 
@@ -187,6 +193,7 @@ class DpdkDriver final : public Protocol, public Pollable {
   Counter& tx_frames_;
   Counter& tx_bytes_;
   Counter& tx_drop_full_;
+  Counter& tx_kept_;
   Counter& tx_nombuf_;
   Counter& drop_too_big_;
   Counter& drop_no_receiver_;

@@ -140,9 +140,75 @@ enum Event : std::uint32_t {
   ev_acceptable = 16,  // a listener has a connection to accept
 };
 
+// What a TcpSocket drives: the TCB of a connection this stack runs
+// (TcpConnection), or a byte stream some other backend carries -- e.g. the
+// central-mode relay, where filterd runs TCP and the node only sees the
+// stream (protocols/relay). The calls mean what TcpConnection's say.
+class StreamEndpoint : public Session {
+ public:
+  using Session::Session;
+
+  virtual Status connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr = {}, Port local_port = {}) = 0;
+  virtual Result<std::size_t> write(std::span<const std::byte> bytes) = 0;
+  virtual Status write_msg(Msg& msg) = 0;
+  virtual Result<std::size_t> read(std::span<std::byte> dst) = 0;
+  virtual Result<Msg> read_msg(std::size_t max) = 0;
+  virtual Status shutdown_write() = 0;
+  virtual Status close_gracefully() = 0;
+  virtual void abort() = 0;
+
+  virtual void set_nodelay(bool on) noexcept = 0;
+  virtual void set_cork(bool on) noexcept = 0;
+  virtual void set_keepalive(bool on) noexcept = 0;
+  virtual void set_sndbuf(std::size_t bytes) noexcept = 0;
+  virtual void set_rcvbuf(std::size_t bytes) noexcept = 0;
+  virtual void set_checksum(ChecksumMode mode) noexcept = 0;
+  virtual ChecksumMode checksum_mode() const noexcept = 0;
+
+  virtual State state() const noexcept = 0;
+  virtual std::uint32_t events() const noexcept = 0;
+  virtual void set_on_event(std::function<void()> fn) = 0;
+  virtual Errc pending_error() const noexcept = 0;
+  virtual Errc take_error() noexcept = 0;
+  virtual Errc soft_error() const noexcept = 0;
+  virtual ConnStats stats() const noexcept = 0;
+  virtual FourTuple tuple() const noexcept = 0;
+  virtual std::size_t rcv_queued() const noexcept = 0;
+  virtual std::size_t snd_queued() const noexcept = 0;
+  virtual bool detached() const noexcept = 0;
+  // The TCB, when this stack runs TCP for the stream (null for a relay).
+  virtual TcpConnection* tcb() noexcept { return nullptr; }
+};
+
+// What a TcpListener drives: a ListenSession, or a backend's listener.
+class ListenEndpoint : public Session {
+ public:
+  using Session::Session;
+  virtual Result<Ref<StreamEndpoint>> accept_stream() = 0;
+  virtual std::size_t pending() const noexcept = 0;
+  virtual std::uint32_t events() const noexcept = 0;
+  virtual void set_on_event(std::function<void()> fn) = 0;
+  virtual void set_checksum(ChecksumMode mode) noexcept = 0;
+  virtual Ipv4Addr addr() const noexcept = 0;
+  virtual Port port() const noexcept = 0;
+  virtual bool detached() const noexcept = 0;
+};
+
+// A TcpProtocol configured with `backend=...` hands its sockets and
+// listeners to this (the port was already agreed with the PortAuthority).
+class StreamBackend {
+ public:
+  virtual ~StreamBackend() = default;
+  virtual Ref<StreamEndpoint> make_stream() = 0;
+  // `authority`: to give the port back to when the listener closes (or null).
+  virtual Result<Ref<ListenEndpoint>> make_listener(Ipv4Addr addr, Port port, std::size_t backlog,
+                                                    PortAuthority* authority) = 0;
+  virtual std::size_t stream_count() const noexcept = 0;
+};
+
 // The TCB: one connection (RFC 9293 3.3.1). A Session, so another protocol can
 // sit on it; applications use it through TcpSocket.
-class TcpConnection final : public Session {
+class TcpConnection final : public StreamEndpoint {
  public:
   TcpConnection(TcpProtocol& proto, Protocol* upper);
   ~TcpConnection() override;
@@ -156,45 +222,46 @@ class TcpConnection final : public Session {
   // ---- the user calls (RFC 9293 3.10.1 - 3.10.6) --------------------------
   // From an ephemeral port, or from `local_port` (and `local_addr`, which must
   // be the address the stack reaches `addr` from) when the socket was bound.
-  Status connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr = {}, Port local_port = {});
+  Status connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr = {}, Port local_port = {}) override;
   // Copies what fits in the send buffer; would_block when nothing does.
-  Result<std::size_t> write(std::span<const std::byte> bytes);
-  Status write_msg(Msg& msg);
+  Result<std::size_t> write(std::span<const std::byte> bytes) override;
+  Status write_msg(Msg& msg) override;
   // Copies out what has arrived; 0 at end of stream; would_block when empty.
-  Result<std::size_t> read(std::span<std::byte> dst);
-  Result<Msg> read_msg(std::size_t max);
+  Result<std::size_t> read(std::span<std::byte> dst) override;
+  Result<Msg> read_msg(std::size_t max) override;
   // No more writes: a FIN follows the queued data.
-  Status shutdown_write();
+  Status shutdown_write() override;
   // Graceful close: FIN after the data (RFC 9293 3.10.4); the connection lives
   // on in the stack until the handshake ends.
-  Status close_gracefully();
+  Status close_gracefully() override;
   // RST and forget (RFC 9293 3.10.5).
-  void abort();
+  void abort() override;
 
-  void set_nodelay(bool on) noexcept;
-  void set_cork(bool on) noexcept;
-  void set_keepalive(bool on) noexcept;
-  void set_sndbuf(std::size_t bytes) noexcept;
-  void set_rcvbuf(std::size_t bytes) noexcept;
+  void set_nodelay(bool on) noexcept override;
+  void set_cork(bool on) noexcept override;
+  void set_keepalive(bool on) noexcept override;
+  void set_sndbuf(std::size_t bytes) noexcept override;
+  void set_rcvbuf(std::size_t bytes) noexcept override;
   // Whether this connection computes checksums on send and verifies them on
   // receive; the stack's mode (csum=) until set. Off means off at both ends.
-  void set_checksum(ChecksumMode mode) noexcept { csum_ = mode; }
-  ChecksumMode checksum_mode() const noexcept;
+  void set_checksum(ChecksumMode mode) noexcept override { csum_ = mode; }
+  ChecksumMode checksum_mode() const noexcept override;
 
-  State state() const noexcept { return state_; }
-  std::uint32_t events() const noexcept;
+  State state() const noexcept override { return state_; }
+  std::uint32_t events() const noexcept override;
   // Called on the stack's thread whenever events() may have changed.
-  void set_on_event(std::function<void()> fn) { on_event_ = std::move(fn); }
-  Errc pending_error() const noexcept { return error_; }
-  Errc take_error() noexcept { return std::exchange(error_, Errc::ok); }
+  void set_on_event(std::function<void()> fn) override { on_event_ = std::move(fn); }
+  Errc pending_error() const noexcept override { return error_; }
+  Errc take_error() noexcept override { return std::exchange(error_, Errc::ok); }
   // The last ICMP soft error (RFC 1122 4.2.3.9): reported only if the
   // connection times out, forgotten when the peer acknowledges something.
-  Errc soft_error() const noexcept { return soft_error_; }
-  ConnStats stats() const noexcept;
-  FourTuple tuple() const noexcept { return tuple_; }
-  std::size_t rcv_queued() const noexcept { return rcvbuf_.size(); }
-  std::size_t snd_queued() const noexcept { return sndbuf_.size(); }
-  bool detached() const noexcept { return proto_ == nullptr; }
+  Errc soft_error() const noexcept override { return soft_error_; }
+  ConnStats stats() const noexcept override;
+  FourTuple tuple() const noexcept override { return tuple_; }
+  std::size_t rcv_queued() const noexcept override { return rcvbuf_.size(); }
+  std::size_t snd_queued() const noexcept override { return sndbuf_.size(); }
+  bool detached() const noexcept override { return proto_ == nullptr; }
+  TcpConnection* tcb() noexcept override { return this; }
 
  private:
   friend class TcpProtocol;
@@ -329,7 +396,7 @@ class TcpConnection final : public Session {
 };
 
 // A passive open: a port (and address) that accepts connections.
-class ListenSession final : public Session {
+class ListenSession final : public ListenEndpoint {
  public:
   ListenSession(TcpProtocol& proto, Ipv4Addr addr, Port port, std::size_t backlog);
   ~ListenSession() override;
@@ -339,15 +406,16 @@ class ListenSession final : public Session {
 
   // The oldest established connection, or would_block.
   Result<Ref<TcpConnection>> accept();
-  std::size_t pending() const noexcept { return accept_q_.size(); }
-  std::uint32_t events() const noexcept { return accept_q_.empty() ? 0u : std::uint32_t{ev_acceptable}; }
-  void set_on_event(std::function<void()> fn) { on_event_ = std::move(fn); }
+  Result<Ref<StreamEndpoint>> accept_stream() override;
+  std::size_t pending() const noexcept override { return accept_q_.size(); }
+  std::uint32_t events() const noexcept override { return accept_q_.empty() ? 0u : std::uint32_t{ev_acceptable}; }
+  void set_on_event(std::function<void()> fn) override { on_event_ = std::move(fn); }
   // The checksum mode of the SYNs it takes and of the connections it makes
   // (TcpConnection::set_checksum); the stack's until set.
-  void set_checksum(ChecksumMode mode) noexcept { csum_ = mode; }
-  Ipv4Addr addr() const noexcept { return addr_; }
-  Port port() const noexcept { return port_; }
-  bool detached() const noexcept { return proto_ == nullptr; }
+  void set_checksum(ChecksumMode mode) noexcept override { csum_ = mode; }
+  Ipv4Addr addr() const noexcept override { return addr_; }
+  Port port() const noexcept override { return port_; }
+  bool detached() const noexcept override { return proto_ == nullptr; }
 
  private:
   friend class TcpProtocol;
@@ -373,7 +441,7 @@ class ListenSession final : public Session {
 class TcpSocket {
  public:
   TcpSocket() noexcept = default;
-  explicit TcpSocket(Ref<TcpConnection> c) noexcept : c_(std::move(c)) {}
+  explicit TcpSocket(Ref<StreamEndpoint> c) noexcept : c_(std::move(c)) {}
   TcpSocket(TcpSocket&&) noexcept = default;
   TcpSocket& operator=(TcpSocket&& other) noexcept;
   TcpSocket(const TcpSocket&) = delete;
@@ -406,16 +474,19 @@ class TcpSocket {
   State state() const noexcept { return c_ ? c_->state() : State::closed; }
   ConnStats stats() const noexcept { return c_ ? c_->stats() : ConnStats{}; }
   FourTuple tuple() const noexcept { return c_ ? c_->tuple() : FourTuple{}; }
-  TcpConnection* connection() const noexcept { return c_.get(); }
+  // The TCB (null when no socket, or when a backend such as the relay
+  // carries the stream); endpoint() is whatever carries it.
+  TcpConnection* connection() const noexcept { return c_ ? c_->tcb() : nullptr; }
+  StreamEndpoint* endpoint() const noexcept { return c_.get(); }
 
  private:
-  Ref<TcpConnection> c_;
+  Ref<StreamEndpoint> c_;
 };
 
 class TcpListener {
  public:
   TcpListener() noexcept = default;
-  explicit TcpListener(Ref<ListenSession> l) noexcept : l_(std::move(l)) {}
+  explicit TcpListener(Ref<ListenEndpoint> l) noexcept : l_(std::move(l)) {}
   TcpListener(TcpListener&&) noexcept = default;
   TcpListener& operator=(TcpListener&& other) noexcept;
   TcpListener(const TcpListener&) = delete;
@@ -432,7 +503,7 @@ class TcpListener {
   Status close();
 
  private:
-  Ref<ListenSession> l_;
+  Ref<ListenEndpoint> l_;
 };
 
 class TcpProtocol final : public Protocol {
@@ -455,6 +526,10 @@ class TcpProtocol final : public Protocol {
   // null: the stack owns its address alone. Must outlive the protocol's use
   // of it (set before the first listen/connect, cleared after the last).
   void set_port_authority(PortAuthority* authority) noexcept { authority_ = authority; }
+  // Sockets and listeners from `backend` instead of this stack's TCP (the
+  // central-mode relay); null: our own. Set before the first socket.
+  void set_backend(StreamBackend* backend) noexcept { backend_ = backend; }
+  StreamBackend* backend() const noexcept { return backend_; }
   PortAuthority* port_authority() const noexcept { return authority_; }
 
   // bind() before listen() or connect(): hold (addr, port) (port 0: an
@@ -468,7 +543,7 @@ class TcpProtocol final : public Protocol {
 
   const TcpConfig& config() const noexcept { return config_; }
   TimerWheel& timers() noexcept { return timers_; }
-  std::size_t connection_count() const noexcept { return conns_.size(); }
+  std::size_t connection_count() const noexcept { return backend_ != nullptr ? backend_->stream_count() : conns_.size(); }
   // Of those, the ones in TIME-WAIT.
   std::size_t time_wait_count() const noexcept;
   ChecksumMode checksum_mode() const noexcept { return config_.csum; }
@@ -543,6 +618,7 @@ class TcpProtocol final : public Protocol {
   FlatMap<ListenKey, ListenSession*> listeners_;
   FlatMap<ListenKey, std::uint32_t> reserved_;  // bound, not yet listening or connected
   PortAuthority* authority_ = nullptr;
+  StreamBackend* backend_ = nullptr;
   // 4-tuples to give back to the authority on the next pass: a segment this
   // pass queued (a RST, the last ACK) must leave before filterd forgets the
   // flow, or it is refused as not ours.
