@@ -32,8 +32,8 @@ const char* to_string(State s) noexcept {
 
 // ---- listener ---------------------------------------------------------------
 
-ListenSession::ListenSession(TcpProtocol& proto, Ipv4Addr addr, Port port, std::size_t backlog)
-    : Session(proto, nullptr), proto_(&proto), addr_(addr), port_(port), backlog_(backlog) {}
+ListenSession::ListenSession(TcpProtocol& proto, Ipv4Addr addr, Port port, std::size_t backlog, bool group)
+    : Session(proto, nullptr), proto_(&proto), addr_(addr), port_(port), backlog_(backlog), group_(group) {}
 
 ListenSession::~ListenSession() = default;
 
@@ -507,6 +507,7 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
         }
         ++c_.syncookies_ok;
         Ref<TcpConnection> c = make_ref<TcpConnection>(*this, nullptr);
+        c->passive_ = true;
         c->tuple_ = t;
         c->csum_ = l.csum_;
         c->ip_ = ip.session;
@@ -583,6 +584,7 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
     return;
   }
   Ref<TcpConnection> c = make_ref<TcpConnection>(*this, nullptr);
+  c->passive_ = true;
   c->tuple_ = t;
   c->csum_ = l.csum_;
   c->ip_ = ip.session;
@@ -651,6 +653,24 @@ std::size_t TcpProtocol::time_wait_count() const noexcept {
   return n;
 }
 
+std::vector<TcpProtocol::ListenerInfo> TcpProtocol::listeners() const {
+  std::vector<ListenerInfo> out;
+  const_cast<FlatMap<ListenKey, ListenSession*>&>(listeners_).for_each([&](const ListenKey&, ListenSession*& l) {
+    out.push_back(ListenerInfo{l->addr(), l->port(), l->group()});
+  });
+  return out;
+}
+
+std::vector<TcpProtocol::ConnectionInfo> TcpProtocol::connections() const {
+  std::vector<ConnectionInfo> out;
+  // Only inserted connections are in the map: each has its 4-tuple.
+  const_cast<ActiveMap<ConnKey>&>(conns_).for_each([&](const ConnKey&, SessionRef& s) {
+    const auto* c = static_cast<const TcpConnection*>(s.get());
+    out.push_back(ConnectionInfo{c->tuple_, c->state_, c->passive_, c->claimed_});
+  });
+  return out;
+}
+
 TcpSocket TcpProtocol::socket() { return TcpSocket(make_ref<TcpConnection>(*this, nullptr)); }
 
 Result<TcpListener> TcpProtocol::listen(Ipv4Addr addr, Port port, std::size_t backlog, bool group) {
@@ -671,7 +691,7 @@ Result<TcpListener> TcpProtocol::listen(Ipv4Addr addr, Port port, std::size_t ba
     if (!e) return e.error();
     p = *e;
   }
-  Ref<ListenSession> l = make_ref<ListenSession>(*this, addr, Port{p}, backlog);
+  Ref<ListenSession> l = make_ref<ListenSession>(*this, addr, Port{p}, backlog, group);
   listeners_.insert(ListenKey{addr.value, p}, l.get());
   return TcpListener(std::move(l));
 }

@@ -9,6 +9,11 @@
 // they all join it as a group), and each connection a node opens gets a
 // local port of its own from the ephemeral range, with its exact flow in the
 // filter before the reply -- so before the node's SYN leaves.
+//
+// A filterd that restarts starts empty. Nodes that outlived the old one say
+// HELLO with `resume` (their old id and channels, granted when nobody holds
+// them) and RESYNC what they own; entries that conflict with what another
+// node holds are refused one by one, the rest installed.
 
 #include <cstdint>
 #include <functional>
@@ -94,6 +99,10 @@ class NodeRegistry {
   Status take_listen(NodeInfo& n, std::uint8_t proto, std::uint16_t port, bool group, std::uint16_t queue);
   Status take_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, Ipv4Addr remote, std::uint16_t rport,
                    std::uint16_t queue);
+  Status take_accepted_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, Ipv4Addr remote,
+                            std::uint16_t rport, std::uint16_t queue);
+  // A registered node has this memif id or this MAC already.
+  bool channel_taken(const ctl::Channel& ch) const;
 
   RegistryConfig config_;
   FilterEngine& filter_;
@@ -109,6 +118,10 @@ class NodeRegistry {
   Counter& requests_;
   Counter& refused_;
   Counter& nodes_gone_;
+  Counter& resumes_;
+  Counter& resumes_refused_;
+  Counter& resynced_;
+  Counter& refused_entries_;
 };
 
 }  // namespace xk::filterd
