@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -57,7 +58,11 @@ every frame to the compute node that owns its flow (docs/filterd.md).
   --gw A.B.C.D          next hop off the subnet
   --control PATH        the control socket (default /run/xk/filterd.sock)
   --memif-socket PATH   where the nodes' memif channels meet (default /run/xk/filterd.memif)
-  --secret HEX32        the nodes' ISN and SYN-cookie key (default: random at start)
+  --secret HEX32        the nodes' ISN and SYN-cookie key (default: random at start); give the
+                        same one to a filterd that restarts, so resumed nodes and new ones agree
+  --resync-grace MS     after start, drop (not answer) frames of flows nobody has declared yet
+                        for this long, so nodes that outlived a filterd restart can re-declare
+                        their connections before RSTs kill them (default 3000; 0: off)
   --mode steer|central  steer (default): each node runs TCP, filterd steers its frames;
                         central: filterd runs TCP for every node and relays the byte
                         streams over the channels (the baseline; docs/filterd.md)
@@ -74,6 +79,7 @@ struct Flags {
   std::optional<Ipv4Cidr> ip;
   std::optional<Ipv4Addr> gw;
   bool central = false;
+  long long resync_grace_ms = 3000;
 };
 
 Flags parse(int argc, char** argv) {
@@ -109,6 +115,13 @@ Flags parse(int argc, char** argv) {
       f.central = v == "central";
     } else if (a == "--memif-socket") {
       f.memif = value();
+    } else if (a == "--resync-grace") {
+      std::string v = value();
+      char* end = nullptr;
+      f.resync_grace_ms = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || f.resync_grace_ms < 0 || f.resync_grace_ms > 600000) {
+        throw std::invalid_argument("--resync-grace: milliseconds, 0..600000");
+      }
     } else if (a == "--secret") {
       f.secret = value();
       if (f.secret.size() != 32 || f.secret.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
@@ -232,6 +245,9 @@ int run(const Flags& f) {
   ControlServer control(loop, registry, cc);
   control_ptr = &control;
 
+  // RFC 9293 3.4.3 ("knowing when to keep quiet") for a restarted host, in
+  // filterd's terms: answer nothing for flows it may simply not know yet.
+  if (f.resync_grace_ms > 0) steer->keep_quiet_until(loop.clock().now() + std::chrono::milliseconds(f.resync_grace_ms));
   g_loop.store(&loop);
   struct sigaction sa {};
   sa.sa_handler = on_signal;

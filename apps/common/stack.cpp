@@ -291,7 +291,7 @@ AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle)
   StackSpec spec;
   if (!flags.filterd.empty()) {
 #ifdef XK_HAVE_FILTERD
-    auto client = FilterdClient::connect(flags.filterd, prog);
+    auto client = FilterdClient::connect(flags.filterd, prog, FilterdClient::options_from_env());
     spec = StackSpec{client->graph_spec(flags.tcp_opts + (flags.csum ? "" : " csum=off")), "filterd"};
     authority_ = std::move(client);
 #else
@@ -311,8 +311,14 @@ AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle)
   }
   loop_.add(signals_);
   if (authority_) {
-    if (auto* t = graph_->find_as<tcp::TcpProtocol>("tcp0")) t->set_port_authority(authority_.get());
-    if (auto* u = graph_->find_as<udp::UdpProtocol>("udp0")) u->set_port_authority(authority_.get());
+    auto* t = graph_->find_as<tcp::TcpProtocol>("tcp0");
+    auto* u = graph_->find_as<udp::UdpProtocol>("udp0");
+    if (t != nullptr) t->set_port_authority(authority_.get());
+    if (u != nullptr) u->set_port_authority(authority_.get());
+#ifdef XK_HAVE_FILTERD
+    // filterd may restart under us: reconnect, and declare what we hold.
+    attach_node(static_cast<FilterdClient&>(*authority_), loop_, t, u, graph_->find("net0"));
+#endif
   }
 }
 

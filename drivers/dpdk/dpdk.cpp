@@ -107,7 +107,8 @@ DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
       drop_wrap_(counters().add("drop_wrap", "frames dropped: no memory to wrap an mbuf")),
       link_up_(counters().add("link_up", "1 if the link was up when last asked")),
       intr_sleeps_(counters().add("intr_sleeps", "loop sleeps armed with the rx interrupt")),
-      timer_sleeps_(counters().add("timer_sleeps", "loop sleeps bounded by the back-off timer")) {
+      timer_sleeps_(counters().add("timer_sleeps", "loop sleeps bounded by the back-off timer")),
+      restarts_(counters().add("restarts", "times the port was stopped and started again")) {
   if (config_.devargs.empty()) throw std::invalid_argument("dpdk " + this->name() + ": devargs is required");
   config_.burst = std::clamp<std::size_t>(config_.burst, 1, kMaxBurst);
   if (config_.idle_sleep_min.count() <= 0) config_.idle_sleep_min = std::chrono::microseconds(1);
@@ -330,7 +331,23 @@ Result<ControlReply> DpdkDriver::control_any(const ControlQuery& query) {
   return Protocol::control_any(query);
 }
 
+Status DpdkDriver::restart() {
+  if (!port_valid_) return Errc::closed;
+  for (rte_mbuf* m : tx_queue_) rte_pktmbuf_free(m);
+  tx_queue_.clear();
+  if (started_) {
+    (void)rte_eth_dev_stop(port_);
+    started_ = false;
+  }
+  ++restarts_;
+  if (rte_eth_dev_start(port_) != 0) return Errc::not_connected;
+  started_ = true;
+  (void)link();
+  return {};
+}
+
 std::size_t DpdkDriver::poll(std::size_t budget) {
+  if (!started_) return 0;
   rte_mbuf* burst[kMaxBurst];
   std::size_t done = 0;
   while (done < budget) {
@@ -465,6 +482,13 @@ Status DpdkDriver::transmit(const Msg& frame) {
 
 std::size_t DpdkDriver::flush() {
   if (tx_queue_.empty()) return 0;
+  if (!started_) {
+    // A port that did not start again: what waits for it is lost, as on a dead link.
+    tx_drop_full_.inc(tx_queue_.size());
+    for (rte_mbuf* m : tx_queue_) rte_pktmbuf_free(m);
+    tx_queue_.clear();
+    return 0;
+  }
   const std::size_t n = tx_queue_.size();
   std::uint64_t bytes = 0;
   for (rte_mbuf* m : tx_queue_) bytes += m->pkt_len;

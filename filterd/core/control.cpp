@@ -30,6 +30,7 @@ const char* tag_name(std::uint16_t tag) noexcept {
     case Tag::queues: return "queues";
     case Tag::versions: return "versions";
     case Tag::version: return "version";
+    case Tag::resume: return "resume";
     case Tag::proto: return "proto";
     case Tag::local_port: return "local_port";
     case Tag::group: return "group";
@@ -175,6 +176,13 @@ Check check(const Hello& m) {
   if (m.queues == 0 || m.queues > kMaxQueues) return bad("queues " + num(m.queues) + " is not in 1.." + num(kMaxQueues));
   if (m.version_min == 0 || m.version_min > m.version_max)
     return bad("version range " + num(m.version_min) + ".." + num(m.version_max) + " is empty or starts at 0");
+  if (m.resume) {
+    if (m.resume->node_id == 0) return bad("resume: node id 0 is never given out");
+    if (m.resume->channels.size() > kMaxQueues)
+      return over("resume: " + num(m.resume->channels.size()) + " channels, over the limit of " + num(kMaxQueues));
+    if (m.resume->channels.size() != m.queues)
+      return bad("resume: " + num(m.resume->channels.size()) + " channels for " + num(m.queues) + " queues");
+  }
   return std::nullopt;
 }
 
@@ -401,6 +409,14 @@ std::uint8_t raw(Proto p) noexcept { return static_cast<std::uint8_t>(p); }
 
 // Fields go out in ascending tag order; an optional field equal to its
 // default is left out.
+void put_channels(Writer& w, const std::vector<Channel>& channels) {
+  for (const Channel& c : channels) {
+    std::span<std::byte> v = w.value(Tag::channel, kChannelRecord);
+    store_be32(v.data(), c.memif_id);
+    std::memcpy(v.data() + 4, c.node_mac.bytes.data(), 6);
+  }
+}
+
 void put(Writer& w, const Hello& m) {
   w.text(Tag::name, m.name);
   w.u32(Tag::pid, m.pid);
@@ -408,6 +424,13 @@ void put(Writer& w, const Hello& m) {
   std::span<std::byte> v = w.value(Tag::versions, 2);
   v[0] = std::byte{m.version_min};
   v[1] = std::byte{m.version_max};
+  if (m.resume) {
+    std::span<std::byte> r = w.value(Tag::resume, kResumeRecord);
+    r[0] = std::byte{kResumeFormat};
+    r[1] = std::byte{0};
+    store_be16(r.data() + 2, m.resume->node_id);
+    put_channels(w, m.resume->channels);
+  }
 }
 
 void put(Writer& w, const Listen& m) {
@@ -438,6 +461,7 @@ void put(Writer& w, const Release& m) {
 }
 
 void write_flow(std::byte* v, const FlowEntry& f);
+FlowEntry read_flow(const std::byte* v);
 
 void put(Writer& w, const Resync& m) {
   for (const ListenerEntry& l : m.listeners) {
@@ -473,7 +497,7 @@ void put(Writer& w, const Rules& m) { put_page(w, m.cursor, m.limit); }
 
 void write_flow(std::byte* v, const FlowEntry& f) {
   v[0] = std::byte{static_cast<std::uint8_t>(f.proto)};
-  v[1] = std::byte{0};
+  v[1] = std::byte{f.accepted ? kFlowFlagAccepted : std::uint8_t{0}};
   store_be16(v + 2, f.local_port);
   store_be32(v + 4, f.remote_addr.value);
   store_be16(v + 8, f.remote_port);
@@ -490,11 +514,7 @@ void put(Writer& w, const HelloReply& m) {
   w.u8(Tag::version, m.version);
   w.u16(Tag::node_id, m.node_id);
   w.text(Tag::memif_socket, m.memif_socket);
-  for (const Channel& c : m.channels) {
-    std::span<std::byte> v = w.value(Tag::channel, kChannelRecord);
-    store_be32(v.data(), c.memif_id);
-    std::memcpy(v.data() + 4, c.node_mac.bytes.data(), 6);
-  }
+  put_channels(w, m.channels);
   w.mac(Tag::filterd_mac, m.filterd_mac);
   w.u16(Tag::mtu, m.mtu);
   w.u32(Tag::address, m.address.value);
@@ -653,6 +673,19 @@ class Decoder {
     return v;
   }
 
+  // The value of a single record field, if present with at least n bytes
+  // (a later version may append to it).
+  std::optional<std::span<const std::byte>> record(Tag t, std::size_t n) {
+    const int i = index(t);
+    if (i < 0 || !one_[static_cast<std::size_t>(i)]) return std::nullopt;
+    std::span<const std::byte> v = *one_[static_cast<std::size_t>(i)];
+    if (v.size() < n) {
+      fail(describe(t) + ": length " + num(v.size()) + ", at least " + num(n) + " expected");
+      return std::nullopt;
+    }
+    return v;
+  }
+
   std::uint8_t u8(Tag t) {
     auto v = fixed(t, 1);
     return v ? static_cast<std::uint8_t>((*v)[0]) : 0;
@@ -721,8 +754,9 @@ class Decoder {
 
 using P = Presence;
 
-constexpr FieldSpec kHelloFields[] = {
-    {Tag::name, P::required}, {Tag::pid, P::required}, {Tag::queues, P::required}, {Tag::versions, P::required}};
+constexpr FieldSpec kHelloFields[] = {{Tag::name, P::required},     {Tag::pid, P::required},
+                                      {Tag::queues, P::required},   {Tag::versions, P::required},
+                                      {Tag::resume, P::optional},   {Tag::channel, P::repeated, kMaxQueues}};
 constexpr FieldSpec kListenFields[] = {
     {Tag::proto, P::required}, {Tag::local_port, P::required}, {Tag::group, P::optional}, {Tag::queue, P::required}};
 constexpr FieldSpec kUnlistenFields[] = {{Tag::proto, P::required}, {Tag::local_port, P::required}};
@@ -768,6 +802,21 @@ constexpr FieldSpec kErrorFields[] = {{Tag::error_code, P::required}, {Tag::erro
 
 static_assert(std::size(kHelloReplyFields) <= kMaxFields);
 
+// Channel records (HELLO_REPLY, and a resuming HELLO); false after a bad one.
+bool take_channels(Decoder& d, const std::vector<std::span<const std::byte>>& records, std::vector<Channel>& out) {
+  out.reserve(records.size());  // capped by the scan
+  for (std::span<const std::byte> v : records) {
+    if (v.size() < kChannelRecord) {
+      d.fail(describe(Tag::channel) + ": length " + num(v.size()) + ", at least " + num(kChannelRecord) + " expected");
+      return false;
+    }
+    Channel& c = out.emplace_back();
+    c.memif_id = load_be32(v.data());
+    std::memcpy(c.node_mac.bytes.data(), v.data() + 4, 6);
+  }
+  return true;
+}
+
 Body take(Decoder& d, Hello) {
   Hello m;
   m.name = d.text(Tag::name, kMaxNodeName);
@@ -777,6 +826,24 @@ Body take(Decoder& d, Hello) {
     m.version_min = static_cast<std::uint8_t>((*v)[0]);
     m.version_max = static_cast<std::uint8_t>((*v)[1]);
   }
+  const auto& channels = d.list(Tag::channel);
+  std::optional<std::span<const std::byte>> r = d.record(Tag::resume, kResumeRecord);
+  if (!r) {
+    if (!channels.empty()) d.fail(describe(Tag::channel) + " without " + describe(Tag::resume));
+    return m;
+  }
+  if (static_cast<std::uint8_t>((*r)[0]) != kResumeFormat) {
+    d.fail(describe(Tag::resume) + ": format " + num(static_cast<std::uint8_t>((*r)[0])) + ", this receiver knows " +
+           num(kResumeFormat));
+    return m;
+  }
+  if ((*r)[1] != std::byte{0}) {
+    d.fail(describe(Tag::resume) + ": unknown flags " + hex(static_cast<std::uint8_t>((*r)[1]), 2));
+    return m;
+  }
+  Resume& res = m.resume.emplace();
+  res.node_id = load_be16(r->data() + 2);
+  if (!take_channels(d, channels, res.channels)) m.resume.reset();
   return m;
 }
 
@@ -842,16 +909,12 @@ Body take(Decoder& d, Resync) {
       d.fail(describe(Tag::flow) + ": length " + num(v.size()) + ", at least " + num(kFlowRecord) + " expected");
       return m;
     }
-    if (v[1] != std::byte{0}) {
-      d.fail(describe(Tag::flow) + ": unknown flags " + hex(static_cast<std::uint8_t>(v[1]), 2));
+    const auto flags = static_cast<std::uint8_t>(v[1]);
+    if (flags & ~kFlowFlagAccepted) {
+      d.fail(describe(Tag::flow) + ": unknown flags " + hex(flags, 2));
       return m;
     }
-    FlowEntry& f = m.flows.emplace_back();
-    f.proto = static_cast<Proto>(v[0]);
-    f.local_port = load_be16(v.data() + 2);
-    f.remote_addr.value = load_be32(v.data() + 4);
-    f.remote_port = load_be16(v.data() + 8);
-    f.queue = load_be16(v.data() + 10);
+    m.flows.push_back(read_flow(v.data()));
   }
   m.more = d.boolean(Tag::more);
   return m;
@@ -913,6 +976,7 @@ Body take(Decoder& d, Rules) {
 FlowEntry read_flow(const std::byte* v) {
   FlowEntry f;
   f.proto = static_cast<Proto>(v[0]);
+  f.accepted = (static_cast<std::uint8_t>(v[1]) & kFlowFlagAccepted) != 0;
   f.local_port = load_be16(v + 2);
   f.remote_addr.value = load_be32(v + 4);
   f.remote_port = load_be16(v + 8);
@@ -1037,17 +1101,7 @@ Body take(Decoder& d, HelloReply) {
   m.version = d.u8(Tag::version);
   m.node_id = d.u16(Tag::node_id);
   m.memif_socket = d.text(Tag::memif_socket, kMaxMemifSocket);
-  const auto& channels = d.list(Tag::channel);
-  m.channels.reserve(channels.size());
-  for (std::span<const std::byte> v : channels) {
-    if (v.size() < kChannelRecord) {
-      d.fail(describe(Tag::channel) + ": length " + num(v.size()) + ", at least " + num(kChannelRecord) + " expected");
-      return m;
-    }
-    Channel& c = m.channels.emplace_back();
-    c.memif_id = load_be32(v.data());
-    std::memcpy(c.node_mac.bytes.data(), v.data() + 4, 6);
-  }
+  if (!take_channels(d, d.list(Tag::channel), m.channels)) return m;
   m.filterd_mac = d.mac(Tag::filterd_mac);
   m.mtu = d.u16(Tag::mtu);
   m.address.value = d.u32(Tag::address);

@@ -67,7 +67,11 @@ NodeRegistry::NodeRegistry(RegistryConfig config, FilterEngine& filter, Hooks ho
       hellos_(counters_.add("hellos", "nodes registered")),
       requests_(counters_.add("requests")),
       refused_(counters_.add("refused", "requests answered with ERROR")),
-      nodes_gone_(counters_.add("nodes_gone", "nodes whose connection closed or said BYE")) {}
+      nodes_gone_(counters_.add("nodes_gone", "nodes whose connection closed or said BYE")),
+      resumes_(counters_.add("resumes", "nodes registered again with their earlier id and channels")),
+      resumes_refused_(counters_.add("resumes_refused", "resuming HELLOs whose id or channel was taken")),
+      resynced_(counters_.add("resynced", "RESYNC entries installed")),
+      refused_entries_(counters_.add("resync_refused", "RESYNC entries that were other nodes'")) {}
 
 const NodeInfo* NodeRegistry::node(NodeId id) const {
   auto it = nodes_.find(id);
@@ -125,23 +129,59 @@ Message NodeRegistry::hello(std::uint32_t id, const ctl::Hello& h, NodeId& node,
                  "pid " + std::to_string(h.pid) + " is not the peer's (" + std::to_string(peer_pid) + ")");
   }
   if (nodes_.size() >= config_.max_nodes) return error(id, ErrorCode::too_many, "node limit reached");
-  // Ids are not reused at once: a late frame or request meant for a node
-  // that went must not reach the next one.
-  NodeId nid = next_id_;
-  while (nid == 0 || nodes_.count(nid) != 0) ++nid;
-  next_id_ = static_cast<NodeId>(nid + 1);
   NodeInfo n;
-  n.id = nid;
   n.name = h.name;
   n.pid = h.pid;
   n.queues = h.queues;
-  for (std::uint16_t q = 0; q < h.queues; ++q) {
-    ctl::Channel ch;
-    ch.memif_id = std::uint32_t{nid} * 64 + q;  // at most 64 queues a node (the codec's cap)
-    ch.node_mac = MacAddr{{0x02, 0x78, 0x6e, static_cast<std::uint8_t>(nid >> 8), static_cast<std::uint8_t>(nid),
-                           static_cast<std::uint8_t>(q)}};
-    n.channels.push_back(ch);
+  if (h.resume) {
+    // A node that outlived the filterd it registered with: its graph runs
+    // on those channels, so it gets them back -- unless someone has them.
+    const NodeId want = h.resume->node_id;
+    if (nodes_.count(want) != 0) {
+      ++resumes_refused_;
+      return error(id, ErrorCode::port_in_use, "resume: node id " + std::to_string(want) + " is another node's");
+    }
+    for (std::size_t i = 0; i < h.resume->channels.size(); ++i) {
+      const ctl::Channel& ch = h.resume->channels[i];
+      for (std::size_t k = 0; k < i; ++k) {
+        if (h.resume->channels[k].memif_id == ch.memif_id || h.resume->channels[k].node_mac == ch.node_mac) {
+          return error(id, ErrorCode::bad_message, "resume: channels " + std::to_string(k) + " and " +
+                                                       std::to_string(i) + " share a memif id or a MAC");
+        }
+      }
+      if (channel_taken(ch)) {
+        ++resumes_refused_;
+        return error(id, ErrorCode::port_in_use, "resume: memif id " + std::to_string(ch.memif_id) + " or MAC " +
+                                                     to_string(ch.node_mac) + " is another node's");
+      }
+    }
+    n.id = want;
+    n.channels = h.resume->channels;
+    // Fresh ids go on after the resumed ones.
+    if (want >= next_id_) next_id_ = static_cast<NodeId>(want + 1);
+  } else {
+    // Ids are not reused at once: a late frame or request meant for a node
+    // that went must not reach the next one. Nor may a fresh id's channels
+    // be a resumed node's.
+    NodeId nid = next_id_;
+    for (std::size_t tries = 0;; ++tries, ++nid) {
+      if (tries > 0xFFFF) return error(id, ErrorCode::too_many, "no node id left");
+      if (nid == 0 || nodes_.count(nid) != 0) continue;
+      n.channels.clear();
+      for (std::uint16_t q = 0; q < h.queues; ++q) {
+        ctl::Channel ch;
+        ch.memif_id = std::uint32_t{nid} * 64 + q;  // at most 64 queues a node (the codec's cap)
+        ch.node_mac = MacAddr{{0x02, 0x78, 0x6e, static_cast<std::uint8_t>(nid >> 8), static_cast<std::uint8_t>(nid),
+                               static_cast<std::uint8_t>(q)}};
+        n.channels.push_back(ch);
+      }
+      if (std::none_of(n.channels.begin(), n.channels.end(), [&](const ctl::Channel& c) { return channel_taken(c); }))
+        break;
+    }
+    n.id = nid;
+    next_id_ = static_cast<NodeId>(nid + 1);
   }
+  const NodeId nid = n.id;
   if (hooks_.attach) {
     if (Status st = hooks_.attach(n); !st) {
       return error(id, ErrorCode::internal, std::string("cannot make the node's channel: ") + to_string(st.error()));
@@ -163,7 +203,17 @@ Message NodeRegistry::hello(std::uint32_t id, const ctl::Hello& h, NodeId& node,
   nodes_.emplace(nid, std::move(n));
   node = nid;
   ++hellos_;
+  if (h.resume) ++resumes_;
   return reply(id, r);
+}
+
+bool NodeRegistry::channel_taken(const ctl::Channel& ch) const {
+  for (const auto& [nid, info] : nodes_) {
+    for (const ctl::Channel& c : info.channels) {
+      if (c.memif_id == ch.memif_id || c.node_mac == ch.node_mac) return true;
+    }
+  }
+  return false;
 }
 
 std::optional<std::uint16_t> NodeRegistry::free_port(std::uint8_t proto) {
@@ -270,23 +320,67 @@ Message NodeRegistry::release(std::uint32_t id, NodeInfo& n, const ctl::Release&
   return reply(id, ctl::Ok{});
 }
 
+Status NodeRegistry::take_accepted_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, Ipv4Addr remote,
+                                        std::uint16_t rport, std::uint16_t queue) {
+  // An accepted connection's local port is its listener's, and stays the
+  // listener's (or the group's): only the exact flow is the node's, as steer
+  // makes it at the SYN-ACK. A port that is now one other node's alone --
+  // a plain listener, or a connection -- is not this node's to use.
+  auto it = ports_.find({proto, lport});
+  if (it != ports_.end() && !it->second.group && it->second.node != n.id) return Errc::exists;
+  const FlowKey key{static_cast<Proto>(proto), remote, rport, lport};
+  if (std::optional<Target> t = filter_.find_flow(key)) return t->node == n.id ? Status() : Status(Errc::exists);
+  return filter_.add_flow(key, Target{n.id, queue});
+}
+
 Message NodeRegistry::resync(std::uint32_t id, NodeInfo& n, const ctl::Resync& r) {
-  // After a restart of filterd the node says again what it had; what
-  // conflicts with what others re-declared first is refused (the node's
-  // TCP then sees RSTs on those connections).
+  // After a restart of filterd the node says again what it had, entry by
+  // entry; what conflicts with what others re-declared (or took) first is
+  // refused, the rest installed. Listeners go first: a node's accepted
+  // connections sit on its listeners' ports.
   std::size_t refused = 0;
-  for (const ctl::ListenerEntry& l : r.listeners) {
+  std::string first;
+  auto refuse = [&](const char* what, std::size_t i, const std::string& why) {
+    if (refused++ == 0) first = std::string(what) + " " + std::to_string(i) + ": " + why;
+  };
+  for (std::size_t i = 0; i < r.listeners.size(); ++i) {
+    const ctl::ListenerEntry& l = r.listeners[i];
     if (n.listens.count({num(l.proto), l.port}) != 0) continue;
-    if (l.queue >= n.queues || !take_listen(n, num(l.proto), l.port, l.group, l.queue)) ++refused;
-  }
-  for (const ctl::FlowEntry& f : r.flows) {
-    if (flows_.count({num(f.proto), f.local_port, f.remote_addr.value, f.remote_port}) != 0) continue;
-    if (f.queue >= n.queues || !take_flow(n, num(f.proto), f.local_port, f.remote_addr, f.remote_port, f.queue)) {
-      ++refused;
+    if (l.queue >= n.queues) {
+      refuse("listener", i, "no such queue");
+    } else if (!take_listen(n, num(l.proto), l.port, l.group, l.queue)) {
+      refuse("listener", i, std::string(ctl::to_string(l.proto)) + " port " + std::to_string(l.port) +
+                                " belongs to another node");
     }
   }
+  for (std::size_t i = 0; i < r.flows.size(); ++i) {
+    const ctl::FlowEntry& f = r.flows[i];
+    const std::string what = std::string(ctl::to_string(f.proto)) + " " + std::to_string(f.local_port) + " <-> " +
+                             to_string(f.remote_addr) + ":" + std::to_string(f.remote_port);
+    if (f.queue >= n.queues) {
+      refuse("flow", i, "no such queue");
+      continue;
+    }
+    if (f.accepted) {
+      if (!take_accepted_flow(n, num(f.proto), f.local_port, f.remote_addr, f.remote_port, f.queue)) {
+        refuse("flow", i, what + " belongs to another node");
+      }
+      continue;
+    }
+    auto owner = flows_.find({num(f.proto), f.local_port, f.remote_addr.value, f.remote_port});
+    if (owner != flows_.end()) {
+      if (owner->second != n.id) refuse("flow", i, what + " belongs to another node");
+      continue;
+    }
+    if (!take_flow(n, num(f.proto), f.local_port, f.remote_addr, f.remote_port, f.queue)) {
+      refuse("flow", i, what + ": the port belongs to another node");
+    }
+  }
+  resynced_.inc(r.listeners.size() + r.flows.size() - refused);
   if (refused != 0) {
-    return error(id, ErrorCode::port_in_use, std::to_string(refused) + " entries belong to other nodes now");
+    refused_entries_.inc(refused);
+    return error(id, ErrorCode::port_in_use,
+                 first + (refused > 1 ? " (and " + std::to_string(refused - 1) + " more refused)" : ""));
   }
   return reply(id, ctl::Ok{});
 }

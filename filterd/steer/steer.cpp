@@ -92,6 +92,7 @@ Result<std::span<const std::byte>> contiguous(Msg& frame) {
 Steer::Steer(std::string name, Protocol& external, const Clock& clock, SteerConfig config)
     : PassThrough(std::move(name), "steer", external),
       config_(std::move(config)),
+      clock_(clock),
       filter_(std::make_unique<FilterEngine>(with_shared(config_.filter, config_.shared.addr), clock)),
       rx_to_node_(counters().add("rx_to_node", "frames steered to a node")),
       rx_local_(counters().add("rx_local", "frames for filterd's own stack (ARP, ping, RST, unreachable)")),
@@ -106,7 +107,8 @@ Steer::Steer(std::string name, Protocol& external, const Clock& clock, SteerConf
       channel_dropped_(counters().add("channel_dropped", "node frames neither IPv4 nor an ARP request")),
       learned_flows_(counters().add("learned_flows", "accepted connections made exact flows at their SYN-ACK")),
       rx_central_tcp_(counters().add("rx_central_tcp", "central mode: TCP segments for filterd's own TCP")),
-      relay_from_nodes_(counters().add("relay_from_nodes", "central mode: relay frames from the nodes")) {}
+      relay_from_nodes_(counters().add("relay_from_nodes", "central mode: relay frames from the nodes")),
+      rx_quiet_(counters().add("rx_quiet", "frames dropped unanswered while the nodes re-declare their flows")) {}
 
 Steer::~Steer() { channels_.clear(); }
 
@@ -150,6 +152,10 @@ Status Steer::on_rx(fault::PassSession& s, Msg msg) {
     return s.deliver_up(std::move(msg));
   }
   const Decision d = filter_->classify(*frame);
+  if (quiet(d, *frame)) {
+    ++rx_quiet_;
+    return {};
+  }
   Status st;
   switch (d.action) {
     case Action::to_node:
@@ -173,6 +179,10 @@ Status Steer::on_rx(fault::PassSession& s, Msg msg) {
   // Fragments a first fragment released go where it went.
   if (filter_->has_released()) {
     for (ReleasedFrame& r : filter_->take_released()) {
+      if (quiet(r.decision, r.frame)) {
+        ++rx_quiet_;
+        continue;
+      }
       Msg m = Msg::copy_of(r.frame, Msg::kDefaultHeadroom);
       if (r.decision.action == Action::to_node) {
         (void)forward(r.decision, std::move(m));
@@ -198,6 +208,29 @@ Status Steer::forward(const Decision& d, Msg frame) {
   ++rx_to_node_;
   ++(*ch)->rx_frames;
   return {};
+}
+
+bool Steer::quiet(const Decision& d, std::span<const std::byte> frame) noexcept {
+  if (quiet_until_ == Time{}) return false;
+  const bool answer = d.action == Action::reset || d.action == Action::port_unreachable;
+  const bool listener = d.reason == Reason::listen_hit || d.reason == Reason::group_hit;
+  if (!answer && !listener) return false;
+  if (clock_.now() >= quiet_until_) {
+    quiet_until_ = Time{};  // over: no more clock reads
+    return false;
+  }
+  // A SYN opens a new connection: refusing it (RST) or handing it to a
+  // listener loses nothing established, and a first start answers at once.
+  // Any other TCP segment of no known flow may be a connection about to be
+  // declared: its RST -- filterd's, or the listener's node's, which knows
+  // no such connection (RFC 9293 3.10.7.2) -- would kill it.
+  constexpr std::uint8_t kSyn = 0x02, kAck = 0x10;
+  if (frame.size() < eth::Header::kSize + ipv4::Header::kMinSize) return answer;
+  const ipv4::Header ip = ipv4::Header::read(frame.subspan(eth::Header::kSize).first<ipv4::Header::kMinSize>());
+  const std::size_t tcp = eth::Header::kSize + ip.header_length();
+  if (ip.protocol != 6 || ip.is_fragment() || frame.size() < tcp + 14) return answer;
+  const auto flags = static_cast<std::uint8_t>(frame[tcp + 13]);
+  return (flags & (kSyn | kAck)) != kSyn;
 }
 
 // ---- egress: a node's channel ---------------------------------------------------

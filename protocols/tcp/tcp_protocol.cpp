@@ -32,8 +32,8 @@ const char* to_string(State s) noexcept {
 
 // ---- listener ---------------------------------------------------------------
 
-ListenSession::ListenSession(TcpProtocol& proto, Ipv4Addr addr, Port port, std::size_t backlog)
-    : ListenEndpoint(proto, nullptr), proto_(&proto), addr_(addr), port_(port), backlog_(backlog) {}
+ListenSession::ListenSession(TcpProtocol& proto, Ipv4Addr addr, Port port, std::size_t backlog, bool group)
+    : ListenEndpoint(proto, nullptr), proto_(&proto), addr_(addr), port_(port), backlog_(backlog), group_(group) {}
 
 ListenSession::~ListenSession() = default;
 
@@ -513,6 +513,7 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
         }
         ++c_.syncookies_ok;
         Ref<TcpConnection> c = make_ref<TcpConnection>(*this, nullptr);
+        c->passive_ = true;
         c->tuple_ = t;
         c->csum_ = l.csum_;
         c->ip_ = ip.session;
@@ -589,6 +590,7 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
     return;
   }
   Ref<TcpConnection> c = make_ref<TcpConnection>(*this, nullptr);
+  c->passive_ = true;
   c->tuple_ = t;
   c->csum_ = l.csum_;
   c->ip_ = ip.session;
@@ -657,6 +659,24 @@ std::size_t TcpProtocol::time_wait_count() const noexcept {
   return n;
 }
 
+std::vector<TcpProtocol::ListenerInfo> TcpProtocol::listeners() const {
+  std::vector<ListenerInfo> out;
+  const_cast<FlatMap<ListenKey, ListenSession*>&>(listeners_).for_each([&](const ListenKey&, ListenSession*& l) {
+    out.push_back(ListenerInfo{l->addr(), l->port(), l->group()});
+  });
+  return out;
+}
+
+std::vector<TcpProtocol::ConnectionInfo> TcpProtocol::connections() const {
+  std::vector<ConnectionInfo> out;
+  // Only inserted connections are in the map: each has its 4-tuple.
+  const_cast<ActiveMap<ConnKey>&>(conns_).for_each([&](const ConnKey&, SessionRef& s) {
+    const auto* c = static_cast<const TcpConnection*>(s.get());
+    out.push_back(ConnectionInfo{c->tuple_, c->state_, c->passive_, c->claimed_});
+  });
+  return out;
+}
+
 TcpSocket TcpProtocol::socket() {
   if (backend_ != nullptr) return TcpSocket(backend_->make_stream());
   return TcpSocket(make_ref<TcpConnection>(*this, nullptr));
@@ -688,7 +708,7 @@ Result<TcpListener> TcpProtocol::listen(Ipv4Addr addr, Port port, std::size_t ba
     }
     return TcpListener(std::move(*b));
   }
-  Ref<ListenSession> l = make_ref<ListenSession>(*this, addr, Port{p}, backlog);
+  Ref<ListenSession> l = make_ref<ListenSession>(*this, addr, Port{p}, backlog, group);
   listeners_.insert(ListenKey{addr.value, p}, l.get());
   return TcpListener(std::move(l));
 }

@@ -281,6 +281,13 @@ Result<std::uint16_t> UdpProtocol::pick_ephemeral() {
   return Errc::exists;
 }
 
+std::vector<std::uint16_t> UdpProtocol::bound_ports() const {
+  std::vector<std::uint16_t> out;
+  const_cast<FlatMap<PortKey, std::vector<UdpSession*>>&>(port_users_).for_each(
+      [&](const PortKey& k, std::vector<UdpSession*>&) { out.push_back(k.port); });
+  return out;
+}
+
 Status UdpProtocol::bind_session(UdpSession& s, Ipv4Addr addr, Port port) {
   if (s.bound_) return Errc::bad_state;
   std::uint16_t p = port.value;

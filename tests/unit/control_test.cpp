@@ -162,6 +162,15 @@ HelloReply sample_hello_reply(std::size_t channels) {
 std::vector<Message> samples() {
   std::vector<Message> v;
   v.push_back({1, Hello{.name = "web-0", .pid = 4242, .queues = 4, .version_min = 1, .version_max = 2}});
+  // A node that outlived its filterd asks for its id and channels back.
+  v.push_back({19, Hello{.name = "web-1",
+                         .pid = 4243,
+                         .queues = 2,
+                         .version_min = 1,
+                         .version_max = 1,
+                         .resume = Resume{.node_id = 7,
+                                          .channels = {Channel{448, MacAddr{{0x02, 0x78, 0x6e, 0, 7, 0}}},
+                                                       Channel{449, MacAddr{{0x02, 0x78, 0x6e, 0, 7, 1}}}}}}});
   v.push_back({2, Listen{.proto = Proto::tcp, .port = 80, .group = true, .queue = 3}});
   v.push_back({3, Listen{.proto = Proto::udp, .port = 0, .group = false, .queue = 0}});
   v.push_back({4, Unlisten{.proto = Proto::udp, .port = 5353}});
@@ -180,7 +189,8 @@ std::vector<Message> samples() {
   rs.flows = {{Proto::tcp, 49152, {0xC6336401}, 443, 1},
               {Proto::tcp, 80, {0x0A0000FE}, 51000, 3},
               {Proto::udp, 40000, {0x0A000001}, 53, 0},
-              {Proto::icmp, 0x1234, {0xC0000263}, 0, 5}};
+              {Proto::icmp, 0x1234, {0xC0000263}, 0, 5},
+              {Proto::tcp, 8080, {0xC6336402}, 40001, 2, /*accepted=*/true}};
   rs.more = true;
   v.push_back({8, rs});
   v.push_back({9, Resync{}});
@@ -361,6 +371,42 @@ TEST(ControlGolden, Hello) {
   });
   EXPECT_EQ(encoded(m), golden);
   EXPECT_EQ(only_message(golden), m);
+}
+
+TEST(ControlGolden, ResumingHello) {
+  const Message m{1, Hello{.name = "web",
+                           .pid = 4242,
+                           .queues = 1,
+                           .version_min = 1,
+                           .version_max = 1,
+                           .resume = Resume{3, {Channel{192, MacAddr{{0x02, 0x78, 0x6e, 0x00, 0x03, 0x00}}}}}}};
+  const Bytes golden = bytes({
+      0x58, 0x4B, 0x43, 0x31, 0x01, 0x01, 0x00, 0x00,  // "XKC1" v1 HELLO, no flags
+      0x00, 0x00, 0x00, 0x31, 0x00, 0x00, 0x00, 0x01,  // body 49 bytes, id 1
+      0x00, 0x01, 0x00, 0x03, 0x77, 0x65, 0x62,        // name "web"
+      0x00, 0x02, 0x00, 0x04, 0x00, 0x00, 0x10, 0x92,  // pid 4242
+      0x00, 0x03, 0x00, 0x02, 0x00, 0x01,              // queues 1
+      0x00, 0x04, 0x00, 0x02, 0x01, 0x01,              // versions 1..1
+      0x00, 0x06, 0x00, 0x04, 0x01, 0x00, 0x00, 0x03,  // resume: format 1, no flags, node 3
+      0x00, 0x42, 0x00, 0x0A, 0x00, 0x00, 0x00, 0xC0,  // channel 0: memif id 192,
+      0x02, 0x78, 0x6E, 0x00, 0x03, 0x00,              //   02:78:6e:00:03:00
+  });
+  EXPECT_EQ(encoded(m), golden);
+  EXPECT_EQ(only_message(golden), m);
+}
+
+TEST(ControlGolden, AcceptedFlow) {
+  Resync r;
+  r.flows = {{Proto::tcp, 5001, {0xC0000201}, 40000, 0, /*accepted=*/true}};
+  const Bytes golden = bytes({
+      0x58, 0x4B, 0x43, 0x31, 0x01, 0x06, 0x00, 0x00,  // "XKC1" v1 RESYNC, no flags
+      0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x05,  // body 16 bytes, id 5
+      0x00, 0x21, 0x00, 0x0C,                          // flow:
+      0x06, 0x01, 0x13, 0x89,                          //   tcp, accepted, local port 5001
+      0xC0, 0x00, 0x02, 0x01, 0x9C, 0x40, 0x00, 0x00,  //   192.0.2.1 port 40000, queue 0
+  });
+  EXPECT_EQ(encoded(Message{5, r}), golden);
+  EXPECT_EQ(only_message(golden), (Message{5, r}));
 }
 
 TEST(ControlGolden, Error) {
@@ -883,6 +929,13 @@ TEST(ControlTlv, RecordsMayGrowInLaterVersions) {
             Severity::reject);
   // A short record is rejected.
   EXPECT_EQ(only_error(frame(MsgType::resync, 3, tlv(Tag::flow, Bytes(11)))).severity, Severity::reject);
+  // The resume record may grow too.
+  const Bytes hello = tlv(Tag::name, text_bytes("n")) + tlv(Tag::pid, be32(1)) + tlv(Tag::queues, be16(1)) +
+                      tlv(Tag::versions, bytes({1, 1})) + tlv(Tag::resume, bytes({1, 0, 0, 9, 0xEE, 0xEE})) +
+                      tlv(Tag::channel, bytes({0, 0, 2, 0x40, 2, 0x78, 0x6e, 0, 9, 0, 0xEE}));
+  Hello h{.name = "n", .pid = 1, .queues = 1, .version_min = 1, .version_max = 1,
+          .resume = Resume{9, {Channel{576, MacAddr{{0x02, 0x78, 0x6e, 0, 9, 0}}}}}};
+  EXPECT_EQ(only_message(frame(MsgType::hello, 4, hello)), (Message{4, h}));
 }
 
 TEST(ControlTlv, BadValuesReject) {
@@ -895,6 +948,7 @@ TEST(ControlTlv, BadValuesReject) {
   const Bytes queue = tlv(Tag::queue, be16(1));
   const Bytes tcp = tlv(Tag::proto, bytes({6}));
   const Bytes hello_rest = tlv(Tag::pid, be32(1)) + tlv(Tag::queues, be16(1)) + tlv(Tag::versions, bytes({1, 1}));
+  const Bytes channel = tlv(Tag::channel, bytes({0, 0, 0, 1, 2, 0, 0, 0, 0, 1}));
   const std::vector<Case> cases = {
       {"proto 3", MsgType::listen, tlv(Tag::proto, bytes({3})) + port + queue},
       {"proto too long", MsgType::listen, tlv(Tag::proto, bytes({0, 6})) + port + queue},
@@ -926,6 +980,23 @@ TEST(ControlTlv, BadValuesReject) {
       {"versions 2..1", MsgType::hello,
        tlv(Tag::name, text_bytes("n")) + tlv(Tag::pid, be32(1)) + tlv(Tag::queues, be16(1)) +
            tlv(Tag::versions, bytes({2, 1}))},
+      {"resume of node 0", MsgType::hello,
+       tlv(Tag::name, text_bytes("n")) + hello_rest + tlv(Tag::resume, bytes({1, 0, 0, 0})) + channel},
+      {"resume format 2", MsgType::hello,
+       tlv(Tag::name, text_bytes("n")) + hello_rest + tlv(Tag::resume, bytes({2, 0, 0, 3})) + channel},
+      {"resume with flags", MsgType::hello,
+       tlv(Tag::name, text_bytes("n")) + hello_rest + tlv(Tag::resume, bytes({1, 0x80, 0, 3})) + channel},
+      {"resume record too short", MsgType::hello,
+       tlv(Tag::name, text_bytes("n")) + hello_rest + tlv(Tag::resume, bytes({1, 0, 0})) + channel},
+      {"resume without channels", MsgType::hello,
+       tlv(Tag::name, text_bytes("n")) + hello_rest + tlv(Tag::resume, bytes({1, 0, 0, 3}))},
+      {"resume with more channels than queues", MsgType::hello,
+       tlv(Tag::name, text_bytes("n")) + hello_rest + tlv(Tag::resume, bytes({1, 0, 0, 3})) + channel + channel},
+      {"channel without resume", MsgType::hello, tlv(Tag::name, text_bytes("n")) + hello_rest + channel},
+      {"channel record too short", MsgType::hello,
+       tlv(Tag::name, text_bytes("n")) + hello_rest + tlv(Tag::resume, bytes({1, 0, 0, 3})) +
+           tlv(Tag::channel, bytes({0, 0, 0, 1, 2, 0, 0, 0, 0}))},
+      {"flow with unknown flags", MsgType::resync, tlv(Tag::flow, bytes({6, 2, 0, 80, 10, 0, 0, 1, 0, 9, 0, 0}))},
       {"expression too long", MsgType::rule_add, queue + tlv(Tag::expression, text_bytes(std::string(1025, 'e')))},
       {"rule id 0", MsgType::rule_del, tlv(Tag::rule_id, be32(0))},
       {"error code 0", MsgType::error, tlv(Tag::error_code, be16(0))},

@@ -162,11 +162,15 @@ TEST_F(PortAuthorityTest, UdpPortsAreClaimedByTheFirstSocketAndReleasedByTheLast
   ASSERT_TRUE(ea.ok());
   EXPECT_EQ(ea->port, Port{7000});  // the authority's pick
   ASSERT_TRUE(b.bind(Ipv4Addr{kSelf}, Port{7000}).ok());  // the same port: no second claim
+  // What a RESYNC declares: the port once, however many sockets share it.
+  EXPECT_EQ(udp->bound_ports(), std::vector<std::uint16_t>{7000});
   ASSERT_TRUE(a.close().ok());
   EXPECT_EQ(authority.calls.size(), 1u);
+  EXPECT_EQ(udp->bound_ports(), std::vector<std::uint16_t>{7000});
   ASSERT_TRUE(b.close().ok());
   std::vector<Call> want = {{"udp-bind", 0, 0, 0, false}, {"udp-unbind", 7000, 0, 0, false}};
   EXPECT_EQ(authority.calls, want);
+  EXPECT_TRUE(udp->bound_ports().empty());
   authority.refuse = true;
   udp::UdpSocket c = udp->socket();
   EXPECT_EQ(c.bind(Ipv4Addr{}, Port{53}).error(), Errc::exists);

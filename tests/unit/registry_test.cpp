@@ -11,6 +11,8 @@
 #include "xk/clock.hpp"
 #include "xk/filterd/registry.hpp"
 
+#include <map>
+
 namespace xk::filterd {
 namespace {
 
@@ -19,7 +21,11 @@ using ctl::Message;
 
 class RegistryTest : public ::testing::Test {
  protected:
-  RegistryTest() {
+  RegistryTest() { start(); }
+
+  // A fresh filterd: an empty filter and registry (what a restart leaves).
+  void start() {
+    reg.reset();
     FilterConfig f;
     f.shared_ip = Ipv4Addr{0xC000020A};
     filter = std::make_unique<FilterEngine>(f, clock);
@@ -43,7 +49,18 @@ class RegistryTest : public ::testing::Test {
     NodeId n = 0;
     Message r = ask(n, ctl::Hello{name, 100, queues});
     EXPECT_TRUE(std::holds_alternative<ctl::HelloReply>(r.body));
+    if (const auto* h = std::get_if<ctl::HelloReply>(&r.body)) channels[n] = h->channels;
     return n;
+  }
+  // A node that outlived its filterd: HELLO asking for `id` and its channels.
+  Message resume(NodeId& conn, NodeId id, std::vector<ctl::Channel> chans) {
+    ctl::Hello h{"again", 100, static_cast<std::uint16_t>(chans.size())};
+    h.resume = ctl::Resume{id, std::move(chans)};
+    return ask(conn, h);
+  }
+  template <class T>
+  static bool is(const Message& m) {
+    return std::holds_alternative<T>(m.body);
   }
   static ErrorCode code(const Message& m) {
     const auto* e = std::get_if<ctl::Error>(&m.body);
@@ -54,6 +71,7 @@ class RegistryTest : public ::testing::Test {
   std::unique_ptr<FilterEngine> filter;
   std::unique_ptr<NodeRegistry> reg;
   std::vector<NodeId> attached, detached;
+  std::map<NodeId, std::vector<ctl::Channel>> channels;
   bool fail_attach = false;
   std::uint32_t seq = 0;
 };
@@ -190,6 +208,144 @@ TEST_F(RegistryTest, ResyncRebuildsWhatANodeHadAndRefusesWhatOthersTook) {
   std::optional<Target> f = filter->find_flow(FlowKey{Proto::tcp, peer, 7, 40000});
   ASSERT_TRUE(f.has_value());
   EXPECT_EQ(f->node, a);
+}
+
+TEST_F(RegistryTest, AResumingNodeGetsItsIdAndChannelsBackFromAFreshFilterd) {
+  NodeId a = hello("a", 2), b = hello("b");
+  const std::vector<ctl::Channel> a_channels = channels[a];
+  start();  // filterd restarted: it knows nobody
+  attached.clear();
+  NodeId conn = 0;
+  Message r = resume(conn, b, channels[b]);
+  ASSERT_TRUE(is<ctl::HelloReply>(r));
+  EXPECT_EQ(conn, b);
+  EXPECT_EQ(std::get<ctl::HelloReply>(r.body).node_id, b);
+  EXPECT_EQ(std::get<ctl::HelloReply>(r.body).channels, channels[b]);
+  NodeId conn_a = 0;
+  r = resume(conn_a, a, a_channels);
+  ASSERT_TRUE(is<ctl::HelloReply>(r));
+  EXPECT_EQ(std::get<ctl::HelloReply>(r.body).channels, a_channels);
+  EXPECT_EQ(attached, (std::vector<NodeId>{b, a}));  // the daemon made their channels again
+  // Fresh ids go on after the resumed ones.
+  EXPECT_GT(hello("c"), b);
+}
+
+TEST_F(RegistryTest, AResumeIsRefusedWhenTheIdOrAChannelIsAnotherNodes) {
+  NodeId a = hello("a"), b = hello("b");
+  const std::vector<ctl::Channel> a_ch = channels[a], b_ch = channels[b];
+  start();
+  attached.clear();
+  // A new node registered first and got id 1 -- a's old id.
+  NodeId first = hello("newcomer");
+  ASSERT_EQ(first, a);
+  NodeId conn = 0;
+  EXPECT_EQ(code(resume(conn, a, a_ch)), ErrorCode::port_in_use);
+  EXPECT_EQ(conn, 0);
+  // Another id, but the newcomer's memif id or MAC.
+  std::vector<ctl::Channel> stolen = channels[first];
+  EXPECT_EQ(code(resume(conn, 40, stolen)), ErrorCode::port_in_use);
+  stolen[0].memif_id = 4000;  // the MAC alone is still the newcomer's
+  EXPECT_EQ(code(resume(conn, 40, stolen)), ErrorCode::port_in_use);
+  // Two channels of one node may not share an interface.
+  EXPECT_EQ(code(resume(conn, 41, {ctl::Channel{900, MacAddr{{2, 0, 0, 0, 0, 1}}},
+                                   ctl::Channel{900, MacAddr{{2, 0, 0, 0, 0, 2}}}})),
+            ErrorCode::bad_message);
+  EXPECT_EQ(attached, std::vector<NodeId>{first});  // nothing made for the refused ones
+  // b's id and channels are free: b comes back.
+  EXPECT_TRUE(is<ctl::HelloReply>(resume(conn, b, b_ch)));
+  // A second HELLO on a registered connection is refused, resume or not.
+  EXPECT_EQ(code(resume(conn, 50, {ctl::Channel{5000, MacAddr{{2, 0, 0, 0, 0, 9}}}})), ErrorCode::bad_message);
+}
+
+TEST_F(RegistryTest, FreshIdsSkipChannelsAResumedNodeHolds) {
+  start();
+  NodeId conn = 0;
+  // A node resumed with id 1 but with the interface id 2 would get (2 * 64).
+  ASSERT_TRUE(is<ctl::HelloReply>(resume(conn, 1, {ctl::Channel{128, MacAddr{{2, 0x11, 0, 0, 0, 1}}}})));
+  NodeId fresh = hello("fresh");
+  EXPECT_NE(fresh, 1);
+  for (const ctl::Channel& c : channels[fresh]) EXPECT_NE(c.memif_id, 128u);
+}
+
+TEST_F(RegistryTest, ResyncAfterARestartRebuildsListenersGroupsAndFlows) {
+  NodeId a = hello("a"), b = hello("b");
+  const auto a_ch = channels[a], b_ch = channels[b];
+  const Ipv4Addr peer{0xC0000201};
+  start();
+  NodeId ca = 0, cb = 0;
+  ASSERT_TRUE(is<ctl::HelloReply>(resume(ca, a, a_ch)));
+  ASSERT_TRUE(is<ctl::HelloReply>(resume(cb, b, b_ch)));
+  // a: a member of the group on 5001 with one accepted connection, and a
+  // connection it opened from 50001; b: the other member, one accepted.
+  ctl::Resync ra;
+  ra.listeners = {ctl::ListenerEntry{ctl::Proto::tcp, 5001, true, 0}, ctl::ListenerEntry{ctl::Proto::udp, 53, false, 0}};
+  ra.flows = {ctl::FlowEntry{ctl::Proto::tcp, 5001, peer, 40000, 0, true},
+              ctl::FlowEntry{ctl::Proto::tcp, 50001, peer, 7001, 0, false}};
+  ctl::Resync rb;
+  rb.listeners = {ctl::ListenerEntry{ctl::Proto::tcp, 5001, true, 0}};
+  rb.flows = {ctl::FlowEntry{ctl::Proto::tcp, 5001, peer, 40001, 0, true}};
+  ASSERT_TRUE(is<ctl::Ok>(ask(ca, ra)));
+  ASSERT_TRUE(is<ctl::Ok>(ask(cb, rb)));
+  // Each accepted connection is its node's exact flow, whatever the group's
+  // rendezvous choice for its 4-tuple.
+  EXPECT_EQ(filter->find_flow(FlowKey{Proto::tcp, peer, 40000, 5001})->node, a);
+  EXPECT_EQ(filter->find_flow(FlowKey{Proto::tcp, peer, 40001, 5001})->node, b);
+  EXPECT_EQ(filter->find_flow(FlowKey{Proto::tcp, peer, 7001, 50001})->node, a);
+  EXPECT_TRUE(filter->listener_for(FlowKey{Proto::udp, peer, 9, 53}).has_value());
+  // The group has both members again: b leaving keeps a's share.
+  reg->node_gone(b);
+  ASSERT_TRUE(filter->listener_for(FlowKey{Proto::tcp, peer, 1, 5001}).has_value());
+  EXPECT_EQ(filter->listener_for(FlowKey{Proto::tcp, peer, 1, 5001})->node, a);
+  // The connected flow's port is a's: nobody else gets it, and a's RELEASE
+  // after TIME-WAIT gives it back.
+  NodeId c = hello("c");
+  EXPECT_EQ(code(ask(c, ctl::Connect{ctl::Proto::tcp, peer, 9, 0, 50001})), ErrorCode::port_in_use);
+  EXPECT_TRUE(is<ctl::Ok>(ask(ca, ctl::Release{ctl::Proto::tcp, 50001, peer, 7001})));
+  EXPECT_TRUE(is<ctl::ConnectReply>(ask(c, ctl::Connect{ctl::Proto::tcp, peer, 9, 0, 50001})));
+  // The same declaration again changes nothing and is not an error.
+  ra.flows.pop_back();
+  EXPECT_TRUE(is<ctl::Ok>(ask(ca, ra)));
+}
+
+TEST_F(RegistryTest, ResyncRefusesWhatAnotherNodeTookMeanwhileAndInstallsTheRest) {
+  (void)hello("gone for good");
+  NodeId a = hello("a");
+  const auto a_ch = channels[a];
+  const Ipv4Addr peer{0xC0000201};
+  start();
+  // While a was away, c took port 80 alone and a connection from 50000.
+  NodeId c = hello("c");
+  ASSERT_NE(c, a);
+  ASSERT_TRUE(is<ctl::ListenReply>(ask(c, ctl::Listen{ctl::Proto::tcp, 80})));
+  Message cr = ask(c, ctl::Connect{ctl::Proto::tcp, peer, 7});
+  ASSERT_TRUE(is<ctl::ConnectReply>(cr));
+  const std::uint16_t taken = std::get<ctl::ConnectReply>(cr.body).local_port;
+  NodeId ca = 0;
+  ASSERT_TRUE(is<ctl::HelloReply>(resume(ca, a, a_ch)));
+  ctl::Resync rs;
+  rs.listeners = {ctl::ListenerEntry{ctl::Proto::tcp, 80, false, 0},   // c's now
+                  ctl::ListenerEntry{ctl::Proto::tcp, 81, false, 0},
+                  ctl::ListenerEntry{ctl::Proto::tcp, 82, false, 3}};  // a has one queue
+  rs.flows = {ctl::FlowEntry{ctl::Proto::tcp, taken, peer, 8, 0, false},     // c's port
+              ctl::FlowEntry{ctl::Proto::tcp, 80, peer, 40000, 0, true},     // on c's listener
+              ctl::FlowEntry{ctl::Proto::tcp, 81, peer, 40001, 0, true},     // fine
+              ctl::FlowEntry{ctl::Proto::tcp, taken, peer, 7, 0, false},     // c's very flow
+              ctl::FlowEntry{ctl::Proto::tcp, 60000, peer, 7, 0, false}};    // fine
+  Message r = ask(ca, rs);
+  ASSERT_EQ(code(r), ErrorCode::port_in_use);
+  const std::string& text = std::get<ctl::Error>(r.body).text;
+  EXPECT_EQ(text.rfind("listener 0: ", 0), 0u) << text;
+  EXPECT_NE(text.find("(and 4 more refused)"), std::string::npos) << text;
+  // The rest is a's.
+  EXPECT_EQ(filter->listener_for(FlowKey{Proto::tcp, peer, 1, 81})->node, a);
+  EXPECT_EQ(filter->find_flow(FlowKey{Proto::tcp, peer, 40001, 81})->node, a);
+  EXPECT_EQ(filter->find_flow(FlowKey{Proto::tcp, peer, 7, 60000})->node, a);
+  // c keeps all it had.
+  EXPECT_EQ(filter->listener_for(FlowKey{Proto::tcp, peer, 1, 80})->node, c);
+  EXPECT_EQ(filter->find_flow(FlowKey{Proto::tcp, peer, 7, taken})->node, c);
+  EXPECT_FALSE(filter->find_flow(FlowKey{Proto::tcp, peer, 40000, 80}).has_value());
+  EXPECT_FALSE(filter->find_flow(FlowKey{Proto::tcp, peer, 8, taken}).has_value());
+  EXPECT_FALSE(filter->listener_for(FlowKey{Proto::tcp, peer, 1, 82}).has_value());
 }
 
 TEST_F(RegistryTest, StatsCarryTheCountersAndByeLeaves) {

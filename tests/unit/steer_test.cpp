@@ -280,5 +280,50 @@ TEST_F(SteerTest, ADetachedNodeLosesItsPortsAndItsPeersGetRst) {
   tcp_of(*node1).set_port_authority(nullptr);
 }
 
+// A filterd that (re)starts does not know the connections its nodes kept:
+// until they are declared again, a segment of one is dropped unanswered
+// instead of meeting an RST that would kill it; a SYN is still refused.
+TEST_F(SteerTest, ARestartedFilterdKeepsQuietAboutFlowsItDoesNotKnowYet) {
+  Result<tcp::TcpListener> l = tcp_of(*node1).listen(Ipv4Addr{}, Port{80});
+  ASSERT_TRUE(l.ok());
+  tcp::TcpSocket c = tcp_of(*peer).socket();
+  ASSERT_TRUE(c.connect(kShared, Port{80}).ok());
+  std::optional<tcp::TcpSocket> s;
+  ASSERT_TRUE(run_until([&] {
+    if (auto a = l->accept(); a.ok()) s.emplace(std::move(*a));
+    return s.has_value() && c.state() == tcp::State::established;
+  }));
+  // The restart: the filter forgets the node's listener and flows.
+  steer->filter().remove_node(1);
+  steer->keep_quiet_until(loop.clock().now() + std::chrono::hours(1));
+  const std::vector<std::byte> data = pattern(3000, 5);
+  ASSERT_TRUE(c.write(data).ok());
+  ASSERT_TRUE(run_until([&] { return steer_counter("rx_quiet") >= 1; }));
+  EXPECT_EQ(c.connection()->pending_error(), Errc::ok);
+  EXPECT_EQ(filterd->find("tcp0")->counters().value("resets_sent"), 0u);
+  // A new connection to a port nobody has is refused as usual.
+  tcp::TcpSocket refused = tcp_of(*peer).socket();
+  ASSERT_TRUE(refused.connect(kShared, Port{81}).ok());
+  ASSERT_TRUE(run_until([&] { return refused.connection()->pending_error() != Errc::ok; }));
+  EXPECT_EQ(refused.connection()->pending_error(), Errc::refused);
+  // The node declares the connection again (RESYNC): the peer's
+  // retransmission gets through, and the stream carries on.
+  const tcp::FourTuple t = c.tuple();
+  ASSERT_TRUE(steer->filter().add_flow(FlowKey{Proto::tcp, t.local_addr, t.local_port, 80}, Target{1, 0}).ok());
+  std::vector<std::byte> got;
+  std::vector<std::byte> buf(4096);
+  ASSERT_TRUE(run_until([&] {
+    for (;;) {
+      auto n = s->read(buf);
+      if (!n || *n == 0) break;
+      got.insert(got.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(*n));
+    }
+    return got.size() >= data.size();
+  }));
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(c.connection()->pending_error(), Errc::ok);
+  tcp_of(*node1).set_port_authority(nullptr);
+}
+
 }  // namespace
 }  // namespace xk::filterd

@@ -4,6 +4,8 @@
 // loss recovery. The scripted single-stack tests are in tcp_script_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstring>
 #include <memory>
 #include <string>
@@ -173,6 +175,40 @@ TEST_F(Tcp2, HandshakeNegotiatesWindowScaleSackTimestampsAndMss) {
   EXPECT_GE(c.tuple().local_port, 49152);
   EXPECT_EQ(counter(*a, "tcp0", "active_opens"), 1u);
   EXPECT_EQ(counter(*b, "tcp0", "passive_opens"), 1u);
+}
+
+// What a node declares to a filterd that restarted (RESYNC): its listeners
+// with their group flag, its connections with their 4-tuples and whether a
+// listener made them.
+TEST_F(Tcp2, ListenersAndConnectionsCanBeEnumerated) {
+  build();
+  EXPECT_TRUE(tcp_b().listeners().empty());
+  EXPECT_TRUE(tcp_b().connections().empty());
+  Result<TcpListener> grouped = tcp_b().listen(Ipv4Addr{}, Port{6000}, 8, /*group=*/true);
+  ASSERT_TRUE(grouped.ok());
+  auto [c, s] = connected();
+  std::vector<TcpProtocol::ListenerInfo> ls = tcp_b().listeners();
+  ASSERT_EQ(ls.size(), 2u);
+  std::sort(ls.begin(), ls.end(), [](const auto& x, const auto& y) { return x.port.value < y.port.value; });
+  EXPECT_EQ(ls[0].port.value, 5001);
+  EXPECT_FALSE(ls[0].group);
+  EXPECT_EQ(ls[1].port.value, 6000);
+  EXPECT_TRUE(ls[1].group);
+  std::vector<TcpProtocol::ConnectionInfo> accepted = tcp_b().connections();
+  ASSERT_EQ(accepted.size(), 1u);
+  EXPECT_TRUE(accepted[0].passive);
+  EXPECT_FALSE(accepted[0].claimed);  // no authority here
+  EXPECT_EQ(accepted[0].state, State::established);
+  EXPECT_EQ(accepted[0].tuple, s.tuple());
+  std::vector<TcpProtocol::ConnectionInfo> opened = tcp_a().connections();
+  ASSERT_EQ(opened.size(), 1u);
+  EXPECT_FALSE(opened[0].passive);
+  EXPECT_EQ(opened[0].tuple, c.tuple());
+  // A closed listener is gone from the list; its accepted connection stays.
+  ASSERT_TRUE(grouped->close().ok());
+  ASSERT_TRUE(listener.close().ok());
+  EXPECT_TRUE(tcp_b().listeners().empty());
+  EXPECT_EQ(tcp_b().connections().size(), 1u);
 }
 
 TEST_F(Tcp2, OptionsOffOnOneSideAreOffForBoth) {

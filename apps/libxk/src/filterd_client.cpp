@@ -2,18 +2,28 @@
 
 #include "xk/filterd_client.hpp"
 
-#include "xk/graph.hpp"
-
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
+
+#include <thread>
+
+#include "xk/graph.hpp"
+#include "xk/protocols/tcp.hpp"
+#include "xk/protocols/udp.hpp"
+#ifdef XK_HAVE_DPDK
+#include "xk/drivers/dpdk.hpp"
+#endif
 
 namespace xk {
 
@@ -30,25 +40,68 @@ Errc errc_of(fc::ErrorCode code) noexcept {
     default: return Errc::invalid_argument;
   }
 }
-}  // namespace
 
-std::unique_ptr<FilterdClient> FilterdClient::connect(const std::string& path, const std::string& name,
-                                                      std::chrono::milliseconds timeout) {
+// A connected Unix stream socket to `path`, or errno.
+int dial(const std::string& path, int& err) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (path.empty() || path.size() >= sizeof addr.sun_path) throw std::runtime_error("filterd: bad socket path '" + path + "'");
+  if (path.empty() || path.size() >= sizeof addr.sun_path) {
+    err = ENAMETOOLONG;
+    return -1;
+  }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::runtime_error(std::string("filterd: socket: ") + std::strerror(errno));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    int e = errno;
-    ::close(fd);
-    throw std::runtime_error("filterd: cannot connect to " + path + ": " + std::strerror(e));
+  if (fd < 0) {
+    err = errno;
+    return -1;
   }
-  std::unique_ptr<FilterdClient> c(new FilterdClient(fd, timeout));
+  // A Unix socket connects at once or not at all (ENOENT: no filterd yet;
+  // ECONNREFUSED: the file of a dead one).
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    err = errno;
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+fc::Proto proto_of(std::uint8_t p) noexcept { return p == 17 ? fc::Proto::udp : fc::Proto::tcp; }
+
+// A reconnection's requests are answered by a fresh filterd in
+// milliseconds; one that accepted and hangs must not hold the stack long.
+constexpr std::chrono::milliseconds kReconnectTimeout{3000};
+// Look at the control socket every this many loop passes (a system call).
+constexpr std::uint32_t kCheckEvery = 4096;
+}  // namespace
+
+FilterdClient::FilterdClient(std::string path, std::string name, Options options)
+    : path_(std::move(path)), name_(std::move(name)), options_(options) {
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) throw std::runtime_error(std::string("filterd: epoll_create1: ") + std::strerror(errno));
+}
+
+FilterdClient::Options FilterdClient::options_from_env() {
+  Options o;
+  if (const char* v = std::getenv("XK_FILTERD_RECONNECT_MS"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    long long ms = std::strtoll(v, &end, 10);
+    if (end == nullptr || *end != '\0' || ms < 0) {
+      throw std::runtime_error(std::string("XK_FILTERD_RECONNECT_MS: '") + v + "' is not a number of milliseconds");
+    }
+    o.reconnect_for = std::chrono::milliseconds(ms);
+  }
+  return o;
+}
+
+std::unique_ptr<FilterdClient> FilterdClient::connect(const std::string& path, const std::string& name,
+                                                      Options options) {
+  std::unique_ptr<FilterdClient> c(new FilterdClient(path, name.substr(0, fc::kMaxNodeName), options));
+  if (c->name_.empty()) c->name_ = "node";
+  int err = 0;
+  c->fd_ = dial(path, err);
+  if (c->fd_ < 0) throw std::runtime_error("filterd: cannot connect to " + path + ": " + std::strerror(err));
   fc::Hello h;
-  h.name = name.substr(0, fc::kMaxNodeName);
-  if (h.name.empty()) h.name = "node";
+  h.name = c->name_;
   h.pid = static_cast<std::uint32_t>(::getpid());
   h.queues = 1;
   Result<fc::Message> r = c->request(h);
@@ -63,8 +116,156 @@ std::unique_ptr<FilterdClient> FilterdClient::connect(const std::string& path, c
 }
 
 FilterdClient::~FilterdClient() {
-  (void)request(fc::Bye{});
+  if (loop_ != nullptr) loop_->remove(*this);
+  retry_.reset();
+  if (state_ == State::connected && fd_ >= 0) {
+    state_ = State::failed;  // going: a BYE that finds filterd gone is no news
+    (void)request(fc::Bye{}, std::chrono::milliseconds(1000));
+  }
+  close_socket();
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+}
+
+void FilterdClient::attach(EventLoop& loop, Hooks hooks) {
+  if (loop_ != nullptr) throw std::logic_error("FilterdClient::attach: attached already");
+  hooks_ = std::move(hooks);
+  retry_.emplace(loop.timers(), [c = this] { (void)c->reconnect_now(); });
+  loop.add(*this);
+  loop_ = &loop;
+  if (state_ == State::connected) watch(true);
+}
+
+Time FilterdClient::now() const noexcept {
+  return loop_ != nullptr ? loop_->clock().now() : Time(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+void FilterdClient::watch(bool on) noexcept {
+  if (fd_ < 0) return;
+  if (on) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.fd = fd_;
+    (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd_, &ev);
+  } else {
+    (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd_, nullptr);
+  }
+}
+
+void FilterdClient::close_socket() noexcept {
+  if (fd_ < 0) return;
+  watch(false);
   ::close(fd_);
+  fd_ = -1;
+  reader_ = fc::FrameReader{};
+}
+
+void FilterdClient::lost(const char* why) {
+  close_socket();
+  if (state_ != State::connected) return;  // a reconnection's own request failed: the attempt says what next
+  ++stats_.lost;
+  if (loop_ == nullptr || options_.reconnect_for.count() == 0) {
+    give_up(std::string("the control connection closed (") + why + ")");
+    return;
+  }
+  state_ = State::reconnecting;
+  lost_at_ = now();
+  backoff_ = options_.backoff_min;
+  std::fprintf(stderr, "filterd: the control connection closed (%s); node %u reconnecting for up to %.1f s\n", why,
+               unsigned{hello_.node_id}, static_cast<double>(options_.reconnect_for.count()) / 1000);
+  retry_->arm_after(backoff_);
+}
+
+void FilterdClient::give_up(const std::string& why) {
+  close_socket();
+  state_ = State::failed;
+  if (retry_) retry_->cancel();
+  std::fprintf(stderr, "filterd: node %u gives up: %s; its ports and flows are no longer steered to it\n",
+               unsigned{hello_.node_id}, why.c_str());
+}
+
+bool FilterdClient::reconnect_now() {
+  if (state_ != State::reconnecting || in_attempt_) return state_ == State::connected;
+  in_attempt_ = true;
+  struct Done {
+    bool& flag;
+    ~Done() { flag = false; }
+  } done{in_attempt_};
+  ++stats_.attempts;
+  int err = 0;
+  fd_ = dial(path_, err);
+  if (fd_ >= 0) {
+    fc::Hello h;
+    h.name = name_;
+    h.pid = static_cast<std::uint32_t>(::getpid());
+    h.queues = static_cast<std::uint16_t>(hello_.channels.size());
+    h.resume = fc::Resume{hello_.node_id, hello_.channels};
+    Result<fc::Message> r = request(h, kReconnectTimeout);
+    if (r) {
+      if (const auto* e = std::get_if<fc::Error>(&r->body)) {
+        // Someone has our id or channel, or filterd does not take us back:
+        // our graph cannot run on other channels.
+        give_up(std::string("filterd does not take us back: ") + fc::to_string(e->code) + ": " + e->text);
+        return false;
+      }
+      const auto* hr = std::get_if<fc::HelloReply>(&r->body);
+      if (hr == nullptr || hr->node_id != hello_.node_id || hr->channels != hello_.channels) {
+        // A filterd that does not know RESUME registers us afresh.
+        (void)request(fc::Bye{}, kReconnectTimeout);
+        give_up("filterd answered the resuming HELLO with another node id or channels");
+        return false;
+      }
+      if (hr->address != hello_.address || hr->prefix_len != hello_.prefix_len) {
+        (void)request(fc::Bye{}, kReconnectTimeout);
+        give_up("filterd came back with another address (" + to_string(hr->address) + ")");
+        return false;
+      }
+      if (hr->secret != hello_.secret) {
+        // Our connections keep their sequence numbers; only SYN cookies
+        // between group members would disagree. filterd should keep its secret.
+        std::fprintf(stderr, "filterd: warning: filterd came back with another ISN secret (give it --secret)\n");
+      }
+      Holdings held = hooks_.holdings ? hooks_.holdings() : Holdings{};
+      std::size_t refused = 0;
+      bool broken = false;
+      for (const fc::Resync& m : fc::split_resync(held.listeners, held.flows)) {
+        Result<fc::Message> a = request(m, kReconnectTimeout);
+        if (!a) {
+          broken = true;
+          break;
+        }
+        if (const auto* e = std::get_if<fc::Error>(&a->body)) {
+          // What another node took meanwhile is lost to us; its peers get
+          // RST from filterd, our side times out. The rest is installed.
+          ++refused;
+          std::fprintf(stderr, "filterd: RESYNC partly refused: %s: %s\n", fc::to_string(e->code), e->text.c_str());
+        }
+      }
+      if (!broken) {
+        state_ = State::connected;
+        watch(true);
+        ++stats_.resumes;
+        stats_.resynced += held.listeners.size() + held.flows.size();
+        stats_.resync_refused += refused;
+        stats_.last_gap = std::chrono::duration_cast<std::chrono::milliseconds>(now() - lost_at_);
+        std::fprintf(stderr,
+                     "filterd: resumed as node %u after %lld ms (%llu attempts): %zu listeners, %zu flows resynced%s\n",
+                     unsigned{hello_.node_id}, static_cast<long long>(stats_.last_gap.count()),
+                     static_cast<unsigned long long>(stats_.attempts), held.listeners.size(), held.flows.size(),
+                     refused != 0 ? " (some refused)" : "");
+        if (hooks_.resumed) hooks_.resumed();
+        return true;
+      }
+    }
+    close_socket();  // no answer, or it closed again: the next attempt
+  }
+  if (now() - lost_at_ >= options_.reconnect_for) {
+    give_up("no filterd on " + path_ + " for " + std::to_string(options_.reconnect_for.count()) + " ms (" +
+            (err != 0 ? std::strerror(err) : "it did not answer") + ")");
+    return false;
+  }
+  retry_->arm_after(backoff_);
+  backoff_ = std::min(backoff_ * 2, options_.backoff_max);
+  return false;
 }
 
 Status FilterdClient::send_all(const std::vector<std::byte>& bytes) {
@@ -78,19 +279,28 @@ Status FilterdClient::send_all(const std::vector<std::byte>& bytes) {
   return {};
 }
 
-Result<fc::Message> FilterdClient::request(fc::Body body) {
+Result<fc::Message> FilterdClient::request(fc::Body body) { return request(std::move(body), options_.timeout); }
+
+Result<fc::Message> FilterdClient::request(fc::Body body, std::chrono::milliseconds timeout) {
+  if (fd_ < 0) return Errc::closed;
   const std::uint32_t id = next_id_++;
   Result<std::vector<std::byte>> bytes = fc::encode(fc::Message{id, std::move(body)});
   if (!bytes) return bytes.error();
-  if (Status st = send_all(*bytes); !st) return st.error();
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  if (Status st = send_all(*bytes); !st) {
+    lost("send failed");
+    return st.error();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     fc::ReadResult r = reader_.next();
     if (r.has_message()) {
       if (r.message().request_id == id) return std::move(r.message());
       continue;  // a late reply to a request that timed out
     }
-    if (r.has_error() && r.error().must_drop()) return Errc::malformed;
+    if (r.has_error() && r.error().must_drop()) {
+      lost("filterd's stream broke");
+      return Errc::malformed;
+    }
     if (r.has_error()) continue;
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return Errc::timed_out;
@@ -101,9 +311,47 @@ Result<fc::Message> FilterdClient::request(fc::Body body) {
     std::byte buf[8192];
     ssize_t got = ::read(fd_, buf, sizeof buf);
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return Errc::closed;
+    if (got <= 0) {
+      lost("filterd closed it");
+      return Errc::closed;
+    }
     reader_.feed(std::span<const std::byte>(buf, static_cast<std::size_t>(got)));
   }
+}
+
+std::size_t FilterdClient::poll(std::size_t) {
+  if (state_ != State::connected || fd_ < 0) return 0;
+  if (!check_now_ && ++passes_ < kCheckEvery) return 0;
+  passes_ = 0;
+  check_now_ = false;
+  std::byte buf[4096];
+  ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+  if (n <= 0) {
+    lost(n == 0 ? "filterd closed it" : std::strerror(errno));
+    return 1;
+  }
+  // Nothing comes unasked but a late reply or an ERROR before a close:
+  // read it, keep the stream in step, and drop it.
+  reader_.feed(std::span<const std::byte>(buf, static_cast<std::size_t>(n)));
+  for (;;) {
+    fc::ReadResult r = reader_.next();
+    if (r.need_more()) break;
+    if (r.has_error() && r.error().must_drop()) {
+      lost("filterd's stream broke");
+      break;
+    }
+  }
+  return 1;
+}
+
+Status FilterdClient::usable() {
+  switch (state_) {
+    case State::connected: return {};
+    case State::reconnecting: return reconnect_now() ? Status() : Status(Errc::would_block);
+    case State::failed: break;
+  }
+  return Errc::no_route;
 }
 
 std::string FilterdClient::graph_spec(const std::string& tcp_opts) const {
@@ -137,20 +385,23 @@ std::string FilterdClient::graph_spec(const std::string& tcp_opts) const {
 }
 
 Result<std::uint16_t> FilterdClient::claim_listen(std::uint8_t proto, std::uint16_t port, bool group) {
+  if (Status st = usable(); !st) return st.error();
   fc::Listen l;
-  l.proto = proto == 17 ? fc::Proto::udp : fc::Proto::tcp;
+  l.proto = proto_of(proto);
   l.port = port;
   l.group = group;
   Result<fc::Message> r = request(l);
-  if (!r) return r.error();
+  if (!r) return r.error() == Errc::closed ? Errc::would_block : r.error();
   if (const auto* ok = std::get_if<fc::ListenReply>(&r->body)) return ok->port;
   if (const auto* e = std::get_if<fc::Error>(&r->body)) return errc_of(e->code);
   return Errc::malformed;
 }
 
 void FilterdClient::release_listen(std::uint8_t proto, std::uint16_t port) noexcept {
+  // Away: a filterd that comes back learns only what is still held.
+  if (state_ != State::connected) return;
   try {
-    (void)request(fc::Unlisten{proto == 17 ? fc::Proto::udp : fc::Proto::tcp, port});
+    (void)request(fc::Unlisten{proto_of(proto), port});
   } catch (...) {
     // Out of memory while encoding: filterd frees the port when we go.
   }
@@ -158,13 +409,14 @@ void FilterdClient::release_listen(std::uint8_t proto, std::uint16_t port) noexc
 
 Result<std::uint16_t> FilterdClient::claim_connect(std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
                                                    std::uint16_t remote_port) {
+  if (Status st = usable(); !st) return st.error();
   fc::Connect c;
-  c.proto = proto == 17 ? fc::Proto::udp : fc::Proto::tcp;
+  c.proto = proto_of(proto);
   c.remote_addr = remote;
   c.remote_port = remote_port;
   c.local_port = local_port;
   Result<fc::Message> r = request(c);
-  if (!r) return r.error();
+  if (!r) return r.error() == Errc::closed ? Errc::would_block : r.error();
   if (const auto* ok = std::get_if<fc::ConnectReply>(&r->body)) return ok->local_port;
   if (const auto* e = std::get_if<fc::Error>(&r->body)) return errc_of(e->code);
   return Errc::malformed;
@@ -172,10 +424,56 @@ Result<std::uint16_t> FilterdClient::claim_connect(std::uint8_t proto, std::uint
 
 void FilterdClient::release_connect(std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
                                     std::uint16_t remote_port) noexcept {
+  if (state_ != State::connected) return;
   try {
-    (void)request(fc::Release{proto == 17 ? fc::Proto::udp : fc::Proto::tcp, local_port, remote, remote_port});
+    (void)request(fc::Release{proto_of(proto), local_port, remote, remote_port});
   } catch (...) {
   }
+}
+
+FilterdClient::Holdings filterd_holdings(const tcp::TcpProtocol* tcp, const udp::UdpProtocol* udp) {
+  FilterdClient::Holdings h;
+  if (tcp != nullptr) {
+    for (const tcp::TcpProtocol::ListenerInfo& l : tcp->listeners()) {
+      h.listeners.push_back(fc::ListenerEntry{fc::Proto::tcp, l.port.value, l.group, 0});
+    }
+    for (const tcp::TcpProtocol::ConnectionInfo& c : tcp->connections()) {
+      // A connection opened without the authority (none at the time) has no
+      // flow at filterd to declare.
+      if (!c.claimed && !c.passive) continue;
+      h.flows.push_back(fc::FlowEntry{fc::Proto::tcp, c.tuple.local_port, c.tuple.remote_addr, c.tuple.remote_port, 0,
+                                      c.passive});
+    }
+  }
+  if (udp != nullptr) {
+    for (std::uint16_t p : udp->bound_ports()) h.listeners.push_back(fc::ListenerEntry{fc::Proto::udp, p, false, 0});
+  }
+  return h;
+}
+
+void attach_node(FilterdClient& client, EventLoop& loop, tcp::TcpProtocol* tcp, udp::UdpProtocol* udp,
+                 Protocol* net) {
+  FilterdClient::Hooks hooks;
+  hooks.holdings = [tcp, udp] { return filterd_holdings(tcp, udp); };
+#ifdef XK_HAVE_DPDK
+  if (auto* d = dynamic_cast<drivers::DpdkDriver*>(net)) {
+    hooks.resumed = [d] {
+      // filterd made our memif interface again before it answered; connect
+      // to it (a few tries: its socket may take a moment to listen).
+      for (int i = 0; i < 50; ++i) {
+        if (d->restart()) {
+          std::fprintf(stderr, "filterd: channel %s started again\n", d->name().c_str());
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      std::fprintf(stderr, "filterd: channel %s does not start again\n", d->name().c_str());
+    };
+  }
+#else
+  (void)net;
+#endif
+  client.attach(loop, std::move(hooks));
 }
 
 }  // namespace xk

@@ -148,7 +148,7 @@ std::unique_ptr<Stack> Stack::create(StackConfig config) {
   if (!s->config_.filterd.empty()) {
 #ifdef XK_HAVE_FILTERD
     if (!s->config_.graph.empty()) throw std::invalid_argument("a node attached to filterd gets its graph from filterd");
-    auto client = FilterdClient::connect(s->config_.filterd, s->config_.node_name);
+    auto client = FilterdClient::connect(s->config_.filterd, s->config_.node_name, FilterdClient::options_from_env());
     s->config_.graph = client->graph_spec(s->config_.tcp_opts);
     s->config_.source = "filterd";
     s->authority_ = std::move(client);
@@ -162,6 +162,10 @@ std::unique_ptr<Stack> Stack::create(StackConfig config) {
   if (s->authority_) {
     if (s->tcp_ != nullptr) s->tcp_->set_port_authority(s->authority_.get());
     if (s->udp_ != nullptr) s->udp_->set_port_authority(s->authority_.get());
+#ifdef XK_HAVE_FILTERD
+    // filterd may restart under us: reconnect, and declare what we hold.
+    attach_node(static_cast<FilterdClient&>(*s->authority_), s->loop_, s->tcp_, s->udp_, s->graph_->find("net0"));
+#endif
   }
 #ifdef XK_HAVE_DPDK
   if (auto* net = s->graph_->find_as<drivers::DpdkDriver>("net0")) {

@@ -30,7 +30,23 @@ enum class Proto : std::uint8_t { icmp = 1, tcp = 6, udp = 17 };
 
 using Secret = std::array<std::byte, 16>;  // the same layout as xk::tcp::Secret
 
+// One per queue of the node, in queue order.
+struct Channel {
+  std::uint32_t memif_id = 0;  // the net_memif interface id on memif_socket
+  MacAddr node_mac;            // the MAC the node's stack on this queue uses
+  friend bool operator==(const Channel&, const Channel&) = default;
+};
+
 // ---- requests (node -> filterd) --------------------------------------------
+
+// A node whose filterd went away (it restarted) asks for its earlier id and
+// channels back: its graph -- a memif client on those interface ids, those
+// MACs -- keeps running, and so do its connections.
+struct Resume {
+  std::uint16_t node_id = 0;      // nonzero: what the earlier HELLO_REPLY said
+  std::vector<Channel> channels;  // the earlier HELLO_REPLY's, one per queue
+  friend bool operator==(const Resume&, const Resume&) = default;
+};
 
 struct Hello {
   static constexpr MsgType kType = MsgType::hello;
@@ -39,6 +55,7 @@ struct Hello {
   std::uint16_t queues = 1;   // stacks the node runs, 1..64
   std::uint8_t version_min = kVersion;  // protocol versions the node speaks
   std::uint8_t version_max = kVersion;
+  std::optional<Resume> resume = std::nullopt;  // absent: a new registration
   friend bool operator==(const Hello&, const Hello&) = default;
 };
 
@@ -91,6 +108,7 @@ struct FlowEntry {
   Ipv4Addr remote_addr;
   std::uint16_t remote_port = 0;  // nonzero; 0 for icmp
   std::uint16_t queue = 0;
+  bool accepted = false;          // accepted on a listener (tcp), not given by CONNECT
   friend bool operator==(const FlowEntry&, const FlowEntry&) = default;
 };
 
@@ -179,13 +197,6 @@ struct Rules {
 struct Ok {
   static constexpr MsgType kType = MsgType::ok;
   friend bool operator==(const Ok&, const Ok&) = default;
-};
-
-// One per queue of the node, in queue order.
-struct Channel {
-  std::uint32_t memif_id = 0;  // the net_memif interface id on memif_socket
-  MacAddr node_mac;            // the MAC the node's stack on this queue uses
-  friend bool operator==(const Channel&, const Channel&) = default;
 };
 
 struct HelloReply {

@@ -119,6 +119,7 @@ enum class Tag : std::uint16_t {
   queues = 0x0003,        // u16 1..64
   versions = 0x0004,      // u8 min, u8 max
   version = 0x0005,       // u8
+  resume = 0x0006,        // record: format u8, flags u8, node id u16 (HELLO after a filterd restart)
   proto = 0x0010,         // u8: 6 tcp, 17 udp; 1 icmp in flows
   local_port = 0x0011,    // u16
   group = 0x0012,         // u8 bool
@@ -160,6 +161,7 @@ inline constexpr std::size_t kListenerRecord = 6;
 inline constexpr std::size_t kFlowRecord = 12;
 inline constexpr std::size_t kChannelRecord = 10;
 inline constexpr std::size_t kCounterRecordMin = 9;  // plus the name
+inline constexpr std::size_t kResumeRecord = 4;
 inline constexpr std::uint8_t kListenerFlagGroup = 0x01;
 // Version 2 records.
 //   node:      node id u16, queues u16, pid u32, memif id u32 (queue 0's),
@@ -176,6 +178,12 @@ inline constexpr std::size_t kRuleRecordMin = 20;  // plus the expression
 inline constexpr std::size_t kNodeFlowRecord = 14;
 inline constexpr std::uint8_t kPortFlagGroup = 0x01;
 inline constexpr std::uint8_t kPortFlagListen = 0x02;
+// A flow the node accepted on one of its listeners (its local port is the
+// listener's), not one filterd gave it with CONNECT.
+inline constexpr std::uint8_t kFlowFlagAccepted = 0x01;
+// The layout of the resume record; a receiver that does not know the format
+// rejects the HELLO (the node may then try a format it knows the peer has).
+inline constexpr std::uint8_t kResumeFormat = 1;
 
 struct FrameHeader {
   std::uint32_t magic = kMagic;

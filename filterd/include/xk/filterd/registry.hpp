@@ -14,6 +14,10 @@
 // connection (xkctl). It may list nodes, ports, flows and rules, read the
 // counters, add a rule for any node and delete any rule. Who may connect at
 // all is the transport's business (SO_PEERCRED: root or filterd's user).
+// A filterd that restarts starts empty. Nodes that outlived the old one say
+// HELLO with `resume` (their old id and channels, granted when nobody holds
+// them) and RESYNC what they own; entries that conflict with what another
+// node holds are refused one by one, the rest installed.
 
 #include <cstdint>
 #include <functional>
@@ -120,6 +124,10 @@ class NodeRegistry {
   Status take_listen(NodeInfo& n, std::uint8_t proto, std::uint16_t port, bool group, std::uint16_t queue);
   Status take_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, Ipv4Addr remote, std::uint16_t rport,
                    std::uint16_t queue);
+  Status take_accepted_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, Ipv4Addr remote,
+                            std::uint16_t rport, std::uint16_t queue);
+  // A registered node has this memif id or this MAC already.
+  bool channel_taken(const ctl::Channel& ch) const;
 
   RegistryConfig config_;
   FilterEngine& filter_;
@@ -136,6 +144,10 @@ class NodeRegistry {
   Counter& requests_;
   Counter& refused_;
   Counter& nodes_gone_;
+  Counter& resumes_;
+  Counter& resumes_refused_;
+  Counter& resynced_;
+  Counter& refused_entries_;
 };
 
 }  // namespace xk::filterd

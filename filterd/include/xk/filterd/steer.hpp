@@ -86,6 +86,15 @@ class Steer final : public fault::PassThrough {
   // caller's if it pushed a share()); not_found: no such channel.
   Status send_relay(NodeId node, Msg frame);
 
+  // A filterd that starts knows none of the connections its nodes kept
+  // through its restart; until they have said HELLO and RESYNC again, an
+  // RST or port unreachable for a flow "nobody" owns -- or a stray TCP
+  // segment handed to a listener, whose node would answer it with RST --
+  // would kill a connection that is about to be re-declared. Until `until`,
+  // such frames are dropped (counted in rx_quiet): the peers retransmit,
+  // and the flows are in place by then. SYNs and exact flows pass.
+  void keep_quiet_until(Time until) noexcept { quiet_until_ = until; }
+
  protected:
   Status on_rx(fault::PassSession& s, Msg msg) override;
 
@@ -99,8 +108,11 @@ class Steer final : public fault::PassThrough {
   Status egress(Channel& ch, Msg frame);
   Status answer_arp(Channel& ch, Msg frame);
   void learn_passive_flow(Channel& ch, const ipv4::Header& ip, std::span<const std::byte> frame);
+  bool quiet(const Decision& d, std::span<const std::byte> frame) noexcept;
 
   SteerConfig config_;
+  const Clock& clock_;
+  Time quiet_until_{};
   std::unique_ptr<FilterEngine> filter_;
   NextHopResolver* resolver_ = nullptr;
   FlatMap<NodeKey, std::unique_ptr<Channel>> channels_;
@@ -120,6 +132,7 @@ class Steer final : public fault::PassThrough {
   Counter& learned_flows_;
   Counter& rx_central_tcp_;
   Counter& relay_from_nodes_;
+  Counter& rx_quiet_;
 };
 
 void register_steer(Registry& registry);

@@ -152,6 +152,12 @@ class DpdkDriver final : public Protocol, public Pollable {
   bool rx_interrupt_active() const noexcept { return rx_intr_; }
   // Queries the port now (no waiting) and updates the link_up counter.
   DpdkLink link();
+  // Stops the port and starts it again (frames waiting to be sent are
+  // dropped). A net_memif client connects to its server only when it starts
+  // -- DPDK 22.11 does not retry after the server went away -- so a node
+  // whose filterd came back starts its channel again. not_connected if the
+  // port does not start (the memif server is not there yet); try later.
+  Status restart();
   // The port's own statistics (rte_eth_stats), folded into counters named
   // port_ipackets, port_opackets, port_imissed, port_ierrors, port_oerrors,
   // port_rx_nombuf.
@@ -203,6 +209,7 @@ class DpdkDriver final : public Protocol, public Pollable {
   Counter& link_up_;
   Counter& intr_sleeps_;
   Counter& timer_sleeps_;
+  Counter& restarts_;
 };
 
 // Mempools left allocated by drivers destroyed while Msgs still held mbufs.

@@ -330,6 +330,7 @@ class TcpConnection final : public StreamEndpoint {
   SessionRef ip_;
   ListenSession* listener_ = nullptr;  // a passive open not yet accepted
   bool accepted_ = false;
+  bool passive_ = false;  // made by a listener from a SYN (or a cookie's ACK)
   bool claimed_ = false;  // the local port came from the PortAuthority: give it back on release
   bool user_closed_ = false;  // no handle any more: free at CLOSED
   Errc error_ = Errc::ok;
@@ -398,7 +399,7 @@ class TcpConnection final : public StreamEndpoint {
 // A passive open: a port (and address) that accepts connections.
 class ListenSession final : public ListenEndpoint {
  public:
-  ListenSession(TcpProtocol& proto, Ipv4Addr addr, Port port, std::size_t backlog);
+  ListenSession(TcpProtocol& proto, Ipv4Addr addr, Port port, std::size_t backlog, bool group = false);
   ~ListenSession() override;
   Status push(Msg) override { return Errc::unsupported; }
   Status pop(Session&, Msg) override { return Errc::unsupported; }
@@ -415,6 +416,7 @@ class ListenSession final : public ListenEndpoint {
   void set_checksum(ChecksumMode mode) noexcept override { csum_ = mode; }
   Ipv4Addr addr() const noexcept override { return addr_; }
   Port port() const noexcept override { return port_; }
+  bool group() const noexcept { return group_; }
   bool detached() const noexcept override { return proto_ == nullptr; }
 
  private:
@@ -427,6 +429,7 @@ class ListenSession final : public ListenEndpoint {
   Ipv4Addr addr_;
   Port port_;
   std::size_t backlog_;
+  bool group_;
   std::size_t half_open_ = 0;
   std::deque<Ref<TcpConnection>> accept_q_;
   std::function<void()> on_event_;
@@ -540,6 +543,24 @@ class TcpProtocol final : public Protocol {
   // reservation before the listen() or connect() that uses it.
   Result<Port> reserve_port(Ipv4Addr addr, Port port, bool reuse_addr);
   void release_port(Ipv4Addr addr, Port port) noexcept;
+
+  // What this stack holds, for a PortAuthority that has to learn it again
+  // (filterd restarted: docs/filterd.md): every listener, and every
+  // connection that has its 4-tuple (SYN-SENT to TIME-WAIT), with whether a
+  // listener made it and whether the authority gave its local port.
+  struct ListenerInfo {
+    Ipv4Addr addr;
+    Port port;
+    bool group = false;
+  };
+  struct ConnectionInfo {
+    FourTuple tuple;
+    State state = State::closed;
+    bool passive = false;  // made by a listener (accepted, or still in the handshake)
+    bool claimed = false;  // the local port came from the PortAuthority
+  };
+  std::vector<ListenerInfo> listeners() const;
+  std::vector<ConnectionInfo> connections() const;
 
   const TcpConfig& config() const noexcept { return config_; }
   TimerWheel& timers() noexcept { return timers_; }

@@ -192,6 +192,9 @@ class UdpProtocol final : public Protocol {
   // bound to a port claims it, the last one to leave gives it back. Null:
   // the stack owns its address alone. Must outlive its use.
   void set_port_authority(PortAuthority* authority) noexcept { authority_ = authority; }
+  // The local ports sockets are bound to (each once), for an authority that
+  // has to learn them again (filterd restarted).
+  std::vector<std::uint16_t> bound_ports() const;
   std::size_t session_count() const noexcept { return sessions_.size(); }
   ChecksumMode checksum_mode() const noexcept { return config_.csum; }
 

@@ -1,0 +1,218 @@
+// The node's side of a filterd restart (xk/filterd_client.hpp): the client
+// notices its control connection close, says "try again" meanwhile,
+// reconnects with back-off, resumes its id and channels, and RESYNCs what
+// the stack holds; it gives up when filterd stays away, or when another node
+// has its id. filterd here is its real control plane (NodeRegistry behind a
+// ControlServer) on a thread of its own; the node's loop runs on a manual
+// clock, so back-off and giving up are steps, not waits.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "xk/clock.hpp"
+#include "xk/event_loop.hpp"
+#include "xk/filterd/control_server.hpp"
+#include "xk/filterd/registry.hpp"
+#include "xk/filterd_client.hpp"
+
+namespace xk {
+namespace {
+
+namespace fc = filterd::ctl;
+using filterd::FlowKey;
+using filterd::Proto;
+
+std::string socket_path() {
+  static std::atomic<int> n{0};
+  return "/tmp/xk-fc-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + ".sock";
+}
+
+// filterd's control plane, serving on `path` from a thread of its own until
+// stop() (what kill -9 does to the nodes' connections: they close).
+class Filterd {
+ public:
+  explicit Filterd(const std::string& path) {
+    filterd::FilterConfig f;
+    f.shared_ip = Ipv4Addr{0xC000020A};
+    filter_.emplace(f, clock_);
+    filterd::RegistryConfig c;
+    c.shared = Ipv4Cidr{Ipv4Addr{0xC000020A}, 24};
+    c.secret[0] = std::byte{7};  // the same in every run, as --secret gives it
+    registry_.emplace(c, *filter_, filterd::NodeRegistry::Hooks{});
+    filterd::ControlServer::Config cc;
+    cc.path = path;
+    server_.emplace(loop_, *registry_, cc);
+    loop_.start_thread();
+  }
+  ~Filterd() { stop(); }
+
+  // Stops serving and closes every connection; the tables stay readable.
+  void stop() {
+    if (!server_) return;
+    loop_.stop();
+    loop_.join();
+    server_.reset();
+  }
+  // Runs `f` on filterd's thread, between two requests, and waits for it.
+  template <class F>
+  void on_loop(F f) {
+    std::promise<void> done;
+    loop_.post([&f, &done] {
+      f();
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+  filterd::NodeRegistry& registry() { return *registry_; }
+  filterd::FilterEngine& filter() { return *filter_; }
+
+ private:
+  ManualClock clock_;
+  EventLoop loop_;
+  std::optional<filterd::FilterEngine> filter_;
+  std::optional<filterd::NodeRegistry> registry_;
+  std::optional<filterd::ControlServer> server_;
+};
+
+class FilterdClientTest : public ::testing::Test {
+ protected:
+  FilterdClientTest() : loop(clock) {}
+
+  void connect_node() {
+    FilterdClient::Options o;
+    o.reconnect_for = std::chrono::seconds(10);
+    o.backoff_min = std::chrono::milliseconds(20);
+    o.backoff_max = std::chrono::milliseconds(200);
+    client = FilterdClient::connect(path, "node", o);
+    FilterdClient::Hooks h;
+    h.holdings = [this] { return held; };
+    h.resumed = [this] { ++resumed; };
+    client->attach(loop, std::move(h));
+  }
+  // Passes until the client has seen its connection close (it looks every
+  // few thousand passes), at most a bounded number.
+  void notice_loss() {
+    for (int i = 0; i < 100000 && client->state() == FilterdClient::State::connected; ++i) loop.run_once();
+  }
+  // Time moves in back-off steps until the client is no longer reconnecting.
+  void let_time_pass(std::chrono::milliseconds total) {
+    for (auto t = std::chrono::milliseconds(0); t < total && client->state() == FilterdClient::State::reconnecting;
+         t += std::chrono::milliseconds(10)) {
+      clock.advance(std::chrono::milliseconds(10));
+      loop.run_once();
+    }
+  }
+
+  const std::string path = socket_path();
+  const Ipv4Addr peer{0xC0000201};
+  ManualClock clock;
+  EventLoop loop;
+  std::unique_ptr<FilterdClient> client;
+  FilterdClient::Holdings held;
+  int resumed = 0;
+};
+
+TEST_F(FilterdClientTest, ReconnectsResumesAndResyncsAfterFilterdRestarts) {
+  auto first = std::make_unique<Filterd>(path);
+  connect_node();
+  const std::uint16_t id = client->hello().node_id;
+  const std::vector<fc::Channel> channels = client->hello().channels;
+  ASSERT_TRUE(client->claim_listen(6, 5001, true).ok());
+  Result<std::uint16_t> lport = client->claim_connect(6, 0, peer, 7001);
+  ASSERT_TRUE(lport.ok());
+  // What the stack holds: the listener, a connection it accepted, the one it opened.
+  held.listeners = {fc::ListenerEntry{fc::Proto::tcp, 5001, true, 0}};
+  held.flows = {fc::FlowEntry{fc::Proto::tcp, 5001, peer, 40000, 0, true},
+                fc::FlowEntry{fc::Proto::tcp, *lport, peer, 7001, 0, false}};
+
+  first->stop();  // filterd dies: the control connection closes
+  notice_loss();
+  ASSERT_EQ(client->state(), FilterdClient::State::reconnecting);
+  EXPECT_EQ(client->stats().lost, 1u);
+  // Meanwhile a listen or connect is told to try again, and nothing breaks.
+  Result<std::uint16_t> away = client->claim_listen(6, 6000, false);
+  ASSERT_FALSE(away.ok());
+  EXPECT_EQ(away.error(), Errc::would_block);
+  EXPECT_EQ(client->claim_connect(6, 0, peer, 9).error(), Errc::would_block);
+  client->release_connect(6, 50000, peer, 9);  // no filterd to tell: nothing happens
+  let_time_pass(std::chrono::milliseconds(300));
+  EXPECT_EQ(client->state(), FilterdClient::State::reconnecting);
+
+  first.reset();
+  Filterd second(path);  // a fresh filterd knows nobody
+  let_time_pass(std::chrono::milliseconds(1000));
+  ASSERT_EQ(client->state(), FilterdClient::State::connected);
+  EXPECT_EQ(resumed, 1);
+  EXPECT_EQ(client->stats().resumes, 1u);
+  EXPECT_EQ(client->stats().resynced, 3u);
+  EXPECT_EQ(client->stats().resync_refused, 0u);
+  EXPECT_GE(client->stats().attempts, 2u);  // it tried while nobody was there
+  EXPECT_EQ(client->hello().node_id, id);
+  EXPECT_EQ(client->hello().channels, channels);
+  // The new filterd has it all, under the same node.
+  second.on_loop([&] {
+    ASSERT_NE(second.registry().node(id), nullptr);
+    EXPECT_EQ(second.registry().node(id)->channels, channels);
+    EXPECT_EQ(second.filter().find_flow(FlowKey{Proto::tcp, peer, 40000, 5001})->node, id);
+    EXPECT_EQ(second.filter().find_flow(FlowKey{Proto::tcp, peer, 7001, *lport})->node, id);
+    EXPECT_EQ(second.filter().listener_for(FlowKey{Proto::tcp, peer, 1, 5001})->node, id);
+  });
+}
+
+TEST_F(FilterdClientTest, RequestsWorkAgainAfterTheResume) {
+  auto first = std::make_unique<Filterd>(path);
+  connect_node();
+  first.reset();
+  notice_loss();
+  Filterd second(path);
+  // No waiting for the timer: a listen tries at once, and gets its port.
+  Result<std::uint16_t> p = client->claim_listen(6, 6000, false);
+  ASSERT_TRUE(p.ok()) << to_string(p.error());
+  EXPECT_EQ(*p, 6000);
+  EXPECT_EQ(client->state(), FilterdClient::State::connected);
+}
+
+TEST_F(FilterdClientTest, GivesUpWhenFilterdStaysAway) {
+  auto first = std::make_unique<Filterd>(path);
+  connect_node();
+  first.reset();
+  notice_loss();
+  let_time_pass(std::chrono::seconds(11));  // past reconnect_for
+  ASSERT_EQ(client->state(), FilterdClient::State::failed);
+  EXPECT_EQ(client->claim_listen(6, 80, false).error(), Errc::no_route);
+  // A filterd that comes later finds nobody asking.
+  Filterd late(path);
+  let_time_pass(std::chrono::seconds(1));
+  EXPECT_EQ(client->state(), FilterdClient::State::failed);
+  EXPECT_EQ(resumed, 0);
+}
+
+TEST_F(FilterdClientTest, GivesUpWhenAnotherNodeHasItsId) {
+  auto first = std::make_unique<Filterd>(path);
+  connect_node();
+  first.reset();
+  notice_loss();
+  Filterd second(path);
+  // A new node gets there first, and takes id 1 -- ours.
+  std::unique_ptr<FilterdClient> other = FilterdClient::connect(path, "other");
+  ASSERT_EQ(other->hello().node_id, client->hello().node_id);
+  let_time_pass(std::chrono::seconds(1));
+  EXPECT_EQ(client->state(), FilterdClient::State::failed);
+  EXPECT_EQ(resumed, 0);
+  EXPECT_EQ(other->state(), FilterdClient::State::connected);
+}
+
+TEST(FilterdClientHoldings, NothingWithoutProtocols) {
+  FilterdClient::Holdings h = filterd_holdings(nullptr, nullptr);
+  EXPECT_TRUE(h.listeners.empty());
+  EXPECT_TRUE(h.flows.empty());
+}
+
+}  // namespace
+}  // namespace xk
