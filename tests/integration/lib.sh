@@ -50,15 +50,25 @@ stop() {
 # default), so UDP checksums are checked over whole datagrams.
 TSHARK_OPTS=(-n -o ip.check_checksum:TRUE -o udp.check_checksum:TRUE -o ip.defragment:TRUE)
 BAD='ip.checksum.status == "Bad" || udp.checksum.status == "Bad" || icmp.checksum.status == "Bad" || _ws.malformed || _ws.expert.severity == "Error"'
+# check_pcap FILE [incomplete]: with "incomplete" (the capturer dropped
+# frames) IP reassembly is off: tshark would otherwise join the fragments it
+# has of one datagram with those of a later one that reuses its IP id and
+# call the result malformed. Each frame's IP checksum, and the UDP checksum of
+# every unfragmented datagram, are still verified.
 check_pcap() {
   local f=$1 total bad good
+  local -a opts=("${TSHARK_OPTS[@]}")
+  if [ "${2:-}" = incomplete ]; then
+    opts=("${opts[@]/ip.defragment:TRUE/ip.defragment:FALSE}")
+    echo "   $(basename "$f"): the capture is incomplete: reassembly off"
+  fi
   [ -s "$f" ] || die "$f is missing or empty"
-  tshark "${TSHARK_OPTS[@]}" -r "$f" -T fields -e frame.number -e ip.checksum.status -e udp.checksum.status \
+  tshark "${opts[@]}" -r "$f" -T fields -e frame.number -e ip.checksum.status -e udp.checksum.status \
     -e icmp.checksum.status -e _ws.malformed -e _ws.expert.severity > "$f.fields" 2> "$f.tshark-err" \
     || { cat "$f.tshark-err" >&2; die "tshark cannot read $f"; }
   total=$(wc -l < "$f.fields")
-  bad=$(tshark "${TSHARK_OPTS[@]}" -r "$f" -Y "$BAD" 2>>"$f.tshark-err" | tee "$f.bad" | wc -l)
-  good=$(tshark "${TSHARK_OPTS[@]}" -r "$f" -Y 'udp.checksum.status == "Good" || icmp.checksum.status == "Good"' \
+  bad=$(tshark "${opts[@]}" -r "$f" -Y "$BAD" 2>>"$f.tshark-err" | tee "$f.bad" | wc -l)
+  good=$(tshark "${opts[@]}" -r "$f" -Y 'udp.checksum.status == "Good" || icmp.checksum.status == "Good"' \
            2>>"$f.tshark-err" | wc -l)
   echo "   $(basename "$f"): $total frames, $good with a verified good UDP/ICMP checksum, $bad bad or malformed"
   [ "$bad" -eq 0 ] || { head -20 "$f.bad" >&2; die "$f: $bad frames with a bad checksum or malformed"; }
