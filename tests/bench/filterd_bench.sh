@@ -38,7 +38,8 @@ XK=$(readlink -f "$2")
 PY=/usr/bin/python3
 NODES=${XK_BENCH_NODES:-2}
 CONNS=${XK_BENCH_CONNS:-8}
-BYTES=$(numfmt --from=iec "${XK_BENCH_BYTES:-32M}")
+XK_BENCH_BYTES=${XK_BENCH_BYTES:-32M}
+BYTES=$(numfmt --from=iec "${XK_BENCH_BYTES^^}")  # 4m or 4M
 TICK=$(getconf CLK_TCK)
 
 NSA=xk-fb-$$-a
