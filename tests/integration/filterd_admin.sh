@@ -51,24 +51,7 @@ mkdir -p "$OUT"
 CTL=$OUT/filterd.sock
 MEMIF=/run/xk-fa-$$.memif  # an abstract-namespace name for memif; no file
 
-cleanup() {
-  local rc=$?
-  set +e
-  kill_all
-  ip netns del "$NSA" 2>/dev/null
-  ip netns del "$NSB" 2>/dev/null
-  ip link del "$LNX" 2>/dev/null
-  ip link del "$XKIF" 2>/dev/null
-  if [ $rc -eq 0 ]; then
-    echo "$TEST_NAME: PASS in $(elapsed) s (artifacts: $OUT)"
-  else
-    echo "$TEST_NAME: FAILED (rc $rc) after $(elapsed) s; artifacts and logs: $OUT"
-  fi
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+install_cleanup
 
 # xkctl in filterd's namespace; every call's output is kept.
 N_CALL=0

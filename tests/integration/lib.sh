@@ -20,6 +20,30 @@ kill_all() {
   done
 }
 
+# install_cleanup: on exit (also after SIGINT/SIGTERM) stop every process in
+# PIDS, delete the namespaces NSA/NSB and the links LNX/XKIF when the script
+# made them, and say PASS or FAILED with the time taken and where OUT is.
+cleanup() {
+  local rc=$?
+  set +e
+  kill_all
+  [ -n "${NSA:-}" ] && ip netns del "$NSA" 2>/dev/null
+  [ -n "${NSB:-}" ] && ip netns del "$NSB" 2>/dev/null
+  [ -n "${LNX:-}" ] && ip link del "$LNX" 2>/dev/null
+  [ -n "${XKIF:-}" ] && ip link del "$XKIF" 2>/dev/null
+  if [ $rc -eq 0 ]; then
+    echo "$TEST_NAME: PASS in $(elapsed) s (artifacts: $OUT)"
+  else
+    echo "$TEST_NAME: FAILED (rc $rc) after $(elapsed) s; artifacts and logs: $OUT"
+  fi
+  exit $rc
+}
+install_cleanup() {
+  trap cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+}
+
 # A sanitizer build is several times slower: scripts scale their counts down.
 is_sanitized() { ldd "$1" 2>/dev/null | grep -q 'libasan'; }
 

@@ -63,24 +63,7 @@ OUT=$PWD/udp_linux.$PMD.out
 rm -rf "$OUT"
 mkdir -p "$OUT"
 
-cleanup() {
-  local rc=$?
-  set +e
-  kill_all
-  ip netns del "$NSA" 2>/dev/null
-  ip netns del "$NSB" 2>/dev/null
-  ip link del "$LNX" 2>/dev/null
-  ip link del "$XKIF" 2>/dev/null
-  if [ $rc -eq 0 ]; then
-    echo "udp_linux: PASS in $(elapsed) s (artifacts: $OUT)"
-  else
-    echo "udp_linux: FAILED (rc $rc) after $(elapsed) s; artifacts and logs: $OUT"
-  fi
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+install_cleanup
 
 step "topology: $NSA ($LNX $LNX_IP/24) <-veth-> $NSB ($XKIF, xk $XK_IP/24)"
 make_veth_topology "$NSA" "$NSB" "$LNX" "$XKIF" "$LNX_IP/24"

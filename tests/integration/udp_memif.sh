@@ -34,20 +34,7 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 SOCK=$OUT/memif.sock  # abstract (socket-abstract=yes): never a file
 
-cleanup() {
-  local rc=$?
-  set +e
-  kill_all
-  if [ $rc -eq 0 ]; then
-    echo "$TEST_NAME: PASS in $(elapsed) s (artifacts: $OUT)"
-  else
-    echo "$TEST_NAME: FAILED (rc $rc) after $(elapsed) s; artifacts and logs: $OUT"
-  fi
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+install_cleanup
 
 step "xk-udp-echo server on net_memif0 (role=server), 192.0.2.10/24"
 "$XK" server --port "net_memif0,role=server,id=0,socket=$SOCK" --ip 192.0.2.10/24 --udp-port 7 \
