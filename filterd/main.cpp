@@ -190,26 +190,47 @@ int run(const Flags& f) {
     central = std::make_unique<Central>(*graph.find_as<tcp::TcpProtocol>("tcp0"), *steer, &loop, cc);
   }
 
-  // Each node's channel: a memif server interface of its own, hot-plugged.
-  std::map<NodeId, std::unique_ptr<drivers::DpdkDriver>> channels;
+  // Each node's channels: a memif server interface per queue (one per stack
+  // the node runs), hot-plugged.
+  std::map<NodeId, std::vector<std::unique_ptr<drivers::DpdkDriver>>> channels;
   NodeRegistry::Hooks hooks;
   hooks.attach = [&](const NodeInfo& n) -> Status {
-    const filterd::ctl::Channel& ch = n.channels.front();
-    drivers::DpdkDriver::Config dc;
-    dc.devargs = "net_memif" + std::to_string(ch.memif_id) + ",role=server,id=" + std::to_string(ch.memif_id) +
-                 ",socket=" + f.memif;
-    dc.mtu = ext->mtu();
-    dc.mbufs = 4095;  // per node: enough for a channel's rings and bursts
-    dc.tx_keep = f.central;  // relay frames are never dropped: a full ring waits
-    try {
-      auto d = std::make_unique<drivers::DpdkDriver>("node" + std::to_string(n.id), dc, &loop);
-      if (Status st = steer->attach(n.id, *d, ch.node_mac); !st) return st;
-      channels[n.id] = std::move(d);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "filterd: node %u (%s): %s\n", n.id, n.name.c_str(), e.what());
-      return Errc::no_memory;
+    if (f.central && n.channels.size() > 1) return Errc::unsupported;  // the bridge relays to one queue
+    std::vector<std::unique_ptr<drivers::DpdkDriver>> made;
+    auto undo = [&] {
+      steer->detach(n.id);
+      made.clear();
+    };
+    for (std::size_t q = 0; q < n.channels.size(); ++q) {
+      const filterd::ctl::Channel& ch = n.channels[q];
+      drivers::DpdkDriver::Config dc;
+      dc.devargs = "net_memif" + std::to_string(ch.memif_id) + ",role=server,id=" + std::to_string(ch.memif_id) +
+                   ",socket=" + f.memif;
+      dc.mtu = ext->mtu();
+      dc.mbufs = 4095;  // per channel: enough for its rings and bursts
+      dc.tx_keep = f.central;  // relay frames are never dropped: a full ring waits
+      try {
+        auto d = std::make_unique<drivers::DpdkDriver>(
+            "node" + std::to_string(n.id) + (q == 0 ? "" : "q" + std::to_string(q)), dc, &loop);
+        if (Status st = steer->attach(n.id, static_cast<std::uint16_t>(q), *d, ch.node_mac); !st) {
+          undo();
+          return st;
+        }
+        made.push_back(std::move(d));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "filterd: node %u (%s) queue %zu: %s\n", n.id, n.name.c_str(), q, e.what());
+        undo();
+        return Errc::no_memory;
+      }
     }
-    std::printf("filterd: node %u (%s, pid %u) attached on memif id %u\n", n.id, n.name.c_str(), n.pid, ch.memif_id);
+    channels[n.id] = std::move(made);
+    if (n.channels.size() == 1) {
+      std::printf("filterd: node %u (%s, pid %u) attached on memif id %u\n", n.id, n.name.c_str(), n.pid,
+                  n.channels.front().memif_id);
+    } else {
+      std::printf("filterd: node %u (%s, pid %u) attached with %zu queues on memif ids %u..%u\n", n.id, n.name.c_str(),
+                  n.pid, n.channels.size(), n.channels.front().memif_id, n.channels.back().memif_id);
+    }
     std::fflush(stdout);
     return {};
   };
@@ -226,6 +247,7 @@ int run(const Flags& f) {
   hooks.counter_sets = [&]() {
     std::vector<const CounterSet*> sets = graph.counters();
     if (control_ptr != nullptr) sets.push_back(&control_ptr->counters());
+    for (const CounterSet* c : steer->channel_counters()) sets.push_back(c);  // per node and queue
     return sets;
   };
   hooks.node_rx_frames = [&](NodeId id) { return steer->rx_frames(id); };
@@ -267,6 +289,7 @@ int run(const Flags& f) {
   sets.push_back(&registry.counters());
   sets.push_back(&control.counters());
   if (central) sets.push_back(&central->counters());
+  for (const CounterSet* c : steer->channel_counters()) sets.push_back(c);
   for (const CounterSet* s : sets) {
     for (const auto& e : s->entries()) {
       if (e.counter.value() != 0) std::printf("  %-10s %-28s %llu\n", s->owner().c_str(), e.name.c_str(),

@@ -84,6 +84,14 @@ expect xk-echo 2 "leave nothing to serve" "${STACK[@]}" --tcp-only --udp-only
 expect xk-echo 2 "--group is for the TCP port" "${STACK[@]}" --udp-only --group
 expect xk-echo 2 "--udp-port: '0' is not a number in 1..65535" "${STACK[@]}" --udp-port 0
 expect xk-echo 2 "--tcp-only" "${STACK[@]}" --tcp-only=yes
+# several stacks: a node's behind filterd only, 1..64, CPUs a list of numbers
+expect xk-echo 2 "--stacks: several stacks are a node's behind filterd" "${STACK[@]}" --stacks 2
+expect xk-echo 2 "--stacks: '0' is not a number in 1..64" --filterd /nonexistent.sock --stacks 0
+expect xk-echo 2 "--stacks: '65' is not a number in 1..64" --filterd /nonexistent.sock --stacks 65
+expect xk-echo 2 "--cpus: 'x' is not a number in 0..4095" --filterd /nonexistent.sock --stacks 2 --cpus 0,x
+expect xk-echo 2 "--cpus: empty CPU list" --filterd /nonexistent.sock --stacks 2 --cpus ''
+expect xk-echo 2 "--cpus goes with --stacks K" --filterd /nonexistent.sock --cpus 0
+expect xk-echo 2 "--stacks serves TCP" --filterd /nonexistent.sock --stacks 2 --udp-only
 
 # xk-udp-echo, xk-udp-perf
 expect xk-udp-perf 2 "unknown mode 'bogus': expected server, pingpong or rate" bogus

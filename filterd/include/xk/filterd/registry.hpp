@@ -54,7 +54,9 @@ struct NodeInfo {
   std::uint32_t pid = 0;
   std::uint16_t queues = 1;
   std::vector<ctl::Channel> channels;
-  std::set<std::pair<std::uint8_t, std::uint16_t>> listens;  // (proto, port)
+  // (proto, port) -> the queues listening on it: one for a plain listener;
+  // a group may have several of the node's queues as members (one per stack).
+  std::map<std::pair<std::uint8_t, std::uint16_t>, std::set<std::uint16_t>> listens;
   std::set<std::uint32_t> rules;
   std::size_t flows = 0;
 };
@@ -99,7 +101,7 @@ class NodeRegistry {
   struct PortUse {
     NodeId node = 0;       // the owner (a listener or a connection)
     bool group = false;    // a listen group: several nodes
-    std::size_t users = 0; // group members, or 1
+    std::size_t users = 0; // group members (node and queue), or 1
     bool listen = false;
   };
   using PortKey = std::pair<std::uint8_t, std::uint16_t>;

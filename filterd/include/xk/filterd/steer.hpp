@@ -61,18 +61,24 @@ class Steer final : public fault::PassThrough {
   // through it. Until set, node packets are dropped (no_resolver).
   void set_resolver(NextHopResolver* arp) noexcept { resolver_ = arp; }
 
-  // A node's channel: a driver whose receive side is the node's frames and
-  // whose sessions reach the node. One channel per node (queue 0). The
-  // driver must outlive the attachment (detach() first, or destroy the
-  // channel after steer).
-  // exists: the node has a channel already.
-  Status attach(NodeId node, Protocol& channel, MacAddr node_mac);
-  // Forget the channel and everything the node owned in the filter.
+  // A node's channel for one of its queues (one per stack the node runs): a
+  // driver whose receive side is that stack's frames and whose sessions
+  // reach it. Frames whose Target is (node, queue) go out on it. The driver
+  // must outlive the attachment (detach() first, or destroy the channel
+  // after steer).
+  // exists: the node has a channel for that queue already.
+  Status attach(NodeId node, std::uint16_t queue, Protocol& channel, MacAddr node_mac);
+  Status attach(NodeId node, Protocol& channel, MacAddr node_mac) { return attach(node, 0, channel, node_mac); }
+  // Forget every channel of the node and everything it owned in the filter.
   void detach(NodeId node) noexcept;
-  bool attached(NodeId node) const noexcept;
-  // Frames steered to the node's channel since it was attached (0: none,
-  // or no such node).
+  bool attached(NodeId node, std::uint16_t queue = 0) const noexcept;
+  // Frames steered to the node's channels since they were attached (0:
+  // none, or no such node): all its queues', or one queue's.
   std::uint64_t rx_frames(NodeId node) const noexcept;
+  std::uint64_t rx_frames(NodeId node, std::uint16_t queue) const noexcept;
+  // Each channel's own counters (rx_frames, tx_frames, tx_other_queue),
+  // named <steer>/node<N>q<Q>: for STATS.
+  std::vector<const CounterSet*> channel_counters() const;
 
   // Central mode (docs/filterd.md): every TCP segment for the shared address
   // goes up to filterd's own TCP, which terminates the connections; the
@@ -101,7 +107,7 @@ class Steer final : public fault::PassThrough {
  private:
   class Channel;
   struct NodeKey {
-    std::uint32_t node;
+    std::uint32_t node;  // node << 16 | queue
     friend bool operator==(const NodeKey&, const NodeKey&) = default;
   };
   Status forward(const Decision& d, Msg frame);
@@ -125,6 +131,7 @@ class Steer final : public fault::PassThrough {
   Counter& rx_channel_full_;
   Counter& tx_from_nodes_;
   Counter& tx_denied_;
+  Counter& tx_other_queue_;
   Counter& tx_no_resolver_;
   Counter& tx_not_sent_;
   Counter& proxy_arp_;
