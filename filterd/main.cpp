@@ -190,6 +190,12 @@ int run(const Flags& f) {
     central = std::make_unique<Central>(*graph.find_as<tcp::TcpProtocol>("tcp0"), *steer, &loop, cc);
   }
 
+  // The channel socket outlives node churn: an interface that never gets a
+  // client holds it (DPDK's memif would otherwise leave it listening, but
+  // unusable, once the last node is gone -- dpdk::probe_vdev). Its id is past
+  // any node's (node id * 64 + queue < 2^22).
+  drivers::dpdk::probe_vdev("net_memif_anchor,role=server,id=2147483647,socket=" + f.memif);
+
   // Each node's channels: a memif server interface per queue (one per stack
   // the node runs), hot-plugged.
   std::map<NodeId, std::vector<std::unique_ptr<drivers::DpdkDriver>>> channels;
