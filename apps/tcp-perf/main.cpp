@@ -18,7 +18,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -29,6 +28,7 @@
 
 #include "xk/apps/servers.hpp"
 #include "xk/apps/stack.hpp"
+#include "xk/apps/stream.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
 #include "xk/protocols/tcp.hpp"
@@ -183,20 +183,6 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// The test stream: a 1 MiB block of SHA-256(seed as 8 little-endian bytes,
-// counter as 4 little-endian bytes) outputs, repeated.
-std::vector<std::byte> stream_block(std::uint64_t seed) {
-  std::vector<std::byte> block(1 << 20);
-  for (std::uint32_t c = 0; c < (1u << 20) / 32; ++c) {
-    std::byte in[12];
-    for (int i = 0; i < 8; ++i) in[i] = std::byte(static_cast<unsigned char>(seed >> (8 * i)));
-    for (int i = 0; i < 4; ++i) in[8 + i] = std::byte(static_cast<unsigned char>(c >> (8 * i)));
-    xk::Sha256::Digest d = xk::Sha256::of(in);
-    std::memcpy(block.data() + std::size_t{c} * 32, d.data(), 32);
-  }
-  return block;
-}
-
 void apply_socket_options(xk::tcp::TcpSocket& s, const Args& a) {
   if (a.sndbuf) s.set_sndbuf(*a.sndbuf);
   if (a.rcvbuf) s.set_rcvbuf(*a.rcvbuf);
@@ -304,7 +290,7 @@ class Server final : public xk::Pollable {
 class Client final : public xk::Pollable {
  public:
   Client(xk::tcp::TcpSocket& s, xk::EventLoop& loop, const Args& a) : s_(s), loop_(loop), a_(a) {
-    if (a.mode == "send") block_ = stream_block(a.seed);
+    if (a.mode == "send") block_ = xk::apps::stream_block(a.seed);
     if (a.mode == "pingpong") {
       msg_.assign(a.size, std::byte{0x42});
       got_.resize(a.size);
