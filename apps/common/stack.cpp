@@ -73,14 +73,21 @@ double parse_seconds(std::string_view flag, std::string_view text) {
 
 std::uint64_t parse_bytes(std::string_view flag, std::string_view text) {
   std::uint64_t mult = 1;
-  if (!text.empty()) {
-    char last = text.back();
+  std::string_view digits = text;
+  if (!digits.empty()) {
+    char last = digits.back();
     if (last == 'k' || last == 'K') mult = std::uint64_t{1} << 10;
     if (last == 'm' || last == 'M') mult = std::uint64_t{1} << 20;
     if (last == 'g' || last == 'G') mult = std::uint64_t{1} << 30;
-    if (mult != 1) text.remove_suffix(1);
+    if (mult != 1) digits.remove_suffix(1);
   }
-  return parse_number<std::uint64_t>(flag, text, 0, (std::uint64_t{1} << 44) / mult) * mult;
+  try {
+    return parse_number<std::uint64_t>(flag, digits, 0, (std::uint64_t{1} << 44) / mult) * mult;
+  } catch (const UsageError&) {
+    // Say what was typed ("1gx", not the "1g" left after taking a suffix off).
+    throw UsageError{std::string(flag) + ": '" + std::string(text) +
+                     "' is not a number of bytes (N, Nk, Nm or Ng, at most 16384g)"};
+  }
 }
 
 std::pair<Ipv4Addr, std::uint16_t> parse_endpoint(std::string_view flag, std::string_view v) {
