@@ -7,6 +7,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -115,6 +116,59 @@ const char* const kStackFlagsHelp =
   --filterd PATH      attach to filterd's control socket: the port, address and secret come
                       from filterd, and every port is agreed with it (--tcp-opts still apply)
 )";
+
+namespace {
+// "a, b or c"; with the aliases: "a (-a), b (-b) or c (-c)".
+std::string list_roles(const CommandLineSpec& spec, bool aliases) {
+  std::string out;
+  for (std::size_t i = 0; i < spec.roles.size(); ++i) {
+    if (i > 0) out += i + 1 == spec.roles.size() ? " or " : ", ";
+    out += spec.roles[i].word;
+    if (aliases && !spec.roles[i].alias.empty()) out += " (" + std::string(spec.roles[i].alias) + ")";
+  }
+  return out;
+}
+}  // namespace
+
+std::size_t parse_command_line(int argc, char** argv, const CommandLineSpec& spec, CommonArgs& common,
+                               const std::function<void(Flag&)>& fn) {
+  std::vector<std::string_view> words(argv + 1, argv + argc);
+  for (auto w : words) {
+    if (w == "--help" || w == "-h") {
+      std::fputs(spec.usage_head, stdout);
+      std::fputs(kStackFlagsHelp, stdout);
+      std::fputs(spec.usage_tail, stdout);
+      std::exit(0);
+    }
+  }
+  std::size_t role = 0;
+  std::span<const std::string_view> flags(words);
+  if (!spec.roles.empty()) {
+    const std::string noun(spec.role_noun);
+    if (words.empty()) throw UsageError{"missing " + noun + ": " + list_roles(spec, false)};
+    auto it = std::find_if(spec.roles.begin(), spec.roles.end(), [&](const CommandLineSpec::Role& r) {
+      return words[0] == r.word || (!r.alias.empty() && words[0] == r.alias);
+    });
+    if (it == spec.roles.end()) {
+      throw UsageError{"unknown " + noun + " '" + std::string(words[0]) + "': expected " + list_roles(spec, true)};
+    }
+    role = static_cast<std::size_t>(it - spec.roles.begin());
+    flags = flags.subspan(1);
+  }
+  for_each_flag(flags, [&](Flag& f) {
+    if (common.stack.take(f.name(), [&] { return f.value(); })) return;
+    if (f.name() == "--link-wait") {
+      common.link_wait_s = parse_seconds(f.name(), f.value());
+    } else if (spec.idle_flag && f.name() == "--idle") {
+      auto v = f.value();
+      if (v != "busy" && v != "sleep") throw UsageError{"--idle: expected busy or sleep"};
+      common.busy = v == "busy";
+    } else {
+      fn(f);
+    }
+  });
+  return role;
+}
 
 bool StackFlags::is_composed_flag(std::string_view flag) {
   return flag == "--port" || flag == "--port-opts" || flag == "--ip" || flag == "--gw" || flag == "--mac" ||

@@ -81,15 +81,19 @@ both:
 exit status: 0 success, 1 failure, 2 bad command line
 )";
 
+const xk::apps::CommandLineSpec kCommandLine{
+    .usage_head = kUsageHead,
+    .usage_tail = kUsageTail,
+    .role_noun = "role",
+    .roles = {{"receive", "-r"}, {"transmit", "-t"}},
+};
+
 // Housekeeping (timeout, progress, the end of --seconds) runs this often, from
 // a timer, so a sleeping loop wakes for it.
 constexpr auto kTick = std::chrono::milliseconds(10);
 
-struct Args {
-  enum class Role { receive, transmit } role = Role::receive;
-  xk::apps::StackFlags stack;
-  double link_wait_s = 10;
-  bool busy = true;
+struct Args : xk::apps::CommonArgs {
+  enum class Role { receive, transmit } role = Role::receive;  // as in kCommandLine.roles
   // receive
   std::uint16_t port = 5001;
   std::uint32_t connections = 1;
@@ -113,35 +117,11 @@ struct Args {
 
 Args parse_args(int argc, char** argv) {
   Args a;
-  std::vector<std::string_view> words(argv + 1, argv + argc);
-  for (auto w : words) {
-    if (w == "--help" || w == "-h") {
-      std::fputs(kUsageHead, stdout);
-      std::fputs(xk::apps::kStackFlagsHelp, stdout);
-      std::fputs(kUsageTail, stdout);
-      std::exit(kExitOk);
-    }
-  }
-  if (words.empty()) throw UsageError{"missing role: receive or transmit (-r, -t)"};
-  if (words[0] == "receive" || words[0] == "-r") {
-    a.role = Args::Role::receive;
-  } else if (words[0] == "transmit" || words[0] == "-t") {
-    a.role = Args::Role::transmit;
-  } else {
-    throw UsageError{"unknown role '" + std::string(words[0]) + "': expected receive (-r) or transmit (-t)"};
-  }
   std::vector<std::string> receive_only, transmit_only;  // flags given, for the role check
   std::optional<std::uint64_t> bytes;
-  xk::apps::for_each_flag(std::span(words).subspan(1), [&](xk::apps::Flag& f) {
-    if (a.stack.take(f.name(), [&] { return f.value(); })) return;
+  std::size_t role = xk::apps::parse_command_line(argc, argv, kCommandLine, a, [&](xk::apps::Flag& f) {
     const std::string name(f.name());
-    if (name == "--link-wait") {
-      a.link_wait_s = xk::apps::parse_seconds(name, f.value());
-    } else if (name == "--idle") {
-      auto v = f.value();
-      if (v != "busy" && v != "sleep") throw UsageError{"--idle: expected busy or sleep"};
-      a.busy = v == "busy";
-    } else if (name == "--tcp-port") {
+    if (name == "--tcp-port") {
       a.port = parse_number<std::uint16_t>(name, f.value(), 1, 65535);
       receive_only.push_back(name);
     } else if (name == "--connections") {
@@ -197,6 +177,7 @@ Args parse_args(int argc, char** argv) {
       throw UsageError{"unknown option '" + name + "'"};
     }
   });
+  a.role = static_cast<Args::Role>(role);
   a.stack.validate();
   if (a.role == Args::Role::receive) {
     if (!transmit_only.empty()) throw UsageError{transmit_only.front() + " is for transmit"};
@@ -556,7 +537,7 @@ int run_transmit(xk::apps::AppStack& stack, xk::tcp::TcpProtocol& tcp, const Arg
 }
 
 int run(const Args& a) {
-  xk::apps::AppStack stack(kProg, a.stack, a.busy ? xk::IdleMode::busy_poll : xk::IdleMode::spin_then_sleep);
+  xk::apps::AppStack stack(kProg, a.stack, a.idle());
   auto& tcp = stack.require<xk::tcp::TcpProtocol>("tcp0");
   stack.wait_for_link(a.link_wait_s);
   int rc = a.role == Args::Role::receive ? run_receive(stack, tcp, a) : run_transmit(stack, tcp, a);
