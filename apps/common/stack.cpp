@@ -7,6 +7,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -75,14 +76,21 @@ double parse_seconds(std::string_view flag, std::string_view text) {
 
 std::uint64_t parse_bytes(std::string_view flag, std::string_view text) {
   std::uint64_t mult = 1;
-  if (!text.empty()) {
-    char last = text.back();
+  std::string_view digits = text;
+  if (!digits.empty()) {
+    char last = digits.back();
     if (last == 'k' || last == 'K') mult = std::uint64_t{1} << 10;
     if (last == 'm' || last == 'M') mult = std::uint64_t{1} << 20;
     if (last == 'g' || last == 'G') mult = std::uint64_t{1} << 30;
-    if (mult != 1) text.remove_suffix(1);
+    if (mult != 1) digits.remove_suffix(1);
   }
-  return parse_number<std::uint64_t>(flag, text, 0, (std::uint64_t{1} << 44) / mult) * mult;
+  try {
+    return parse_number<std::uint64_t>(flag, digits, 0, (std::uint64_t{1} << 44) / mult) * mult;
+  } catch (const UsageError&) {
+    // Say what was typed ("1gx", not the "1g" left after taking a suffix off).
+    throw UsageError{std::string(flag) + ": '" + std::string(text) +
+                     "' is not a number of bytes (N, Nk, Nm or Ng, at most 16384g)"};
+  }
 }
 
 std::pair<Ipv4Addr, std::uint16_t> parse_endpoint(std::string_view flag, std::string_view v) {
@@ -113,6 +121,59 @@ const char* const kStackFlagsHelp =
                       own, with its own event loop and thread (default 1: this thread)
   --cpus LIST         with --stacks: pin stack q's thread to the q-th CPU of LIST (e.g. 0,1)
 )";
+
+namespace {
+// "a, b or c"; with the aliases: "a (-a), b (-b) or c (-c)".
+std::string list_roles(const CommandLineSpec& spec, bool aliases) {
+  std::string out;
+  for (std::size_t i = 0; i < spec.roles.size(); ++i) {
+    if (i > 0) out += i + 1 == spec.roles.size() ? " or " : ", ";
+    out += spec.roles[i].word;
+    if (aliases && !spec.roles[i].alias.empty()) out += " (" + std::string(spec.roles[i].alias) + ")";
+  }
+  return out;
+}
+}  // namespace
+
+std::size_t parse_command_line(int argc, char** argv, const CommandLineSpec& spec, CommonArgs& common,
+                               const std::function<void(Flag&)>& fn) {
+  std::vector<std::string_view> words(argv + 1, argv + argc);
+  for (auto w : words) {
+    if (w == "--help" || w == "-h") {
+      std::fputs(spec.usage_head, stdout);
+      std::fputs(kStackFlagsHelp, stdout);
+      std::fputs(spec.usage_tail, stdout);
+      std::exit(0);
+    }
+  }
+  std::size_t role = 0;
+  std::span<const std::string_view> flags(words);
+  if (!spec.roles.empty()) {
+    const std::string noun(spec.role_noun);
+    if (words.empty()) throw UsageError{"missing " + noun + ": " + list_roles(spec, false)};
+    auto it = std::find_if(spec.roles.begin(), spec.roles.end(), [&](const CommandLineSpec::Role& r) {
+      return words[0] == r.word || (!r.alias.empty() && words[0] == r.alias);
+    });
+    if (it == spec.roles.end()) {
+      throw UsageError{"unknown " + noun + " '" + std::string(words[0]) + "': expected " + list_roles(spec, true)};
+    }
+    role = static_cast<std::size_t>(it - spec.roles.begin());
+    flags = flags.subspan(1);
+  }
+  for_each_flag(flags, [&](Flag& f) {
+    if (common.stack.take(f.name(), [&] { return f.value(); })) return;
+    if (f.name() == "--link-wait") {
+      common.link_wait_s = parse_seconds(f.name(), f.value());
+    } else if (spec.idle_flag && f.name() == "--idle") {
+      auto v = f.value();
+      if (v != "busy" && v != "sleep") throw UsageError{"--idle: expected busy or sleep"};
+      common.busy = v == "busy";
+    } else {
+      fn(f);
+    }
+  });
+  return role;
+}
 
 bool StackFlags::is_composed_flag(std::string_view flag) {
   return flag == "--port" || flag == "--port-opts" || flag == "--ip" || flag == "--gw" || flag == "--mac" ||

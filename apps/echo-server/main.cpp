@@ -53,10 +53,8 @@ echo:
 exit status: 0 success, 1 failure, 2 bad command line
 )";
 
-struct Args {
-  xk::apps::StackFlags stack;
-  double link_wait_s = 10;
-  bool busy = false;
+struct Args : xk::apps::CommonArgs {
+  Args() { busy = false; }  // a server that mostly waits: spin, then sleep
   std::uint16_t tcp_port = 7;
   std::uint16_t udp_port = 7;
   bool tcp = true;
@@ -65,26 +63,17 @@ struct Args {
   std::uint64_t count = 0;
 };
 
+const xk::apps::CommandLineSpec kCommandLine{
+    .usage_head = kUsageHead,
+    .usage_tail = kUsageTail,
+    .role_noun = nullptr,
+    .roles = {},  // no role word: flags only
+};
+
 Args parse_args(int argc, char** argv) {
   Args a;
-  std::vector<std::string_view> words(argv + 1, argv + argc);
-  for (auto w : words) {
-    if (w == "--help" || w == "-h") {
-      std::fputs(kUsageHead, stdout);
-      std::fputs(xk::apps::kStackFlagsHelp, stdout);
-      std::fputs(kUsageTail, stdout);
-      std::exit(kExitOk);
-    }
-  }
-  xk::apps::for_each_flag(words, [&](xk::apps::Flag& f) {
-    if (a.stack.take(f.name(), [&] { return f.value(); })) return;
-    if (f.name() == "--link-wait") {
-      a.link_wait_s = xk::apps::parse_seconds(f.name(), f.value());
-    } else if (f.name() == "--idle") {
-      auto v = f.value();
-      if (v != "busy" && v != "sleep") throw UsageError{"--idle: expected busy or sleep"};
-      a.busy = v == "busy";
-    } else if (f.name() == "--tcp-port") {
+  xk::apps::parse_command_line(argc, argv, kCommandLine, a, [&](xk::apps::Flag& f) {
+    if (f.name() == "--tcp-port") {
       a.tcp_port = parse_number<std::uint16_t>(f.name(), f.value(), 1, 65535);
     } else if (f.name() == "--udp-port") {
       a.udp_port = parse_number<std::uint16_t>(f.name(), f.value(), 1, 65535);
@@ -115,7 +104,7 @@ Args parse_args(int argc, char** argv) {
 // over the stacks by the 4-tuple); UDP on stack 0 only. --count counts the
 // connections of the whole node.
 int run_node(const Args& a) {
-  xk::apps::AppNode node(kProg, a.stack, a.busy ? xk::IdleMode::busy_poll : xk::IdleMode::spin_then_sleep);
+  xk::apps::AppNode node(kProg, a.stack, a.idle());
   const std::size_t k = node.size();
   for (std::size_t q = 0; q < k; ++q) node.stack(q).wait_for_link(a.link_wait_s, q == 0);
   std::vector<std::optional<xk::tcp::TcpListener>> listeners(k);
@@ -191,7 +180,7 @@ int run_node(const Args& a) {
 
 int run(const Args& a) {
   if (a.stack.stacks > 1) return run_node(a);
-  xk::apps::AppStack stack(kProg, a.stack, a.busy ? xk::IdleMode::busy_poll : xk::IdleMode::spin_then_sleep);
+  xk::apps::AppStack stack(kProg, a.stack, a.idle());
   xk::EventLoop& loop = stack.loop();
   std::string where = xk::apps::describe_stack(stack.graph());
   stack.wait_for_link(a.link_wait_s);

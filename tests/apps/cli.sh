@@ -93,6 +93,56 @@ expect xk-echo 2 "--cpus: empty CPU list" --filterd /nonexistent.sock --stacks 2
 expect xk-echo 2 "--cpus goes with --stacks K" --filterd /nonexistent.sock --cpus 0
 expect xk-echo 2 "--stacks serves TCP" --filterd /nonexistent.sock --stacks 2 --udp-only
 
+# xk-ttcp (roles receive/transmit, -r/-t)
+expect xk-ttcp 0 "usage: xk-ttcp" --help
+expect xk-ttcp 0 "--connections N" -t -h
+expect xk-ttcp 2 "^xk-ttcp: missing role: receive or transmit"
+expect xk-ttcp 2 "^xk-ttcp: unknown role 'bogus': expected receive \\(-r\\) or transmit \\(-t\\)" bogus
+expect xk-ttcp 2 "^xk-ttcp: unknown option '--frob'" receive "${STACK[@]}" --frob
+expect xk-ttcp 2 "^xk-ttcp: --port DEVARGS is required" -r --ip 192.0.2.1/24
+expect xk-ttcp 2 "^xk-ttcp: --ip: '300.1.1.1/24' is not an address/prefix" -r --port net_null0 --ip 300.1.1.1/24
+expect xk-ttcp 2 "^xk-ttcp: --csum: expected on or off, got 'maybe'" -r "${STACK[@]}" --csum maybe
+expect xk-ttcp 2 "--filterd gives the port and the address" -r --filterd /run/x.sock --ip 192.0.2.1/24
+expect xk-ttcp 2 "transmit: --peer A.B.C.D:PORT is required" transmit "${STACK[@]}"
+expect xk-ttcp 2 "--peer port: '0' is not a number in 1..65535" -t "${STACK[@]}" --peer 192.0.2.2:0
+expect xk-ttcp 2 "--peer: '192.0.2' is not an IPv4 address" -t "${STACK[@]}" --peer 192.0.2:5
+expect xk-ttcp 2 "--peer: expected A.B.C.D:PORT" -t "${STACK[@]}" --peer 192.0.2.2
+expect xk-ttcp 2 "--peer is for transmit" -r "${STACK[@]}" "${PEER[@]}"
+expect xk-ttcp 2 "--bytes is for transmit" -r "${STACK[@]}" --bytes 1m
+expect xk-ttcp 2 "--seconds is for transmit" -r "${STACK[@]}" --seconds 1
+expect xk-ttcp 2 "--seed is for transmit" -r "${STACK[@]}" --seed 3
+expect xk-ttcp 2 "--label is for transmit" -r "${STACK[@]}" --label x
+expect xk-ttcp 2 "--tcp-port is for receive" -t "${STACK[@]}" "${PEER[@]}" --tcp-port 5001
+expect xk-ttcp 2 "--connections is for receive" -t "${STACK[@]}" "${PEER[@]}" --connections 2
+expect xk-ttcp 2 "--group is for receive" -t "${STACK[@]}" "${PEER[@]}" --group
+expect xk-ttcp 2 "--progress is for receive" -t "${STACK[@]}" "${PEER[@]}" --progress 1
+expect xk-ttcp 2 "--bytes: 'lots' is not a number" -t "${STACK[@]}" "${PEER[@]}" --bytes lots
+expect xk-ttcp 2 "--bytes: '1x' is not a number" -t "${STACK[@]}" "${PEER[@]}" --bytes 1x
+expect xk-ttcp 2 "--bytes and --seconds: give one of them" -t "${STACK[@]}" "${PEER[@]}" --bytes 1m --seconds 2
+expect xk-ttcp 2 "--seconds: '0' is not a number of seconds" -t "${STACK[@]}" "${PEER[@]}" --seconds 0
+expect xk-ttcp 2 "--seconds: '-1' is not a number of seconds" -t "${STACK[@]}" "${PEER[@]}" --seconds -1
+expect xk-ttcp 2 "--seed: 'x' is not a number" -t "${STACK[@]}" "${PEER[@]}" --seed x
+expect xk-ttcp 2 "--label: 1 to 200 characters, no spaces" -t "${STACK[@]}" "${PEER[@]}" --label 'a b'
+expect xk-ttcp 2 "--label: 1 to 200 characters, no spaces" -t "${STACK[@]}" "${PEER[@]}" --label ''
+expect xk-ttcp 2 "--label needs a value" -t "${STACK[@]}" "${PEER[@]}" --label
+expect xk-ttcp 2 "--tcp-port: '0' is not a number in 1..65535" -r "${STACK[@]}" --tcp-port 0
+expect xk-ttcp 2 "--connections: '0' is not a number in 1..65536" -r "${STACK[@]}" --connections 0
+expect xk-ttcp 2 "--connections: 'many' is not a number" -r "${STACK[@]}" --connections many
+expect xk-ttcp 2 "--group takes no value" -r "${STACK[@]}" --group=yes
+expect xk-ttcp 2 "--progress: 'x' is not a number of seconds" -r "${STACK[@]}" --progress x
+expect xk-ttcp 2 "--buflen: 1 byte to 64m" -r "${STACK[@]}" --buflen 0
+expect xk-ttcp 2 "--buflen: 1 byte to 64m" -t "${STACK[@]}" "${PEER[@]}" --buflen 65m
+expect xk-ttcp 2 "--buflen: 'big' is not a number of bytes" -t "${STACK[@]}" "${PEER[@]}" --buflen big
+expect xk-ttcp 2 "--sndbuf: 1 byte to 1g" -t "${STACK[@]}" "${PEER[@]}" --sndbuf 0
+expect xk-ttcp 2 "--rcvbuf: 1 byte to 1g" -r "${STACK[@]}" --rcvbuf 2g
+expect xk-ttcp 2 "--nodelay takes no value" -t "${STACK[@]}" "${PEER[@]}" --nodelay=1
+expect xk-ttcp 2 "--verify: on or off" -r "${STACK[@]}" --verify maybe
+expect xk-ttcp 2 "--timeout: '0' is not a number of seconds" -t "${STACK[@]}" "${PEER[@]}" --timeout 0
+expect xk-ttcp 2 "--stats takes no value" -r "${STACK[@]}" --stats=on
+expect xk-ttcp 2 "--idle: expected busy or sleep" -r "${STACK[@]}" --idle lazy
+expect xk-ttcp 2 "--link-wait: 'never' is not a number of seconds" -r "${STACK[@]}" --link-wait never
+expect xk-ttcp 2 "--filterd: empty socket path" -r --filterd ''
+
 # xk-udp-echo, xk-udp-perf
 expect xk-udp-perf 2 "unknown mode 'bogus': expected server, pingpong or rate" bogus
 expect xk-udp-echo 2 "unknown mode 'bogus': expected server or client" bogus

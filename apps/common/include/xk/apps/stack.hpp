@@ -129,6 +129,40 @@ struct StackFlags {
 // Help text for the stack flags (indented two spaces, one flag a line).
 extern const char* const kStackFlagsHelp;
 
+// What every app's command line holds besides its own flags. An app's Args
+// derives from it.
+struct CommonArgs {
+  StackFlags stack;
+  double link_wait_s = 10;  // --link-wait SEC
+  bool busy = true;         // --idle busy|sleep
+  IdleMode idle() const noexcept { return busy ? IdleMode::busy_poll : IdleMode::spin_then_sleep; }
+};
+
+// The shape of an app's command line: `prog ROLE [flags]` (or `prog [flags]`
+// without roles).
+struct CommandLineSpec {
+  const char* usage_head;  // --help prints usage_head, kStackFlagsHelp, usage_tail
+  const char* usage_tail;
+  // "role" or "mode", as the app's messages call the first word; with no
+  // roles there is no first word.
+  const char* role_noun = "role";
+  struct Role {
+    std::string_view word;
+    std::string_view alias = {};  // e.g. "-r" for "receive"
+  };
+  std::vector<Role> roles;
+  bool idle_flag = true;  // whether the app takes --idle
+};
+
+// Parses what every app parses alike: --help or -h anywhere (the usage on
+// stdout, exit 0), the role word ("missing role: server or client",
+// "unknown role 'x': expected server or client"), the stack flags,
+// --link-wait and --idle; every other flag goes to `fn`. Returns the role's
+// index in spec.roles (0 without roles). The caller validates the stack
+// flags once its own flags are in.
+std::size_t parse_command_line(int argc, char** argv, const CommandLineSpec& spec, CommonArgs& common,
+                               const std::function<void(Flag&)>& fn);
+
 // The graph the flags describe:
 //   dpdk net0 -> [capture cap0] -> eth eth0 -> arp arp0 -> ipv4 ip0 -> icmp icmp0, udp udp0, tcp tcp0
 // or the text of --graph (`source` says which, for error messages).
