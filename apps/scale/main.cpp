@@ -258,14 +258,15 @@ int rank_main(int argc, char** argv) {
     if ((rank = std::getenv(var)) != nullptr) break;
   }
   if (rank == nullptr) {
-    std::fprintf(stderr, "%s: rank: no OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK: not started by mpirun\n", kProg);
+    std::fprintf(stderr, "%s: rank: no OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK: not started by mpirun\ntry '%s --help'\n",
+                 kProg, kProg);
     return 2;
   }
   unsigned r = 0;
   try {
     r = parse_number<unsigned>("rank", rank, 0, 1u << 20);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s: %s\n", kProg, e.what.c_str());
+    std::fprintf(stderr, "%s: rank %s\ntry '%s --help'\n", kProg, e.what.c_str(), kProg);
     return 2;
   }
   cmd.insert(cmd.end(), {"--seed", std::to_string(r + 1), "--label", "rank" + std::to_string(r)});
