@@ -80,7 +80,7 @@ where the processes run:
   --remote xk|linux     xk (default, no root): the remote is a standalone xk receiver
                         joined to filterd's external port by net_memif; linux (root):
                         a Linux receiver in a network namespace, filterd on a veth
-                        through net_af_packet
+                        through net_af_packet (checksum on only)
 
 programs and output:
   --program PATH        the node/receiver program (default: xk-ttcp of this build)
@@ -234,6 +234,11 @@ Args parse_args(int argc, char** argv) {
     }
   });
   if (a.seconds && bytes_given) throw UsageError{"--bytes and --seconds: give one of them"};
+  if (a.remote == Remote::linux && std::find(a.csums.begin(), a.csums.end(), false) != a.csums.end()) {
+    throw UsageError{"--remote linux: Linux checks the checksum of every segment it receives (a veth's rx "
+                     "offload does not skip that for frames from af_packet), so checksum off needs --remote xk; "
+                     "give --csum on"};
+  }
   if (a.mpirun_args.size() && a.launcher != Launcher::mpirun) {
     throw UsageError{"--mpirun-args is for --launcher mpirun"};
   }
@@ -444,16 +449,13 @@ void Experiment::setup_linux() {
   run_command({"ip", "-n", nsb_, "link", "set", xkif_, "up"}, log);
 }
 
-// Checksum on: Linux computes and checks every checksum itself (no veth
-// offload: with tx offload af_packet would hand xk frames carrying only the
-// pseudo-header sum). Off: Linux's side trusts what arrives (rx offload on a
-// veth skips the check) and leaves its own to "hardware" -- off end to end,
-// as far as Linux lets it be.
+// Linux computes and checks every checksum itself: no veth checksum offload
+// (with tx offload af_packet would hand xk frames carrying only the
+// pseudo-header sum). Checksum off cannot be had with Linux (parse_args).
 void Experiment::set_linux_csum(bool csum) {
   if (linux_csum_ == csum) return;
   const std::string log = results_ + "/setup.log";
-  const char* v = csum ? "off" : "on";
-  run_command({"ip", "netns", "exec", nsa_, "ethtool", "-K", lnx_, "rx", v, "tx", v}, log);
+  run_command({"ip", "netns", "exec", nsa_, "ethtool", "-K", lnx_, "rx", "off", "tx", "off"}, log);
   run_command({"ip", "netns", "exec", nsb_, "ethtool", "-K", xkif_, "rx", "off", "tx", "off"}, log);
   linux_csum_ = csum;
 }

@@ -111,6 +111,7 @@ expect xk-scale 2 "--mtu: '9001' is not a number in 576..9000" --mtu 9001
 expect xk-scale 2 "--buflen: 1 byte to 64m" --buflen 0
 expect xk-scale 2 "--launcher: expected local or mpirun, got 'slurm'" --launcher slurm
 expect xk-scale 2 "--remote: expected xk or linux, got 'vm'" --remote vm
+expect xk-scale 2 "--remote linux: Linux checks the checksum.*give --csum on" --remote linux
 expect xk-scale 2 "--idle: expected busy or sleep, got 'nap'" --idle nap
 expect xk-scale 2 "--verify: expected on or off" --verify=1
 expect xk-scale 2 "--timeout: 'x' is not a number of seconds" --timeout x
