@@ -2,7 +2,7 @@
 //
 //   filterd --port DEVARGS --ip A.B.C.D/N [--gw A.B.C.D] [--control PATH]
 //           [--memif-socket PATH] [--port-opts 'K=V ..'] [--secret HEX32]
-//           [--mode steer|central]
+//           [--mode steer|central] [--csum on|off] [--tcp-opts 'K=V ..']
 //
 // Owns the external port and the shared address; nodes register on the
 // control socket and get a net_memif channel each (filterd is the server,
@@ -66,6 +66,9 @@ every frame to the compute node that owns its flow (docs/filterd.md).
   --mode steer|central  steer (default): each node runs TCP, filterd steers its frames;
                         central: filterd runs TCP for every node and relays the byte
                         streams over the channels (the baseline; docs/filterd.md)
+  --csum on|off         TCP and UDP checksums of filterd's own stack (default on); off makes
+                        central mode's TCP skip them, as nodes do with --csum off
+  --tcp-opts 'K=V ..'   more options of filterd's tcp (central mode's TCP: wscale=, sack=, ...)
   --help
 )";
 
@@ -76,6 +79,8 @@ void on_signal(int) {
 
 struct Flags {
   std::string port, port_opts, control = "/run/xk/filterd.sock", memif = "/run/xk/filterd.memif", secret;
+  std::string tcp_opts;
+  bool csum = true;
   std::optional<Ipv4Cidr> ip;
   std::optional<Ipv4Addr> gw;
   bool central = false;
@@ -113,6 +118,12 @@ Flags parse(int argc, char** argv) {
       std::string v = value();
       if (v != "steer" && v != "central") throw std::invalid_argument("--mode: steer or central");
       f.central = v == "central";
+    } else if (a == "--csum") {
+      std::string v = value();
+      if (v != "on" && v != "off") throw std::invalid_argument("--csum: on or off, not '" + v + "'");
+      f.csum = v == "on";
+    } else if (a == "--tcp-opts") {
+      f.tcp_opts = value();
     } else if (a == "--memif-socket") {
       f.memif = value();
     } else if (a == "--resync-grace") {
@@ -150,14 +161,17 @@ int run(const Flags& f) {
 
   // filterd's own stack answers ARP and ping for the shared address, and --
   // with no listeners and no sockets -- RST and port unreachable for flows
-  // nobody owns.
+  // nobody owns. --csum off reaches its udp and tcp: in central mode filterd's
+  // tcp carries every byte, and "checksum off" must be off end to end.
   // EAL memory for the external port and a channel per node: 2 GiB of
   // address space, used as mempools are made (--no-huge: ordinary pages).
+  const std::string csum = f.csum ? "" : " csum=off";
   std::string spec = "dpdk  net0 devargs=" + spec_value(f.port) + " eal_mem=2g " + f.port_opts + "\n" +
                      "steer st0  below=net0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +
                      "\neth   eth0 below=st0\narp   arp0 below=eth0\n" +
                      "ipv4  ip0  below=eth0,arp0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +
-                     "\nicmp  icmp0 below=ip0\nudp   udp0 below=ip0\ntcp   tcp0 below=ip0\n";
+                     "\nicmp  icmp0 below=ip0\nudp   udp0 below=ip0" + csum + "\ntcp   tcp0 below=ip0" + csum + " " +
+                     f.tcp_opts + "\n";
   EventLoopConfig lc;
   lc.name = "filterd";
   EventLoop loop(lc);

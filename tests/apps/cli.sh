@@ -147,5 +147,39 @@ expect xk-ttcp 2 "--filterd: empty socket path" -r --filterd ''
 expect xk-udp-perf 2 "unknown mode 'bogus': expected server, pingpong or rate" bogus
 expect xk-udp-echo 2 "unknown mode 'bogus': expected server or client" bogus
 
+# xk-scale (no stack of its own: every case fails before a process starts)
+expect xk-scale 0 "usage: xk-scale" --help
+expect xk-scale 0 "--launcher local\|mpirun" run -h
+expect xk-scale 2 "^xk-scale: unknown command 'bogus': expected run or rank" bogus
+expect xk-scale 2 "^xk-scale: unknown option '--frob'" --frob
+expect xk-scale 2 "^xk-scale: unknown option '--frob'" run --n 1 --frob
+expect xk-scale 2 "--n: '0' is not a number in 1..256" --n 0
+expect xk-scale 2 "--n: '300' is not a number in 1..256" --n 1,300
+expect xk-scale 2 "--n: empty item in '1,,2'" --n 1,,2
+expect xk-scale 2 "--n: '2' is listed twice" --n 2,1,2
+expect xk-scale 2 "--n needs a value" --n
+expect xk-scale 2 "--modes: expected steer or central, got 'fast'" --modes steer,fast
+expect xk-scale 2 "--csum: expected on or off, got 'maybe'" --csum maybe
+expect xk-scale 2 "--bytes: 'lots' is not a number" --bytes lots
+expect xk-scale 2 "--bytes: at least 1 byte per connection" --bytes 0
+expect xk-scale 2 "--bytes and --seconds: give one of them" --bytes 1m --seconds 2
+expect xk-scale 2 "--seconds: '0' is not a number of seconds" --seconds 0
+expect xk-scale 2 "--repeat: '0' is not a number in 1..100" --repeat 0
+expect xk-scale 2 "--mtu: '9001' is not a number in 576..9000" --mtu 9001
+expect xk-scale 2 "--buflen: 1 byte to 64m" --buflen 0
+expect xk-scale 2 "--launcher: expected local or mpirun, got 'slurm'" --launcher slurm
+expect xk-scale 2 "--remote: expected xk or linux, got 'vm'" --remote vm
+expect xk-scale 2 "--remote linux: Linux checks the checksum.*give --csum on" --remote linux
+expect xk-scale 2 "--idle: expected busy or sleep, got 'nap'" --idle nap
+expect xk-scale 2 "--verify: expected on or off" --verify=1
+expect xk-scale 2 "--timeout: 'x' is not a number of seconds" --timeout x
+expect xk-scale 2 "--program: '/nonexistent/xk-ttcp' is not an executable file" --program /nonexistent/xk-ttcp
+expect xk-scale 2 "--filterd-bin: '/etc/passwd' is not an executable file" --filterd-bin /etc/passwd
+expect xk-scale 2 "--results: empty folder name" --results ''
+expect xk-scale 2 "--mpirun-args is for --launcher mpirun" --mpirun-args '--hostfile h'
+expect xk-scale 2 "rank: missing the program to run" rank
+expect xk-scale 2 "rank: missing the program to run" rank --
+expect xk-scale 2 "not started by mpirun" rank -- /bin/true
+
 echo "$cases cases, $fails failed"
 [ "$fails" -eq 0 ] && [ "$cases" -ge 40 ]
