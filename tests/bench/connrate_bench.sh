@@ -82,7 +82,7 @@ run_pair xk_standalone env XK_PORT="net_memif0,role=server,id=0,socket=$OUT/sa.s
   env XK_PORT="net_memif1,role=client,id=0,socket=$OUT/sa.sock" XK_IP=192.0.2.1/24 \
   "$CR" client --backend xk --peer 192.0.2.10:5001 --count "$CONNS" --parallel "$PAR"
 
-with_filterd() {  # MODE: starts filterd with an external memif port
+with_filterd() {  # steer|central: starts filterd with an external memif port
   local mode=$1 log=$OUT/filterd-$1.log
   "$FD" --mode "$mode" --port "net_memif0,role=server,id=0,socket=$OUT/ext-$mode.sock" --ip 192.0.2.10/24 \
     --control "$OUT/fd-$mode.sock" --memif-socket "$OUT/nodes-$mode.memif" --resync-grace 0 > "$log" 2>&1 &
@@ -90,24 +90,28 @@ with_filterd() {  # MODE: starts filterd with an external memif port
   PIDS+=("$FDPID")
   wait_for "$log" "ready" "$FDPID" 30
 }
-# One MAC for every remote process: filterd keeps the first one ARP told it.
-REMOTE() { env XK_MAC=02:00:00:00:00:01 XK_PORT="net_memif1,role=client,id=0,socket=$OUT/ext-$MODE.sock" XK_IP=192.0.2.1/24 "$@"; }
-NODE() { env XK_FILTERD="$OUT/fd-$MODE.sock" "$@"; }
+# Command prefixes (arrays, not functions: a background function would be a
+# subshell whose child the cleanup cannot reach). One MAC for every remote
+# process: filterd keeps the first one ARP told it.
+remote_env() { REMOTE=(env XK_MAC=02:00:00:00:00:01 XK_PORT="net_memif1,role=client,id=0,socket=$OUT/ext-$1.sock" XK_IP=192.0.2.1/24); }
+node_env() { NODE=(env XK_FILTERD="$OUT/fd-$1.sock"); }
 
-MODE=steer
+remote_env steer
+node_env steer
 step "xk through filterd (steer): remote -> node (accept), node -> remote (connect)"
 with_filterd steer
-run_pair xk_in NODE "$CR" server --backend xk --listen 0.0.0.0:5001 --count "$CONNS" -- \
-  REMOTE "$CR" client --backend xk --peer 192.0.2.10:5001 --count "$CONNS" --parallel "$PAR"
-run_pair xk_out REMOTE "$CR" server --backend xk --listen 192.0.2.1:5002 --count "$CONNS" -- \
-  NODE "$CR" client --backend xk --peer 192.0.2.1:5002 --count "$CONNS" --parallel "$PAR"
+run_pair xk_in "${NODE[@]}" "$CR" server --backend xk --listen 0.0.0.0:5001 --count "$CONNS" -- \
+  "${REMOTE[@]}" "$CR" client --backend xk --peer 192.0.2.10:5001 --count "$CONNS" --parallel "$PAR"
+run_pair xk_out "${REMOTE[@]}" "$CR" server --backend xk --listen 192.0.2.1:5002 --count "$CONNS" -- \
+  "${NODE[@]}" "$CR" client --backend xk --peer 192.0.2.1:5002 --count "$CONNS" --parallel "$PAR"
 stop "$FDPID" || die "filterd (steer) did not exit cleanly"
 
-MODE=central
+remote_env central
+node_env central
 step "xk through filterd (central): remote -> node (accept)"
 with_filterd central
-run_pair xk_central_in NODE "$CR" server --backend xk --listen 0.0.0.0:5001 --count "$CONNS" -- \
-  REMOTE "$CR" client --backend xk --peer 192.0.2.10:5001 --count "$CONNS" --parallel "$PAR"
+run_pair xk_central_in "${NODE[@]}" "$CR" server --backend xk --listen 0.0.0.0:5001 --count "$CONNS" -- \
+  "${REMOTE[@]}" "$CR" client --backend xk --peer 192.0.2.10:5001 --count "$CONNS" --parallel "$PAR"
 stop "$FDPID" || die "filterd (central) did not exit cleanly"
 
 step "result (connections per second; ratio against Linux over veth)"
