@@ -15,15 +15,18 @@
 namespace xk::filterd {
 
 // The upper of one node's channel driver: frames from the node come to it,
-// and its session sends frames to the node.
+// and its session sends frames to the node. A node on the node port has no
+// driver of its own: it sends through the node port's session, and its
+// frames come up through the NodePort.
 class Steer::Channel final : public Protocol {
  public:
   Channel(Steer& steer, NodeId node, Protocol& driver, MacAddr node_mac)
       : Protocol(steer.name() + "/node" + std::to_string(node), "steer-channel"),
         steer_(steer),
         node_(node),
-        driver_(driver),
-        node_mac_(node_mac) {
+        driver_(&driver),
+        node_mac_(node_mac),
+        our_mac_(steer.config_.channel_mac) {
     Participants none;
     Result<SessionRef> s = driver.open(*this, none);
     if (!s) throw std::invalid_argument("cannot open a session on '" + driver.name() + "': " + to_string(s.error()));
@@ -33,9 +36,18 @@ class Steer::Channel final : public Protocol {
       throw std::invalid_argument("channel '" + driver.name() + "' refused us as receiver: " + to_string(st.error()));
     }
   }
+  // On the node port: its session (not ours to close), its MAC as our source.
+  Channel(Steer& steer, NodeId node, SessionRef shared_tx, MacAddr node_mac, MacAddr our_mac)
+      : Protocol(steer.name() + "/node" + std::to_string(node), "steer-channel"),
+        steer_(steer),
+        node_(node),
+        node_mac_(node_mac),
+        our_mac_(our_mac),
+        tx_(std::move(shared_tx)) {}
   ~Channel() override {
+    if (driver_ == nullptr) return;
     Participants none;
-    (void)driver_.open_disable(*this, none);
+    (void)driver_->open_disable(*this, none);
     if (tx_) (void)tx_->close();
   }
 
@@ -48,7 +60,7 @@ class Steer::Channel final : public Protocol {
     const std::uint16_t type = load_be16(p->data() + 12);
     Result<std::span<std::byte>> room = frame.push(eth::Header::kSize);
     if (!room) return room.error();
-    eth::Header{node_mac_, steer_.config_.channel_mac, type}.write(room->first<eth::Header::kSize>());
+    eth::Header{node_mac_, our_mac_, type}.write(room->first<eth::Header::kSize>());
     return tx_->push(std::move(frame));
   }
 
@@ -56,19 +68,78 @@ class Steer::Channel final : public Protocol {
   Status send_typed(Msg frame, std::uint16_t type) {
     Result<std::span<std::byte>> room = frame.push(eth::Header::kSize);
     if (!room) return room.error();
-    eth::Header{node_mac_, steer_.config_.channel_mac, type}.write(room->first<eth::Header::kSize>());
+    eth::Header{node_mac_, our_mac_, type}.write(room->first<eth::Header::kSize>());
     return tx_->push(std::move(frame));
   }
 
   NodeId node() const noexcept { return node_; }
   std::uint64_t rx_frames = 0;  // steered to this node
   MacAddr node_mac() const noexcept { return node_mac_; }
+  MacAddr our_mac() const noexcept { return our_mac_; }
+  bool ethernet() const noexcept { return driver_ == nullptr; }
 
  private:
   Steer& steer_;
   NodeId node_;
-  Protocol& driver_;
+  Protocol* driver_ = nullptr;  // null on the node port
   MacAddr node_mac_;
+  MacAddr our_mac_;
+  SessionRef tx_;
+};
+
+// The upper of the node port's driver: a frame belongs to the node whose MAC
+// sent it. On plain Ethernet nothing else says who sent a frame, so the node
+// port must be a link where a host cannot forge another's source MAC (a
+// switch with port security, or a point-to-point link): docs/filterd.md.
+class Steer::NodePort final : public Protocol {
+ public:
+  NodePort(Steer& steer, Protocol& driver, MacAddr mac)
+      : Protocol(steer.name() + "/node-port", "steer-node-port"), steer_(steer), driver_(driver), mac_(mac) {
+    Participants none;
+    Result<SessionRef> s = driver.open(*this, none);
+    if (!s) throw std::invalid_argument("cannot open a session on '" + driver.name() + "': " + to_string(s.error()));
+    tx_ = *s;
+    Participants none2;
+    if (Status st = driver.open_enable(*this, none2); !st) {
+      throw std::invalid_argument("node port '" + driver.name() + "' refused us as receiver: " + to_string(st.error()));
+    }
+  }
+  ~NodePort() override {
+    Participants none;
+    (void)driver_.open_disable(*this, none);
+    if (tx_) (void)tx_->close();
+  }
+
+  Status demux(Session&, Msg msg) override {
+    Result<std::span<const std::byte>> h = msg.peek(eth::Header::kSize);
+    if (!h) {
+      ++steer_.channel_dropped_;
+      return Errc::malformed;
+    }
+    MacAddr src;
+    std::memcpy(src.bytes.data(), h->data() + 6, 6);
+    auto it = steer_.by_mac_.find(mac_key(src));
+    std::unique_ptr<Channel>* ch = it == steer_.by_mac_.end() ? nullptr : steer_.channels_.find(NodeKey{it->second});
+    if (ch == nullptr) {
+      ++steer_.node_port_unknown_mac_;
+      return Errc::not_found;
+    }
+    return steer_.egress(**ch, std::move(msg));
+  }
+
+  const SessionRef& tx() const noexcept { return tx_; }
+  MacAddr mac() const noexcept { return mac_; }
+
+  static std::uint64_t mac_key(const MacAddr& m) noexcept {
+    std::uint64_t k = 0;
+    for (std::uint8_t b : m.bytes) k = (k << 8) | b;
+    return k;
+  }
+
+ private:
+  Steer& steer_;
+  Protocol& driver_;
+  MacAddr mac_;
   SessionRef tx_;
 };
 
@@ -108,9 +179,36 @@ Steer::Steer(std::string name, Protocol& external, const Clock& clock, SteerConf
       learned_flows_(counters().add("learned_flows", "accepted connections made exact flows at their SYN-ACK")),
       rx_central_tcp_(counters().add("rx_central_tcp", "central mode: TCP segments for filterd's own TCP")),
       relay_from_nodes_(counters().add("relay_from_nodes", "central mode: relay frames from the nodes")),
-      rx_quiet_(counters().add("rx_quiet", "frames dropped unanswered while the nodes re-declare their flows")) {}
+      rx_quiet_(counters().add("rx_quiet", "frames dropped unanswered while the nodes re-declare their flows")),
+      node_port_unknown_mac_(counters().add("node_port_unknown_mac", "node-port frames from a MAC no node has")) {}
 
-Steer::~Steer() { channels_.clear(); }
+Steer::~Steer() {
+  channels_.clear();
+  node_port_.reset();
+}
+
+Status Steer::attach_node_port(Protocol& port, MacAddr mac) {
+  if (node_port_) return Errc::exists;
+  node_port_ = std::make_unique<NodePort>(*this, port, mac);
+  return {};
+}
+
+void Steer::detach_node_port() noexcept {
+  // Its nodes' channels send through its session: they go first.
+  std::vector<NodeId> gone;
+  for (const auto& [mac, node] : by_mac_) gone.push_back(node);
+  for (NodeId n : gone) detach(n);
+  node_port_.reset();
+}
+
+Status Steer::attach_ethernet(NodeId node, MacAddr node_mac) {
+  if (!node_port_) return Errc::not_found;
+  if (channels_.find(NodeKey{node}) != nullptr || by_mac_.count(NodePort::mac_key(node_mac)) != 0) return Errc::exists;
+  channels_.insert(NodeKey{node},
+                   std::make_unique<Channel>(*this, node, node_port_->tx(), node_mac, node_port_->mac()));
+  by_mac_.emplace(NodePort::mac_key(node_mac), node);
+  return {};
+}
 
 Status Steer::attach(NodeId node, Protocol& channel, MacAddr node_mac) {
   if (channels_.find(NodeKey{node}) != nullptr) return Errc::exists;
@@ -119,6 +217,9 @@ Status Steer::attach(NodeId node, Protocol& channel, MacAddr node_mac) {
 }
 
 void Steer::detach(NodeId node) noexcept {
+  if (std::unique_ptr<Channel>* ch = channels_.find(NodeKey{node}); ch != nullptr && (*ch)->ethernet()) {
+    by_mac_.erase(NodePort::mac_key((*ch)->node_mac()));
+  }
   channels_.erase(NodeKey{node});
   filter_->remove_node(node);
 }
@@ -315,7 +416,7 @@ Status Steer::answer_arp(Channel& ch, Msg frame) {
   }
   arp::Packet reply = req;
   reply.op = arp::kOpReply;
-  reply.sha = config_.channel_mac;
+  reply.sha = ch.our_mac();
   reply.spa = req.tpa;
   reply.tha = req.sha;
   reply.tpa = req.spa;
@@ -325,7 +426,7 @@ Status Steer::answer_arp(Channel& ch, Msg frame) {
   reply.write(a->first<arp::Packet::kSize>());
   Result<std::span<std::byte>> e = out.push(eth::Header::kSize);
   if (!e) return e.error();
-  eth::Header{ch.node_mac(), config_.channel_mac, eth::kTypeArp}.write(e->first<eth::Header::kSize>());
+  eth::Header{ch.node_mac(), ch.our_mac(), eth::kTypeArp}.write(e->first<eth::Header::kSize>());
   ++proxy_arp_;
   return ch.send(std::move(out));
 }

@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "xk/clock.hpp"
@@ -67,6 +68,19 @@ class Steer final : public fault::PassThrough {
   // channel after steer).
   // exists: the node has a channel already.
   Status attach(NodeId node, Protocol& channel, MacAddr node_mac);
+  // The node port (filterd --node-port): one Ethernet port shared by the
+  // nodes on other hosts, `mac` filterd's address on it. Frames that arrive
+  // there belong to the node whose MAC is their source (unknown: dropped and
+  // counted in node_port_unknown_mac) and pass the same egress check as a
+  // memif node's. The driver must outlive steer or detach_node_port().
+  // exists: there is one already.
+  Status attach_node_port(Protocol& port, MacAddr mac);
+  void detach_node_port() noexcept;
+  bool has_node_port() const noexcept { return node_port_ != nullptr; }
+  // A node on the node port, known by its MAC: frames of its flows go out of
+  // the node port to that MAC. not_found: no node port; exists: the node or
+  // the MAC has a channel already.
+  Status attach_ethernet(NodeId node, MacAddr node_mac);
   // Forget the channel and everything the node owned in the filter.
   void detach(NodeId node) noexcept;
   bool attached(NodeId node) const noexcept;
@@ -100,6 +114,7 @@ class Steer final : public fault::PassThrough {
 
  private:
   class Channel;
+  class NodePort;
   struct NodeKey {
     std::uint32_t node;
     friend bool operator==(const NodeKey&, const NodeKey&) = default;
@@ -116,6 +131,8 @@ class Steer final : public fault::PassThrough {
   std::unique_ptr<FilterEngine> filter_;
   NextHopResolver* resolver_ = nullptr;
   FlatMap<NodeKey, std::unique_ptr<Channel>> channels_;
+  std::unique_ptr<NodePort> node_port_;
+  std::unordered_map<std::uint64_t, NodeId> by_mac_;  // the node port's nodes, by MAC
   RelaySink relay_sink_;
 
   Counter& rx_to_node_;
@@ -133,6 +150,7 @@ class Steer final : public fault::PassThrough {
   Counter& rx_central_tcp_;
   Counter& relay_from_nodes_;
   Counter& rx_quiet_;
+  Counter& node_port_unknown_mac_;
 };
 
 void register_steer(Registry& registry);

@@ -83,6 +83,7 @@ struct StackFlags {
   std::string capture;
   std::string graph_file;
   std::string filterd;  // attach to filterd's control socket (the graph comes from it)
+  std::string filterd_token;  // over TCP: the file with filterd's token
   bool composed_flag_seen = false;  // any flag other than --graph and --filterd
 
   // Takes `flag` if it is a stack flag, reading its value with `value()`.
@@ -95,6 +96,11 @@ struct StackFlags {
     if (flag == "--filterd") {
       filterd = std::string(value());
       if (filterd.empty()) throw UsageError{"--filterd: empty socket path"};
+      return true;
+    }
+    if (flag == "--filterd-token") {
+      filterd_token = std::string(value());
+      if (filterd_token.empty()) throw UsageError{"--filterd-token: empty file name"};
       return true;
     }
     if (!is_composed_flag(flag)) return false;
