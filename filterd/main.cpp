@@ -78,7 +78,9 @@ every frame to the compute node that owns its flow (docs/filterd.md).
   --control-token FILE  the shared secret a TCP node's HELLO must carry (16..256 bytes; the
                         file must be readable by its owner only)
   --heartbeat-ms MS     TCP nodes send PING this often; one silent for 3 intervals is gone
-                        (default 1000; 0: none, TCP keepalive alone notices a vanished host)
+                        (default 0: none; TCP keepalive notices a vanished host within 5 s.
+                        Only for nodes whose stack runs all the time: an inline libxk stack
+                        sends PING only while its program is in an xk call)
   --node-port DEVARGS   a second DPDK port for nodes on other hosts (plain Ethernet), e.g.
                         net_af_packet1,iface=veth3; they register over --control-tcp
   --node-port-opts 'K=V ..'
@@ -98,7 +100,7 @@ struct Flags {
   bool central = false;
   long long resync_grace_ms = 3000;
   std::string control_tcp, control_token, node_port, node_port_opts;
-  long long heartbeat_ms = 1000;
+  long long heartbeat_ms = 0;
 };
 
 Flags parse(int argc, char** argv) {

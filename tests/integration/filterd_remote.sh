@@ -10,7 +10,8 @@
 #   netns B (filterd) xkrx<pid>: external port (af_packet), 192.0.2.10/24
 #                     xkrn<pid>: node port (af_packet), no address
 #                     xkrm<pid>: 203.0.113.1/24, Linux's own TCP: the control
-#                                socket (--control-tcp 203.0.113.1:7500)
+#                                socket (--control-tcp 203.0.113.1:7500,
+#                                --heartbeat-ms 500: the nodes ping)
 #                     a local node: xk-tcp-perf over memif (echo on 5002)
 #       |  veth: the node port's link     |  veth: the management network
 #   netns C (remote host) xkrc<pid>: the remote nodes' DPDK port (af_packet)
@@ -118,7 +119,7 @@ step "filterd: external port $XKIF, node port $NPB, control on $CTL and $CTL_IP:
 ip netns exec "$NSB" "$FD" --port "net_af_packet0,iface=$XKIF,framecnt=4096" --port-opts "mbufs=16383" \
   --node-port "net_af_packet1,iface=$NPB,framecnt=4096" --node-port-opts "mbufs=16383" \
   --ip "$SHARED/24" --control "$CTL" --memif-socket "$MEMIF" \
-  --control-tcp "$CTL_IP:$CTL_PORT" --control-token "$TOKEN" > "$OUT/filterd.log" 2>&1 &
+  --control-tcp "$CTL_IP:$CTL_PORT" --control-token "$TOKEN" --heartbeat-ms 500 > "$OUT/filterd.log" 2>&1 &
 FDPID=$!
 PIDS+=("$FDPID")
 wait_for "$OUT/filterd.log" "ready" "$FDPID" 30
@@ -276,3 +277,5 @@ stop "$LOCAL" || true
 stop "$FDPID" || die "filterd did not exit cleanly"
 grep -E "rx_to_node|tx_from_nodes|node_port_unknown_mac|egress_denied|tcp_accepted|refused_token" \
   "$OUT/filterd.log" | sed 's/^/   /'
+# The remote nodes pinged every 500 ms throughout: none was taken for dead.
+if grep -q "heartbeat_lost" "$OUT/filterd.log"; then die "filterd lost the heartbeat of a live remote node"; fi

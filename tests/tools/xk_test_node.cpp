@@ -291,8 +291,15 @@ int run(int argc, char** argv) {
   }
 
   std::uint64_t shown = ~std::uint64_t{0};
+  // filterd may hold a silent node dead (heartbeat_ms): ping as asked.
+  const auto beat = std::chrono::milliseconds(h->heartbeat_ms);
+  auto next_ping = std::chrono::steady_clock::now() + beat;
   while (!g_stop.load()) {
     if (loop.run_once() == 0) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    if (beat.count() != 0 && std::chrono::steady_clock::now() >= next_ping) {
+      (void)c.ask(ctl::Ping{});
+      next_ping += beat;
+    }
     if (sink_port != 0 && sink.datagrams != shown) {
       shown = sink.datagrams;
       std::printf("RX udp dport=%u n=%llu\n", sink_port, static_cast<unsigned long long>(shown));
