@@ -180,6 +180,9 @@ Flags parse(int argc, char** argv) {
 }
 
 int run(const Flags& f) {
+  // Before any port starts: a token file that is unsafe is said at once.
+  std::vector<std::byte> token;
+  if (!f.control_token.empty()) token = read_token_file(f.control_token);
   Registry kinds;
   drivers::register_dpdk(kinds);
   register_steer(kinds);
@@ -216,8 +219,6 @@ int run(const Flags& f) {
       throw std::runtime_error(std::string("node port: ") + to_string(st.error()));
     }
   }
-  std::vector<std::byte> token;
-  if (!f.control_token.empty()) token = read_token_file(f.control_token);
 
   RegistryConfig rc;
   rc.memif_socket = f.memif;

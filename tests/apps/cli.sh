@@ -53,6 +53,10 @@ for app in xk-udp-echo xk-udp-perf xk-tcp-perf xk-pingpong; do
 done
 
 # xk-tcp-perf
+# A node on another host (--filterd tcp:...): its own port, the address from filterd.
+expect xk-tcp-perf 2 "--filterd tcp:... gives the address" server --filterd tcp:203.0.113.1:7500 --port net_null0 --ip 192.0.2.1/24
+expect xk-tcp-perf 2 "--filterd tcp:... needs --port DEVARGS" server --filterd tcp:203.0.113.1:7500
+expect xk-tcp-perf 2 "--filterd-token goes with --filterd tcp:HOST:PORT" server "${STACK[@]}" --filterd-token /nonexistent
 expect xk-tcp-perf 2 "client: --peer A.B.C.D:PORT is required" client "${STACK[@]}"
 expect xk-tcp-perf 2 "--peer port: '0' is not a number in 1..65535" client "${STACK[@]}" --peer 192.0.2.2:0
 expect xk-tcp-perf 2 "--peer: '192.0.2' is not an IPv4 address" client "${STACK[@]}" --peer 192.0.2:5

@@ -7,11 +7,13 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <map>
@@ -24,6 +26,7 @@
 #include "xk/event_loop.hpp"
 #include "xk/filterd/control_server.hpp"
 #include "xk/filterd/registry.hpp"
+#include "xk/filterd/token.hpp"
 
 namespace xk::filterd {
 namespace {
@@ -268,6 +271,34 @@ TEST(ControlServerConfig, TcpWithoutATokenOrABadAddressIsRefused) {
     EXPECT_THROW(ControlServer(loop, registry, c), std::runtime_error) << bad;
   }
   EXPECT_THROW(ControlServer(loop, registry, ControlServer::Config{}), std::runtime_error);
+}
+
+// The token file: its owner's only, 16..256 bytes, a trailing newline dropped.
+TEST(TokenFile, OnlyAPrivateFileOfTheRightSizeIsRead) {
+  const std::string path = "/tmp/xk-token-test-" + std::to_string(::getpid());
+  auto write = [&](const std::string& text, mode_t mode) {
+    ::unlink(path.c_str());
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    ::chmod(path.c_str(), mode);
+  };
+  const std::string good(40, 'k');
+  write(good + "\n", 0600);
+  std::vector<std::byte> t = read_token_file(path);
+  EXPECT_EQ(t.size(), 40u);
+  EXPECT_EQ(t.front(), std::byte{'k'});
+  write(good, 0640);  // the group may read it: refused
+  EXPECT_THROW(read_token_file(path), std::runtime_error);
+  write(good, 0604);
+  EXPECT_THROW(read_token_file(path), std::runtime_error);
+  write("too short\n", 0600);
+  EXPECT_THROW(read_token_file(path), std::runtime_error);
+  write(std::string(257, 'x'), 0600);
+  EXPECT_THROW(read_token_file(path), std::runtime_error);
+  ::unlink(path.c_str());
+  EXPECT_THROW(read_token_file(path), std::runtime_error);  // missing
 }
 
 }  // namespace
