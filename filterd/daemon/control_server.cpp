@@ -284,6 +284,7 @@ void ControlServer::process(Conn& c) {
     }
     ++messages_;
     const ctl::Message& m = r.message();
+    if (std::holds_alternative<ctl::Ping>(m.body)) c.pinged = true;
     if (!c.authed) {
       // TCP: nothing but a HELLO with the token, and nothing at all after a
       // bad one (the peer may try again on a new connection).
@@ -348,7 +349,7 @@ void ControlServer::housekeeping() {
     } else if (!c->authed && now - c->opened > config_.auth_timeout) {
       ++auth_timeouts_;
       doomed.push_back(fd);
-    } else if (c->tcp && config_.heartbeat.count() != 0 && now - c->last_rx > 3 * config_.heartbeat) {
+    } else if (c->tcp && c->pinged && config_.heartbeat.count() != 0 && now - c->last_rx > 3 * config_.heartbeat) {
       ++heartbeat_lost_;
       doomed.push_back(fd);
     }

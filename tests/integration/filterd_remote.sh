@@ -11,7 +11,7 @@
 #                     xkrn<pid>: node port (af_packet), no address
 #                     xkrm<pid>: 203.0.113.1/24, Linux's own TCP: the control
 #                                socket (--control-tcp 203.0.113.1:7500,
-#                                --heartbeat-ms 500: the nodes ping)
+#                                --heartbeat-ms 1000: the nodes ping)
 #                     a local node: xk-tcp-perf over memif (echo on 5002)
 #       |  veth: the node port's link     |  veth: the management network
 #   netns C (remote host) xkrc<pid>: the remote nodes' DPDK port (af_packet)
@@ -24,7 +24,8 @@
 #
 # (1) Linux -> 192.0.2.10:5001, served by a remote node (echo): every stream
 #     intact (SHA-256); and :5002, served by the local memif node: intact.
-# (2) a remote node connects out to Linux: the stream arrives intact.
+# (2) a remote node connects out to Linux, and a local memif node after it:
+#     both streams arrive intact (their throughputs are printed).
 # (3) a HELLO without the token, and one with a wrong token, get ERROR
 #     permission_denied and the connection closed.
 # (4) a remote forger (xk-test-node, registered with its own MAC) sends RSTs
@@ -36,7 +37,8 @@
 #     it: its control connection closes, filterd forgets it, Linux gets RST
 #     on its next segment (within 1 s); a new remote node takes its port and
 #     MAC again.
-#   XK_INT_FR_BYTES   bytes per connection in (1) and (2) (default 1m; 256k under ASan)
+#   XK_INT_FR_BYTES      bytes per connection in (1) (default 1m; 256k under ASan)
+#   XK_INT_FR_OUT_BYTES  bytes of each stream in (2) (default: XK_INT_FR_BYTES)
 set -euo pipefail
 TEST_NAME=filterd_remote
 source "$(dirname "$0")/lib.sh"
@@ -56,6 +58,7 @@ if is_sanitized "$XK"; then
 else
   BYTES=${XK_INT_FR_BYTES:-1048576}
 fi
+OUT_BYTES=${XK_INT_FR_OUT_BYTES:-$BYTES}
 CONNS=8
 FORGED_TCP=25
 FORGED_UDP=10
@@ -119,7 +122,7 @@ step "filterd: external port $XKIF, node port $NPB, control on $CTL and $CTL_IP:
 ip netns exec "$NSB" "$FD" --port "net_af_packet0,iface=$XKIF,framecnt=4096" --port-opts "mbufs=16383" \
   --node-port "net_af_packet1,iface=$NPB,framecnt=4096" --node-port-opts "mbufs=16383" \
   --ip "$SHARED/24" --control "$CTL" --memif-socket "$MEMIF" \
-  --control-tcp "$CTL_IP:$CTL_PORT" --control-token "$TOKEN" --heartbeat-ms 500 > "$OUT/filterd.log" 2>&1 &
+  --control-tcp "$CTL_IP:$CTL_PORT" --control-token "$TOKEN" --heartbeat-ms 1000 > "$OUT/filterd.log" 2>&1 &
 FDPID=$!
 PIDS+=("$FDPID")
 wait_for "$OUT/filterd.log" "ready" "$FDPID" 30
@@ -164,19 +167,25 @@ done
 n=$(grep -c '^STATS who=server' "$OUT/remote.log" || true)
 [ "$n" -eq $CONNS ] || die "(1): the remote node served $n connections, $CONNS expected"
 
-step "(2) a remote node connects out to Linux"
-ip netns exec "$NSA" "$PY" "$HERE/multi_peer.py" sink --bind "$LNX_IP" --port 7001 --conns 1 \
+step "(2) a remote node, then a local one, connects out to Linux"
+ip netns exec "$NSA" "$PY" "$HERE/multi_peer.py" sink --bind "$LNX_IP" --port 7001 --conns 2 \
   > "$OUT/linux-sink.log" 2>&1 &
 SINK=$!
 PIDS+=("$SINK")
 wait_for "$OUT/linux-sink.log" "READY" "$SINK" 20
-remote client "$CLIENT_MAC" client --peer "$LNX_IP:7001" --bytes "$BYTES" --seed 3
+remote client "$CLIENT_MAC" client --peer "$LNX_IP:7001" --bytes "$OUT_BYTES" --seed 3
 CLIENT=$NODE_PID
 wait "$CLIENT" || { tail "$OUT/client.log" >&2; die "(2): the remote client failed"; }
+# The same from a memif node: the two throughputs side by side.
+ip netns exec "$NSB" "$XK" client --peer "$LNX_IP:7001" --bytes "$OUT_BYTES" --seed 4 --filterd "$CTL" --idle sleep \
+  > "$OUT/local-client.log" 2>&1 || { tail "$OUT/local-client.log" >&2; die "(2): the local client failed"; }
 wait "$SINK" || { cat "$OUT/linux-sink.log" >&2; die "(2): the Linux sink failed"; }
-sent=$(sed -n 's/^RESULT role=client .*sha256=\([0-9a-f]*\).*/\1/p' "$OUT/client.log")
-[ -n "$sent" ] || { cat "$OUT/client.log" >&2; die "(2): the client printed no result"; }
-grep -q "sha256=$sent" "$OUT/linux-sink.log" || die "(2): the remote node's stream ($sent) did not arrive intact"
+for log in client local-client; do
+  sent=$(sed -n 's/^RESULT role=client .*sha256=\([0-9a-f]*\).*/\1/p' "$OUT/$log.log")
+  [ -n "$sent" ] || { cat "$OUT/$log.log" >&2; die "(2): $log printed no result"; }
+  grep -q "sha256=$sent" "$OUT/linux-sink.log" || die "(2): $log's stream ($sent) did not arrive intact"
+  echo "   $log: $(sed -n 's/^RESULT role=client .*seconds=\([0-9.]*\) gbps=\([0-9.]*\).*/\1 s, \2 Gbit\/s/p' "$OUT/$log.log")"
+done
 sed 's/^/   /' "$OUT/linux-sink.log"
 
 step "(3) a HELLO without the token, and with a wrong one, is refused"
@@ -277,5 +286,5 @@ stop "$LOCAL" || true
 stop "$FDPID" || die "filterd did not exit cleanly"
 grep -E "rx_to_node|tx_from_nodes|node_port_unknown_mac|egress_denied|tcp_accepted|refused_token" \
   "$OUT/filterd.log" | sed 's/^/   /'
-# The remote nodes pinged every 500 ms throughout: none was taken for dead.
+# The remote nodes pinged every second throughout: none was taken for dead.
 if grep -q "heartbeat_lost" "$OUT/filterd.log"; then die "filterd lost the heartbeat of a live remote node"; fi

@@ -230,9 +230,12 @@ TEST_F(ControlServerTcpTest, SilenceAndADownChannelEndTheNode) {
   int mute = dial();
   EXPECT_TRUE(closed_by_server(mute, 3000ms));
   EXPECT_EQ(counter("auth_timeouts"), 1u);
-  // Registered, then silent past three heartbeats: its host is gone.
+  // Registered but not pinging yet (its stack is starting): not held to it.
   int quiet = dial();
   ASSERT_TRUE(std::holds_alternative<ctl::HelloReply>(ask(quiet, Message{1, remote_hello(kToken)})->body));
+  EXPECT_FALSE(closed_by_server(quiet, 400ms));
+  // It pinged once, then fell silent past three heartbeats: its host is gone.
+  ASSERT_TRUE(ask(quiet, Message{2, ctl::Ping{}}).has_value());
   EXPECT_TRUE(closed_by_server(quiet, 3000ms));
   EXPECT_EQ(counter("heartbeat_lost"), 1u);
   ASSERT_EQ(gone.size(), 1u);

@@ -19,8 +19,8 @@
 // way no other node notices: a connection is read at most kReadChunks
 // chunks a pass and its reader holds at most one partial frame. A connection
 // that closes takes its node with it (NodeRegistry::node_gone); a TCP one
-// also goes when TCP keepalive finds its host gone, or when it stays silent
-// for three heartbeats (Config::heartbeat).
+// also goes when TCP keepalive finds its host gone, or when, once it has
+// pinged, it stays silent for three heartbeats (Config::heartbeat).
 
 #include <sys/types.h>
 
@@ -53,8 +53,10 @@ class ControlServer final : public Pollable {
     std::vector<std::byte> token;     // what a TCP node's HELLO must carry
     std::size_t max_per_peer = 16;    // TCP connections from one address
     std::chrono::milliseconds auth_timeout{5000};  // TCP: until a good HELLO
-    // TCP: a connection silent for 3 heartbeats is dead (0: no such check;
-    // the nodes learn the interval from HELLO_REPLY and send PING).
+    // TCP: a connection that has sent PING and then is silent for 3
+    // heartbeats is dead (0: no such check; the nodes learn the interval
+    // from HELLO_REPLY). Not before its first PING: a node's stack may take
+    // seconds to start after its HELLO (keepalive covers that time).
     std::chrono::milliseconds heartbeat{0};
     // TCP keepalive: the kernel probes an idle connection after `idle`, every
     // `interval`, and gives up after `probes` unanswered (and unacknowledged
@@ -89,6 +91,7 @@ class ControlServer final : public Pollable {
     pid_t pid = 0;
     bool tcp = false;
     bool authed = false;     // Unix: always; TCP: after a HELLO with the token
+    bool pinged = false;     // has sent PING: held to the heartbeat from now on
     std::uint32_t peer = 0;  // TCP: the peer's IPv4 address
     Time opened{};
     Time last_rx{};
@@ -101,7 +104,8 @@ class ControlServer final : public Pollable {
   void accept_tcp();
   void add_conn(int fd, pid_t pid, bool tcp, std::uint32_t peer);
   void on_readable(Conn& c);
-  // Answers what the reader holds; false if the connection was closed.
+  // Answers every whole request the reader holds (a refused TCP peer: the
+  // ERROR, then closing).
   void process(Conn& c);
   bool token_ok(std::span<const std::byte> token) const noexcept;
   void housekeeping();
