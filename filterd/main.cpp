@@ -2,7 +2,8 @@
 //
 //   filterd --port DEVARGS --ip A.B.C.D/N [--gw A.B.C.D] [--control PATH]
 //           [--memif-socket PATH] [--port-opts 'K=V ..'] [--secret HEX32]
-//           [--mode steer|central] [--control-tcp A.B.C.D:PORT --control-token FILE]
+//           [--mode steer|central] [--csum on|off] [--tcp-opts 'K=V ..']
+//           [--control-tcp A.B.C.D:PORT --control-token FILE]
 //           [--node-port DEVARGS [--node-port-opts 'K=V ..']] [--heartbeat-ms MS]
 //
 // Owns the external port and the shared address; nodes register on the
@@ -72,6 +73,9 @@ every frame to the compute node that owns its flow (docs/filterd.md).
   --mode steer|central  steer (default): each node runs TCP, filterd steers its frames;
                         central: filterd runs TCP for every node and relays the byte
                         streams over the channels (the baseline; docs/filterd.md)
+  --csum on|off         TCP and UDP checksums of filterd's own stack (default on); off makes
+                        central mode's TCP skip them, as nodes do with --csum off
+  --tcp-opts 'K=V ..'   more options of filterd's tcp (central mode's TCP: wscale=, sack=, ...)
   --control-tcp A.B.C.D:PORT
                         also serve the control protocol over TCP, for nodes on other hosts
                         (needs --control-token)
@@ -95,6 +99,8 @@ void on_signal(int) {
 
 struct Flags {
   std::string port, port_opts, control = "/run/xk/filterd.sock", memif = "/run/xk/filterd.memif", secret;
+  std::string tcp_opts;
+  bool csum = true;
   std::optional<Ipv4Cidr> ip;
   std::optional<Ipv4Addr> gw;
   bool central = false;
@@ -134,6 +140,12 @@ Flags parse(int argc, char** argv) {
       std::string v = value();
       if (v != "steer" && v != "central") throw std::invalid_argument("--mode: steer or central");
       f.central = v == "central";
+    } else if (a == "--csum") {
+      std::string v = value();
+      if (v != "on" && v != "off") throw std::invalid_argument("--csum: on or off, not '" + v + "'");
+      f.csum = v == "on";
+    } else if (a == "--tcp-opts") {
+      f.tcp_opts = value();
     } else if (a == "--memif-socket") {
       f.memif = value();
     } else if (a == "--resync-grace") {
@@ -195,14 +207,17 @@ int run(const Flags& f) {
 
   // filterd's own stack answers ARP and ping for the shared address, and --
   // with no listeners and no sockets -- RST and port unreachable for flows
-  // nobody owns.
+  // nobody owns. --csum off reaches its udp and tcp: in central mode filterd's
+  // tcp carries every byte, and "checksum off" must be off end to end.
   // EAL memory for the external port and a channel per node: 2 GiB of
   // address space, used as mempools are made (--no-huge: ordinary pages).
+  const std::string csum = f.csum ? "" : " csum=off";
   std::string spec = "dpdk  net0 devargs=" + spec_value(f.port) + " eal_mem=2g " + f.port_opts + "\n" +
                      "steer st0  below=net0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +
                      "\neth   eth0 below=st0\narp   arp0 below=eth0\n" +
                      "ipv4  ip0  below=eth0,arp0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +
-                     "\nicmp  icmp0 below=ip0\nudp   udp0 below=ip0\ntcp   tcp0 below=ip0\n";
+                     "\nicmp  icmp0 below=ip0\nudp   udp0 below=ip0" + csum + "\ntcp   tcp0 below=ip0" + csum + " " +
+                     f.tcp_opts + "\n";
   // The node port: a driver of filterd's graph that steer takes frames from
   // (and sends to) by the nodes' MACs.
   if (!f.node_port.empty()) spec += "dpdk  np0  devargs=" + spec_value(f.node_port) + " " + f.node_port_opts + "\n";
@@ -248,13 +263,21 @@ int run(const Flags& f) {
     central = std::make_unique<Central>(*graph.find_as<tcp::TcpProtocol>("tcp0"), *steer, &loop, cc);
   }
 
-  // Each node's channel: a memif server interface of its own, hot-plugged.
-  std::map<NodeId, std::unique_ptr<drivers::DpdkDriver>> channels;
+  // The channel socket outlives node churn: an interface that never gets a
+  // client holds it (DPDK's memif would otherwise leave it listening, but
+  // unusable, once the last node is gone -- dpdk::probe_vdev). Its id is past
+  // any node's (node id * 64 + queue < 2^22).
+  drivers::dpdk::probe_vdev("net_memif_anchor,role=server,id=2147483647,socket=" + f.memif);
+
+  // Each node's channels: a memif server interface per queue (one per stack
+  // the node runs), hot-plugged.
+  std::map<NodeId, std::vector<std::unique_ptr<drivers::DpdkDriver>>> channels;
   NodeRegistry::Hooks hooks;
   std::set<NodeId> remote_nodes;  // on the node port
   hooks.attach = [&](const NodeInfo& n) -> Status {
-    const filterd::ctl::Channel& ch = n.channels.front();
     if (n.ethernet) {
+      // One queue, on the shared node port (the registry refuses more).
+      const filterd::ctl::Channel& ch = n.channels.front();
       if (node_port == nullptr) return Errc::not_found;
       if (!node_port->link().up) return Errc::no_route;  // it would hear nothing
       if (Status st = steer->attach_ethernet(n.id, ch.node_mac); !st) return st;
@@ -264,21 +287,42 @@ int run(const Flags& f) {
       std::fflush(stdout);
       return {};
     }
-    drivers::DpdkDriver::Config dc;
-    dc.devargs = "net_memif" + std::to_string(ch.memif_id) + ",role=server,id=" + std::to_string(ch.memif_id) +
-                 ",socket=" + f.memif;
-    dc.mtu = ext->mtu();
-    dc.mbufs = 4095;  // per node: enough for a channel's rings and bursts
-    dc.tx_keep = f.central;  // relay frames are never dropped: a full ring waits
-    try {
-      auto d = std::make_unique<drivers::DpdkDriver>("node" + std::to_string(n.id), dc, &loop);
-      if (Status st = steer->attach(n.id, *d, ch.node_mac); !st) return st;
-      channels[n.id] = std::move(d);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "filterd: node %u (%s): %s\n", n.id, n.name.c_str(), e.what());
-      return Errc::no_memory;
+    if (f.central && n.channels.size() > 1) return Errc::unsupported;  // the bridge relays to one queue
+    std::vector<std::unique_ptr<drivers::DpdkDriver>> made;
+    auto undo = [&] {
+      steer->detach(n.id);
+      made.clear();
+    };
+    for (std::size_t q = 0; q < n.channels.size(); ++q) {
+      const filterd::ctl::Channel& ch = n.channels[q];
+      drivers::DpdkDriver::Config dc;
+      dc.devargs = "net_memif" + std::to_string(ch.memif_id) + ",role=server,id=" + std::to_string(ch.memif_id) +
+                   ",socket=" + f.memif;
+      dc.mtu = ext->mtu();
+      dc.mbufs = 4095;  // per channel: enough for its rings and bursts
+      dc.tx_keep = f.central;  // relay frames are never dropped: a full ring waits
+      try {
+        auto d = std::make_unique<drivers::DpdkDriver>(
+            "node" + std::to_string(n.id) + (q == 0 ? "" : "q" + std::to_string(q)), dc, &loop);
+        if (Status st = steer->attach(n.id, static_cast<std::uint16_t>(q), *d, ch.node_mac); !st) {
+          undo();
+          return st;
+        }
+        made.push_back(std::move(d));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "filterd: node %u (%s) queue %zu: %s\n", n.id, n.name.c_str(), q, e.what());
+        undo();
+        return Errc::no_memory;
+      }
     }
-    std::printf("filterd: node %u (%s, pid %u) attached on memif id %u\n", n.id, n.name.c_str(), n.pid, ch.memif_id);
+    channels[n.id] = std::move(made);
+    if (n.channels.size() == 1) {
+      std::printf("filterd: node %u (%s, pid %u) attached on memif id %u\n", n.id, n.name.c_str(), n.pid,
+                  n.channels.front().memif_id);
+    } else {
+      std::printf("filterd: node %u (%s, pid %u) attached with %zu queues on memif ids %u..%u\n", n.id, n.name.c_str(),
+                  n.pid, n.channels.size(), n.channels.front().memif_id, n.channels.back().memif_id);
+    }
     std::fflush(stdout);
     return {};
   };
@@ -296,6 +340,7 @@ int run(const Flags& f) {
   hooks.counter_sets = [&]() {
     std::vector<const CounterSet*> sets = graph.counters();
     if (control_ptr != nullptr) sets.push_back(&control_ptr->counters());
+    for (const CounterSet* c : steer->channel_counters()) sets.push_back(c);  // per node and queue
     return sets;
   };
   hooks.node_rx_frames = [&](NodeId id) { return steer->rx_frames(id); };
@@ -369,6 +414,7 @@ int run(const Flags& f) {
   sets.push_back(&registry.counters());
   sets.push_back(&control.counters());
   if (central) sets.push_back(&central->counters());
+  for (const CounterSet* c : steer->channel_counters()) sets.push_back(c);
   for (const CounterSet* s : sets) {
     for (const auto& e : s->entries()) {
       if (e.counter.value() != 0) std::printf("  %-10s %-28s %llu\n", s->owner().c_str(), e.name.c_str(),

@@ -8,6 +8,7 @@ XK_PACKAGES=(
   tshark tcpdump                                        # reading captures back (capture tests)
   sockperf iperf3                                       # the Linux references of the benchmarks
   iproute2 ethtool iputils-ping                         # network namespaces, veth offloads, ping (integration)
+  gnuplot-nox openmpi-bin file                          # xk-scale's plots, its mpirun launcher; PNG checks
 )
 
 xk_install_packages() {

@@ -7,6 +7,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -14,7 +15,9 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <atomic>
 #include <thread>
+#include <pthread.h>
 
 #include "xk/counters.hpp"
 #include "xk/drivers/dpdk.hpp"
@@ -74,14 +77,21 @@ double parse_seconds(std::string_view flag, std::string_view text) {
 
 std::uint64_t parse_bytes(std::string_view flag, std::string_view text) {
   std::uint64_t mult = 1;
-  if (!text.empty()) {
-    char last = text.back();
+  std::string_view digits = text;
+  if (!digits.empty()) {
+    char last = digits.back();
     if (last == 'k' || last == 'K') mult = std::uint64_t{1} << 10;
     if (last == 'm' || last == 'M') mult = std::uint64_t{1} << 20;
     if (last == 'g' || last == 'G') mult = std::uint64_t{1} << 30;
-    if (mult != 1) text.remove_suffix(1);
+    if (mult != 1) digits.remove_suffix(1);
   }
-  return parse_number<std::uint64_t>(flag, text, 0, (std::uint64_t{1} << 44) / mult) * mult;
+  try {
+    return parse_number<std::uint64_t>(flag, digits, 0, (std::uint64_t{1} << 44) / mult) * mult;
+  } catch (const UsageError&) {
+    // Say what was typed ("1gx", not the "1g" left after taking a suffix off).
+    throw UsageError{std::string(flag) + ": '" + std::string(text) +
+                     "' is not a number of bytes (N, Nk, Nm or Ng, at most 16384g)"};
+  }
 }
 
 std::pair<Ipv4Addr, std::uint16_t> parse_endpoint(std::string_view flag, std::string_view v) {
@@ -113,7 +123,64 @@ const char* const kStackFlagsHelp =
                       channel is its own --port (with --port-opts, --mac) on filterd's node port
   --filterd-token FILE
                       over TCP: the file holding filterd's token (or XK_FILTERD_TOKEN=FILE)
+  --stacks K          with --filterd: run K stacks (1..64), each on a channel (queue) of its
+                      own, with its own event loop and thread (default 1: this thread)
+                      (a node over tcp: runs one)
+  --cpus LIST         with --stacks: pin stack q's thread to the q-th CPU of LIST (e.g. 0,1)
 )";
+
+namespace {
+// "a, b or c"; with the aliases: "a (-a), b (-b) or c (-c)".
+std::string list_roles(const CommandLineSpec& spec, bool aliases) {
+  std::string out;
+  for (std::size_t i = 0; i < spec.roles.size(); ++i) {
+    if (i > 0) out += i + 1 == spec.roles.size() ? " or " : ", ";
+    out += spec.roles[i].word;
+    if (aliases && !spec.roles[i].alias.empty()) out += " (" + std::string(spec.roles[i].alias) + ")";
+  }
+  return out;
+}
+}  // namespace
+
+std::size_t parse_command_line(int argc, char** argv, const CommandLineSpec& spec, CommonArgs& common,
+                               const std::function<void(Flag&)>& fn) {
+  std::vector<std::string_view> words(argv + 1, argv + argc);
+  for (auto w : words) {
+    if (w == "--help" || w == "-h") {
+      std::fputs(spec.usage_head, stdout);
+      std::fputs(kStackFlagsHelp, stdout);
+      std::fputs(spec.usage_tail, stdout);
+      std::exit(0);
+    }
+  }
+  std::size_t role = 0;
+  std::span<const std::string_view> flags(words);
+  if (!spec.roles.empty()) {
+    const std::string noun(spec.role_noun);
+    if (words.empty()) throw UsageError{"missing " + noun + ": " + list_roles(spec, false)};
+    auto it = std::find_if(spec.roles.begin(), spec.roles.end(), [&](const CommandLineSpec::Role& r) {
+      return words[0] == r.word || (!r.alias.empty() && words[0] == r.alias);
+    });
+    if (it == spec.roles.end()) {
+      throw UsageError{"unknown " + noun + " '" + std::string(words[0]) + "': expected " + list_roles(spec, true)};
+    }
+    role = static_cast<std::size_t>(it - spec.roles.begin());
+    flags = flags.subspan(1);
+  }
+  for_each_flag(flags, [&](Flag& f) {
+    if (common.stack.take(f.name(), [&] { return f.value(); })) return;
+    if (f.name() == "--link-wait") {
+      common.link_wait_s = parse_seconds(f.name(), f.value());
+    } else if (spec.idle_flag && f.name() == "--idle") {
+      auto v = f.value();
+      if (v != "busy" && v != "sleep") throw UsageError{"--idle: expected busy or sleep"};
+      common.busy = v == "busy";
+    } else {
+      fn(f);
+    }
+  });
+  return role;
+}
 
 bool StackFlags::is_composed_flag(std::string_view flag) {
   return flag == "--port" || flag == "--port-opts" || flag == "--ip" || flag == "--gw" || flag == "--mac" ||
@@ -168,8 +235,29 @@ bool filterd_remote(const std::string& where) {
 }
 }  // namespace
 
+std::vector<int> StackFlags::parse_cpus(std::string_view flag, std::string_view text) {
+  std::vector<int> out;
+  if (text.empty()) throw UsageError{std::string(flag) + ": empty CPU list"};
+  std::size_t at = 0;
+  for (;;) {
+    const std::size_t comma = text.find(',', at);
+    const std::string_view one = text.substr(at, comma == std::string_view::npos ? std::string_view::npos : comma - at);
+    out.push_back(parse_number<int>(flag, one, 0, 4095));
+    if (comma == std::string_view::npos) break;
+    at = comma + 1;
+  }
+  if (out.size() > 64) throw UsageError{std::string(flag) + ": at most 64 CPUs"};
+  return out;
+}
+
 void StackFlags::validate() const {
+  if (stacks > 1 && filterd.empty()) {
+    throw UsageError{"--stacks: several stacks are a node's behind filterd (--filterd); standalone runs one"};
+  }
+  if (!cpus.empty() && stacks <= 1) throw UsageError{"--cpus goes with --stacks K (K > 1)"};
   if (!filterd.empty() && filterd_remote(filterd)) {
+    // filterd's node port gives a node on another host one channel.
+    if (stacks > 1) throw UsageError{"--stacks: a node on another host (--filterd tcp:...) runs one stack"};
     // Its own port (filterd's node port is at the other end), the address
     // from filterd.
     if (!graph_file.empty() || ip || gw || !capture.empty()) {
@@ -342,6 +430,7 @@ AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle)
     throw std::runtime_error(std::string("cannot build the stack:\n") + e.what());
   }
   loop_.add(signals_);
+  signals_added_ = true;
   if (authority_) {
     auto* t = graph_->find_as<tcp::TcpProtocol>("tcp0");
     auto* u = graph_->find_as<udp::UdpProtocol>("udp0");
@@ -354,8 +443,42 @@ AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle)
   }
 }
 
+AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle, FilterdClient& client,
+                   std::uint16_t queue)
+    : prog_(prog),
+      loop_([idle] {
+        EventLoopConfig c;
+        c.idle = idle;
+        return c;
+      }()),
+      signals_(loop_),
+      shared_(&client),
+      queue_(queue) {
+#ifdef XK_HAVE_FILTERD
+  StackSpec spec{client.graph_spec(flags.tcp_opts + (flags.csum ? "" : " csum=off"), queue),
+                 "filterd (stack " + std::to_string(queue) + ")"};
+  register_all(registry_);
+  try {
+    graph_.emplace(Graph::build(spec.text, registry_, &loop_, spec.source));
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("cannot build stack ") + std::to_string(queue) + ":\n" + e.what());
+  }
+  auto* t = graph_->find_as<tcp::TcpProtocol>("tcp0");
+  auto* u = graph_->find_as<udp::UdpProtocol>("udp0");
+  if (t != nullptr) t->set_port_authority(&client.queue(queue));
+  if (u != nullptr) u->set_port_authority(&client.queue(queue));
+  attach_node(client, loop_, t, u, graph_->find("net0"), queue);
+#else
+  (void)flags;
+  throw std::runtime_error("--stacks: this build has no filterd support (libpcap was not found)");
+#endif
+}
+
 AppStack::~AppStack() {
-  loop_.remove(signals_);
+  if (signals_added_) loop_.remove(signals_);
+#ifdef XK_HAVE_FILTERD
+  if (shared_ != nullptr) shared_->detach_queue(queue_);
+#endif
   graph_.reset();
 }
 
@@ -390,6 +513,73 @@ int app_main(const char* prog, const std::function<void()>& parse, const std::fu
     std::fprintf(stderr, "%s: %s\n", prog, e.what());
     return 1;
   }
+}
+
+// ---- AppNode ------------------------------------------------------------------
+
+AppNode::AppNode(const char* prog, const StackFlags& flags, IdleMode idle) : prog_(prog), flags_(flags) {
+#ifdef XK_HAVE_FILTERD
+  FilterdClient::Options o = FilterdClient::options_from_env();
+  o.queues = static_cast<std::uint16_t>(flags.stacks);
+  client_ = FilterdClient::connect(flags.filterd, prog, o);
+  // Before the EAL starts its threads, so they and ours inherit the mask:
+  // the signals are read by run(), on this thread.
+  SignalSource::block();
+  for (std::uint16_t q = 0; q < flags.stacks; ++q) {
+    stacks_.push_back(std::make_unique<AppStack>(prog, flags, idle, *client_, q));
+  }
+#else
+  (void)idle;
+  throw std::runtime_error("--filterd: this build has no filterd support (libpcap was not found)");
+#endif
+}
+
+AppNode::~AppNode() {
+  // The stacks (their loops stopped) go before the connection they share.
+  while (!stacks_.empty()) stacks_.pop_back();
+  client_.reset();
+}
+
+int AppNode::cpu(std::size_t q) const noexcept {
+  return flags_.cpus.empty() ? -1 : flags_.cpus[q % flags_.cpus.size()];
+}
+
+void AppNode::run(const std::function<void(std::size_t)>& body, const std::function<bool()>& done) {
+  sigset_t set = stop_signals();
+  int sfd = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (sfd < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
+  std::atomic<std::size_t> finished{0};
+  std::vector<std::thread> threads;
+  for (std::size_t q = 0; q < stacks_.size(); ++q) {
+    threads.emplace_back([this, q, &body, &finished] {
+      if (const int c = cpu(q); c >= 0) {
+        cpu_set_t cs;
+        CPU_ZERO(&cs);
+        CPU_SET(c, &cs);
+        if (pthread_setaffinity_np(pthread_self(), sizeof cs, &cs) != 0) {
+          std::fprintf(stderr, "%s: stack %zu: cannot pin to cpu %d\n", prog_, q, c);
+        }
+      }
+      const std::string name = "stack" + std::to_string(q);
+      pthread_setname_np(pthread_self(), name.c_str());
+      body(q);
+      finished.fetch_add(1);
+    });
+  }
+  for (;;) {
+    signalfd_siginfo info{};
+    if (::read(sfd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+      signal_ = static_cast<int>(info.ssi_signo);
+      break;
+    }
+    if (finished.load() != 0 || (done && done())) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (auto& s : stacks_) s->loop().stop();
+  for (auto& t : threads) t.join();
+  ::close(sfd);
+  if (signal_ != 0) std::printf("%s: stopped by %s\n", prog_, signal_ == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fflush(stdout);
 }
 
 }  // namespace xk::apps

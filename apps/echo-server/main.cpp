@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,6 +45,7 @@ echo:
   --udp-port N        UDP port (default 7)
   --tcp-only, --udp-only  serve one protocol only
   --group             behind filterd (--filterd): share the TCP port with other nodes
+                      (with --stacks K, the K stacks always join the port's group)
   --count N           exit after N TCP connections have ended, or N datagrams with
                       --udp-only (default 0: run until SIGINT/SIGTERM)
   --help
@@ -51,10 +53,8 @@ echo:
 exit status: 0 success, 1 failure, 2 bad command line
 )";
 
-struct Args {
-  xk::apps::StackFlags stack;
-  double link_wait_s = 10;
-  bool busy = false;
+struct Args : xk::apps::CommonArgs {
+  Args() { busy = false; }  // a server that mostly waits: spin, then sleep
   std::uint16_t tcp_port = 7;
   std::uint16_t udp_port = 7;
   bool tcp = true;
@@ -63,26 +63,17 @@ struct Args {
   std::uint64_t count = 0;
 };
 
+const xk::apps::CommandLineSpec kCommandLine{
+    .usage_head = kUsageHead,
+    .usage_tail = kUsageTail,
+    .role_noun = nullptr,
+    .roles = {},  // no role word: flags only
+};
+
 Args parse_args(int argc, char** argv) {
   Args a;
-  std::vector<std::string_view> words(argv + 1, argv + argc);
-  for (auto w : words) {
-    if (w == "--help" || w == "-h") {
-      std::fputs(kUsageHead, stdout);
-      std::fputs(xk::apps::kStackFlagsHelp, stdout);
-      std::fputs(kUsageTail, stdout);
-      std::exit(kExitOk);
-    }
-  }
-  xk::apps::for_each_flag(words, [&](xk::apps::Flag& f) {
-    if (a.stack.take(f.name(), [&] { return f.value(); })) return;
-    if (f.name() == "--link-wait") {
-      a.link_wait_s = xk::apps::parse_seconds(f.name(), f.value());
-    } else if (f.name() == "--idle") {
-      auto v = f.value();
-      if (v != "busy" && v != "sleep") throw UsageError{"--idle: expected busy or sleep"};
-      a.busy = v == "busy";
-    } else if (f.name() == "--tcp-port") {
+  xk::apps::parse_command_line(argc, argv, kCommandLine, a, [&](xk::apps::Flag& f) {
+    if (f.name() == "--tcp-port") {
       a.tcp_port = parse_number<std::uint16_t>(f.name(), f.value(), 1, 65535);
     } else if (f.name() == "--udp-port") {
       a.udp_port = parse_number<std::uint16_t>(f.name(), f.value(), 1, 65535);
@@ -103,12 +94,93 @@ Args parse_args(int argc, char** argv) {
   });
   a.stack.validate();
   if (!a.tcp && !a.udp) throw UsageError{"--tcp-only and --udp-only together leave nothing to serve"};
+  if (a.stack.stacks > 1 && !a.tcp) throw UsageError{"--stacks serves TCP (a UDP port is one stack's): not with --udp-only"};
   if (a.group && !a.tcp) throw UsageError{"--group is for the TCP port"};
   return a;
 }
 
+// --stacks K: K stacks of one node, each on its own thread and channel,
+// every one a member of the TCP port's listen group (new connections spread
+// over the stacks by the 4-tuple); UDP on stack 0 only. --count counts the
+// connections of the whole node.
+int run_node(const Args& a) {
+  xk::apps::AppNode node(kProg, a.stack, a.idle());
+  const std::size_t k = node.size();
+  for (std::size_t q = 0; q < k; ++q) node.stack(q).wait_for_link(a.link_wait_s, q == 0);
+  std::vector<std::optional<xk::tcp::TcpListener>> listeners(k);
+  std::vector<std::unique_ptr<xk::apps::TcpEchoServer>> echo(k);
+  for (std::size_t q = 0; q < k; ++q) {
+    auto& tcp = node.stack(q).require<xk::tcp::TcpProtocol>("tcp0");
+    auto l = tcp.listen(xk::Ipv4Addr{}, xk::Port{a.tcp_port}, 128, true);
+    if (!l) {
+      std::fprintf(stderr, "%s: stack %zu: cannot listen on tcp port %u: %s\n", kProg, q, a.tcp_port,
+                   xk::to_string(l.error()));
+      return kExitFail;
+    }
+    listeners[q].emplace(std::move(*l));
+    echo[q] = std::make_unique<xk::apps::TcpEchoServer>(kProg, *listeners[q], node.stack(q).loop(), 0);
+  }
+  std::optional<xk::udp::UdpSocket> sock;
+  std::optional<xk::apps::UdpEchoServer> udp_echo;
+  if (a.udp) {
+    auto& udp = node.stack(0).require<xk::udp::UdpProtocol>("udp0");
+    sock.emplace(udp.socket());
+    if (xk::Status s = sock->bind(xk::Ipv4Addr{}, xk::Port{a.udp_port}); !s) {
+      std::fprintf(stderr, "%s: cannot bind udp port %u: %s\n", kProg, a.udp_port, xk::to_string(s.error()));
+      return kExitFail;
+    }
+    udp_echo.emplace(kProg, *sock, node.stack(0).loop(), 0, false);
+  }
+  std::printf("%s: %s: %zu stacks: tcp port %u (group)", kProg, xk::apps::describe_stack(node.stack(0).graph()).c_str(),
+              k, a.tcp_port);
+  if (a.udp) std::printf(" udp port %u (stack 0)", a.udp_port);
+  std::printf(": ready\n");
+  std::fflush(stdout);
+  auto total = [&] {
+    std::uint64_t n = 0;
+    for (const auto& e : echo) n += e->connections();
+    return n;
+  };
+  node.run(
+      [&](std::size_t q) {
+        xk::EventLoop& loop = node.stack(q).loop();
+        loop.add(*echo[q]);
+        if (q == 0 && udp_echo) loop.add(*udp_echo);
+        loop.run();
+        loop.remove(*echo[q]);
+        if (q == 0 && udp_echo) loop.remove(*udp_echo);
+        (void)listeners[q]->close();
+        xk::apps::finish_handshakes(loop, node.stack(q).require<xk::tcp::TcpProtocol>("tcp0"));
+      },
+      [&] { return a.count != 0 && total() >= a.count; });
+  int rc = kExitOk;
+  std::uint64_t bytes = 0, failed = 0;
+  for (std::size_t q = 0; q < k; ++q) {
+    std::printf("%s: stack %zu (cpu %d): tcp: %llu connections, %llu bytes echoed, %llu failed\n", kProg, q, node.cpu(q),
+                static_cast<unsigned long long>(echo[q]->connections()),
+                static_cast<unsigned long long>(echo[q]->bytes()), static_cast<unsigned long long>(echo[q]->failures()));
+    bytes += echo[q]->bytes();
+    failed += echo[q]->failures();
+  }
+  std::printf("%s: tcp: %llu connections, %llu bytes echoed, %llu failed\n", kProg,
+              static_cast<unsigned long long>(total()), static_cast<unsigned long long>(bytes),
+              static_cast<unsigned long long>(failed));
+  if (failed != 0) rc = kExitFail;
+  if (udp_echo) {
+    std::printf("%s: udp: %llu datagrams (%llu bytes) received, %llu echoed, %llu echo errors\n", kProg,
+                static_cast<unsigned long long>(udp_echo->received()),
+                static_cast<unsigned long long>(udp_echo->bytes()),
+                static_cast<unsigned long long>(udp_echo->echoed()),
+                static_cast<unsigned long long>(udp_echo->send_errors()));
+    (void)sock->close();
+  }
+  std::fflush(stdout);
+  return rc;
+}
+
 int run(const Args& a) {
-  xk::apps::AppStack stack(kProg, a.stack, a.busy ? xk::IdleMode::busy_poll : xk::IdleMode::spin_then_sleep);
+  if (a.stack.stacks > 1) return run_node(a);
+  xk::apps::AppStack stack(kProg, a.stack, a.idle());
   xk::EventLoop& loop = stack.loop();
   std::string where = xk::apps::describe_stack(stack.graph());
   stack.wait_for_link(a.link_wait_s);

@@ -78,11 +78,8 @@ test:
 exit status: 0 success, 1 failure, 2 bad command line
 )";
 
-struct Args {
-  enum class Role { server, client } role = Role::server;
-  xk::apps::StackFlags stack;
-  double link_wait_s = 10;
-  bool busy = true;
+struct Args : xk::apps::CommonArgs {
+  enum class Role { server, client } role = Role::server;  // as in kCommandLine.roles
   std::uint16_t port = 5002;
   std::uint64_t count = 0;
   std::optional<xk::Ipv4Addr> peer;
@@ -98,41 +95,24 @@ struct Args {
   double timeout_s = 30;
 };
 
+const xk::apps::CommandLineSpec kCommandLine{
+    .usage_head = kUsageHead,
+    .usage_tail = kUsageTail,
+    .role_noun = "role",
+    .roles = {{"server"}, {"client"}},
+};
+
 Args parse_args(int argc, char** argv) {
   Args a;
-  std::vector<std::string_view> words(argv + 1, argv + argc);
-  for (auto w : words) {
-    if (w == "--help" || w == "-h") {
-      std::fputs(kUsageHead, stdout);
-      std::fputs(xk::apps::kStackFlagsHelp, stdout);
-      std::fputs(kUsageTail, stdout);
-      std::exit(kExitOk);
-    }
-  }
-  if (words.empty()) throw UsageError{"missing role: server or client"};
-  if (words[0] == "server") {
-    a.role = Args::Role::server;
-  } else if (words[0] == "client") {
-    a.role = Args::Role::client;
-  } else {
-    throw UsageError{"unknown role '" + std::string(words[0]) + "': expected server or client"};
-  }
   bool client_flag = false;
   bool server_flag = false;
-  xk::apps::for_each_flag(std::span(words).subspan(1), [&](xk::apps::Flag& f) {
-    if (a.stack.take(f.name(), [&] { return f.value(); })) return;
+  std::size_t role = xk::apps::parse_command_line(argc, argv, kCommandLine, a, [&](xk::apps::Flag& f) {
     auto bytes = [&] {
       std::uint64_t v = parse_bytes(f.name(), f.value());
       if (v < 1 || v > kMaxMessage) throw UsageError{std::string(f.name()) + ": a message is 1 byte to 64m"};
       return static_cast<std::size_t>(v);
     };
-    if (f.name() == "--link-wait") {
-      a.link_wait_s = xk::apps::parse_seconds(f.name(), f.value());
-    } else if (f.name() == "--idle") {
-      auto v = f.value();
-      if (v != "busy" && v != "sleep") throw UsageError{"--idle: expected busy or sleep"};
-      a.busy = v == "busy";
-    } else if (f.name() == "--tcp-port") {
+    if (f.name() == "--tcp-port") {
       a.port = parse_number<std::uint16_t>(f.name(), f.value(), 1, 65535);
       server_flag = true;
     } else if (f.name() == "--count") {
@@ -172,6 +152,7 @@ Args parse_args(int argc, char** argv) {
       throw UsageError{"unknown option '" + std::string(f.name()) + "'"};
     }
   });
+  a.role = static_cast<Args::Role>(role);
   a.stack.validate();
   if (a.role == Args::Role::server) {
     if (a.peer) throw UsageError{"--peer is for the client"};
@@ -379,7 +360,7 @@ bool write_csv(const std::string& path, const std::vector<Point>& points) {
 }
 
 int run(const Args& a) {
-  xk::apps::AppStack stack(kProg, a.stack, a.busy ? xk::IdleMode::busy_poll : xk::IdleMode::spin_then_sleep);
+  xk::apps::AppStack stack(kProg, a.stack, a.idle());
   xk::EventLoop& loop = stack.loop();
   auto& tcp = stack.require<xk::tcp::TcpProtocol>("tcp0");
   stack.wait_for_link(a.link_wait_s);

@@ -18,7 +18,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -29,6 +28,7 @@
 
 #include "xk/apps/servers.hpp"
 #include "xk/apps/stack.hpp"
+#include "xk/apps/stream.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
 #include "xk/protocols/tcp.hpp"
@@ -79,11 +79,8 @@ test:
 exit status: 0 success, 1 failure, 2 bad command line
 )";
 
-struct Args {
-  enum class Role { server, client } role = Role::server;
-  xk::apps::StackFlags stack;
-  double link_wait_s = 10;
-  bool busy = true;
+struct Args : xk::apps::CommonArgs {
+  enum class Role { server, client } role = Role::server;  // as in kCommandLine.roles
   std::uint16_t port = 5001;
   std::optional<xk::Ipv4Addr> peer;
   std::uint16_t peer_port = 0;
@@ -100,35 +97,18 @@ struct Args {
   double timeout_s = 30;
 };
 
+const xk::apps::CommandLineSpec kCommandLine{
+    .usage_head = kUsageHead,
+    .usage_tail = kUsageTail,
+    .role_noun = "role",
+    .roles = {{"server"}, {"client"}},
+};
+
 Args parse_args(int argc, char** argv) {
   Args a;
-  std::vector<std::string_view> words(argv + 1, argv + argc);
-  for (auto w : words) {
-    if (w == "--help" || w == "-h") {
-      std::fputs(kUsageHead, stdout);
-      std::fputs(xk::apps::kStackFlagsHelp, stdout);
-      std::fputs(kUsageTail, stdout);
-      std::exit(kExitOk);
-    }
-  }
-  if (words.empty()) throw UsageError{"missing role: server or client"};
-  if (words[0] == "server") {
-    a.role = Args::Role::server;
-  } else if (words[0] == "client") {
-    a.role = Args::Role::client;
-  } else {
-    throw UsageError{"unknown role '" + std::string(words[0]) + "': expected server or client"};
-  }
   std::optional<std::uint64_t> count;
-  xk::apps::for_each_flag(std::span(words).subspan(1), [&](xk::apps::Flag& f) {
-    if (a.stack.take(f.name(), [&] { return f.value(); })) return;
-    if (f.name() == "--link-wait") {
-      a.link_wait_s = xk::apps::parse_seconds(f.name(), f.value());
-    } else if (f.name() == "--idle") {
-      auto v = f.value();
-      if (v != "busy" && v != "sleep") throw UsageError{"--idle: expected busy or sleep"};
-      a.busy = v == "busy";
-    } else if (f.name() == "--tcp-port") {
+  std::size_t role = xk::apps::parse_command_line(argc, argv, kCommandLine, a, [&](xk::apps::Flag& f) {
+    if (f.name() == "--tcp-port") {
       a.port = parse_number<std::uint16_t>(f.name(), f.value(), 1, 65535);
     } else if (f.name() == "--peer") {
       std::tie(a.peer, a.peer_port) = xk::apps::parse_endpoint(f.name(), f.value());
@@ -164,6 +144,7 @@ Args parse_args(int argc, char** argv) {
       throw UsageError{"unknown option '" + std::string(f.name()) + "'"};
     }
   });
+  a.role = static_cast<Args::Role>(role);
   a.stack.validate();
   if (a.role == Args::Role::server) {
     if (a.mode.empty()) a.mode = "sink";
@@ -181,20 +162,6 @@ Args parse_args(int argc, char** argv) {
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// The test stream: a 1 MiB block of SHA-256(seed as 8 little-endian bytes,
-// counter as 4 little-endian bytes) outputs, repeated.
-std::vector<std::byte> stream_block(std::uint64_t seed) {
-  std::vector<std::byte> block(1 << 20);
-  for (std::uint32_t c = 0; c < (1u << 20) / 32; ++c) {
-    std::byte in[12];
-    for (int i = 0; i < 8; ++i) in[i] = std::byte(static_cast<unsigned char>(seed >> (8 * i)));
-    for (int i = 0; i < 4; ++i) in[8 + i] = std::byte(static_cast<unsigned char>(c >> (8 * i)));
-    xk::Sha256::Digest d = xk::Sha256::of(in);
-    std::memcpy(block.data() + std::size_t{c} * 32, d.data(), 32);
-  }
-  return block;
 }
 
 void apply_socket_options(xk::tcp::TcpSocket& s, const Args& a) {
@@ -304,7 +271,7 @@ class Server final : public xk::Pollable {
 class Client final : public xk::Pollable {
  public:
   Client(xk::tcp::TcpSocket& s, xk::EventLoop& loop, const Args& a) : s_(s), loop_(loop), a_(a) {
-    if (a.mode == "send") block_ = stream_block(a.seed);
+    if (a.mode == "send") block_ = xk::apps::stream_block(a.seed);
     if (a.mode == "pingpong") {
       msg_.assign(a.size, std::byte{0x42});
       got_.resize(a.size);
@@ -483,7 +450,7 @@ class Client final : public xk::Pollable {
 };
 
 int run(const Args& a) {
-  xk::apps::AppStack stack(kProg, a.stack, a.busy ? xk::IdleMode::busy_poll : xk::IdleMode::spin_then_sleep);
+  xk::apps::AppStack stack(kProg, a.stack, a.idle());
   xk::EventLoop& loop = stack.loop();
   auto& tcp = stack.require<xk::tcp::TcpProtocol>("tcp0");
   stack.wait_for_link(a.link_wait_s);

@@ -92,11 +92,9 @@ output:
 exit status: 0 success, 1 failure (mismatch, loss, stack error), 2 bad command line
 )";
 
-struct Args {
-  enum class Mode { server, client } mode = Mode::server;
-  xk::apps::StackFlags stack;
+struct Args : xk::apps::CommonArgs {
+  enum class Mode { server, client } mode = Mode::server;  // as in kCommandLine.roles
   bool print_graph = false;
-  double link_wait_s = 10;
   std::optional<std::uint16_t> udp_port;
   std::optional<xk::Ipv4Addr> peer;
   std::uint16_t peer_port = 0;
@@ -109,32 +107,20 @@ struct Args {
   bool verbose = false;
 };
 
+const xk::apps::CommandLineSpec kCommandLine{
+    .usage_head = kUsageHead,
+    .usage_tail = kUsageTail,
+    .role_noun = "mode",
+    .roles = {{"server"}, {"client"}},
+    .idle_flag = false,  // it waits for datagrams: spin, then sleep
+};
+
 Args parse_args(int argc, char** argv) {
   Args a;
-  std::vector<std::string_view> words(argv + 1, argv + argc);
-  if (words.empty()) throw UsageError{"missing mode: server or client"};
-  for (auto w : words) {
-    if (w == "--help" || w == "-h") {
-      std::fputs(kUsageHead, stdout);
-      std::fputs(xk::apps::kStackFlagsHelp, stdout);
-      std::fputs(kUsageTail, stdout);
-      std::exit(kExitOk);
-    }
-  }
-  if (words[0] == "server") {
-    a.mode = Args::Mode::server;
-  } else if (words[0] == "client") {
-    a.mode = Args::Mode::client;
-  } else {
-    throw UsageError{"unknown mode '" + std::string(words[0]) + "': expected server or client"};
-  }
-  xk::apps::for_each_flag(std::span(words).subspan(1), [&](xk::apps::Flag& f) {
-    if (a.stack.take(f.name(), [&] { return f.value(); })) return;
+  std::size_t mode = xk::apps::parse_command_line(argc, argv, kCommandLine, a, [&](xk::apps::Flag& f) {
     if (f.name() == "--print-graph") {
       f.no_value();
       a.print_graph = true;
-    } else if (f.name() == "--link-wait") {
-      a.link_wait_s = xk::apps::parse_seconds(f.name(), f.value());
     } else if (f.name() == "--udp-port") {
       a.udp_port = parse_number<std::uint16_t>(f.name(), f.value(), 0, 65535);
     } else if (f.name() == "--peer") {
@@ -166,6 +152,7 @@ Args parse_args(int argc, char** argv) {
       throw UsageError{"unknown option '" + std::string(f.name()) + "'"};
     }
   });
+  a.mode = static_cast<Args::Mode>(mode);
   a.stack.validate();
   if (a.mode == Args::Mode::client) {
     if (!a.peer) throw UsageError{"client: --peer A.B.C.D:PORT is required"};

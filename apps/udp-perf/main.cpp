@@ -67,11 +67,8 @@ test:
 exit status: 0 success, 1 failure, 2 bad command line
 )";
 
-struct Args {
-  enum class Mode { server, pingpong, rate } mode = Mode::server;
-  xk::apps::StackFlags stack;
-  double link_wait_s = 10;
-  bool busy = true;
+struct Args : xk::apps::CommonArgs {
+  enum class Mode { server, pingpong, rate } mode = Mode::server;  // as in kCommandLine.roles
   std::uint16_t udp_port = 9000;
   std::optional<xk::Ipv4Addr> peer;
   std::uint16_t peer_port = 0;
@@ -83,36 +80,17 @@ struct Args {
   std::optional<double> idle_exit_s;
 };
 
+const xk::apps::CommandLineSpec kCommandLine{
+    .usage_head = kUsageHead,
+    .usage_tail = kUsageTail,
+    .role_noun = "mode",
+    .roles = {{"server"}, {"pingpong"}, {"rate"}},
+};
+
 Args parse_args(int argc, char** argv) {
   Args a;
-  std::vector<std::string_view> words(argv + 1, argv + argc);
-  for (auto w : words) {
-    if (w == "--help" || w == "-h") {
-      std::fputs(kUsageHead, stdout);
-      std::fputs(xk::apps::kStackFlagsHelp, stdout);
-      std::fputs(kUsageTail, stdout);
-      std::exit(kExitOk);
-    }
-  }
-  if (words.empty()) throw UsageError{"missing mode: server, pingpong or rate"};
-  if (words[0] == "server") {
-    a.mode = Args::Mode::server;
-  } else if (words[0] == "pingpong") {
-    a.mode = Args::Mode::pingpong;
-  } else if (words[0] == "rate") {
-    a.mode = Args::Mode::rate;
-  } else {
-    throw UsageError{"unknown mode '" + std::string(words[0]) + "': expected server, pingpong or rate"};
-  }
-  xk::apps::for_each_flag(std::span(words).subspan(1), [&](xk::apps::Flag& f) {
-    if (a.stack.take(f.name(), [&] { return f.value(); })) return;
-    if (f.name() == "--link-wait") {
-      a.link_wait_s = xk::apps::parse_seconds(f.name(), f.value());
-    } else if (f.name() == "--idle") {
-      auto v = f.value();
-      if (v != "busy" && v != "sleep") throw UsageError{"--idle: expected busy or sleep"};
-      a.busy = v == "busy";
-    } else if (f.name() == "--udp-port") {
+  std::size_t mode = xk::apps::parse_command_line(argc, argv, kCommandLine, a, [&](xk::apps::Flag& f) {
+    if (f.name() == "--udp-port") {
       a.udp_port = parse_number<std::uint16_t>(f.name(), f.value(), 1, 65535);
     } else if (f.name() == "--peer") {
       std::tie(a.peer, a.peer_port) = xk::apps::parse_endpoint(f.name(), f.value());
@@ -133,6 +111,7 @@ Args parse_args(int argc, char** argv) {
       throw UsageError{"unknown option '" + std::string(f.name()) + "'"};
     }
   });
+  a.mode = static_cast<Args::Mode>(mode);
   a.stack.validate();
   if (a.mode == Args::Mode::server) {
     if (a.peer) throw UsageError{"--peer is for pingpong and rate"};
@@ -355,7 +334,7 @@ class RateSender final : public xk::Pollable {
 };
 
 int run(const Args& a) {
-  xk::apps::AppStack stack(kProg, a.stack, a.busy ? xk::IdleMode::busy_poll : xk::IdleMode::spin_then_sleep);
+  xk::apps::AppStack stack(kProg, a.stack, a.idle());
   xk::EventLoop& loop = stack.loop();
   auto& udp = stack.require<xk::udp::UdpProtocol>("udp0");
   stack.wait_for_link(a.link_wait_s);

@@ -1,6 +1,7 @@
 // The EAL, once per process. DPDK's environment is process-global by nature
 // (one rte_eal_init per process, ever), so this is the one place in the driver
 // that keeps global state.
+#include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <sched.h>
@@ -58,6 +59,12 @@ void remove_runtime_dir() {
 }
 
 }  // namespace
+
+void probe_vdev(const std::string& devargs) {
+  if (!eal_ready()) throw std::runtime_error("dpdk: probe of '" + devargs + "' before the EAL is up");
+  const int rc = rte_dev_probe(devargs.c_str());
+  if (rc != 0) throw std::runtime_error("dpdk: cannot probe '" + devargs + "': " + rte_strerror(-rc));
+}
 
 std::vector<std::string> split_args(const std::string& text) {
   std::vector<std::string> out;

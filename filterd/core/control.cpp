@@ -195,7 +195,10 @@ Check check(const Listen& m) {
   return std::nullopt;
 }
 
-Check check(const Unlisten& m) { return first_of(check_proto(m.proto), check_nonzero_port(m.port, "local port")); }
+Check check(const Unlisten& m) {
+  return first_of(check_proto(m.proto), check_nonzero_port(m.port, "local port"),
+                  m.queue ? check_queue(*m.queue) : Check{});
+}
 
 Check check(const Connect& m) {
   if (auto v = first_of(check_flow_proto(m.proto), check_queue(m.queue), check_remote_port(m.proto, m.remote_port)))
@@ -449,6 +452,7 @@ void put(Writer& w, const Listen& m) {
 void put(Writer& w, const Unlisten& m) {
   w.u8(Tag::proto, raw(m.proto));
   w.u16(Tag::local_port, m.port);
+  if (m.queue) w.u16(Tag::queue, *m.queue);
 }
 
 void put(Writer& w, const Connect& m) {
@@ -771,7 +775,8 @@ constexpr FieldSpec kHelloFields[] = {{Tag::name, P::required},     {Tag::pid, P
                                       {Tag::token, P::optional},    {Tag::ethernet, P::optional}};
 constexpr FieldSpec kListenFields[] = {
     {Tag::proto, P::required}, {Tag::local_port, P::required}, {Tag::group, P::optional}, {Tag::queue, P::required}};
-constexpr FieldSpec kUnlistenFields[] = {{Tag::proto, P::required}, {Tag::local_port, P::required}};
+constexpr FieldSpec kUnlistenFields[] = {
+    {Tag::proto, P::required}, {Tag::local_port, P::required}, {Tag::queue, P::optional}};
 constexpr FieldSpec kConnectFields[] = {{Tag::proto, P::required},
                                         {Tag::local_port, P::optional},
                                         {Tag::queue, P::required},
@@ -874,6 +879,7 @@ Body take(Decoder& d, Unlisten) {
   Unlisten m;
   m.proto = static_cast<Proto>(d.u8(Tag::proto));
   m.port = d.u16(Tag::local_port);
+  if (d.present(Tag::queue)) m.queue = d.u16(Tag::queue);
   return m;
 }
 

@@ -56,8 +56,8 @@ constexpr Names kEgressNames[kEgressReasonCount] = {
 
 constexpr Decision deliver(Reason r, Target t) noexcept { return Decision{Action::to_node, r, t}; }
 constexpr Decision drop(Reason r) noexcept { return Decision{Action::drop, r, {}}; }
-constexpr EgressVerdict allow(EgressReason r) noexcept { return EgressVerdict{true, r}; }
-constexpr EgressVerdict deny(EgressReason r) noexcept { return EgressVerdict{false, r}; }
+constexpr EgressVerdict allow(EgressReason r) noexcept { return EgressVerdict{true, r, false}; }
+constexpr EgressVerdict deny(EgressReason r) noexcept { return EgressVerdict{false, r, false}; }
 
 // Later fragments go where the first went when that was a delivery.
 constexpr bool delivers(Action a) noexcept { return a == Action::to_node || a == Action::local; }
@@ -626,8 +626,8 @@ Decision FilterEngine::decide_later_fragment(Frame f, const Parsed& p) {
 
 // ---- Egress ----
 
-EgressVerdict FilterEngine::egress_check(Frame frame, NodeId node) {
-  const EgressVerdict v = egress(frame, node);
+EgressVerdict FilterEngine::egress_check(Frame frame, NodeId node, std::uint16_t queue) {
+  const EgressVerdict v = egress(frame, node, queue);
   egress_counters_[static_cast<std::size_t>(v.reason)]->inc();
   (v.allowed ? egress_allowed_ : egress_denied_).inc();
   // Node ids are small and not reused at once: a vector by id, grown the
@@ -639,19 +639,31 @@ EgressVerdict FilterEngine::egress_check(Frame frame, NodeId node) {
 
 // An exact flow names its owner; without one, a port the node listens on
 // (alone or in a group) is its own.
-EgressVerdict FilterEngine::owns(const PackedKey& key, NodeId node) const noexcept {
+// `queue` (kAnyQueue: any) only tells other_queue: the node is what counts.
+EgressVerdict FilterEngine::owns(const PackedKey& key, NodeId node, std::uint16_t queue) const noexcept {
   if (const Target* t = flows_.find(key)) {
-    return t->node == node ? allow(EgressReason::flow) : deny(EgressReason::not_owner);
+    if (t->node != node) return deny(EgressReason::not_owner);
+    EgressVerdict v = allow(EgressReason::flow);
+    v.other_queue = queue != kAnyQueue && t->queue != queue;
+    return v;
   }
   if (const Listener* l = listeners_.find(ListenKey{static_cast<std::uint16_t>(key.proto), key.local_port})) {
+    bool node_member = false;
     for (const Member& m : l->members) {
-      if (m.target.node == node) return allow(EgressReason::listener);
+      if (m.target.node != node) continue;
+      if (queue == kAnyQueue || m.target.queue == queue) return allow(EgressReason::listener);
+      node_member = true;
+    }
+    if (node_member) {
+      EgressVerdict v = allow(EgressReason::listener);
+      v.other_queue = true;
+      return v;
     }
   }
   return deny(EgressReason::not_owner);
 }
 
-EgressVerdict FilterEngine::egress(Frame f, NodeId node) {
+EgressVerdict FilterEngine::egress(Frame f, NodeId node, std::uint16_t queue) {
   if (f.size() < kEthHeader) return deny(EgressReason::malformed);
   // ARP for the shared address is filterd's: it answers the nodes' requests
   // itself, as a reply from outside would come to filterd anyway.
@@ -686,12 +698,12 @@ EgressVerdict FilterEngine::egress(Frame f, NodeId node) {
       if (payload < wire::kTcpMinHeader) return deny(EgressReason::malformed);
       const std::size_t thl = wire::tcp_header_length(l4);
       if (thl < wire::kTcpMinHeader || thl > payload) return deny(EgressReason::malformed);
-      v = owns(PackedKey{h.dst.value, wire::tcp_dst_port(l4), wire::tcp_src_port(l4), ipv4::kProtoTcp}, node);
+      v = owns(PackedKey{h.dst.value, wire::tcp_dst_port(l4), wire::tcp_src_port(l4), ipv4::kProtoTcp}, node, queue);
       break;
     }
     case ipv4::kProtoUdp: {
       if (payload < udp::Header::kSize) return deny(EgressReason::malformed);
-      v = owns(PackedKey{h.dst.value, load_be16(l4 + 2), load_be16(l4), ipv4::kProtoUdp}, node);
+      v = owns(PackedKey{h.dst.value, load_be16(l4 + 2), load_be16(l4), ipv4::kProtoUdp}, node, queue);
       break;
     }
     case ipv4::kProtoIcmp: {
@@ -701,6 +713,7 @@ EgressVerdict FilterEngine::egress(Frame f, NodeId node) {
         // A node's ping: the identifier is its ICMP flow's local port.
         const Target* t = flows_.find(PackedKey{h.dst.value, 0, ih.identifier(), ipv4::kProtoIcmp});
         v = t != nullptr && t->node == node ? allow(EgressReason::flow) : deny(EgressReason::not_owner);
+        v.other_queue = v.allowed && queue != kAnyQueue && t->queue != queue;
       } else if (is_icmp_error(ih.type)) {
         // An error about a datagram the node received: quoted source remote,
         // quoted destination the shared address.
@@ -714,7 +727,7 @@ EgressVerdict FilterEngine::egress(Frame f, NodeId node) {
           return deny(EgressReason::not_owner);
         }
         const std::byte* ql4 = q.data() + qhl;
-        v = owns(PackedKey{qh.src.value, load_be16(ql4), load_be16(ql4 + 2), qh.protocol}, node);
+        v = owns(PackedKey{qh.src.value, load_be16(ql4), load_be16(ql4 + 2), qh.protocol}, node, queue);
         if (v.allowed) v.reason = EgressReason::icmp_error;
       } else {
         // Echo replies are filterd's; other types are not the nodes' to send.

@@ -256,10 +256,13 @@ std::optional<std::uint16_t> NodeRegistry::free_port(std::uint8_t proto) {
 
 Status NodeRegistry::take_listen(NodeInfo& n, std::uint8_t proto, std::uint16_t port, bool group,
                                  std::uint16_t queue) {
+  auto mine = n.listens.find({proto, port});
+  if (mine != n.listens.end() && mine->second.count(queue) != 0) return Errc::exists;
   auto it = ports_.find({proto, port});
   const Target t{n.id, queue};
   if (it != ports_.end()) {
-    // A group takes more members; anything else is someone's.
+    // A group takes more members -- other nodes, or more queues of this
+    // one (a node that runs a stack per core); anything else is someone's.
     if (!group || !it->second.group || !it->second.listen) return Errc::exists;
     if (Status st = filter_.join_group(static_cast<Proto>(proto), port, t); !st) return st;
     ++it->second.users;
@@ -269,8 +272,9 @@ Status NodeRegistry::take_listen(NodeInfo& n, std::uint8_t proto, std::uint16_t 
     if (!st) return st;
     ports_[{proto, port}] = PortUse{n.id, group, 1, true};
   }
-  n.listens.insert({proto, port});
-  if (listen_hooks_.listened) listen_hooks_.listened(n.id, proto, port);
+  const bool first = mine == n.listens.end();
+  n.listens[{proto, port}].insert(queue);
+  if (first && listen_hooks_.listened) listen_hooks_.listened(n.id, proto, port);
   return {};
 }
 
@@ -282,30 +286,46 @@ Message NodeRegistry::listen(std::uint32_t id, NodeInfo& n, const ctl::Listen& l
     if (!p) return error(id, ErrorCode::no_ports, "no free port");
     port = *p;
   }
-  if (n.listens.count({num(l.proto), port}) != 0) {
-    return error(id, ErrorCode::port_in_use, "this node listens on that port already");
+  auto mine = n.listens.find({num(l.proto), port});
+  if (mine != n.listens.end() && mine->second.count(l.queue) != 0) {
+    return error(id, ErrorCode::port_in_use, "this queue of the node listens on that port already");
   }
   if (Status st = take_listen(n, num(l.proto), port, l.group, l.queue); !st) {
     return error(id, ErrorCode::port_in_use, std::string(ctl::to_string(l.proto)) + " port " + std::to_string(port) +
-                                                 " belongs to another node");
+                                                 (mine != n.listens.end() ? " is held by another queue of this node alone"
+                                                                          : " belongs to another node"));
   }
   return reply(id, ctl::ListenReply{port});
 }
 
 Message NodeRegistry::unlisten(std::uint32_t id, NodeInfo& n, const ctl::Unlisten& u) {
   const std::uint8_t proto = num(u.proto);
-  if (n.listens.erase({proto, u.port}) == 0) return error(id, ErrorCode::not_found, "not listening on that port");
-  auto it = ports_.find({proto, u.port});
-  if (it != ports_.end()) {
-    if (it->second.group) {
-      // Every queue of the node that joined.
-      for (std::uint16_t q = 0; q < n.queues; ++q) (void)filter_.leave_group(proto_of(u.proto), u.port, Target{n.id, q});
-    } else {
-      (void)filter_.unlisten(proto_of(u.proto), u.port);
-    }
-    if (--it->second.users == 0) ports_.erase(it);
+  auto mine = n.listens.find({proto, u.port});
+  if (mine == n.listens.end()) return error(id, ErrorCode::not_found, "not listening on that port");
+  // One queue's listener (a node's stack closed it), or every queue's.
+  std::vector<std::uint16_t> queues;
+  if (u.queue) {
+    if (mine->second.count(*u.queue) == 0) return error(id, ErrorCode::not_found, "that queue does not listen on that port");
+    queues.push_back(*u.queue);
+  } else {
+    queues.assign(mine->second.begin(), mine->second.end());
   }
-  if (listen_hooks_.unlistened) listen_hooks_.unlistened(n.id, proto, u.port);
+  for (std::uint16_t q : queues) {
+    auto it = ports_.find({proto, u.port});
+    if (it != ports_.end()) {
+      if (it->second.group) {
+        (void)filter_.leave_group(proto_of(u.proto), u.port, Target{n.id, q});
+      } else {
+        (void)filter_.unlisten(proto_of(u.proto), u.port);
+      }
+      if (--it->second.users == 0) ports_.erase(it);
+    }
+    mine->second.erase(q);
+  }
+  if (mine->second.empty()) {
+    n.listens.erase(mine);
+    if (listen_hooks_.unlistened) listen_hooks_.unlistened(n.id, proto, u.port);
+  }
   return reply(id, ctl::Ok{});
 }
 
@@ -373,7 +393,9 @@ Message NodeRegistry::resync(std::uint32_t id, NodeInfo& n, const ctl::Resync& r
   };
   for (std::size_t i = 0; i < r.listeners.size(); ++i) {
     const ctl::ListenerEntry& l = r.listeners[i];
-    if (n.listens.count({num(l.proto), l.port}) != 0) continue;
+    if (auto mine = n.listens.find({num(l.proto), l.port}); mine != n.listens.end() && mine->second.count(l.queue) != 0) {
+      continue;
+    }
     if (l.queue >= n.queues) {
       refuse("listener", i, "no such queue");
     } else if (!take_listen(n, num(l.proto), l.port, l.group, l.queue)) {
@@ -494,7 +516,10 @@ Message NodeRegistry::list_nodes(std::uint32_t id, const ctl::Nodes& r) {
       rec.ethernet = true;
       rec.mac = n.channels.front().node_mac;
     }
-    rec.listeners = static_cast<std::uint32_t>(n.listens.size());
+    // A listener per queue: a node whose K stacks joined a group has K.
+    std::uint32_t listeners = 0;
+    for (const auto& [port, queues] : n.listens) listeners += static_cast<std::uint32_t>(queues.size());
+    rec.listeners = listeners;
     rec.flows = flows[n.id];
     rec.rules = static_cast<std::uint32_t>(n.rules.size());
     rec.rx_frames = hooks_.node_rx_frames ? hooks_.node_rx_frames(n.id) : 0;
@@ -630,11 +655,14 @@ void NodeRegistry::node_gone(NodeId node) {
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return;
   ++nodes_gone_;
-  // Group memberships are shared ports: only this node's share goes.
+  // Group memberships are shared ports: only this node's share (one member
+  // per queue that joined) goes.
   for (auto p = ports_.begin(); p != ports_.end();) {
-    const bool mine = it->second.listens.count(p->first) != 0 || (p->second.node == node && !p->second.group);
-    if (mine && p->second.group && p->second.users > 1) {
-      --p->second.users;
+    auto l = it->second.listens.find(p->first);
+    const std::size_t share = l != it->second.listens.end() ? l->second.size() : 0;
+    const bool mine = share != 0 || (p->second.node == node && !p->second.group);
+    if (mine && p->second.group && p->second.users > share) {
+      p->second.users -= share;
       if (p->second.node == node) p->second.node = 0;
       ++p;
     } else if (mine) {

@@ -20,35 +20,43 @@ namespace xk::filterd {
 // frames come up through the NodePort.
 class Steer::Channel final : public Protocol {
  public:
-  Channel(Steer& steer, NodeId node, Protocol& driver, MacAddr node_mac)
-      : Protocol(steer.name() + "/node" + std::to_string(node), "steer-channel"),
+  Channel(Steer& steer, NodeId node, std::uint16_t queue, Protocol& driver, MacAddr node_mac)
+      : Protocol(steer.name() + "/node" + std::to_string(node) + "q" + std::to_string(queue), "steer-channel"),
         steer_(steer),
         node_(node),
+        queue_(queue),
         driver_(&driver),
         node_mac_(node_mac),
-        our_mac_(steer.config_.channel_mac) {
+        our_mac_(steer.config_.channel_mac),
+        rx_(counters().add("rx_frames", "frames steered to this queue")),
+        tx_(counters().add("tx_frames", "frames from this queue sent out")),
+        other_queue_(counters().add("tx_other_queue", "sent for a flow another queue of the node owns")) {
     Participants none;
     Result<SessionRef> s = driver.open(*this, none);
     if (!s) throw std::invalid_argument("cannot open a session on '" + driver.name() + "': " + to_string(s.error()));
-    tx_ = *s;
+    session_ = *s;
     Participants none2;
     if (Status st = driver.open_enable(*this, none2); !st) {
       throw std::invalid_argument("channel '" + driver.name() + "' refused us as receiver: " + to_string(st.error()));
     }
   }
   // On the node port: its session (not ours to close), its MAC as our source.
+  // Such a node runs one queue (the registry refuses more).
   Channel(Steer& steer, NodeId node, SessionRef shared_tx, MacAddr node_mac, MacAddr our_mac)
-      : Protocol(steer.name() + "/node" + std::to_string(node), "steer-channel"),
+      : Protocol(steer.name() + "/node" + std::to_string(node) + "q0", "steer-channel"),
         steer_(steer),
         node_(node),
         node_mac_(node_mac),
         our_mac_(our_mac),
-        tx_(std::move(shared_tx)) {}
+        session_(std::move(shared_tx)),
+        rx_(counters().add("rx_frames", "frames steered to this queue")),
+        tx_(counters().add("tx_frames", "frames from this queue sent out")),
+        other_queue_(counters().add("tx_other_queue", "sent for a flow another queue of the node owns")) {}
   ~Channel() override {
     if (driver_ == nullptr) return;
     Participants none;
     (void)driver_->open_disable(*this, none);
-    if (tx_) (void)tx_->close();
+    if (session_) (void)session_->close();
   }
 
   Status demux(Session&, Msg msg) override { return steer_.egress(*this, std::move(msg)); }
@@ -61,7 +69,7 @@ class Steer::Channel final : public Protocol {
     Result<std::span<std::byte>> room = frame.push(eth::Header::kSize);
     if (!room) return room.error();
     eth::Header{node_mac_, our_mac_, type}.write(room->first<eth::Header::kSize>());
-    return tx_->push(std::move(frame));
+    return session_->push(std::move(frame));
   }
 
   // A frame whose Ethernet header is still to come (a relay frame).
@@ -69,11 +77,11 @@ class Steer::Channel final : public Protocol {
     Result<std::span<std::byte>> room = frame.push(eth::Header::kSize);
     if (!room) return room.error();
     eth::Header{node_mac_, our_mac_, type}.write(room->first<eth::Header::kSize>());
-    return tx_->push(std::move(frame));
+    return session_->push(std::move(frame));
   }
 
   NodeId node() const noexcept { return node_; }
-  std::uint64_t rx_frames = 0;  // steered to this node
+  std::uint16_t queue() const noexcept { return queue_; }
   MacAddr node_mac() const noexcept { return node_mac_; }
   MacAddr our_mac() const noexcept { return our_mac_; }
   bool ethernet() const noexcept { return driver_ == nullptr; }
@@ -81,10 +89,16 @@ class Steer::Channel final : public Protocol {
  private:
   Steer& steer_;
   NodeId node_;
+  std::uint16_t queue_ = 0;
   Protocol* driver_ = nullptr;  // null on the node port
   MacAddr node_mac_;
   MacAddr our_mac_;
-  SessionRef tx_;
+  SessionRef session_;
+
+ public:
+  Counter& rx_;           // steered to this queue
+  Counter& tx_;           // sent out from it
+  Counter& other_queue_;  // allowed, but another queue's flow
 };
 
 // The upper of the node port's driver: a frame belongs to the node whose MAC
@@ -119,7 +133,7 @@ class Steer::NodePort final : public Protocol {
     MacAddr src;
     std::memcpy(src.bytes.data(), h->data() + 6, 6);
     auto it = steer_.by_mac_.find(mac_key(src));
-    std::unique_ptr<Channel>* ch = it == steer_.by_mac_.end() ? nullptr : steer_.channels_.find(NodeKey{it->second});
+    std::unique_ptr<Channel>* ch = it == steer_.by_mac_.end() ? nullptr : steer_.channels_.find(key_of(it->second, 0));
     if (ch == nullptr) {
       ++steer_.node_port_unknown_mac_;
       return Errc::not_found;
@@ -172,6 +186,7 @@ Steer::Steer(std::string name, Protocol& external, const Clock& clock, SteerConf
       rx_channel_full_(counters().add("rx_channel_full", "a node's channel refused the frame")),
       tx_from_nodes_(counters().add("tx_from_nodes", "node packets sent out")),
       tx_denied_(counters().add("tx_denied", "node frames the egress check refused")),
+      tx_other_queue_(counters().add("tx_other_queue", "node frames for a flow of another queue of the same node")),
       tx_no_resolver_(counters().add("tx_no_resolver", "node packets with no ARP to send them")),
       tx_not_sent_(counters().add("tx_not_sent", "node packets ARP could not send or queue")),
       proxy_arp_(counters().add("proxy_arp", "node ARP requests answered with filterd's channel MAC")),
@@ -203,38 +218,63 @@ void Steer::detach_node_port() noexcept {
 
 Status Steer::attach_ethernet(NodeId node, MacAddr node_mac) {
   if (!node_port_) return Errc::not_found;
-  if (channels_.find(NodeKey{node}) != nullptr || by_mac_.count(NodePort::mac_key(node_mac)) != 0) return Errc::exists;
-  channels_.insert(NodeKey{node},
+  if (channels_.find(key_of(node, 0)) != nullptr || by_mac_.count(NodePort::mac_key(node_mac)) != 0) {
+    return Errc::exists;
+  }
+  channels_.insert(key_of(node, 0),
                    std::make_unique<Channel>(*this, node, node_port_->tx(), node_mac, node_port_->mac()));
   by_mac_.emplace(NodePort::mac_key(node_mac), node);
   return {};
 }
 
-Status Steer::attach(NodeId node, Protocol& channel, MacAddr node_mac) {
-  if (channels_.find(NodeKey{node}) != nullptr) return Errc::exists;
-  channels_.insert(NodeKey{node}, std::make_unique<Channel>(*this, node, channel, node_mac));
+namespace {
+constexpr std::uint16_t kMaxQueues = 64;  // the control protocol's cap
+}  // namespace
+
+Status Steer::attach(NodeId node, std::uint16_t queue, Protocol& channel, MacAddr node_mac) {
+  if (queue >= kMaxQueues) return Errc::invalid_argument;
+  const NodeKey key = key_of(node, queue);
+  if (channels_.find(key) != nullptr) return Errc::exists;
+  channels_.insert(key, std::make_unique<Channel>(*this, node, queue, channel, node_mac));
   return {};
 }
 
 void Steer::detach(NodeId node) noexcept {
-  if (std::unique_ptr<Channel>* ch = channels_.find(NodeKey{node}); ch != nullptr && (*ch)->ethernet()) {
+  if (std::unique_ptr<Channel>* ch = channels_.find(key_of(node, 0)); ch != nullptr && (*ch)->ethernet()) {
     by_mac_.erase(NodePort::mac_key((*ch)->node_mac()));
   }
-  channels_.erase(NodeKey{node});
+  for (std::uint16_t q = 0; q < kMaxQueues; ++q) channels_.erase(key_of(node, q));
   filter_->remove_node(node);
 }
 
+// Relay frames (central mode) go on the node's first channel: central mode
+// runs one queue a node.
 Status Steer::send_relay(NodeId node, Msg frame) {
-  std::unique_ptr<Channel>* ch = channels_.find(NodeKey{node});
+  std::unique_ptr<Channel>* ch = channels_.find(key_of(node, 0));
   if (ch == nullptr) return Errc::not_found;
   return (*ch)->send_typed(std::move(frame), relay::kEtherType);
 }
 
-bool Steer::attached(NodeId node) const noexcept { return channels_.find(NodeKey{node}) != nullptr; }
+bool Steer::attached(NodeId node, std::uint16_t queue) const noexcept {
+  return channels_.find(key_of(node, queue)) != nullptr;
+}
+
+std::uint64_t Steer::rx_frames(NodeId node, std::uint16_t queue) const noexcept {
+  const std::unique_ptr<Channel>* ch = channels_.find(key_of(node, queue));
+  return ch == nullptr ? 0 : (*ch)->rx_.value();
+}
 
 std::uint64_t Steer::rx_frames(NodeId node) const noexcept {
-  const std::unique_ptr<Channel>* ch = channels_.find(NodeKey{node});
-  return ch == nullptr ? 0 : (*ch)->rx_frames;
+  std::uint64_t n = 0;
+  for (std::uint16_t q = 0; q < kMaxQueues; ++q) n += rx_frames(node, q);
+  return n;
+}
+
+std::vector<const CounterSet*> Steer::channel_counters() const {
+  std::vector<const CounterSet*> out;
+  auto& self = const_cast<FlatMap<NodeKey, std::unique_ptr<Channel>>&>(channels_);
+  self.for_each([&](const NodeKey&, std::unique_ptr<Channel>& ch) { out.push_back(&ch->counters()); });
+  return out;
 }
 
 // ---- ingress: the external port ----------------------------------------------
@@ -297,7 +337,7 @@ Status Steer::on_rx(fault::PassSession& s, Msg msg) {
 }
 
 Status Steer::forward(const Decision& d, Msg frame) {
-  std::unique_ptr<Channel>* ch = channels_.find(NodeKey{d.target.node});
+  std::unique_ptr<Channel>* ch = channels_.find(key_of(d.target.node, d.target.queue));
   if (ch == nullptr) {
     ++rx_no_channel_;
     return Errc::not_found;
@@ -307,7 +347,7 @@ Status Steer::forward(const Decision& d, Msg frame) {
     return st;
   }
   ++rx_to_node_;
-  ++(*ch)->rx_frames;
+  ++(*ch)->rx_;
   return {};
 }
 
@@ -354,9 +394,18 @@ Status Steer::egress(Channel& ch, Msg frame) {
     ++channel_dropped_;
     return Errc::unsupported;
   }
-  if (!filter_->egress_allowed(*bytes, ch.node())) {
+  // The node is the unit the check guards: its stacks share one process,
+  // so one queue cannot be kept from another's flows. A stack that sends for
+  // a flow another queue of its node owns is counted (a bug, or a stack
+  // answering for a connection it does not have), and the frame goes.
+  const EgressVerdict v = filter_->egress_check(*bytes, ch.node(), ch.queue());
+  if (!v.allowed) {
     ++tx_denied_;
     return Errc::bad_state;
+  }
+  if (v.other_queue) {
+    ++tx_other_queue_;
+    ++ch.other_queue_;
   }
   if (resolver_ == nullptr) {
     ++tx_no_resolver_;
@@ -380,6 +429,7 @@ Status Steer::egress(Channel& ch, Msg frame) {
     return st;
   }
   ++tx_from_nodes_;
+  ++ch.tx_;
   return {};
 }
 
@@ -397,7 +447,7 @@ void Steer::learn_passive_flow(Channel& ch, const ipv4::Header& ip, std::span<co
   if ((flags & (kSyn | kAck)) != (kSyn | kAck)) return;
   const FlowKey key{Proto::tcp, ip.dst, load_be16(frame.data() + tcp + 2), load_be16(frame.data() + tcp)};
   if (filter_->find_flow(key)) return;
-  if (filter_->add_flow(key, Target{ch.node(), 0})) ++learned_flows_;
+  if (filter_->add_flow(key, Target{ch.node(), ch.queue()})) ++learned_flows_;
 }
 
 // A node asks who has an address: filterd does, for every address but the

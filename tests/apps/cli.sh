@@ -88,10 +88,103 @@ expect xk-echo 2 "leave nothing to serve" "${STACK[@]}" --tcp-only --udp-only
 expect xk-echo 2 "--group is for the TCP port" "${STACK[@]}" --udp-only --group
 expect xk-echo 2 "--udp-port: '0' is not a number in 1..65535" "${STACK[@]}" --udp-port 0
 expect xk-echo 2 "--tcp-only" "${STACK[@]}" --tcp-only=yes
+# several stacks: a node's behind filterd only, 1..64, CPUs a list of numbers
+expect xk-echo 2 "--stacks: several stacks are a node's behind filterd" "${STACK[@]}" --stacks 2
+expect xk-echo 2 "--stacks: '0' is not a number in 1..64" --filterd /nonexistent.sock --stacks 0
+expect xk-echo 2 "--stacks: '65' is not a number in 1..64" --filterd /nonexistent.sock --stacks 65
+expect xk-echo 2 "--cpus: 'x' is not a number in 0..4095" --filterd /nonexistent.sock --stacks 2 --cpus 0,x
+expect xk-echo 2 "--cpus: empty CPU list" --filterd /nonexistent.sock --stacks 2 --cpus ''
+expect xk-echo 2 "--cpus goes with --stacks K" --filterd /nonexistent.sock --cpus 0
+expect xk-echo 2 "--stacks serves TCP" --filterd /nonexistent.sock --stacks 2 --udp-only
+expect xk-echo 2 "--stacks: a node on another host \(--filterd tcp:...\) runs one stack" --filterd tcp:203.0.113.1:7500 --port net_null0 --stacks 2
+
+# xk-ttcp (roles receive/transmit, -r/-t)
+expect xk-ttcp 0 "usage: xk-ttcp" --help
+expect xk-ttcp 0 "--connections N" -t -h
+expect xk-ttcp 2 "^xk-ttcp: missing role: receive or transmit"
+expect xk-ttcp 2 "^xk-ttcp: unknown role 'bogus': expected receive \\(-r\\) or transmit \\(-t\\)" bogus
+expect xk-ttcp 2 "^xk-ttcp: unknown option '--frob'" receive "${STACK[@]}" --frob
+expect xk-ttcp 2 "^xk-ttcp: --port DEVARGS is required" -r --ip 192.0.2.1/24
+expect xk-ttcp 2 "^xk-ttcp: --ip: '300.1.1.1/24' is not an address/prefix" -r --port net_null0 --ip 300.1.1.1/24
+expect xk-ttcp 2 "^xk-ttcp: --csum: expected on or off, got 'maybe'" -r "${STACK[@]}" --csum maybe
+expect xk-ttcp 2 "--filterd gives the port and the address" -r --filterd /run/x.sock --ip 192.0.2.1/24
+expect xk-ttcp 2 "transmit: --peer A.B.C.D:PORT is required" transmit "${STACK[@]}"
+expect xk-ttcp 2 "--peer port: '0' is not a number in 1..65535" -t "${STACK[@]}" --peer 192.0.2.2:0
+expect xk-ttcp 2 "--peer: '192.0.2' is not an IPv4 address" -t "${STACK[@]}" --peer 192.0.2:5
+expect xk-ttcp 2 "--peer: expected A.B.C.D:PORT" -t "${STACK[@]}" --peer 192.0.2.2
+expect xk-ttcp 2 "--peer is for transmit" -r "${STACK[@]}" "${PEER[@]}"
+expect xk-ttcp 2 "--bytes is for transmit" -r "${STACK[@]}" --bytes 1m
+expect xk-ttcp 2 "--seconds is for transmit" -r "${STACK[@]}" --seconds 1
+expect xk-ttcp 2 "--seed is for transmit" -r "${STACK[@]}" --seed 3
+expect xk-ttcp 2 "--label is for transmit" -r "${STACK[@]}" --label x
+expect xk-ttcp 2 "--tcp-port is for receive" -t "${STACK[@]}" "${PEER[@]}" --tcp-port 5001
+expect xk-ttcp 2 "--connections is for receive" -t "${STACK[@]}" "${PEER[@]}" --connections 2
+expect xk-ttcp 2 "--group is for receive" -t "${STACK[@]}" "${PEER[@]}" --group
+expect xk-ttcp 2 "--progress is for receive" -t "${STACK[@]}" "${PEER[@]}" --progress 1
+expect xk-ttcp 2 "--bytes: 'lots' is not a number" -t "${STACK[@]}" "${PEER[@]}" --bytes lots
+expect xk-ttcp 2 "--bytes: '1x' is not a number" -t "${STACK[@]}" "${PEER[@]}" --bytes 1x
+expect xk-ttcp 2 "--bytes and --seconds: give one of them" -t "${STACK[@]}" "${PEER[@]}" --bytes 1m --seconds 2
+expect xk-ttcp 2 "--seconds: '0' is not a number of seconds" -t "${STACK[@]}" "${PEER[@]}" --seconds 0
+expect xk-ttcp 2 "--seconds: '-1' is not a number of seconds" -t "${STACK[@]}" "${PEER[@]}" --seconds -1
+expect xk-ttcp 2 "--seed: 'x' is not a number" -t "${STACK[@]}" "${PEER[@]}" --seed x
+expect xk-ttcp 2 "--label: 1 to 200 characters, no spaces" -t "${STACK[@]}" "${PEER[@]}" --label 'a b'
+expect xk-ttcp 2 "--label: 1 to 200 characters, no spaces" -t "${STACK[@]}" "${PEER[@]}" --label ''
+expect xk-ttcp 2 "--label needs a value" -t "${STACK[@]}" "${PEER[@]}" --label
+expect xk-ttcp 2 "--tcp-port: '0' is not a number in 1..65535" -r "${STACK[@]}" --tcp-port 0
+expect xk-ttcp 2 "--connections: '0' is not a number in 1..65536" -r "${STACK[@]}" --connections 0
+expect xk-ttcp 2 "--connections: 'many' is not a number" -r "${STACK[@]}" --connections many
+expect xk-ttcp 2 "--group takes no value" -r "${STACK[@]}" --group=yes
+expect xk-ttcp 2 "--progress: 'x' is not a number of seconds" -r "${STACK[@]}" --progress x
+expect xk-ttcp 2 "--buflen: 1 byte to 64m" -r "${STACK[@]}" --buflen 0
+expect xk-ttcp 2 "--buflen: 1 byte to 64m" -t "${STACK[@]}" "${PEER[@]}" --buflen 65m
+expect xk-ttcp 2 "--buflen: 'big' is not a number of bytes" -t "${STACK[@]}" "${PEER[@]}" --buflen big
+expect xk-ttcp 2 "--sndbuf: 1 byte to 1g" -t "${STACK[@]}" "${PEER[@]}" --sndbuf 0
+expect xk-ttcp 2 "--rcvbuf: 1 byte to 1g" -r "${STACK[@]}" --rcvbuf 2g
+expect xk-ttcp 2 "--nodelay takes no value" -t "${STACK[@]}" "${PEER[@]}" --nodelay=1
+expect xk-ttcp 2 "--verify: on or off" -r "${STACK[@]}" --verify maybe
+expect xk-ttcp 2 "--timeout: '0' is not a number of seconds" -t "${STACK[@]}" "${PEER[@]}" --timeout 0
+expect xk-ttcp 2 "--stats takes no value" -r "${STACK[@]}" --stats=on
+expect xk-ttcp 2 "--idle: expected busy or sleep" -r "${STACK[@]}" --idle lazy
+expect xk-ttcp 2 "--link-wait: 'never' is not a number of seconds" -r "${STACK[@]}" --link-wait never
+expect xk-ttcp 2 "--filterd: empty socket path" -r --filterd ''
 
 # xk-udp-echo, xk-udp-perf
 expect xk-udp-perf 2 "unknown mode 'bogus': expected server, pingpong or rate" bogus
 expect xk-udp-echo 2 "unknown mode 'bogus': expected server or client" bogus
+
+# xk-scale (no stack of its own: every case fails before a process starts)
+expect xk-scale 0 "usage: xk-scale" --help
+expect xk-scale 0 "--launcher local\|mpirun" run -h
+expect xk-scale 2 "^xk-scale: unknown command 'bogus': expected run or rank" bogus
+expect xk-scale 2 "^xk-scale: unknown option '--frob'" --frob
+expect xk-scale 2 "^xk-scale: unknown option '--frob'" run --n 1 --frob
+expect xk-scale 2 "--n: '0' is not a number in 1..256" --n 0
+expect xk-scale 2 "--n: '300' is not a number in 1..256" --n 1,300
+expect xk-scale 2 "--n: empty item in '1,,2'" --n 1,,2
+expect xk-scale 2 "--n: '2' is listed twice" --n 2,1,2
+expect xk-scale 2 "--n needs a value" --n
+expect xk-scale 2 "--modes: expected steer or central, got 'fast'" --modes steer,fast
+expect xk-scale 2 "--csum: expected on or off, got 'maybe'" --csum maybe
+expect xk-scale 2 "--bytes: 'lots' is not a number" --bytes lots
+expect xk-scale 2 "--bytes: at least 1 byte per connection" --bytes 0
+expect xk-scale 2 "--bytes and --seconds: give one of them" --bytes 1m --seconds 2
+expect xk-scale 2 "--seconds: '0' is not a number of seconds" --seconds 0
+expect xk-scale 2 "--repeat: '0' is not a number in 1..100" --repeat 0
+expect xk-scale 2 "--mtu: '9001' is not a number in 576..9000" --mtu 9001
+expect xk-scale 2 "--buflen: 1 byte to 64m" --buflen 0
+expect xk-scale 2 "--launcher: expected local or mpirun, got 'slurm'" --launcher slurm
+expect xk-scale 2 "--remote: expected xk or linux, got 'vm'" --remote vm
+expect xk-scale 2 "--remote linux: Linux checks the checksum.*give --csum on" --remote linux
+expect xk-scale 2 "--idle: expected busy or sleep, got 'nap'" --idle nap
+expect xk-scale 2 "--verify: expected on or off" --verify=1
+expect xk-scale 2 "--timeout: 'x' is not a number of seconds" --timeout x
+expect xk-scale 2 "--program: '/nonexistent/xk-ttcp' is not an executable file" --program /nonexistent/xk-ttcp
+expect xk-scale 2 "--filterd-bin: '/etc/passwd' is not an executable file" --filterd-bin /etc/passwd
+expect xk-scale 2 "--results: empty folder name" --results ''
+expect xk-scale 2 "--mpirun-args is for --launcher mpirun" --mpirun-args '--hostfile h'
+expect xk-scale 2 "rank: missing the program to run" rank
+expect xk-scale 2 "rank: missing the program to run" rank --
+expect xk-scale 2 "not started by mpirun" rank -- /bin/true
 
 echo "$cases cases, $fails failed"
 [ "$fails" -eq 0 ] && [ "$cases" -ge 40 ]

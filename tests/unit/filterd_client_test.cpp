@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <future>
 #include <memory>
@@ -250,6 +251,15 @@ TEST_F(FilterdClientTest, ARemoteNodeRegistersOverTcpAndResumesAfterARestart) {
   FilterdClient::Options no_port = o;
   no_port.node_port.clear();
   EXPECT_THROW(FilterdClient::connect(where, "far", no_port), std::runtime_error);
+  // The node port gives a node one channel: several stacks are refused.
+  FilterdClient::Options two = o;
+  two.queues = 2;
+  try {
+    (void)FilterdClient::connect(where, "far", two);
+    ADD_FAILURE() << "a remote node of two stacks was taken";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("one stack"), std::string::npos) << e.what();
+  }
 
   client = FilterdClient::connect(where, "far", o);
   FilterdClient::Hooks h;
@@ -285,6 +295,101 @@ TEST_F(FilterdClientTest, ARemoteNodeRegistersOverTcpAndResumesAfterARestart) {
     EXPECT_EQ(n->channels.front().node_mac, mac);
     EXPECT_EQ(second.filter().listener_for(FlowKey{Proto::tcp, peer, 1, 5001})->node, id);
   });
+}
+
+// A node that runs three stacks: one HELLO with queues=3, a channel each,
+// every port operation of stack q on queue q, and after a filterd restart
+// one resume with all three channels and a RESYNC of each stack's holdings
+// on its queue.
+TEST_F(FilterdClientTest, ANodeWithThreeStacksSharesOneConnectionAndResyncsEachQueue) {
+  auto first = std::make_unique<Filterd>(path);
+  FilterdClient::Options o;
+  o.reconnect_for = std::chrono::seconds(10);
+  o.queues = 3;
+  client = FilterdClient::connect(path, "node", o);
+  ASSERT_EQ(client->hello().channels.size(), 3u);
+  EXPECT_EQ(client->queues(), 3);
+  const std::uint16_t id = client->hello().node_id;
+  first->on_loop([&] { EXPECT_EQ(first->registry().node(id)->queues, 3); });
+  // Each stack's graph is on its own channel, with its own DPDK port name.
+  for (std::uint16_t q = 0; q < 3; ++q) {
+    const std::string g = client->graph_spec("", q);
+    EXPECT_NE(g.find("net_memif" + std::to_string(q) + ",role=client,id=" +
+                     std::to_string(client->hello().channels[q].memif_id)),
+              std::string::npos)
+        << g;
+    EXPECT_NE(g.find("mac=" + to_string(client->hello().channels[q].node_mac)), std::string::npos) << g;
+  }
+  EXPECT_THROW(client->queue(3), std::out_of_range);
+  EXPECT_THROW(client->graph_spec("", 3), std::out_of_range);
+  // Three loops (on this thread: their tables are read directly).
+  std::array<std::unique_ptr<EventLoop>, 3> loops;
+  std::array<FilterdClient::Holdings, 3> stack_held;
+  std::array<int, 3> stack_resumed{};
+  for (std::uint16_t q = 0; q < 3; ++q) {
+    loops[q] = std::make_unique<EventLoop>(clock);
+    FilterdClient::Hooks h;
+    h.holdings = [&stack_held, q] { return stack_held[q]; };
+    h.resumed = [&stack_resumed, q] { ++stack_resumed[q]; };
+    client->attach_queue(q, *loops[q], std::move(h));
+  }
+  EXPECT_THROW(client->attach_queue(1, *loops[1], {}), std::logic_error);
+  // Every stack joins the group on 5001 from its queue, and connects out.
+  std::array<std::uint16_t, 3> lports{};
+  for (std::uint16_t q = 0; q < 3; ++q) {
+    ASSERT_TRUE(client->queue(q).claim_listen(6, 5001, true).ok()) << q;
+    Result<std::uint16_t> p = client->queue(q).claim_connect(6, 0, peer, 7001);
+    ASSERT_TRUE(p.ok());
+    lports[q] = *p;
+  }
+  first->on_loop([&] {
+    EXPECT_EQ(first->filter().listener(Proto::tcp, 5001)->members.size(), 3u);
+    for (std::uint16_t q = 0; q < 3; ++q) {
+      EXPECT_EQ((first->filter().find_flow(FlowKey{Proto::tcp, peer, 7001, lports[q]})),
+                (filterd::Target{id, q}));
+    }
+  });
+  // Stack 2's listener closes: only its membership goes.
+  client->queue(2).release_listen(6, 5001);
+  first->on_loop([&] { EXPECT_EQ(first->filter().listener(Proto::tcp, 5001)->members.size(), 2u); });
+
+  // Holdings (queue 0 in each entry, as filterd_holdings makes them).
+  for (std::uint16_t q = 0; q < 2; ++q) stack_held[q].listeners = {fc::ListenerEntry{fc::Proto::tcp, 5001, true, 0}};
+  for (std::uint16_t q = 0; q < 3; ++q) {
+    stack_held[q].flows = {fc::FlowEntry{fc::Proto::tcp, lports[q], peer, 7001, 0, false},
+                           fc::FlowEntry{fc::Proto::tcp, 5001, peer, static_cast<std::uint16_t>(40000 + q), 0, true}};
+  }
+  first->stop();
+  for (int i = 0; i < 100000 && client->state() == FilterdClient::State::connected; ++i) loops[0]->run_once();
+  ASSERT_EQ(client->state(), FilterdClient::State::reconnecting);
+  EXPECT_EQ(client->queue(1).claim_listen(6, 6000, false).error(), Errc::would_block);
+  first.reset();
+  Filterd second(path);
+  for (int i = 0; i < 200 && client->state() == FilterdClient::State::reconnecting; ++i) {
+    clock.advance(std::chrono::milliseconds(10));
+    loops[0]->run_once();
+  }
+  ASSERT_EQ(client->state(), FilterdClient::State::connected);
+  EXPECT_EQ(client->stats().resynced, 2u + 6u);
+  EXPECT_EQ(client->stats().resync_refused, 0u);
+  EXPECT_EQ(stack_resumed, (std::array<int, 3>{1, 1, 1}));
+  second.on_loop([&] {
+    const filterd::NodeInfo* n = second.registry().node(id);
+    ASSERT_NE(n, nullptr);
+    EXPECT_EQ(n->channels.size(), 3u);
+    std::optional<filterd::ListenerInfo> l = second.filter().listener(Proto::tcp, 5001);
+    ASSERT_TRUE(l.has_value());
+    ASSERT_EQ(l->members.size(), 2u);
+    EXPECT_EQ(l->members[0].queue + l->members[1].queue, 1);  // queues 0 and 1
+    for (std::uint16_t q = 0; q < 3; ++q) {
+      EXPECT_EQ((second.filter().find_flow(FlowKey{Proto::tcp, peer, 7001, lports[q]})), (filterd::Target{id, q}));
+      EXPECT_EQ((second.filter().find_flow(FlowKey{Proto::tcp, peer, static_cast<std::uint16_t>(40000 + q), 5001})),
+                (filterd::Target{id, q}));
+    }
+  });
+  // The stacks go before the client: the watcher first.
+  for (std::uint16_t q = 0; q < 3; ++q) client->detach_queue(q);
+  client.reset();
 }
 
 TEST(FilterdClientHoldings, NothingWithoutProtocols) {

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -608,6 +609,104 @@ TEST_F(RegistryTest, EgressDenialsAndStatsAreCountedPerNodeForAdmins) {
   // The node leaves: its counts go with it.
   reg->node_gone(b);
   EXPECT_EQ(filter->egress_counts(b).denied, 0u);
+}
+
+// ---- a node that runs several stacks: one queue (channel) each ----------------
+
+TEST_F(RegistryTest, ANodesQueuesJoinOneGroupAndLeaveItOneByOne) {
+  NodeId a = hello("a", 3), b = hello("b", 2);
+  for (std::uint16_t q = 0; q < 3; ++q) {
+    ASSERT_TRUE(is<ctl::ListenReply>(ask(a, ctl::Listen{ctl::Proto::tcp, 80, true, q}))) << q;
+  }
+  // The same queue twice is refused; another node's queues join too.
+  EXPECT_EQ(code(ask(a, ctl::Listen{ctl::Proto::tcp, 80, true, 1})), ErrorCode::port_in_use);
+  EXPECT_EQ(code(ask(a, ctl::Listen{ctl::Proto::tcp, 80, true, 3})), ErrorCode::bad_message);  // no such queue
+  for (std::uint16_t q = 0; q < 2; ++q) {
+    ASSERT_TRUE(is<ctl::ListenReply>(ask(b, ctl::Listen{ctl::Proto::tcp, 80, true, q}))) << q;
+  }
+  std::optional<ListenerInfo> l = filter->listener(Proto::tcp, 80);
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->members.size(), 5u);
+  // A plain listener of one queue keeps the port from the node's other queues.
+  ASSERT_TRUE(is<ctl::ListenReply>(ask(a, ctl::Listen{ctl::Proto::udp, 53, false, 2})));
+  EXPECT_EQ(code(ask(a, ctl::Listen{ctl::Proto::udp, 53, false, 0})), ErrorCode::port_in_use);
+  EXPECT_EQ(filter->listener_for(FlowKey{Proto::udp, Ipv4Addr{0xC0000201}, 9, 53})->queue, 2);
+  // Every flow lands on one of the five (node, queue) members, and each
+  // member gets some of 200 4-tuples.
+  std::set<std::pair<NodeId, std::uint16_t>> seen;
+  for (std::uint16_t p = 1; p <= 200; ++p) {
+    std::optional<Target> t = filter->listener_for(FlowKey{Proto::tcp, Ipv4Addr{0xC0000201}, p, 80});
+    ASSERT_TRUE(t.has_value());
+    seen.insert({t->node, t->queue});
+  }
+  EXPECT_EQ(seen.size(), 5u);
+  // UNLISTEN with a queue: that stack's membership only.
+  ctl::Unlisten u{ctl::Proto::tcp, 80};
+  u.queue = 1;
+  ASSERT_TRUE(is<ctl::Ok>(ask(a, u)));
+  EXPECT_EQ(code(ask(a, u)), ErrorCode::not_found);
+  EXPECT_EQ(filter->listener(Proto::tcp, 80)->members.size(), 4u);
+  // A node that goes takes its remaining queues with it; b's stay.
+  reg->node_gone(a);
+  l = filter->listener(Proto::tcp, 80);
+  ASSERT_TRUE(l.has_value());
+  ASSERT_EQ(l->members.size(), 2u);
+  for (const Target& t : l->members) EXPECT_EQ(t.node, b);
+  // UNLISTEN without a queue: every queue of the node; the port is free.
+  ASSERT_TRUE(is<ctl::Ok>(ask(b, ctl::Unlisten{ctl::Proto::tcp, 80})));
+  EXPECT_FALSE(filter->listener(Proto::tcp, 80).has_value());
+  NodeId c = hello("c");
+  EXPECT_TRUE(is<ctl::ListenReply>(ask(c, ctl::Listen{ctl::Proto::tcp, 80, false, 0})));
+}
+
+TEST_F(RegistryTest, ConnectsOfEachQueueSteerToThatQueue) {
+  NodeId a = hello("a", 2);
+  const Ipv4Addr peer{0xC0000201};
+  auto r0 = ask(a, ctl::Connect{ctl::Proto::tcp, peer, 7, 0});
+  auto r1 = ask(a, ctl::Connect{ctl::Proto::tcp, peer, 7, 1});
+  ASSERT_TRUE(is<ctl::ConnectReply>(r0));
+  ASSERT_TRUE(is<ctl::ConnectReply>(r1));
+  const std::uint16_t p0 = std::get<ctl::ConnectReply>(r0.body).local_port;
+  const std::uint16_t p1 = std::get<ctl::ConnectReply>(r1.body).local_port;
+  EXPECT_NE(p0, p1);
+  EXPECT_EQ(filter->find_flow(FlowKey{Proto::tcp, peer, 7, p0})->queue, 0);
+  EXPECT_EQ(filter->find_flow(FlowKey{Proto::tcp, peer, 7, p1})->queue, 1);
+  EXPECT_EQ(code(ask(a, ctl::Connect{ctl::Proto::tcp, peer, 7, 2})), ErrorCode::bad_message);
+}
+
+TEST_F(RegistryTest, ANodeWithSeveralQueuesResumesWithAllItsChannelsAndResyncsEachQueue) {
+  NodeId a = hello("a", 3);
+  const auto a_ch = channels[a];
+  ASSERT_EQ(a_ch.size(), 3u);
+  const Ipv4Addr peer{0xC0000201};
+  start();  // filterd restarted
+  NodeId ca = 0;
+  Message r = resume(ca, a, a_ch);
+  ASSERT_TRUE(is<ctl::HelloReply>(r));
+  EXPECT_EQ(std::get<ctl::HelloReply>(r.body).channels, a_ch);
+  ASSERT_EQ(attached.back(), a);
+  EXPECT_EQ(reg->node(a)->channels.size(), 3u);
+  // Each stack's listener in the group, each one's connections on its queue.
+  ctl::Resync rs;
+  for (std::uint16_t q = 0; q < 3; ++q) rs.listeners.push_back(ctl::ListenerEntry{ctl::Proto::tcp, 5001, true, q});
+  rs.flows = {ctl::FlowEntry{ctl::Proto::tcp, 5001, peer, 40000, 2, true},
+              ctl::FlowEntry{ctl::Proto::tcp, 50001, peer, 7001, 1, false},
+              ctl::FlowEntry{ctl::Proto::tcp, 50002, peer, 7001, 0, false}};
+  ASSERT_TRUE(is<ctl::Ok>(ask(ca, rs)));
+  EXPECT_EQ(filter->listener(Proto::tcp, 5001)->members.size(), 3u);
+  EXPECT_EQ((filter->find_flow(FlowKey{Proto::tcp, peer, 40000, 5001})), (Target{a, 2}));
+  EXPECT_EQ((filter->find_flow(FlowKey{Proto::tcp, peer, 7001, 50001})), (Target{a, 1}));
+  EXPECT_EQ((filter->find_flow(FlowKey{Proto::tcp, peer, 7001, 50002})), (Target{a, 0}));
+  // Declared again: nothing changes, no error. A queue the node does not
+  // have is refused.
+  EXPECT_TRUE(is<ctl::Ok>(ask(ca, rs)));
+  ctl::Resync bad;
+  bad.listeners = {ctl::ListenerEntry{ctl::Proto::tcp, 5002, true, 3}};
+  EXPECT_EQ(code(ask(ca, bad)), ErrorCode::port_in_use);
+  // A resume asking for another number of channels than it had is the
+  // node's business; one whose channels another node holds is refused.
+  NodeId other = 0;
+  EXPECT_EQ(code(resume(other, 9, {a_ch[1]})), ErrorCode::port_in_use);
 }
 
 }  // namespace

@@ -8,7 +8,9 @@
 // The control plane is not here: the tests fill the filter tables directly
 // (and a PortAuthority that does so stands in for the control socket).
 
+#include <array>
 #include <chrono>
+#include <string>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -326,6 +328,245 @@ TEST_F(SteerTest, ARestartedFilterdKeepsQuietAboutFlowsItDoesNotKnowYet) {
   EXPECT_EQ(got, data);
   EXPECT_EQ(c.connection()->pending_error(), Errc::ok);
   tcp_of(*node1).set_port_authority(nullptr);
+}
+
+// ---- a node that runs several stacks, one channel (queue) each -----------------
+//
+// Node 1 runs three stacks (queues 0..2), node 2 two; every stack is a whole
+// xk stack with the shared address, on a channel of its own, and asks an
+// authority that installs its (node, queue) as the target.
+
+class QueueAuthority final : public PortAuthority {
+ public:
+  QueueAuthority(FilterEngine& f, Target t, std::uint16_t first_port) : f_(f), t_(t), next_(first_port) {}
+  Result<std::uint16_t> claim_listen(std::uint8_t proto, std::uint16_t port, bool group) override {
+    Status st = group ? f_.join_group(static_cast<Proto>(proto), port, t_) : f_.listen(static_cast<Proto>(proto), port, t_);
+    if (!st) return st.error();
+    return port;
+  }
+  void release_listen(std::uint8_t proto, std::uint16_t port) noexcept override {
+    (void)f_.leave_group(static_cast<Proto>(proto), port, t_);
+  }
+  Result<std::uint16_t> claim_connect(std::uint8_t proto, std::uint16_t port, Ipv4Addr remote,
+                                      std::uint16_t remote_port) override {
+    std::uint16_t p = port != 0 ? port : next_++;
+    if (Status st = f_.add_flow(FlowKey{static_cast<Proto>(proto), remote, remote_port, p}, t_); !st) return st.error();
+    return p;
+  }
+  void release_connect(std::uint8_t proto, std::uint16_t port, Ipv4Addr remote, std::uint16_t remote_port) noexcept override {
+    (void)f_.remove_flow(FlowKey{static_cast<Proto>(proto), remote, remote_port, port});
+  }
+
+ private:
+  FilterEngine& f_;
+  Target t_;
+  std::uint16_t next_;
+};
+
+class SteerQueuesTest : public ::testing::Test {
+ public:
+  static constexpr std::size_t kStacks = 5;  // node 1 queues 0..2, node 2 queues 0..1
+  static Target target_of(std::size_t i) {
+    return i < 3 ? Target{1, static_cast<std::uint16_t>(i)} : Target{2, static_cast<std::uint16_t>(i - 3)};
+  }
+  void SetUp() override {
+    drivers::register_pair(registry, hub);
+    eth::register_eth(registry);
+    arp::register_arp(registry);
+    ipv4::register_ipv4(registry);
+    icmp::register_icmp(registry);
+    udp::register_udp(registry);
+    tcp::register_tcp(registry);
+    register_steer(registry);
+    peer.emplace(Graph::build(stack("ext", "02:00:00:00:00:01", "192.0.2.1/24"), registry, &loop, "peer"));
+    std::string spec = "pair  net0 link=ext mac=02:00:00:00:00:10 queue=4096\n";
+    for (std::size_t i = 0; i < kStacks; ++i) {
+      spec += "pair  ch" + std::to_string(i) + " link=s" + std::to_string(i) + " mac=02:78:6b:00:00:01 queue=4096\n";
+    }
+    spec +=
+        "steer st0  below=net0 addr=192.0.2.10/24\n"
+        "eth   eth0 below=st0\n"
+        "arp   arp0 below=eth0\n"
+        "ipv4  ip0  below=eth0,arp0 addr=192.0.2.10/24\n"
+        "icmp  icmp0 below=ip0\n"
+        "udp   udp0 below=ip0\n"
+        "tcp   tcp0 below=ip0\n";
+    filterd.emplace(Graph::build(spec, registry, &loop, "filterd"));
+    steer = filterd->find_as<Steer>("st0");
+    steer->set_resolver(filterd->find_as<arp::ArpProtocol>("arp0"));
+    for (std::size_t i = 0; i < kStacks; ++i) {
+      const std::string mac = "02:00:00:00:01:0" + std::to_string(i);
+      stacks[i].emplace(Graph::build(stack("s" + std::to_string(i), mac, "192.0.2.10/24"), registry, &loop,
+                                     "stack" + std::to_string(i)));
+      const Target t = target_of(i);
+      ASSERT_TRUE(steer->attach(t.node, t.queue, *filterd->find("ch" + std::to_string(i)), *parse_mac(mac)).ok());
+      auth[i] = std::make_unique<QueueAuthority>(steer->filter(), t, static_cast<std::uint16_t>(50000 + 1000 * i));
+      tcp_of(i).set_port_authority(auth[i].get());
+    }
+    // A channel per queue, once.
+    EXPECT_EQ(steer->attach(1, 2, *filterd->find("ch0"), kNode1).error(), Errc::exists);
+    EXPECT_TRUE(steer->attached(1, 2));
+    EXPECT_FALSE(steer->attached(1, 3));
+  }
+  void TearDown() override {
+    for (auto& s : stacks) s.reset();
+    filterd.reset();
+    peer.reset();
+  }
+  tcp::TcpProtocol& tcp_of(std::size_t i) { return *stacks[i]->find_as<tcp::TcpProtocol>("tcp0"); }
+  std::uint64_t steer_counter(const char* name) { return steer->counters().value(name); }
+  template <class F>
+  bool run_until(F&& done, std::chrono::milliseconds limit = 10000ms) {
+    auto end = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      loop.run_once();
+    }
+    return true;
+  }
+
+  EventLoop loop;
+  drivers::PairHub hub;
+  Registry registry;
+  std::optional<Graph> peer, filterd;
+  std::array<std::optional<Graph>, kStacks> stacks;
+  std::array<std::unique_ptr<QueueAuthority>, kStacks> auth;
+  Steer* steer = nullptr;
+};
+
+TEST_F(SteerQueuesTest, AFlowsFramesArriveOnItsQueuesChannelOnly) {
+  tcp::TcpProtocol& p = *peer->find_as<tcp::TcpProtocol>("tcp0");
+  Result<tcp::TcpListener> echo = p.listen(Ipv4Addr{}, Port{9});
+  ASSERT_TRUE(echo.ok());
+  // Queue 1 of node 1 connects out: only its channel carries the replies.
+  tcp::TcpSocket c = tcp_of(1).socket();
+  ASSERT_TRUE(c.connect(kPeer, Port{9}).ok());
+  EXPECT_EQ(c.tuple().local_port, 51000);
+  EXPECT_EQ((steer->filter().find_flow(FlowKey{Proto::tcp, kPeer, 9, 51000})), (Target{1, 1}));
+  std::optional<tcp::TcpSocket> s;
+  ASSERT_TRUE(run_until([&] {
+    if (auto a = echo->accept(); a.ok()) s.emplace(std::move(*a));
+    return s.has_value() && c.state() == tcp::State::established;
+  }));
+  const auto data = pattern(200000, 7);
+  std::vector<std::byte> got;
+  std::size_t sent = 0;
+  std::vector<std::byte> buf(65536);
+  ASSERT_TRUE(run_until([&] {
+    while (sent < data.size()) {
+      auto n = s->write(std::span<const std::byte>(data).subspan(sent));
+      if (!n) break;
+      sent += *n;
+    }
+    for (;;) {
+      auto n = c.read(buf);
+      if (!n || *n == 0) break;
+      got.insert(got.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(*n));
+    }
+    return got.size() >= data.size();
+  }));
+  EXPECT_EQ(got, data);
+  EXPECT_GT(steer->rx_frames(1, 1), 100u);
+  EXPECT_EQ(steer->rx_frames(1, 0), 0u);
+  EXPECT_EQ(steer->rx_frames(1, 2), 0u);
+  EXPECT_EQ(steer->rx_frames(2), 0u);
+  EXPECT_EQ(steer->rx_frames(1), steer->rx_frames(1, 1));
+  for (std::size_t i : {0u, 2u, 3u, 4u}) EXPECT_EQ(tcp_of(i).counters().value("rx_segments"), 0u) << i;
+  EXPECT_EQ(steer_counter("tx_other_queue"), 0u);
+  EXPECT_EQ(steer_counter("tx_denied"), 0u);
+  // The channel's own counters, for STATS.
+  bool found = false;
+  for (const CounterSet* cs : steer->channel_counters()) {
+    if (cs->owner() == "st0/node1q1") {
+      found = true;
+      EXPECT_EQ(cs->value("rx_frames"), steer->rx_frames(1, 1));
+      EXPECT_GT(cs->value("tx_frames"), 10u);
+    }
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(steer->channel_counters().size(), kStacks);
+}
+
+TEST_F(SteerQueuesTest, AGroupSpreadsConnectionsOverTheQueuesOfOneNodeAndOfSeveral) {
+  std::vector<tcp::TcpListener> listeners;
+  for (std::size_t i = 0; i < kStacks; ++i) {
+    Result<tcp::TcpListener> l = tcp_of(i).listen(Ipv4Addr{}, Port{80}, 128, true);
+    ASSERT_TRUE(l.ok()) << i;
+    listeners.push_back(std::move(*l));
+  }
+  ASSERT_EQ(steer->filter().listener(Proto::tcp, 80)->members.size(), kStacks);
+  tcp::TcpProtocol& p = *peer->find_as<tcp::TcpProtocol>("tcp0");
+  constexpr std::size_t kConns = 64;
+  std::vector<tcp::TcpSocket> clients;
+  for (std::size_t k = 0; k < kConns; ++k) {
+    clients.push_back(p.socket());
+    ASSERT_TRUE(clients.back().connect(kShared, Port{80}).ok());
+  }
+  std::array<std::vector<tcp::TcpSocket>, kStacks> accepted;
+  std::size_t total = 0;
+  ASSERT_TRUE(run_until([&] {
+    for (std::size_t i = 0; i < kStacks; ++i) {
+      while (auto a = listeners[i].accept()) {
+        accepted[i].push_back(std::move(*a));
+        ++total;
+      }
+    }
+    return total == kConns;
+  }));
+  for (std::size_t i = 0; i < kStacks; ++i) {
+    EXPECT_GE(accepted[i].size(), 1u) << "stack " << i << " served no connection";
+    // Each accepted connection was learned at its SYN-ACK as an exact flow
+    // of the queue that answered.
+    for (const tcp::TcpSocket& s : accepted[i]) {
+      const tcp::FourTuple t = s.tuple();
+      std::optional<Target> f = steer->filter().find_flow(FlowKey{Proto::tcp, t.remote_addr, t.remote_port, 80});
+      ASSERT_TRUE(f.has_value());
+      EXPECT_EQ(*f, target_of(i));
+    }
+  }
+  // Every client got its own server side, once.
+  ASSERT_TRUE(run_until([&] {
+    for (const tcp::TcpSocket& c : clients) {
+      if (c.state() != tcp::State::established) return false;
+    }
+    return true;
+  }));
+  EXPECT_EQ(steer_counter("learned_flows"), kConns);
+  EXPECT_EQ(steer_counter("tx_other_queue"), 0u);
+  EXPECT_EQ(steer_counter("tx_denied"), 0u);
+  // A node that goes takes all its queues' channels; node 2's stay.
+  steer->detach(1);
+  for (std::uint16_t q = 0; q < 3; ++q) EXPECT_FALSE(steer->attached(1, q));
+  EXPECT_TRUE(steer->attached(2, 0));
+  EXPECT_TRUE(steer->attached(2, 1));
+  EXPECT_EQ(steer->filter().listener(Proto::tcp, 80)->members.size(), 2u);
+  for (std::size_t i = 0; i < 3; ++i) tcp_of(i).set_port_authority(nullptr);
+}
+
+TEST_F(SteerQueuesTest, TheEgressCheckGuardsNodesAndCountsAStackSendingForAnotherQueue) {
+  tcp::TcpProtocol& p = *peer->find_as<tcp::TcpProtocol>("tcp0");
+  Result<tcp::TcpListener> echo = p.listen(Ipv4Addr{}, Port{9});
+  ASSERT_TRUE(echo.ok());
+  tcp::TcpSocket c = tcp_of(1).socket();
+  ASSERT_TRUE(c.connect(kPeer, Port{9}).ok());
+  const std::uint16_t lport = c.tuple().local_port;
+  ASSERT_TRUE(run_until([&] { return c.state() == tcp::State::established; }));
+  const std::uint64_t denied_before = steer_counter("tx_denied");
+  // Queue 0 of the same node sends on queue 1's 4-tuple: it goes (the node
+  // is what the check guards), counted as another queue's.
+  tcp_of(0).set_port_authority(nullptr);
+  tcp::TcpSocket same_node = tcp_of(0).socket();
+  ASSERT_TRUE(same_node.connect(kPeer, Port{9}, Ipv4Addr{}, Port{lport}).ok());
+  ASSERT_TRUE(run_until([&] { return steer_counter("tx_other_queue") >= 1; }));
+  EXPECT_EQ(steer_counter("tx_denied"), denied_before);
+  // Node 2 doing the same is denied.
+  tcp_of(3).set_port_authority(nullptr);
+  tcp::TcpSocket other_node = tcp_of(3).socket();
+  ASSERT_TRUE(other_node.connect(kPeer, Port{9}, Ipv4Addr{}, Port{lport}).ok());
+  ASSERT_TRUE(run_until([&] { return steer_counter("tx_denied") > denied_before; }));
+  EXPECT_GE(steer->filter().egress_counts(2).denied, 1u);
+  same_node.abort();
+  other_node.abort();
 }
 
 }  // namespace

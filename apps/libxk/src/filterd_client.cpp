@@ -13,6 +13,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -145,10 +148,44 @@ constexpr std::chrono::milliseconds kReconnectTimeout{3000};
 constexpr std::uint32_t kCheckEvery = 4096;
 }  // namespace
 
+// Stack q's door to the shared connection: its port operations carry q.
+class FilterdClient::QueuePort final : public PortAuthority {
+ public:
+  QueuePort(FilterdClient& c, std::uint16_t q) : c_(c), q_(q) {}
+  Result<std::uint16_t> claim_listen(std::uint8_t proto, std::uint16_t port, bool group) override {
+    return c_.claim_listen_on(q_, proto, port, group);
+  }
+  void release_listen(std::uint8_t proto, std::uint16_t port) noexcept override { c_.release_listen_on(q_, proto, port); }
+  Result<std::uint16_t> claim_connect(std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
+                                      std::uint16_t remote_port) override {
+    return c_.claim_connect_on(q_, proto, local_port, remote, remote_port);
+  }
+  void release_connect(std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
+                       std::uint16_t remote_port) noexcept override {
+    c_.release_connect_on(q_, proto, local_port, remote, remote_port);
+  }
+
+ private:
+  FilterdClient& c_;
+  std::uint16_t q_;
+};
+
 FilterdClient::FilterdClient(std::string path, std::string name, Options options)
     : path_(std::move(path)), name_(std::move(name)), options_(options) {
+  if (options_.queues == 0 || options_.queues > fc::kMaxQueues) {
+    throw std::invalid_argument("filterd: " + std::to_string(options_.queues) + " stacks; a node runs 1.." +
+                                std::to_string(fc::kMaxQueues));
+  }
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) throw std::runtime_error(std::string("filterd: epoll_create1: ") + std::strerror(errno));
+  attached_.resize(options_.queues);
+  for (std::uint16_t q = 1; q < options_.queues; ++q) ports_.push_back(std::make_unique<QueuePort>(*this, q));
+}
+
+PortAuthority& FilterdClient::queue(std::uint16_t q) {
+  if (q >= options_.queues) throw std::out_of_range("filterd: no queue " + std::to_string(q));
+  if (q == 0) return *this;
+  return *ports_[q - 1u];
 }
 
 bool FilterdClient::is_tcp(const std::string& where) {
@@ -180,6 +217,10 @@ std::unique_ptr<FilterdClient> FilterdClient::connect(const std::string& path, c
     throw std::runtime_error("filterd: a node that reaches filterd over TCP is on another host: give it its own port "
                              "(--port DEVARGS, XK_PORT) on filterd's node port");
   }
+  if (tcp && options.queues != 1) {
+    throw std::runtime_error("filterd: a node on another host runs one stack (filterd's node port gives it one "
+                             "channel)");
+  }
   if (tcp && options.token.empty()) {
     throw std::runtime_error("filterd: over TCP, HELLO carries filterd's token: give it (--filterd-token FILE, "
                              "XK_FILTERD_TOKEN=FILE)");
@@ -195,7 +236,9 @@ std::unique_ptr<FilterdClient> FilterdClient::connect(const std::string& path, c
     throw std::runtime_error(std::string("filterd refused us: ") + fc::to_string(e->code) + ": " + e->text);
   }
   const auto* hr = std::get_if<fc::HelloReply>(&r->body);
-  if (hr == nullptr || hr->channels.empty()) throw std::runtime_error("filterd: HELLO answered with something else");
+  if (hr == nullptr || hr->channels.size() != options.queues) {
+    throw std::runtime_error("filterd: HELLO answered with something else (or not a channel per stack)");
+  }
   if (c->ethernet() && hr->channels.front().memif_id != 0) {
     throw std::runtime_error("filterd gave a memif channel to a node on the node port");
   }
@@ -207,7 +250,7 @@ fc::Hello FilterdClient::make_hello() const {
   fc::Hello h;
   h.name = name_;
   h.pid = static_cast<std::uint32_t>(::getpid());
-  h.queues = 1;
+  h.queues = options_.queues;
   h.token = options_.token;
   if (ethernet()) h.ethernet = options_.node_mac.value_or(MacAddr{});
   return h;
@@ -217,18 +260,24 @@ FilterdClient::~FilterdClient() {
   if (loop_ != nullptr) loop_->remove(*this);
   retry_.reset();
   ping_.reset();
+  std::lock_guard<std::mutex> lock(mu_);
   if (state_ == State::connected && fd_ >= 0) {
     state_ = State::failed;  // going: a BYE that finds filterd gone is no news
-    (void)request(fc::Bye{}, std::chrono::milliseconds(1000));
+    (void)request_locked(fc::Bye{}, std::chrono::milliseconds(1000));
   }
   close_socket();
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
 }
 
-void FilterdClient::attach(EventLoop& loop, Hooks hooks) {
-  if (loop_ != nullptr) throw std::logic_error("FilterdClient::attach: attached already");
-  hooks_ = std::move(hooks);
-  retry_.emplace(loop.timers(), [c = this] { (void)c->reconnect_now(); });
+void FilterdClient::attach_queue(std::uint16_t queue, EventLoop& loop, Hooks hooks) {
+  if (queue >= options_.queues) throw std::out_of_range("FilterdClient::attach_queue: no queue " + std::to_string(queue));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (attached_[queue].loop != nullptr) throw std::logic_error("FilterdClient::attach: attached already");
+  attached_[queue] = Attached{&loop, std::move(hooks)};
+  if (loop_ != nullptr) return;
+  // The first stack attached watches the connection and runs the timer.
+  watcher_ = queue;
+  retry_.emplace(loop.timers(), [c = this] { c->on_retry(); });
   loop.add(*this);
   loop_ = &loop;
   if (state_ == State::connected) watch(true);
@@ -241,11 +290,26 @@ void FilterdClient::attach(EventLoop& loop, Hooks hooks) {
 void FilterdClient::heartbeat() {
   // filterd holds a TCP node that says nothing for three intervals dead. The
   // reply (OK) is read and dropped like any late one.
+  std::lock_guard<std::mutex> lock(mu_);
   if (state_ == State::connected && fd_ >= 0) {
     Result<std::vector<std::byte>> bytes = fc::encode(fc::Message{next_id_++, fc::Ping{}});
     if (bytes && !send_all(*bytes)) lost("send failed");
   }
   ping_->arm_after(std::chrono::milliseconds(hello_.heartbeat_ms));
+}
+
+void FilterdClient::detach_queue(std::uint16_t queue) noexcept {
+  if (queue >= options_.queues) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (attached_[queue].loop == nullptr) return;
+  if (loop_ == attached_[queue].loop && watcher_ == queue) {
+    // Nobody watches from now on: a lost filterd is final.
+    loop_->remove(*this);
+    retry_.reset();
+    ping_.reset();
+    loop_ = nullptr;
+  }
+  attached_[queue] = Attached{};
 }
 
 Time FilterdClient::now() const noexcept {
@@ -272,6 +336,7 @@ void FilterdClient::close_socket() noexcept {
   reader_ = fc::FrameReader{};
 }
 
+// With mu_ held, on any stack's thread.
 void FilterdClient::lost(const char* why) {
   close_socket();
   if (state_ != State::connected) return;  // a reconnection's own request failed: the attempt says what next
@@ -285,65 +350,135 @@ void FilterdClient::lost(const char* why) {
   backoff_ = options_.backoff_min;
   std::fprintf(stderr, "filterd: the control connection closed (%s); node %u reconnecting for up to %.1f s\n", why,
                unsigned{hello_.node_id}, static_cast<double>(options_.reconnect_for.count()) / 1000);
-  retry_->arm_after(backoff_);
+  if (loop_->in_loop_thread()) {
+    retry_->arm_after(backoff_);
+  } else {
+    // The timer is the watching stack's: it arms it on its next pass.
+    arm_retry_.store(true);
+    loop_->wake();
+  }
 }
 
 void FilterdClient::give_up(const std::string& why) {
   close_socket();
   state_ = State::failed;
-  if (retry_) retry_->cancel();
+  if (retry_ && loop_ != nullptr && loop_->in_loop_thread()) retry_->cancel();
   std::fprintf(stderr, "filterd: node %u gives up: %s; its ports and flows are no longer steered to it\n",
                unsigned{hello_.node_id}, why.c_str());
 }
 
+// The timer, on the watching stack's thread: one attempt, and the next one
+// later if that did not do it (an attempt a stack made meanwhile counts too).
+void FilterdClient::on_retry() {
+  (void)reconnect_now();
+  if (state_ != State::reconnecting) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  retry_->arm_after(backoff_);
+  backoff_ = std::min(backoff_ * 2, options_.backoff_max);
+}
+
+std::optional<FilterdClient::Holdings> FilterdClient::gather_holdings() {
+  std::vector<Attached> stacks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stacks = attached_;
+  }
+  Holdings all;
+  for (std::size_t q = 0; q < stacks.size(); ++q) {
+    const Attached& a = stacks[q];
+    if (a.loop == nullptr || !a.hooks.holdings) continue;
+    Holdings h;
+    if (a.loop->in_loop_thread()) {
+      h = a.hooks.holdings();
+    } else {
+      // The stack's own thread reads its tables; it may finish after we
+      // gave up waiting, so the answer lives in a shared box.
+      struct Box {
+        std::mutex mu;
+        std::condition_variable cv;
+        std::optional<Holdings> h;
+      };
+      auto box = std::make_shared<Box>();
+      a.loop->post([box, fn = a.hooks.holdings] {
+        Holdings got = fn();
+        std::lock_guard<std::mutex> lock(box->mu);
+        box->h = std::move(got);
+        box->cv.notify_all();
+      });
+      std::unique_lock<std::mutex> lock(box->mu);
+      if (!box->cv.wait_for(lock, kReconnectTimeout, [&] { return box->h.has_value(); })) return std::nullopt;
+      h = std::move(*box->h);
+    }
+    for (fc::ListenerEntry& l : h.listeners) l.queue = static_cast<std::uint16_t>(q);
+    for (fc::FlowEntry& f : h.flows) f.queue = static_cast<std::uint16_t>(q);
+    all.listeners.insert(all.listeners.end(), h.listeners.begin(), h.listeners.end());
+    all.flows.insert(all.flows.end(), h.flows.begin(), h.flows.end());
+  }
+  return all;
+}
+
 bool FilterdClient::reconnect_now() {
-  if (state_ != State::reconnecting || in_attempt_) return state_ == State::connected;
-  in_attempt_ = true;
+  if (state_ != State::reconnecting) return state_ == State::connected;
+  if (in_attempt_.exchange(true)) return false;  // another stack's thread is at it
   struct Done {
-    bool& flag;
-    ~Done() { flag = false; }
+    std::atomic<bool>& flag;
+    ~Done() { flag.store(false); }
   } done{in_attempt_};
-  ++stats_.attempts;
   int err = 0;
-  // A filterd host that is down does not refuse at once: wait for it only
-  // as long as the back-off would.
-  fd_ = is_tcp(path_) ? dial_tcp(path_, std::max(backoff_, std::chrono::milliseconds(200)), err) : dial(path_, err);
-  if (fd_ >= 0) {
-    fc::Hello h = make_hello();
-    h.queues = static_cast<std::uint16_t>(hello_.channels.size());
-    h.resume = fc::Resume{hello_.node_id, hello_.channels};
-    // The same channel: the same MAC on the node port.
-    if (h.ethernet) h.ethernet = hello_.channels.front().node_mac;
-    Result<fc::Message> r = request(h, kReconnectTimeout);
-    if (r) {
-      if (const auto* e = std::get_if<fc::Error>(&r->body)) {
-        // Someone has our id or channel, or filterd does not take us back:
-        // our graph cannot run on other channels.
-        give_up(std::string("filterd does not take us back: ") + fc::to_string(e->code) + ": " + e->text);
-        return false;
+  bool answered = false;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++stats_.attempts;
+    // A filterd host that is down does not refuse at once: wait for it only
+    // as long as the back-off would.
+    fd_ = is_tcp(path_) ? dial_tcp(path_, std::max(backoff_, std::chrono::milliseconds(200)), err) : dial(path_, err);
+    if (fd_ >= 0) {
+      fc::Hello h = make_hello();
+      h.queues = static_cast<std::uint16_t>(hello_.channels.size());
+      h.resume = fc::Resume{hello_.node_id, hello_.channels};
+      // The same channel: the same MAC on the node port.
+      if (h.ethernet) h.ethernet = hello_.channels.front().node_mac;
+      Result<fc::Message> r = request_locked(h, kReconnectTimeout);
+      if (r) {
+        if (const auto* e = std::get_if<fc::Error>(&r->body)) {
+          // Someone has our id or a channel, or filterd does not take us
+          // back: our graphs cannot run on other channels.
+          give_up(std::string("filterd does not take us back: ") + fc::to_string(e->code) + ": " + e->text);
+          return false;
+        }
+        const auto* hr = std::get_if<fc::HelloReply>(&r->body);
+        if (hr == nullptr || hr->node_id != hello_.node_id || hr->channels != hello_.channels) {
+          // A filterd that does not know RESUME registers us afresh.
+          (void)request_locked(fc::Bye{}, kReconnectTimeout);
+          give_up("filterd answered the resuming HELLO with another node id or channels");
+          return false;
+        }
+        if (hr->address != hello_.address || hr->prefix_len != hello_.prefix_len) {
+          (void)request_locked(fc::Bye{}, kReconnectTimeout);
+          give_up("filterd came back with another address (" + to_string(hr->address) + ")");
+          return false;
+        }
+        if (hr->secret != hello_.secret) {
+          // Our connections keep their sequence numbers; only SYN cookies
+          // between group members would disagree. filterd should keep its secret.
+          std::fprintf(stderr, "filterd: warning: filterd came back with another ISN secret (give it --secret)\n");
+        }
+        answered = true;
+      } else {
+        close_socket();
       }
-      const auto* hr = std::get_if<fc::HelloReply>(&r->body);
-      if (hr == nullptr || hr->node_id != hello_.node_id || hr->channels != hello_.channels) {
-        // A filterd that does not know RESUME registers us afresh.
-        (void)request(fc::Bye{}, kReconnectTimeout);
-        give_up("filterd answered the resuming HELLO with another node id or channels");
-        return false;
-      }
-      if (hr->address != hello_.address || hr->prefix_len != hello_.prefix_len) {
-        (void)request(fc::Bye{}, kReconnectTimeout);
-        give_up("filterd came back with another address (" + to_string(hr->address) + ")");
-        return false;
-      }
-      if (hr->secret != hello_.secret) {
-        // Our connections keep their sequence numbers; only SYN cookies
-        // between group members would disagree. filterd should keep its secret.
-        std::fprintf(stderr, "filterd: warning: filterd came back with another ISN secret (give it --secret)\n");
-      }
-      Holdings held = hooks_.holdings ? hooks_.holdings() : Holdings{};
-      std::size_t refused = 0;
-      bool broken = false;
-      for (const fc::Resync& m : fc::split_resync(held.listeners, held.flows)) {
-        Result<fc::Message> a = request(m, kReconnectTimeout);
+    }
+  }
+  if (answered) {
+    // What every stack holds, read on its own thread with no lock held: a
+    // stack that asks for a port meanwhile is told to try again.
+    std::optional<Holdings> held = gather_holdings();
+    std::unique_lock<std::mutex> lock(mu_);
+    bool broken = !held.has_value();
+    std::size_t refused = 0;
+    if (!broken) {
+      for (const fc::Resync& m : fc::split_resync(held->listeners, held->flows)) {
+        Result<fc::Message> a = request_locked(m, kReconnectTimeout);
         if (!a) {
           broken = true;
           break;
@@ -355,31 +490,51 @@ bool FilterdClient::reconnect_now() {
           std::fprintf(stderr, "filterd: RESYNC partly refused: %s: %s\n", fc::to_string(e->code), e->text.c_str());
         }
       }
-      if (!broken) {
-        state_ = State::connected;
-        watch(true);
-        ++stats_.resumes;
-        stats_.resynced += held.listeners.size() + held.flows.size();
-        stats_.resync_refused += refused;
-        stats_.last_gap = std::chrono::duration_cast<std::chrono::milliseconds>(now() - lost_at_);
-        std::fprintf(stderr,
-                     "filterd: resumed as node %u after %lld ms (%llu attempts): %zu listeners, %zu flows resynced%s\n",
-                     unsigned{hello_.node_id}, static_cast<long long>(stats_.last_gap.count()),
-                     static_cast<unsigned long long>(stats_.attempts), held.listeners.size(), held.flows.size(),
-                     refused != 0 ? " (some refused)" : "");
-        if (hooks_.resumed) hooks_.resumed();
-        return true;
+    }
+    if (!broken) {
+      // Ports a stack gave back while we were away, perhaps after its
+      // holdings were read: filterd answers not_found for the others.
+      std::vector<fc::Body> meanwhile;
+      meanwhile.swap(released_meanwhile_);
+      for (fc::Body& b : meanwhile) {
+        if (!request_locked(std::move(b), kReconnectTimeout)) {
+          broken = true;
+          break;
+        }
       }
+    }
+    if (!broken) {
+      state_ = State::connected;
+      watch(true);
+      ++stats_.resumes;
+      stats_.resynced += held->listeners.size() + held->flows.size();
+      stats_.resync_refused += refused;
+      stats_.last_gap = std::chrono::duration_cast<std::chrono::milliseconds>(now() - lost_at_);
+      std::fprintf(stderr,
+                   "filterd: resumed as node %u after %lld ms (%llu attempts): %zu listeners, %zu flows resynced%s\n",
+                   unsigned{hello_.node_id}, static_cast<long long>(stats_.last_gap.count()),
+                   static_cast<unsigned long long>(stats_.attempts), held->listeners.size(), held->flows.size(),
+                   refused != 0 ? " (some refused)" : "");
+      std::vector<Attached> stacks = attached_;
+      lock.unlock();
+      // Each stack starts its channel again, on its own thread.
+      for (const Attached& a : stacks) {
+        if (a.loop == nullptr || !a.hooks.resumed) continue;
+        if (a.loop->in_loop_thread()) {
+          a.hooks.resumed();
+        } else {
+          a.loop->post([fn = a.hooks.resumed] { fn(); });
+        }
+      }
+      return true;
     }
     close_socket();  // no answer, or it closed again: the next attempt
   }
   if (now() - lost_at_ >= options_.reconnect_for) {
+    std::lock_guard<std::mutex> lock(mu_);
     give_up("no filterd on " + path_ + " for " + std::to_string(options_.reconnect_for.count()) + " ms (" +
             (err != 0 ? std::strerror(err) : "it did not answer") + ")");
-    return false;
   }
-  retry_->arm_after(backoff_);
-  backoff_ = std::min(backoff_ * 2, options_.backoff_max);
   return false;
 }
 
@@ -394,9 +549,12 @@ Status FilterdClient::send_all(const std::vector<std::byte>& bytes) {
   return {};
 }
 
-Result<fc::Message> FilterdClient::request(fc::Body body) { return request(std::move(body), options_.timeout); }
+Result<fc::Message> FilterdClient::request(fc::Body body) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return request_locked(std::move(body), options_.timeout);
+}
 
-Result<fc::Message> FilterdClient::request(fc::Body body, std::chrono::milliseconds timeout) {
+Result<fc::Message> FilterdClient::request_locked(fc::Body body, std::chrono::milliseconds timeout) {
   if (fd_ < 0) return Errc::closed;
   const std::uint32_t id = next_id_++;
   Result<std::vector<std::byte>> bytes = fc::encode(fc::Message{id, std::move(body)});
@@ -435,8 +593,15 @@ Result<fc::Message> FilterdClient::request(fc::Body body, std::chrono::milliseco
 }
 
 std::size_t FilterdClient::poll(std::size_t) {
-  if (state_ != State::connected || fd_ < 0) return 0;
+  if (arm_retry_.load(std::memory_order_relaxed) && arm_retry_.exchange(false) && state_ == State::reconnecting) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!retry_->armed()) retry_->arm_after(backoff_);
+  }
+  if (state_ != State::connected) return 0;
   if (!check_now_ && ++passes_ < kCheckEvery) return 0;
+  // Another stack's round trip has the socket: it sees a close itself.
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock() || fd_ < 0) return 0;
   passes_ = 0;
   check_now_ = false;
   std::byte buf[4096];
@@ -469,18 +634,21 @@ Status FilterdClient::usable() {
   return Errc::no_route;
 }
 
-std::string FilterdClient::graph_spec(const std::string& tcp_opts) const {
-  const fc::Channel& ch = hello_.channels.front();
+std::string FilterdClient::graph_spec(const std::string& tcp_opts, std::uint16_t queue) const {
+  if (queue >= hello_.channels.size()) throw std::out_of_range("filterd: no channel for queue " + std::to_string(queue));
+  const fc::Channel& ch = hello_.channels[queue];
   std::ostringstream g;
   if (ethernet()) {
-    // Our own port on filterd's node port, with the MAC filterd knows us by
-    // (set on the port, so that its receive filter takes our frames).
+    // Our own port on filterd's node port (one queue), with the MAC filterd
+    // knows us by (set on the port, so that its receive filter takes our
+    // frames).
     g << "dpdk net0 devargs=" << spec_value(options_.node_port) << " mtu=" << hello_.mtu
       << " mac=" << to_string(ch.node_mac);
     if (!options_.node_port_opts.empty()) g << " " << options_.node_port_opts;
   } else {
     g << "dpdk net0 devargs="
-      << spec_value("net_memif0,role=client,id=" + std::to_string(ch.memif_id) + ",socket=" + hello_.memif_socket)
+      << spec_value("net_memif" + std::to_string(queue) + ",role=client,id=" + std::to_string(ch.memif_id) +
+                    ",socket=" + hello_.memif_socket)
       << " mtu=" << hello_.mtu;
   }
   // Central mode: relay frames are never dropped (a full ring waits).
@@ -507,51 +675,67 @@ std::string FilterdClient::graph_spec(const std::string& tcp_opts) const {
   return g.str();
 }
 
-Result<std::uint16_t> FilterdClient::claim_listen(std::uint8_t proto, std::uint16_t port, bool group) {
+Result<std::uint16_t> FilterdClient::claim_listen_on(std::uint16_t queue, std::uint8_t proto, std::uint16_t port,
+                                                     bool group) {
   if (Status st = usable(); !st) return st.error();
   fc::Listen l;
   l.proto = proto_of(proto);
   l.port = port;
   l.group = group;
-  Result<fc::Message> r = request(l);
+  l.queue = queue;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ != State::connected) return Errc::would_block;
+  Result<fc::Message> r = request_locked(l, options_.timeout);
   if (!r) return r.error() == Errc::closed ? Errc::would_block : r.error();
   if (const auto* ok = std::get_if<fc::ListenReply>(&r->body)) return ok->port;
   if (const auto* e = std::get_if<fc::Error>(&r->body)) return errc_of(e->code);
   return Errc::malformed;
 }
 
-void FilterdClient::release_listen(std::uint8_t proto, std::uint16_t port) noexcept {
-  // Away: a filterd that comes back learns only what is still held.
-  if (state_ != State::connected) return;
+// A port or flow given back. Away: told to the filterd that comes back,
+// after the RESYNC (which may or may not have declared it).
+void FilterdClient::release(fc::Body body) noexcept {
   try {
-    (void)request(fc::Unlisten{proto_of(proto), port});
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ == State::reconnecting) {
+      released_meanwhile_.push_back(std::move(body));
+    } else if (state_ == State::connected) {
+      (void)request_locked(std::move(body), options_.timeout);
+    }
   } catch (...) {
     // Out of memory while encoding: filterd frees the port when we go.
   }
 }
 
-Result<std::uint16_t> FilterdClient::claim_connect(std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
-                                                   std::uint16_t remote_port) {
+void FilterdClient::release_listen_on(std::uint16_t queue, std::uint8_t proto, std::uint16_t port) noexcept {
+  fc::Unlisten u{proto_of(proto), port};
+  // One stack's listener; a single-stack node says nothing more (as ever).
+  if (options_.queues > 1) u.queue = queue;
+  release(u);
+}
+
+Result<std::uint16_t> FilterdClient::claim_connect_on(std::uint16_t queue, std::uint8_t proto,
+                                                      std::uint16_t local_port, Ipv4Addr remote,
+                                                      std::uint16_t remote_port) {
   if (Status st = usable(); !st) return st.error();
   fc::Connect c;
   c.proto = proto_of(proto);
   c.remote_addr = remote;
   c.remote_port = remote_port;
   c.local_port = local_port;
-  Result<fc::Message> r = request(c);
+  c.queue = queue;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ != State::connected) return Errc::would_block;
+  Result<fc::Message> r = request_locked(c, options_.timeout);
   if (!r) return r.error() == Errc::closed ? Errc::would_block : r.error();
   if (const auto* ok = std::get_if<fc::ConnectReply>(&r->body)) return ok->local_port;
   if (const auto* e = std::get_if<fc::Error>(&r->body)) return errc_of(e->code);
   return Errc::malformed;
 }
 
-void FilterdClient::release_connect(std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
-                                    std::uint16_t remote_port) noexcept {
-  if (state_ != State::connected) return;
-  try {
-    (void)request(fc::Release{proto_of(proto), local_port, remote, remote_port});
-  } catch (...) {
-  }
+void FilterdClient::release_connect_on(std::uint16_t, std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
+                                       std::uint16_t remote_port) noexcept {
+  release(fc::Release{proto_of(proto), local_port, remote, remote_port});
 }
 
 FilterdClient::Holdings filterd_holdings(const tcp::TcpProtocol* tcp, const udp::UdpProtocol* udp) {
@@ -575,7 +759,7 @@ FilterdClient::Holdings filterd_holdings(const tcp::TcpProtocol* tcp, const udp:
 }
 
 void attach_node(FilterdClient& client, EventLoop& loop, tcp::TcpProtocol* tcp, udp::UdpProtocol* udp,
-                 Protocol* net) {
+                 Protocol* net, std::uint16_t queue) {
   FilterdClient::Hooks hooks;
   hooks.holdings = [tcp, udp] { return filterd_holdings(tcp, udp); };
 #ifdef XK_HAVE_DPDK
@@ -598,7 +782,7 @@ void attach_node(FilterdClient& client, EventLoop& loop, tcp::TcpProtocol* tcp, 
 #else
   (void)net;
 #endif
-  client.attach(loop, std::move(hooks));
+  client.attach_queue(queue, loop, std::move(hooks));
 }
 
 }  // namespace xk

@@ -10,11 +10,18 @@
 // with the shared token (XK_FILTERD_TOKEN=FILE), and its channel is its own
 // DPDK port (Options::node_port, from XK_PORT or --port) on filterd's node
 // port: plain Ethernet, filterd told the port's MAC in HELLO. The graph is
-// the same but for its bottom driver.
+// the same but for its bottom driver. Such a node runs one stack (queue 0).
 //
 // The calls block for one control round trip; they happen at listen(),
 // connect(), bind() and when a connection or listener is over, never per
-// packet. One thread at a time (the stack's).
+// packet.
+//
+// A node may run several stacks, one per core (Options::queues): one HELLO
+// asks for a channel per stack, and queue(q) is the PortAuthority of stack
+// q, whose ports and flows filterd steers to channel q. The stacks' threads
+// share the one control connection (a mutex keeps their round trips apart);
+// the first stack attached watches it and drives the reconnection, which
+// collects every stack's holdings on that stack's own thread.
 //
 // filterd may die or restart under a running node. Attached to the node's
 // event loop (attach()), the client notices its control connection close,
@@ -27,10 +34,12 @@
 // is away, try again; once the client has given up, with no_route
 // (ENETUNREACH).
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,6 +70,7 @@ class FilterdClient final : public PortAuthority, public Pollable {
     std::chrono::milliseconds reconnect_for = std::chrono::seconds(30);
     std::chrono::milliseconds backoff_min{20};
     std::chrono::milliseconds backoff_max{500};
+    std::uint16_t queues = 1;  // stacks the node runs (1..64): a channel each
     // What a TCP control connection's HELLO carries (token.hpp); from
     // XK_FILTERD_TOKEN=FILE in options_from_env.
     std::vector<std::byte> token;
@@ -109,7 +119,18 @@ class FilterdClient final : public PortAuthority, public Pollable {
 
   // Watch the control connection from `loop` (the stack's, on its thread)
   // and reconnect when it closes. Without it, a lost filterd is final.
-  void attach(EventLoop& loop, Hooks hooks);
+  void attach(EventLoop& loop, Hooks hooks) { attach_queue(0, loop, std::move(hooks)); }
+  // Stack q's loop and hooks: holdings() and resumed() run on that loop's
+  // thread (posted to it when the reconnection runs elsewhere). The first
+  // queue attached watches the connection. detach_queue() before the
+  // stack goes (its loop stopped, or from its thread).
+  void attach_queue(std::uint16_t queue, EventLoop& loop, Hooks hooks);
+  void detach_queue(std::uint16_t queue) noexcept;
+
+  std::uint16_t queues() const noexcept { return options_.queues; }
+  // The PortAuthority of stack `queue` (queue(0) is this client itself).
+  // Throws std::out_of_range for a queue the node does not have.
+  PortAuthority& queue(std::uint16_t queue);
 
   const filterd::ctl::HelloReply& hello() const noexcept { return hello_; }
   // On filterd's node port (its own DPDK port), not a memif channel.
@@ -120,7 +141,10 @@ class FilterdClient final : public PortAuthority, public Pollable {
   // ISN/SYN-cookie secret, and `tcp_opts` added to the tcp line. In central
   // mode (the HELLO reply says so) tcp sits on a relay layer instead of ip0:
   // the same sockets, carried by filterd's TCP (docs/filterd.md).
-  std::string graph_spec(const std::string& tcp_opts = {}) const;
+  std::string graph_spec(const std::string& tcp_opts = {}) const { return graph_spec(tcp_opts, 0); }
+  // Stack `queue`'s graph: its own channel (and its own DPDK port name,
+  // net_memif<queue>, since the stacks of a node share one DPDK process).
+  std::string graph_spec(const std::string& tcp_opts, std::uint16_t queue) const;
 
   // One request, its reply (an Error reply is a reply, not a failure);
   // timed_out or closed when filterd does not answer (closed also starts
@@ -130,12 +154,25 @@ class FilterdClient final : public PortAuthority, public Pollable {
   // Whether the client is connected afterwards.
   bool reconnect_now();
 
-  Result<std::uint16_t> claim_listen(std::uint8_t proto, std::uint16_t port, bool group) override;
-  void release_listen(std::uint8_t proto, std::uint16_t port) noexcept override;
+  // Queue 0's port operations (queue(q) for the others).
+  Result<std::uint16_t> claim_listen(std::uint8_t proto, std::uint16_t port, bool group) override {
+    return claim_listen_on(0, proto, port, group);
+  }
+  void release_listen(std::uint8_t proto, std::uint16_t port) noexcept override { release_listen_on(0, proto, port); }
   Result<std::uint16_t> claim_connect(std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
-                                      std::uint16_t remote_port) override;
+                                      std::uint16_t remote_port) override {
+    return claim_connect_on(0, proto, local_port, remote, remote_port);
+  }
   void release_connect(std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
-                       std::uint16_t remote_port) noexcept override;
+                       std::uint16_t remote_port) noexcept override {
+    release_connect_on(0, proto, local_port, remote, remote_port);
+  }
+  Result<std::uint16_t> claim_listen_on(std::uint16_t queue, std::uint8_t proto, std::uint16_t port, bool group);
+  void release_listen_on(std::uint16_t queue, std::uint8_t proto, std::uint16_t port) noexcept;
+  Result<std::uint16_t> claim_connect_on(std::uint16_t queue, std::uint8_t proto, std::uint16_t local_port,
+                                         Ipv4Addr remote, std::uint16_t remote_port);
+  void release_connect_on(std::uint16_t queue, std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
+                          std::uint16_t remote_port) noexcept;
 
   // Pollable: a cheap look at the control socket every so many passes (and
   // after every sleep), so a closed connection is noticed at once.
@@ -144,36 +181,53 @@ class FilterdClient final : public PortAuthority, public Pollable {
   void after_sleep() noexcept override { check_now_ = true; }
 
  private:
+  class QueuePort;
+  struct Attached {
+    EventLoop* loop = nullptr;
+    Hooks hooks;
+  };
   FilterdClient(std::string path, std::string name, Options options);
   filterd::ctl::Hello make_hello() const;
   void heartbeat();
   Status send_all(const std::vector<std::byte>& bytes);
-  Result<filterd::ctl::Message> request(filterd::ctl::Body body, std::chrono::milliseconds timeout);
+  // With mu_ held.
+  Result<filterd::ctl::Message> request_locked(filterd::ctl::Body body, std::chrono::milliseconds timeout);
   Status usable();
   void watch(bool on) noexcept;
   void close_socket() noexcept;
   void lost(const char* why);
   void give_up(const std::string& why);
+  void on_retry();
+  // Every attached stack's holdings, each read on its own thread; nullopt
+  // when a stack did not answer in time.
+  std::optional<Holdings> gather_holdings();
+  void release(filterd::ctl::Body body) noexcept;
   Time now() const noexcept;
 
   std::string path_;
   std::string name_;
   Options options_;
+  // One round trip at a time: the stacks' threads share the connection.
+  mutable std::mutex mu_;
   int fd_ = -1;
   int epoll_fd_ = -1;
   filterd::ctl::FrameReader reader_;
   std::uint32_t next_id_ = 1;
   filterd::ctl::HelloReply hello_;
-  State state_ = State::connected;
-  EventLoop* loop_ = nullptr;
-  Hooks hooks_;
+  std::atomic<State> state_{State::connected};
+  EventLoop* loop_ = nullptr;  // the watching stack's
+  std::uint16_t watcher_ = 0;
+  std::vector<Attached> attached_;  // by queue
+  std::vector<std::unique_ptr<QueuePort>> ports_;  // queues 1..
+  std::vector<filterd::ctl::Body> released_meanwhile_;  // RELEASE/UNLISTEN while away: sent after the RESYNC
   std::optional<Timer> retry_;
+  std::atomic<bool> arm_retry_{false};  // lost() on another stack's thread: the watcher arms the timer
   std::optional<Timer> ping_;
   Time lost_at_{};
   std::chrono::milliseconds backoff_{0};
   std::uint32_t passes_ = 0;
   bool check_now_ = false;
-  bool in_attempt_ = false;
+  std::atomic<bool> in_attempt_{false};
   Stats stats_;
 };
 
@@ -181,12 +235,14 @@ class FilterdClient final : public PortAuthority, public Pollable {
 // listener (TCP, with its group membership; UDP: each bound port), every TCP
 // connection whose port filterd gave (CONNECT) or that a listener accepted.
 // Either protocol may be null.
+// The entries carry queue 0; the client sets each stack's own queue.
 FilterdClient::Holdings filterd_holdings(const tcp::TcpProtocol* tcp, const udp::UdpProtocol* udp);
 
 // attach() for a node's stack: RESYNC from its tcp and udp, and after a
 // resume its channel `net` (the graph's DPDK memif client; may be null)
 // started again, since a memif client does not reconnect by itself.
+// `queue`: the stack's queue, for a node that runs several.
 void attach_node(FilterdClient& client, EventLoop& loop, tcp::TcpProtocol* tcp, udp::UdpProtocol* udp,
-                 Protocol* net);
+                 Protocol* net, std::uint16_t queue = 0);
 
 }  // namespace xk

@@ -78,6 +78,10 @@ struct Unlisten {
   static constexpr MsgType kType = MsgType::unlisten;
   Proto proto = Proto::tcp;
   std::uint16_t port = 0;
+  // The queue whose listener (or group membership) goes; absent: every
+  // queue of the node that listens on the port. A node that runs several
+  // stacks names the one whose listener closed.
+  std::optional<std::uint16_t> queue = std::nullopt;
   friend bool operator==(const Unlisten&, const Unlisten&) = default;
 };
 

@@ -128,7 +128,13 @@ const char* to_string(EgressReason r) noexcept;
 struct EgressVerdict {
   bool allowed = false;
   EgressReason reason = EgressReason::malformed;
+  // Allowed, but the flow (or listener) is another queue's of the same
+  // node: the check guards nodes from each other, not a node's stacks.
+  bool other_queue = false;
 };
+
+// egress_check without a queue: any queue of the node.
+inline constexpr std::uint16_t kAnyQueue = 0xFFFF;
 
 // add_rule's answer: an id, or libpcap's error text.
 struct RuleResult {
@@ -260,7 +266,8 @@ class FilterEngine {
 
   // May `node` send this frame out? Counted as egress_allowed or
   // egress_denied (with the reason's own counter).
-  EgressVerdict egress_check(Frame frame, NodeId node);
+  // `queue`: the queue (channel) it came from, to tell other_queue.
+  EgressVerdict egress_check(Frame frame, NodeId node, std::uint16_t queue = kAnyQueue);
   bool egress_allowed(Frame frame, NodeId node) { return egress_check(frame, node).allowed; }
 
   const CounterSet& counters() const noexcept { return counters_; }
@@ -315,8 +322,8 @@ class FilterEngine {
   void expire_at(Time now);
   std::optional<Decision> owner_of(const PackedKey& key) const noexcept;
   std::optional<Decision> listen_lookup(const PackedKey& key) const noexcept;
-  EgressVerdict owns(const PackedKey& key, NodeId node) const noexcept;
-  EgressVerdict egress(Frame frame, NodeId node);
+  EgressVerdict owns(const PackedKey& key, NodeId node, std::uint16_t queue) const noexcept;
+  EgressVerdict egress(Frame frame, NodeId node, std::uint16_t queue);
   std::uint64_t seed_of(Target t) const noexcept;
   Decision counted(Decision d) noexcept {
     reason_counters_[static_cast<std::size_t>(d.reason)]->inc();

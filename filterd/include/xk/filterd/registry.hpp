@@ -59,7 +59,9 @@ struct NodeInfo {
   std::vector<ctl::Channel> channels;
   // On the node port (its channel's MAC is its NIC's; memif id 0), not memif.
   bool ethernet = false;
-  std::set<std::pair<std::uint8_t, std::uint16_t>> listens;  // (proto, port)
+  // (proto, port) -> the queues listening on it: one for a plain listener;
+  // a group may have several of the node's queues as members (one per stack).
+  std::map<std::pair<std::uint8_t, std::uint16_t>, std::set<std::uint16_t>> listens;
   std::set<std::uint32_t> rules;
   std::size_t flows = 0;
 };
@@ -104,7 +106,7 @@ class NodeRegistry {
   struct PortUse {
     NodeId node = 0;       // the owner (a listener or a connection)
     bool group = false;    // a listen group: several nodes
-    std::size_t users = 0; // group members, or 1
+    std::size_t users = 0; // group members (node and queue), or 1
     bool listen = false;
   };
   using PortKey = std::pair<std::uint8_t, std::uint16_t>;

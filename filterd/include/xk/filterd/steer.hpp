@@ -62,12 +62,14 @@ class Steer final : public fault::PassThrough {
   // through it. Until set, node packets are dropped (no_resolver).
   void set_resolver(NextHopResolver* arp) noexcept { resolver_ = arp; }
 
-  // A node's channel: a driver whose receive side is the node's frames and
-  // whose sessions reach the node. One channel per node (queue 0). The
-  // driver must outlive the attachment (detach() first, or destroy the
-  // channel after steer).
-  // exists: the node has a channel already.
-  Status attach(NodeId node, Protocol& channel, MacAddr node_mac);
+  // A node's channel for one of its queues (one per stack the node runs): a
+  // driver whose receive side is that stack's frames and whose sessions
+  // reach it. Frames whose Target is (node, queue) go out on it. The driver
+  // must outlive the attachment (detach() first, or destroy the channel
+  // after steer).
+  // exists: the node has a channel for that queue already.
+  Status attach(NodeId node, std::uint16_t queue, Protocol& channel, MacAddr node_mac);
+  Status attach(NodeId node, Protocol& channel, MacAddr node_mac) { return attach(node, 0, channel, node_mac); }
   // The node port (filterd --node-port): one Ethernet port shared by the
   // nodes on other hosts, `mac` filterd's address on it. Frames that arrive
   // there belong to the node whose MAC is their source (unknown: dropped and
@@ -77,16 +79,20 @@ class Steer final : public fault::PassThrough {
   Status attach_node_port(Protocol& port, MacAddr mac);
   void detach_node_port() noexcept;
   bool has_node_port() const noexcept { return node_port_ != nullptr; }
-  // A node on the node port, known by its MAC: frames of its flows go out of
-  // the node port to that MAC. not_found: no node port; exists: the node or
-  // the MAC has a channel already.
+  // A node on the node port, known by its MAC: its one queue (0); frames of
+  // its flows go out of the node port to that MAC. not_found: no node port;
+  // exists: the node or the MAC has a channel already.
   Status attach_ethernet(NodeId node, MacAddr node_mac);
-  // Forget the channel and everything the node owned in the filter.
+  // Forget every channel of the node and everything it owned in the filter.
   void detach(NodeId node) noexcept;
-  bool attached(NodeId node) const noexcept;
-  // Frames steered to the node's channel since it was attached (0: none,
-  // or no such node).
+  bool attached(NodeId node, std::uint16_t queue = 0) const noexcept;
+  // Frames steered to the node's channels since they were attached (0:
+  // none, or no such node): all its queues', or one queue's.
   std::uint64_t rx_frames(NodeId node) const noexcept;
+  std::uint64_t rx_frames(NodeId node, std::uint16_t queue) const noexcept;
+  // Each channel's own counters (rx_frames, tx_frames, tx_other_queue),
+  // named <steer>/node<N>q<Q>: for STATS.
+  std::vector<const CounterSet*> channel_counters() const;
 
   // Central mode (docs/filterd.md): every TCP segment for the shared address
   // goes up to filterd's own TCP, which terminates the connections; the
@@ -116,9 +122,12 @@ class Steer final : public fault::PassThrough {
   class Channel;
   class NodePort;
   struct NodeKey {
-    std::uint32_t node;
+    std::uint32_t node;  // node << 16 | queue
     friend bool operator==(const NodeKey&, const NodeKey&) = default;
   };
+  static NodeKey key_of(NodeId node, std::uint16_t queue) noexcept {
+    return NodeKey{std::uint32_t{node} << 16 | queue};
+  }
   Status forward(const Decision& d, Msg frame);
   Status egress(Channel& ch, Msg frame);
   Status answer_arp(Channel& ch, Msg frame);
@@ -142,6 +151,7 @@ class Steer final : public fault::PassThrough {
   Counter& rx_channel_full_;
   Counter& tx_from_nodes_;
   Counter& tx_denied_;
+  Counter& tx_other_queue_;
   Counter& tx_no_resolver_;
   Counter& tx_not_sent_;
   Counter& proxy_arp_;

@@ -3,6 +3,7 @@
 // (xk-echo, xk-pingpong's server, xk-udp-echo's server), a clean TCP
 // teardown, and a connection's statistics as one line for scripts.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -28,7 +29,8 @@ class TcpEchoServer final : public Pollable {
   std::size_t poll(std::size_t budget) override;
   bool before_sleep() noexcept override;
 
-  std::uint64_t connections() const noexcept { return finished_; }
+  // Readable from another thread (a node of several stacks sums them).
+  std::uint64_t connections() const noexcept { return finished_.load(std::memory_order_relaxed); }
   std::uint64_t bytes() const noexcept { return bytes_; }
   std::uint64_t failures() const noexcept { return failures_; }
 
@@ -47,7 +49,7 @@ class TcpEchoServer final : public Pollable {
   EventLoop& loop_;
   std::uint64_t stop_after_;
   std::vector<std::unique_ptr<Conn>> conns_;
-  std::uint64_t finished_ = 0;
+  std::atomic<std::uint64_t> finished_{0};
   std::uint64_t bytes_ = 0;
   std::uint64_t failures_ = 0;
 };

@@ -14,12 +14,17 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "xk/address.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
 #include "xk/options.hpp"
 #include "xk/port_authority.hpp"
+
+namespace xk {
+class FilterdClient;
+}
 
 namespace xk::apps {
 
@@ -84,7 +89,9 @@ struct StackFlags {
   std::string graph_file;
   std::string filterd;  // attach to filterd's control socket (the graph comes from it)
   std::string filterd_token;  // over TCP: the file with filterd's token
-  bool composed_flag_seen = false;  // any flag other than --graph and --filterd
+  unsigned stacks = 1;    // --stacks K behind filterd: K stacks, one channel (queue) each
+  std::vector<int> cpus;  // --cpus LIST: stack q's thread pinned to cpus[q % size]
+  bool composed_flag_seen = false;  // any flag other than --graph, --filterd, --stacks, --cpus
 
   // Takes `flag` if it is a stack flag, reading its value with `value()`.
   template <class ValueFn>
@@ -103,6 +110,14 @@ struct StackFlags {
       if (filterd_token.empty()) throw UsageError{"--filterd-token: empty file name"};
       return true;
     }
+    if (flag == "--stacks") {
+      stacks = parse_number<unsigned>(flag, value(), 1, 64);
+      return true;
+    }
+    if (flag == "--cpus") {
+      cpus = parse_cpus(flag, value());
+      return true;
+    }
     if (!is_composed_flag(flag)) return false;
     composed_flag_seen = true;
     set(flag, value());
@@ -112,11 +127,47 @@ struct StackFlags {
   void validate() const;
 
   static bool is_composed_flag(std::string_view flag);
+  // "0,1,3": CPU numbers 0..4095, at least one.
+  static std::vector<int> parse_cpus(std::string_view flag, std::string_view text);
   void set(std::string_view flag, std::string_view value);
 };
 
 // Help text for the stack flags (indented two spaces, one flag a line).
 extern const char* const kStackFlagsHelp;
+
+// What every app's command line holds besides its own flags. An app's Args
+// derives from it.
+struct CommonArgs {
+  StackFlags stack;
+  double link_wait_s = 10;  // --link-wait SEC
+  bool busy = true;         // --idle busy|sleep
+  IdleMode idle() const noexcept { return busy ? IdleMode::busy_poll : IdleMode::spin_then_sleep; }
+};
+
+// The shape of an app's command line: `prog ROLE [flags]` (or `prog [flags]`
+// without roles).
+struct CommandLineSpec {
+  const char* usage_head;  // --help prints usage_head, kStackFlagsHelp, usage_tail
+  const char* usage_tail;
+  // "role" or "mode", as the app's messages call the first word; with no
+  // roles there is no first word.
+  const char* role_noun = "role";
+  struct Role {
+    std::string_view word;
+    std::string_view alias = {};  // e.g. "-r" for "receive"
+  };
+  std::vector<Role> roles;
+  bool idle_flag = true;  // whether the app takes --idle
+};
+
+// Parses what every app parses alike: --help or -h anywhere (the usage on
+// stdout, exit 0), the role word ("missing role: server or client",
+// "unknown role 'x': expected server or client"), the stack flags,
+// --link-wait and --idle; every other flag goes to `fn`. Returns the role's
+// index in spec.roles (0 without roles). The caller validates the stack
+// flags once its own flags are in.
+std::size_t parse_command_line(int argc, char** argv, const CommandLineSpec& spec, CommonArgs& common,
+                               const std::function<void(Flag&)>& fn);
 
 // The graph the flags describe:
 //   dpdk net0 -> [capture cap0] -> eth eth0 -> arp arp0 -> ipv4 ip0 -> icmp icmp0, udp udp0, tcp tcp0
@@ -179,6 +230,10 @@ double process_cpu_seconds();
 class AppStack {
  public:
   AppStack(const char* prog, const StackFlags& flags, IdleMode idle);
+  // Stack `queue` of a node of several (AppNode): its graph on its own
+  // channel, its ports through `client`'s queue. SIGINT/SIGTERM are the
+  // AppNode's to read, not this loop's.
+  AppStack(const char* prog, const StackFlags& flags, IdleMode idle, FilterdClient& client, std::uint16_t queue);
   ~AppStack();
   AppStack(const AppStack&) = delete;
   AppStack& operator=(const AppStack&) = delete;
@@ -204,7 +259,40 @@ class AppStack {
   EventLoop loop_;
   SignalSource signals_;
   std::unique_ptr<PortAuthority> authority_;  // filterd's control connection, or null
+  FilterdClient* shared_ = nullptr;           // an AppNode's connection (not ours)
+  std::uint16_t queue_ = 0;
+  bool signals_added_ = false;
   std::optional<Graph> graph_;
+};
+
+// A node of several stacks behind filterd (--stacks K): one control
+// connection (HELLO with queues=K), K AppStacks, each with its own channel,
+// event loop and thread, pinned to its CPU (--cpus). run() starts the
+// threads and waits for SIGINT/SIGTERM or `done()`, then stops them all.
+class AppNode {
+ public:
+  AppNode(const char* prog, const StackFlags& flags, IdleMode idle);
+  ~AppNode();
+  AppNode(const AppNode&) = delete;
+  AppNode& operator=(const AppNode&) = delete;
+
+  std::size_t size() const noexcept { return stacks_.size(); }
+  AppStack& stack(std::size_t q) { return *stacks_[q]; }
+  // The CPU stack q runs on (-1: not pinned).
+  int cpu(std::size_t q) const noexcept;
+  // Runs body(q) on stack q's thread for every q (each runs its loop);
+  // polls `done` every 10 ms on this thread, and on done, a signal, or any
+  // body returning, stops every loop. Returns when all bodies have.
+  void run(const std::function<void(std::size_t)>& body, const std::function<bool()>& done);
+  // The signal that stopped the node, or 0.
+  int signal() const noexcept { return signal_; }
+
+ private:
+  const char* prog_;
+  StackFlags flags_;
+  std::unique_ptr<FilterdClient> client_;
+  std::vector<std::unique_ptr<AppStack>> stacks_;
+  int signal_ = 0;
 };
 
 // main() of an app: parse (UsageError: exit 2 with a hint), run (any

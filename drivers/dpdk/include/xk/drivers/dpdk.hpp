@@ -55,6 +55,14 @@ bool eal_ready() noexcept;
 // The arguments the EAL was initialized with (empty before).
 std::vector<std::string> eal_args();
 
+// Probes a virtual device (after ensure_eal) without making a port of it:
+// no queues, never started, kept until the process ends. filterd keeps one
+// net_memif server interface on its channel socket this way, because DPDK
+// 22.11's memif leaves the socket listening (its name taken) when the last
+// interface on it is removed, and no interface can be made on it after that.
+// Throws std::runtime_error with DPDK's reason.
+void probe_vdev(const std::string& devargs);
+
 // Split "--vdev=a --log-level=lib.eal:debug" into words (spaces separate;
 // no quoting).
 std::vector<std::string> split_args(const std::string& text);

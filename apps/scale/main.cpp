@@ -1,0 +1,774 @@
+// xk-scale: the scaling experiment of Guedes & Peterson (1997) on xk
+// (docs/apps-scale.md).
+//
+//   xk-scale [run] [--n 1,2,4,8] [--modes steer,central] [--csum on,off]
+//                  [--bytes N | --seconds S] [--repeat R] [--results DIR]
+//                  [--launcher local|mpirun] [--remote xk|linux] ...
+//   xk-scale rank -- PROGRAM ARGS...      (one mpirun rank: a node)
+//
+// One run = (filterd mode, checksum on/off, N): filterd, the remote side
+// (a receiver for N connections), and N nodes attached to filterd that each
+// send one stream to the remote side at once. The runner records what the
+// receiver got in all, what each node sent, and the CPU that filterd, the
+// nodes and the receiver spent per GB; it writes scale.csv, a table, and the
+// plots of figures 5, 7 and 8 of the paper.
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "proc.hpp"
+#include "report.hpp"
+#include "xk/apps/stack.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace xk::scale;
+using xk::apps::parse_bytes;
+using xk::apps::parse_number;
+using xk::apps::UsageError;
+
+constexpr const char* kProg = "xk-scale";
+
+constexpr const char* kUsage = R"(usage: xk-scale [run] [options]
+       xk-scale rank -- PROGRAM ARGS...
+
+The scaling experiment: filterd, N nodes attached to it and a remote receiver;
+N concurrent connections (one per node) for each N, in steer and central mode,
+with the TCP checksum on and off. Writes scale.csv, a table and PNG plots into
+the results folder (docs/apps-scale.md).
+
+the matrix:
+  --n LIST              numbers of nodes/connections (default 1,2,4,8; each 1..256)
+  --modes LIST          filterd modes: steer, central (default steer,central)
+  --csum LIST           checksum: on, off (default on,off)
+  --repeat R            run each point R times; table and plots show the median (default 1)
+
+each run:
+  --bytes N             bytes per connection (default 256m; suffixes k, m, g)
+  --seconds S           or: each node sends for S seconds
+  --buflen N            the nodes' write size (xk-ttcp --buflen)
+  --mtu N               MTU of the external link (default 1500; up to 9000)
+  --tcp-opts 'K=V ..'   more tcp options for every stack (filterd's too)
+  --verify on|off       SHA-256 of every stream at both ends (default off: it costs CPU)
+  --idle busy|sleep     how the nodes idle (default sleep: N busy nodes starve each
+                        other on a small machine)
+  --peer-idle busy|sleep  how an xk receiver idles (default sleep)
+  --timeout SEC         the longest one run may take (default 600)
+  --progress SEC        print the receiver's throughput every SEC seconds
+
+where the processes run:
+  --launcher local|mpirun  nodes as N processes (default), or one `mpirun -np N` job
+                        whose ranks are the nodes (Open MPI; xk-scale rank wraps each)
+  --mpirun PATH         the mpirun to use (default mpirun)
+  --mpirun-args 'A ..'  more mpirun arguments (a hostfile, --mca ...)
+  --remote xk|linux     xk (default, no root): the remote is a standalone xk receiver
+                        joined to filterd's external port by net_memif; linux (root):
+                        a Linux receiver in a network namespace, filterd on a veth
+                        through net_af_packet (checksum on only)
+
+programs and output:
+  --program PATH        the node/receiver program (default: xk-ttcp of this build)
+  --filterd-bin PATH    filterd (default: filterd of this build)
+  --results DIR         the results folder (default ./xk-scale-results/<date-time>)
+  --help
+
+exit status: 0 success, 1 a run failed (its logs are in the results folder),
+2 bad command line, 130 interrupted
+)";
+
+enum class Launcher { local, mpirun };
+enum class Remote { xk, linux };
+
+struct Args {
+  std::vector<unsigned> ns{1, 2, 4, 8};
+  std::vector<std::string> modes{"steer", "central"};
+  std::vector<bool> csums{true, false};
+  unsigned repeat = 1;
+  std::uint64_t bytes = 256ull << 20;
+  std::optional<double> seconds;
+  std::optional<std::uint64_t> buflen;
+  unsigned mtu = 1500;
+  std::string tcp_opts;
+  bool verify = false;
+  std::string idle = "sleep", peer_idle = "sleep";
+  double timeout_s = 600;
+  std::optional<double> progress_s;
+  Launcher launcher = Launcher::local;
+  std::string mpirun = "mpirun";
+  std::vector<std::string> mpirun_args;
+  Remote remote = Remote::xk;
+  std::string program, filterd, results;
+};
+
+std::vector<std::string> split(std::string_view text, char sep) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (;;) {
+    std::size_t at = text.find(sep, start);
+    out.emplace_back(text.substr(start, at == std::string_view::npos ? std::string_view::npos : at - start));
+    if (at == std::string_view::npos) return out;
+    start = at + 1;
+  }
+}
+
+std::vector<std::string> words(std::string_view text) {
+  std::vector<std::string> out;
+  for (auto& w : split(text, ' ')) {
+    if (!w.empty()) out.push_back(w);
+  }
+  return out;
+}
+
+// A comma list whose items `one` parses; empty items and repeats are errors.
+template <class T, class Fn>
+std::vector<T> parse_list(std::string_view flag, std::string_view text, Fn&& one) {
+  std::vector<T> out;
+  std::vector<std::string> seen;
+  for (const auto& item : split(text, ',')) {
+    if (item.empty()) throw UsageError{std::string(flag) + ": empty item in '" + std::string(text) + "'"};
+    if (std::find(seen.begin(), seen.end(), item) != seen.end()) {
+      throw UsageError{std::string(flag) + ": '" + item + "' is listed twice"};
+    }
+    seen.push_back(item);
+    out.push_back(one(item));
+  }
+  return out;
+}
+
+std::string choice(std::string_view flag, std::string_view v, std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return std::string(v);
+    list += (list.empty() ? "" : " or ") + std::string(a);
+  }
+  throw UsageError{std::string(flag) + ": expected " + list + ", got '" + std::string(v) + "'"};
+}
+
+bool is_executable_file(const std::string& p) {
+  struct stat st {};
+  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  std::vector<std::string_view> w(argv + 1, argv + argc);
+  for (auto x : w) {
+    if (x == "--help" || x == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+  }
+  std::span<const std::string_view> rest(w);
+  if (!rest.empty() && rest[0] == "run") rest = rest.subspan(1);
+  if (!rest.empty() && !rest[0].starts_with("-")) {
+    throw UsageError{"unknown command '" + std::string(rest[0]) + "': expected run or rank"};
+  }
+  bool bytes_given = false;
+  xk::apps::for_each_flag(rest, [&](xk::apps::Flag& f) {
+    const auto n = f.name();
+    if (n == "--n") {
+      a.ns = parse_list<unsigned>(n, f.value(), [&](const std::string& s) { return parse_number<unsigned>(n, s, 1, 256); });
+    } else if (n == "--modes") {
+      a.modes = parse_list<std::string>(n, f.value(), [&](const std::string& s) { return choice(n, s, {"steer", "central"}); });
+    } else if (n == "--csum") {
+      a.csums = parse_list<bool>(n, f.value(), [&](const std::string& s) { return choice(n, s, {"on", "off"}) == "on"; });
+    } else if (n == "--repeat") {
+      a.repeat = parse_number<unsigned>(n, f.value(), 1, 100);
+    } else if (n == "--bytes") {
+      a.bytes = parse_bytes(n, f.value());
+      if (a.bytes == 0) throw UsageError{"--bytes: at least 1 byte per connection"};
+      bytes_given = true;
+    } else if (n == "--seconds") {
+      a.seconds = xk::apps::parse_seconds(n, f.value());
+    } else if (n == "--buflen") {
+      a.buflen = parse_bytes(n, f.value());
+      if (*a.buflen == 0 || *a.buflen > (64u << 20)) throw UsageError{"--buflen: 1 byte to 64m"};
+    } else if (n == "--mtu") {
+      a.mtu = parse_number<unsigned>(n, f.value(), 576, 9000);
+    } else if (n == "--tcp-opts") {
+      a.tcp_opts = std::string(f.value());
+    } else if (n == "--verify") {
+      a.verify = choice(n, f.value(), {"on", "off"}) == "on";
+    } else if (n == "--idle") {
+      a.idle = choice(n, f.value(), {"busy", "sleep"});
+    } else if (n == "--peer-idle") {
+      a.peer_idle = choice(n, f.value(), {"busy", "sleep"});
+    } else if (n == "--timeout") {
+      a.timeout_s = xk::apps::parse_seconds(n, f.value());
+    } else if (n == "--progress") {
+      a.progress_s = xk::apps::parse_seconds(n, f.value());
+    } else if (n == "--launcher") {
+      a.launcher = choice(n, f.value(), {"local", "mpirun"}) == "local" ? Launcher::local : Launcher::mpirun;
+    } else if (n == "--mpirun") {
+      a.mpirun = std::string(f.value());
+      if (a.mpirun.empty()) throw UsageError{"--mpirun: empty path"};
+    } else if (n == "--mpirun-args") {
+      a.mpirun_args = words(f.value());
+    } else if (n == "--remote") {
+      a.remote = choice(n, f.value(), {"xk", "linux"}) == "xk" ? Remote::xk : Remote::linux;
+    } else if (n == "--program" || n == "--filterd-bin") {
+      std::string p(f.value());
+      if (!is_executable_file(p)) throw UsageError{std::string(n) + ": '" + p + "' is not an executable file"};
+      (n == "--program" ? a.program : a.filterd) = p;
+    } else if (n == "--results") {
+      a.results = std::string(f.value());
+      if (a.results.empty()) throw UsageError{"--results: empty folder name"};
+    } else {
+      throw UsageError{"unknown option '" + std::string(n) + "'"};
+    }
+  });
+  if (a.seconds && bytes_given) throw UsageError{"--bytes and --seconds: give one of them"};
+  if (a.remote == Remote::linux && std::find(a.csums.begin(), a.csums.end(), false) != a.csums.end()) {
+    throw UsageError{"--remote linux: Linux checks the checksum of every segment it receives (a veth's rx "
+                     "offload does not skip that for frames from af_packet), so checksum off needs --remote xk; "
+                     "give --csum on"};
+  }
+  if (a.mpirun_args.size() && a.launcher != Launcher::mpirun) {
+    throw UsageError{"--mpirun-args is for --launcher mpirun"};
+  }
+  return a;
+}
+
+// `xk-scale rank -- PROGRAM ARGS`: started by mpirun as rank R of N, it
+// becomes PROGRAM ARGS --seed R+1 --label rankR (its stream and its name in
+// the output).
+int rank_main(int argc, char** argv) {
+  std::vector<std::string> cmd;
+  int i = 2;
+  if (i < argc && std::string_view(argv[i]) == "--") ++i;
+  for (; i < argc; ++i) cmd.emplace_back(argv[i]);
+  if (cmd.empty()) {
+    std::fprintf(stderr, "%s: rank: missing the program to run (xk-scale rank -- PROGRAM ARGS...)\ntry '%s --help'\n",
+                 kProg, kProg);
+    return 2;
+  }
+  const char* rank = nullptr;
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    if ((rank = std::getenv(var)) != nullptr) break;
+  }
+  if (rank == nullptr) {
+    std::fprintf(stderr, "%s: rank: no OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK: not started by mpirun\ntry '%s --help'\n",
+                 kProg, kProg);
+    return 2;
+  }
+  unsigned r = 0;
+  try {
+    r = parse_number<unsigned>("rank", rank, 0, 1u << 20);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: rank %s\ntry '%s --help'\n", kProg, e.what.c_str(), kProg);
+    return 2;
+  }
+  cmd.insert(cmd.end(), {"--seed", std::to_string(r + 1), "--label", "rank" + std::to_string(r)});
+  std::vector<char*> args;
+  for (auto& c : cmd) args.push_back(c.data());
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  std::fprintf(stderr, "%s: rank %u: cannot run %s: %s\n", kProg, r, args[0], std::strerror(errno));
+  return 127;
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : p.string();
+}
+
+// The program next to xk-scale in the build tree (apps/scale/xk-scale ->
+// apps/ttcp/xk-ttcp, filterd/filterd) or in the same folder (installed).
+std::string locate(const std::string& given, const std::vector<std::string>& relative, const char* what,
+                   const char* flag) {
+  if (!given.empty()) return fs::absolute(given).string();
+  fs::path dir = fs::path(self_exe()).parent_path();
+  std::string looked;
+  for (const auto& rel : relative) {
+    fs::path p = (dir / rel).lexically_normal();
+    if (is_executable_file(p.string())) return p.string();
+    looked += "\n  " + p.string();
+  }
+  throw std::runtime_error(std::string(what) + " not found; looked at:" + looked + "\ngive its path with " + flag);
+}
+
+std::string timestamp() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y%m%d-%H%M%S", &tm);
+  return b;
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+std::string human_bytes(std::uint64_t b) {
+  if (b % (1ull << 30) == 0) return std::to_string(b >> 30) + "g";
+  if (b % (1ull << 20) == 0) return std::to_string(b >> 20) + "m";
+  if (b % (1ull << 10) == 0) return std::to_string(b >> 10) + "k";
+  return std::to_string(b);
+}
+
+// The Linux receiver of --remote linux: N connections read to their end at
+// once (one thread, selectors), the contract's RESULT lines of a receiver.
+constexpr const char* kLinuxReceiver = R"PY(
+import resource, selectors, socket, sys, time
+host, port, n, timeout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+ls = socket.socket()
+ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ls.bind((host, port))
+ls.listen(max(n, 16))
+sel = selectors.DefaultSelector()
+sel.register(ls, selectors.EVENT_READ)
+print("xk-scale linux receiver on %s:%d for %d connections: ready" % (host, port, n), flush=True)
+buf = bytearray(1 << 20)
+conns, accepted, done, total, first, last = {}, 0, 0, 0, None, None
+while done < n:
+    events = sel.select(timeout=timeout)
+    if not events:
+        print("linux receiver: no progress for %.0f s (%d of %d done)" % (timeout, done, n), flush=True)
+        sys.exit(1)
+    for key, _ in events:
+        if key.fileobj is ls:
+            c, peer = ls.accept()
+            accepted += 1
+            t = time.monotonic()
+            if first is None:
+                first = t
+            conns[c] = [accepted, peer, 0, t]
+            sel.register(c, selectors.EVENT_READ)
+            if accepted == n:
+                sel.unregister(ls)
+            continue
+        c = key.fileobj
+        st = conns[c]
+        try:
+            k = c.recv_into(buf)
+        except ConnectionError as e:
+            print("linux receiver: connection %d: %s" % (st[0], e), flush=True)
+            sys.exit(1)
+        if k:
+            st[2] += k
+            continue
+        t = time.monotonic()
+        sel.unregister(c)
+        c.close()
+        done += 1
+        total += st[2]
+        last = t
+        s = max(t - st[3], 1e-9)
+        print("RESULT role=receiver conn=%d peer=%s:%d bytes=%d seconds=%.6f gbps=%.3f"
+              % (st[0], st[1][0], st[1][1], st[2], s, st[2] * 8 / s / 1e9), flush=True)
+ru = resource.getrusage(resource.RUSAGE_SELF)
+cpu = ru.ru_utime + ru.ru_stime
+s = max(last - first, 1e-9)
+print("RESULT role=receiver total=1 connections=%d bytes=%d seconds=%.6f gbps=%.3f cpu_s=%.3f cpu_s_per_gb=%.3f"
+      % (n, total, s, total * 8 / s / 1e9, cpu, cpu / max(total / 1e9, 1e-9)), flush=True)
+)PY";
+
+class Experiment {
+ public:
+  explicit Experiment(Args a) : a_(std::move(a)) {}
+  ~Experiment() { teardown(); }
+  Experiment(const Experiment&) = delete;
+  Experiment& operator=(const Experiment&) = delete;
+
+  int run();
+
+ private:
+  struct Point {
+    std::string mode;
+    bool csum;
+    unsigned n;
+    unsigned repeat;
+  };
+  Row run_one(const Point& p, std::size_t index);
+  void setup_linux();
+  void set_linux_csum(bool csum);
+  void teardown();
+  std::vector<std::string> in_xk_ns(std::vector<std::string> argv) const;
+
+  Args a_;
+  std::string results_, runs_, tmp_, self_;
+  // --remote linux: the namespaces and veth ends (made by setup_linux).
+  std::string nsa_, nsb_, lnx_, xkif_;
+  bool linux_up_ = false;
+  std::optional<bool> linux_csum_;
+};
+
+std::vector<std::string> Experiment::in_xk_ns(std::vector<std::string> argv) const {
+  if (a_.remote == Remote::xk) return argv;
+  argv.insert(argv.begin(), {"ip", "netns", "exec", nsb_});
+  return argv;
+}
+
+constexpr const char* kLinuxIp = "192.0.2.1";
+constexpr const char* kSharedIp = "192.0.2.10";  // filterd's, every node's
+constexpr const char* kXkPeerIp = "192.0.2.20";  // the standalone xk receiver's
+constexpr const char* kPeerPort = "5001";
+
+void Experiment::setup_linux() {
+  const std::string id = std::to_string(getpid());
+  nsa_ = "xk-scale-" + id + "-a";
+  nsb_ = "xk-scale-" + id + "-b";
+  lnx_ = "xksl" + id;
+  xkif_ = "xksx" + id;
+  const std::string log = results_ + "/setup.log";
+  linux_up_ = true;  // from here on teardown deletes what exists
+  run_command({"ip", "netns", "add", nsa_}, log);
+  run_command({"ip", "netns", "add", nsb_}, log);
+  run_command({"ip", "link", "add", lnx_, "type", "veth", "peer", "name", xkif_}, log);
+  run_command({"ip", "link", "set", lnx_, "netns", nsa_}, log);
+  run_command({"ip", "link", "set", xkif_, "netns", nsb_}, log);
+  for (const auto& [ns, dev] : {std::pair{nsa_, lnx_}, std::pair{nsb_, xkif_}}) {
+    run_command({"ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"}, log);
+    run_command({"ip", "-n", ns, "link", "set", "lo", "up"}, log);
+    run_command({"ip", "-n", ns, "link", "set", dev, "mtu", std::to_string(a_.mtu)}, log);
+    // No segmentation offloads: xk sees wire-sized frames, as on a NIC.
+    run_command({"ip", "netns", "exec", ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"}, log);
+  }
+  run_command({"ip", "-n", nsa_, "addr", "add", std::string(kLinuxIp) + "/24", "dev", lnx_}, log);
+  run_command({"ip", "-n", nsa_, "link", "set", lnx_, "up"}, log);
+  run_command({"ip", "-n", nsb_, "link", "set", xkif_, "up"}, log);
+}
+
+// Linux computes and checks every checksum itself: no veth checksum offload
+// (with tx offload af_packet would hand xk frames carrying only the
+// pseudo-header sum). Checksum off cannot be had with Linux (parse_args).
+void Experiment::set_linux_csum(bool csum) {
+  if (linux_csum_ == csum) return;
+  const std::string log = results_ + "/setup.log";
+  run_command({"ip", "netns", "exec", nsa_, "ethtool", "-K", lnx_, "rx", "off", "tx", "off"}, log);
+  run_command({"ip", "netns", "exec", nsb_, "ethtool", "-K", xkif_, "rx", "off", "tx", "off"}, log);
+  linux_csum_ = csum;
+}
+
+void Experiment::teardown() {
+  if (linux_up_) {
+    const std::string log = results_ + "/setup.log";
+    for (const auto& ns : {nsa_, nsb_}) {
+      try {
+        run_command({"ip", "netns", "del", ns}, log);
+      } catch (const RunFailure&) {
+      }
+    }
+    linux_up_ = false;
+  }
+  if (!tmp_.empty()) {
+    std::error_code ec;
+    fs::remove_all(tmp_, ec);
+    tmp_.clear();
+  }
+}
+
+Row Experiment::run_one(const Point& p, std::size_t index) {
+  const std::string label = p.mode + "-csum" + (p.csum ? "on" : "off") + "-n" + std::to_string(p.n) +
+                            (a_.repeat > 1 ? "-r" + std::to_string(p.repeat) : "");
+  const std::string dir = runs_ + "/" + label;
+  fs::create_directories(dir);
+  const std::string id = std::to_string(getpid()) + "-" + std::to_string(index);
+  const std::string ctl = tmp_ + "/ctl-" + std::to_string(index) + ".sock";
+  // memif sockets in the abstract namespace (DPDK's default): no file to leave.
+  const std::string ext_memif = "/run/xk-scale-" + id + ".ext";
+  const std::string node_memif = "/run/xk-scale-" + id + ".nodes";
+  const std::string csum = p.csum ? "on" : "off";
+  const std::string timeout = fmt("%.0f", std::min(a_.timeout_s, 120.0));
+  std::vector<std::unique_ptr<Child>> keep;  // destroyed (killed, reaped) on every way out
+  const double t_start = now_seconds();
+  const double deadline = t_start + a_.timeout_s;
+
+  // The remote side, then filterd: the receiver (a memif server) waits for
+  // its link, which comes up when filterd's external port connects.
+  std::unique_ptr<Child> peer;
+  std::string peer_ip;
+  if (a_.remote == Remote::xk) {
+    peer_ip = kXkPeerIp;
+    std::vector<std::string> argv{a_.program, "receive", "--port",
+                                  "net_memif0,role=server,id=0,socket=" + ext_memif, "--ip", peer_ip + "/24",
+                                  "--tcp-port", kPeerPort, "--connections", std::to_string(p.n), "--csum", csum,
+                                  "--verify", a_.verify ? "on" : "off", "--idle", a_.peer_idle, "--timeout", timeout};
+    if (a_.mtu != 1500) argv.insert(argv.end(), {"--port-opts", "mtu=" + std::to_string(a_.mtu)});
+    if (!a_.tcp_opts.empty()) argv.insert(argv.end(), {"--tcp-opts", a_.tcp_opts});
+    if (a_.progress_s) argv.insert(argv.end(), {"--progress", fmt("%g", *a_.progress_s)});
+    peer = std::make_unique<Child>("the receiver", argv, dir + "/peer.log");
+    wait_for_text(*peer, "waiting for the link", 60);
+  } else {
+    peer_ip = kLinuxIp;
+    set_linux_csum(p.csum);
+    peer = std::make_unique<Child>("the Linux receiver",
+                                   std::vector<std::string>{"ip", "netns", "exec", nsa_, "python3", "-c",
+                                                            kLinuxReceiver, peer_ip, kPeerPort, std::to_string(p.n),
+                                                            timeout},
+                                   dir + "/peer.log");
+  }
+  std::vector<std::string> fd{a_.filterd, "--mode", p.mode, "--ip", std::string(kSharedIp) + "/24", "--control", ctl,
+                              "--memif-socket", node_memif, "--csum", csum};
+  if (a_.remote == Remote::xk) {
+    fd.insert(fd.end(), {"--port", "net_memif1,role=client,id=0,socket=" + ext_memif});
+    if (a_.mtu != 1500) fd.insert(fd.end(), {"--port-opts", "mtu=" + std::to_string(a_.mtu)});
+  } else {
+    fd.insert(fd.end(), {"--port", "net_af_packet0,iface=" + xkif_ + ",framecnt=4096", "--port-opts",
+                         "mbufs=16383" + (a_.mtu != 1500 ? " mtu=" + std::to_string(a_.mtu) : std::string())});
+  }
+  if (!a_.tcp_opts.empty()) fd.insert(fd.end(), {"--tcp-opts", a_.tcp_opts});
+  auto filterd = std::make_unique<Child>("filterd", in_xk_ns(fd), dir + "/filterd.log");
+  wait_for_text(*filterd, "ready", 60);
+  wait_for_text(*peer, "ready", 60);
+
+  // The nodes: each sends one stream to the receiver.
+  std::vector<std::string> tx{a_.program, "transmit", "--filterd", ctl, "--peer", peer_ip + ":" + kPeerPort,
+                              "--csum", csum, "--verify", a_.verify ? "on" : "off", "--idle", a_.idle,
+                              "--timeout", timeout};
+  if (a_.seconds) {
+    tx.insert(tx.end(), {"--seconds", fmt("%g", *a_.seconds)});
+  } else {
+    tx.insert(tx.end(), {"--bytes", std::to_string(a_.bytes)});
+  }
+  if (a_.buflen) tx.insert(tx.end(), {"--buflen", std::to_string(*a_.buflen)});
+  if (!a_.tcp_opts.empty()) tx.insert(tx.end(), {"--tcp-opts", a_.tcp_opts});
+
+  const auto fd_cpu0 = process_cpu_seconds(filterd->pid());
+  if (!fd_cpu0) throw RunFailure{"filterd is gone before the nodes started; " + filterd->log()};
+  std::vector<std::unique_ptr<Child>> nodes;
+  if (a_.launcher == Launcher::local) {
+    for (unsigned i = 0; i < p.n; ++i) {
+      auto argv = tx;
+      argv.insert(argv.end(), {"--seed", std::to_string(i + 1), "--label", "node" + std::to_string(i)});
+      nodes.push_back(std::make_unique<Child>("node " + std::to_string(i), in_xk_ns(argv),
+                                              dir + "/node" + std::to_string(i) + ".log"));
+    }
+  } else {
+    std::vector<std::string> argv{a_.mpirun, "-np", std::to_string(p.n), "--oversubscribe", "--bind-to", "none",
+                                  "--tag-output"};
+    if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+    argv.insert(argv.end(), a_.mpirun_args.begin(), a_.mpirun_args.end());
+    argv.insert(argv.end(), {self_, "rank", "--"});
+    argv.insert(argv.end(), tx.begin(), tx.end());
+    nodes.push_back(std::make_unique<Child>("mpirun", in_xk_ns(argv), dir + "/mpirun.log"));
+  }
+
+  // Until every node is done; the receiver's PROGRESS lines shown as they come.
+  auto show_progress = [&] {
+    if (!a_.progress_s) return;
+    for (const auto& l : peer->new_lines()) {
+      if (auto at = l.find("PROGRESS "); at != std::string::npos) std::printf("      %s\n", l.c_str() + at);
+    }
+    std::fflush(stdout);
+  };
+  for (;;) {
+    if (g_stop_signal.load() != 0) throw RunFailure{"stopped by signal"};
+    bool any = false;
+    for (auto& n : nodes) {
+      if (n->running()) {
+        any = true;
+      } else if (n->status() != 0) {
+        throw RunFailure{n->name() + " " + n->describe_status() + "; " + n->log() + " ends:\n" + n->log_tail()};
+      }
+    }
+    if (!any) break;
+    if (!filterd->running()) {
+      throw RunFailure{"filterd " + filterd->describe_status() + " during the run; " + filterd->log() + " ends:\n" +
+                       filterd->log_tail()};
+    }
+    if (now_seconds() > deadline) {
+      throw RunFailure{"the run took longer than --timeout " + fmt("%.0f", a_.timeout_s) + " s; logs in " + dir};
+    }
+    show_progress();
+    sleep_ms(20);
+  }
+  const auto fd_cpu1 = process_cpu_seconds(filterd->pid());
+  if (!fd_cpu1) throw RunFailure{"filterd is gone at the end of the run; " + filterd->log()};
+  while (peer->running()) {
+    if (g_stop_signal.load() != 0) throw RunFailure{"stopped by signal"};
+    if (now_seconds() > deadline) {
+      throw RunFailure{"the receiver did not finish after every node had; " + peer->log() + " ends:\n" +
+                       peer->log_tail()};
+    }
+    show_progress();
+    sleep_ms(20);
+  }
+  show_progress();
+  if (peer->status() != 0) {
+    throw RunFailure{peer->name() + " " + peer->describe_status() + "; " + peer->log() + " ends:\n" + peer->log_tail()};
+  }
+  if (!filterd->stop()) {
+    throw RunFailure{"filterd " + filterd->describe_status() + " when stopped; " + filterd->log() + " ends:\n" +
+                     filterd->log_tail()};
+  }
+  const double wall = now_seconds() - t_start;
+
+  Row r;
+  r.mode = p.mode;
+  r.csum = p.csum;
+  r.n = p.n;
+  r.repeat = p.repeat;
+  r.launcher = a_.launcher == Launcher::local ? "local" : "mpirun";
+  r.remote = a_.remote == Remote::xk ? "xk" : "linux";
+  r.mtu = a_.mtu;
+  r.wall_seconds = wall;
+  Fields total;
+  for (auto& f : result_lines(peer->log_text(), "receiver")) {
+    if (f.count("total") != 0) total = f;
+  }
+  if (total.empty()) throw RunFailure{"the receiver printed no 'RESULT role=receiver total=1' line; " + peer->log()};
+  const std::string who = "the receiver (" + peer->log() + ")";
+  if (number(total, "connections", who) != p.n) {
+    throw RunFailure{who + " counted " + total.at("connections") + " connections, not " + std::to_string(p.n)};
+  }
+  r.bytes = static_cast<std::uint64_t>(number(total, "bytes", who));
+  r.seconds = number(total, "seconds", who);
+  r.peer_cpu_s = number(total, "cpu_s", who);
+  if (r.bytes == 0 || !(r.seconds > 0)) throw RunFailure{who + ": no bytes or no time"};
+  r.aggregate_gbps = static_cast<double>(r.bytes) * 8 / r.seconds / 1e9;
+  r.aggregate_mbps = static_cast<double>(r.bytes) / r.seconds / 1e6;
+  const double gb = static_cast<double>(r.bytes) / 1e9;
+
+  std::vector<Fields> sent;
+  for (auto& n : nodes) {
+    auto lines = result_lines(n->log_text(), "transmitter");
+    sent.insert(sent.end(), lines.begin(), lines.end());
+  }
+  if (sent.size() != p.n) {
+    throw RunFailure{std::to_string(sent.size()) + " 'RESULT role=transmitter' lines from " + std::to_string(p.n) +
+                     " nodes; logs in " + dir};
+  }
+  double sent_bytes = 0;
+  r.per_node_min = 1e300;
+  r.per_node_max = 0;
+  for (const auto& f : sent) {
+    const std::string node = "node " + (f.count("label") ? f.at("label") : std::string("?")) + " (" + dir + ")";
+    double g = number(f, "gbps", node);
+    sent_bytes += number(f, "bytes", node);
+    r.nodes_cpu_s += number(f, "cpu_s", node);
+    r.per_node_mean += g / p.n;
+    r.per_node_min = std::min(r.per_node_min, g);
+    r.per_node_max = std::max(r.per_node_max, g);
+  }
+  if (sent_bytes != static_cast<double>(r.bytes)) {
+    throw RunFailure{"the nodes sent " + fmt("%.0f", sent_bytes) + " bytes, the receiver got " +
+                     std::to_string(r.bytes) + "; logs in " + dir};
+  }
+  if (!a_.seconds && r.bytes != a_.bytes * p.n) {
+    throw RunFailure{"the receiver got " + std::to_string(r.bytes) + " bytes, not " + std::to_string(p.n) + " x " +
+                     std::to_string(a_.bytes) + "; logs in " + dir};
+  }
+  r.filterd_cpu_s = *fd_cpu1 - *fd_cpu0;
+  r.filterd_s_per_gb = r.filterd_cpu_s / gb;
+  r.nodes_s_per_gb = r.nodes_cpu_s / gb;
+  r.peer_s_per_gb = r.peer_cpu_s / gb;
+  return r;
+}
+
+int Experiment::run() {
+  self_ = self_exe();
+  a_.program = locate(a_.program, {"../ttcp/xk-ttcp", "xk-ttcp"}, "xk-ttcp", "--program");
+  a_.filterd = locate(a_.filterd, {"../../filterd/filterd", "filterd"}, "filterd", "--filterd-bin");
+  if (a_.remote == Remote::linux && geteuid() != 0) {
+    throw std::runtime_error("--remote linux needs root (network namespaces); --remote xk does not");
+  }
+  results_ = a_.results.empty() ? "xk-scale-results/" + timestamp() : a_.results;
+  fs::create_directories(results_);
+  results_ = fs::canonical(results_).string();
+  runs_ = results_ + "/runs";
+  fs::create_directories(runs_);
+  char tmpl[] = "/tmp/xk-scale.XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
+  tmp_ = tmpl;
+
+  std::vector<Point> points;
+  for (const auto& mode : a_.modes) {
+    for (bool csum : a_.csums) {
+      for (unsigned n : a_.ns) {
+        for (unsigned k = 1; k <= a_.repeat; ++k) points.push_back({mode, csum, n, k});
+      }
+    }
+  }
+  const std::string per = a_.seconds ? fmt("%g s", *a_.seconds) + " per connection"
+                                     : human_bytes(a_.bytes) + " per connection";
+  const std::string setup = std::string("remote ") + (a_.remote == Remote::xk ? "xk (memif)" : "linux (af_packet)") +
+                            ", " + (a_.launcher == Launcher::local ? "local" : "mpirun") + " launcher, " + per +
+                            ", MTU " + std::to_string(a_.mtu);
+  std::printf("xk-scale: %zu runs (%s); results in %s\n", points.size(), setup.c_str(), results_.c_str());
+  std::printf("  node program %s\n  filterd      %s\n", a_.program.c_str(), a_.filterd.c_str());
+  std::fflush(stdout);
+
+  std::vector<Row> rows;
+  const std::string csv = results_ + "/scale.csv";
+  try {
+    if (a_.remote == Remote::linux) setup_linux();
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const Point& p = points[i];
+      std::string tag = "[" + std::to_string(i + 1) + "/" + std::to_string(points.size()) + "] " + p.mode +
+                        " csum=" + (p.csum ? "on" : "off") + " N=" + std::to_string(p.n) +
+                        (a_.repeat > 1 ? " #" + std::to_string(p.repeat) : "");
+      std::printf("%s ...\n", tag.c_str());
+      std::fflush(stdout);
+      Row r = run_one(p, i);
+      rows.push_back(r);
+      write_csv(csv, rows);
+      std::printf("%s: %.3f Gbit/s (%.1f MB/s), per node %.3f..%.3f, filterd %.3f s/GB, nodes %.3f s/GB, "
+                  "peer %.3f s/GB (%.1f s)\n",
+                  tag.c_str(), r.aggregate_gbps, r.aggregate_mbps, r.per_node_min, r.per_node_max, r.filterd_s_per_gb,
+                  r.nodes_s_per_gb, r.peer_s_per_gb, r.wall_seconds);
+      std::fflush(stdout);
+    }
+  } catch (const RunFailure& f) {
+    if (!rows.empty()) write_csv(csv, rows);
+    teardown();
+    if (int sig = g_stop_signal.load(); sig != 0) {
+      std::fprintf(stderr, "%s: stopped by %s after %zu of %zu runs; every process is stopped%s\n", kProg,
+                   strsignal(sig), rows.size(), points.size(), rows.empty() ? "" : ("; " + csv).c_str());
+      return 130;
+    }
+    std::fprintf(stderr, "%s: run %zu of %zu failed: %s\n", kProg, rows.size() + 1, points.size(), f.what.c_str());
+    if (f.what.empty() || f.what.back() != '\n') std::fputc('\n', stderr);
+    std::fprintf(stderr, "%s: logs of every run: %s\n", kProg, runs_.c_str());
+    return 1;
+  }
+  teardown();
+
+  std::vector<Row> shown = medians(rows);
+  std::printf("\n%s%s", a_.repeat > 1 ? ("median of " + std::to_string(a_.repeat) + " runs each\n").c_str() : "",
+              summary_table(shown).c_str());
+  std::string plot_err = write_plots(results_, shown, setup);
+  std::printf("\nresults: %s\n  scale.csv        one row per run\n", results_.c_str());
+  if (plot_err.empty()) {
+    std::printf("  aggregate.png    aggregate throughput vs N\n  per_node.png     per-node throughput vs N\n"
+                "  filterd_cpu.png  filterd CPU seconds per GB vs N\n");
+  } else {
+    std::printf("  (no plots: %s)\n", plot_err.c_str());
+  }
+  std::printf("  runs/            every process's log\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::string_view(argv[1]) == "rank") return rank_main(argc, argv);
+  Args args;
+  install_signal_handlers();
+  return xk::apps::app_main(
+      kProg, [&] { args = parse_args(argc, argv); },
+      [&] {
+        Experiment e(std::move(args));
+        return e.run();
+      });
+}

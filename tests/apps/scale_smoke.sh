@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# apps.scale_smoke: a short xk-scale run (no root: the remote side is an xk
+# receiver over net_memif), in seconds rather than minutes:
+#
+# (1) N=1,2 x steer,central x checksum on,off, local launcher: scale.csv has
+#     the header and all 8 rows, every figure positive and the bytes exact;
+#     the three plots are PNG files (signature, IHDR, a sane size); nothing
+#     is left behind (no process, no memif socket, no temporary folder);
+# (2) the mpirun path: N=2 as one `mpirun -np 2` job (steer, checksum on),
+#     each rank a node with its own label;
+# (3) SIGINT in the middle of a run: xk-scale exits 130 within seconds and
+#     stops every process it started.
+#
+#   scale_smoke.sh XK_SCALE FILTERD NODE_PROGRAM
+#   XK_SCALE_SMOKE_BYTES   bytes per connection (default 8m; 2m under ASan)
+set -euo pipefail
+TEST_NAME=scale_smoke
+source "$(dirname "$0")/../integration/lib.sh"
+[ $# -eq 3 ] || die "usage: $0 XK_SCALE FILTERD NODE_PROGRAM"
+SCALE=$(readlink -f "$1")
+FD=$(readlink -f "$2")
+NODE=$(readlink -f "$3")
+for x in "$SCALE" "$FD" "$NODE"; do [ -x "$x" ] || die "$x is not executable"; done
+command -v mpirun > /dev/null || die "needs mpirun (Debian: openmpi-bin; scripts/packages.sh installs it)"
+command -v gnuplot > /dev/null || die "needs gnuplot (Debian: gnuplot-nox; scripts/packages.sh installs it)"
+if is_sanitized "$SCALE"; then
+  BYTES=${XK_SCALE_SMOKE_BYTES:-2m}
+else
+  BYTES=${XK_SCALE_SMOKE_BYTES:-8m}
+fi
+OUT=$PWD/scale_smoke.out
+rm -rf "$OUT"
+mkdir -p "$OUT"
+install_cleanup
+COMMON=(--program "$NODE" --filterd-bin "$FD" --bytes "$BYTES" --timeout 300)
+
+# Runs xk-scale in the background (its pid in SCALE_PID), output to $1.
+start_scale() {
+  local log=$1
+  shift
+  "$SCALE" "$@" > "$log" 2>&1 &
+  SCALE_PID=$!
+  PIDS+=("$SCALE_PID")
+}
+
+# Nothing of xk-scale $1 is left: no process started by it (their command
+# lines name its memif sockets, /run/xk-scale-PID-..., or its temporary
+# folder), no memif socket (abstract: in `ss`), no temporary folder.
+no_leftovers() {
+  local pid=$1 left
+  left=$(pgrep -af "xk-scale-$pid-|/tmp/xk-scale\\.[^ ]*/ctl-" | grep -v pgrep || true)
+  [ -z "$left" ] || die "processes left by xk-scale $pid: $left"
+  left=$(ss -xa 2>/dev/null | grep "xk-scale-$pid-" || true)
+  [ -z "$left" ] || die "sockets left by xk-scale $pid: $left"
+  for d in /tmp/xk-scale.*; do
+    [ -e "$d" ] || continue
+    # A folder of another xk-scale still running is not ours.
+    pgrep -f "$d" > /dev/null || die "temporary folder left behind: $d"
+  done
+  echo "   nothing left behind by xk-scale $pid"
+}
+
+# check_csv FILE ROWS LAUNCHER: the header, ROWS rows, each (mode, csum, n)
+# of the matrix once, every figure positive, bytes = n x BYTES.
+check_csv() {
+  /usr/bin/python3 - "$1" "$2" "$3" "$(numfmt --from=iec "${BYTES^^}")" <<'PY'
+import csv, sys
+path, rows_wanted, launcher, per_conn = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+header = ("mode,csum,n,repeat,bytes,seconds,aggregate_gbps,aggregate_MBps,per_node_gbps_mean,per_node_gbps_min,"
+          "per_node_gbps_max,filterd_cpu_s_per_gb,nodes_cpu_s_per_gb,peer_cpu_s_per_gb,filterd_cpu_s,nodes_cpu_s,"
+          "peer_cpu_s,launcher,remote,mtu,wall_seconds")
+lines = open(path).read().splitlines()
+assert lines[0] == header, "header: %r" % lines[0]
+rows = list(csv.DictReader(lines))
+assert len(rows) == rows_wanted, "%d rows, %d wanted" % (len(rows), rows_wanted)
+keys = set()
+for r in rows:
+    keys.add((r["mode"], r["csum"], r["n"]))
+    assert r["mode"] in ("steer", "central") and r["csum"] in ("on", "off"), r
+    assert r["launcher"] == launcher and r["remote"] == "xk" and r["mtu"] == "1500", r
+    assert int(r["bytes"]) == int(r["n"]) * per_conn, "bytes %s for n=%s" % (r["bytes"], r["n"])
+    for k in header.split(",")[4:17] + ["wall_seconds"]:
+        assert float(r[k]) > 0, "%s=%s is not positive in %r" % (k, r[k], r)
+    assert float(r["per_node_gbps_min"]) <= float(r["per_node_gbps_mean"]) <= float(r["per_node_gbps_max"]), r
+    mbps = int(r["bytes"]) / float(r["seconds"]) / 1e6
+    assert abs(mbps - float(r["aggregate_MBps"])) <= 0.01 * mbps + 0.01, r
+assert len(keys) == rows_wanted, "a (mode, csum, n) is missing or repeated: %s" % sorted(keys)
+print("   %s: header and %d complete rows" % (path, len(rows)))
+PY
+}
+
+check_png() {
+  local f=$1
+  [ -s "$f" ] || die "$f is missing or empty"
+  /usr/bin/python3 - "$f" <<'PY' || die "$f is not a valid PNG"
+import struct, sys, zlib
+d = open(sys.argv[1], "rb").read()
+assert d[:8] == b"\x89PNG\r\n\x1a\n", "no PNG signature"
+length, kind = struct.unpack(">I4s", d[8:16])
+assert kind == b"IHDR" and length == 13, "the first chunk is not IHDR"
+w, h = struct.unpack(">II", d[16:24])
+assert zlib.crc32(d[12:29]) == struct.unpack(">I", d[29:33])[0], "IHDR's CRC is wrong"
+assert 100 <= w <= 10000 and 100 <= h <= 10000, "size %dx%d" % (w, h)
+assert d.rstrip(b"\0").endswith(b"IEND\xaeB`\x82"), "no IEND chunk"
+print("   %s: PNG %dx%d" % (sys.argv[1], w, h))
+PY
+  file "$f" | grep -q "PNG image data" || die "file(1) does not call $f a PNG: $(file "$f")"
+}
+
+step "(1) N=1,2, steer and central, checksum on and off, $BYTES per connection, local launcher"
+start_scale "$OUT/local.log" --n 1,2 --results "$OUT/local" "${COMMON[@]}"
+wait "$SCALE_PID" || { cat "$OUT/local.log" >&2; die "(1): xk-scale failed"; }
+PIDS=()
+sed 's/^/   /' "$OUT/local.log"
+check_csv "$OUT/local/scale.csv" 8 local
+for p in aggregate per_node filterd_cpu; do check_png "$OUT/local/$p.png"; done
+grep -q "^central  *off  *2 " "$OUT/local.log" || die "(1): the table has no row for central, csum off, N=2"
+grep -q "results: $OUT/local" "$OUT/local.log" || die "(1): xk-scale did not say where the results are"
+[ "$(ls "$OUT/local/runs" | wc -l)" -eq 8 ] || die "(1): not 8 run folders in $OUT/local/runs"
+no_leftovers "$SCALE_PID"
+
+step "(2) mpirun: N=2 as one mpirun job"
+start_scale "$OUT/mpirun.log" --n 2 --modes steer --csum on --launcher mpirun --results "$OUT/mpirun" "${COMMON[@]}"
+wait "$SCALE_PID" || { cat "$OUT/mpirun.log" >&2; die "(2): xk-scale --launcher mpirun failed"; }
+PIDS=()
+sed 's/^/   /' "$OUT/mpirun.log"
+check_csv "$OUT/mpirun/scale.csv" 1 mpirun
+MLOG=$OUT/mpirun/runs/steer-csumon-n2/mpirun.log
+for r in 0 1; do
+  grep -q "^\[1,$r\]<stdout>:RESULT role=transmitter .*label=rank$r" "$MLOG" \
+    || die "(2): no result of rank $r in $MLOG"
+done
+no_leftovers "$SCALE_PID"
+
+step "(3) SIGINT during a run"
+start_scale "$OUT/sigint.log" --n 2 --modes central --csum on --results "$OUT/sigint" --program "$NODE" \
+  --filterd-bin "$FD" --bytes 16g --timeout 300
+wait_for "$OUT/sigint.log" "\[1/1\]" "$SCALE_PID" 30
+for _ in $(seq 200); do
+  [ -e "$OUT/sigint/runs/central-csumon-n2/node1.log" ] && break
+  sleep 0.05
+done
+sleep 1
+pgrep -f "xk-scale-$SCALE_PID-" > /dev/null || die "(3): no process of the run was running"
+kill -INT "$SCALE_PID"
+t0=$(date +%s)
+rc=0
+wait "$SCALE_PID" || rc=$?
+PIDS=()
+cat "$OUT/sigint.log" | sed 's/^/   /'
+[ "$rc" -eq 130 ] || die "(3): exit $rc after SIGINT, 130 wanted"
+[ $(($(date +%s) - t0)) -le 20 ] || die "(3): xk-scale took more than 20 s to stop"
+grep -q "stopped by Interrupt" "$OUT/sigint.log" || die "(3): xk-scale did not say it was interrupted"
+no_leftovers "$SCALE_PID"

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# apps.ttcp_memif / apps.ttcp_filterd: xk-ttcp over net_memif (no root, no
+# namespaces: memif sockets in the test's output directory).
+#
+#   ttcp_memif.sh XK_TTCP                 standalone: receiver <-memif-> transmitter
+#   ttcp_memif.sh XK_TTCP FILTERD         3 transmit nodes behind filterd
+#
+# standalone: (1) 16m in 64k writes: both ends print the same sha256 and
+# byte count, sane numbers, the aggregate line, STATS only where --stats was
+# given; (2) --csum off on both stacks and --seconds 1: the sha256 still
+# matches, the transmitter sent for at least a second, the receiver printed
+# PROGRESS lines; (3) failures: a transmitter to a port nobody listens on
+# exits 1 (refused), and a receiver waiting for a second connection that
+# never comes exits 1 after --timeout with no aggregate line.
+# filterd: filterd's external port is a memif whose other end is a standalone
+# receiver (--connections 3); 3 xk-ttcp transmit nodes attached with
+# --filterd (checksums off, as the receiver) send to it at once: all three
+# streams arrive intact, from filterd's shared address, and the aggregate
+# line adds them up.
+set -euo pipefail
+TTCP=$(readlink -f "${1:?usage: ttcp_memif.sh XK_TTCP [FILTERD]}")
+FD=${2:+$(readlink -f "$2")}
+if [ -n "$FD" ]; then TEST_NAME=ttcp_filterd; else TEST_NAME=ttcp_memif; fi
+source "$(dirname "$0")/../integration/lib.sh"
+OUT=$PWD/$TEST_NAME.out
+rm -rf "$OUT"
+mkdir -p "$OUT"
+install_cleanup
+
+# key LINE NAME: the value of NAME=... in LINE.
+key() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<< "$1"; }
+# positive NAME VALUE: VALUE is a number > 0.
+positive() { awk -v v="$2" 'BEGIN { exit !(v + 0 > 0) }' || die "$1=$2 is not a positive number"; }
+# receiver LOG ARGS... (background; its pid in RX): memif server on $SOCK,
+# waiting for its link (the transmitter, a memif client, brings it up).
+receiver() {
+  local log=$1
+  shift
+  "$TTCP" receive --port "net_memif0,role=server,id=0,socket=$SOCK" --ip 192.0.2.10/24 --idle sleep "$@" \
+    > "$OUT/$log" 2>&1 &
+  RX=$!
+  PIDS+=("$RX")
+  wait_for "$OUT/$log" "waiting for the link" "$RX" 30
+}
+transmitter() {  # log args...
+  local log=$1
+  shift
+  timeout 120 "$TTCP" transmit --port "net_memif1,role=client,id=0,socket=$SOCK" --ip 192.0.2.11/24 --idle sleep \
+    "$@" > "$OUT/$log" 2>&1
+}
+# wait_rx: the receiver's exit status.
+wait_rx() {
+  local rc=0
+  wait "$RX" || rc=$?
+  local left=()
+  for p in "${PIDS[@]}"; do [ "$p" = "$RX" ] || left+=("$p"); done
+  PIDS=("${left[@]+"${left[@]}"}")
+  return $rc
+}
+# same_stream TX_LOG RX_LOG BYTES: one connection's RESULT lines agree.
+same_stream() {
+  local tx rx
+  tx=$(grep '^RESULT role=transmitter ' "$OUT/$1" || true)
+  rx=$(grep '^RESULT role=receiver conn=0 ' "$OUT/$2" || true)
+  [ -n "$tx" ] || die "$1: no transmitter RESULT line"
+  [ -n "$rx" ] || die "$2: no receiver RESULT line for conn 0"
+  echo "   $tx"
+  echo "   $rx"
+  for k in bytes seconds gbps cpu_s cpu_s_per_gb sha256; do [ -n "$(key "$tx" $k)" ] || die "$1: no $k="; done
+  for k in peer bytes seconds gbps sha256; do [ -n "$(key "$rx" $k)" ] || die "$2: no $k="; done
+  [ "$(key "$tx" sha256)" = "$(key "$rx" sha256)" ] || die "sha256 differs: $1 vs $2"
+  [ "$(key "$tx" bytes)" = "$(key "$rx" bytes)" ] || die "byte counts differ: $1 vs $2"
+  [ -z "${3:-}" ] || [ "$(key "$tx" bytes)" = "$3" ] || die "$1: bytes=$(key "$tx" bytes), want $3"
+  for k in seconds gbps cpu_s cpu_s_per_gb; do positive "$k" "$(key "$tx" $k)"; done
+  for k in seconds gbps; do positive "$k" "$(key "$rx" $k)"; done
+  # gbps is 8 * bytes / seconds (to the 3 decimals printed).
+  awk -v b="$(key "$tx" bytes)" -v s="$(key "$tx" seconds)" -v g="$(key "$tx" gbps)" \
+    'BEGIN { exit !((8 * b / s / 1e9 - g) ^ 2 < 1e-6) }' || die "$1: gbps does not match bytes and seconds"
+}
+# aggregate LOG CONNS BYTES: the receiver's total line.
+aggregate() {
+  local agg
+  agg=$(grep '^RESULT role=receiver total=1 ' "$OUT/$1" || true)
+  [ -n "$agg" ] || die "$1: no aggregate RESULT line"
+  echo "   $agg"
+  [ "$(key "$agg" connections)" = "$2" ] || die "$1: connections=$(key "$agg" connections), want $2"
+  [ "$(key "$agg" bytes)" = "$3" ] || die "$1: bytes=$(key "$agg" bytes), want $3"
+  [ "$(key "$agg" failed)" = 0 ] || die "$1: failed=$(key "$agg" failed)"
+  for k in seconds gbps cpu_s cpu_s_per_gb; do positive "$k" "$(key "$agg" $k)"; done
+  awk -v c="$(key "$agg" cpu_s)" -v b="$3" -v x="$(key "$agg" cpu_s_per_gb)" \
+    'BEGIN { exit !((c / (b / 1e9) - x) ^ 2 < 1e-2 * x) }' || die "$1: cpu_s_per_gb is not cpu_s per 1e9 bytes"
+}
+
+if [ -z "$FD" ]; then
+  SOCK=$OUT/memif.sock
+  step "(1) 16m in 64k writes, checksums on"
+  receiver rx1.log --buflen 64k --stats
+  transmitter tx1.log --peer 192.0.2.10:5001 --bytes 16m --buflen 64k --label first \
+    || { cat "$OUT/tx1.log" >&2; die "(1): the transmitter failed"; }
+  wait_rx || { cat "$OUT/rx1.log" >&2; die "(1): the receiver failed"; }
+  same_stream tx1.log rx1.log 16777216
+  aggregate rx1.log 1 16777216
+  [ "$(key "$(grep '^RESULT role=transmitter' "$OUT/tx1.log")" label)" = first ] || die "(1): no label=first"
+  grep -q '^STATS who=receiver ' "$OUT/rx1.log" || die "(1): no STATS line from the receiver (--stats)"
+  ! grep -q '^STATS' "$OUT/tx1.log" || die "(1): a STATS line from the transmitter without --stats"
+
+  step "(2) --csum off on both stacks, --seconds 1, --progress 0.2"
+  receiver rx2.log --csum off --progress 0.2 --rcvbuf 256k
+  transmitter tx2.log --csum off --peer 192.0.2.10:5001 --seconds 1 --sndbuf 256k --nodelay \
+    || { cat "$OUT/tx2.log" >&2; die "(2): the transmitter failed"; }
+  wait_rx || { cat "$OUT/rx2.log" >&2; die "(2): the receiver failed"; }
+  same_stream tx2.log rx2.log
+  tx=$(grep '^RESULT role=transmitter' "$OUT/tx2.log")
+  awk -v s="$(key "$tx" seconds)" 'BEGIN { exit !(s >= 1) }' || die "(2): sent for $(key "$tx" seconds) s, not 1"
+  grep -qE '^PROGRESS bytes=[0-9]+ gbps=[0-9.]+$' "$OUT/rx2.log" || die "(2): no PROGRESS line"
+  aggregate rx2.log 1 "$(key "$tx" bytes)"
+
+  step "(3) failures: connect refused; a connection that never comes"
+  receiver rx3.log --tcp-port 5002 --connections 2 --timeout 3
+  rc=0
+  transmitter tx3a.log --peer 192.0.2.10:5003 --timeout 5 || rc=$?
+  [ "$rc" -eq 1 ] || { cat "$OUT/tx3a.log" >&2; die "(3): connect to a closed port: exit $rc, want 1"; }
+  grep -q 'connect failed' "$OUT/tx3a.log" || die "(3): no 'connect failed' message"
+  transmitter tx3b.log --peer 192.0.2.10:5002 --bytes 1m --verify off \
+    || { cat "$OUT/tx3b.log" >&2; die "(3): the transmitter failed"; }
+  ! grep -q 'sha256=' "$OUT/tx3b.log" || die "(3): sha256= with --verify off"
+  rc=0
+  wait_rx || rc=$?
+  [ "$rc" -eq 1 ] || { cat "$OUT/rx3.log" >&2; die "(3): the receiver's exit $rc, want 1 (timeout)"; }
+  grep -q 'no progress for 3.0 s: 1 of 2 connections accepted' "$OUT/rx3.log" || die "(3): no timeout message"
+  grep -q '^RESULT role=receiver conn=0 .*bytes=1048576' "$OUT/rx3.log" || die "(3): the connection that came is not reported"
+  ! grep -q 'total=1' "$OUT/rx3.log" || die "(3): an aggregate line after a timeout"
+  sed 's/^/   /' "$OUT/rx3.log" | grep -v rte_pmd
+else
+  EXT=$OUT/ext.sock
+  CTL=$OUT/filterd.sock
+  step "filterd (external port: memif server on $EXT)"
+  "$FD" --port "net_memif0,role=server,id=0,socket=$EXT" --ip 192.0.2.10/24 --control "$CTL" \
+    --memif-socket "$OUT/nodes.sock" --resync-grace 0 > "$OUT/filterd.log" 2>&1 &
+  FDPID=$!
+  PIDS+=("$FDPID")
+  wait_for "$OUT/filterd.log" "ready" "$FDPID" 30
+  step "a standalone receiver of 3 connections on filterd's external link"
+  "$TTCP" -r --port "net_memif1,role=client,id=0,socket=$EXT" --ip 192.0.2.1/24 --connections 3 --csum off \
+    --idle sleep > "$OUT/rx.log" 2>&1 &
+  RX=$!
+  PIDS+=("$RX")
+  wait_for "$OUT/rx.log" "ready" "$RX" 30
+  step "3 transmit nodes attached to filterd, at once"
+  TX=()
+  for i in 1 2 3; do
+    "$TTCP" -t --filterd "$CTL" --csum off --peer 192.0.2.1:5001 --bytes 4m --seed "$i" --idle sleep \
+      --label "node$i" > "$OUT/tx$i.log" 2>&1 &
+    TX+=($!)
+    PIDS+=($!)
+  done
+  for i in 1 2 3; do
+    wait "${TX[$((i - 1))]}" || { cat "$OUT/tx$i.log" >&2; die "node $i failed"; }
+  done
+  wait_rx || { cat "$OUT/rx.log" >&2; die "the receiver failed"; }
+  for i in 1 2 3; do
+    tx=$(grep '^RESULT role=transmitter' "$OUT/tx$i.log" || true)
+    echo "   $tx"
+    sha=$(key "$tx" sha256)
+    [ -n "$sha" ] && [ "$(key "$tx" label)" = "node$i" ] || die "node $i: RESULT line: $tx"
+    rx=$(grep "^RESULT role=receiver conn=.* sha256=$sha" "$OUT/rx.log" || true)
+    [ -n "$rx" ] || die "node $i's stream ($sha) did not arrive intact"
+    [ "$(key "$rx" bytes)" = 4194304 ] || die "node $i: the receiver got $(key "$rx" bytes) bytes"
+    [[ "$(key "$rx" peer)" == 192.0.2.10:* ]] || die "node $i: not from filterd's address: $rx"
+  done
+  # Three different streams (seeds), from three different ports.
+  [ "$(grep -c '^RESULT role=receiver conn=' "$OUT/rx.log")" -eq 3 ] || die "not 3 connection lines"
+  [ "$(sed -n 's/.* sha256=\([0-9a-f]*\).*/\1/p' "$OUT/rx.log" | sort -u | wc -l)" -eq 3 ] || die "streams not distinct"
+  [ "$(sed -n 's/.* peer=\([0-9.:]*\).*/\1/p' "$OUT/rx.log" | sort -u | wc -l)" -eq 3 ] || die "ports not distinct"
+  aggregate rx.log 3 $((3 * 4194304))
+  stop "$FDPID" || die "filterd did not exit cleanly"
+fi

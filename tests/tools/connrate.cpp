@@ -1,0 +1,306 @@
+// xk-connrate: TCP connection setup rate -- connect, accept, close -- over
+// the kernel's sockets or xk's C API, with the same code for both, so the
+// two figures of tests/bench/connrate_bench.sh come from one program.
+//
+//   xk-connrate server --backend kernel|xk [--listen A.B.C.D:P] [--count N] [--group]
+//   xk-connrate client --backend kernel|xk --peer A.B.C.D:P [--count N] [--parallel K]
+//
+// One connection: the client connects; the server accepts it and closes at
+// once; the client reads the end of the stream and closes. The server closes
+// first so TIME-WAIT stays on its side and the client's ephemeral ports (and,
+// behind filterd, the host-wide ones filterd hands out) come free at once.
+// The client keeps K connections in flight and prints
+//   RESULT role=client conns=N seconds=S rate=R cpu_s=C failures=F
+// The xk backend takes its stack from the environment (xk_stack_create(NULL):
+// XK_FILTERD for a node behind filterd, or XK_PORT/XK_IP standalone; see
+// docs/api.md), so this runs on a standalone stack, on a node in steer mode
+// and on a node in central mode alike: it is also the C API's exercise
+// behind filterd.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "xk/xk.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: xk-connrate server|client --backend kernel|xk [options]
+
+TCP connection setup rate (connect + accept + close) over kernel sockets or xk.
+
+  --backend kernel|xk   kernel sockets, or xk's C API on a stack from the
+                        environment (XK_FILTERD, or XK_PORT and XK_IP; docs/api.md)
+  --listen A.B.C.D:P    server: where to listen (default 0.0.0.0:5001)
+  --group               server behind filterd: listen as one of a group (SO_REUSEPORT)
+  --peer A.B.C.D:P      client: the server
+  --count N             client: connections to make (default 10000); server: exit
+                        after N accepted (default 0: never)
+  --parallel K          client: connections in flight (default 8)
+  --timeout SEC         give up after this long without a finished connection (default 10)
+  --help
+exit status: 0 success, 1 failure, 2 bad command line
+)";
+
+// The calls both backends share, with the POSIX signatures.
+struct Api {
+  int (*socket)(int, int, int);
+  int (*bind)(int, const sockaddr*, socklen_t);
+  int (*listen)(int, int);
+  int (*accept4)(int, sockaddr*, socklen_t*, int);
+  int (*connect)(int, const sockaddr*, socklen_t);
+  ssize_t (*read)(int, void*, size_t);
+  int (*close)(int);
+  int (*setsockopt)(int, int, int, const void*, socklen_t);
+  int (*getsockopt)(int, int, int, void*, socklen_t*);
+  int (*epoll_create1)(int);
+  int (*epoll_ctl)(int, int, int, epoll_event*);
+  int (*epoll_wait)(int, epoll_event*, int, int);
+};
+
+xk_stack* g_stack = nullptr;
+int xk_socket_on_stack(int d, int t, int p) { return xk_socket(g_stack, d, t, p); }
+
+const Api kKernel{::socket,     ::bind,       ::listen,        ::accept4,   ::connect,   ::read,
+                  ::close,      ::setsockopt, ::getsockopt,    ::epoll_create1, ::epoll_ctl, ::epoll_wait};
+const Api kXk{xk_socket_on_stack, xk_bind,       xk_listen,        xk_accept4,   xk_connect,   xk_read,
+              xk_close,           xk_setsockopt, xk_getsockopt,    xk_epoll_create1, xk_epoll_ctl, xk_epoll_wait};
+
+struct Args {
+  bool server = false;
+  bool xk = false;
+  sockaddr_in addr{};
+  bool group = false;
+  long long count = -1;
+  int parallel = 8;
+  int timeout_s = 10;
+};
+
+[[noreturn]] void usage_error(const std::string& what) {
+  std::fprintf(stderr, "xk-connrate: %s\ntry 'xk-connrate --help'\n", what.c_str());
+  std::exit(2);
+}
+
+sockaddr_in parse_endpoint(std::string_view flag, const std::string& v) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  const auto colon = v.rfind(':');
+  char* end = nullptr;
+  const long port = colon == std::string::npos ? 0 : std::strtol(v.c_str() + colon + 1, &end, 10);
+  if (colon == std::string::npos || end == v.c_str() + colon + 1 || *end != '\0' || port < 1 || port > 65535 ||
+      inet_pton(AF_INET, v.substr(0, colon).c_str(), &a.sin_addr) != 1) {
+    usage_error(std::string(flag) + ": '" + v + "' is not A.B.C.D:PORT");
+  }
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  return a;
+}
+
+long long parse_count(std::string_view flag, const std::string& v, long long min, long long max) {
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || n < min || n > max) {
+    usage_error(std::string(flag) + ": '" + v + "' is not a number in " + std::to_string(min) + ".." +
+                std::to_string(max));
+  }
+  return n;
+}
+
+Args parse(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+  }
+  if (argc < 2) usage_error("say server or client");
+  Args a;
+  const std::string_view role = argv[1];
+  if (role != "server" && role != "client") usage_error("'" + std::string(role) + "': server or client");
+  a.server = role == "server";
+  bool backend = false, peer = false;
+  a.addr.sin_family = AF_INET;
+  a.addr.sin_port = htons(5001);
+  for (int i = 2; i < argc; ++i) {
+    const std::string_view f = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(std::string(f) + " needs a value");
+      return argv[++i];
+    };
+    if (f == "--backend") {
+      const std::string v = value();
+      if (v != "kernel" && v != "xk") usage_error("--backend: kernel or xk, not '" + v + "'");
+      a.xk = v == "xk";
+      backend = true;
+    } else if (f == "--listen" && a.server) {
+      a.addr = parse_endpoint(f, value());
+    } else if (f == "--group" && a.server) {
+      a.group = true;
+    } else if (f == "--peer" && !a.server) {
+      a.addr = parse_endpoint(f, value());
+      peer = true;
+    } else if (f == "--count") {
+      a.count = parse_count(f, value(), a.server ? 0 : 1, 1'000'000'000);
+    } else if (f == "--parallel" && !a.server) {
+      a.parallel = static_cast<int>(parse_count(f, value(), 1, 4096));
+    } else if (f == "--timeout") {
+      a.timeout_s = static_cast<int>(parse_count(f, value(), 1, 3600));
+    } else {
+      usage_error("unknown " + std::string(role) + " option '" + std::string(f) + "'");
+    }
+  }
+  if (!backend) usage_error("--backend kernel|xk is required");
+  if (!a.server && !peer) usage_error("client: --peer A.B.C.D:P is required");
+  if (a.count < 0) a.count = a.server ? 0 : 10000;
+  return a;
+}
+
+double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+[[noreturn]] void fail(const char* what) {
+  const int e = errno;
+  std::fprintf(stderr, "xk-connrate: %s: %s%s%s\n", what, std::strerror(e), g_stack ? "; " : "",
+               g_stack ? xk_last_error() : "");
+  std::exit(1);
+}
+
+int run_server(const Api& api, const Args& a) {
+  const int ls = api.socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  if (ls < 0) fail("socket");
+  const int one = 1;
+  if (api.setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) fail("SO_REUSEADDR");
+  if (a.group && api.setsockopt(ls, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) fail("SO_REUSEPORT");
+  if (api.bind(ls, reinterpret_cast<const sockaddr*>(&a.addr), sizeof a.addr) != 0) fail("bind");
+  if (api.listen(ls, 4096) != 0) fail("listen");
+  const int ep = api.epoll_create1(0);
+  if (ep < 0) fail("epoll_create1");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = ls;
+  if (api.epoll_ctl(ep, EPOLL_CTL_ADD, ls, &ev) != 0) fail("epoll_ctl");
+  std::printf("xk-connrate: server on port %u: ready\n", ntohs(a.addr.sin_port));
+  std::fflush(stdout);
+  long long accepted = 0;
+  while (a.count == 0 || accepted < a.count) {
+    epoll_event got[4];
+    const int n = api.epoll_wait(ep, got, 4, 1000);
+    if (n < 0 && errno != EINTR) fail("epoll_wait");
+    for (;;) {
+      const int c = api.accept4(ls, nullptr, nullptr, SOCK_NONBLOCK);
+      if (c < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+        if (errno == ECONNABORTED) continue;
+        fail("accept");
+      }
+      api.close(c);  // FIN at once: TIME-WAIT stays here
+      ++accepted;
+    }
+  }
+  // Let the last FINs go out before the stack goes away.
+  if (g_stack != nullptr) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    while (std::chrono::steady_clock::now() < until) xk_stack_poll(g_stack);
+  }
+  std::printf("RESULT role=server accepted=%lld cpu_s=%.3f\n", accepted, cpu_seconds());
+  api.close(ep);
+  api.close(ls);
+  return 0;
+}
+
+int run_client(const Api& api, const Args& a) {
+  const int ep = api.epoll_create1(0);
+  if (ep < 0) fail("epoll_create1");
+  long long started = 0, done = 0, failures = 0;
+  int in_flight = 0;
+  auto start_one = [&] {
+    const int s = api.socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (s < 0) fail("socket");
+    if (api.connect(s, reinterpret_cast<const sockaddr*>(&a.addr), sizeof a.addr) != 0 && errno != EINPROGRESS) {
+      fail("connect");
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;  // readable at the server's FIN (or an error)
+    ev.data.fd = s;
+    if (api.epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev) != 0) fail("epoll_ctl");
+    ++started;
+    ++in_flight;
+  };
+  const double cpu0 = cpu_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last_done = t0;
+  while (done + failures < a.count) {
+    while (in_flight < a.parallel && started < a.count) start_one();
+    epoll_event got[64];
+    const int n = api.epoll_wait(ep, got, 64, 100);
+    if (n < 0 && errno != EINTR) fail("epoll_wait");
+    for (int i = 0; i < n; ++i) {
+      const int s = got[i].data.fd;
+      char b[16];
+      const ssize_t r = api.read(s, b, sizeof b);
+      if (r > 0) continue;  // the server sends nothing; keep reading to the end
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+      if (r < 0) {
+        ++failures;
+        if (failures <= 5) std::fprintf(stderr, "xk-connrate: connection failed: %s\n", std::strerror(errno));
+      } else {
+        ++done;
+      }
+      api.epoll_ctl(ep, EPOLL_CTL_DEL, s, nullptr);
+      api.close(s);
+      --in_flight;
+      last_done = std::chrono::steady_clock::now();
+    }
+    if (std::chrono::steady_clock::now() - last_done > std::chrono::seconds(a.timeout_s)) {
+      std::fprintf(stderr, "xk-connrate: no connection finished in %d s (%lld done, %d in flight)\n", a.timeout_s,
+                   done, in_flight);
+      return 1;
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The last FIN-ACKs leave before the stack goes.
+  if (g_stack != nullptr) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    while (std::chrono::steady_clock::now() < until) xk_stack_poll(g_stack);
+  }
+  std::printf("RESULT role=client conns=%lld seconds=%.3f rate=%.0f cpu_s=%.3f failures=%lld\n", done, secs,
+              static_cast<double>(done) / secs, cpu_seconds() - cpu0, failures);
+  api.close(ep);
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  if (a.xk) {
+    g_stack = xk_stack_create(nullptr);
+    if (g_stack == nullptr) {
+      std::fprintf(stderr, "xk-connrate: cannot make the xk stack: %s\n", xk_last_error());
+      return 1;
+    }
+  }
+  const Api& api = a.xk ? kXk : kKernel;
+  const int rc = a.server ? run_server(api, a) : run_client(api, a);
+  if (g_stack != nullptr) xk_stack_destroy(g_stack);
+  return rc;
+}
