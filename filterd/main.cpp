@@ -3,11 +3,14 @@
 //   filterd --port DEVARGS --ip A.B.C.D/N [--gw A.B.C.D] [--control PATH]
 //           [--memif-socket PATH] [--port-opts 'K=V ..'] [--secret HEX32]
 //           [--mode steer|central] [--csum on|off] [--tcp-opts 'K=V ..']
+//           [--control-tcp A.B.C.D:PORT --control-token FILE]
+//           [--node-port DEVARGS [--node-port-opts 'K=V ..']] [--heartbeat-ms MS]
 //
 // Owns the external port and the shared address; nodes register on the
 // control socket and get a net_memif channel each (filterd is the server,
 // one interface per node, hot-plugged when the node says HELLO); every frame
-// of a node's flow goes straight to its channel.
+// of a node's flow goes straight to its channel. Nodes on other hosts
+// register over TCP and are reached through the node port, by their MAC.
 
 #include <signal.h>
 #include <unistd.h>
@@ -19,6 +22,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -32,6 +37,7 @@
 #include "xk/filterd/control_server.hpp"
 #include "xk/filterd/registry.hpp"
 #include "xk/filterd/steer.hpp"
+#include "xk/filterd/token.hpp"
 #include "xk/graph.hpp"
 #include "xk/options.hpp"
 #include "xk/protocols/arp.hpp"
@@ -40,6 +46,7 @@
 #include "xk/protocols/ipv4.hpp"
 #include "xk/protocols/tcp.hpp"
 #include "xk/protocols/udp.hpp"
+#include "xk/timer.hpp"
 
 namespace {
 
@@ -69,6 +76,19 @@ every frame to the compute node that owns its flow (docs/filterd.md).
   --csum on|off         TCP and UDP checksums of filterd's own stack (default on); off makes
                         central mode's TCP skip them, as nodes do with --csum off
   --tcp-opts 'K=V ..'   more options of filterd's tcp (central mode's TCP: wscale=, sack=, ...)
+  --control-tcp A.B.C.D:PORT
+                        also serve the control protocol over TCP, for nodes on other hosts
+                        (needs --control-token)
+  --control-token FILE  the shared secret a TCP node's HELLO must carry (16..256 bytes; the
+                        file must be readable by its owner only)
+  --heartbeat-ms MS     TCP nodes send PING this often; one silent for 3 intervals is gone
+                        (default 0: none; TCP keepalive notices a vanished host within 5 s.
+                        Only for nodes whose stack runs all the time: an inline libxk stack
+                        sends PING only while its program is in an xk call)
+  --node-port DEVARGS   a second DPDK port for nodes on other hosts (plain Ethernet), e.g.
+                        net_af_packet1,iface=veth3; they register over --control-tcp
+  --node-port-opts 'K=V ..'
+                        more dpdk options of the node port
   --help
 )";
 
@@ -85,6 +105,8 @@ struct Flags {
   std::optional<Ipv4Addr> gw;
   bool central = false;
   long long resync_grace_ms = 3000;
+  std::string control_tcp, control_token, node_port, node_port_opts;
+  long long heartbeat_ms = 0;
 };
 
 Flags parse(int argc, char** argv) {
@@ -133,6 +155,22 @@ Flags parse(int argc, char** argv) {
       if (v.empty() || *end != '\0' || f.resync_grace_ms < 0 || f.resync_grace_ms > 600000) {
         throw std::invalid_argument("--resync-grace: milliseconds, 0..600000");
       }
+    } else if (a == "--control-tcp") {
+      f.control_tcp = value();
+    } else if (a == "--control-token") {
+      f.control_token = value();
+    } else if (a == "--node-port") {
+      f.node_port = value();
+      if (f.node_port.empty()) throw std::invalid_argument("--node-port: empty devargs");
+    } else if (a == "--node-port-opts") {
+      f.node_port_opts = value();
+    } else if (a == "--heartbeat-ms") {
+      std::string v = value();
+      char* end = nullptr;
+      f.heartbeat_ms = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || f.heartbeat_ms < 0 || f.heartbeat_ms > 600000) {
+        throw std::invalid_argument("--heartbeat-ms: milliseconds, 0..600000");
+      }
     } else if (a == "--secret") {
       f.secret = value();
       if (f.secret.size() != 32 || f.secret.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
@@ -145,10 +183,18 @@ Flags parse(int argc, char** argv) {
   if (f.port.empty()) throw std::invalid_argument("--port DEVARGS is required");
   if (!f.ip) throw std::invalid_argument("--ip A.B.C.D/N is required");
   if (f.gw && !f.ip->contains(*f.gw)) throw std::invalid_argument("--gw is not on the --ip subnet");
+  if (!f.control_tcp.empty() && f.control_token.empty()) {
+    throw std::invalid_argument("--control-tcp needs --control-token FILE (TCP has no peer credentials)");
+  }
+  if (f.control_tcp.empty() && !f.control_token.empty()) throw std::invalid_argument("--control-token goes with --control-tcp");
+  if (!f.node_port_opts.empty() && f.node_port.empty()) throw std::invalid_argument("--node-port-opts goes with --node-port");
   return f;
 }
 
 int run(const Flags& f) {
+  // Before any port starts: a token file that is unsafe is said at once.
+  std::vector<std::byte> token;
+  if (!f.control_token.empty()) token = read_token_file(f.control_token);
   Registry kinds;
   drivers::register_dpdk(kinds);
   register_steer(kinds);
@@ -172,6 +218,9 @@ int run(const Flags& f) {
                      "ipv4  ip0  below=eth0,arp0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +
                      "\nicmp  icmp0 below=ip0\nudp   udp0 below=ip0" + csum + "\ntcp   tcp0 below=ip0" + csum + " " +
                      f.tcp_opts + "\n";
+  // The node port: a driver of filterd's graph that steer takes frames from
+  // (and sends to) by the nodes' MACs.
+  if (!f.node_port.empty()) spec += "dpdk  np0  devargs=" + spec_value(f.node_port) + " " + f.node_port_opts + "\n";
   EventLoopConfig lc;
   lc.name = "filterd";
   EventLoop loop(lc);
@@ -179,6 +228,12 @@ int run(const Flags& f) {
   auto* steer = graph.find_as<Steer>("st0");
   steer->set_resolver(graph.find_as<arp::ArpProtocol>("arp0"));
   auto* ext = graph.find_as<drivers::DpdkDriver>("net0");
+  auto* node_port = graph.find_as<drivers::DpdkDriver>("np0");
+  if (node_port != nullptr) {
+    if (Status st = steer->attach_node_port(*node_port, node_port->mac()); !st) {
+      throw std::runtime_error(std::string("node port: ") + to_string(st.error()));
+    }
+  }
 
   RegistryConfig rc;
   rc.memif_socket = f.memif;
@@ -186,6 +241,10 @@ int run(const Flags& f) {
   rc.mtu = static_cast<std::uint16_t>(ext->mtu());
   rc.shared = *f.ip;
   rc.central = f.central;
+  if (node_port != nullptr) rc.node_port_mac = node_port->mac();
+  // Nodes ping this often; only TCP connections are held to it (a Unix
+  // socket closes when its process dies, whatever happened).
+  if (!f.control_tcp.empty()) rc.heartbeat_ms = static_cast<std::uint32_t>(f.heartbeat_ms);
   if (f.gw) rc.gateway = *f.gw;
   if (!f.secret.empty()) {
     for (std::size_t i = 0; i < 16; ++i) rc.secret[i] = std::byte(std::stoi(f.secret.substr(2 * i, 2), nullptr, 16));
@@ -214,7 +273,20 @@ int run(const Flags& f) {
   // the node runs), hot-plugged.
   std::map<NodeId, std::vector<std::unique_ptr<drivers::DpdkDriver>>> channels;
   NodeRegistry::Hooks hooks;
+  std::set<NodeId> remote_nodes;  // on the node port
   hooks.attach = [&](const NodeInfo& n) -> Status {
+    if (n.ethernet) {
+      // One queue, on the shared node port (the registry refuses more).
+      const filterd::ctl::Channel& ch = n.channels.front();
+      if (node_port == nullptr) return Errc::not_found;
+      if (!node_port->link().up) return Errc::no_route;  // it would hear nothing
+      if (Status st = steer->attach_ethernet(n.id, ch.node_mac); !st) return st;
+      remote_nodes.insert(n.id);
+      std::printf("filterd: node %u (%s, pid %u) attached on the node port, MAC %s\n", n.id, n.name.c_str(), n.pid,
+                  to_string(ch.node_mac).c_str());
+      std::fflush(stdout);
+      return {};
+    }
     if (f.central && n.channels.size() > 1) return Errc::unsupported;  // the bridge relays to one queue
     std::vector<std::unique_ptr<drivers::DpdkDriver>> made;
     auto undo = [&] {
@@ -258,6 +330,7 @@ int run(const Flags& f) {
     if (central) central->node_gone(id);
     steer->detach(id);
     channels.erase(id);
+    remote_nodes.erase(id);
     std::printf("filterd: node %u gone\n", id);
     std::fflush(stdout);
   };
@@ -284,8 +357,36 @@ int run(const Flags& f) {
   }
   ControlServer::Config cc;
   cc.path = f.control;
+  cc.tcp = f.control_tcp;
+  cc.token = token;
+  cc.heartbeat = std::chrono::milliseconds(f.heartbeat_ms);
   ControlServer control(loop, registry, cc);
   control_ptr = &control;
+
+  // The node port's link: when it goes down, its nodes are gone as if they
+  // had died (their control connections are closed, so they notice).
+  struct LinkWatch {
+    drivers::DpdkDriver* port;
+    ControlServer* control;
+    std::set<NodeId>* nodes;
+    bool up = true;
+  } watch{node_port, &control, &remote_nodes};
+  std::optional<Timer> link_timer;
+  if (node_port != nullptr) {
+    watch.up = node_port->link().up;
+    link_timer.emplace(loop.timers(), [w = &watch, t = &link_timer] {
+      const bool up = w->port->link().up;
+      if (w->up && !up) {
+        std::printf("filterd: the node port's link is down: %zu remote nodes go\n", w->nodes->size());
+        std::fflush(stdout);
+        const std::set<NodeId> gone = *w->nodes;
+        for (NodeId id : gone) w->control->drop_node(id);
+      }
+      w->up = up;
+      (*t)->arm_after(std::chrono::milliseconds(200));
+    });
+    link_timer->arm_after(std::chrono::milliseconds(200));
+  }
 
   // RFC 9293 3.4.3 ("knowing when to keep quiet") for a restarted host, in
   // filterd's terms: answer nothing for flows it may simply not know yet.
@@ -299,6 +400,10 @@ int run(const Flags& f) {
   signal(SIGPIPE, SIG_IGN);
   std::printf("filterd: %s on %s, control %s, channels on %s, %s mode: ready\n", to_string(*f.ip).c_str(),
               f.port.c_str(), f.control.c_str(), f.memif.c_str(), f.central ? "central" : "steer");
+  if (control.tcp_port() != 0) std::printf("filterd: control over TCP on %s\n", f.control_tcp.c_str());
+  if (node_port != nullptr) {
+    std::printf("filterd: node port %s, MAC %s\n", f.node_port.c_str(), to_string(node_port->mac()).c_str());
+  }
   std::fflush(stdout);
   loop.run();
   g_loop.store(nullptr);
@@ -321,6 +426,8 @@ int run(const Flags& f) {
   central.reset();
   for (auto& [id, d] : channels) steer->detach(id);
   channels.clear();
+  link_timer.reset();
+  steer->detach_node_port();
   return 0;
 }
 

@@ -30,6 +30,7 @@
 #include "xk/protocols/udp.hpp"
 #include "xk/stack.hpp"
 #ifdef XK_HAVE_FILTERD
+#include "xk/filterd/token.hpp"
 #include "xk/filterd_client.hpp"
 #endif
 #ifdef XK_HAVE_CAPTURE
@@ -117,8 +118,14 @@ const char* const kStackFlagsHelp =
                       instances udp0/tcp0 the program uses (the flags above are then refused)
   --filterd PATH      attach to filterd's control socket: the port, address and secret come
                       from filterd, and every port is agreed with it (--tcp-opts still apply)
+  --filterd tcp:HOST:PORT
+                      a node on another host: filterd's control socket over TCP; the node's
+                      channel is its own --port (with --port-opts, --mac) on filterd's node port
+  --filterd-token FILE
+                      over TCP: the file holding filterd's token (or XK_FILTERD_TOKEN=FILE)
   --stacks K          with --filterd: run K stacks (1..64), each on a channel (queue) of its
                       own, with its own event loop and thread (default 1: this thread)
+                      (a node over tcp: runs one)
   --cpus LIST         with --stacks: pin stack q's thread to the q-th CPU of LIST (e.g. 0,1)
 )";
 
@@ -217,6 +224,17 @@ void StackFlags::set(std::string_view flag, std::string_view v) {
   }
 }
 
+namespace {
+// filterd over TCP (a node on another host), as FilterdClient::is_tcp says.
+bool filterd_remote(const std::string& where) {
+#ifdef XK_HAVE_FILTERD
+  return FilterdClient::is_tcp(where);
+#else
+  return where.rfind("tcp:", 0) == 0;
+#endif
+}
+}  // namespace
+
 std::vector<int> StackFlags::parse_cpus(std::string_view flag, std::string_view text) {
   std::vector<int> out;
   if (text.empty()) throw UsageError{std::string(flag) + ": empty CPU list"};
@@ -237,6 +255,17 @@ void StackFlags::validate() const {
     throw UsageError{"--stacks: several stacks are a node's behind filterd (--filterd); standalone runs one"};
   }
   if (!cpus.empty() && stacks <= 1) throw UsageError{"--cpus goes with --stacks K (K > 1)"};
+  if (!filterd.empty() && filterd_remote(filterd)) {
+    // filterd's node port gives a node on another host one channel.
+    if (stacks > 1) throw UsageError{"--stacks: a node on another host (--filterd tcp:...) runs one stack"};
+    // Its own port (filterd's node port is at the other end), the address
+    // from filterd.
+    if (!graph_file.empty() || ip || gw || !capture.empty()) {
+      throw UsageError{"--filterd tcp:... gives the address: --graph, --ip, --gw and --capture do not go with it"};
+    }
+    if (port.empty()) throw UsageError{"--filterd tcp:... needs --port DEVARGS: the node's own port on filterd's node port"};
+    return;
+  }
   if (!filterd.empty()) {
     if (!graph_file.empty() || !port.empty() || ip || gw || mac || !capture.empty() || !port_opts.empty()) {
       throw UsageError{"--filterd gives the port and the address: --graph, --port, --port-opts, --ip, --gw, --mac "
@@ -244,6 +273,7 @@ void StackFlags::validate() const {
     }
     return;
   }
+  if (!filterd_token.empty()) throw UsageError{"--filterd-token goes with --filterd tcp:HOST:PORT"};
   if (!graph_file.empty()) {
     if (composed_flag_seen) {
       throw UsageError{"--graph replaces the composed graph: --port, --port-opts, --ip, --gw, --mac, --csum and "
@@ -376,7 +406,12 @@ AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle)
   StackSpec spec;
   if (!flags.filterd.empty()) {
 #ifdef XK_HAVE_FILTERD
-    auto client = FilterdClient::connect(flags.filterd, prog, FilterdClient::options_from_env());
+    FilterdClient::Options options = FilterdClient::options_from_env();
+    if (!flags.filterd_token.empty()) options.token = filterd::read_token_file(flags.filterd_token);
+    options.node_port = flags.port;  // a node on another host: its own port
+    options.node_port_opts = flags.port_opts;
+    options.node_mac = flags.mac;
+    auto client = FilterdClient::connect(flags.filterd, prog, options);
     spec = StackSpec{client->graph_spec(flags.tcp_opts + (flags.csum ? "" : " csum=off")), "filterd"};
     authority_ = std::move(client);
 #else

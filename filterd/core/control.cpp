@@ -31,6 +31,8 @@ const char* tag_name(std::uint16_t tag) noexcept {
     case Tag::versions: return "versions";
     case Tag::version: return "version";
     case Tag::resume: return "resume";
+    case Tag::token: return "token";
+    case Tag::ethernet: return "ethernet";
     case Tag::proto: return "proto";
     case Tag::local_port: return "local_port";
     case Tag::group: return "group";
@@ -183,6 +185,7 @@ Check check(const Hello& m) {
     if (m.resume->channels.size() != m.queues)
       return bad("resume: " + num(m.resume->channels.size()) + " channels for " + num(m.queues) + " queues");
   }
+  if (m.token.size() > kMaxToken) return over("token is " + num(m.token.size()) + " bytes, over the limit of " + num(kMaxToken));
   return std::nullopt;
 }
 
@@ -267,6 +270,7 @@ Check check(const NodesReply& m) {
     if (!v && (n.queues == 0 || n.queues > kMaxQueues))
       v = bad("queues " + num(n.queues) + " is not in 1.." + num(kMaxQueues));
     if (!v && n.id == 0) v = bad("node id 0");
+    if (!v && !n.ethernet && n.mac != MacAddr{}) v = bad("a MAC for a node that is not on the node port");
     if (v) {
       v->text = "node " + num(i) + ": " + v->text;
       return v;
@@ -432,8 +436,10 @@ void put(Writer& w, const Hello& m) {
     r[0] = std::byte{kResumeFormat};
     r[1] = std::byte{0};
     store_be16(r.data() + 2, m.resume->node_id);
-    put_channels(w, m.resume->channels);
   }
+  if (!m.token.empty()) w.bytes(Tag::token, m.token);
+  if (m.resume) put_channels(w, m.resume->channels);
+  if (m.ethernet) w.mac(Tag::ethernet, *m.ethernet);
 }
 
 void put(Writer& w, const Listen& m) {
@@ -545,7 +551,8 @@ void put(Writer& w, const StatsReply& m) {
 void put(Writer& w, const NodesReply& m) {
   if (!m.cursor.empty()) w.bytes(Tag::cursor, m.cursor);
   for (const NodeRecord& n : m.nodes) {
-    std::byte* v = w.value(Tag::node, kNodeRecordMin + n.name.size()).data();
+    const std::size_t ext = n.ethernet ? kNodeRecordEthernet : 0;
+    std::byte* v = w.value(Tag::node, kNodeRecordMin + n.name.size() + ext).data();
     store_be16(v, n.id);
     store_be16(v + 2, n.queues);
     store_be32(v + 4, n.pid);
@@ -558,6 +565,10 @@ void put(Writer& w, const NodesReply& m) {
     store_be64(v + 40, n.egress_denied);
     v[48] = std::byte{static_cast<std::uint8_t>(n.name.size())};
     std::memcpy(v + kNodeRecordMin, n.name.data(), n.name.size());
+    if (n.ethernet) {
+      v[kNodeRecordMin + n.name.size()] = std::byte{kNodeKindEthernet};
+      std::memcpy(v + kNodeRecordMin + n.name.size() + 1, n.mac.bytes.data(), 6);
+    }
   }
 }
 
@@ -760,7 +771,8 @@ using P = Presence;
 
 constexpr FieldSpec kHelloFields[] = {{Tag::name, P::required},     {Tag::pid, P::required},
                                       {Tag::queues, P::required},   {Tag::versions, P::required},
-                                      {Tag::resume, P::optional},   {Tag::channel, P::repeated, kMaxQueues}};
+                                      {Tag::resume, P::optional},   {Tag::channel, P::repeated, kMaxQueues},
+                                      {Tag::token, P::optional},    {Tag::ethernet, P::optional}};
 constexpr FieldSpec kListenFields[] = {
     {Tag::proto, P::required}, {Tag::local_port, P::required}, {Tag::group, P::optional}, {Tag::queue, P::required}};
 constexpr FieldSpec kUnlistenFields[] = {
@@ -831,6 +843,8 @@ Body take(Decoder& d, Hello) {
     m.version_min = static_cast<std::uint8_t>((*v)[0]);
     m.version_max = static_cast<std::uint8_t>((*v)[1]);
   }
+  if (auto t = d.bytes(Tag::token, kMaxToken)) m.token.assign(t->begin(), t->end());
+  if (d.present(Tag::ethernet)) m.ethernet = d.mac(Tag::ethernet);
   const auto& channels = d.list(Tag::channel);
   std::optional<std::span<const std::byte>> r = d.record(Tag::resume, kResumeRecord);
   if (!r) {
@@ -1017,6 +1031,11 @@ Body take(Decoder& d, NodesReply) {
     n.egress_allowed = load_be64(p + 32);
     n.egress_denied = load_be64(p + 40);
     n.name.assign(reinterpret_cast<const char*>(p + kNodeRecordMin), name_len);
+    const std::size_t ext = kNodeRecordMin + name_len;
+    if (v.size() >= ext + kNodeRecordEthernet && static_cast<std::uint8_t>(p[ext]) == kNodeKindEthernet) {
+      n.ethernet = true;
+      std::memcpy(n.mac.bytes.data(), p + ext + 1, 6);
+    }
   }
   m.cursor = take_cursor(d);
   return m;

@@ -129,10 +129,25 @@ Message NodeRegistry::hello(std::uint32_t id, const ctl::Hello& h, NodeId& node,
                  "pid " + std::to_string(h.pid) + " is not the peer's (" + std::to_string(peer_pid) + ")");
   }
   if (nodes_.size() >= config_.max_nodes) return error(id, ErrorCode::too_many, "node limit reached");
+  const bool ethernet = h.ethernet.has_value();
+  if (ethernet) {
+    // A node on another host: its channel is its own NIC on our node port.
+    if (!config_.node_port_mac) return error(id, ErrorCode::bad_message, "filterd has no node port (--node-port)");
+    if (h.queues != 1) return error(id, ErrorCode::bad_message, "a node on the node port runs one queue");
+    const MacAddr& m = *h.ethernet;
+    if ((m.bytes[0] & 0x01) != 0) {
+      return error(id, ErrorCode::bad_message, "ethernet: " + to_string(m) + " is not a unicast MAC");
+    }
+    if (m == *config_.node_port_mac) return error(id, ErrorCode::port_in_use, "ethernet: that is filterd's own MAC");
+    if (h.resume && h.resume->channels.front().node_mac != m) {
+      return error(id, ErrorCode::bad_message, "resume: the channel's MAC is not the node's ethernet MAC");
+    }
+  }
   NodeInfo n;
   n.name = h.name;
   n.pid = h.pid;
   n.queues = h.queues;
+  n.ethernet = ethernet;
   if (h.resume) {
     // A node that outlived the filterd it registered with: its graph runs
     // on those channels, so it gets them back -- unless someone has them.
@@ -144,12 +159,12 @@ Message NodeRegistry::hello(std::uint32_t id, const ctl::Hello& h, NodeId& node,
     for (std::size_t i = 0; i < h.resume->channels.size(); ++i) {
       const ctl::Channel& ch = h.resume->channels[i];
       for (std::size_t k = 0; k < i; ++k) {
-        if (h.resume->channels[k].memif_id == ch.memif_id || h.resume->channels[k].node_mac == ch.node_mac) {
+        if ((!ethernet && h.resume->channels[k].memif_id == ch.memif_id) || h.resume->channels[k].node_mac == ch.node_mac) {
           return error(id, ErrorCode::bad_message, "resume: channels " + std::to_string(k) + " and " +
                                                        std::to_string(i) + " share a memif id or a MAC");
         }
       }
-      if (channel_taken(ch)) {
+      if (channel_taken(ch, ethernet)) {
         ++resumes_refused_;
         return error(id, ErrorCode::port_in_use, "resume: memif id " + std::to_string(ch.memif_id) + " or MAC " +
                                                      to_string(ch.node_mac) + " is another node's");
@@ -175,7 +190,19 @@ Message NodeRegistry::hello(std::uint32_t id, const ctl::Hello& h, NodeId& node,
                                static_cast<std::uint8_t>(q)}};
         n.channels.push_back(ch);
       }
-      if (std::none_of(n.channels.begin(), n.channels.end(), [&](const ctl::Channel& c) { return channel_taken(c); }))
+      if (ethernet) {
+        // The node's NIC: no memif id, and its own MAC unless it lets us pick.
+        n.channels.front().memif_id = 0;
+        if (*h.ethernet != MacAddr{}) {
+          n.channels.front().node_mac = *h.ethernet;
+          if (channel_taken(n.channels.front(), true)) {
+            return error(id, ErrorCode::port_in_use, "ethernet: MAC " + to_string(*h.ethernet) + " is another node's");
+          }
+          break;
+        }
+      }
+      if (std::none_of(n.channels.begin(), n.channels.end(),
+                       [&](const ctl::Channel& c) { return channel_taken(c, ethernet); }))
         break;
     }
     n.id = nid;
@@ -191,7 +218,8 @@ Message NodeRegistry::hello(std::uint32_t id, const ctl::Hello& h, NodeId& node,
   r.node_id = nid;
   r.memif_socket = config_.memif_socket;
   r.channels = n.channels;
-  r.filterd_mac = config_.filterd_mac;
+  // A node on the node port sends to filterd's MAC there (the port's own).
+  r.filterd_mac = ethernet ? *config_.node_port_mac : config_.filterd_mac;
   r.mtu = config_.mtu;
   r.address = config_.shared.addr;
   r.prefix_len = config_.shared.prefix_len;
@@ -207,10 +235,10 @@ Message NodeRegistry::hello(std::uint32_t id, const ctl::Hello& h, NodeId& node,
   return reply(id, r);
 }
 
-bool NodeRegistry::channel_taken(const ctl::Channel& ch) const {
+bool NodeRegistry::channel_taken(const ctl::Channel& ch, bool ethernet) const {
   for (const auto& [nid, info] : nodes_) {
     for (const ctl::Channel& c : info.channels) {
-      if (c.memif_id == ch.memif_id || c.node_mac == ch.node_mac) return true;
+      if ((!ethernet && !info.ethernet && c.memif_id == ch.memif_id) || c.node_mac == ch.node_mac) return true;
     }
   }
   return false;
@@ -484,6 +512,10 @@ Message NodeRegistry::list_nodes(std::uint32_t id, const ctl::Nodes& r) {
     rec.pid = n.pid;
     rec.queues = n.queues;
     rec.memif_id = n.channels.empty() ? 0 : n.channels.front().memif_id;
+    if (n.ethernet && !n.channels.empty()) {
+      rec.ethernet = true;
+      rec.mac = n.channels.front().node_mac;
+    }
     // A listener per queue: a node whose K stacks joined a group has K.
     std::uint32_t listeners = 0;
     for (const auto& [port, queues] : n.listens) listeners += static_cast<std::uint32_t>(queues.size());

@@ -15,7 +15,9 @@
 namespace xk::filterd {
 
 // The upper of one node's channel driver: frames from the node come to it,
-// and its session sends frames to the node.
+// and its session sends frames to the node. A node on the node port has no
+// driver of its own: it sends through the node port's session, and its
+// frames come up through the NodePort.
 class Steer::Channel final : public Protocol {
  public:
   Channel(Steer& steer, NodeId node, std::uint16_t queue, Protocol& driver, MacAddr node_mac)
@@ -23,8 +25,9 @@ class Steer::Channel final : public Protocol {
         steer_(steer),
         node_(node),
         queue_(queue),
-        driver_(driver),
+        driver_(&driver),
         node_mac_(node_mac),
+        our_mac_(steer.config_.channel_mac),
         rx_(counters().add("rx_frames", "frames steered to this queue")),
         tx_(counters().add("tx_frames", "frames from this queue sent out")),
         other_queue_(counters().add("tx_other_queue", "sent for a flow another queue of the node owns")) {
@@ -37,9 +40,22 @@ class Steer::Channel final : public Protocol {
       throw std::invalid_argument("channel '" + driver.name() + "' refused us as receiver: " + to_string(st.error()));
     }
   }
+  // On the node port: its session (not ours to close), its MAC as our source.
+  // Such a node runs one queue (the registry refuses more).
+  Channel(Steer& steer, NodeId node, SessionRef shared_tx, MacAddr node_mac, MacAddr our_mac)
+      : Protocol(steer.name() + "/node" + std::to_string(node) + "q0", "steer-channel"),
+        steer_(steer),
+        node_(node),
+        node_mac_(node_mac),
+        our_mac_(our_mac),
+        session_(std::move(shared_tx)),
+        rx_(counters().add("rx_frames", "frames steered to this queue")),
+        tx_(counters().add("tx_frames", "frames from this queue sent out")),
+        other_queue_(counters().add("tx_other_queue", "sent for a flow another queue of the node owns")) {}
   ~Channel() override {
+    if (driver_ == nullptr) return;
     Participants none;
-    (void)driver_.open_disable(*this, none);
+    (void)driver_->open_disable(*this, none);
     if (session_) (void)session_->close();
   }
 
@@ -52,7 +68,7 @@ class Steer::Channel final : public Protocol {
     const std::uint16_t type = load_be16(p->data() + 12);
     Result<std::span<std::byte>> room = frame.push(eth::Header::kSize);
     if (!room) return room.error();
-    eth::Header{node_mac_, steer_.config_.channel_mac, type}.write(room->first<eth::Header::kSize>());
+    eth::Header{node_mac_, our_mac_, type}.write(room->first<eth::Header::kSize>());
     return session_->push(std::move(frame));
   }
 
@@ -60,26 +76,85 @@ class Steer::Channel final : public Protocol {
   Status send_typed(Msg frame, std::uint16_t type) {
     Result<std::span<std::byte>> room = frame.push(eth::Header::kSize);
     if (!room) return room.error();
-    eth::Header{node_mac_, steer_.config_.channel_mac, type}.write(room->first<eth::Header::kSize>());
+    eth::Header{node_mac_, our_mac_, type}.write(room->first<eth::Header::kSize>());
     return session_->push(std::move(frame));
   }
 
   NodeId node() const noexcept { return node_; }
   std::uint16_t queue() const noexcept { return queue_; }
   MacAddr node_mac() const noexcept { return node_mac_; }
+  MacAddr our_mac() const noexcept { return our_mac_; }
+  bool ethernet() const noexcept { return driver_ == nullptr; }
 
  private:
   Steer& steer_;
   NodeId node_;
-  std::uint16_t queue_;
-  Protocol& driver_;
+  std::uint16_t queue_ = 0;
+  Protocol* driver_ = nullptr;  // null on the node port
   MacAddr node_mac_;
+  MacAddr our_mac_;
   SessionRef session_;
 
  public:
   Counter& rx_;           // steered to this queue
   Counter& tx_;           // sent out from it
   Counter& other_queue_;  // allowed, but another queue's flow
+};
+
+// The upper of the node port's driver: a frame belongs to the node whose MAC
+// sent it. On plain Ethernet nothing else says who sent a frame, so the node
+// port must be a link where a host cannot forge another's source MAC (a
+// switch with port security, or a point-to-point link): docs/filterd.md.
+class Steer::NodePort final : public Protocol {
+ public:
+  NodePort(Steer& steer, Protocol& driver, MacAddr mac)
+      : Protocol(steer.name() + "/node-port", "steer-node-port"), steer_(steer), driver_(driver), mac_(mac) {
+    Participants none;
+    Result<SessionRef> s = driver.open(*this, none);
+    if (!s) throw std::invalid_argument("cannot open a session on '" + driver.name() + "': " + to_string(s.error()));
+    tx_ = *s;
+    Participants none2;
+    if (Status st = driver.open_enable(*this, none2); !st) {
+      throw std::invalid_argument("node port '" + driver.name() + "' refused us as receiver: " + to_string(st.error()));
+    }
+  }
+  ~NodePort() override {
+    Participants none;
+    (void)driver_.open_disable(*this, none);
+    if (tx_) (void)tx_->close();
+  }
+
+  Status demux(Session&, Msg msg) override {
+    Result<std::span<const std::byte>> h = msg.peek(eth::Header::kSize);
+    if (!h) {
+      ++steer_.channel_dropped_;
+      return Errc::malformed;
+    }
+    MacAddr src;
+    std::memcpy(src.bytes.data(), h->data() + 6, 6);
+    auto it = steer_.by_mac_.find(mac_key(src));
+    std::unique_ptr<Channel>* ch = it == steer_.by_mac_.end() ? nullptr : steer_.channels_.find(key_of(it->second, 0));
+    if (ch == nullptr) {
+      ++steer_.node_port_unknown_mac_;
+      return Errc::not_found;
+    }
+    return steer_.egress(**ch, std::move(msg));
+  }
+
+  const SessionRef& tx() const noexcept { return tx_; }
+  MacAddr mac() const noexcept { return mac_; }
+
+  static std::uint64_t mac_key(const MacAddr& m) noexcept {
+    std::uint64_t k = 0;
+    for (std::uint8_t b : m.bytes) k = (k << 8) | b;
+    return k;
+  }
+
+ private:
+  Steer& steer_;
+  Protocol& driver_;
+  MacAddr mac_;
+  SessionRef tx_;
 };
 
 namespace {
@@ -119,9 +194,38 @@ Steer::Steer(std::string name, Protocol& external, const Clock& clock, SteerConf
       learned_flows_(counters().add("learned_flows", "accepted connections made exact flows at their SYN-ACK")),
       rx_central_tcp_(counters().add("rx_central_tcp", "central mode: TCP segments for filterd's own TCP")),
       relay_from_nodes_(counters().add("relay_from_nodes", "central mode: relay frames from the nodes")),
-      rx_quiet_(counters().add("rx_quiet", "frames dropped unanswered while the nodes re-declare their flows")) {}
+      rx_quiet_(counters().add("rx_quiet", "frames dropped unanswered while the nodes re-declare their flows")),
+      node_port_unknown_mac_(counters().add("node_port_unknown_mac", "node-port frames from a MAC no node has")) {}
 
-Steer::~Steer() { channels_.clear(); }
+Steer::~Steer() {
+  channels_.clear();
+  node_port_.reset();
+}
+
+Status Steer::attach_node_port(Protocol& port, MacAddr mac) {
+  if (node_port_) return Errc::exists;
+  node_port_ = std::make_unique<NodePort>(*this, port, mac);
+  return {};
+}
+
+void Steer::detach_node_port() noexcept {
+  // Its nodes' channels send through its session: they go first.
+  std::vector<NodeId> gone;
+  for (const auto& [mac, node] : by_mac_) gone.push_back(node);
+  for (NodeId n : gone) detach(n);
+  node_port_.reset();
+}
+
+Status Steer::attach_ethernet(NodeId node, MacAddr node_mac) {
+  if (!node_port_) return Errc::not_found;
+  if (channels_.find(key_of(node, 0)) != nullptr || by_mac_.count(NodePort::mac_key(node_mac)) != 0) {
+    return Errc::exists;
+  }
+  channels_.insert(key_of(node, 0),
+                   std::make_unique<Channel>(*this, node, node_port_->tx(), node_mac, node_port_->mac()));
+  by_mac_.emplace(NodePort::mac_key(node_mac), node);
+  return {};
+}
 
 namespace {
 constexpr std::uint16_t kMaxQueues = 64;  // the control protocol's cap
@@ -129,31 +233,34 @@ constexpr std::uint16_t kMaxQueues = 64;  // the control protocol's cap
 
 Status Steer::attach(NodeId node, std::uint16_t queue, Protocol& channel, MacAddr node_mac) {
   if (queue >= kMaxQueues) return Errc::invalid_argument;
-  const NodeKey key{std::uint32_t{node} << 16 | queue};
+  const NodeKey key = key_of(node, queue);
   if (channels_.find(key) != nullptr) return Errc::exists;
   channels_.insert(key, std::make_unique<Channel>(*this, node, queue, channel, node_mac));
   return {};
 }
 
 void Steer::detach(NodeId node) noexcept {
-  for (std::uint16_t q = 0; q < kMaxQueues; ++q) channels_.erase(NodeKey{std::uint32_t{node} << 16 | q});
+  if (std::unique_ptr<Channel>* ch = channels_.find(key_of(node, 0)); ch != nullptr && (*ch)->ethernet()) {
+    by_mac_.erase(NodePort::mac_key((*ch)->node_mac()));
+  }
+  for (std::uint16_t q = 0; q < kMaxQueues; ++q) channels_.erase(key_of(node, q));
   filter_->remove_node(node);
 }
 
 // Relay frames (central mode) go on the node's first channel: central mode
 // runs one queue a node.
 Status Steer::send_relay(NodeId node, Msg frame) {
-  std::unique_ptr<Channel>* ch = channels_.find(NodeKey{std::uint32_t{node} << 16});
+  std::unique_ptr<Channel>* ch = channels_.find(key_of(node, 0));
   if (ch == nullptr) return Errc::not_found;
   return (*ch)->send_typed(std::move(frame), relay::kEtherType);
 }
 
 bool Steer::attached(NodeId node, std::uint16_t queue) const noexcept {
-  return channels_.find(NodeKey{std::uint32_t{node} << 16 | queue}) != nullptr;
+  return channels_.find(key_of(node, queue)) != nullptr;
 }
 
 std::uint64_t Steer::rx_frames(NodeId node, std::uint16_t queue) const noexcept {
-  const std::unique_ptr<Channel>* ch = channels_.find(NodeKey{std::uint32_t{node} << 16 | queue});
+  const std::unique_ptr<Channel>* ch = channels_.find(key_of(node, queue));
   return ch == nullptr ? 0 : (*ch)->rx_.value();
 }
 
@@ -230,7 +337,7 @@ Status Steer::on_rx(fault::PassSession& s, Msg msg) {
 }
 
 Status Steer::forward(const Decision& d, Msg frame) {
-  std::unique_ptr<Channel>* ch = channels_.find(NodeKey{std::uint32_t{d.target.node} << 16 | d.target.queue});
+  std::unique_ptr<Channel>* ch = channels_.find(key_of(d.target.node, d.target.queue));
   if (ch == nullptr) {
     ++rx_no_channel_;
     return Errc::not_found;
@@ -359,7 +466,7 @@ Status Steer::answer_arp(Channel& ch, Msg frame) {
   }
   arp::Packet reply = req;
   reply.op = arp::kOpReply;
-  reply.sha = config_.channel_mac;
+  reply.sha = ch.our_mac();
   reply.spa = req.tpa;
   reply.tha = req.sha;
   reply.tpa = req.spa;
@@ -369,7 +476,7 @@ Status Steer::answer_arp(Channel& ch, Msg frame) {
   reply.write(a->first<arp::Packet::kSize>());
   Result<std::span<std::byte>> e = out.push(eth::Header::kSize);
   if (!e) return e.error();
-  eth::Header{ch.node_mac(), config_.channel_mac, eth::kTypeArp}.write(e->first<eth::Header::kSize>());
+  eth::Header{ch.node_mac(), ch.our_mac(), eth::kTypeArp}.write(e->first<eth::Header::kSize>());
   ++proxy_arp_;
   return ch.send(std::move(out));
 }

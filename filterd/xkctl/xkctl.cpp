@@ -424,6 +424,9 @@ std::string format_nodes(const std::vector<ctl::NodeRecord>& nodes, bool json) {
     for (const auto& n : nodes) {
       j.open('{');
       j.key("id").unum(n.id).key("name").str(n.name).key("pid").unum(n.pid).key("queues").unum(n.queues);
+      // A node on another host is on the node port, known by its MAC.
+      j.key("channel").str(n.ethernet ? "ethernet" : "memif");
+      if (n.ethernet) j.key("mac").str(to_string(n.mac));
       j.key("memif_id").unum(n.memif_id).key("listeners").unum(n.listeners).key("flows").unum(n.flows);
       j.key("rules").unum(n.rules);
       node_counts(j, n);
@@ -431,9 +434,10 @@ std::string format_nodes(const std::vector<ctl::NodeRecord>& nodes, bool json) {
     }
     return j.close(']').close('}').done();
   }
-  Table t({"ID", "NAME", "PID", "QUEUES", "MEMIF", "LISTENERS", "FLOWS", "RULES", "RX", "TX", "DENIED"});
+  Table t({"ID", "NAME", "PID", "QUEUES", "CHANNEL", "LISTENERS", "FLOWS", "RULES", "RX", "TX", "DENIED"});
   for (const auto& n : nodes) {
-    t.add({u(n.id), printable(n.name), u(n.pid), u(n.queues), u(n.memif_id), u(n.listeners), u(n.flows), u(n.rules),
+    const std::string channel = n.ethernet ? "ether:" + to_string(n.mac) : "memif:" + u(n.memif_id);
+    t.add({u(n.id), printable(n.name), u(n.pid), u(n.queues), channel, u(n.listeners), u(n.flows), u(n.rules),
            u(n.rx_frames), u(n.egress_allowed), u(n.egress_denied)});
   }
   return t.render();

@@ -53,6 +53,10 @@ for app in xk-udp-echo xk-udp-perf xk-tcp-perf xk-pingpong; do
 done
 
 # xk-tcp-perf
+# A node on another host (--filterd tcp:...): its own port, the address from filterd.
+expect xk-tcp-perf 2 "--filterd tcp:... gives the address" server --filterd tcp:203.0.113.1:7500 --port net_null0 --ip 192.0.2.1/24
+expect xk-tcp-perf 2 "--filterd tcp:... needs --port DEVARGS" server --filterd tcp:203.0.113.1:7500
+expect xk-tcp-perf 2 "--filterd-token goes with --filterd tcp:HOST:PORT" server "${STACK[@]}" --filterd-token /nonexistent
 expect xk-tcp-perf 2 "client: --peer A.B.C.D:PORT is required" client "${STACK[@]}"
 expect xk-tcp-perf 2 "--peer port: '0' is not a number in 1..65535" client "${STACK[@]}" --peer 192.0.2.2:0
 expect xk-tcp-perf 2 "--peer: '192.0.2' is not an IPv4 address" client "${STACK[@]}" --peer 192.0.2:5
@@ -92,6 +96,7 @@ expect xk-echo 2 "--cpus: 'x' is not a number in 0..4095" --filterd /nonexistent
 expect xk-echo 2 "--cpus: empty CPU list" --filterd /nonexistent.sock --stacks 2 --cpus ''
 expect xk-echo 2 "--cpus goes with --stacks K" --filterd /nonexistent.sock --cpus 0
 expect xk-echo 2 "--stacks serves TCP" --filterd /nonexistent.sock --stacks 2 --udp-only
+expect xk-echo 2 "--stacks: a node on another host \(--filterd tcp:...\) runs one stack" --filterd tcp:203.0.113.1:7500 --port net_null0 --stacks 2
 
 # xk-ttcp (roles receive/transmit, -r/-t)
 expect xk-ttcp 0 "usage: xk-ttcp" --help

@@ -21,14 +21,15 @@ kill_all() {
 }
 
 # install_cleanup: on exit (also after SIGINT/SIGTERM) stop every process in
-# PIDS, delete the namespaces NSA/NSB and the links LNX/XKIF when the script
-# made them, and say PASS or FAILED with the time taken and where OUT is.
+# PIDS, delete the namespaces NSA/NSB/NSC and the links LNX/XKIF when the
+# script made them, and say PASS or FAILED with the time taken and where OUT is.
 cleanup() {
   local rc=$?
   set +e
   kill_all
   [ -n "${NSA:-}" ] && ip netns del "$NSA" 2>/dev/null
   [ -n "${NSB:-}" ] && ip netns del "$NSB" 2>/dev/null
+  [ -n "${NSC:-}" ] && ip netns del "$NSC" 2>/dev/null
   [ -n "${LNX:-}" ] && ip link del "$LNX" 2>/dev/null
   [ -n "${XKIF:-}" ] && ip link del "$XKIF" 2>/dev/null
   if [ $rc -eq 0 ]; then

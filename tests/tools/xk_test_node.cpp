@@ -8,10 +8,17 @@
 //                     tcp|udp:LOCAL_PORT:REMOTE_ADDR:REMOTE_PORT:COUNT (TCP
 //                     segments are RSTs, so one that got out would break the
 //                     connection it names). "SENT n=N" when they are out.
+// As a node on another host it registers over TCP with filterd's token and
+// its MAC, on its own port (filterd's node port at the other end); with
+// --forge-from its forged frames carry a source MAC no node has.
 // It runs until SIGTERM or SIGINT. Test-only: tests/CMakeLists.txt builds it.
 //
 //   xk-test-node --filterd PATH --name NAME [--sink-udp PORT] [--forge SPEC]...
+//   xk-test-node --filterd tcp:A.B.C.D:PORT --token FILE --port DEVARGS --mac MAC
+//                [--forge-from MAC] [--forge SPEC]...
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -22,6 +29,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -30,6 +38,7 @@
 #include "xk/drivers/dpdk.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/filterd/control.hpp"
+#include "xk/filterd/token.hpp"
 #include "xk/msg.hpp"
 
 namespace {
@@ -69,6 +78,22 @@ Forge parse_forge(const std::string& spec) {
 class Control {
  public:
   explicit Control(const std::string& path) {
+    if (path.rfind("tcp:", 0) == 0) {
+      // tcp:A.B.C.D:PORT
+      const std::string rest = path.substr(4);
+      const auto colon = rest.rfind(':');
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      if (colon == std::string::npos || ::inet_pton(AF_INET, rest.substr(0, colon).c_str(), &sa.sin_addr) != 1) {
+        throw std::runtime_error("bad TCP address " + path);
+      }
+      sa.sin_port = htons(static_cast<std::uint16_t>(std::stoul(rest.substr(colon + 1))));
+      fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+        throw std::runtime_error("cannot connect to " + path + ": " + std::strerror(errno));
+      }
+      return;
+    }
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     if (path.empty() || path.size() >= sizeof addr.sun_path) throw std::runtime_error("bad control path");
@@ -121,11 +146,12 @@ void put32(std::vector<std::byte>& b, std::size_t at, std::uint32_t v) {
 }
 
 // Ethernet / IPv4 from the shared address / a TCP RST or an empty UDP datagram.
-std::vector<std::byte> forged_frame(const ctl::HelloReply& h, const Forge& f, std::uint16_t ip_id) {
+std::vector<std::byte> forged_frame(const ctl::HelloReply& h, const Forge& f, std::uint16_t ip_id,
+                                    const std::optional<xk::MacAddr>& from) {
   const std::size_t l4 = f.proto == 6 ? 20 : 8;
   std::vector<std::byte> b(14 + 20 + l4);
   std::memcpy(b.data(), h.filterd_mac.bytes.data(), 6);
-  std::memcpy(b.data() + 6, h.channels.front().node_mac.bytes.data(), 6);
+  std::memcpy(b.data() + 6, (from ? *from : h.channels.front().node_mac).bytes.data(), 6);
   put16(b, 12, 0x0800);
   b[14] = std::byte{0x45};
   put16(b, 16, static_cast<std::uint16_t>(20 + l4));
@@ -178,7 +204,8 @@ class Sink final : public xk::Protocol {
 };
 
 int run(int argc, char** argv) {
-  std::string control, name = "test-node";
+  std::string control, name = "test-node", token_file, port;
+  std::optional<xk::MacAddr> mac, forge_from;
   std::uint16_t sink_port = 0;
   std::vector<Forge> forges;
   for (int i = 1; i < argc; ++i) {
@@ -195,6 +222,15 @@ int run(int argc, char** argv) {
       sink_port = static_cast<std::uint16_t>(std::stoul(value()));
     } else if (a == "--forge") {
       forges.push_back(parse_forge(value()));
+    } else if (a == "--token") {
+      token_file = value();
+    } else if (a == "--port") {
+      port = value();
+    } else if (a == "--mac" || a == "--forge-from") {
+      const std::string v = value();
+      auto m = xk::parse_mac(v);
+      if (!m) throw std::invalid_argument(a + ": '" + v + "' is not a MAC");
+      (a == "--mac" ? mac : forge_from) = *m;
     } else {
       throw std::invalid_argument("unknown argument '" + a + "'");
     }
@@ -205,14 +241,21 @@ int run(int argc, char** argv) {
   ctl::Hello hello;
   hello.name = name;
   hello.pid = static_cast<std::uint32_t>(::getpid());
+  if (!token_file.empty()) hello.token = xk::filterd::read_token_file(token_file);
+  // On the node port: its MAC (its port's is left alone: it only sends).
+  if (!port.empty()) hello.ethernet = mac.value_or(xk::MacAddr{});
   ctl::Message r = c.ask(hello);
   const auto* h = std::get_if<ctl::HelloReply>(&r.body);
-  if (h == nullptr) throw std::runtime_error("HELLO refused");
+  if (h == nullptr) {
+    const auto* e = std::get_if<ctl::Error>(&r.body);
+    throw std::runtime_error("HELLO refused: " + (e != nullptr ? e->text : std::string("?")));
+  }
 
   xk::EventLoop loop;
   xk::drivers::DpdkDriver::Config dc;
-  dc.devargs = "net_memif0,role=client,id=" + std::to_string(h->channels.front().memif_id) +
-               ",socket=" + h->memif_socket;
+  dc.devargs = !port.empty() ? port
+                             : "net_memif0,role=client,id=" + std::to_string(h->channels.front().memif_id) +
+                                   ",socket=" + h->memif_socket;
   dc.mtu = h->mtu;
   dc.mbufs = 2047;
   xk::drivers::DpdkDriver net("net0", dc, &loop);
@@ -233,7 +276,7 @@ int run(int argc, char** argv) {
   int sent = 0;
   for (const Forge& f : forges) {
     for (int k = 0; k < f.count; ++k) {
-      xk::Msg m = xk::Msg::copy_of(forged_frame(*h, f, ip_id++), 0);
+      xk::Msg m = xk::Msg::copy_of(forged_frame(*h, f, ip_id++, forge_from), 0);
       while (net.transmit(m) == xk::Status(xk::Errc::would_block)) {
         net.flush();
         loop.run_once();
@@ -248,8 +291,15 @@ int run(int argc, char** argv) {
   }
 
   std::uint64_t shown = ~std::uint64_t{0};
+  // filterd may hold a silent node dead (heartbeat_ms): ping as asked.
+  const auto beat = std::chrono::milliseconds(h->heartbeat_ms);
+  auto next_ping = std::chrono::steady_clock::now() + beat;
   while (!g_stop.load()) {
     if (loop.run_once() == 0) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    if (beat.count() != 0 && std::chrono::steady_clock::now() >= next_ping) {
+      (void)c.ask(ctl::Ping{});
+      next_ping += beat;
+    }
     if (sink_port != 0 && sink.datagrams != shown) {
       shown = sink.datagrams;
       std::printf("RX udp dport=%u n=%llu\n", sink_port, static_cast<unsigned long long>(shown));

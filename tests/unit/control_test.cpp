@@ -219,8 +219,14 @@ std::vector<Message> samples() {
   v.push_back({20, NodesReply{{{.id = 1, .queues = 2, .pid = 4242, .memif_id = 64, .listeners = 1, .flows = 3,
                                 .rules = 1, .rx_frames = 1000, .egress_allowed = 999, .egress_denied = 7,
                                 .name = "web-0"},
-                               {.id = 9, .queues = 1, .pid = 1, .memif_id = 576, .name = "n\xC3\xA9"}},
+                               {.id = 9, .queues = 1, .pid = 1, .memif_id = 576, .name = "n\xC3\xA9"},
+                               // A node on another host: its MAC after the name.
+                               {.id = 12, .queues = 1, .pid = 77, .name = "far",
+                                .ethernet = true, .mac = MacAddr{{0x02, 0, 0, 0, 0x0c, 0x01}}}},
                               bytes({0, 9})}});
+  // A node on another host: over TCP with the token, on the node port.
+  v.push_back({26, Hello{.name = "far-0", .pid = 77, .queues = 1, .version_min = 1, .version_max = 2,
+                         .token = Bytes(32, std::byte{0x5A}), .ethernet = MacAddr{{0x02, 0, 0, 0, 0x0c, 0x01}}}});
   v.push_back({22, PortsReply{{{Proto::tcp, 80, true, true, 1, 0}, {Proto::tcp, 80, true, true, 2, 3},
                                {Proto::udp, 49152, false, false, 9, 0}},
                               {}}});
@@ -393,6 +399,37 @@ TEST(ControlGolden, ResumingHello) {
   });
   EXPECT_EQ(encoded(m), golden);
   EXPECT_EQ(only_message(golden), m);
+}
+
+// Tags of a remote node's HELLO, in order: token (0x0007) before the
+// channels, the critical ethernet (0x8008) last.
+TEST(ControlGolden, RemoteHello) {
+  const Message m{1, Hello{.name = "far",
+                           .pid = 7,
+                           .queues = 1,
+                           .version_min = 1,
+                           .version_max = 1,
+                           .token = bytes({'s', 'e', 'c', 'r', 'e', 't'}),
+                           .ethernet = MacAddr{{0x02, 0x00, 0x00, 0x00, 0x0C, 0x01}}}};
+  const Bytes golden = bytes({
+      0x58, 0x4B, 0x43, 0x31, 0x01, 0x01, 0x00, 0x00,  // "XKC1" v1 HELLO, no flags
+      0x00, 0x00, 0x00, 0x2F, 0x00, 0x00, 0x00, 0x01,  // body 47 bytes, id 1
+      0x00, 0x01, 0x00, 0x03, 'f', 'a', 'r',           // name
+      0x00, 0x02, 0x00, 0x04, 0x00, 0x00, 0x00, 0x07,  // pid 7
+      0x00, 0x03, 0x00, 0x02, 0x00, 0x01,              // queues 1
+      0x00, 0x04, 0x00, 0x02, 0x01, 0x01,              // versions 1..1
+      0x00, 0x07, 0x00, 0x06, 's', 'e', 'c', 'r', 'e', 't',  // token
+      0x80, 0x08, 0x00, 0x06, 0x02, 0x00, 0x00, 0x00, 0x0C, 0x01,  // ethernet 02:00:00:00:0c:01
+  });
+  EXPECT_EQ(encoded(m), golden);
+  EXPECT_EQ(only_message(golden), m);
+  // ethernet is critical: a message that does not know it rejects it.
+  const ProtocolError e = only_error(frame(MsgType::ping, 2, tlv(0x8008, bytes({2, 0, 0, 0, 0x0C, 1}))));
+  EXPECT_EQ(e.severity, Severity::reject);
+  // A token over 256 bytes is refused, by the encoder and the reader.
+  Message big = m;
+  std::get<Hello>(big.body).token = Bytes(257, std::byte{1});
+  EXPECT_FALSE(encode(big).ok());
 }
 
 TEST(ControlGolden, AcceptedFlow) {
@@ -652,7 +689,7 @@ std::size_t fixed_size(Tag t) {
     case Tag::node_id: case Tag::mtu: case Tag::error_code: case Tag::versions: return 2;
     case Tag::pid: case Tag::remote_addr: case Tag::rule_id: case Tag::address: case Tag::gateway:
     case Tag::heartbeat_ms: return 4;
-    case Tag::filterd_mac: return 6;
+    case Tag::filterd_mac: case Tag::ethernet: return 6;
     case Tag::listener: return kListenerRecord;
     case Tag::flow: return kFlowRecord;
     case Tag::channel: return kChannelRecord;
@@ -666,7 +703,8 @@ constexpr Tag kAllTags[] = {Tag::pad, Tag::name, Tag::pid, Tag::queues, Tag::ver
                             Tag::remote_port, Tag::listener, Tag::flow, Tag::more, Tag::expression,
                             Tag::priority, Tag::rule_id, Tag::node_id, Tag::memif_socket, Tag::channel,
                             Tag::filterd_mac, Tag::mtu, Tag::address, Tag::prefix_len, Tag::gateway,
-                            Tag::secret, Tag::heartbeat_ms, Tag::counter, Tag::error_code, Tag::error_text};
+                            Tag::secret, Tag::heartbeat_ms, Tag::counter, Tag::error_code, Tag::error_text,
+                            Tag::token, Tag::ethernet};
 
 // Small values most of the time, so ranges (queue < 64, proto 6 or 17) are
 // sometimes met and whole messages decode.

@@ -36,19 +36,28 @@ std::string socket_path() {
 
 // filterd's control plane, serving on `path` from a thread of its own until
 // stop() (what kill -9 does to the nodes' connections: they close).
+// With `tcp` ("127.0.0.1:PORT") it serves TCP too, with kToken, and has a
+// node port for nodes on other hosts.
+const std::vector<std::byte> kToken(32, std::byte{0x42});
+const MacAddr kNodePortMac{{0x02, 0x78, 0x6b, 0, 0, 0x99}};
+
 class Filterd {
  public:
-  explicit Filterd(const std::string& path) {
+  explicit Filterd(const std::string& path, const std::string& tcp = {}) {
     filterd::FilterConfig f;
     f.shared_ip = Ipv4Addr{0xC000020A};
     filter_.emplace(f, clock_);
     filterd::RegistryConfig c;
     c.shared = Ipv4Cidr{Ipv4Addr{0xC000020A}, 24};
     c.secret[0] = std::byte{7};  // the same in every run, as --secret gives it
+    if (!tcp.empty()) c.node_port_mac = kNodePortMac;
     registry_.emplace(c, *filter_, filterd::NodeRegistry::Hooks{});
     filterd::ControlServer::Config cc;
     cc.path = path;
+    cc.tcp = tcp;
+    if (!tcp.empty()) cc.token = kToken;
     server_.emplace(loop_, *registry_, cc);
+    tcp_port_ = server_->tcp_port();
     loop_.start_thread();
   }
   ~Filterd() { stop(); }
@@ -72,6 +81,7 @@ class Filterd {
   }
   filterd::NodeRegistry& registry() { return *registry_; }
   filterd::FilterEngine& filter() { return *filter_; }
+  std::uint16_t tcp_port() const { return tcp_port_; }
 
  private:
   ManualClock clock_;
@@ -79,6 +89,7 @@ class Filterd {
   std::optional<filterd::FilterEngine> filter_;
   std::optional<filterd::NodeRegistry> registry_;
   std::optional<filterd::ControlServer> server_;
+  std::uint16_t tcp_port_ = 0;
 };
 
 class FilterdClientTest : public ::testing::Test {
@@ -207,6 +218,83 @@ TEST_F(FilterdClientTest, GivesUpWhenAnotherNodeHasItsId) {
   EXPECT_EQ(client->state(), FilterdClient::State::failed);
   EXPECT_EQ(resumed, 0);
   EXPECT_EQ(other->state(), FilterdClient::State::connected);
+}
+
+// A node on another host: TCP with the token, its own port on the node
+// port. It resumes over TCP after a restart like a local node.
+TEST_F(FilterdClientTest, ARemoteNodeRegistersOverTcpAndResumesAfterARestart) {
+  auto first = std::make_unique<Filterd>(path, "127.0.0.1:0");
+  const std::uint16_t port = first->tcp_port();
+  ASSERT_NE(port, 0);
+  const std::string where = "tcp:127.0.0.1:" + std::to_string(port);
+  EXPECT_TRUE(FilterdClient::is_tcp(where));
+  EXPECT_TRUE(FilterdClient::is_tcp("127.0.0.1:" + std::to_string(port)));
+  EXPECT_FALSE(FilterdClient::is_tcp(path));
+  EXPECT_FALSE(FilterdClient::is_tcp("/run/xk/a:1"));
+  FilterdClient::Options o;
+  o.reconnect_for = std::chrono::seconds(10);
+  o.backoff_min = std::chrono::milliseconds(20);
+  o.backoff_max = std::chrono::milliseconds(200);
+  o.node_port = "net_af_packet0,iface=veth9";
+  const MacAddr mac{{0x02, 0, 0, 0, 0x0c, 0x01}};
+  o.node_mac = mac;
+  // Without the token, or with a wrong one, filterd says no.
+  EXPECT_THROW(FilterdClient::connect(where, "far", o), std::runtime_error);
+  o.token = std::vector<std::byte>(32, std::byte{0x41});
+  try {
+    (void)FilterdClient::connect(where, "far", o);
+    ADD_FAILURE() << "a wrong token was taken";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("permission_denied"), std::string::npos) << e.what();
+  }
+  o.token = kToken;
+  FilterdClient::Options no_port = o;
+  no_port.node_port.clear();
+  EXPECT_THROW(FilterdClient::connect(where, "far", no_port), std::runtime_error);
+  // The node port gives a node one channel: several stacks are refused.
+  FilterdClient::Options two = o;
+  two.queues = 2;
+  try {
+    (void)FilterdClient::connect(where, "far", two);
+    ADD_FAILURE() << "a remote node of two stacks was taken";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("one stack"), std::string::npos) << e.what();
+  }
+
+  client = FilterdClient::connect(where, "far", o);
+  FilterdClient::Hooks h;
+  h.holdings = [this] { return held; };
+  h.resumed = [this] { ++resumed; };
+  client->attach(loop, std::move(h));
+  EXPECT_TRUE(client->ethernet());
+  ASSERT_EQ(client->hello().channels.size(), 1u);
+  EXPECT_EQ(client->hello().channels[0].memif_id, 0u);
+  EXPECT_EQ(client->hello().channels[0].node_mac, mac);
+  EXPECT_EQ(client->hello().filterd_mac, kNodePortMac);
+  // Its graph: the same stack on its own port, with the MAC filterd knows.
+  const std::string g = client->graph_spec();
+  EXPECT_NE(g.find("devargs=net_af_packet0,iface=veth9 mtu=1500 mac=02:00:00:00:0c:01"), std::string::npos) << g;
+  EXPECT_EQ(g.find("memif"), std::string::npos) << g;
+  const std::uint16_t id = client->hello().node_id;
+  ASSERT_TRUE(client->claim_listen(6, 5001, false).ok());
+  held.listeners = {fc::ListenerEntry{fc::Proto::tcp, 5001, false, 0}};
+
+  first->stop();
+  notice_loss();
+  ASSERT_EQ(client->state(), FilterdClient::State::reconnecting);
+  first.reset();
+  Filterd second(path, "127.0.0.1:" + std::to_string(port));
+  let_time_pass(std::chrono::milliseconds(2000));
+  ASSERT_EQ(client->state(), FilterdClient::State::connected);
+  EXPECT_EQ(resumed, 1);
+  EXPECT_EQ(client->hello().node_id, id);
+  second.on_loop([&] {
+    const filterd::NodeInfo* n = second.registry().node(id);
+    ASSERT_NE(n, nullptr);
+    EXPECT_TRUE(n->ethernet);
+    EXPECT_EQ(n->channels.front().node_mac, mac);
+    EXPECT_EQ(second.filter().listener_for(FlowKey{Proto::tcp, peer, 1, 5001})->node, id);
+  });
 }
 
 // A node that runs three stacks: one HELLO with queues=3, a channel each,

@@ -34,6 +34,7 @@ class RegistryTest : public ::testing::Test {
     c.shared = Ipv4Cidr{Ipv4Addr{0xC000020A}, 24};
     c.ephemeral_min = 50000;
     c.ephemeral_max = 50003;  // four ports: exhaustion is reachable
+    c.node_port_mac = node_port_mac;
     reg = std::make_unique<NodeRegistry>(
         c, *filter,
         NodeRegistry::Hooks{[this](const NodeInfo& n) {
@@ -75,6 +76,7 @@ class RegistryTest : public ::testing::Test {
   std::map<NodeId, std::vector<ctl::Channel>> channels;
   bool fail_attach = false;
   std::uint32_t seq = 0;
+  std::optional<MacAddr> node_port_mac;  // filterd --node-port
 };
 
 TEST_F(RegistryTest, HelloRegistersAndAnswersWithTheChannelAndTheSharedAddress) {
@@ -705,6 +707,120 @@ TEST_F(RegistryTest, ANodeWithSeveralQueuesResumesWithAllItsChannelsAndResyncsEa
   // node's business; one whose channels another node holds is refused.
   NodeId other = 0;
   EXPECT_EQ(code(resume(other, 9, {a_ch[1]})), ErrorCode::port_in_use);
+}
+
+}  // namespace
+}  // namespace xk::filterd
+
+namespace xk::filterd {
+namespace {
+
+const MacAddr kPortMac{{0x02, 0x78, 0x6b, 0, 0, 0x99}};
+const MacAddr kRemote{{0x02, 0, 0, 0, 0x0c, 0x01}};
+
+// Nodes on other hosts: on the node port, known by their MAC.
+class RemoteRegistryTest : public RegistryTest {
+ protected:
+  RemoteRegistryTest() {
+    node_port_mac = kPortMac;
+    start();
+  }
+  Message ether_hello(NodeId& n, MacAddr mac, std::uint16_t queues = 1) {
+    ctl::Hello h{"remote", 100, queues};
+    h.ethernet = mac;
+    return ask(n, h);
+  }
+};
+
+TEST_F(RemoteRegistryTest, AnEthernetNodeGetsItsOwnMacAsChannelAndFilterdsNodePortMac) {
+  NodeId n = 0;
+  Message r = ether_hello(n, kRemote);
+  const auto* h = std::get_if<ctl::HelloReply>(&r.body);
+  ASSERT_NE(h, nullptr);
+  ASSERT_EQ(h->channels.size(), 1u);
+  EXPECT_EQ(h->channels[0].memif_id, 0u);
+  EXPECT_EQ(h->channels[0].node_mac, kRemote);
+  EXPECT_EQ(h->filterd_mac, kPortMac);  // its next hop is the node port
+  ASSERT_NE(reg->node(n), nullptr);
+  EXPECT_TRUE(reg->node(n)->ethernet);
+  // A second Ethernet node (memif id 0 too) and a memif node live beside it.
+  NodeId n2 = 0, m = 0;
+  ASSERT_TRUE(is<ctl::HelloReply>(ether_hello(n2, MacAddr{{0x02, 0, 0, 0, 0x0c, 0x02}})));
+  Message mr = ask(m, ctl::Hello{"local", 100, 1});
+  ASSERT_TRUE(is<ctl::HelloReply>(mr));
+  EXPECT_NE(std::get<ctl::HelloReply>(mr.body).channels[0].memif_id, 0u);
+  EXPECT_EQ(std::get<ctl::HelloReply>(mr.body).filterd_mac, RegistryConfig{}.filterd_mac);
+  // xkctl nodes shows who is where.
+  NodeId admin = 0;
+  Message list = ask(admin, ctl::Nodes{});
+  const auto& nodes = std::get<ctl::NodesReply>(list.body).nodes;
+  ASSERT_EQ(nodes.size(), 3u);
+  EXPECT_TRUE(nodes[0].ethernet);
+  EXPECT_EQ(nodes[0].mac, kRemote);
+  EXPECT_FALSE(nodes[2].ethernet);
+  EXPECT_EQ(nodes[2].mac, MacAddr{});
+  // The listing round-trips through the codec.
+  Result<std::vector<std::byte>> bytes = ctl::encode(list);
+  ASSERT_TRUE(bytes.ok());
+  ctl::FrameReader rd;
+  rd.feed(*bytes);
+  ctl::ReadResult back = rd.next();
+  ASSERT_TRUE(back.has_message());
+  EXPECT_EQ(back.message(), list);
+}
+
+TEST_F(RemoteRegistryTest, BadEthernetHellosAreRefused) {
+  NodeId n = 0;
+  ASSERT_TRUE(is<ctl::HelloReply>(ether_hello(n, kRemote)));
+  NodeId a = 0, b = 0, c = 0, d = 0;
+  EXPECT_EQ(code(ether_hello(a, kRemote)), ErrorCode::port_in_use);  // another node's MAC
+  EXPECT_EQ(code(ether_hello(b, MacAddr{{0x03, 0, 0, 0, 0, 1}})), ErrorCode::bad_message);  // multicast
+  EXPECT_EQ(code(ether_hello(c, kPortMac)), ErrorCode::port_in_use);  // filterd's own
+  EXPECT_EQ(code(ether_hello(d, MacAddr{{0x02, 0, 0, 0, 0x0c, 0x05}}, 2)), ErrorCode::bad_message);  // one queue
+  EXPECT_EQ(a + b + c + d, 0);
+  // Without a node port there is nowhere to reach it.
+  node_port_mac.reset();
+  start();
+  NodeId e = 0;
+  EXPECT_EQ(code(ether_hello(e, kRemote)), ErrorCode::bad_message);
+}
+
+TEST_F(RemoteRegistryTest, FilterdPicksAMacWhenTheNodeLeavesItOpen) {
+  NodeId n = 0;
+  Message r = ether_hello(n, MacAddr{});
+  ASSERT_TRUE(is<ctl::HelloReply>(r));
+  const MacAddr picked = std::get<ctl::HelloReply>(r.body).channels[0].node_mac;
+  EXPECT_NE(picked, MacAddr{});
+  EXPECT_EQ(picked.bytes[0] & 0x03, 0x02);  // locally administered, unicast
+  // A node that wants that MAC now cannot have it.
+  NodeId m = 0;
+  EXPECT_EQ(code(ether_hello(m, picked)), ErrorCode::port_in_use);
+}
+
+TEST_F(RemoteRegistryTest, AnEthernetNodeResumesWithItsMacAndNodeGoneForgetsIt) {
+  NodeId n = 0;
+  ASSERT_TRUE(is<ctl::HelloReply>(ether_hello(n, kRemote)));
+  const NodeId id = n;
+  ASSERT_TRUE(is<ctl::ListenReply>(ask(n, ctl::Listen{ctl::Proto::tcp, 5001, false, 0})));
+  // Its control connection closes: ports and channel go.
+  reg->node_gone(id);
+  EXPECT_EQ(detached, std::vector<NodeId>{id});
+  EXPECT_FALSE(filter->listener(Proto::tcp, 5001).has_value());
+  // A filterd restart: it comes back with the same id and MAC.
+  start();
+  NodeId again = 0;
+  ctl::Hello h{"remote", 100, 1};
+  h.ethernet = kRemote;
+  h.resume = ctl::Resume{id, {ctl::Channel{0, kRemote}}};
+  Message r = ask(again, h);
+  ASSERT_TRUE(is<ctl::HelloReply>(r));
+  EXPECT_EQ(again, id);
+  EXPECT_EQ(std::get<ctl::HelloReply>(r.body).channels[0].node_mac, kRemote);
+  // A resume whose channel is not its ethernet MAC is nonsense.
+  start();
+  NodeId other = 0;
+  h.resume = ctl::Resume{id, {ctl::Channel{0, MacAddr{{0x02, 0, 0, 0, 0x0c, 0x09}}}}};
+  EXPECT_EQ(code(ask(other, h)), ErrorCode::bad_message);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 //
 //   peer  (192.0.2.1, "a Linux host")  --pair "ext"--  filterd (steer + its own
 //   eth/arp/ipv4/icmp/udp/tcp for 192.0.2.10)  --pair "node1"/"node2"--  two
-//   nodes, each a whole xk stack with the shared address 192.0.2.10.
+//   nodes, each a whole xk stack with the shared address 192.0.2.10; and
+//   filterd's node port --pair "nodeport"-- a node on "another host".
 //
 // The control plane is not here: the tests fill the filter tables directly
 // (and a PortAuthority that does so stands in for the control socket).
@@ -93,6 +94,8 @@ class SteerTest : public ::testing::Test {
         // The channels before steer: built first, destroyed after it.
         "pair  ch1  link=node1 mac=02:78:6b:00:00:01 queue=4096\n"
         "pair  ch2  link=node2 mac=02:78:6b:00:00:01 queue=4096\n"
+        // The node port: nodes on other hosts, known by their MACs.
+        "pair  np0  link=nodeport mac=02:78:6b:00:00:99 queue=4096\n"
         "steer st0  below=net0 addr=192.0.2.10/24\n"
         "eth   eth0 below=st0\n"
         "arp   arp0 below=eth0\n"
@@ -564,6 +567,134 @@ TEST_F(SteerQueuesTest, TheEgressCheckGuardsNodesAndCountsAStackSendingForAnothe
   EXPECT_GE(steer->filter().egress_counts(2).denied, 1u);
   same_node.abort();
   other_node.abort();
+}
+
+}  // namespace
+}  // namespace xk::filterd
+
+namespace xk::filterd {
+namespace {
+
+// A node on another host: its own port on filterd's node port (plain
+// Ethernet), steered to by its MAC, its frames known by their source MAC.
+class SteerNodePortTest : public SteerTest {
+ public:
+  void SetUp() override {
+    SteerTest::SetUp();
+    node3.emplace(Graph::build(stack("nodeport", "02:00:00:00:0c:03", "192.0.2.10/24"), registry, &loop, "node3"));
+    ASSERT_TRUE(steer->attach_node_port(*filterd->find("np0"), kPortMac).ok());
+    auth3 = std::make_unique<DirectAuthority>(steer->filter(), 3);
+    tcp_of(*node3).set_port_authority(auth3.get());
+  }
+  void TearDown() override {
+    node3.reset();
+    SteerTest::TearDown();
+  }
+  const MacAddr kPortMac{{0x02, 0x78, 0x6b, 0, 0, 0x99}};
+  const MacAddr kNode3{{0x02, 0, 0, 0, 0x0c, 0x03}};
+  std::optional<Graph> node3;
+  std::unique_ptr<DirectAuthority> auth3;
+};
+
+TEST_F(SteerNodePortTest, ARemoteNodeIsSteeredToByItsMacAndConnectsOut) {
+  ASSERT_TRUE(steer->attach_ethernet(3, kNode3).ok());
+  EXPECT_TRUE(steer->attached(3));
+  // The same MAC or node twice is refused.
+  EXPECT_EQ(steer->attach_ethernet(4, kNode3).error(), Errc::exists);
+  EXPECT_EQ(steer->attach_ethernet(3, MacAddr{{0x02, 0, 0, 0, 0x0c, 0x09}}).error(), Errc::exists);
+  Result<tcp::TcpListener> l = tcp_of(*node3).listen(Ipv4Addr{}, Port{80});
+  ASSERT_TRUE(l.ok());
+  tcp::TcpSocket c = tcp_of(*peer).socket();
+  ASSERT_TRUE(c.connect(kShared, Port{80}).ok());
+  std::optional<tcp::TcpSocket> s;
+  ASSERT_TRUE(run_until([&] {
+    if (auto a = l->accept(); a.ok()) s.emplace(std::move(*a));
+    return s.has_value();
+  }));
+  auto up = pattern(300000, 7), down = pattern(200000, 8);
+  std::vector<std::byte> got_up, got_down;
+  ASSERT_TRUE(move_bytes(*this, c, *s, up, got_up));
+  ASSERT_TRUE(move_bytes(*this, *s, c, down, got_down));
+  EXPECT_EQ(got_up, up);
+  EXPECT_EQ(got_down, down);
+  EXPECT_GT(steer->rx_frames(3), 200u);
+  EXPECT_EQ(steer->rx_frames(1), 0u);
+  EXPECT_GE(steer_counter("proxy_arp"), 1u);  // answered on the node port, with its MAC
+  auto entry = node3->find_as<arp::ArpProtocol>("arp0")->lookup(kPeer);
+  ASSERT_TRUE(entry.has_value());
+  EXPECT_EQ(entry->mac, kPortMac);
+  EXPECT_EQ(steer_counter("tx_denied"), 0u);
+  EXPECT_EQ(steer_counter("node_port_unknown_mac"), 0u);
+
+  // And out: the flow its authority installed.
+  Result<tcp::TcpListener> pl = tcp_of(*peer).listen(Ipv4Addr{}, Port{7});
+  ASSERT_TRUE(pl.ok());
+  tcp::TcpSocket out = tcp_of(*node3).socket();
+  ASSERT_TRUE(out.connect(kPeer, Port{7}).ok());
+  std::optional<tcp::TcpSocket> in;
+  ASSERT_TRUE(run_until([&] {
+    if (auto a = pl->accept(); a.ok()) in.emplace(std::move(*a));
+    return in.has_value() && out.state() == tcp::State::established;
+  }));
+  auto data = pattern(100000, 9);
+  std::vector<std::byte> got;
+  ASSERT_TRUE(move_bytes(*this, out, *in, data, got));
+  EXPECT_EQ(got, data);
+}
+
+TEST_F(SteerNodePortTest, FramesFromAnUnknownMacAreDroppedAndCounted) {
+  // filterd knows node 3 by another MAC: everything it sends (its ARP
+  // requests, its SYN) comes from a MAC no node has.
+  ASSERT_TRUE(steer->attach_ethernet(3, MacAddr{{0x02, 0, 0, 0, 0x0c, 0x77}}).ok());
+  Result<tcp::TcpListener> pl = tcp_of(*peer).listen(Ipv4Addr{}, Port{7});
+  ASSERT_TRUE(pl.ok());
+  tcp::TcpSocket out = tcp_of(*node3).socket();
+  ASSERT_TRUE(out.connect(kPeer, Port{7}).ok());
+  ASSERT_TRUE(run_until([&] { return steer_counter("node_port_unknown_mac") >= 2; }));
+  EXPECT_EQ(steer_counter("proxy_arp"), 0u);
+  EXPECT_EQ(steer_counter("tx_from_nodes"), 0u);
+  EXPECT_EQ(steer->filter().egress_counts(3).allowed + steer->filter().egress_counts(3).denied, 0u);
+  out.abort();
+}
+
+TEST_F(SteerNodePortTest, ARemoteNodeForgingAnotherNodesFlowIsDeniedAndCounted) {
+  ASSERT_TRUE(steer->attach_ethernet(3, kNode3).ok());
+  Result<tcp::TcpListener> l = tcp_of(*node1).listen(Ipv4Addr{}, Port{80});
+  ASSERT_TRUE(l.ok());
+  tcp_of(*node3).set_port_authority(nullptr);  // it asks nobody
+  tcp::TcpSocket forged = tcp_of(*node3).socket();
+  ASSERT_TRUE(forged.connect(kPeer, Port{7}, Ipv4Addr{}, Port{80}).ok());
+  ASSERT_TRUE(run_until([&] { return steer_counter("tx_denied") >= 1; }));
+  EXPECT_EQ(tcp_of(*peer).counters().value("rx_segments"), 0u);
+  EXPECT_EQ(steer->filter().egress_counts(3).denied, steer_counter("tx_denied"));
+  EXPECT_EQ(steer->filter().egress_counts(1).denied, 0u);
+  forged.abort();
+}
+
+TEST_F(SteerNodePortTest, ADetachedRemoteNodesPeersGetRstAndItsMacIsForgotten) {
+  ASSERT_TRUE(steer->attach_ethernet(3, kNode3).ok());
+  Result<tcp::TcpListener> l = tcp_of(*node3).listen(Ipv4Addr{}, Port{80});
+  ASSERT_TRUE(l.ok());
+  tcp::TcpSocket c = tcp_of(*peer).socket();
+  ASSERT_TRUE(c.connect(kShared, Port{80}).ok());
+  std::optional<tcp::TcpSocket> s;
+  ASSERT_TRUE(run_until([&] {
+    if (auto a = l->accept(); a.ok()) s.emplace(std::move(*a));
+    return s.has_value();
+  }));
+  steer->detach(3);  // its control connection closed
+  EXPECT_FALSE(steer->attached(3));
+  std::byte b[100] = {};
+  ASSERT_TRUE(c.write(b).ok());
+  ASSERT_TRUE(run_until([&] { return c.connection()->pending_error() != Errc::ok; }));
+  EXPECT_EQ(c.connection()->pending_error(), Errc::reset);
+  // What it still sends comes from a MAC filterd no longer knows.
+  std::byte more[10] = {};
+  (void)s->write(more);
+  ASSERT_TRUE(run_until([&] { return steer_counter("node_port_unknown_mac") >= 1; }));
+  // The MAC is free for the next node.
+  EXPECT_TRUE(steer->attach_ethernet(5, kNode3).ok());
+  tcp_of(*node3).set_port_authority(nullptr);
 }
 
 }  // namespace

@@ -148,11 +148,24 @@ ctl::NodeRecord sample_node() {
 
 TEST(XkctlFormat, NodesPortsFlowsRules) {
   EXPECT_EQ(format_nodes({sample_node()}, true),
-            "{\"nodes\":[{\"id\":2,\"name\":\"sink \\\"b\\\"\",\"pid\":4242,\"queues\":1,\"memif_id\":128,"
-            "\"listeners\":1,\"flows\":3,\"rules\":1,\"rx_frames\":20,\"egress_allowed\":19,\"egress_denied\":35}]}\n");
+            "{\"nodes\":[{\"id\":2,\"name\":\"sink \\\"b\\\"\",\"pid\":4242,\"queues\":1,\"channel\":\"memif\","
+            "\"memif_id\":128,\"listeners\":1,\"flows\":3,\"rules\":1,\"rx_frames\":20,\"egress_allowed\":19,"
+            "\"egress_denied\":35}]}\n");
   EXPECT_EQ(format_nodes({sample_node()}, false),
-            "ID  NAME       PID  QUEUES  MEMIF  LISTENERS  FLOWS  RULES  RX  TX  DENIED\n"
-            " 2  sink \"b\"  4242       1    128          1      3      1  20  19      35\n");
+            "ID  NAME       PID  QUEUES  CHANNEL    LISTENERS  FLOWS  RULES  RX  TX  DENIED\n"
+            " 2  sink \"b\"  4242       1  memif:128          1      3      1  20  19      35\n");
+  // A node on another host, on the node port: its MAC is its channel.
+  ctl::NodeRecord remote = sample_node();
+  remote.ethernet = true;
+  remote.memif_id = 0;
+  remote.mac = MacAddr{{0x02, 0x00, 0x00, 0x00, 0x0c, 0x01}};
+  EXPECT_EQ(format_nodes({remote}, true),
+            "{\"nodes\":[{\"id\":2,\"name\":\"sink \\\"b\\\"\",\"pid\":4242,\"queues\":1,\"channel\":\"ethernet\","
+            "\"mac\":\"02:00:00:00:0c:01\",\"memif_id\":0,\"listeners\":1,\"flows\":3,\"rules\":1,\"rx_frames\":20,"
+            "\"egress_allowed\":19,\"egress_denied\":35}]}\n");
+  EXPECT_EQ(format_nodes({remote}, false),
+            "ID  NAME       PID  QUEUES  CHANNEL                  LISTENERS  FLOWS  RULES  RX  TX  DENIED\n"
+            " 2  sink \"b\"  4242       1  ether:02:00:00:00:0c:01          1      3      1  20  19      35\n");
   EXPECT_EQ(format_nodes({}, true), "{\"nodes\":[]}\n");
 
   const std::vector<ctl::PortRecord> ports = {{ctl::Proto::tcp, 5001, false, true, 3, 0},

@@ -2,6 +2,10 @@
 
 #include "xk/filterd_client.hpp"
 
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -21,6 +25,7 @@
 
 #include <thread>
 
+#include "xk/filterd/token.hpp"
 #include "xk/graph.hpp"
 #include "xk/protocols/tcp.hpp"
 #include "xk/protocols/udp.hpp"
@@ -42,6 +47,72 @@ Errc errc_of(fc::ErrorCode code) noexcept {
     case fc::ErrorCode::too_many: return Errc::no_memory;
     default: return Errc::invalid_argument;
   }
+}
+
+void set_int(int fd, int level, int opt, int v) { (void)::setsockopt(fd, level, opt, &v, sizeof v); }
+
+// "tcp:HOST:PORT" or "HOST:PORT" -> (HOST, PORT); HOST may be [v6].
+bool split_tcp(const std::string& where, std::string& host, std::string& port) {
+  std::string rest = where.rfind("tcp:", 0) == 0 ? where.substr(4) : where;
+  const auto colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size()) return false;
+  host = rest.substr(0, colon);
+  port = rest.substr(colon + 1);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return port.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// A connected TCP socket to filterd, within `timeout`, or -1 and errno. The
+// kernel keeps probing it, so a host of filterd's that vanishes is noticed
+// even while the node has nothing to ask.
+int dial_tcp(const std::string& where, std::chrono::milliseconds timeout, int& err) {
+  std::string host, port;
+  if (!split_tcp(where, host, port)) {
+    err = EINVAL;
+    return -1;
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr) {
+    err = EHOSTUNREACH;
+    return -1;
+  }
+  int fd = -1;
+  err = ECONNREFUSED;
+  for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      rc = ::poll(&p, 1, static_cast<int>(timeout.count()));
+      int so = ETIMEDOUT;
+      socklen_t len = sizeof so;
+      if (rc == 1) (void)::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &len);
+      errno = so;
+      rc = so == 0 ? 0 : -1;
+    }
+    if (rc != 0) {
+      err = errno;
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(res);
+  if (fd < 0) return -1;
+  (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // requests block (with poll's timeout)
+  set_int(fd, IPPROTO_TCP, TCP_NODELAY, 1);
+  set_int(fd, SOL_SOCKET, SO_KEEPALIVE, 1);
+  set_int(fd, IPPROTO_TCP, TCP_KEEPIDLE, 2);
+  set_int(fd, IPPROTO_TCP, TCP_KEEPINTVL, 1);
+  set_int(fd, IPPROTO_TCP, TCP_KEEPCNT, 3);
+  set_int(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, 5000);
+  return fd;
 }
 
 // A connected Unix stream socket to `path`, or errno.
@@ -117,8 +188,17 @@ PortAuthority& FilterdClient::queue(std::uint16_t q) {
   return *ports_[q - 1u];
 }
 
+bool FilterdClient::is_tcp(const std::string& where) {
+  if (where.rfind("tcp:", 0) == 0) return true;
+  std::string host, port;
+  return where.find('/') == std::string::npos && split_tcp(where, host, port);
+}
+
 FilterdClient::Options FilterdClient::options_from_env() {
   Options o;
+  if (const char* v = std::getenv("XK_FILTERD_TOKEN"); v != nullptr && *v != '\0') {
+    o.token = filterd::read_token_file(v);
+  }
   if (const char* v = std::getenv("XK_FILTERD_RECONNECT_MS"); v != nullptr && *v != '\0') {
     char* end = nullptr;
     long long ms = std::strtoll(v, &end, 10);
@@ -132,16 +212,25 @@ FilterdClient::Options FilterdClient::options_from_env() {
 
 std::unique_ptr<FilterdClient> FilterdClient::connect(const std::string& path, const std::string& name,
                                                       Options options) {
+  const bool tcp = is_tcp(path);
+  if (tcp && options.node_port.empty()) {
+    throw std::runtime_error("filterd: a node that reaches filterd over TCP is on another host: give it its own port "
+                             "(--port DEVARGS, XK_PORT) on filterd's node port");
+  }
+  if (tcp && options.queues != 1) {
+    throw std::runtime_error("filterd: a node on another host runs one stack (filterd's node port gives it one "
+                             "channel)");
+  }
+  if (tcp && options.token.empty()) {
+    throw std::runtime_error("filterd: over TCP, HELLO carries filterd's token: give it (--filterd-token FILE, "
+                             "XK_FILTERD_TOKEN=FILE)");
+  }
   std::unique_ptr<FilterdClient> c(new FilterdClient(path, name.substr(0, fc::kMaxNodeName), options));
   if (c->name_.empty()) c->name_ = "node";
   int err = 0;
-  c->fd_ = dial(path, err);
+  c->fd_ = tcp ? dial_tcp(path, options.connect_timeout, err) : dial(path, err);
   if (c->fd_ < 0) throw std::runtime_error("filterd: cannot connect to " + path + ": " + std::strerror(err));
-  fc::Hello h;
-  h.name = c->name_;
-  h.pid = static_cast<std::uint32_t>(::getpid());
-  h.queues = options.queues;
-  Result<fc::Message> r = c->request(h);
+  Result<fc::Message> r = c->request(c->make_hello());
   if (!r) throw std::runtime_error(std::string("filterd: no answer to HELLO: ") + to_string(r.error()));
   if (const auto* e = std::get_if<fc::Error>(&r->body)) {
     throw std::runtime_error(std::string("filterd refused us: ") + fc::to_string(e->code) + ": " + e->text);
@@ -150,13 +239,27 @@ std::unique_ptr<FilterdClient> FilterdClient::connect(const std::string& path, c
   if (hr == nullptr || hr->channels.size() != options.queues) {
     throw std::runtime_error("filterd: HELLO answered with something else (or not a channel per stack)");
   }
+  if (c->ethernet() && hr->channels.front().memif_id != 0) {
+    throw std::runtime_error("filterd gave a memif channel to a node on the node port");
+  }
   c->hello_ = *hr;
   return c;
+}
+
+fc::Hello FilterdClient::make_hello() const {
+  fc::Hello h;
+  h.name = name_;
+  h.pid = static_cast<std::uint32_t>(::getpid());
+  h.queues = options_.queues;
+  h.token = options_.token;
+  if (ethernet()) h.ethernet = options_.node_mac.value_or(MacAddr{});
+  return h;
 }
 
 FilterdClient::~FilterdClient() {
   if (loop_ != nullptr) loop_->remove(*this);
   retry_.reset();
+  ping_.reset();
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ == State::connected && fd_ >= 0) {
     state_ = State::failed;  // going: a BYE that finds filterd gone is no news
@@ -178,6 +281,21 @@ void FilterdClient::attach_queue(std::uint16_t queue, EventLoop& loop, Hooks hoo
   loop.add(*this);
   loop_ = &loop;
   if (state_ == State::connected) watch(true);
+  if (hello_.heartbeat_ms != 0) {
+    ping_.emplace(loop.timers(), [c = this] { c->heartbeat(); });
+    ping_->arm_after(std::chrono::milliseconds(hello_.heartbeat_ms));
+  }
+}
+
+void FilterdClient::heartbeat() {
+  // filterd holds a TCP node that says nothing for three intervals dead. The
+  // reply (OK) is read and dropped like any late one.
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ == State::connected && fd_ >= 0) {
+    Result<std::vector<std::byte>> bytes = fc::encode(fc::Message{next_id_++, fc::Ping{}});
+    if (bytes && !send_all(*bytes)) lost("send failed");
+  }
+  ping_->arm_after(std::chrono::milliseconds(hello_.heartbeat_ms));
 }
 
 void FilterdClient::detach_queue(std::uint16_t queue) noexcept {
@@ -188,6 +306,7 @@ void FilterdClient::detach_queue(std::uint16_t queue) noexcept {
     // Nobody watches from now on: a lost filterd is final.
     loop_->remove(*this);
     retry_.reset();
+    ping_.reset();
     loop_ = nullptr;
   }
   attached_[queue] = Attached{};
@@ -310,13 +429,15 @@ bool FilterdClient::reconnect_now() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     ++stats_.attempts;
-    fd_ = dial(path_, err);
+    // A filterd host that is down does not refuse at once: wait for it only
+    // as long as the back-off would.
+    fd_ = is_tcp(path_) ? dial_tcp(path_, std::max(backoff_, std::chrono::milliseconds(200)), err) : dial(path_, err);
     if (fd_ >= 0) {
-      fc::Hello h;
-      h.name = name_;
-      h.pid = static_cast<std::uint32_t>(::getpid());
+      fc::Hello h = make_hello();
       h.queues = static_cast<std::uint16_t>(hello_.channels.size());
       h.resume = fc::Resume{hello_.node_id, hello_.channels};
+      // The same channel: the same MAC on the node port.
+      if (h.ethernet) h.ethernet = hello_.channels.front().node_mac;
       Result<fc::Message> r = request_locked(h, kReconnectTimeout);
       if (r) {
         if (const auto* e = std::get_if<fc::Error>(&r->body)) {
@@ -517,9 +638,19 @@ std::string FilterdClient::graph_spec(const std::string& tcp_opts, std::uint16_t
   if (queue >= hello_.channels.size()) throw std::out_of_range("filterd: no channel for queue " + std::to_string(queue));
   const fc::Channel& ch = hello_.channels[queue];
   std::ostringstream g;
-  g << "dpdk net0 devargs="
-    << spec_value("net_memif" + std::to_string(queue) + ",role=client,id=" + std::to_string(ch.memif_id) + ",socket=" + hello_.memif_socket)
-    << " mtu=" << hello_.mtu;
+  if (ethernet()) {
+    // Our own port on filterd's node port (one queue), with the MAC filterd
+    // knows us by (set on the port, so that its receive filter takes our
+    // frames).
+    g << "dpdk net0 devargs=" << spec_value(options_.node_port) << " mtu=" << hello_.mtu
+      << " mac=" << to_string(ch.node_mac);
+    if (!options_.node_port_opts.empty()) g << " " << options_.node_port_opts;
+  } else {
+    g << "dpdk net0 devargs="
+      << spec_value("net_memif" + std::to_string(queue) + ",role=client,id=" + std::to_string(ch.memif_id) +
+                    ",socket=" + hello_.memif_socket)
+      << " mtu=" << hello_.mtu;
+  }
   // Central mode: relay frames are never dropped (a full ring waits).
   if (hello_.central) g << " tx_keep=on";
   g << "\n";
@@ -632,7 +763,9 @@ void attach_node(FilterdClient& client, EventLoop& loop, tcp::TcpProtocol* tcp, 
   FilterdClient::Hooks hooks;
   hooks.holdings = [tcp, udp] { return filterd_holdings(tcp, udp); };
 #ifdef XK_HAVE_DPDK
-  if (auto* d = dynamic_cast<drivers::DpdkDriver*>(net)) {
+  // A memif client does not reconnect by itself; a port of our own on the
+  // node port never lost its link.
+  if (auto* d = dynamic_cast<drivers::DpdkDriver*>(net); d != nullptr && !client.ethernet()) {
     hooks.resumed = [d] {
       // filterd made our memif interface again before it answered; connect
       // to it (a few tries: its socket may take a moment to listen).

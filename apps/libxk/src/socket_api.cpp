@@ -779,6 +779,9 @@ StackConfig config_from(const xk_stack_config* c) {
   if (!filterd.empty()) {
     sc.filterd = filterd;  // the graph comes from filterd
     sc.tcp_opts = g.tcp_opts;
+    // Over TCP, on another host: the node's own port and MAC (XK_PORT, XK_MAC).
+    sc.node_port = g.port;
+    sc.node_mac = g.mac;
   } else {
     sc.graph = graph_text.empty() ? compose_graph(g) : graph_text;
   }

@@ -148,7 +148,15 @@ std::unique_ptr<Stack> Stack::create(StackConfig config) {
   if (!s->config_.filterd.empty()) {
 #ifdef XK_HAVE_FILTERD
     if (!s->config_.graph.empty()) throw std::invalid_argument("a node attached to filterd gets its graph from filterd");
-    auto client = FilterdClient::connect(s->config_.filterd, s->config_.node_name, FilterdClient::options_from_env());
+    FilterdClient::Options options = FilterdClient::options_from_env();
+    // Over TCP only: a node on this host has its memif channel.
+    if (FilterdClient::is_tcp(s->config_.filterd)) options.node_port = s->config_.node_port;
+    if (!options.node_port.empty() && !s->config_.node_mac.empty()) {
+      Result<MacAddr> m = parse_mac(s->config_.node_mac);
+      if (!m) throw std::invalid_argument("node MAC '" + s->config_.node_mac + "' is not aa:bb:cc:dd:ee:ff");
+      options.node_mac = *m;
+    }
+    auto client = FilterdClient::connect(s->config_.filterd, s->config_.node_name, options);
     s->config_.graph = client->graph_spec(s->config_.tcp_opts);
     s->config_.source = "filterd";
     s->authority_ = std::move(client);

@@ -6,6 +6,12 @@
 // reply -- a memif channel, the shared address, the ISN secret -- and the
 // application's code is the same as standalone.
 //
+// A node on another host reaches filterd over TCP (XK_FILTERD=tcp:HOST:PORT)
+// with the shared token (XK_FILTERD_TOKEN=FILE), and its channel is its own
+// DPDK port (Options::node_port, from XK_PORT or --port) on filterd's node
+// port: plain Ethernet, filterd told the port's MAC in HELLO. The graph is
+// the same but for its bottom driver. Such a node runs one stack (queue 0).
+//
 // The calls block for one control round trip; they happen at listen(),
 // connect(), bind() and when a connection or listener is over, never per
 // packet.
@@ -65,6 +71,17 @@ class FilterdClient final : public PortAuthority, public Pollable {
     std::chrono::milliseconds backoff_min{20};
     std::chrono::milliseconds backoff_max{500};
     std::uint16_t queues = 1;  // stacks the node runs (1..64): a channel each
+    // What a TCP control connection's HELLO carries (token.hpp); from
+    // XK_FILTERD_TOKEN=FILE in options_from_env.
+    std::vector<std::byte> token;
+    // The node's own port, for a node on filterd's node port (plain
+    // Ethernet; needed over TCP): DPDK devargs and more dpdk options, and
+    // its MAC (absent: filterd picks one, and the port is set to it).
+    std::string node_port;
+    std::string node_port_opts;
+    std::optional<MacAddr> node_mac;
+    // How long to wait for a TCP connection to filterd.
+    std::chrono::milliseconds connect_timeout{3000};
   };
   // What the node's stacks hold, as RESYNC declares it.
   struct Holdings {
@@ -91,8 +108,11 @@ class FilterdClient final : public PortAuthority, public Pollable {
   static std::unique_ptr<FilterdClient> connect(const std::string& path, const std::string& name) {
     return connect(path, name, Options());
   }
-  // Options with XK_FILTERD_RECONNECT_MS applied.
+  // Options with XK_FILTERD_RECONNECT_MS and XK_FILTERD_TOKEN applied.
   static Options options_from_env();
+  // Whether `where` names filterd's TCP control socket ("tcp:HOST:PORT", or
+  // "HOST:PORT" with no '/') rather than a Unix socket's path.
+  static bool is_tcp(const std::string& where);
   ~FilterdClient() override;  // BYE, then close
   FilterdClient(const FilterdClient&) = delete;
   FilterdClient& operator=(const FilterdClient&) = delete;
@@ -113,6 +133,8 @@ class FilterdClient final : public PortAuthority, public Pollable {
   PortAuthority& queue(std::uint16_t queue);
 
   const filterd::ctl::HelloReply& hello() const noexcept { return hello_; }
+  // On filterd's node port (its own DPDK port), not a memif channel.
+  bool ethernet() const noexcept { return !options_.node_port.empty(); }
   State state() const noexcept { return state_; }
   const Stats& stats() const noexcept { return stats_; }
   // The node's graph: its memif channel to filterd, the shared address, the
@@ -165,6 +187,8 @@ class FilterdClient final : public PortAuthority, public Pollable {
     Hooks hooks;
   };
   FilterdClient(std::string path, std::string name, Options options);
+  filterd::ctl::Hello make_hello() const;
+  void heartbeat();
   Status send_all(const std::vector<std::byte>& bytes);
   // With mu_ held.
   Result<filterd::ctl::Message> request_locked(filterd::ctl::Body body, std::chrono::milliseconds timeout);
@@ -198,6 +222,7 @@ class FilterdClient final : public PortAuthority, public Pollable {
   std::vector<filterd::ctl::Body> released_meanwhile_;  // RELEASE/UNLISTEN while away: sent after the RESYNC
   std::optional<Timer> retry_;
   std::atomic<bool> arm_retry_{false};  // lost() on another stack's thread: the watcher arms the timer
+  std::optional<Timer> ping_;
   Time lost_at_{};
   std::chrono::milliseconds backoff_{0};
   std::uint32_t passes_ = 0;

@@ -57,6 +57,11 @@ struct StackConfig {
   // graph then comes from filterd (graph must be empty; tcp_opts are added
   // to its tcp line) and every port is agreed with it.
   std::string filterd;
+  // filterd over TCP (tcp:HOST:PORT): the node is on another host, and its
+  // channel is this DPDK port of its own (with its MAC, if given) on
+  // filterd's node port; the token comes from XK_FILTERD_TOKEN=FILE.
+  std::string node_port;
+  std::string node_mac;
   std::string tcp_opts;
   std::string node_name = "xk";    // how filterd and xkctl name this node
 };

@@ -76,7 +76,9 @@ struct xk_stack_config {
   int cpu;              /* service mode: pin the stack's thread to this CPU; -1: no */
   unsigned link_wait_ms; /* wait this long for the port's link at creation (default 5000) */
   /* Attach to filterd through this control socket: the graph (port, address,
-   * secret) comes from filterd, and ports are agreed with it. NULL: standalone. */
+   * secret) comes from filterd, and ports are agreed with it. NULL: standalone.
+   * "tcp:HOST:PORT": a node on another host; `port` (and `mac`) are then its
+   * own port on filterd's node port, and XK_FILTERD_TOKEN names the token file. */
   const char* filterd;
 };
 
@@ -84,7 +86,8 @@ struct xk_stack_config {
 void xk_stack_config_init(struct xk_stack_config* config);
 
 /* Builds and starts a stack. NULL config: from the environment -- XK_FILTERD
- * (attach to filterd's control socket), XK_GRAPH (a
+ * (attach to filterd's control socket, or tcp:HOST:PORT with XK_FILTERD_TOKEN
+ * and XK_PORT for a node on another host), XK_GRAPH (a
  * file holding a graph spec), or XK_PORT, XK_IP, XK_GW, XK_MAC, XK_TCP_OPTS,
  * XK_CSUM (on|off); XK_MODE (inline|service), XK_IDLE (spin|busy),
  * XK_SPIN_US, XK_CPU. On failure returns NULL with errno set (EINVAL for a bad

@@ -56,6 +56,12 @@ struct Hello {
   std::uint8_t version_min = kVersion;  // protocol versions the node speaks
   std::uint8_t version_max = kVersion;
   std::optional<Resume> resume = std::nullopt;  // absent: a new registration
+  // Over TCP: the shared secret filterd was configured with (1..256 bytes;
+  // empty: absent). The Unix socket needs none.
+  std::vector<std::byte> token = {};
+  // A node on another host, on filterd's node port (plain Ethernet) instead
+  // of a memif channel: its MAC there, or 00:00:00:00:00:00 for "pick one".
+  std::optional<MacAddr> ethernet = std::nullopt;
   friend bool operator==(const Hello&, const Hello&) = default;
 };
 
@@ -263,6 +269,8 @@ struct NodeRecord {
   std::uint64_t egress_allowed = 0;  // its frames the egress check let out
   std::uint64_t egress_denied = 0;   // ... and refused (spoofing, not its port)
   std::string name;                  // 1..64 bytes
+  bool ethernet = false;             // on the node port (its MAC below), not a memif channel
+  MacAddr mac = {};                  // an Ethernet node's MAC (zero for memif nodes)
   friend bool operator==(const NodeRecord&, const NodeRecord&) = default;
 };
 

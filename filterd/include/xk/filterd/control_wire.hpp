@@ -45,6 +45,7 @@ inline constexpr std::size_t kMaxExpression = 1024;
 inline constexpr std::size_t kMaxErrorText = 256;
 inline constexpr std::size_t kMaxMemifSocket = 107;  // sun_path holds 108 with the NUL
 inline constexpr std::size_t kMaxCounterName = 48;
+inline constexpr std::size_t kMaxToken = 256;
 inline constexpr std::size_t kMaxQueues = 64;  // stacks per node; queue indexes are 0..63
 inline constexpr std::size_t kMaxResyncListeners = 1024;  // per RESYNC message
 inline constexpr std::size_t kMaxResyncFlows = 3072;      // per RESYNC message
@@ -120,6 +121,10 @@ enum class Tag : std::uint16_t {
   versions = 0x0004,      // u8 min, u8 max
   version = 0x0005,       // u8
   resume = 0x0006,        // record: format u8, flags u8, node id u16 (HELLO after a filterd restart)
+  token = 0x0007,         // bytes 1..256: the shared secret of a TCP control connection
+  // critical: a filterd that cannot give the node an Ethernet channel must
+  // not register it on a memif one it cannot reach
+  ethernet = 0x8008,      // 6 bytes: the node's MAC on filterd's node port (0: filterd picks one)
   proto = 0x0010,         // u8: 6 tcp, 17 udp; 1 icmp in flows
   local_port = 0x0011,    // u16
   group = 0x0012,         // u8 bool
@@ -173,6 +178,10 @@ inline constexpr std::uint8_t kListenerFlagGroup = 0x01;
 //              expression length u16, expression
 //   node_flow: node u16, then a flow record (12 bytes)
 inline constexpr std::size_t kNodeRecordMin = 49;  // plus the name
+// After the name, for a node on the node port only: kind u8 (1: Ethernet)
+// and the node's MAC (6 bytes). A receiver that predates it skips it.
+inline constexpr std::size_t kNodeRecordEthernet = 7;
+inline constexpr std::uint8_t kNodeKindEthernet = 1;
 inline constexpr std::size_t kPortRecord = 8;
 inline constexpr std::size_t kRuleRecordMin = 20;  // plus the expression
 inline constexpr std::size_t kNodeFlowRecord = 14;

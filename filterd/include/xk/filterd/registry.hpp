@@ -46,6 +46,9 @@ struct RegistryConfig {
   std::size_t max_nodes = 1024;
   std::uint32_t heartbeat_ms = 0;
   bool central = false;  // central mode (HELLO_REPLY says so to the nodes)
+  // filterd's MAC on its node port (--node-port), where nodes on other hosts
+  // are reached over plain Ethernet; absent: no node port, memif nodes only.
+  std::optional<MacAddr> node_port_mac;
 };
 
 struct NodeInfo {
@@ -54,6 +57,8 @@ struct NodeInfo {
   std::uint32_t pid = 0;
   std::uint16_t queues = 1;
   std::vector<ctl::Channel> channels;
+  // On the node port (its channel's MAC is its NIC's; memif id 0), not memif.
+  bool ethernet = false;
   // (proto, port) -> the queues listening on it: one for a plain listener;
   // a group may have several of the node's queues as members (one per stack).
   std::map<std::pair<std::uint8_t, std::uint16_t>, std::set<std::uint16_t>> listens;
@@ -128,8 +133,9 @@ class NodeRegistry {
                    std::uint16_t queue);
   Status take_accepted_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, Ipv4Addr remote,
                             std::uint16_t rport, std::uint16_t queue);
-  // A registered node has this memif id or this MAC already.
-  bool channel_taken(const ctl::Channel& ch) const;
+  // A registered node has this MAC already, or this memif id (memif
+  // channels only: every Ethernet channel has id 0).
+  bool channel_taken(const ctl::Channel& ch, bool ethernet) const;
 
   RegistryConfig config_;
   FilterEngine& filter_;

@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "xk/clock.hpp"
@@ -69,6 +70,19 @@ class Steer final : public fault::PassThrough {
   // exists: the node has a channel for that queue already.
   Status attach(NodeId node, std::uint16_t queue, Protocol& channel, MacAddr node_mac);
   Status attach(NodeId node, Protocol& channel, MacAddr node_mac) { return attach(node, 0, channel, node_mac); }
+  // The node port (filterd --node-port): one Ethernet port shared by the
+  // nodes on other hosts, `mac` filterd's address on it. Frames that arrive
+  // there belong to the node whose MAC is their source (unknown: dropped and
+  // counted in node_port_unknown_mac) and pass the same egress check as a
+  // memif node's. The driver must outlive steer or detach_node_port().
+  // exists: there is one already.
+  Status attach_node_port(Protocol& port, MacAddr mac);
+  void detach_node_port() noexcept;
+  bool has_node_port() const noexcept { return node_port_ != nullptr; }
+  // A node on the node port, known by its MAC: its one queue (0); frames of
+  // its flows go out of the node port to that MAC. not_found: no node port;
+  // exists: the node or the MAC has a channel already.
+  Status attach_ethernet(NodeId node, MacAddr node_mac);
   // Forget every channel of the node and everything it owned in the filter.
   void detach(NodeId node) noexcept;
   bool attached(NodeId node, std::uint16_t queue = 0) const noexcept;
@@ -106,10 +120,14 @@ class Steer final : public fault::PassThrough {
 
  private:
   class Channel;
+  class NodePort;
   struct NodeKey {
     std::uint32_t node;  // node << 16 | queue
     friend bool operator==(const NodeKey&, const NodeKey&) = default;
   };
+  static NodeKey key_of(NodeId node, std::uint16_t queue) noexcept {
+    return NodeKey{std::uint32_t{node} << 16 | queue};
+  }
   Status forward(const Decision& d, Msg frame);
   Status egress(Channel& ch, Msg frame);
   Status answer_arp(Channel& ch, Msg frame);
@@ -122,6 +140,8 @@ class Steer final : public fault::PassThrough {
   std::unique_ptr<FilterEngine> filter_;
   NextHopResolver* resolver_ = nullptr;
   FlatMap<NodeKey, std::unique_ptr<Channel>> channels_;
+  std::unique_ptr<NodePort> node_port_;
+  std::unordered_map<std::uint64_t, NodeId> by_mac_;  // the node port's nodes, by MAC
   RelaySink relay_sink_;
 
   Counter& rx_to_node_;
@@ -140,6 +160,7 @@ class Steer final : public fault::PassThrough {
   Counter& rx_central_tcp_;
   Counter& relay_from_nodes_;
   Counter& rx_quiet_;
+  Counter& node_port_unknown_mac_;
 };
 
 void register_steer(Registry& registry);

@@ -88,6 +88,7 @@ struct StackFlags {
   std::string capture;
   std::string graph_file;
   std::string filterd;  // attach to filterd's control socket (the graph comes from it)
+  std::string filterd_token;  // over TCP: the file with filterd's token
   unsigned stacks = 1;    // --stacks K behind filterd: K stacks, one channel (queue) each
   std::vector<int> cpus;  // --cpus LIST: stack q's thread pinned to cpus[q % size]
   bool composed_flag_seen = false;  // any flag other than --graph, --filterd, --stacks, --cpus
@@ -102,6 +103,11 @@ struct StackFlags {
     if (flag == "--filterd") {
       filterd = std::string(value());
       if (filterd.empty()) throw UsageError{"--filterd: empty socket path"};
+      return true;
+    }
+    if (flag == "--filterd-token") {
+      filterd_token = std::string(value());
+      if (filterd_token.empty()) throw UsageError{"--filterd-token: empty file name"};
       return true;
     }
     if (flag == "--stacks") {
