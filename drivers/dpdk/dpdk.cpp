@@ -108,12 +108,16 @@ DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
       link_up_(counters().add("link_up", "1 if the link was up when last asked")),
       intr_sleeps_(counters().add("intr_sleeps", "loop sleeps armed with the rx interrupt")),
       timer_sleeps_(counters().add("timer_sleeps", "loop sleeps bounded by the back-off timer")),
-      restarts_(counters().add("restarts", "times the port was stopped and started again")) {
+      restarts_(counters().add("restarts", "times the port was stopped and started again")),
+      bell_rings_(counters().add("bell_rings", "doorbell: sleeping peer woken after a transmit")),
+      bell_wakes_(counters().add("bell_wakes", "doorbell: rings that woke this loop")),
+      bell_failures_(counters().add("bell_failures", "doorbell: rings nobody was there to hear")) {
   if (config_.devargs.empty()) throw std::invalid_argument("dpdk " + this->name() + ": devargs is required");
   config_.burst = std::clamp<std::size_t>(config_.burst, 1, kMaxBurst);
   if (config_.idle_sleep_min.count() <= 0) config_.idle_sleep_min = std::chrono::microseconds(1);
   config_.idle_sleep_max = std::max(config_.idle_sleep_max, config_.idle_sleep_min);
   tx_queue_.reserve(config_.burst);
+  stash_.reserve(kMaxBurst);  // filled in before_sleep(), which must not allocate
   try {
     dpdk::ensure_eal(config_.eal);
     device_name_ = device_name_of(config_.devargs);
@@ -268,11 +272,47 @@ void DpdkDriver::setup_wait() {
   timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (timer_fd_ < 0) throw std::runtime_error("dpdk " + name() + ": timerfd_create: " + std::strerror(errno));
   wait_fd_ = timer_fd_;
+  if (config_.doorbell) bell_link_ = Doorbell::memif_link(config_.devargs, bell_side_);
+  if (bell_link_.empty()) return;
+  // The loop waits on one descriptor per source: an epoll set of our own
+  // holds the timer and the bell (whose socket changes on restart()).
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) throw std::runtime_error("dpdk " + name() + ": epoll_create1: " + std::strerror(errno));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, timer_fd_, &ev) != 0) {
+    throw std::runtime_error("dpdk " + name() + ": epoll_ctl: " + std::strerror(errno));
+  }
+  wait_fd_ = epoll_fd_;
+  open_doorbell();
+}
+
+void DpdkDriver::open_doorbell() {
+  if (bell_ != nullptr) {
+    (void)epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, bell_->fd(), nullptr);
+    bell_.reset();  // frees this end's socket name for the new bell
+  }
+  try {
+    bell_ = std::make_unique<Doorbell>(bell_link_, bell_side_);
+  } catch (const std::exception& e) {
+    // Not fatal: the back-off timer still wakes the loop, only later.
+    std::fprintf(stderr, "dpdk %s: %s; an idle loop wakes on its back-off timer only\n", name().c_str(), e.what());
+    return;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, bell_->fd(), &ev) != 0) {
+    bell_.reset();
+    throw std::runtime_error("dpdk " + name() + ": epoll_ctl: " + std::strerror(errno));
+  }
 }
 
 void DpdkDriver::release() noexcept {
   for (rte_mbuf* m : tx_queue_) rte_pktmbuf_free(m);
   tx_queue_.clear();
+  for (rte_mbuf* m : stash_) rte_pktmbuf_free(m);
+  stash_.clear();
+  bell_.reset();
   if (started_) {
     if (rx_intr_) (void)rte_eth_dev_rx_intr_ctl_q(port_, 0, epoll_fd_, RTE_INTR_EVENT_DEL, nullptr);
     (void)rte_eth_dev_stop(port_);
@@ -342,6 +382,8 @@ Status DpdkDriver::restart() {
   ++restarts_;
   if (rte_eth_dev_start(port_) != 0) return Errc::not_connected;
   started_ = true;
+  // A restarted peer (filterd) made a new bell page; this end's is stale.
+  if (!bell_link_.empty()) open_doorbell();
   (void)link();
   return {};
 }
@@ -350,6 +392,11 @@ std::size_t DpdkDriver::poll(std::size_t budget) {
   if (!started_) return 0;
   rte_mbuf* burst[kMaxBurst];
   std::size_t done = 0;
+  if (!stash_.empty()) {
+    for (rte_mbuf* m : stash_) deliver(m);
+    done = stash_.size();
+    stash_.clear();
+  }
   while (done < budget) {
     auto want = static_cast<std::uint16_t>(std::min(config_.burst, budget - done));
     std::uint16_t got = rte_eth_rx_burst(port_, 0, burst, want);
@@ -505,6 +552,11 @@ std::size_t DpdkDriver::flush() {
   }
   tx_frames_.inc(sent);
   tx_bytes_.inc(bytes);
+  if (sent != 0 && bell_ != nullptr) {
+    const std::uint64_t failed = bell_->failures();
+    if (bell_->ring()) ++bell_rings_;
+    if (bell_->failures() != failed) ++bell_failures_;
+  }
   if (config_.tx_keep) {
     tx_kept_.inc(n - sent);
     tx_queue_.erase(tx_queue_.begin(), tx_queue_.begin() + static_cast<std::ptrdiff_t>(sent));
@@ -530,8 +582,21 @@ bool DpdkDriver::before_sleep() noexcept {
     ++intr_sleeps_;
     return true;
   }
+  if (bell_ != nullptr && started_) {
+    // Flag up, then one more look at the ring (the peer may have sent just
+    // before it could see the flag); what is there waits in the stash.
+    bell_->arm();
+    rte_mbuf* burst[kMaxBurst];
+    const std::uint16_t got = rte_eth_rx_burst(port_, 0, burst, static_cast<std::uint16_t>(config_.burst));
+    if (got != 0) {
+      stash_.insert(stash_.end(), burst, burst + got);
+      bell_wakes_.inc(bell_->disarm());
+      return false;
+    }
+  }
   // No interrupt can wake the loop for a frame, so a timer does: after the
-  // loop's own spin, sleep a little, and longer each idle round.
+  // loop's own spin, sleep a little, and longer each idle round (with a
+  // doorbell, only for a peer that does not ring).
   backoff_ = backoff_.count() == 0 ? config_.idle_sleep_min : std::min(backoff_ * 2, config_.idle_sleep_max);
   itimerspec spec{};
   spec.it_value.tv_sec = static_cast<time_t>(backoff_.count() / 1'000'000);
@@ -551,6 +616,7 @@ void DpdkDriver::after_sleep() noexcept {
     (void)rte_epoll_wait(epoll_fd_, events, 4, 0);
     return;
   }
+  if (bell_ != nullptr) bell_wakes_.inc(bell_->disarm());
   itimerspec off{};
   (void)timerfd_settime(timer_fd_, 0, &off, nullptr);
   std::uint64_t expirations = 0;
@@ -600,6 +666,8 @@ void register_dpdk(Registry& registry) {
           .with_option(OptionSpec::integer("idle_sleep_us", 1, 1'000'000,
                                            "without rx interrupts: longest sleep of an idle loop")
                            .defaults_to("1000"))
+          .with_option(OptionSpec::boolean("doorbell", "memif: the peer wakes a sleeping loop at once (else the timer)")
+                           .defaults_to("on"))
           .with_option(OptionSpec::boolean("tx_keep", "keep frames the tx ring refuses for a later flush (never drop)")
                            .defaults_to("off"))
           .with_option(OptionSpec::size("eal_mem", 16 << 20, std::uint64_t{1} << 40, "EAL memory (first port only)")
@@ -621,6 +689,7 @@ void register_dpdk(Registry& registry) {
             c.rx_interrupt = o.get_string("rx_intr") == "auto";
             c.idle_sleep_max = std::chrono::microseconds(o.get_int("idle_sleep_us"));
             c.tx_keep = o.get_bool("tx_keep");
+            c.doorbell = o.get_bool("doorbell");
             c.eal.memory_mb = static_cast<std::size_t>(o.get_size("eal_mem") >> 20);
             if (o.has("eal_args")) c.eal.extra_args = dpdk::split_args(o.get_string("eal_args"));
             return std::make_unique<DpdkDriver>(args.name, std::move(c), args.loop);

@@ -8,6 +8,7 @@
 //               (root): frames both ways between xk and the Linux kernel.
 // The EAL is initialized once per process; every test shares it.
 #include "xk/drivers/dpdk.hpp"
+#include "xk/drivers/doorbell.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -15,10 +16,12 @@
 #include <linux/if_packet.h>
 #include <net/ethernet.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -696,6 +699,121 @@ TEST_F(DpdkTest, OffloadRequestsThePortLacksAreRefused) {
   EXPECT_EQ((*s)->push(udp_frame(50, true)).error(), Errc::unsupported);
   EXPECT_EQ(drv.counters().value("drop_offload"), 1u);
   EXPECT_TRUE((*s)->push(udp_frame(50, false)).ok());
+}
+
+// ---- the doorbell (memif has no rx interrupt) ----------------------------
+
+TEST(Doorbell, RingsOnlyASleepingPeerOncePerSleep) {
+  const std::string link = "/run/xk-test-bell-" + std::to_string(getpid()) + ".sock#7";
+  Doorbell a(link, 0);
+  Doorbell b(link, 1);
+  EXPECT_EQ(a.shm_name(), b.shm_name());
+  EXPECT_EQ(a.shm_name().find('/', 1), std::string::npos) << a.shm_name();
+
+  EXPECT_FALSE(a.ring()) << "b is awake: no system call, no ring";
+  pollfd p{b.fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0);
+
+  b.arm();
+  EXPECT_TRUE(a.ring());
+  EXPECT_FALSE(a.ring()) << "one ring per sleep: the first took the flag down";
+  ASSERT_EQ(::poll(&p, 1, 1000), 1);
+  EXPECT_EQ(b.disarm(), 1u);
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "disarm drains the socket";
+
+  // Both ways, and a second sleep rings again.
+  a.arm();
+  b.arm();
+  EXPECT_TRUE(b.ring());
+  EXPECT_TRUE(a.ring());
+  EXPECT_EQ(a.disarm(), 1u);
+  EXPECT_EQ(b.disarm(), 1u);
+  EXPECT_EQ(a.failures(), 0u);
+  EXPECT_EQ(b.failures(), 0u);
+}
+
+TEST(Doorbell, APeerThatIsGoneIsAFailureNotACrash) {
+  const std::string link = "/run/xk-test-bell-gone-" + std::to_string(getpid()) + ".sock#0";
+  Doorbell a(link, 0);
+  {
+    Doorbell b(link, 1);
+    b.arm();
+  }  // b goes: its flag comes down with it, so nothing rings
+  EXPECT_FALSE(a.ring());
+  EXPECT_THROW(Doorbell(link, 0), std::runtime_error) << "one live process per end";
+}
+
+TEST(Doorbell, MemifLinkNamesComeFromTheDevargs) {
+  int side = -1;
+  EXPECT_EQ(Doorbell::memif_link("net_memif3,role=server,id=5,socket=/tmp/x.sock", side), "/tmp/x.sock#5");
+  EXPECT_EQ(side, 0);
+  EXPECT_EQ(Doorbell::memif_link("net_memif9,socket=/tmp/x.sock,id=5", side), "/tmp/x.sock#5");
+  EXPECT_EQ(side, 1);
+  EXPECT_EQ(Doorbell::memif_link("net_memif0", side), "/run/memif.sock#0");
+  EXPECT_EQ(side, 1);
+  EXPECT_EQ(Doorbell::memif_link("net_memif0,socket-abstract=no,socket=/a,role=client", side), "/a#0");
+  EXPECT_EQ(Doorbell::memif_link("net_ring0", side), "");
+  EXPECT_EQ(Doorbell::memif_link("net_af_packet0,iface=memif", side), "");
+}
+
+// Two ends of one memif link in this process: a loop that sleeps with a
+// one-second back-off is woken by the other end's ring, not by its timer.
+TEST_F(DpdkTest, MemifDoorbellWakesASleepingLoopWhenTheOtherEndSends) {
+  TempDir dir;
+  const std::string sock = (dir / "bell.sock").string();
+  DpdkDriver::Config sc;
+  sc.devargs = vdev("net_memif") + ",role=server,id=0,socket=" + sock;
+  sc.mbufs = 1023;
+  sc.idle_sleep_min = sc.idle_sleep_max = std::chrono::seconds(1);
+  DpdkDriver::Config cc = sc;
+  cc.devargs = vdev("net_memif") + ",role=client,id=0,socket=" + sock;
+  EventLoopConfig lc;
+  lc.spin = std::chrono::microseconds(0);
+  EventLoop sleeper(lc);
+  DpdkDriver server("srv0", sc, &sleeper);
+  DpdkDriver client("cli0", cc);
+  ASSERT_TRUE(server.doorbell_active());
+  ASSERT_TRUE(client.doorbell_active());
+  EXPECT_FALSE(server.rx_interrupt_active());
+  // The control channel connects in the EAL's interrupt thread.
+  for (int i = 0; i < 300 && !(server.link().up && client.link().up); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(server.link().up && client.link().up);
+
+  Sink sink;
+  Participants parts;
+  ASSERT_TRUE(server.open_enable(sink, parts).ok());
+  Result<SessionRef> cs = client.open(sink, parts);
+  ASSERT_TRUE(cs.ok());
+
+  // The server's loop goes to sleep (flag up) in one thread; this thread
+  // sends once it sees the sleep armed.
+  std::atomic<bool> woke{false};
+  std::thread t([&] { woke = sleeper.wait(std::chrono::seconds(5)); });
+  for (int i = 0; i < 500 && server.counters().value("timer_sleeps") == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(server.counters().value("timer_sleeps"), 1u);
+  ASSERT_TRUE((*cs)->push(Msg::copy_of(test_frame(64, 3))).ok());
+  EXPECT_EQ(client.flush(), 1u);
+  t.join();
+  EXPECT_TRUE(woke);
+  EXPECT_EQ(client.counters().value("bell_rings"), 1u);
+  EXPECT_EQ(server.counters().value("bell_wakes"), 1u);
+  EXPECT_EQ(server.counters().value("timer_sleeps"), 1u) << "one sleep, ended by the ring";
+  for (int i = 0; i < 10 && sink.received.empty(); ++i) (void)sleeper.run_once();
+  ASSERT_EQ(sink.received.size(), 1u);
+  EXPECT_EQ(bytes_of(sink.received.front()), test_frame(64, 3));
+
+  // An awake receiver costs the sender no ring.
+  ASSERT_TRUE((*cs)->push(Msg::copy_of(test_frame(64, 4))).ok());
+  EXPECT_EQ(client.flush(), 1u);
+  EXPECT_EQ(client.counters().value("bell_rings"), 1u);
+  for (int i = 0; i < 10 && sink.received.size() < 2; ++i) (void)sleeper.run_once();
+  EXPECT_EQ(sink.received.size(), 2u);
+  sink.received.clear();
+  ASSERT_TRUE(server.open_disable(sink, parts).ok());
 }
 
 }  // namespace

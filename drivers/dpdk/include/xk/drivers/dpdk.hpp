@@ -18,10 +18,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "xk/drivers/doorbell.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
 #include "xk/protocol.hpp"
@@ -110,6 +112,11 @@ class DpdkDriver final : public Protocol, public Pollable {
     // long, doubling per idle sleep up to idle_sleep_max (adaptive back-off).
     std::chrono::microseconds idle_sleep_min{50};
     std::chrono::microseconds idle_sleep_max{1000};
+    // On a net_memif port, a doorbell (xk/drivers/doorbell.hpp) wakes the
+    // sleeping loop as soon as the peer puts frames on its ring; the back-off
+    // timer stays as the fallback for a peer that does not ring (not xk, or
+    // built without it). Both ends find the bell by the memif socket and id.
+    bool doorbell = true;
     // Keep frames the tx ring refuses and send them on a later flush, in
     // order, instead of dropping them; push() says would_block once
     // tx_keep_max frames wait. For channels whose protocol never drops
@@ -140,7 +147,8 @@ class DpdkDriver final : public Protocol, public Pollable {
 
   // Receive up to `budget` frames and deliver them; then send what is queued.
   std::size_t poll(std::size_t budget) override;
-  // The rx interrupt's descriptor, or the back-off timer's.
+  // The rx interrupt's descriptor, or the back-off timer's (with the doorbell:
+  // an epoll set holding both).
   int wait_fd() const noexcept override { return wait_fd_; }
   bool before_sleep() noexcept override;
   void after_sleep() noexcept override;
@@ -158,6 +166,8 @@ class DpdkDriver final : public Protocol, public Pollable {
   const DpdkOffloads& offloads() const noexcept { return offloads_; }
   // Whether the loop sleeps on an rx interrupt (else on the back-off timer).
   bool rx_interrupt_active() const noexcept { return rx_intr_; }
+  // Whether a doorbell wakes the sleeping loop (a memif port, doorbell on).
+  bool doorbell_active() const noexcept { return bell_ != nullptr; }
   // Queries the port now (no waiting) and updates the link_up counter.
   DpdkLink link();
   // Stops the port and starts it again (frames waiting to be sent are
@@ -175,6 +185,7 @@ class DpdkDriver final : public Protocol, public Pollable {
   void deliver(rte_mbuf* head);
   void start_port();
   void setup_wait();
+  void open_doorbell();
   void release() noexcept;
 
   Config config_;
@@ -191,6 +202,11 @@ class DpdkDriver final : public Protocol, public Pollable {
   bool rx_intr_ = false;
   int epoll_fd_ = -1;  // rx interrupt: the queue's event fd lives in here
   int timer_fd_ = -1;  // no rx interrupt: the back-off timer
+  std::unique_ptr<Doorbell> bell_;  // memif: the peer's wake-up call
+  std::string bell_link_;
+  int bell_side_ = 1;
+  // Frames the pre-sleep look at the ring found, delivered by the next poll.
+  std::vector<rte_mbuf*> stash_;
   int wait_fd_ = -1;
   std::chrono::microseconds backoff_{0};
   bool intr_switch_ = false;  // the PMD enables/disables the interrupt
@@ -218,6 +234,9 @@ class DpdkDriver final : public Protocol, public Pollable {
   Counter& intr_sleeps_;
   Counter& timer_sleeps_;
   Counter& restarts_;
+  Counter& bell_rings_;
+  Counter& bell_wakes_;
+  Counter& bell_failures_;
 };
 
 // Mempools left allocated by drivers destroyed while Msgs still held mbufs.
