@@ -102,8 +102,20 @@ Doorbell::Doorbell(const std::string& link, int side) : side_(side & 1) {
 Doorbell::~Doorbell() {
   page_->side[side_].asleep.store(0, std::memory_order_relaxed);
   ::munmap(page_, sizeof(Page));
+  // The page goes with the server's end, or with the last end out (a server
+  // killed with -9 left it; its client, going, finds nobody bound there).
+  if (owner_ || !peer_bound()) (void)::shm_unlink(shm_name_.c_str());
   ::close(fd_);
-  if (owner_) (void)::shm_unlink(shm_name_.c_str());
+}
+
+bool Doorbell::peer_bound() const noexcept {
+  sockaddr_un a{};
+  socklen_t len = fill(a, peer_addr_);
+  int s = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return true;  // cannot tell: leave the page
+  const bool bound = ::connect(s, reinterpret_cast<sockaddr*>(&a), len) == 0;
+  ::close(s);
+  return bound;
 }
 
 void Doorbell::arm() noexcept {

@@ -730,6 +730,37 @@ TEST(Doorbell, RingsOnlyASleepingPeerOncePerSleep) {
   EXPECT_EQ(b.disarm(), 1u);
   EXPECT_EQ(a.failures(), 0u);
   EXPECT_EQ(b.failures(), 0u);
+  EXPECT_TRUE(a.peer_bound());
+  EXPECT_TRUE(b.peer_bound());
+}
+
+TEST(Doorbell, TheLastEndOutRemovesThePage) {
+  const std::string link = "/run/xk-test-bell-page-" + std::to_string(getpid()) + ".sock#1";
+  auto exists = [](const std::string& name) { return ::access(("/dev/shm" + name).c_str(), F_OK) == 0; };
+  std::string name;
+  {
+    Doorbell client(link, 1);
+    name = client.shm_name();
+    {
+      Doorbell server(link, 0);
+      EXPECT_TRUE(exists(name));
+    }
+    EXPECT_FALSE(exists(name)) << "the server's end took the page with it";
+  }
+  {
+    Doorbell server(link, 0);
+    {
+      Doorbell client(link, 1);
+    }
+    EXPECT_TRUE(exists(name)) << "a client leaves the page to a live server";
+    EXPECT_FALSE(server.peer_bound());
+  }
+  EXPECT_FALSE(exists(name));
+  {
+    Doorbell client(link, 1);  // a server killed with -9 left nothing bound
+    EXPECT_TRUE(exists(name));
+  }
+  EXPECT_FALSE(exists(name)) << "nobody at the other end: the client removes it";
 }
 
 TEST(Doorbell, APeerThatIsGoneIsAFailureNotACrash) {

@@ -22,7 +22,8 @@
 // (no files, gone with the process; per network namespace, as memif's own
 // abstract sockets are). Either end may come first; a page left behind by a
 // crash holds only two flags, which the next user overwrites (at worst one
-// wake-up too many).
+// wake-up too many). The server's end removes the page when it goes, and so
+// does a client that finds no server bound any more.
 
 #include <atomic>
 #include <cstdint>
@@ -56,6 +57,8 @@ class Doorbell {
   bool ring() noexcept;
 
   std::uint64_t failures() const noexcept { return failures_; }
+  // Whether the other end's socket exists (a live process holds it).
+  bool peer_bound() const noexcept;
   // The names in use (for messages and tests).
   const std::string& shm_name() const noexcept { return shm_name_; }
 
@@ -79,7 +82,8 @@ class Doorbell {
   Page* page_ = nullptr;
   std::string shm_name_;
   std::string peer_addr_;  // the peer's abstract socket name (leading NUL)
-  bool owner_ = false;     // side 0 unlinks the page when it goes
+  bool owner_ = false;     // side 0 unlinks the page when it goes (so does
+                           // a client that finds no server left)
   std::uint64_t failures_ = 0;
 };
 
