@@ -67,6 +67,8 @@ every frame to the compute node that owns its flow (docs/filterd.md).
   --memif-socket PATH   where the nodes' memif channels meet (default /run/xk/filterd.memif)
   --secret HEX32        the nodes' ISN and SYN-cookie key (default: random at start); give the
                         same one to a filterd that restarts, so resumed nodes and new ones agree
+  --rules-file PATH     keep the user rules (xkctl rule add) in this file, so a filterd that
+                        restarts gives them back to their nodes when they resume
   --resync-grace MS     after start, drop (not answer) frames of flows nobody has declared yet
                         for this long, so nodes that outlived a filterd restart can re-declare
                         their connections before RSTs kill them (default 3000; 0: off)
@@ -105,7 +107,7 @@ struct Flags {
   std::optional<Ipv4Addr> gw;
   bool central = false;
   long long resync_grace_ms = 3000;
-  std::string control_tcp, control_token, node_port, node_port_opts;
+  std::string control_tcp, control_token, node_port, node_port_opts, rules_file;
   long long heartbeat_ms = 0;
 };
 
@@ -148,6 +150,9 @@ Flags parse(int argc, char** argv) {
       f.tcp_opts = value();
     } else if (a == "--memif-socket") {
       f.memif = value();
+    } else if (a == "--rules-file") {
+      f.rules_file = value();
+      if (f.rules_file.empty()) throw std::invalid_argument("--rules-file: empty path");
     } else if (a == "--resync-grace") {
       std::string v = value();
       char* end = nullptr;
@@ -241,6 +246,7 @@ int run(const Flags& f) {
   rc.mtu = static_cast<std::uint16_t>(ext->mtu());
   rc.shared = *f.ip;
   rc.central = f.central;
+  rc.rules_file = f.rules_file;
   if (node_port != nullptr) rc.node_port_mac = node_port->mac();
   // Nodes ping this often; only TCP connections are held to it (a Unix
   // socket closes when its process dies, whatever happened).
@@ -407,6 +413,7 @@ int run(const Flags& f) {
   std::fflush(stdout);
   loop.run();
   g_loop.store(nullptr);
+  registry.stopping();
 
   std::printf("filterd: stopping (%s mode)\n", f.central ? "central" : "steer");
   std::vector<const CounterSet*> sets = graph.counters();

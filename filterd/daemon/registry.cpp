@@ -3,7 +3,14 @@
 #include "xk/filterd/registry.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
 #include <queue>
 #include <string>
 #include <tuple>
@@ -71,7 +78,120 @@ NodeRegistry::NodeRegistry(RegistryConfig config, FilterEngine& filter, Hooks ho
       resumes_(counters_.add("resumes", "nodes registered again with their earlier id and channels")),
       resumes_refused_(counters_.add("resumes_refused", "resuming HELLOs whose id or channel was taken")),
       resynced_(counters_.add("resynced", "RESYNC entries installed")),
-      refused_entries_(counters_.add("resync_refused", "RESYNC entries that were other nodes'")) {}
+      refused_entries_(counters_.add("resync_refused", "RESYNC entries that were other nodes'")),
+      rules_restored_(counters_.add("rules_restored", "rules from the rules file installed again")),
+      rules_dropped_(counters_.add("rules_dropped", "rules from the rules file whose node did not resume")),
+      rules_file_errors_(counters_.add("rules_file_errors", "failures to write the rules file")) {
+  load_rules();
+}
+
+// ---- the rules file ----------------------------------------------------------
+// One rule a line, tab-separated: node id, queue, priority, the node's name,
+// the pcap expression. Names and expressions with a tab or a line break are
+// refused when the rule is added (rule_add), so every rule fits a line.
+
+namespace {
+bool fits_a_line(std::string_view s) { return s.find_first_of("\t\n\r") == std::string_view::npos; }
+// A node's name is the node's to choose: one that does not fit is saved
+// changed (and so does not match when the node resumes: its rules drop).
+std::string one_line(std::string s) {
+  for (char& c : s) {
+    if (c == '\t' || c == '\n' || c == '\r') c = '?';
+  }
+  return s;
+}
+}  // namespace
+
+void NodeRegistry::load_rules() {
+  if (config_.rules_file.empty()) return;
+  std::error_code ec;
+  if (!std::filesystem::exists(config_.rules_file, ec)) return;  // nothing saved yet
+  std::ifstream in(config_.rules_file);
+  if (!in) throw std::runtime_error("rules file " + config_.rules_file + ": " + std::strerror(errno));
+  std::string line;
+  for (std::size_t no = 1; std::getline(in, line); ++no) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> f;
+    for (std::size_t at = 0;;) {
+      const std::size_t tab = f.size() < 4 ? line.find('\t', at) : std::string::npos;
+      f.push_back(line.substr(at, tab == std::string::npos ? std::string::npos : tab - at));
+      if (tab == std::string::npos) break;
+      at = tab + 1;
+    }
+    auto bad = [&](const std::string& why) {
+      return std::runtime_error("rules file " + config_.rules_file + ":" + std::to_string(no) + ": " + why);
+    };
+    if (f.size() != 5) throw bad("expected 5 tab-separated fields: node, queue, priority, name, expression");
+    auto number = [&](const std::string& t, long lo, long hi, const char* what) {
+      char* end = nullptr;
+      errno = 0;
+      const long v = std::strtol(t.c_str(), &end, 10);
+      if (t.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) throw bad(std::string("bad ") + what + " '" + t + "'");
+      return v;
+    };
+    SavedRule r;
+    r.node = static_cast<NodeId>(number(f[0], 1, 0xFFFF, "node id"));
+    r.queue = static_cast<std::uint16_t>(number(f[1], 0, 63, "queue"));
+    r.priority = static_cast<std::int16_t>(number(f[2], INT16_MIN, INT16_MAX, "priority"));
+    r.name = f[3];
+    r.expression = f[4];
+    if (r.expression.empty()) throw bad("empty expression");
+    saved_.push_back(std::move(r));
+  }
+}
+
+void NodeRegistry::save_rules() {
+  if (config_.rules_file.empty()) return;
+  const std::string tmp = config_.rules_file + ".new";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << "# filterd user rules: node\tqueue\tpriority\tname\texpression (rewritten by filterd)\n";
+    for (const RuleInfo& ri : filter_.rules()) {
+      auto it = nodes_.find(ri.target.node);
+      if (it == nodes_.end()) continue;
+      out << ri.target.node << '\t' << ri.target.queue << '\t' << ri.priority << '\t' << one_line(it->second.name) << '\t'
+          << ri.expression << '\n';
+    }
+    // Rules whose node has not come back yet stay saved for it.
+    for (const SavedRule& r : saved_) {
+      out << r.node << '\t' << r.queue << '\t' << r.priority << '\t' << r.name << '\t' << r.expression << '\n';
+    }
+    out.flush();
+    if (!out) {
+      ++rules_file_errors_;
+      std::remove(tmp.c_str());
+      return;
+    }
+  }
+  if (std::rename(tmp.c_str(), config_.rules_file.c_str()) != 0) {
+    ++rules_file_errors_;
+    std::remove(tmp.c_str());
+  }
+}
+
+void NodeRegistry::restore_rules(NodeInfo& n, bool resumed) {
+  bool changed = false;
+  for (auto it = saved_.begin(); it != saved_.end();) {
+    if (it->node != n.id) {
+      ++it;
+      continue;
+    }
+    changed = true;
+    if (resumed && it->name == n.name && it->queue < n.queues) {
+      RuleResult rr = filter_.add_rule(it->expression, Target{n.id, it->queue}, it->priority);
+      if (rr) {
+        n.rules.insert(rr.id);
+        ++rules_restored_;
+      } else {
+        ++rules_dropped_;  // libpcap no longer takes it (cannot happen unless the file was edited)
+      }
+    } else {
+      ++rules_dropped_;  // the id went to a new node, or another program resumed it
+    }
+    it = saved_.erase(it);
+  }
+  if (changed) save_rules();
+}
 
 const NodeInfo* NodeRegistry::node(NodeId id) const {
   auto it = nodes_.find(id);
@@ -228,10 +348,11 @@ Message NodeRegistry::hello(std::uint32_t id, const ctl::Hello& h, NodeId& node,
   r.heartbeat_ms = config_.heartbeat_ms;
   r.version = std::min(h.version_max, ctl::kProtocolVersion);
   r.central = config_.central;
-  nodes_.emplace(nid, std::move(n));
+  auto placed = nodes_.emplace(nid, std::move(n)).first;
   node = nid;
   ++hellos_;
   if (h.resume) ++resumes_;
+  if (!saved_.empty()) restore_rules(placed->second, h.resume.has_value());
   return reply(id, r);
 }
 
@@ -459,15 +580,20 @@ Message NodeRegistry::admin_rule_del(std::uint32_t id, const ctl::RuleDel& r) {
 // The rule belongs to the node it steers to: it goes when the node goes.
 Message NodeRegistry::add_rule_for(std::uint32_t id, NodeInfo& n, const ctl::RuleAdd& r) {
   if (r.queue >= n.queues) return error(id, ErrorCode::bad_message, "no such queue");
+  if (!config_.rules_file.empty() && !fits_a_line(r.expression)) {
+    return error(id, ErrorCode::bad_rule, "a rule kept in the rules file fits one line: no tab or line break");
+  }
   RuleResult rr = filter_.add_rule(r.expression, Target{n.id, r.queue}, r.priority);
   if (!rr) return error(id, ErrorCode::bad_rule, rr.error);
   n.rules.insert(rr.id);
+  save_rules();
   return reply(id, ctl::RuleAddReply{rr.id});
 }
 
 Message NodeRegistry::rule_del(std::uint32_t id, NodeInfo& n, const ctl::RuleDel& r) {
   if (n.rules.erase(r.rule_id) == 0) return error(id, ErrorCode::not_found, "not a rule of this node");
   (void)filter_.remove_rule(r.rule_id);
+  save_rules();
   return reply(id, ctl::Ok{});
 }
 
@@ -672,8 +798,10 @@ void NodeRegistry::node_gone(NodeId node) {
     }
   }
   std::erase_if(flows_, [&](const auto& f) { return f.second == node; });
+  const bool had_rules = !it->second.rules.empty();
   filter_.remove_node(node);  // flows, listeners, group memberships, rules
   nodes_.erase(it);
+  if (had_rules && !stopping_) save_rules();
   if (hooks_.detach) hooks_.detach(node);
 }
 

@@ -2,7 +2,7 @@
 # integration.filterd_failures: what happens when a node or filterd dies
 # (docs/filterd.md, "Failures").
 #
-#   filterd_failures.sh FILTERD XK_TCP_PERF          (as root; CTest runs it)
+#   filterd_failures.sh FILTERD XK_TCP_PERF XKCTL    (as root; CTest runs it)
 #
 #   netns xk-ff-<pid>-a: Linux, xkffl<pid> 192.0.2.1/24
 #   netns xk-ff-<pid>-b: filterd on xkffx<pid> (DPDK net_af_packet) as
@@ -19,17 +19,20 @@
 #     to the group's nodes (accepted connections) and 2 nodes streaming to
 #     a slow Linux sink (connected flows) are all in flight. Every node
 #     reconnects, resumes its id and memif channel, and RESYNCs; every
-#     stream completes intact (SHA-256), no connection is lost.
+#     stream completes intact (SHA-256), no connection is lost. A user rule
+#     added with xkctl before the kill (filterd --rules-file) is back for
+#     its node after it resumed.
 #   XK_INT_FF_BYTES   bytes per connection (default 768k; 256k under ASan)
 set -euo pipefail
 TEST_NAME=filterd_failures
 source "$(dirname "$0")/lib.sh"
 
-[ $# -ge 2 ] || die "usage: $0 FILTERD XK_TCP_PERF"
+[ $# -ge 3 ] || die "usage: $0 FILTERD XK_TCP_PERF XKCTL"
 FD=$(readlink -f "$1")
 XK=$(readlink -f "$2")
+XKCTL=$(readlink -f "$3")
 HERE=$(cd "$(dirname "$0")" && pwd)
-[ -x "$FD" ] && [ -x "$XK" ] || die "$FD or $XK is not executable"
+[ -x "$FD" ] && [ -x "$XK" ] && [ -x "$XKCTL" ] || die "$FD, $XK or $XKCTL is not executable"
 [ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces)"
 PY=/usr/bin/python3
 for tool in ip ethtool "$PY"; do command -v "$tool" >/dev/null || die "needs $tool"; done
@@ -64,7 +67,8 @@ make_veth_topology "$NSA" "$NSB" "$LNX" "$XKIF" "$LNX_IP/24"
 # filterd, its pid in FDPID, its log $OUT/$1.log.
 start_filterd() {
   ip netns exec "$NSB" "$FD" --port "net_af_packet0,iface=$XKIF,framecnt=4096" --port-opts "mbufs=16383" \
-    --ip "$SHARED/24" --control "$CTL" --memif-socket "$MEMIF" --secret "$SECRET" > "$OUT/$1.log" 2>&1 &
+    --ip "$SHARED/24" --control "$CTL" --memif-socket "$MEMIF" --secret "$SECRET" --rules-file "$OUT/rules" \
+    > "$OUT/$1.log" 2>&1 &
   FDPID=$!
   PIDS+=("$FDPID")
   wait_for "$OUT/$1.log" "ready" "$FDPID" 30
@@ -153,6 +157,11 @@ for _ in $(seq 200); do
   sleep 0.1
 done
 [ "$(grep -c '^ACCEPTED' "$OUT/linux-sink.log")" -ge 2 ] || die "(b): the nodes did not connect to the Linux sink"
+xkctl() { ip netns exec "$NSB" "$XKCTL" --control "$CTL" "$@"; }
+jq_py() { "$PY" -c "import json,sys; j=json.load(sys.stdin); print($1)"; }
+ID_GRP1=$(xkctl nodes --json | jq_py "[n['id'] for n in j['nodes'] if n['pid'] == $GRP1][0]")
+xkctl rule add 'udp dst port 9999' --node "$ID_GRP1" --priority 3 > /dev/null
+grep -q "udp dst port 9999" "$OUT/rules" || die "(b): the rule is not in the rules file"
 sleep 1
 kill -9 "$FDPID"
 wait "$FDPID" 2>/dev/null || true
@@ -186,12 +195,16 @@ for i in 1 2; do
   echo "   cli$i: $(grep -m1 '^STATS who=client' "$OUT/cli$i.log" | grep -o 'retransmits=[0-9]* rto_expiries=[0-9]*')"
 done
 sed 's/^/   /' "$OUT/linux-sink.log"
+got=$(xkctl rules --json | jq_py "[(r['node'], r['priority'], r['expression']) for r in j['rules']]")
+[ "$got" = "[($ID_GRP1, 3, 'udp dst port 9999')]" ] || die "(b): after the restart, xkctl rules shows $got"
+echo "   the user rule is back for node $ID_GRP1: $got"
 
 step "stop"
 for pid in "$GRP1" "$GRP2"; do stop "$pid" || die "a node did not stop cleanly"; done
 stop "$FDPID" || die "the new filterd did not exit cleanly"
-grep -E "resumes|resynced|resync_refused|rx_quiet|default_rst|egress_denied|learned_flows" "$OUT/filterd2.log" \
+grep -E "resumes|resynced|resync_refused|rules_restored|rx_quiet|default_rst|egress_denied|learned_flows" "$OUT/filterd2.log" \
   | sed 's/^/   /'
 grep -q "resumes *4$" "$OUT/filterd2.log" || die "the new filterd did not take all four nodes back"
+grep -q "rules_restored *1$" "$OUT/filterd2.log" || die "the new filterd did not give the user rule back"
 if grep -q "resync_refused" "$OUT/filterd2.log"; then die "the new filterd refused RESYNC entries"; fi
 if grep -q "egress_denied" "$OUT/filterd2.log"; then die "the new filterd denied frames of honest nodes"; fi

@@ -2,8 +2,14 @@
 // host-wide ports and the filter (xk/filterd/registry.hpp).
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <array>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
 #include <map>
 #include <optional>
 #include <set>
@@ -35,6 +41,7 @@ class RegistryTest : public ::testing::Test {
     c.ephemeral_min = 50000;
     c.ephemeral_max = 50003;  // four ports: exhaustion is reachable
     c.node_port_mac = node_port_mac;
+    c.rules_file = rules_file;
     reg = std::make_unique<NodeRegistry>(
         c, *filter,
         NodeRegistry::Hooks{[this](const NodeInfo& n) {
@@ -55,8 +62,8 @@ class RegistryTest : public ::testing::Test {
     return n;
   }
   // A node that outlived its filterd: HELLO asking for `id` and its channels.
-  Message resume(NodeId& conn, NodeId id, std::vector<ctl::Channel> chans) {
-    ctl::Hello h{"again", 100, static_cast<std::uint16_t>(chans.size())};
+  Message resume(NodeId& conn, NodeId id, std::vector<ctl::Channel> chans, const char* name = "again") {
+    ctl::Hello h{name, 100, static_cast<std::uint16_t>(chans.size())};
     h.resume = ctl::Resume{id, std::move(chans)};
     return ask(conn, h);
   }
@@ -77,6 +84,7 @@ class RegistryTest : public ::testing::Test {
   bool fail_attach = false;
   std::uint32_t seq = 0;
   std::optional<MacAddr> node_port_mac;  // filterd --node-port
+  std::string rules_file;                // filterd --rules-file
 };
 
 TEST_F(RegistryTest, HelloRegistersAndAnswersWithTheChannelAndTheSharedAddress) {
@@ -473,6 +481,103 @@ TEST_F(RegistryTest, AdminRulesForAnyNodeAndNodesOnlyForThemselves) {
   ASSERT_TRUE(std::holds_alternative<ctl::RuleAddReply>(ask(admin, ctl::RuleAdd{"udp", 0, 0, b}).body));
   reg->node_gone(b);
   EXPECT_EQ(filter->rule_count(), 0u);
+}
+
+// filterd --rules-file: an administrator's rules outlive a filterd restart.
+class RulesFileTest : public RegistryTest {
+ protected:
+  RulesFileTest() {
+    char tmpl[] = "/tmp/xk-rules-XXXXXX";
+    dir = mkdtemp(tmpl);
+    rules_file = dir + "/rules";
+    start();
+  }
+  ~RulesFileTest() override {
+    reg.reset();
+    std::filesystem::remove_all(dir);
+  }
+  std::vector<std::string> lines() const {
+    std::ifstream in(rules_file);
+    std::vector<std::string> out;
+    for (std::string l; std::getline(in, l);) {
+      if (!l.empty() && l[0] != '#') out.push_back(l);
+    }
+    return out;
+  }
+  std::string dir;
+};
+
+TEST_F(RulesFileTest, RulesComeBackToTheirNodesWhenTheyResume) {
+  NodeId a = hello("a", 2), b = hello("b");
+  const auto a_channels = channels[a], b_channels = channels[b];
+  NodeId admin = 0;
+  ASSERT_TRUE(is<ctl::RuleAddReply>(ask(admin, ctl::RuleAdd{"udp dst port 9999", 1, 7, a})));
+  ASSERT_TRUE(is<ctl::RuleAddReply>(ask(admin, ctl::RuleAdd{"tcp dst port 7", 0, -3, b})));
+  EXPECT_EQ(lines(), (std::vector<std::string>{std::to_string(a) + "\t1\t7\ta\tudp dst port 9999",
+                                               std::to_string(b) + "\t0\t-3\tb\ttcp dst port 7"}));
+  // One line a rule: a tab would split it.
+  EXPECT_EQ(code(ask(admin, ctl::RuleAdd{"udp\tdst port 1", 0, 0, a})), ErrorCode::bad_rule);
+
+  reg->stopping();  // filterd stops: its nodes' connections close, the file stays
+  reg->node_gone(a);
+  reg->node_gone(b);
+  EXPECT_EQ(lines().size(), 2u);
+  start();
+  EXPECT_EQ(filter->rule_count(), 0u) << "nothing until the node is back";
+
+  NodeId ca = 0;
+  ASSERT_TRUE(is<ctl::HelloReply>(resume(ca, a, a_channels, "a")));
+  ASSERT_EQ(filter->rule_count(), 1u);
+  const RuleInfo ri = filter->rules().front();
+  EXPECT_EQ(ri.expression, "udp dst port 9999");
+  EXPECT_EQ(ri.target.node, a);
+  EXPECT_EQ(ri.target.queue, 1u);
+  EXPECT_EQ(ri.priority, 7);
+  EXPECT_EQ(reg->node(a)->rules.size(), 1u);
+  EXPECT_EQ(reg->counters().value("rules_restored"), 1u);
+  // b's rule waits for b; another program resuming b's id does not get it.
+  EXPECT_EQ(lines().size(), 2u);
+  NodeId cb = 0;
+  ASSERT_TRUE(is<ctl::HelloReply>(resume(cb, b, b_channels, "not-b")));
+  EXPECT_EQ(filter->rule_count(), 1u);
+  EXPECT_EQ(reg->counters().value("rules_dropped"), 1u);
+  EXPECT_EQ(lines(), (std::vector<std::string>{std::to_string(a) + "\t1\t7\ta\tudp dst port 9999"}));
+
+  // A node that goes while filterd runs takes its rules out of the file.
+  reg->node_gone(a);
+  EXPECT_TRUE(lines().empty());
+  EXPECT_EQ(reg->counters().value("rules_file_errors"), 0u);
+}
+
+TEST_F(RulesFileTest, ANewNodeGivenASavedIdDoesNotInheritItsRules) {
+  NodeId a = hello("a");
+  NodeId admin = 0;
+  ASSERT_TRUE(is<ctl::RuleAddReply>(ask(admin, ctl::RuleAdd{"udp", 0, 0, a})));
+  reg->stopping();
+  start();
+  NodeId fresh = hello("a");  // same name, but a new registration
+  EXPECT_EQ(fresh, a);        // a fresh filterd hands out ids from the start
+  EXPECT_EQ(filter->rule_count(), 0u);
+  EXPECT_EQ(reg->counters().value("rules_dropped"), 1u);
+  EXPECT_TRUE(lines().empty());
+}
+
+TEST_F(RulesFileTest, ABadRulesFileIsRefusedWithItsLine) {
+  {
+    std::ofstream out(rules_file);
+    out << "# comment\n3\t0\t0\tn\tudp\n3\t99\t0\tn\tudp\n";
+  }
+  try {
+    start();
+    FAIL() << "a queue of 99 is not a rule";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(rules_file + ":3: bad queue '99'"), std::string::npos) << e.what();
+  }
+  {
+    std::ofstream out(rules_file);
+    out << "3\t0\tudp\n";
+  }
+  EXPECT_THROW(start(), std::runtime_error);
 }
 
 TEST_F(RegistryTest, FlowsArePagedInOrderWithoutGapsOrRepeats) {

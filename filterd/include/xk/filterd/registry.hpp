@@ -49,6 +49,12 @@ struct RegistryConfig {
   // filterd's MAC on its node port (--node-port), where nodes on other hosts
   // are reached over plain Ethernet; absent: no node port, memif nodes only.
   std::optional<MacAddr> node_port_mac;
+  // Where the user rules are kept across a restart of filterd (empty: in
+  // memory only). Rewritten whole (a new file renamed over the old) after
+  // every change; read when the registry is made. A rule comes back when its
+  // node resumes with the same id and name; one whose node registers afresh
+  // instead (its id given to a new node) is dropped.
+  std::string rules_file;
 };
 
 struct NodeInfo {
@@ -87,6 +93,8 @@ class NodeRegistry {
   };
   void set_listen_hooks(ListenHooks hooks) { listen_hooks_ = std::move(hooks); }
 
+  // Throws std::runtime_error if the rules file exists but cannot be read or
+  // has a line that is not a rule (file:line and why).
   NodeRegistry(RegistryConfig config, FilterEngine& filter, Hooks hooks);
 
   // One request on a control connection. `node` is the connection's node
@@ -96,6 +104,10 @@ class NodeRegistry {
   // The node's connection closed (or it said BYE): its ports, flows, rules
   // and channels go.
   void node_gone(NodeId node);
+
+  // filterd is stopping: the nodes about to go will resume with the next
+  // filterd, so their rules stay in the rules file.
+  void stopping() noexcept { stopping_ = true; }
 
   const NodeInfo* node(NodeId id) const;
   std::size_t node_count() const noexcept { return nodes_.size(); }
@@ -137,6 +149,22 @@ class NodeRegistry {
   // channels only: every Ethernet channel has id 0).
   bool channel_taken(const ctl::Channel& ch, bool ethernet) const;
 
+  // The rules file (RegistryConfig::rules_file).
+  struct SavedRule {
+    NodeId node = 0;
+    std::uint16_t queue = 0;
+    std::int16_t priority = 0;
+    std::string name;        // the node's, checked when it resumes
+    std::string expression;
+  };
+  void load_rules();
+  void save_rules();
+  // A node registered with `id`: its saved rules come back if it resumed
+  // under the same name, else they are dropped.
+  void restore_rules(NodeInfo& n, bool resumed);
+  std::vector<SavedRule> saved_;  // read from the file, node not back yet
+  bool stopping_ = false;
+
   RegistryConfig config_;
   FilterEngine& filter_;
   Hooks hooks_;
@@ -156,6 +184,9 @@ class NodeRegistry {
   Counter& resumes_refused_;
   Counter& resynced_;
   Counter& refused_entries_;
+  Counter& rules_restored_;
+  Counter& rules_dropped_;
+  Counter& rules_file_errors_;
 };
 
 }  // namespace xk::filterd
