@@ -357,6 +357,13 @@ void ArpProtocol::add_local_address(Ipv4Addr addr) {
   }
 }
 
+void ArpProtocol::announce() {
+  if (!config_.gratuitous) return;
+  for (Ipv4Addr addr : locals_) {
+    if (send_arp(kOpRequest, eth::kBroadcast, addr, MacAddr{}, addr, nullptr)) ++tx_gratuitous_;
+  }
+}
+
 // ---- receiving ------------------------------------------------------------
 
 Status ArpProtocol::demux(Session& lower, Msg msg) {

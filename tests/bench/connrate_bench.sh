@@ -93,9 +93,10 @@ with_filterd() {  # steer|central: starts filterd with an external memif port
   wait_for "$log" "ready" "$FDPID" 30
 }
 # Command prefixes (arrays, not functions: a background function would be a
-# subshell whose child the cleanup cannot reach). One MAC for every remote
-# process: filterd keeps the first one ARP told it.
-remote_env() { REMOTE=(env XK_MAC=02:00:00:00:00:01 XK_PORT="net_memif1,role=client,id=0,socket=$OUT/ext-$1.sock" XK_IP=192.0.2.1/24); }
+# subshell whose child the cleanup cannot reach). Each remote process has a
+# MAC of its own; it announces itself once its link is up (RFC 5227), so
+# filterd forgets the previous process's.
+remote_env() { REMOTE=(env XK_PORT="net_memif1,role=client,id=0,socket=$OUT/ext-$1.sock" XK_IP=192.0.2.1/24); }
 node_env() { NODE=(env XK_FILTERD="$OUT/fd-$1.sock"); }
 
 remote_env steer

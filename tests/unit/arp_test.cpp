@@ -147,6 +147,12 @@ TEST(ArpWire, RequestAndGratuitousBytesAreExact) {
   EXPECT_EQ(cap.sent[1], request);
   EXPECT_EQ(a0.counters().value("tx_requests"), 1u);
   EXPECT_EQ(a0.counters().value("tx_gratuitous"), 1u);
+  // Once the link is up (libxk's Stack, after waiting for it): the same
+  // announcement again, for neighbours that heard nothing the first time.
+  a0.announce();
+  ASSERT_EQ(cap.sent.size(), 3u);
+  EXPECT_EQ(cap.sent[2], gratuitous);
+  EXPECT_EQ(a0.counters().value("tx_gratuitous"), 2u);
 }
 
 TEST(ArpWire, StaticEntryText) {

@@ -188,6 +188,16 @@ std::unique_ptr<Stack> Stack::create(StackConfig config) {
       for (int i = 0; i < 100; ++i) s->loop_.run_once();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+    // What ARP announced while the link was down (a memif client's, always)
+    // reached nobody; a neighbour may still map our address to the MAC of
+    // the process that had it before us. (Not a node's: its address is
+    // filterd's, which answers for it.)
+    if (s->config_.filterd.empty()) {
+      for (Protocol* p : s->graph_->protocols()) {
+        if (auto* arp = dynamic_cast<arp::ArpProtocol*>(p)) arp->announce();
+      }
+      (void)s->loop_.run_once();  // out now
+    }
   }
 #endif
   if (s->config_.mode == StackMode::service_thread) s->loop_.start_thread(s->config_.thread);

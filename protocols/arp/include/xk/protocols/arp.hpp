@@ -81,6 +81,10 @@ class ArpProtocol final : public Protocol, public NextHopResolver {
   // NextHopResolver.
   Status send_to(Ipv4Addr next_hop, Msg packet) override;
   void add_local_address(Ipv4Addr addr) override;
+  // Announce every local address again (RFC 5227 2.3), e.g. once the link
+  // came up: an announcement sent while it was down reached nobody, and a
+  // neighbour may still hold the MAC of whoever had the address before.
+  void announce();
 
   // A permanent entry (replaces a learned one for the same address).
   void add_static(Ipv4Addr ip, MacAddr mac);
