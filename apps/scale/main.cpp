@@ -55,7 +55,9 @@ the results folder (docs/apps-scale.md).
 
 the matrix:
   --n LIST              numbers of nodes/connections (default 1,2,4,8; each 1..256)
-  --modes LIST          filterd modes: steer, central (default steer,central)
+  --modes LIST          filterd modes: steer, central (default steer,central); and
+                        standalone: no filterd, one node on the external link itself
+                        (N=1 only: the baseline for steer's N=1 row)
   --csum LIST           checksum: on, off (default on,off)
   --repeat R            run each point R times; table and plots show the median (default 1)
 
@@ -185,7 +187,7 @@ Args parse_args(int argc, char** argv) {
     if (n == "--n") {
       a.ns = parse_list<unsigned>(n, f.value(), [&](const std::string& s) { return parse_number<unsigned>(n, s, 1, 256); });
     } else if (n == "--modes") {
-      a.modes = parse_list<std::string>(n, f.value(), [&](const std::string& s) { return choice(n, s, {"steer", "central"}); });
+      a.modes = parse_list<std::string>(n, f.value(), [&](const std::string& s) { return choice(n, s, {"steer", "central", "standalone"}); });
     } else if (n == "--csum") {
       a.csums = parse_list<bool>(n, f.value(), [&](const std::string& s) { return choice(n, s, {"on", "off"}) == "on"; });
     } else if (n == "--repeat") {
@@ -234,6 +236,10 @@ Args parse_args(int argc, char** argv) {
     }
   });
   if (a.seconds && bytes_given) throw UsageError{"--bytes and --seconds: give one of them"};
+  if (std::find(a.modes.begin(), a.modes.end(), "standalone") != a.modes.end() &&
+      std::find(a.ns.begin(), a.ns.end(), 1u) == a.ns.end()) {
+    throw UsageError{"--modes standalone runs at N=1 only (one stack owns the external link): add 1 to --n"};
+  }
   if (a.remote == Remote::linux && std::find(a.csums.begin(), a.csums.end(), false) != a.csums.end()) {
     throw UsageError{"--remote linux: Linux checks the checksum of every segment it receives (a veth's rx "
                      "offload does not skip that for frames from af_packet), so checksum off needs --remote xk; "
@@ -518,24 +524,38 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
                                                             timeout},
                                    dir + "/peer.log");
   }
-  std::vector<std::string> fd{a_.filterd, "--mode", p.mode, "--ip", std::string(kSharedIp) + "/24", "--control", ctl,
-                              "--memif-socket", node_memif, "--csum", csum};
+  // The external link, as filterd (or a standalone node) takes it.
+  std::vector<std::string> port;
   if (a_.remote == Remote::xk) {
-    fd.insert(fd.end(), {"--port", "net_memif1,role=client,id=0,socket=" + ext_memif});
-    if (a_.mtu != 1500) fd.insert(fd.end(), {"--port-opts", "mtu=" + std::to_string(a_.mtu)});
+    port = {"--port", "net_memif1,role=client,id=0,socket=" + ext_memif};
+    if (a_.mtu != 1500) port.insert(port.end(), {"--port-opts", "mtu=" + std::to_string(a_.mtu)});
   } else {
-    fd.insert(fd.end(), {"--port", "net_af_packet0,iface=" + xkif_ + ",framecnt=4096", "--port-opts",
-                         "mbufs=16383" + (a_.mtu != 1500 ? " mtu=" + std::to_string(a_.mtu) : std::string())});
+    port = {"--port", "net_af_packet0,iface=" + xkif_ + ",framecnt=4096", "--port-opts",
+            "mbufs=16383" + (a_.mtu != 1500 ? " mtu=" + std::to_string(a_.mtu) : std::string())};
   }
-  if (!a_.tcp_opts.empty()) fd.insert(fd.end(), {"--tcp-opts", a_.tcp_opts});
-  auto filterd = std::make_unique<Child>("filterd", in_xk_ns(fd), dir + "/filterd.log");
-  wait_for_text(*filterd, "ready", 60);
-  wait_for_text(*peer, "ready", 60);
+  const bool standalone = p.mode == "standalone";
+  std::unique_ptr<Child> filterd;
+  if (!standalone) {
+    std::vector<std::string> fd{a_.filterd, "--mode", p.mode, "--ip", std::string(kSharedIp) + "/24", "--control", ctl,
+                                "--memif-socket", node_memif, "--csum", csum};
+    fd.insert(fd.end(), port.begin(), port.end());
+    if (!a_.tcp_opts.empty()) fd.insert(fd.end(), {"--tcp-opts", a_.tcp_opts});
+    filterd = std::make_unique<Child>("filterd", in_xk_ns(fd), dir + "/filterd.log");
+    wait_for_text(*filterd, "ready", 60);
+    wait_for_text(*peer, "ready", 60);
+  }
 
-  // The nodes: each sends one stream to the receiver.
-  std::vector<std::string> tx{a_.program, "transmit", "--filterd", ctl, "--peer", peer_ip + ":" + kPeerPort,
+  // The nodes: each sends one stream to the receiver; a standalone node
+  // owns the external link and the address filterd would have.
+  std::vector<std::string> tx{a_.program, "transmit", "--peer", peer_ip + ":" + kPeerPort,
                               "--csum", csum, "--verify", a_.verify ? "on" : "off", "--idle", a_.idle,
                               "--timeout", timeout};
+  if (standalone) {
+    tx.insert(tx.end(), port.begin(), port.end());
+    tx.insert(tx.end(), {"--ip", std::string(kSharedIp) + "/24"});
+  } else {
+    tx.insert(tx.end(), {"--filterd", ctl});
+  }
   if (a_.seconds) {
     tx.insert(tx.end(), {"--seconds", fmt("%g", *a_.seconds)});
   } else {
@@ -544,7 +564,7 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
   if (a_.buflen) tx.insert(tx.end(), {"--buflen", std::to_string(*a_.buflen)});
   if (!a_.tcp_opts.empty()) tx.insert(tx.end(), {"--tcp-opts", a_.tcp_opts});
 
-  const auto fd_cpu0 = process_cpu_seconds(filterd->pid());
+  const auto fd_cpu0 = standalone ? std::optional<double>(0) : process_cpu_seconds(filterd->pid());
   if (!fd_cpu0) throw RunFailure{"filterd is gone before the nodes started; " + filterd->log()};
   std::vector<std::unique_ptr<Child>> nodes;
   if (a_.launcher == Launcher::local) {
@@ -583,7 +603,7 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
       }
     }
     if (!any) break;
-    if (!filterd->running()) {
+    if (filterd && !filterd->running()) {
       throw RunFailure{"filterd " + filterd->describe_status() + " during the run; " + filterd->log() + " ends:\n" +
                        filterd->log_tail()};
     }
@@ -593,7 +613,7 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
     show_progress();
     sleep_ms(20);
   }
-  const auto fd_cpu1 = process_cpu_seconds(filterd->pid());
+  const auto fd_cpu1 = standalone ? std::optional<double>(0) : process_cpu_seconds(filterd->pid());
   if (!fd_cpu1) throw RunFailure{"filterd is gone at the end of the run; " + filterd->log()};
   while (peer->running()) {
     if (g_stop_signal.load() != 0) throw RunFailure{"stopped by signal"};
@@ -608,7 +628,7 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
   if (peer->status() != 0) {
     throw RunFailure{peer->name() + " " + peer->describe_status() + "; " + peer->log() + " ends:\n" + peer->log_tail()};
   }
-  if (!filterd->stop()) {
+  if (filterd && !filterd->stop()) {
     throw RunFailure{"filterd " + filterd->describe_status() + " when stopped; " + filterd->log() + " ends:\n" +
                      filterd->log_tail()};
   }
@@ -696,6 +716,7 @@ int Experiment::run() {
   for (const auto& mode : a_.modes) {
     for (bool csum : a_.csums) {
       for (unsigned n : a_.ns) {
+        if (mode == "standalone" && n != 1) continue;  // one link, one stack on it
         for (unsigned k = 1; k <= a_.repeat; ++k) points.push_back({mode, csum, n, k});
       }
     }

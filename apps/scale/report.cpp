@@ -74,19 +74,41 @@ std::vector<Row> medians(const std::vector<Row>& rows) {
 std::string summary_table(const std::vector<Row>& rows) {
   std::ostringstream s;
   char b[256];
-  std::snprintf(b, sizeof b, "%-8s %-4s %3s  %9s %8s  %-22s  %11s %11s %11s\n", "mode", "csum", "N", "aggregate",
+  std::snprintf(b, sizeof b, "%-10s %-4s %3s  %9s %8s  %-22s  %11s %11s %11s\n", "mode", "csum", "N", "aggregate",
                 "", "per node Gbit/s", "filterd", "nodes", "peer");
   s << b;
-  std::snprintf(b, sizeof b, "%-8s %-4s %3s  %9s %8s  %-22s  %11s %11s %11s\n", "", "", "", "Gbit/s", "MB/s",
+  std::snprintf(b, sizeof b, "%-10s %-4s %3s  %9s %8s  %-22s  %11s %11s %11s\n", "", "", "", "Gbit/s", "MB/s",
                 "mean (min..max)", "CPU s/GB", "CPU s/GB", "CPU s/GB");
   s << b;
   for (const Row& r : rows) {
     std::string per = fmt("%.3f", r.per_node_mean) + " (" + fmt("%.3f", r.per_node_min) + ".." +
                       fmt("%.3f", r.per_node_max) + ")";
-    std::snprintf(b, sizeof b, "%-8s %-4s %3u  %9.3f %8.1f  %-22s  %11.3f %11.3f %11.3f\n", r.mode.c_str(),
+    std::snprintf(b, sizeof b, "%-10s %-4s %3u  %9.3f %8.1f  %-22s  %11.3f %11.3f %11.3f\n", r.mode.c_str(),
                   r.csum ? "on" : "off", r.n, r.aggregate_gbps, r.aggregate_mbps, per.c_str(), r.filterd_s_per_gb,
                   r.nodes_s_per_gb, r.peer_s_per_gb);
     s << b;
+  }
+  // The comparisons the runs were made for, where both rows are here.
+  auto find = [&](const char* mode, bool csum, unsigned n) -> const Row* {
+    for (const Row& r : rows) {
+      if (r.mode == mode && r.csum == csum && r.n == n) return &r;
+    }
+    return nullptr;
+  };
+  for (bool csum : {true, false}) {
+    const char* c = csum ? "on" : "off";
+    if (const Row *st = find("steer", csum, 1), *alone = find("standalone", csum, 1); st && alone) {
+      std::snprintf(b, sizeof b, "through filterd / standalone, N=1, csum %s: %.2fx throughput\n", c,
+                    st->aggregate_gbps / alone->aggregate_gbps);
+      s << b;
+    }
+    for (const Row& r : rows) {
+      const Row* ce = r.mode == "steer" && r.csum == csum ? find("central", csum, r.n) : nullptr;
+      if (ce == nullptr || ce->filterd_s_per_gb <= 0) continue;
+      std::snprintf(b, sizeof b, "filterd CPU per GB, steer / central, N=%u, csum %s: %.2fx\n", r.n, c,
+                    r.filterd_s_per_gb / ce->filterd_s_per_gb);
+      s << b;
+    }
   }
   return s.str();
 }
@@ -130,10 +152,13 @@ std::string write_plots(const std::string& dir, const std::vector<Row>& rows, co
   auto plot = [&](const std::string& png, const std::string& what, const std::string& ylabel, int column) {
     std::string s = "set output '" + png + "'\nset title \"" + what + "\\n{/*0.8 " + title + "}\"\nset ylabel '" +
                     ylabel + "'\nplot ";
+    bool first = true;
     for (std::size_t i = 0; i < series.size(); ++i) {
-      s += std::string(i ? ", \\\n     " : "") + "'plot.dat' index " + std::to_string(i) + " using 1:" +
+      if (column == 4 && series[i].first == "standalone") continue;  // no filterd to measure
+      s += std::string(first ? "" : ", \\\n     ") + "'plot.dat' index " + std::to_string(i) + " using 1:" +
            std::to_string(column) + " with linespoints title '" + series[i].first + ", checksum " +
            (series[i].second ? "on" : "off") + "'";
+      first = false;
     }
     return s + "\n";
   };

@@ -163,7 +163,8 @@ expect xk-scale 2 "--n: '300' is not a number in 1..256" --n 1,300
 expect xk-scale 2 "--n: empty item in '1,,2'" --n 1,,2
 expect xk-scale 2 "--n: '2' is listed twice" --n 2,1,2
 expect xk-scale 2 "--n needs a value" --n
-expect xk-scale 2 "--modes: expected steer or central, got 'fast'" --modes steer,fast
+expect xk-scale 2 "--modes: expected steer or central or standalone, got 'fast'" --modes steer,fast
+expect xk-scale 2 "--modes standalone runs at N=1 only" --modes steer,standalone --n 2,4
 expect xk-scale 2 "--csum: expected on or off, got 'maybe'" --csum maybe
 expect xk-scale 2 "--bytes: 'lots' is not a number" --bytes lots
 expect xk-scale 2 "--bytes: at least 1 byte per connection" --bytes 0

@@ -76,10 +76,13 @@ assert len(rows) == rows_wanted, "%d rows, %d wanted" % (len(rows), rows_wanted)
 keys = set()
 for r in rows:
     keys.add((r["mode"], r["csum"], r["n"]))
-    assert r["mode"] in ("steer", "central") and r["csum"] in ("on", "off"), r
+    assert r["mode"] in ("steer", "central", "standalone") and r["csum"] in ("on", "off"), r
     assert r["launcher"] == launcher and r["remote"] == "xk" and r["mtu"] == "1500", r
     assert int(r["bytes"]) == int(r["n"]) * per_conn, "bytes %s for n=%s" % (r["bytes"], r["n"])
     for k in header.split(",")[4:17] + ["wall_seconds"]:
+        if r["mode"] == "standalone" and k.startswith("filterd"):
+            assert float(r[k]) == 0, "standalone: %s=%s, but there is no filterd" % (k, r[k])
+            continue
         assert float(r[k]) > 0, "%s=%s is not positive in %r" % (k, r[k], r)
     assert float(r["per_node_gbps_min"]) <= float(r["per_node_gbps_mean"]) <= float(r["per_node_gbps_max"]), r
     mbps = int(r["bytes"]) / float(r["seconds"]) / 1e6
@@ -107,16 +110,22 @@ PY
   file "$f" | grep -q "PNG image data" || die "file(1) does not call $f a PNG: $(file "$f")"
 }
 
-step "(1) N=1,2, steer and central, checksum on and off, $BYTES per connection, local launcher"
-start_scale "$OUT/local.log" --n 1,2 --results "$OUT/local" "${COMMON[@]}"
+step "(1) N=1,2, steer and central (and standalone at N=1), checksum on and off, $BYTES per connection"
+start_scale "$OUT/local.log" --n 1,2 --modes steer,central,standalone --results "$OUT/local" "${COMMON[@]}"
 wait "$SCALE_PID" || { cat "$OUT/local.log" >&2; die "(1): xk-scale failed"; }
 PIDS=()
 sed 's/^/   /' "$OUT/local.log"
-check_csv "$OUT/local/scale.csv" 8 local
+check_csv "$OUT/local/scale.csv" 10 local
 for p in aggregate per_node filterd_cpu; do check_png "$OUT/local/$p.png"; done
 grep -q "^central  *off  *2 " "$OUT/local.log" || die "(1): the table has no row for central, csum off, N=2"
 grep -q "results: $OUT/local" "$OUT/local.log" || die "(1): xk-scale did not say where the results are"
-[ "$(ls "$OUT/local/runs" | wc -l)" -eq 8 ] || die "(1): not 8 run folders in $OUT/local/runs"
+[ "$(ls "$OUT/local/runs" | wc -l)" -eq 10 ] || die "(1): not 10 run folders in $OUT/local/runs"
+for c in on off; do
+  grep -q "^through filterd / standalone, N=1, csum $c: [0-9.]*x throughput" "$OUT/local.log" ||
+    die "(1): no steer / standalone ratio for csum $c"
+  grep -q "^filterd CPU per GB, steer / central, N=2, csum $c: [0-9.]*x" "$OUT/local.log" ||
+    die "(1): no steer / central filterd CPU ratio for csum $c at N=2"
+done
 no_leftovers "$SCALE_PID"
 
 step "(2) mpirun: N=2 as one mpirun job"
