@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The NetPIPE sweep (issue 6): xk-pingpong between two xk stacks over
+# net_memif against NetPIPE's own NPtcp between two Linux namespaces over a
+# veth, in one run (docs/BENCHMARKS.md, "NetPIPE sweep").
+#
+#   pingpong_bench.sh BUILD_DIR        (as root: the Linux side uses netns)
+#
+# Both sweep message sizes from 1 byte to XK_BENCH_MAX (default 8m) with
+# NetPIPE's +/-3 byte perturbations and report, per size, the half
+# round-trip time and the throughput (bytes x 8 / half-RTT). The table shows
+# the powers of two both measured, xk's figure next to Linux's and their
+# ratio. NPtcp is NetPIPE 3.7 from Debian (netpipe-tcp): its receiver in one
+# namespace, its transmitter in the other; xk-pingpong busy-polls (both
+# sides), as NPtcp's processes spin in recv on their own cores.
+set -euo pipefail
+TEST_NAME=pingpong_bench
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/../integration/lib.sh"
+
+[ $# -eq 1 ] || die "usage: $0 BUILD_DIR"
+PP=$(readlink -f "$1/apps/pingpong/xk-pingpong")
+[ -x "$PP" ] || die "$PP is not executable: build the release preset first"
+[ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces for the Linux side)"
+command -v NPtcp > /dev/null || die "needs NPtcp (apt-get install netpipe-tcp)"
+MAX=${XK_BENCH_MAX:-8m}
+MAX_BYTES=$(numfmt --from=iec "${MAX^^}")
+
+NSA=xk-pp-$$-a
+NSB=xk-pp-$$-b
+OUT=$(mktemp -d /tmp/xk-pingpong-bench.XXXXXX)
+install_cleanup
+
+step "Linux: NPtcp over a veth between two namespaces, 1 byte to $MAX"
+make_veth_pair "$NSA" "$NSB" xkppa$$ xkppb$$ 192.0.2.1/24 192.0.2.2/24
+# The receiver answers one sweep and exits with the transmitter.
+(cd "$OUT" && exec ip netns exec "$NSA" NPtcp) > "$OUT/np-recv.log" 2>&1 &
+NPR=$!
+PIDS+=("$NPR")
+sleep 0.5
+(cd "$OUT" && ip netns exec "$NSB" NPtcp -h 192.0.2.1 -o "$OUT/np.out" -l 1 -u "$MAX_BYTES") > "$OUT/np-send.log" 2>&1 \
+  || { tail "$OUT/np-send.log" >&2; die "NPtcp failed"; }
+wait "$NPR" || true
+[ -s "$OUT/np.out" ] || die "NPtcp wrote no $OUT/np.out"
+echo "   $(wc -l < "$OUT/np.out") sizes"
+
+step "xk: xk-pingpong over net_memif, 1 byte to $MAX"
+SOCK=/run/xk-ppb-$$.memif  # abstract: no file
+"$PP" server --port "net_memif0,role=server,id=0,socket=$SOCK" --ip 192.0.2.10/24 --count 1 \
+  > "$OUT/xk-server.log" 2>&1 &
+SRV=$!
+PIDS+=("$SRV")
+wait_for "$OUT/xk-server.log" "waiting for the link" "$SRV" 30
+"$PP" client --port "net_memif1,role=client,id=0,socket=$SOCK" --ip 192.0.2.11/24 --peer 192.0.2.10:5002 \
+  --max "$MAX" --csv "$OUT/xk.csv" > "$OUT/xk-client.log" 2>&1 || { tail "$OUT/xk-client.log" >&2; die "xk-pingpong failed"; }
+wait "$SRV" || true
+echo "   $(grep -m1 '^RESULT' "$OUT/xk-client.log")"
+
+step "result: half round trip (us) and throughput (Mbit/s) per size; ratio xk / Linux"
+python3 - "$OUT/xk.csv" "$OUT/np.out" <<'PY'
+import csv, sys
+xk = {}
+with open(sys.argv[1]) as f:
+    for r in csv.DictReader(f):
+        xk[int(r["bytes"])] = (float(r["half_rtt_us"]), float(r["mbit_s"]))
+np = {}
+for line in open(sys.argv[2]):
+    p = line.split()
+    if len(p) >= 3:
+        # NPtcp's np.out: bytes, Mbit/s, and the half round trip in seconds.
+        np[int(p[0])] = (float(p[2]) * 1e6, float(p[1]))
+sizes = sorted(s for s in xk if s in np and s & (s - 1) == 0)
+if not sizes:
+    sys.exit("no size measured by both")
+print("   %9s  %10s %10s %7s   %10s %10s %7s" % ("bytes", "xk us", "Linux us", "ratio", "xk Mbit/s", "Linux", "ratio"))
+for s in sizes:
+    (xl, xt), (ll, lt) = xk[s], np[s]
+    print("   %9d  %10.2f %10.2f %6.2fx   %10.1f %10.1f %6.2fx" % (s, xl, ll, xl / ll, xt, lt, xt / lt))
+lo, hi = sizes[0], sizes[-1]
+print("RESULT sizes=%d half_rtt_1B_xk_us=%.2f half_rtt_1B_linux_us=%.2f mbit_%d_xk=%.0f mbit_%d_linux=%.0f"
+      % (len(sizes), xk[lo][0], np[lo][0], hi, xk[hi][1], hi, np[hi][1]))
+PY
