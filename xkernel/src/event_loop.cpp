@@ -126,16 +126,21 @@ std::size_t EventLoop::run_once() {
   ++polls_;
   std::size_t work = run_posted(config_.task_budget);
 
-  std::size_t fired = wheel_.run_expired(pass_clock_.freeze());
-  timers_fired_.inc(fired);
-  work += fired;
-
+  // Input before timers: a timer that came due while the thread was not
+  // running (descheduled, or asleep) must not act on state the input waiting
+  // in a ring would have changed -- an RTO firing for data whose ACK sits in
+  // the receive ring retransmits what the peer already has.
+  const Time now = pass_clock_.freeze();
   polling_ = true;
   // By index: a poll() may add (appended, polled this pass) or remove (nulled).
   for (std::size_t i = 0; i < pollables_.size(); ++i) {
     if (Pollable* p = pollables_[i].pollable) work += p->poll(config_.poll_budget);
   }
   polling_ = false;
+
+  std::size_t fired = wheel_.run_expired(now);
+  timers_fired_.inc(fired);
+  work += fired;
   pass_clock_.thaw();
   compact_sources();
 
