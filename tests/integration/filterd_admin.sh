@@ -34,7 +34,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 for b in "$FD" "$XKCTL" "$XK" "$TN"; do [ -x "$b" ] || die "$b is not executable"; done
 [ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces)"
 PY=/usr/bin/python3
-for tool in ip ethtool "$PY"; do command -v "$tool" >/dev/null || die "needs $tool"; done
+for tool in ip ethtool tcpdump tshark "$PY"; do command -v "$tool" >/dev/null || die "needs $tool"; done
 DGRAMS=20
 FORGED_TCP=25
 FORGED_UDP=10
@@ -69,6 +69,7 @@ jq_py() { "$PY" -c "import json,sys; j=json.load(sys.stdin); print($1)"; }
 
 step "topology: $NSA ($LNX $LNX_IP/24) <-veth-> $NSB (filterd on $XKIF as $SHARED/24)"
 make_veth_topology "$NSA" "$NSB" "$LNX" "$XKIF" "$LNX_IP/24"
+start_capture "$NSA" "$LNX" "$OUT/linux.pcap"  # checked at the end (check_capture)
 
 step "filterd"
 ip netns exec "$NSB" "$FD" --port "net_af_packet0,iface=$XKIF,framecnt=1024" \
@@ -193,6 +194,12 @@ left=()
 for p in "${PIDS[@]}"; do [ "$p" = "$HELD" ] || left+=("$p"); done
 PIDS=("${left[@]}")
 sed 's/^/   /' "$OUT/held.log"
+
+step "capture on Linux's side"
+stop_capture
+# every frame on Linux's link: checksums, malformed frames, no spurious
+# retransmission from the shared address
+check_capture "$OUT/linux.pcap" "$SHARED"
 
 step "stop"
 for pid in "$FORGER" "$SINK_A" "$SINK_B" "$ECHO"; do stop "$pid" || true; done

@@ -35,7 +35,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 [ -x "$FD" ] && [ -x "$XK" ] && [ -x "$XKCTL" ] || die "$FD, $XK or $XKCTL is not executable"
 [ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces)"
 PY=/usr/bin/python3
-for tool in ip ethtool "$PY"; do command -v "$tool" >/dev/null || die "needs $tool"; done
+for tool in ip ethtool tcpdump tshark "$PY"; do command -v "$tool" >/dev/null || die "needs $tool"; done
 if is_sanitized "$XK"; then
   BYTES=${XK_INT_FF_BYTES:-262144}
 else
@@ -63,6 +63,7 @@ install_cleanup
 
 step "topology: $NSA ($LNX $LNX_IP/24) <-veth-> $NSB (filterd on $XKIF as $SHARED/24)"
 make_veth_topology "$NSA" "$NSB" "$LNX" "$XKIF" "$LNX_IP/24"
+start_capture "$NSA" "$LNX" "$OUT/linux.pcap"  # checked at the end (check_capture)
 
 # filterd, its pid in FDPID, its log $OUT/$1.log.
 start_filterd() {
@@ -198,6 +199,12 @@ sed 's/^/   /' "$OUT/linux-sink.log"
 got=$(xkctl rules --json | jq_py "[(r['node'], r['priority'], r['expression']) for r in j['rules']]")
 [ "$got" = "[($ID_GRP1, 3, 'udp dst port 9999')]" ] || die "(b): after the restart, xkctl rules shows $got"
 echo "   the user rule is back for node $ID_GRP1: $got"
+
+step "capture on Linux's side"
+stop_capture
+# every frame on Linux's link: checksums, malformed frames; the kills
+# make retransmissions expected, so none is judged spurious
+check_capture "$OUT/linux.pcap" "$SHARED" lossy
 
 step "stop"
 for pid in "$GRP1" "$GRP2"; do stop "$pid" || die "a node did not stop cleanly"; done

@@ -39,7 +39,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 [ -x "$FD" ] && [ -x "$XK" ] || die "$FD or $XK is not executable"
 [ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces)"
 PY=/usr/bin/python3
-for tool in ip ethtool "$PY"; do command -v "$tool" >/dev/null || die "needs $tool"; done
+for tool in ip ethtool tcpdump tshark "$PY"; do command -v "$tool" >/dev/null || die "needs $tool"; done
 if is_sanitized "$XK"; then
   BYTES=${XK_INT_FD_BYTES:-262144}
 else
@@ -64,6 +64,7 @@ install_cleanup
 
 step "topology: $NSA ($LNX $LNX_IP/24) <-veth-> $NSB (filterd on $XKIF as $SHARED/24)"
 make_veth_topology "$NSA" "$NSB" "$LNX" "$XKIF" "$LNX_IP/24"
+start_capture "$NSA" "$LNX" "$OUT/linux.pcap"  # checked at the end (check_capture)
 
 step "filterd ($MODE mode)"
 ip netns exec "$NSB" "$FD" --mode "$MODE" --port "net_af_packet0,iface=$XKIF,framecnt=4096" --port-opts "mbufs=16383" \
@@ -139,6 +140,12 @@ wait_for "$OUT/filterd.log" "gone" "$FDPID" 10
 node again server --mode sink --tcp-port 5002 --count 1000000
 AGAIN=$NODE_PID
 wait_for "$OUT/again.log" "ready" "$AGAIN" 30
+
+step "capture on Linux's side"
+stop_capture
+# every frame on Linux's link: checksums, malformed frames, no spurious
+# retransmission from the shared address
+check_capture "$OUT/linux.pcap" "$SHARED"
 
 step "stop"
 for pid in "${SERVERS[@]}" "$AGAIN"; do stop "$pid" || true; done

@@ -31,7 +31,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 for b in "$FD" "$XKCTL" "$XK"; do [ -x "$b" ] || die "$b is not executable"; done
 [ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces)"
 PY=/usr/bin/python3
-for tool in ip ethtool "$PY"; do command -v "$tool" >/dev/null || die "needs $tool"; done
+for tool in ip ethtool tcpdump tshark "$PY"; do command -v "$tool" >/dev/null || die "needs $tool"; done
 BYTES=${XK_INT_MQ_BYTES:-262144}
 CONNS=32
 
@@ -51,6 +51,7 @@ install_cleanup
 
 step "topology: $NSA ($LNX $LNX_IP/24) <-veth-> $NSB (filterd on $XKIF as $SHARED/24)"
 make_veth_topology "$NSA" "$NSB" "$LNX" "$XKIF" "$LNX_IP/24"
+start_capture "$NSA" "$LNX" "$OUT/linux.pcap"  # checked at the end (check_capture)
 
 step "filterd"
 ip netns exec "$NSB" "$FD" --port "net_af_packet0,iface=$XKIF,framecnt=4096" --port-opts "mbufs=16383" \
@@ -100,6 +101,12 @@ wait_for "$OUT/filterd.log" "gone" "$FDPID" 10
 ip netns exec "$NSA" "$PY" "$HERE/multi_peer.py" echo --peer "$SHARED" --port 7 --conns 8 --bytes "$BYTES" \
   > "$OUT/linux-echo2.log" 2>&1 || { cat "$OUT/linux-echo2.log" >&2; die "(3): node 1 did not serve on alone"; }
 sed 's/^/   /' "$OUT/linux-echo2.log"
+
+step "capture on Linux's side"
+stop_capture
+# every frame on Linux's link: checksums, malformed frames, no spurious
+# retransmission from the shared address
+check_capture "$OUT/linux.pcap" "$SHARED"
 
 step "stop"
 stop "${NODES[0]}" || die "node 1 did not exit cleanly"

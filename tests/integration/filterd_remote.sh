@@ -52,7 +52,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 for b in "$FD" "$XK" "$XKCTL" "$TN"; do [ -x "$b" ] || die "$b is not executable"; done
 [ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces)"
 PY=/usr/bin/python3
-for tool in ip ethtool "$PY"; do command -v "$tool" >/dev/null || die "needs $tool"; done
+for tool in ip ethtool tcpdump tshark "$PY"; do command -v "$tool" >/dev/null || die "needs $tool"; done
 if is_sanitized "$XK"; then
   BYTES=${XK_INT_FR_BYTES:-262144}
 else
@@ -92,6 +92,7 @@ install_cleanup
 
 step "topology: $NSA ($LNX $LNX_IP/24) <-> $NSB (filterd) <-> $NSC (remote host); control on 203.0.113.0/24"
 make_veth_topology "$NSA" "$NSB" "$LNX" "$XKIF" "$LNX_IP/24"
+start_capture "$NSA" "$LNX" "$OUT/linux.pcap"  # checked at the end (check_capture)
 ip netns add "$NSC"
 ip netns exec "$NSC" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
 ip -n "$NSC" link set lo up
@@ -278,6 +279,12 @@ remote again "$VICTIM_MAC" server --mode sink --tcp-port 5003 --count 1000000
 AGAIN=$NODE_PID
 wait_for "$OUT/again.log" "ready" "$AGAIN" 30
 echo "   port 5003 and MAC $VICTIM_MAC are taken again by a new remote node"
+
+step "capture on Linux's side"
+stop_capture
+# every frame on Linux's link: checksums, malformed frames, no spurious
+# retransmission from the shared address
+check_capture "$OUT/linux.pcap" "$SHARED"
 
 step "stop"
 stop "$AGAIN" || true

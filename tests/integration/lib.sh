@@ -1,6 +1,7 @@
 # Shared by the integration scripts (source it after setting TEST_NAME).
-# Gives: die, step (with elapsed time), wait_for, stop, check_pcap, and the
-# PIDS array that the script's EXIT trap kills.
+# Gives: die, step (with elapsed time), wait_for, stop, check_pcap,
+# start_capture/stop_capture/check_capture, and the PIDS array that the
+# script's EXIT trap kills.
 
 die() { echo "$TEST_NAME: FAIL: $*" >&2; exit 1; }
 
@@ -98,6 +99,69 @@ check_pcap() {
   echo "   $(basename "$f"): $total frames, $good with a verified good UDP/ICMP checksum, $bad bad or malformed"
   [ "$bad" -eq 0 ] || { head -20 "$f.bad" >&2; die "$f: $bad frames with a bad checksum or malformed"; }
   [ "$good" -gt 0 ] || die "$f: no checksum was verified at all"
+}
+
+# ---- Linux-side captures of TCP/UDP/ICMP links (issue 7 "capture checks") ----
+# start_capture NS IFACE FILE: tcpdump in namespace NS on IFACE, every frame
+# whole (checksums need the payload), into FILE; its pid in CAPTURE_PID,
+# its messages in FILE.log.
+start_capture() {
+  local ns=$1 iface=$2 file=$3
+  ip netns exec "$ns" tcpdump -i "$iface" -s 0 -B 262144 -U -n -w "$file" > "$file.log" 2>&1 &
+  CAPTURE_PID=$!
+  PIDS+=("$CAPTURE_PID")
+  wait_for "$file.log" "listening on" "$CAPTURE_PID" 20
+}
+# stop_capture: lets the last frames in, then stops tcpdump (its drop count
+# is in the log for check_capture).
+stop_capture() {
+  sleep 0.5
+  kill -INT "$CAPTURE_PID" 2>/dev/null || true
+  stop "$CAPTURE_PID" || true
+}
+# check_capture FILE XK_IP [lossy]: tshark over FILE with IP, TCP, UDP and
+# ICMP checksum validation on. Fails on any bad checksum, malformed frame or
+# expert error, and -- unless "lossy" (the test kills something mid-stream),
+# or tcpdump dropped frames (tshark's analysis then lacks some) -- on a
+# spurious retransmission sent by XK_IP (data the peer had acknowledged: on
+# a loss-free link, a protocol bug). Sets CAP_FRAMES, CAP_RETRANS,
+# CAP_DROPPED, CAP_SYNS, CAP_SYNS_FULL (SYNs with window scale, SACK-permitted
+# and timestamps) for the caller's own checks.
+check_capture() {
+  local f=$1 xk=$2 mode=${3:-} good bad spurious xk_spurious
+  [ -s "$f" ] || die "capture $f is missing or empty"
+  # Checksum status: 0 bad, 1 good, 2 unverified. Severity 0x800000 is
+  # Error. A TCP checksum of 0xffff where tshark computes 0x0000 is the same
+  # one's-complement zero (RFC 1624 section 3); Linux sends it now and then
+  # and tshark calls it bad: it counts as good here.
+  tshark -n -o tcp.check_checksum:TRUE -o ip.check_checksum:TRUE -o udp.check_checksum:TRUE \
+    -o tcp.desegment_tcp_streams:FALSE -o ip.defragment:FALSE -r "$f" \
+    -T fields -E separator=/t -e frame.number -e tcp.checksum.status -e ip.checksum.status -e _ws.malformed \
+    -e _ws.expert.severity -e tcp.analysis.spurious_retransmission -e tcp.analysis.retransmission \
+    -e tcp.analysis.fast_retransmission -e tcp.flags.syn -e tcp.options.wscale.shift -e tcp.options.sack_perm \
+    -e tcp.options.timestamp.tsval -e udp.checksum.status -e tcp.checksum -e tcp.checksum_calculated -e ip.src \
+    -e icmp.checksum.status > "$f.fields" 2> "$f.tshark-err" \
+    || { cat "$f.tshark-err" >&2; die "tshark cannot read $f"; }
+  read -r CAP_FRAMES good bad spurious CAP_RETRANS CAP_SYNS CAP_SYNS_FULL xk_spurious < <(awk -v xk="$xk" -F'\t' '
+    { total++
+      if ($2 == "0" && $14 == "0xffff" && $15 == "0x0000") $2 = "1"
+      if ($2 == "1" || $13 == "1" || $17 == "1") good++
+      sev = 0; n = split($5, s, ","); for (i = 1; i <= n; i++) if (s[i] + 0 >= 8388608) sev = 1
+      if ($2 == "0" || $3 == "0" || $13 == "0" || $17 == "0" || $4 != "" || sev) { bad++; print $1 > "/dev/stderr" }
+      if ($6 != "") { spurious++; if ($16 == xk) xk_spurious++ }
+      if ($7 != "" || $8 != "") retrans++
+      if ($9 == "1") { syns++; if ($10 != "" && $11 != "" && $12 != "") full++ } }
+    END { print total+0, good+0, bad+0, spurious+0, retrans+0, syns+0, full+0, xk_spurious+0 }' "$f.fields" \
+    2> "$f.bad-frames")
+  CAP_DROPPED=$(sed -n 's/^\([0-9]*\) packets dropped by kernel.*/\1/p' "$f.log" 2>/dev/null)
+  CAP_DROPPED=${CAP_DROPPED:-0}
+  echo "   $(basename "$f"): $CAP_FRAMES frames, $good with a verified good checksum, $bad bad or malformed," \
+       "$CAP_RETRANS retransmissions ($spurious spurious, $xk_spurious by $xk); tcpdump dropped $CAP_DROPPED"
+  [ "$bad" -eq 0 ] || die "$f: $bad bad or malformed frames (frame numbers in $f.bad-frames)"
+  [ "$good" -gt 0 ] || die "$f: no checksum was verified at all"
+  if [ "$mode" != lossy ] && [ "$CAP_DROPPED" -eq 0 ]; then
+    [ "$xk_spurious" -eq 0 ] || die "$f: $xk sent $xk_spurious spurious retransmissions on a loss-free link"
+  fi
 }
 
 # The integration topology: namespace $1 holds Linux's end $3 of a veth pair

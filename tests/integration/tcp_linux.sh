@@ -56,10 +56,7 @@ ip netns exec "$NSA" sysctl -a 2>/dev/null | grep -E "net.ipv4.tcp_(window_scali
 
 step "tcpdump on $LNX (Linux side)"
 # A 256 MiB capture buffer: at a gigabit, writing the file can fall behind.
-ip netns exec "$NSA" tcpdump -i "$LNX" -s 0 -B 262144 -U -n -w "$OUT/linux.pcap" tcp > "$OUT/tcpdump.log" 2>&1 &
-TCPDUMP=$!
-PIDS+=("$TCPDUMP")
-wait_for "$OUT/tcpdump.log" "listening on" "$TCPDUMP" 20
+start_capture "$NSA" "$LNX" "$OUT/linux.pcap"
 
 # The af_packet ring must hold a burst: 4096 frames of 2 KiB.
 XK_PORT="net_af_packet0,iface=$XKIF,framecnt=4096"
@@ -97,53 +94,20 @@ echo "   xk got     $got ($(grep -o 'gbps=[0-9.]*' "$OUT/xk-server.log"))"
 grep '^STATS' "$OUT/xk-server.log" | sed 's/^/   /'
 
 step "stop tcpdump"
-sleep 0.5
-kill -INT "$TCPDUMP" 2>/dev/null || true
-stop "$TCPDUMP" || true
-tail -3 "$OUT/tcpdump.log" | sed 's/^/   /'
+stop_capture
+tail -3 "$OUT/linux.pcap.log" | sed 's/^/   /'
 
 step "tshark: checksums, malformed frames, retransmissions, negotiated options"
-PCAP=$OUT/linux.pcap
-[ -s "$PCAP" ] || die "$PCAP is missing or empty"
-# One pass over the capture, one line per frame; the counting is awk's.
-# Checksum status: 0 bad, 1 good, 2 unverified. Severity 0x800000 is Error.
-# A checksum of 0xffff where tshark computes 0x0000 is the same one's-
-# complement zero (RFC 1624 section 3); Linux sends it now and then, and
-# tshark flags it as bad: it counts as good here.
-tshark -n -o tcp.check_checksum:TRUE -o ip.check_checksum:TRUE -o tcp.desegment_tcp_streams:FALSE -r "$PCAP" \
-  -T fields -E separator=/t -e frame.number -e tcp.checksum.status -e ip.checksum.status -e _ws.malformed \
-  -e _ws.expert.severity -e tcp.analysis.spurious_retransmission -e tcp.analysis.retransmission \
-  -e tcp.analysis.fast_retransmission -e tcp.flags.syn -e tcp.options.wscale.shift -e tcp.options.sack_perm \
-  -e tcp.options.timestamp.tsval -e tcp.options.sack_le -e tcp.checksum -e tcp.checksum_calculated -e ip.src \
-  > "$OUT/linux.fields" 2> "$OUT/tshark.err" \
-  || { cat "$OUT/tshark.err" >&2; die "tshark cannot read $PCAP"; }
-read -r total good bad spurious retrans syns full sacks xk_spurious < <(awk -v xk="$XK_IP" -F'\t' '
-  { total++
-    if ($2 == "0" && $14 == "0xffff" && $15 == "0x0000") $2 = "1"
-    if ($2 == "1") good++
-    sev = 0; n = split($5, s, ","); for (i = 1; i <= n; i++) if (s[i] + 0 >= 8388608) sev = 1
-    if ($2 == "0" || $3 == "0" || $4 != "" || sev) bad++
-    if ($6 != "") { spurious++; if ($16 == xk) xk_spurious++ }
-    if ($7 != "" || $8 != "") retrans++
-    if ($9 == "1") { syns++; if ($10 != "" && $11 != "" && $12 != "") full++ }
-    if ($13 != "") sacks++ }
-  END { print total+0, good+0, bad+0, spurious+0, retrans+0, syns+0, full+0, sacks+0, xk_spurious+0 }' "$OUT/linux.fields")
-echo "   $total frames, $good with a verified good TCP checksum, $bad bad or malformed," \
-     "$retrans retransmissions ($spurious spurious, $xk_spurious of them by xk), $sacks with SACK blocks"
-[ "$bad" -eq 0 ] || die "$bad bad or malformed frames (see $OUT/linux.fields)"
-[ "$good" -gt 0 ] || die "no TCP checksum was verified at all"
+check_capture "$OUT/linux.pcap" "$XK_IP"
 # tshark's retransmission analysis needs every frame: when tcpdump could not
 # keep up, xk's own counters say whether xk retransmitted on this clean link.
-dropped=$(sed -n 's/^\([0-9]*\) packets dropped by kernel.*/\1/p' "$OUT/tcpdump.log")
-if [ "${dropped:-0}" -eq 0 ]; then
-  [ "$xk_spurious" -eq 0 ] || die "xk sent $xk_spurious spurious retransmissions"
-else
+if [ "$CAP_DROPPED" -ne 0 ]; then
   xk_rexmit=$(sed -n 's/^STATS .*retransmits=\([0-9]*\).*/\1/p' "$OUT/xk-client.log" "$OUT/xk-server.log" | awk '{ s += $1 } END { print s + 0 }')
-  echo "   NOTE: tcpdump dropped $dropped frames, so tshark's retransmission analysis is incomplete;" \
+  echo "   NOTE: tcpdump dropped $CAP_DROPPED frames, so tshark's retransmission analysis is incomplete;" \
        "xk's own count of retransmissions: $xk_rexmit"
   [ "$xk_rexmit" -eq 0 ] || die "xk retransmitted $xk_rexmit segments on a clean link"
 fi
 # Every SYN and SYN-ACK carries window scale, SACK-permitted and timestamps.
-echo "   $syns SYN/SYN-ACK segments, $full with window scale + SACK-permitted + timestamps"
-[ "$syns" -ge 4 ] || die "expected at least 4 SYN segments (2 connections), saw $syns"
-[ "$full" -eq "$syns" ] || die "a SYN lacks window scale, SACK-permitted or timestamps (see $OUT/linux.fields)"
+echo "   $CAP_SYNS SYN/SYN-ACK segments, $CAP_SYNS_FULL with window scale + SACK-permitted + timestamps"
+[ "$CAP_SYNS" -ge 4 ] || die "expected at least 4 SYN segments (2 connections), saw $CAP_SYNS"
+[ "$CAP_SYNS_FULL" -eq "$CAP_SYNS" ] || die "a SYN lacks window scale, SACK-permitted or timestamps (see $OUT/linux.pcap.fields)"
