@@ -199,10 +199,10 @@ sockaddr_in addr(std::uint32_t ip, std::uint16_t port) {
 class Library {
  public:
   Library() {
-    // packetdrill adds RTLD_NODELETE | RTLD_DEEPBIND; DEEPBIND is left out
-    // here because the sanitizers' runtime refuses it (the library exports
-    // one symbol, so it changes nothing for the lookup).
-    handle_ = dlopen(XK_PACKETDRILL_SO, RTLD_NOW | RTLD_LOCAL);
+    // packetdrill's flags but RTLD_DEEPBIND, which the sanitizers' runtime
+    // refuses (the library exports one symbol and hides the rest, so it
+    // changes nothing for the lookup).
+    handle_ = dlopen(XK_PACKETDRILL_SO, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (handle_ == nullptr) return;
     init_ = reinterpret_cast<packetdrill_interface_init_t>(dlsym(handle_, "packetdrill_interface_init"));
   }
