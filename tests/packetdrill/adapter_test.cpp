@@ -12,6 +12,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
 
 #include <cerrno>
 #include <chrono>
@@ -94,6 +96,26 @@ std::vector<std::uint8_t> build(const Seg& s) {
   for (std::size_t i = s.opts.size(); i < opt_len; ++i) t[20 + i] = 1;  // NOP padding
   std::memcpy(t + 20 + opt_len, s.data.data(), s.data.size());
   put16(b, 36, static_cast<std::uint16_t>(~fold(sum16(t, tcp_len, pseudo(kRemote, kLocal, tcp_len)))));
+  return b;
+}
+
+// A UDP datagram from the remote to the stack.
+std::vector<std::uint8_t> build_udp(std::uint16_t sport, std::uint16_t dport, const std::string& data) {
+  const std::size_t udp_len = 8 + data.size();
+  std::vector<std::uint8_t> b(20 + udp_len, 0);
+  b[0] = 0x45;
+  put16(b, 2, static_cast<std::uint16_t>(b.size()));
+  b[8] = 64;
+  b[9] = 17;
+  put32(b, 12, kRemote);
+  put32(b, 16, kLocal);
+  put16(b, 10, static_cast<std::uint16_t>(~fold(sum16(b.data(), 20))));
+  put16(b, 20, sport);
+  put16(b, 22, dport);
+  put16(b, 24, static_cast<std::uint16_t>(udp_len));
+  std::memcpy(b.data() + 28, data.data(), data.size());
+  std::uint32_t ph = pseudo(kRemote, kLocal, udp_len) - 6 + 17;
+  put16(b, 26, static_cast<std::uint16_t>(~fold(sum16(b.data() + 20, udp_len, ph))));
   return b;
 }
 
@@ -374,6 +396,111 @@ TEST_F(Adapter, PassiveOpenDataBothWaysAndClose) {
   EXPECT_EQ(last.seg.seq, iss + 22);
   EXPECT_EQ(last.seg.ack, riss + 102);
   EXPECT_EQ(ifc_.close(ifc_.userdata, lfd), 0);
+}
+
+TEST_F(Adapter, ActiveOpenThroughEpollRecvmsgSendmsgShutdown) {
+  const int fd = ifc_.socket(ifc_.userdata, AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  int on = 1;
+  ASSERT_EQ(ifc_.ioctl(ifc_.userdata, fd, FIONBIO, &on), 0);
+  EXPECT_NE(ifc_.fcntl(ifc_.userdata, fd, F_GETFL) & O_NONBLOCK, 0) << "FIONBIO set O_NONBLOCK";
+  EXPECT_EQ(ifc_.ioctl(ifc_.userdata, fd, FIONREAD, &on), -1);
+  EXPECT_EQ(errno, ENOTTY);
+  const int ep = ifc_.epoll_create(ifc_.userdata, 1);
+  ASSERT_GE(ep, 0);
+  epoll_event ev{};
+  ev.events = EPOLLOUT | EPOLLIN;
+  ev.data.u64 = 42;
+  ASSERT_EQ(ifc_.epoll_ctl(ifc_.userdata, ep, EPOLL_CTL_ADD, fd, &ev), 0);
+
+  sockaddr_in to = addr(kRemote, 80);
+  ASSERT_EQ(ifc_.connect(ifc_.userdata, fd, reinterpret_cast<sockaddr*>(&to), sizeof to), -1);
+  EXPECT_EQ(errno, EINPROGRESS);
+  epoll_event out[2];
+  EXPECT_EQ(ifc_.epoll_wait(ifc_.userdata, ep, out, 2, 0), 0) << "not connected yet";
+  Sent syn = expect_sent();
+  ASSERT_EQ(syn.seg.flags, kSyn);
+  ASSERT_TRUE(syn.opt.ts.has_value());
+  const std::uint16_t lport = syn.seg.sport;
+  const std::uint32_t iss = syn.seg.seq;
+  inject(Seg{80, lport, 7000, iss + 1, kSyn | kAck, 65535, opt_syn(500), {}});
+  Sent ack = expect_sent();
+  EXPECT_EQ(ack.seg.flags, kAck);
+  EXPECT_EQ(ack.seg.seq, iss + 1);
+  EXPECT_EQ(ack.seg.ack, 7001u);
+  ASSERT_TRUE(ack.opt.ts.has_value());
+  EXPECT_EQ(ack.opt.ts->second, 500u);
+  ASSERT_EQ(ifc_.epoll_wait(ifc_.userdata, ep, out, 2, 1000), 1);
+  EXPECT_EQ(out[0].data.u64, 42u);
+  EXPECT_NE(out[0].events & EPOLLOUT, 0u);
+
+  // sendmsg gathers two pieces into one segment.
+  char a[] = "head-", b[] = "tail";
+  iovec iov[2] = {{a, 5}, {b, 4}};
+  msghdr m{};
+  m.msg_iov = iov;
+  m.msg_iovlen = 2;
+  ASSERT_EQ(ifc_.sendmsg(ifc_.userdata, fd, &m, 0), 9);
+  Sent d = expect_sent();
+  EXPECT_EQ(d.seg.seq, iss + 1);
+  EXPECT_EQ(d.seg.data, "head-tail");
+  // The remote ACKs and answers; recvmsg scatters it.
+  inject(Seg{80, lport, 7001, iss + 10, kAck | kPsh, 1024, opt_ts(501, ack.opt.ts->first), "0123456789"});
+  char r1[4], r2[16];
+  iovec riov[2] = {{r1, sizeof r1}, {r2, sizeof r2}};
+  msghdr rm{};
+  rm.msg_iov = riov;
+  rm.msg_iovlen = 2;
+  ASSERT_EQ(ifc_.recvmsg(ifc_.userdata, fd, &rm, 0), 10);
+  EXPECT_EQ(std::string(r1, 4), "0123");
+  EXPECT_EQ(std::string(r2, 6), "456789");
+  EXPECT_EQ(rm.msg_controllen, 0u);
+
+  // shutdown(SHUT_WR): our FIN, with the pending ACK of the data riding on it.
+  ASSERT_EQ(ifc_.shutdown(ifc_.userdata, fd, SHUT_WR), 0);
+  Sent fin = expect_sent();
+  EXPECT_EQ(fin.seg.flags, kFin | kAck);
+  EXPECT_EQ(fin.seg.seq, iss + 10);
+  EXPECT_EQ(fin.seg.ack, 7011u);
+  EXPECT_EQ(ifc_.write(ifc_.userdata, fd, "x", 1), -1);
+  EXPECT_EQ(errno, EPIPE);
+  EXPECT_EQ(ifc_.close(ifc_.userdata, ep), 0);
+  EXPECT_EQ(ifc_.pipe(ifc_.userdata, nullptr), -1);
+  EXPECT_EQ(errno, ENOSYS);
+}
+
+TEST_F(Adapter, UdpBothWays) {
+  const int fd = ifc_.socket(ifc_.userdata, AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in me = addr(kLocal, 5353);
+  ASSERT_EQ(ifc_.bind(ifc_.userdata, fd, reinterpret_cast<sockaddr*>(&me), sizeof me), 0);
+  std::vector<std::uint8_t> dg = build_udp(6000, 5353, "ping");
+  ASSERT_EQ(ifc_.netdev_send(ifc_.userdata, dg.data(), dg.size()), 0);
+  char buf[16];
+  sockaddr_in from{};
+  socklen_t flen = sizeof from;
+  ASSERT_EQ(ifc_.recvfrom(ifc_.userdata, fd, buf, sizeof buf, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &flen),
+            4);
+  EXPECT_EQ(std::string(buf, 4), "ping");
+  EXPECT_EQ(ntohl(from.sin_addr.s_addr), kRemote);
+  EXPECT_EQ(ntohs(from.sin_port), 6000);
+  sockaddr_in to = addr(kRemote, 6000);
+  ASSERT_EQ(ifc_.sendto(ifc_.userdata, fd, "pong!", 5, 0, reinterpret_cast<sockaddr*>(&to), sizeof to), 5);
+  std::vector<std::uint8_t> out(2048);
+  std::size_t count = out.size();
+  long long at = 0;
+  ASSERT_EQ(ifc_.netdev_receive(ifc_.userdata, out.data(), &count, &at), 0);
+  ASSERT_EQ(count, 20u + 8 + 5);
+  EXPECT_EQ(fold(sum16(out.data(), 20)), 0xFFFF) << "IP header checksum";
+  EXPECT_EQ(out[9], 17);
+  EXPECT_EQ(get32(&out[12]), kLocal);
+  EXPECT_EQ(get32(&out[16]), kRemote);
+  EXPECT_EQ(get16(&out[20]), 5353);
+  EXPECT_EQ(get16(&out[22]), 6000);
+  EXPECT_EQ(get16(&out[24]), 13);
+  EXPECT_EQ(fold(sum16(out.data() + 20, 13, pseudo(kLocal, kRemote, 13) - 6 + 17)), 0xFFFF) << "UDP checksum";
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(&out[28]), 5), "pong!");
+  EXPECT_EQ(ifc_.close(ifc_.userdata, fd), 0);
 }
 
 TEST_F(Adapter, SynAckRetransmittedOnVirtualTime) {
