@@ -334,13 +334,15 @@ class Adapter : public ::testing::Test {
     EXPECT_GE(sa.at, before);
     EXPECT_LE(sa.at, now());
     tsecr_ = sa.opt.ts ? sa.opt.ts->first : 0;
+    synack_at_ = sa.at;
     inject(Seg{rport, lport, riss + 1, sa.seg.seq + 1, kAck, 1024, opt_ts(101, tsecr_), {}});
     return sa.seg.seq;
   }
 
   packetdrill_interface ifc_{};
   bool open_ = false;
-  std::uint32_t tsecr_ = 0;
+  std::uint32_t tsecr_ = 0;     // the stack's TSval in its SYN-ACK
+  long long synack_at_ = 0;     // when it sent the SYN-ACK
 };
 
 TEST_F(Adapter, PassiveOpenDataBothWaysAndClose) {
@@ -369,6 +371,9 @@ TEST_F(Adapter, PassiveOpenDataBothWaysAndClose) {
   EXPECT_LE(ack.at - t_in, 41'000);
   ASSERT_TRUE(ack.opt.ts.has_value());
   EXPECT_EQ(ack.opt.ts->second, 102u);
+  // The timestamp clock (1 ms ticks, RFC 7323 5.4) runs on virtual time too.
+  const long long ts_ms = static_cast<long long>(ack.opt.ts->first - tsecr_);
+  EXPECT_NEAR(ts_ms, (ack.at - synack_at_) / 1000, 1);
   char buf[512];
   ASSERT_EQ(ifc_.read(ifc_.userdata, fd, buf, sizeof buf), 100) << std::strerror(errno);
   EXPECT_EQ(std::string(buf, 100), in);
