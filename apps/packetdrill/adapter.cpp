@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <chrono>
 #include <cstdarg>
 #include <cstdint>
@@ -45,6 +46,15 @@
 #include "xk/drivers/memdev.hpp"
 #include "xk/stack.hpp"
 #include "xk/xk.h"
+
+// The table is packetdrill's ABI: 33 pointers in its order. A member moved,
+// added or retyped to a different size breaks every run, so pin a few.
+static_assert(sizeof(packetdrill_interface) == 33 * sizeof(void*));
+static_assert(offsetof(packetdrill_interface, socket) == 2 * sizeof(void*));
+static_assert(offsetof(packetdrill_interface, poll) == 23 * sizeof(void*));
+static_assert(offsetof(packetdrill_interface, netdev_send) == 24 * sizeof(void*));
+static_assert(offsetof(packetdrill_interface, gettimeofday) == 27 * sizeof(void*));
+static_assert(offsetof(packetdrill_interface, splice) == 32 * sizeof(void*));
 
 namespace xk::packetdrill {
 namespace {
