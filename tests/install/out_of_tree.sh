@@ -18,7 +18,7 @@ cmake --install "$build" --prefix "$work/prefix" > "$work/install.log" || { cat 
 pc=$(find "$work/prefix" -name libxk.pc | head -1)
 [[ -n $pc ]] || die "no libxk.pc installed"
 libdir=$(dirname "$(dirname "$pc")")
-for f in "$libdir/libxk.so" "$libdir/libxk.a" "$work/prefix/include/xk/xk.h" "$work/prefix/include/xk/stack.hpp" \
+for f in "$libdir/libxk.so" "$libdir/libxk.a" "$libdir/libxk_packetdrill.so" "$work/prefix/include/xk/xk.h" "$work/prefix/include/xk/stack.hpp" \
          "$work/prefix/include/xk/protocols/tcp.hpp" "$work/prefix/include/xk/msg.hpp"; do
   [[ -e $f ]] || die "not installed: $f"
 done

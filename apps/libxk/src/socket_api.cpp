@@ -816,6 +816,11 @@ extern "C" xk_stack* xk_stack_create(const struct xk_stack_config* config) {
   return nullptr;
 }
 
+xk_stack* xk::adopt_for_c_api(std::unique_ptr<Stack> stack) {
+  if (stack == nullptr) throw std::invalid_argument("adopt_for_c_api: no stack");
+  return new xk_stack{std::move(stack)};
+}
+
 extern "C" void xk_stack_destroy(xk_stack* h) {
   if (h == nullptr) return;
   Stack* stack = h->stack.get();

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "xk/drivers/loopback.hpp"
+#include "xk/drivers/memdev.hpp"
 #include "xk/protocols/arp.hpp"
 #include "xk/protocols/eth.hpp"
 #include "xk/protocols/fault.hpp"
@@ -92,6 +93,7 @@ void register_all_kinds(Registry& registry) {
   capture::register_capture(registry);
 #endif
   drivers::register_loopback(registry);
+  drivers::register_memdev(registry);
   fault::register_fault(registry);
   eth::register_eth(registry);
   arp::register_arp(registry);
@@ -139,7 +141,7 @@ bool WaitPoint::wait(std::uint32_t seen, std::optional<std::chrono::steady_clock
 
 // ---- Stack ----------------------------------------------------------------------
 
-Stack::Stack(StackConfig config) : config_(std::move(config)), loop_(config_.loop) {}
+Stack::Stack(StackConfig config) : config_(std::move(config)), loop_(config_.clock, config_.loop) {}
 
 std::unique_ptr<Stack> Stack::create(StackConfig config) {
   if (config.loop.name == "loop") config.loop.name = "stack";

@@ -183,6 +183,9 @@ class EventLoop {
   // the epoll instance cannot be created.
   explicit EventLoop(EventLoopConfig config = {});
   explicit EventLoop(const Clock& clock, EventLoopConfig config = {});
+  // The same, for a clock that may be absent (null: the loop's own), as a
+  // holder that takes an optional clock from its own configuration needs.
+  EventLoop(const Clock* clock, EventLoopConfig config);
   // Stops and joins a thread started with start_thread().
   ~EventLoop();
   EventLoop(const EventLoop&) = delete;
@@ -249,7 +252,6 @@ class EventLoop {
   }
 
  private:
-  EventLoop(const Clock* clock, EventLoopConfig config);
   void notify() noexcept;
   void ring_doorbell() noexcept;
   std::size_t run_posted(std::size_t budget);

@@ -29,6 +29,9 @@
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
 
+// The C API's handle of a stack (xk/xk.h).
+struct xk_stack;
+
 namespace xk {
 
 namespace tcp {
@@ -64,6 +67,11 @@ struct StackConfig {
   std::string node_mac;
   std::string tcp_opts;
   std::string node_name = "xk";    // how filterd and xkctl name this node
+  // The clock the stack's timers read (it must outlive the stack); null: the
+  // monotonic clock. A ManualClock gives a stack on virtual time (the
+  // packetdrill adapter): the program moves it and then runs the stack
+  // (poll() or call()), as sleeps in the loop stay real-time.
+  const Clock* clock = nullptr;
 };
 
 // The simple graph most programs want, for xk_stack_config and the apps:
@@ -84,7 +92,7 @@ struct SimpleGraph {
 std::string compose_graph(const SimpleGraph& g);
 
 // Every kind this build has: dpdk (if built), capture (with libpcap), fault,
-// loopback, eth, arp, ipv4, icmp, udp, tcp.
+// loopback, memdev, eth, arp, ipv4, icmp, udp, tcp.
 void register_all_kinds(Registry& registry);
 
 // A counter for one kind of wait: a waiter samples gen(), does its check, and
@@ -102,6 +110,13 @@ class WaitPoint {
   std::atomic<std::uint32_t> gen_{0};
   mutable std::atomic<std::uint32_t> sleepers_{0};
 };
+
+class Stack;
+
+// The C API (xk/xk.h) over a stack built in C++ -- a graph with a driver of
+// the program's own, an injected clock -- so its sockets are the C API's
+// descriptors. The handle owns the stack: xk_stack_destroy() frees both.
+::xk_stack* adopt_for_c_api(std::unique_ptr<Stack> stack);
 
 class Stack {
  public:
