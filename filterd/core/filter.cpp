@@ -25,7 +25,7 @@ constexpr Names kReasonNames[kReasonCount] = {
     {"rule_hit", "to a node: user rule"},
     {"icmp_error_delivered", "to a node: ICMP error, to the owner of the quoted flow"},
     {"frag_follow", "later fragment sent where its first went"},
-    {"local_arp", "ARP for the shared address: filterd's own"},
+    {"local_arp", "ARP for the shared address, or a neighbour's announcement: filterd's own"},
     {"local_icmp_echo", "ICMP echo request to the shared address: filterd's own"},
     {"default_rst", "TCP for nobody: filterd sends an RST"},
     {"default_unreachable", "UDP for nobody: filterd sends ICMP port unreachable"},
@@ -332,8 +332,13 @@ void FilterEngine::parse(Frame f, Parsed& p) const noexcept {
     const std::byte* arp = f.data() + kEthHeader;
     if (!wire::arp_is_ethernet_ipv4(arp)) return decided(drop(Reason::malformed));
     // Requests and replies for the shared address, and anybody claiming it
-    // (an address conflict, RFC 5227), are filterd's ARP's business.
-    if (wire::arp_target_ip(arp) == config_.shared_ip || wire::arp_sender_ip(arp) == config_.shared_ip) {
+    // (an address conflict, RFC 5227), are filterd's ARP's business. So is a
+    // neighbour's announcement (sender = target, RFC 5227 2.3): a host that
+    // came back with another MAC says so that way, and ARP refreshes an entry
+    // it holds (RFC 826 merge) -- else filterd would go on sending to the old
+    // MAC until the entry expired.
+    const Ipv4Addr target = wire::arp_target_ip(arp), sender = wire::arp_sender_ip(arp);
+    if (target == config_.shared_ip || sender == config_.shared_ip || (sender == target && sender.value != 0)) {
       return decided(Decision{Action::local, Reason::local_arp, {}});
     }
     return decided(drop(Reason::not_ours));

@@ -389,9 +389,13 @@ TEST_F(FilterTest, ArpAndEchoForTheSharedAddressAreLocal) {
   EXPECT_EQ(classify(arp_frame(arp::kOpReply, kRemote, kShared, kSharedMac)), local_arp);
   EXPECT_EQ(classify(arp_frame(arp::kOpRequest, kShared, kRemote)), local_arp) << "a conflict is filterd's";
   EXPECT_EQ(classify(arp_frame(arp::kOpRequest, kRemote, kOther)), dropped(Reason::not_ours));
+  // A neighbour announcing itself (perhaps with a new MAC): ARP refreshes
+  // the entry it has. Not an RFC 5227 probe (sender 0.0.0.0): nothing to learn.
+  EXPECT_EQ(classify(arp_frame(arp::kOpRequest, kRemote, kRemote)), local_arp);
+  EXPECT_EQ(classify(arp_frame(arp::kOpRequest, Ipv4Addr{0}, Ipv4Addr{0})), dropped(Reason::not_ours));
   Bytes echo = ip_frame(Ip{kRemote, kShared, ipv4::kProtoIcmp}, icmp_message(icmp::kEchoRequest, 0, 0x00010001));
   EXPECT_EQ(classify(echo), (Decision{Action::local, Reason::local_icmp_echo, {}}));
-  EXPECT_EQ(counter(engine, "local_arp"), 3u);
+  EXPECT_EQ(counter(engine, "local_arp"), 4u);
   EXPECT_EQ(counter(engine, "local_icmp_echo"), 1u);
 }
 
