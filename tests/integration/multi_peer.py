@@ -26,10 +26,12 @@
   long enough to be cut by a failure in the middle.
 """
 import argparse
+import ctypes
 import hashlib
 import os
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -185,8 +187,27 @@ def tcp_of(frame):
     return sport, dport, frame[t + 13], total - ihl - doff
 
 
+SO_ATTACH_FILTER = 26
+SO_RCVBUFFORCE = 33
+
+
+def attach_filter(sock, iface, expression):
+    """Lets only what `expression` matches into the packet socket: tcpdump
+    compiles it (-dd: the classic BPF program as C initializers), the kernel
+    filters. With every frame of the link coming in, a slow reader on a busy
+    machine let the socket's queue overflow and lost the very RST it waits for."""
+    code = subprocess.run(["tcpdump", "-i", iface, "-dd", expression], capture_output=True, text=True,
+                          check=True).stdout
+    insns = [tuple(int(x, 0) for x in line.strip(" {},").split(",")) for line in code.splitlines() if line.strip()]
+    prog = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *i) for i in insns))
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, struct.pack("HL", len(insns), ctypes.addressof(prog)))
+    return prog  # the kernel copied it; kept alive until then anyway
+
+
 def rstwatch(args):
     cap = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    cap.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
+    attach_filter(cap, args.iface, f"tcp port {args.port}")
     cap.bind((args.iface, 0))
     cap.settimeout(0.05)
     s = socket.create_connection((args.peer, args.port), timeout=args.timeout)
