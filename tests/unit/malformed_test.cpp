@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,9 @@ struct Case {
   // Sends the bad frame(s) into the stack.
   std::function<void(Stack&)> inject;
 };
+
+// GoogleTest names a failing case by this (not by its bytes).
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 void send_ip(Stack& s, Bytes p) { s.inject_ip(p); }
 
