@@ -21,14 +21,19 @@
 //                read and send, on the sockets above
 //
 // Whatever the stack sends goes to the harness's end of the pair, which
-// follows each flow's sequence numbers from it. After the last record the
+// follows each flow's sequence numbers from it. With XK_FUZZ_PCAP=FILE set,
+// every frame of the run (setup included, both ways, virtual time stamps) is
+// written to FILE as a pcap, to look at a crash's input with tcpdump or
+// Wireshark; each input run overwrites it. After the last record the
 // stack is torn down: every Msg buffer and Session must be gone (the unit
 // tests' leak check, per input), and ASan/UBSan watch the rest.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <span>
 
@@ -66,6 +71,32 @@ class Input {
 };
 
 // ---- the records ----------------------------------------------------------------
+
+// A classic pcap file (Ethernet, microsecond stamps), written by hand.
+class PcapDump {
+ public:
+  explicit PcapDump(const char* path) : f_(std::fopen(path, "wb")) {
+    if (f_ == nullptr) return;
+    const std::uint32_t header[6] = {0xa1b2c3d4, 0x00040002, 0, 0, 65535, 1};
+    std::fwrite(header, sizeof header, 1, f_);
+  }
+  ~PcapDump() {
+    if (f_ != nullptr) std::fclose(f_);
+  }
+  PcapDump(const PcapDump&) = delete;
+  PcapDump& operator=(const PcapDump&) = delete;
+  void write(xk::Time t, std::span<const std::byte> frame) {
+    if (f_ == nullptr) return;
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+    const std::uint32_t rec[4] = {static_cast<std::uint32_t>(us / 1000000), static_cast<std::uint32_t>(us % 1000000),
+                                  static_cast<std::uint32_t>(frame.size()), static_cast<std::uint32_t>(frame.size())};
+    std::fwrite(rec, sizeof rec, 1, f_);
+    std::fwrite(frame.data(), 1, frame.size(), f_);
+  }
+
+ private:
+  std::FILE* f_;
+};
 
 void record_tcp(Stack& s, Input& in) {
   Flow& f = s.peer->flows[in.u8() % 4];
@@ -211,7 +242,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::int64_t bufs = xk::Buf::live();
   const std::int64_t sessions = xk::Session::live();
   {
+    std::unique_ptr<PcapDump> dump;  // outlives the stack: its teardown may still send
     Stack s;
+    if (const char* path = std::getenv("XK_FUZZ_PCAP")) {
+      dump = std::make_unique<PcapDump>(path);
+      s.peer->tap = [&](std::span<const std::byte> f, bool) { dump->write(s.clock.now(), f); };
+    }
     s.open_flows();
     Input in(data, size);
     for (int records = 0; !in.empty() && records < 256; ++records) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -168,17 +169,23 @@ class Peer final : public xk::Protocol {
     (void)driver_.open_disable(*this, none);
   }
 
-  void send(std::span<const std::byte> frame) { (void)tx_->push(xk::Msg::copy_of(frame)); }
+  void send(std::span<const std::byte> frame) {
+    if (tap) tap(frame, /*to_stack=*/true);
+    (void)tx_->push(xk::Msg::copy_of(frame));
+  }
   std::size_t poll() { return driver_.poll(64); }
 
   xk::Status demux(xk::Session&, xk::Msg msg) override {
     Bytes f(msg.size());
     if (!msg.copy_out(0, f).ok()) std::abort();
+    if (tap) tap(f, /*to_stack=*/false);
     learn(f);
     return {};
   }
 
   std::array<Flow, 4> flows;
+  // Sees every frame on the wire, both ways (the fuzzer's pcap dump).
+  std::function<void(std::span<const std::byte>, bool to_stack)> tap;
 
  private:
   static xk::drivers::PairDriver::Config config() {
