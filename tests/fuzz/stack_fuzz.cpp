@@ -26,7 +26,8 @@
 // written to FILE as a pcap, to look at a crash's input with tcpdump or
 // Wireshark; each input run overwrites it. After the last record the
 // stack is torn down: every Msg buffer and Session must be gone (the unit
-// tests' leak check, per input), and ASan/UBSan watch the rest.
+// tests' leak check, per input), and ASan/UBSan watch the rest. Every frame
+// the stack sends is checked too (check_sent: lengths and checksums).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -97,6 +98,42 @@ class PcapDump {
  private:
   std::FILE* f_;
 };
+
+// Whatever the input did, what the stack sends must be well-formed: an IPv4
+// header with a right checksum and a total length that fits the frame, and a
+// right TCP, UDP or ICMP checksum when the packet is not a fragment. Aborts
+// (a finding) otherwise.
+void check_sent(std::span<const std::byte> f) {
+  if (f.size() < 14) std::abort();
+  const std::uint16_t type = get16(f, 12);
+  if (type == 0x0806) {
+    if (f.size() < 14 + 28) std::abort();
+    return;
+  }
+  if (type != 0x0800) std::abort();  // the stack speaks IPv4 and ARP only
+  std::span<const std::byte> ip = f.subspan(14);
+  if (ip.size() < 20 || (std::to_integer<unsigned>(ip[0]) >> 4) != 4) std::abort();
+  const std::size_t ihl = (std::to_integer<std::size_t>(ip[0]) & 0x0f) * 4;
+  const std::size_t total = get16(ip, 2);
+  if (ihl < 20 || total < ihl || total > ip.size()) std::abort();
+  if (fold(sum16(ip.first(ihl))) != 0) std::abort();  // header checksum
+  if ((get16(ip, 6) & 0x3fff) != 0) return;          // a fragment: no transport checksum to check alone
+  std::span<const std::byte> seg = ip.subspan(ihl, total - ihl);
+  const std::uint8_t proto = std::to_integer<std::uint8_t>(ip[9]);
+  std::uint32_t pseudo = sum16(ip.subspan(12, 8)) + proto + static_cast<std::uint32_t>(seg.size());
+  if (proto == 6) {
+    if (seg.size() < 20 || fold(sum16(seg, pseudo)) != 0) std::abort();
+    const std::size_t off = (std::to_integer<std::size_t>(seg[12]) >> 4) * 4;
+    if (off < 20 || off > seg.size()) std::abort();
+  } else if (proto == 17) {
+    if (seg.size() < 8 || get16(seg, 4) != seg.size()) std::abort();
+    if (get16(seg, 6) != 0 && fold(sum16(seg, pseudo)) != 0) std::abort();
+  } else if (proto == 1) {
+    if (seg.size() < 8 || fold(sum16(seg)) != 0) std::abort();
+  } else {
+    std::abort();  // nothing else is ever sent
+  }
+}
 
 void record_tcp(Stack& s, Input& in) {
   Flow& f = s.peer->flows[in.u8() % 4];
@@ -244,10 +281,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   {
     std::unique_ptr<PcapDump> dump;  // outlives the stack: its teardown may still send
     Stack s;
-    if (const char* path = std::getenv("XK_FUZZ_PCAP")) {
-      dump = std::make_unique<PcapDump>(path);
-      s.peer->tap = [&](std::span<const std::byte> f, bool) { dump->write(s.clock.now(), f); };
-    }
+    if (const char* path = std::getenv("XK_FUZZ_PCAP")) dump = std::make_unique<PcapDump>(path);
+    s.peer->tap = [&](std::span<const std::byte> f, bool to_stack) {
+      if (dump) dump->write(s.clock.now(), f);
+      if (!to_stack) check_sent(f);
+    };
     s.open_flows();
     Input in(data, size);
     for (int records = 0; !in.empty() && records < 256; ++records) {
