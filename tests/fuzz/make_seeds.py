@@ -223,6 +223,13 @@ CONTROL = {
 }
 
 
+# The stack harness's first byte: bit 0 gives the stack's port checksum offload.
+STACK = {name: b"\x00" + recs for name, recs in STACK.items()}
+STACK["offload_data_and_ping"] = b"\x01" + r_tcp(0, PSH | ACK, payload=100) + r_app(0, 0, 3000) + r_tcp(0, ACK) + \
+    r_ip(7, ipv4(PEER_IP, SHARED_IP, 1, bytes([8, 0, 0, 0, 0, 1, 0, 1]) + b"x" * 56)) + \
+    r_tcp(0, PSH | ACK, payload=10, misc=5)
+
+
 def write(corpus, name, files):
     d = os.path.join(corpus, name)
     os.makedirs(d, exist_ok=True)

@@ -1,8 +1,9 @@
 // libFuzzer harness: raw frames into a whole stack (pair -> eth -> arp ->
 // ipv4 -> icmp, udp, tcp) on virtual time. Each input is a fresh stack with
 // a TCP listener on port 80, one connection it accepted (the peer's port
-// 40000), one it opened (to the peer's port 5000) and a UDP socket on port 7;
-// then a sequence of records, each read from the input:
+// 40000), one it opened (to the peer's port 5000) and a UDP socket on port 7.
+// The input's first byte says whether the stack's port offers checksum
+// offload (bit 0); then comes a sequence of records:
 //
 //   advance      move the ManualClock by 0..65535 ms (timers fire)
 //   next_timer   jump to the next timer's deadline
@@ -279,15 +280,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::int64_t bufs = xk::Buf::live();
   const std::int64_t sessions = xk::Session::live();
   {
+    Input in(data, size);
     std::unique_ptr<PcapDump> dump;  // outlives the stack: its teardown may still send
-    Stack s;
+    Stack s(/*csum_offload=*/in.u8() & 1);
     if (const char* path = std::getenv("XK_FUZZ_PCAP")) dump = std::make_unique<PcapDump>(path);
     s.peer->tap = [&](std::span<const std::byte> f, bool to_stack) {
       if (dump) dump->write(s.clock.now(), f);
       if (!to_stack) check_sent(f);
     };
     s.open_flows();
-    Input in(data, size);
     for (int records = 0; !in.empty() && records < 256; ++records) {
       switch (in.u8() % 9) {
         case 0:

@@ -42,8 +42,8 @@ inline constexpr std::uint32_t kPeerIp = 0xC0000214;   // 192.0.2.20 (in the sta
 inline constexpr std::array<std::uint8_t, 6> kStackMac{0x02, 0, 0, 0, 0, 0x0a};
 inline constexpr std::array<std::uint8_t, 6> kPeerMac{0x02, 0, 0, 0, 0, 0x14};
 
+// Above the pair driver (whose line Stack adds: with or without checksum offload).
 inline constexpr const char* kSpec =
-    "pair net0 link=wire mac=02:00:00:00:00:0a\n"
     "eth  eth0 below=net0\n"
     "arp  arp0 below=eth0 gratuitous=off static=192.0.2.20@02:00:00:00:00:14\n"
     "ipv4 ip0  below=eth0,arp0 addr=192.0.2.10/24 gw=192.0.2.1\n"
@@ -232,7 +232,10 @@ struct Stack {
   std::array<xk::tcp::TcpSocket, 4> socks;  // by flow
   xk::udp::UdpSocket udp;
 
-  Stack() {
+  // csum_offload: the stack's end of the pair acts as a port with checksum
+  // offload (fills what the stack leaves on send, flags what it verified on
+  // receive), so the layers' offload paths are what the frames go through.
+  explicit Stack(bool csum_offload = false) {
     xk::drivers::register_pair(registry, hub);
     xk::eth::register_eth(registry);
     xk::arp::register_arp(registry);
@@ -240,7 +243,9 @@ struct Stack {
     xk::icmp::register_icmp(registry);
     xk::udp::register_udp(registry);
     xk::tcp::register_tcp(registry);
-    graph = std::make_unique<xk::Graph>(xk::Graph::build(kSpec, registry, &loop, "fuzz"));
+    const std::string spec = std::string("pair net0 link=wire mac=02:00:00:00:00:0a") +
+                             (csum_offload ? " csum_offload=on\n" : "\n") + kSpec;
+    graph = std::make_unique<xk::Graph>(xk::Graph::build(spec, registry, &loop, "fuzz"));
     peer = std::make_unique<Peer>(hub.link("wire"));
   }
   ~Stack() {
