@@ -137,6 +137,15 @@ STACK = {
                                                             SHARED_IP)),
     "ping": r_ip(7, ipv4(PEER_IP, SHARED_IP, 1, bytes([8, 0, 0, 0, 0, 1, 0, 1]) + b"x" * 56)),
     "time_wait": r_app(1, 2) + r_tcp(1, ACK) + r_tcp(1, FIN | ACK) + r_advance(65000) + r_next_timer(),
+    # 8000 bytes written, 7240 in flight (5 segments), then duplicate ACKs of the first byte: fast
+    # retransmit, recovery, then everything acknowledged.
+    "fast_retransmit": r_app(0, 0, 8000) + b"".join(
+        r_tcp(0, ACK, ack_off=-7240)
+        for _ in range(4)) + r_tcp(0, ACK, ack_off=-4000) + r_tcp(0, ACK) + r_advance(500),
+    # Eight new clients (bits 2..4 of the flow byte) complete their
+    # handshakes: the listener's accept queue (backlog 4) overflows.
+    "accept_queue_full": b"".join(r_tcp(2 | (k << 2), SYN, opts=SYN_OPTS, misc=0) for k in range(8)) +
+    b"".join(r_tcp(2 | (k << 2), ACK) for k in range(8)) + r_app(0, 5) + r_advance(3000) + r_next_timer(),
 }
 
 # ---- filter harness (tests/fuzz/filter_fuzz.cpp) ------------------------------

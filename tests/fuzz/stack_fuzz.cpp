@@ -11,15 +11,15 @@
 //   ip           an IPv4 packet behind our Ethernet header; optionally with
 //                its header checksum, total length and TCP/UDP/ICMP checksum
 //                made right, so the bytes behind them get looked at
-//   tcp          a segment on one of four flows (the accepted and the opened
-//                connection, a new client of port 80, a closed port) with
+//   tcp          a segment on a flow (the accepted and the opened
+//                connection, eight new clients of port 80, a closed port) with
 //                seq/ack relative to what each side has sent so far, any
 //                flags, window and options, a payload, right or wrong checksum
 //   icmp         an ICMP error quoting a segment of one of those flows
 //   fragments    a UDP or TCP datagram cut into fragments at offsets the
 //                input picks (overlaps, gaps, duplicates and all)
-//   app          write, read, shutdown, close, abort, accept, connect, UDP
-//                read and send, on the sockets above
+//   app          write, read, shutdown, close, abort, accept, socket options,
+//                UDP receive and send, close the listener
 //
 // Whatever the stack sends goes to the harness's end of the pair, which
 // follows each flow's sequence numbers from it. With XK_FUZZ_PCAP=FILE set,
@@ -136,8 +136,21 @@ void check_sent(std::span<const std::byte> f) {
   }
 }
 
+// The flow a record aims at: bits 0..1 say accepted, opened, a new client
+// of port 80 or the closed port; for a new client, bits 2..4 pick one of
+// eight (each followed on its own), so a few records can fill the
+// listener's accept queue.
+Flow& pick_flow(Stack& s, std::uint8_t b) {
+  switch (b % 4) {
+    case 0: return s.peer->flows[0];
+    case 1: return s.peer->flows[1];
+    case 2: return s.peer->flows[2 + ((b >> 2) & 7)];
+    default: return s.peer->flows[10];
+  }
+}
+
 void record_tcp(Stack& s, Input& in) {
-  Flow& f = s.peer->flows[in.u8() % 4];
+  Flow& f = pick_flow(s, in.u8());
   std::uint8_t flags = in.u8();
   std::int16_t seq_off = in.i16();
   std::int16_t ack_off = in.i16();
@@ -162,7 +175,7 @@ void record_tcp(Stack& s, Input& in) {
 }
 
 void record_icmp(Stack& s, Input& in) {
-  Flow& f = s.peer->flows[in.u8() % 4];
+  Flow& f = pick_flow(s, in.u8());
   std::uint8_t type = in.u8();
   std::uint8_t code = in.u8();
   std::uint16_t aux = in.u16();  // next-hop MTU for frag-needed
@@ -263,9 +276,17 @@ void record_app(Stack& s, Input& in) {
       (void)s.udp.sendto(xk::Msg::copy_of(data), xk::Ipv4Addr{kPeerIp}, xk::Port{in.u16()});
       break;
     }
-    case 8:
-      sock.set_nodelay(in.u8() & 1);
+    case 8: {
+      std::uint8_t b = in.u8();
+      switch (b % 5) {
+        case 0: sock.set_nodelay(b & 8); break;
+        case 1: sock.set_cork(b & 8); break;
+        case 2: sock.set_keepalive(b & 8); break;
+        case 3: sock.set_sndbuf(std::size_t{1024} << (b >> 4)); break;
+        case 4: sock.set_rcvbuf(std::size_t{1024} << (b >> 4)); break;
+      }
       break;
+    }
     case 9:
       (void)s.listener.close();
       break;

@@ -183,7 +183,9 @@ class Peer final : public xk::Protocol {
     return {};
   }
 
-  std::array<Flow, 4> flows;
+  // 0: the connection the listener accepted; 1: the one the stack opened;
+  // 2..9: eight new clients of the listener (port 80); 10: a closed port.
+  std::array<Flow, 11> flows;
   // Sees every frame on the wire, both ways (the fuzzer's pcap dump).
   std::function<void(std::span<const std::byte>, bool to_stack)> tap;
 
@@ -318,8 +320,9 @@ struct Stack {
     auto& fl = peer->flows;
     fl[0] = Flow{80, 40000, 0x10000000, 0, {}};
     fl[1] = Flow{0, 5000, 0x20000000, 0, {}};
-    fl[2] = Flow{80, 40001, 0x30000000, 0, {}};
-    fl[3] = Flow{81, 40002, 0x40000000, 0, {}};
+    for (std::uint16_t k = 0; k < 8; ++k)
+      fl[2 + k] = Flow{80, static_cast<std::uint16_t>(40001 + k), 0x30000000u + (std::uint32_t{k} << 24), 0, {}};
+    fl[10] = Flow{81, 40200, 0x40000000, 0, {}};
 
     auto l = tcp().listen(xk::Ipv4Addr{}, xk::Port{80}, 4);
     if (!l) std::abort();
