@@ -2,6 +2,7 @@
 # by scripts/test and scripts/demo, which install them unless XK_SKIP_INSTALL=1.
 XK_PACKAGES=(
   build-essential cmake ninja-build pkg-config          # toolchain
+  clang libclang-rt-14-dev llvm                         # fuzz harnesses: clang, libFuzzer, llvm-symbolizer
   libgtest-dev libgmock-dev libbenchmark-dev            # tests and benchmarks
   libdpdk-dev dpdk libpcap-dev                          # packet I/O, capture
   python3 python3-scapy                                 # golden vectors (independent tool), Linux test peers

@@ -15,6 +15,13 @@ RuleTable::RuleTable() : pcap_(pcap_open_dead(DLT_EN10MB, kSnapLen)) {
 }
 
 RuleResult RuleTable::add(std::string_view expression, Target target, int priority) {
+  // libpcap reads a C string: with a NUL inside, it would compile only the
+  // part before it while the table lists the whole (found by tests/fuzz).
+  if (expression.find('\0') != std::string_view::npos) {
+    RuleResult r;
+    r.error = "the expression contains a NUL byte";
+    return r;
+  }
   const std::string text(expression);
   std::unique_ptr<bpf_program, ProgramFree> program(new bpf_program{});
   if (pcap_compile(pcap_.get(), program.get(), text.c_str(), /*optimize=*/1, PCAP_NETMASK_UNKNOWN) != 0) {

@@ -360,6 +360,17 @@ TEST_F(FilterTest, BadPcapExpressionReportsLibpcapsError) {
   EXPECT_EQ(engine.rule_count(), 0u);
 }
 
+// libpcap takes a C string: "udp\0 and port 1" would compile as "udp" and
+// steer every UDP datagram while the rule is listed as something narrower.
+TEST_F(FilterTest, ExpressionWithANulByteIsRefused) {
+  using namespace std::string_view_literals;
+  RuleResult r = engine.add_rule("udp\0 and dst port 9999"sv, kNode2);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.error.find("NUL"), std::string::npos) << r.error;
+  EXPECT_EQ(engine.rule_count(), 0u);
+  EXPECT_EQ(classify(udp_frame(kRemote, 5000, 7000)).action, Action::port_unreachable);
+}
+
 TEST_F(FilterTest, RulesByPriorityThenInsertion) {
   RuleResult low = engine.add_rule("udp", kNode1, 0);
   RuleResult first = engine.add_rule("udp dst port 7", kNode2, 5);
