@@ -97,6 +97,7 @@ Doorbell::Doorbell(const std::string& link, int side) : side_(side & 1) {
     fail("bind (side " + std::to_string(side_) + " of '" + link + "')");
   }
   peer_addr_ = abstract_name(hash, side_ ^ 1);
+  peer_sa_len_ = fill(peer_sa_, peer_addr_);
 }
 
 Doorbell::~Doorbell() {
@@ -133,21 +134,23 @@ std::uint32_t Doorbell::disarm() noexcept {
   return rings;
 }
 
-bool Doorbell::ring() noexcept {
+Doorbell::Ring Doorbell::ring() noexcept {
   // The frames on the ring before the flag is read (Dekker, the other half).
   std::atomic_thread_fence(std::memory_order_seq_cst);
   std::atomic<std::uint32_t>& peer = page_->side[side_ ^ 1].asleep;
-  if (peer.load(std::memory_order_relaxed) == 0) return false;
+  if (peer.load(std::memory_order_relaxed) == 0) return Ring::awake;
   // One ring per sleep: whoever takes the flag down sends it.
-  if (peer.exchange(0, std::memory_order_acq_rel) == 0) return false;
-  sockaddr_un a{};
-  socklen_t len = fill(a, peer_addr_);
+  if (peer.exchange(0, std::memory_order_acq_rel) == 0) return Ring::awake;
   const char b = 1;
-  if (::sendto(fd_, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&a), len) == 1) return true;
+  if (::sendto(fd_, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&peer_sa_), peer_sa_len_) ==
+      1) {
+    return Ring::rang;
+  }
   // EAGAIN: the peer's queue is full of rings it has not read, so it is
   // awake or about to be. Anything else: nobody at the other end.
-  if (errno != EAGAIN) ++failures_;
-  return errno == EAGAIN;
+  if (errno == EAGAIN) return Ring::rang;
+  ++failures_;
+  return Ring::lost;
 }
 
 std::string Doorbell::memif_link(const std::string& devargs, int& side) {

@@ -553,9 +553,11 @@ std::size_t DpdkDriver::flush() {
   tx_frames_.inc(sent);
   tx_bytes_.inc(bytes);
   if (sent != 0 && bell_ != nullptr) {
-    const std::uint64_t failed = bell_->failures();
-    if (bell_->ring()) ++bell_rings_;
-    if (bell_->failures() != failed) ++bell_failures_;
+    switch (bell_->ring()) {
+      case Doorbell::Ring::awake: break;
+      case Doorbell::Ring::rang: ++bell_rings_; break;
+      case Doorbell::Ring::lost: ++bell_failures_; break;
+    }
   }
   if (config_.tx_keep) {
     tx_kept_.inc(n - sent);

@@ -710,13 +710,13 @@ TEST(Doorbell, RingsOnlyASleepingPeerOncePerSleep) {
   EXPECT_EQ(a.shm_name(), b.shm_name());
   EXPECT_EQ(a.shm_name().find('/', 1), std::string::npos) << a.shm_name();
 
-  EXPECT_FALSE(a.ring()) << "b is awake: no system call, no ring";
+  EXPECT_EQ(a.ring(), Doorbell::Ring::awake) << "b is awake: no system call, no ring";
   pollfd p{b.fd(), POLLIN, 0};
   EXPECT_EQ(::poll(&p, 1, 0), 0);
 
   b.arm();
-  EXPECT_TRUE(a.ring());
-  EXPECT_FALSE(a.ring()) << "one ring per sleep: the first took the flag down";
+  EXPECT_EQ(a.ring(), Doorbell::Ring::rang);
+  EXPECT_EQ(a.ring(), Doorbell::Ring::awake) << "one ring per sleep: the first took the flag down";
   ASSERT_EQ(::poll(&p, 1, 1000), 1);
   EXPECT_EQ(b.disarm(), 1u);
   EXPECT_EQ(::poll(&p, 1, 0), 0) << "disarm drains the socket";
@@ -724,8 +724,8 @@ TEST(Doorbell, RingsOnlyASleepingPeerOncePerSleep) {
   // Both ways, and a second sleep rings again.
   a.arm();
   b.arm();
-  EXPECT_TRUE(b.ring());
-  EXPECT_TRUE(a.ring());
+  EXPECT_EQ(b.ring(), Doorbell::Ring::rang);
+  EXPECT_EQ(a.ring(), Doorbell::Ring::rang);
   EXPECT_EQ(a.disarm(), 1u);
   EXPECT_EQ(b.disarm(), 1u);
   EXPECT_EQ(a.failures(), 0u);
@@ -770,7 +770,7 @@ TEST(Doorbell, APeerThatIsGoneIsAFailureNotACrash) {
     Doorbell b(link, 1);
     b.arm();
   }  // b goes: its flag comes down with it, so nothing rings
-  EXPECT_FALSE(a.ring());
+  EXPECT_EQ(a.ring(), Doorbell::Ring::awake);
   EXPECT_THROW(Doorbell(link, 0), std::runtime_error) << "one live process per end";
 }
 

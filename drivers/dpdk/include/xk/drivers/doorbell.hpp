@@ -25,6 +25,9 @@
 // wake-up too many). The server's end removes the page when it goes, and so
 // does a client that finds no server bound any more.
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -51,10 +54,12 @@ class Doorbell {
   // were waiting.
   std::uint32_t disarm() noexcept;
 
-  // Frames were put on the peer's ring: wake the peer if it sleeps. Returns
-  // true if it rang; a peer that is not there (ECONNREFUSED) counts in
-  // failures() and is otherwise ignored.
-  bool ring() noexcept;
+  // Frames were put on the peer's ring: wake the peer if it sleeps. awake:
+  // no ring needed (no system call); rang: it was asleep and got the ring
+  // (or has rings queued already); lost: nobody was bound to hear it (also
+  // counted in failures()).
+  enum class Ring : std::uint8_t { awake, rang, lost };
+  Ring ring() noexcept;
 
   std::uint64_t failures() const noexcept { return failures_; }
   // Whether the other end's socket exists (a live process holds it).
@@ -82,6 +87,8 @@ class Doorbell {
   Page* page_ = nullptr;
   std::string shm_name_;
   std::string peer_addr_;  // the peer's abstract socket name (leading NUL)
+  sockaddr_un peer_sa_{};  // ... as the address ring() sends to
+  socklen_t peer_sa_len_ = 0;
   bool owner_ = false;     // side 0 unlinks the page when it goes (so does
                            // a client that finds no server left)
   std::uint64_t failures_ = 0;
