@@ -350,18 +350,18 @@ void ArpProtocol::add_local_address(Ipv4Addr addr) {
   locals_.push_back(addr);
   // Our own address is not a neighbour's.
   if (Entry* e = find(addr); e != nullptr && e->state != State::permanent) remove(*e);
-  if (config_.gratuitous) {
-    // RFC 5227 2.3 announcement: a request with sender and target both ours,
-    // so neighbours that know us refresh their entry (RFC 826 merge).
-    if (send_arp(kOpRequest, eth::kBroadcast, addr, MacAddr{}, addr, nullptr)) ++tx_gratuitous_;
-  }
+  announce(addr);
+}
+
+void ArpProtocol::announce(Ipv4Addr addr) {
+  if (!config_.gratuitous) return;
+  // RFC 5227 2.3 announcement: a request with sender and target both ours,
+  // so neighbours that know us refresh their entry (RFC 826 merge).
+  if (send_arp(kOpRequest, eth::kBroadcast, addr, MacAddr{}, addr, nullptr)) ++tx_gratuitous_;
 }
 
 void ArpProtocol::announce() {
-  if (!config_.gratuitous) return;
-  for (Ipv4Addr addr : locals_) {
-    if (send_arp(kOpRequest, eth::kBroadcast, addr, MacAddr{}, addr, nullptr)) ++tx_gratuitous_;
-  }
+  for (Ipv4Addr addr : locals_) announce(addr);
 }
 
 // ---- receiving ------------------------------------------------------------

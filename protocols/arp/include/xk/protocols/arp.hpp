@@ -98,6 +98,7 @@ class ArpProtocol final : public Protocol, public NextHopResolver {
   const Config& config() const noexcept { return config_; }
 
  private:
+  void announce(Ipv4Addr addr);
   struct Entry;
   struct IpKey {
     std::uint32_t ip;
