@@ -18,6 +18,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "xk/drivers/fault_fence.hpp"
+
 namespace xk::drivers {
 namespace {
 
@@ -111,7 +113,8 @@ DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
       restarts_(counters().add("restarts", "times the port was stopped and started again")),
       bell_rings_(counters().add("bell_rings", "doorbell: sleeping peer woken after a transmit")),
       bell_wakes_(counters().add("bell_wakes", "doorbell: rings that woke this loop")),
-      bell_failures_(counters().add("bell_failures", "doorbell: rings nobody was there to hear")) {
+      bell_failures_(counters().add("bell_failures", "doorbell: rings nobody was there to hear")),
+      fault_cuts_(counters().add("fault_cuts", "memif bursts cut short by the peer's disconnect (mbufs lost)")) {
   if (config_.devargs.empty()) throw std::invalid_argument("dpdk " + this->name() + ": devargs is required");
   config_.burst = std::clamp<std::size_t>(config_.burst, 1, kMaxBurst);
   if (config_.idle_sleep_min.count() <= 0) config_.idle_sleep_min = std::chrono::microseconds(1);
@@ -190,8 +193,9 @@ void DpdkDriver::start_port() {
   // DPDK 22.11's memif reports a 1518-byte max_rx_pktlen, yet it moves longer
   // frames as descriptor chains between the two processes' shared memory: a
   // larger MTU is ours to keep, and ethdev is not told (it would refuse it).
-  const bool soft_mtu = config_.mtu && *config_.mtu + kEthHeader + 4 > info.max_rx_pktlen &&
-                        std::string_view(info.driver_name != nullptr ? info.driver_name : "") == "net_memif";
+  const bool memif = std::string_view(info.driver_name != nullptr ? info.driver_name : "") == "net_memif";
+  const bool soft_mtu = config_.mtu && *config_.mtu + kEthHeader + 4 > info.max_rx_pktlen && memif;
+  fenced_ = memif;
   rte_eth_conf conf{};
   if (config_.mtu && !soft_mtu) conf.rxmode.mtu = static_cast<std::uint32_t>(*config_.mtu);
   if (frame > data_room && offloads_.rx_scatter) conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_SCATTER;
@@ -399,7 +403,7 @@ std::size_t DpdkDriver::poll(std::size_t budget) {
   }
   while (done < budget) {
     auto want = static_cast<std::uint16_t>(std::min(config_.burst, budget - done));
-    std::uint16_t got = rte_eth_rx_burst(port_, 0, burst, want);
+    std::uint16_t got = rx_burst(burst, want);
     for (std::uint16_t i = 0; i < got; ++i) deliver(burst[i]);
     done += got;
     if (got < want) break;
@@ -407,6 +411,35 @@ std::size_t DpdkDriver::poll(std::size_t budget) {
   std::size_t sent = flush();
   if (done != 0 || sent != 0) backoff_ = std::chrono::microseconds(0);
   return done + sent;
+}
+
+std::uint16_t DpdkDriver::rx_burst(rte_mbuf** burst, std::uint16_t want) {
+  if (!fenced_) return rte_eth_rx_burst(port_, 0, burst, want);
+  std::uint16_t got = 0;
+  if (FaultFence::run([&] { got = rte_eth_rx_burst(port_, 0, burst, want); })) return got;
+  fault_cut("rx burst");
+  return 0;
+}
+
+std::uint16_t DpdkDriver::tx_burst(rte_mbuf** burst, std::uint16_t n) {
+  if (!fenced_) return rte_eth_tx_burst(port_, 0, burst, n);
+  std::uint16_t sent = 0;
+  if (FaultFence::run([&] { sent = rte_eth_tx_burst(port_, 0, burst, n); })) return sent;
+  fault_cut("tx burst");
+  return 0;
+}
+
+// A fault inside a memif burst. The PMD marks the link down before it
+// unmaps the regions, so the disconnect race finds the link down; a fault
+// on a link that is up is something else, and kills the process as it would
+// have without the fence.
+void DpdkDriver::fault_cut(const char* what) {
+  rte_eth_link l{};
+  if (rte_eth_link_get_nowait(port_, &l) != 0 || l.link_status == RTE_ETH_LINK_UP) {
+    FaultFence::crash(("dpdk " + name() + ": " + what + " on a link that is up").c_str());
+  }
+  ++fault_cuts_;
+  cut_ = true;
 }
 
 void DpdkDriver::deliver(rte_mbuf* head) {
@@ -541,9 +574,18 @@ std::size_t DpdkDriver::flush() {
   for (rte_mbuf* m : tx_queue_) bytes += m->pkt_len;
   std::size_t sent = 0;
   while (sent < n) {
-    std::uint16_t k = rte_eth_tx_burst(port_, 0, tx_queue_.data() + sent, static_cast<std::uint16_t>(n - sent));
+    std::uint16_t k = tx_burst(tx_queue_.data() + sent, static_cast<std::uint16_t>(n - sent));
     if (k == 0) break;
     sent += k;
+  }
+  if (cut_) {
+    // The PMD freed some of what it was given and not the rest; which, it
+    // cannot say any more. All of it is lost (leaked, never freed twice).
+    cut_ = false;
+    tx_drop_full_.inc(n - sent);
+    tx_frames_.inc(sent);
+    tx_queue_.clear();
+    return sent;
   }
   // What the ring refused is still ours: kept for the next flush, or freed.
   for (std::size_t i = sent; i < n; ++i) {
@@ -589,7 +631,7 @@ bool DpdkDriver::before_sleep() noexcept {
     // before it could see the flag); what is there waits in the stash.
     bell_->arm();
     rte_mbuf* burst[kMaxBurst];
-    const std::uint16_t got = rte_eth_rx_burst(port_, 0, burst, static_cast<std::uint16_t>(config_.burst));
+    const std::uint16_t got = rx_burst(burst, static_cast<std::uint16_t>(config_.burst));
     if (got != 0) {
       stash_.insert(stash_.end(), burst, burst + got);
       bell_wakes_.inc(bell_->disarm());

@@ -74,7 +74,11 @@ stop() {
 
 # Checksum validation on (ICMP's is always checked); IP reassembly on (the
 # default), so UDP checksums are checked over whole datagrams.
-TSHARK_OPTS=(-n -o ip.check_checksum:TRUE -o udp.check_checksum:TRUE -o ip.defragment:TRUE)
+# Payloads are test data, not application protocols: every TCP and UDP port
+# decodes as plain data, so that no heuristic dissector (Thrift, say) reads
+# random bytes as a broken message of its own and calls the frame malformed.
+AS_DATA=(-d 'tcp.port==1-65535,data' -d 'udp.port==1-65535,data')
+TSHARK_OPTS=(-n "${AS_DATA[@]}" -o ip.check_checksum:TRUE -o udp.check_checksum:TRUE -o ip.defragment:TRUE)
 BAD='ip.checksum.status == "Bad" || udp.checksum.status == "Bad" || icmp.checksum.status == "Bad" || _ws.malformed || _ws.expert.severity == "Error"'
 # check_pcap FILE [incomplete]: with "incomplete" (the capturer dropped
 # frames) IP reassembly is off: tshark would otherwise join the fragments it
@@ -134,7 +138,7 @@ check_capture() {
   # Error. A TCP checksum of 0xffff where tshark computes 0x0000 is the same
   # one's-complement zero (RFC 1624 section 3); Linux sends it now and then
   # and tshark calls it bad: it counts as good here.
-  tshark -n -o tcp.check_checksum:TRUE -o ip.check_checksum:TRUE -o udp.check_checksum:TRUE \
+  tshark -n "${AS_DATA[@]}" -o tcp.check_checksum:TRUE -o ip.check_checksum:TRUE -o udp.check_checksum:TRUE \
     -o tcp.desegment_tcp_streams:FALSE -o ip.defragment:FALSE -r "$f" \
     -T fields -E separator=/t -e frame.number -e tcp.checksum.status -e ip.checksum.status -e _ws.malformed \
     -e _ws.expert.severity -e tcp.analysis.spurious_retransmission -e tcp.analysis.retransmission \

@@ -183,6 +183,11 @@ class DpdkDriver final : public Protocol, public Pollable {
 
  private:
   void deliver(rte_mbuf* head);
+  // The port's bursts, fenced on memif (xk/drivers/fault_fence.hpp): a burst
+  // the peer's disconnect cut short gets 0 and sets cut_.
+  std::uint16_t rx_burst(rte_mbuf** burst, std::uint16_t want);
+  std::uint16_t tx_burst(rte_mbuf** burst, std::uint16_t n);
+  void fault_cut(const char* what);
   void start_port();
   void setup_wait();
   void open_doorbell();
@@ -211,6 +216,8 @@ class DpdkDriver final : public Protocol, public Pollable {
   std::chrono::microseconds backoff_{0};
   bool intr_switch_ = false;  // the PMD enables/disables the interrupt
   bool intr_armed_ = false;
+  bool fenced_ = false;  // memif: its peer's disconnect unmaps memory under a burst
+  bool cut_ = false;     // the last burst was cut short
 
   Protocol* receiver_ = nullptr;
   SessionRef rx_session_;
@@ -237,6 +244,7 @@ class DpdkDriver final : public Protocol, public Pollable {
   Counter& bell_rings_;
   Counter& bell_wakes_;
   Counter& bell_failures_;
+  Counter& fault_cuts_;
 };
 
 // Mempools left allocated by drivers destroyed while Msgs still held mbufs.
