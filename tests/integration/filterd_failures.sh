@@ -170,7 +170,7 @@ drop_pid "$FDPID"
 T_KILL=$(date +%s.%N)
 sleep 1  # the gap: filterd is down
 for n in grp1 grp2 cli1 cli2; do
-  grep -q "control connection closed" "$OUT/$n.log" || die "(b): $n did not notice filterd go"
+  grep -q "control connection closed" "$OUT/$n.log" || { tail -5 "$OUT/$n.log" >&2; die "(b): $n did not notice filterd go"; }
 done
 step "    a new filterd, $(awk -v a="$T_KILL" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s after the kill"
 start_filterd filterd2
