@@ -298,6 +298,47 @@ TEST_P(CApi, StreamThroughEpollArrivesIntactAndEnds) {
   EXPECT_EQ(xk_close(s), 0);
 }
 
+// The stack's counters through the C API: a connection's two ends in one
+// stack, the gauges before and after close, and clear errors for bad names.
+TEST_P(CApi, CountersAndGaugesOfTheStack) {
+  unsigned long long v = 99;
+  ASSERT_EQ(xk_stack_counter(stack_, "tcp0", "connections", &v), 0) << xk_last_error();
+  EXPECT_EQ(v, 0u);
+  auto [c, s] = pair(5009);
+  ASSERT_EQ(xk_stack_counter(stack_, "tcp0", "connections", &v), 0);
+  EXPECT_EQ(v, 2u) << "both ends of the connection are in this stack";
+  ASSERT_EQ(xk_stack_counter(stack_, "tcp0", "active_opens", &v), 0);
+  EXPECT_EQ(v, 1u);
+  ASSERT_EQ(xk_stack_counter(stack_, "tcp0", "passive_opens", &v), 0);
+  EXPECT_EQ(v, 1u);
+  ASSERT_EQ(xk_stack_counter(stack_, "ip0", "tx_loopback", &v), 0) << xk_last_error();
+  EXPECT_GE(v, 3u) << "the handshake went to our own address, looped back in IP";
+  EXPECT_EQ(xk_close(c), 0);
+  EXPECT_EQ(xk_close(s), 0);
+  // The one that closed first waits in TIME-WAIT (2 MSL = 200 ms here),
+  // then the table is empty.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  do {
+    (void)xk_stack_poll(stack_);
+    ASSERT_EQ(xk_stack_counter(stack_, "tcp0", "connections", &v), 0);
+  } while (v != 0 && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(v, 0u);
+  ASSERT_EQ(xk_stack_counter(stack_, "tcp0", "time_wait", &v), 0);
+  EXPECT_EQ(v, 0u);
+
+  v = 7;
+  EXPECT_EQ(xk_stack_counter(stack_, "tcp9", "established", &v), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_NE(std::string(xk_last_error()).find("tcp9.established"), std::string::npos) << xk_last_error();
+  EXPECT_EQ(xk_stack_counter(stack_, "tcp0", "no_such_counter", &v), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(v, 7u) << "a failed call leaves *value alone";
+  EXPECT_EQ(xk_stack_counter(stack_, "tcp0", "established", nullptr), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(xk_stack_counter(nullptr, "tcp0", "established", &v), -1);
+  EXPECT_EQ(errno, EINVAL);
+}
+
 TEST_P(CApi, NamesOfBothEnds) {
   auto [c, s] = pair(5002);
   sockaddr_in a{};

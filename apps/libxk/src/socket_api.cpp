@@ -852,6 +852,29 @@ extern "C" int xk_stack_poll(xk_stack* h) {
   return guarded("xk_stack_poll", [&] { return static_cast<int>(std::min<std::size_t>(h->stack->poll(), INT32_MAX)); });
 }
 
+extern "C" int xk_stack_counter(xk_stack* h, const char* instance, const char* name, unsigned long long* value) {
+  if (h == nullptr || instance == nullptr || name == nullptr || value == nullptr) {
+    return fail(EINVAL, "xk_stack_counter: a null argument");
+  }
+  return guarded("xk_stack_counter", [&] {
+    const std::optional<std::uint64_t> got = h->stack->call([&]() -> std::optional<std::uint64_t> {
+      const Protocol* p = h->stack->graph().find(instance);
+      if (p == nullptr) return std::nullopt;
+      const std::string_view n = name;
+      if (const auto* t = dynamic_cast<const tcp::TcpProtocol*>(p); t != nullptr) {
+        if (n == "connections") return t->connection_count();
+        if (n == "time_wait") return t->time_wait_count();
+      }
+      const Counter* c = p->counters().find(n);
+      if (c == nullptr) return std::nullopt;
+      return c->value();
+    });
+    if (!got) return fail(ENOENT, std::string("xk_stack_counter: no counter ") + instance + "." + name);
+    *value = *got;
+    return 0;
+  });
+}
+
 extern "C" const char* xk_last_error(void) { return t_last_error.c_str(); }
 
 // ---- sockets ---------------------------------------------------------------------------
