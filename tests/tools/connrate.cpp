@@ -36,6 +36,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sock_api.hpp"
 #include "xk/xk.h"
 
 namespace {
@@ -57,29 +58,9 @@ TCP connection setup rate (connect + accept + close) over kernel sockets or xk.
 exit status: 0 success, 1 failure, 2 bad command line
 )";
 
-// The calls both backends share, with the POSIX signatures.
-struct Api {
-  int (*socket)(int, int, int);
-  int (*bind)(int, const sockaddr*, socklen_t);
-  int (*listen)(int, int);
-  int (*accept4)(int, sockaddr*, socklen_t*, int);
-  int (*connect)(int, const sockaddr*, socklen_t);
-  ssize_t (*read)(int, void*, size_t);
-  int (*close)(int);
-  int (*setsockopt)(int, int, int, const void*, socklen_t);
-  int (*getsockopt)(int, int, int, void*, socklen_t*);
-  int (*epoll_create1)(int);
-  int (*epoll_ctl)(int, int, int, epoll_event*);
-  int (*epoll_wait)(int, epoll_event*, int, int);
-};
-
-xk_stack* g_stack = nullptr;
-int xk_socket_on_stack(int d, int t, int p) { return xk_socket(g_stack, d, t, p); }
-
-const Api kKernel{::socket,     ::bind,       ::listen,        ::accept4,   ::connect,   ::read,
-                  ::close,      ::setsockopt, ::getsockopt,    ::epoll_create1, ::epoll_ctl, ::epoll_wait};
-const Api kXk{xk_socket_on_stack, xk_bind,       xk_listen,        xk_accept4,   xk_connect,   xk_read,
-              xk_close,           xk_setsockopt, xk_getsockopt,    xk_epoll_create1, xk_epoll_ctl, xk_epoll_wait};
+using xk::tools::cpu_seconds;
+using xk::tools::g_stack;
+using Api = xk::tools::SockApi;
 
 struct Args {
   bool server = false;
@@ -98,23 +79,13 @@ struct Args {
 
 sockaddr_in parse_endpoint(std::string_view flag, const std::string& v) {
   sockaddr_in a{};
-  a.sin_family = AF_INET;
-  const auto colon = v.rfind(':');
-  char* end = nullptr;
-  const long port = colon == std::string::npos ? 0 : std::strtol(v.c_str() + colon + 1, &end, 10);
-  if (colon == std::string::npos || end == v.c_str() + colon + 1 || *end != '\0' || port < 1 || port > 65535 ||
-      inet_pton(AF_INET, v.substr(0, colon).c_str(), &a.sin_addr) != 1) {
-    usage_error(std::string(flag) + ": '" + v + "' is not A.B.C.D:PORT");
-  }
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  if (!xk::tools::parse_endpoint(v, a)) usage_error(std::string(flag) + ": '" + v + "' is not A.B.C.D:PORT");
   return a;
 }
 
 long long parse_count(std::string_view flag, const std::string& v, long long min, long long max) {
-  char* end = nullptr;
-  errno = 0;
-  const long long n = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno != 0 || n < min || n > max) {
+  long long n = 0;
+  if (!xk::tools::parse_number(v, min, max, n)) {
     usage_error(std::string(flag) + ": '" + v + "' is not a number in " + std::to_string(min) + ".." +
                 std::to_string(max));
   }
@@ -168,13 +139,6 @@ Args parse(int argc, char** argv) {
   if (!a.server && !peer) usage_error("client: --peer A.B.C.D:P is required");
   if (a.count < 0) a.count = a.server ? 0 : 10000;
   return a;
-}
-
-double cpu_seconds() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 [[noreturn]] void fail(const char* what) {
@@ -299,7 +263,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  const Api& api = a.xk ? kXk : kKernel;
+  const Api& api = a.xk ? xk::tools::kXkApi : xk::tools::kKernelApi;
   const int rc = a.server ? run_server(api, a) : run_client(api, a);
   if (g_stack != nullptr) xk_stack_destroy(g_stack);
   return rc;

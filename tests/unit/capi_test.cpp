@@ -307,6 +307,10 @@ TEST_P(CApi, CountersAndGaugesOfTheStack) {
   auto [c, s] = pair(5009);
   ASSERT_EQ(xk_stack_counter(stack_, "tcp0", "connections", &v), 0);
   EXPECT_EQ(v, 2u) << "both ends of the connection are in this stack";
+  ASSERT_EQ(xk_stack_counter(stack_, "tcp0", "state:ESTABLISHED", &v), 0);
+  EXPECT_EQ(v, 2u);
+  ASSERT_EQ(xk_stack_counter(stack_, "tcp0", "state:TIME-WAIT", &v), 0);
+  EXPECT_EQ(v, 0u);
   ASSERT_EQ(xk_stack_counter(stack_, "tcp0", "active_opens", &v), 0);
   EXPECT_EQ(v, 1u);
   ASSERT_EQ(xk_stack_counter(stack_, "tcp0", "passive_opens", &v), 0);

@@ -322,6 +322,47 @@ INSTANTIATE_TEST_SUITE_P(Recovery, Tcp2Loss, ::testing::Values("", "sack=off", "
                            return n;
                          });
 
+// Sequence numbers are modulo 2^32 (RFC 9293 3.4): a stream whose sequence
+// space crosses zero must go through like any other, under loss, reordering
+// and duplicates (SACK blocks, reassembly, RTT samples and the send buffer
+// all straddle the wrap). The clock is set so that one side's ISN (RFC 6528:
+// 4-us ticks + the keyed hash of the tuple) lies 100 kB before zero.
+struct Tcp2Wrap : Tcp2, ::testing::WithParamInterface<bool> {};  // true: the client's ISN wraps, false: the server's
+
+TEST_P(Tcp2Wrap, StreamsCrossTheSequenceWrapIntactUnderFaults) {
+  const char* hex = "000102030405060708090a0b0c0d0e0f";
+  Secret key{};
+  for (std::size_t i = 0; i < key.size(); ++i) key[i] = std::byte(static_cast<unsigned char>(i));
+  const IsnGenerator gen(key);
+  const FourTuple client_side{kIpA, 49152, kIpB, 5001};  // the first ephemeral port
+  const FourTuple server_side{kIpB, 5001, kIpA, 49152};
+  const std::uint32_t f = gen.offset(GetParam() ? client_side : server_side);
+  const std::uint32_t want_ticks = 0u - 100'000u - f;
+  const std::uint32_t forward = want_ticks - IsnGenerator::clock_ticks(clock.now());
+  clock.set(clock.now() + std::chrono::microseconds(std::uint64_t{forward} * 4));
+  const std::string tcp_opts = std::string("secret=") + hex;
+  build({.tcp = tcp_opts, .fault = "loss=0.01 reorder=0.01 duplicate=0.01 seed=31"},
+        {.tcp = tcp_opts, .fault = "loss=0.01 reorder=0.01 duplicate=0.01 seed=32"});
+  auto [c, s] = connected();
+  const std::uint32_t iss = GetParam() ? gen.isn(client_side, clock.now()).raw() : gen.isn(server_side, clock.now()).raw();
+  EXPECT_GE(iss, 0u - 110'000u) << "the ISN lies just before the wrap";
+  std::vector<std::byte> there = pattern(1 << 20, 7), in_there;
+  transfer(c, s, there, in_there);
+  EXPECT_EQ(in_there, there);
+  std::vector<std::byte> back = pattern(1 << 20, 8), in_back;
+  transfer(s, c, back, in_back);
+  EXPECT_EQ(in_back, back);
+  EXPECT_GT(c.stats().retransmits + s.stats().retransmits, 0u);
+  // And a clean close on both sides.
+  ASSERT_TRUE(c.shutdown_write().ok());
+  ASSERT_TRUE(s.shutdown_write().ok());
+  EXPECT_TRUE(run_until([&] { return c.state() == State::time_wait || c.state() == State::closed; }, 60s))
+      << to_string(c.state());
+}
+
+INSTANTIATE_TEST_SUITE_P(Sides, Tcp2Wrap, ::testing::Values(true, false),
+                         [](const auto& p) { return std::string(p.param ? "client_isn" : "server_isn"); });
+
 // The fault layer under the whole stack (between the driver and eth): every
 // impairment at once, with checksums on. Each way a stream is sent and its
 // SHA-256 compared; then both sides close cleanly.

@@ -864,6 +864,11 @@ extern "C" int xk_stack_counter(xk_stack* h, const char* instance, const char* n
       if (const auto* t = dynamic_cast<const tcp::TcpProtocol*>(p); t != nullptr) {
         if (n == "connections") return t->connection_count();
         if (n == "time_wait") return t->time_wait_count();
+        if (n.starts_with("state:")) {
+          std::uint64_t k = 0;
+          for (const tcp::TcpProtocol::ConnectionInfo& c : t->connections()) k += n.substr(6) == tcp::to_string(c.state);
+          return k;
+        }
       }
       const Counter* c = p->counters().find(n);
       if (c == nullptr) return std::nullopt;

@@ -102,8 +102,9 @@ int xk_stack_poll(xk_stack* stack);
 /* One of the stack's counters, as the apps' tables and netstat -s show them:
  * counter `name` of graph instance `instance` (e.g. "tcp0", "established";
  * "net0", "rx_frames"), read on the stack's thread. The TCP instance also
- * answers two gauges: "connections" (in its table now, TIME-WAIT included)
- * and "time_wait". Returns 0 and sets *value, or -1 with errno ENOENT for an
+ * answers gauges: "connections" (in its table now, TIME-WAIT included),
+ * "time_wait", and "state:NAME" (those in state NAME, as RFC 9293 spells it:
+ * "state:FIN-WAIT-2"). Returns 0 and sets *value, or -1 with errno ENOENT for an
  * unknown instance or counter (EINVAL for a null argument). */
 int xk_stack_counter(xk_stack* stack, const char* instance, const char* name, unsigned long long* value);
 /* The message of the calling thread's last failed xk call ("" if none). */
