@@ -11,15 +11,62 @@
 namespace xk::drivers {
 namespace {
 
-// Per thread: the jump buffer of the fence this thread is in (armed), and the
-// signal that last cut one short. initial-exec TLS: reading it in the signal
-// handler never allocates, even from a shared libxk.
-struct ThreadFence {
-  sigjmp_buf env;
-  bool armed = false;
-  int last_signal = 0;
+// Where each fenced thread jumps back to, in a table the handler can search
+// by thread id. Not thread_local storage: in a library that is dlopen()ed
+// (the packetdrill adapter), initial-exec TLS may find no room in the static
+// TLS block, and other TLS may allocate on first touch -- not a thing to do
+// in a signal handler. A thread claims a slot the first time it fences (a
+// thread_local in ordinary code remembers which) and gives it back when it
+// ends; past kSlots threads, a thread's bursts run unfenced.
+constexpr std::size_t kSlots = 128;
+struct Slot {
+  std::atomic<pid_t> tid{0};
+  sigjmp_buf* volatile env = nullptr;  // written and read by the same thread
+  volatile int last_signal = 0;
 };
-thread_local ThreadFence t_fence __attribute__((tls_model("initial-exec")));
+Slot g_slots[kSlots];
+std::atomic<bool> g_full_said{false};
+
+struct SlotLease {
+  Slot* slot = nullptr;
+  bool tried = false;
+  ~SlotLease() {
+    if (slot != nullptr) {
+      slot->env = nullptr;
+      slot->tid.store(0, std::memory_order_release);
+    }
+  }
+};
+thread_local SlotLease t_lease;
+
+Slot* my_slot() noexcept {
+  if (t_lease.slot != nullptr || t_lease.tried) return t_lease.slot;
+  t_lease.tried = true;
+  const pid_t me = gettid();
+  for (Slot& s : g_slots) {
+    pid_t free = 0;
+    if (s.tid.compare_exchange_strong(free, me, std::memory_order_acq_rel)) {
+      s.env = nullptr;
+      s.last_signal = 0;
+      t_lease.slot = &s;
+      return &s;
+    }
+  }
+  if (!g_full_said.exchange(true)) {
+    std::fprintf(stderr, "xk: more than %zu threads use fault fences; the rest run unfenced\n", kSlots);
+  }
+  return nullptr;
+}
+
+// In the handler: this thread's slot, found by its id (gettid is a system
+// call, async-signal-safe).
+Slot* slot_of_this_thread() noexcept {
+  const pid_t me = gettid();
+  for (Slot& s : g_slots) {
+    if (s.tid.load(std::memory_order_acquire) == me) return &s;
+  }
+  return nullptr;
+}
 
 std::atomic<std::uint64_t> g_caught{0};
 struct sigaction g_prev_segv {};
@@ -50,12 +97,15 @@ void pass_on(int sig, siginfo_t* info, void* ctx) {
 }
 
 void on_fault(int sig, siginfo_t* info, void* ctx) {
-  ThreadFence& f = t_fence;
-  if (f.armed && info != nullptr && info->si_code > 0) {  // a real fault, in a fence
-    f.armed = false;
-    f.last_signal = sig;
-    g_caught.fetch_add(1, std::memory_order_relaxed);
-    siglongjmp(f.env, 1);
+  if (info != nullptr && info->si_code > 0) {  // a real fault (not kill())
+    Slot* s = slot_of_this_thread();
+    sigjmp_buf* env = s != nullptr ? s->env : nullptr;
+    if (env != nullptr) {  // ... in a fence
+      s->env = nullptr;
+      s->last_signal = sig;
+      g_caught.fetch_add(1, std::memory_order_relaxed);
+      siglongjmp(*env, 1);
+    }
   }
   pass_on(sig, info, ctx);
 }
@@ -74,19 +124,30 @@ void FaultFence::install() {
   });
 }
 
-bool FaultFence::armed() noexcept { return t_fence.armed; }
-
-void FaultFence::arm() noexcept {
-  install();
-  t_fence.armed = true;
+bool FaultFence::armed() noexcept {
+  const Slot* s = my_slot();
+  return s == nullptr || s->env != nullptr;  // no slot: run unfenced, as if inside one
 }
 
-void FaultFence::disarm() noexcept { t_fence.armed = false; }
+void FaultFence::arm(sigjmp_buf* env) noexcept {
+  install();
+  if (Slot* s = my_slot(); s != nullptr) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    s->env = env;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+}
 
-sigjmp_buf* FaultFence::frame() noexcept { return &t_fence.env; }
+void FaultFence::disarm() noexcept {
+  if (Slot* s = t_lease.slot; s != nullptr) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    s->env = nullptr;
+  }
+}
 
 void FaultFence::crash(const char* why) {
-  const int sig = t_fence.last_signal != 0 ? t_fence.last_signal : SIGSEGV;
+  const Slot* s = t_lease.slot;
+  const int sig = s != nullptr && s->last_signal != 0 ? s->last_signal : SIGSEGV;
   std::fprintf(stderr, "xk: %s: a fault (signal %d) the fence did not expect; dying of it\n", why, sig);
   (void)sigaction(sig, &previous(sig), nullptr);
   (void)raise(sig);

@@ -39,8 +39,9 @@ class FaultFence {
       fn();
       return true;
     }
-    if (sigsetjmp(*frame(), 0) != 0) return false;  // the handler jumped here (and disarmed)
-    arm();
+    sigjmp_buf env;
+    if (sigsetjmp(env, 0) != 0) return false;  // the handler jumped here (and disarmed)
+    arm(&env);
     fn();
     disarm();
     return true;
@@ -58,9 +59,8 @@ class FaultFence {
 
  private:
   static bool armed() noexcept;
-  static void arm() noexcept;
+  static void arm(sigjmp_buf* env) noexcept;
   static void disarm() noexcept;
-  static sigjmp_buf* frame() noexcept;
 };
 
 }  // namespace xk::drivers
