@@ -187,8 +187,16 @@ void TcpConnection::send_syn() {
 void TcpConnection::send_ack_now() {
   if (proto_ == nullptr || !ip_) return;
   if (state_ == State::syn_sent || state_ == State::closed || state_ == State::listen) return;
-  // A bare ACK carries SND.NXT (RFC 9293 3.10.7.4).
-  (void)send_segment(snd_nxt_, 0, kAck, false);
+  // A bare ACK carries SND.NXT (RFC 9293 3.10.7.4) in the RFC's model, where
+  // retransmissions come from a queue and SND.NXT never moves back. Here an
+  // RTO moves snd_nxt_ back to SND.UNA to resend from there (go-back-N), so
+  // the RFC's SND.NXT is snd_max_, the highest sequence number sent (BSD
+  // numbers its bare ACKs the same way). The peer may hold data past SND.UNA
+  // whose ACK was lost: to it a bare ACK numbered below its RCV.NXT is
+  // unacceptable and dropped -- and if both ends are in that state, each
+  // drops the other's ACKs and resends old data for ever (the soak test
+  // found it, docs/soak.md).
+  (void)send_segment(snd_max_, 0, kAck, false);
 }
 
 // A RST from this connection's 4-tuple, outside its sequence bookkeeping.

@@ -19,7 +19,8 @@
 #   XK_SOAK_PARALLEL   connections in flight (default 16)
 #   XK_SOAK_MAX_BYTES  bytes per connection at most (default 262144)
 #   XK_SOAK_FAULTS     the fault layer's options (default
-#                      "loss=0.002 reorder=0.002 duplicate=0.001 corrupt=0.001")
+#                      "loss=0.002 reorder=0.002 duplicate=0.001 corrupt=0.001 dir=tx": each
+#                      segment meets the faults once, on its sender's way out)
 #   XK_SOAK_OUT        where the logs go (default BUILD_DIR/soak.out)
 set -euo pipefail
 BUILD=$(readlink -f "${1:-build/release}")
@@ -29,7 +30,7 @@ SECONDS_RUN=${XK_SOAK_SECONDS:-3600}
 REPORT=${XK_SOAK_REPORT:-60}
 PARALLEL=${XK_SOAK_PARALLEL:-16}
 MAX_BYTES=${XK_SOAK_MAX_BYTES:-262144}
-FAULTS=${XK_SOAK_FAULTS:-"loss=0.002 reorder=0.002 duplicate=0.001 corrupt=0.001"}
+FAULTS=${XK_SOAK_FAULTS:-"loss=0.002 reorder=0.002 duplicate=0.001 corrupt=0.001 dir=tx"}
 OUT=${XK_SOAK_OUT:-$BUILD/soak.out}
 rm -rf "$OUT"
 mkdir -p "$OUT"

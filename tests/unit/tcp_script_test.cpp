@@ -540,6 +540,33 @@ TEST_F(TcpScript, RtoFromRttSamplesAndBackoffDoubling) {
   expect_nothing();
 }
 
+// RFC 9293 3.10.7.4: a bare ACK carries SND.NXT -- the highest sequence
+// number sent, even while an RTO has us resending from SND.UNA. The peer
+// may have our data but not our ACK of its own; an ACK numbered from
+// SND.UNA would be below its RCV.NXT, unacceptable, dropped. With both ends
+// in that state each dropped the other's ACKs for ever (the soak test).
+TEST_F(TcpScript, ABareAckDuringRtoRecoveryCarriesTheHighestSequenceSent) {
+  start();
+  passive_open(Offer().rtt(100ms));
+  write(3000);
+  expect(ack().seq(1).ack(1).len(1000));
+  expect(ack().seq(1001).ack(1).len(1000));
+  expect(psh_ack().seq(2001).ack(1).len(1000));
+  advance(300ms);  // the RTO: back to SND.UNA, one segment
+  expect(ack().seq(1).ack(1).len(1000));
+  expect_nothing();
+  // The peer's data, then the same again (its first copy's ACK lost): the
+  // copy is old, unacceptable, and answered at once with a bare ACK.
+  inject(ack().seq(1).ack(1).len(100));
+  inject(ack().seq(1).ack(1).len(100));
+  expect(ack().seq(3001).ack(101));
+  expect_nothing();
+  // Its ACK of everything ends the recovery.
+  inject(ack().seq(101).ack(3001));
+  expect_read(100);
+  expect_nothing();
+}
+
 TEST_F(TcpScript, RtoBackoffIsCappedAndTheConnectionGivesUp) {
   TcpConfig c;
   c.rto_max = 1s;
