@@ -72,71 +72,33 @@ struct Args {
   int timeout_s = 10;
 };
 
-[[noreturn]] void usage_error(const std::string& what) {
-  std::fprintf(stderr, "xk-connrate: %s\ntry 'xk-connrate --help'\n", what.c_str());
-  std::exit(2);
-}
-
-sockaddr_in parse_endpoint(std::string_view flag, const std::string& v) {
-  sockaddr_in a{};
-  if (!xk::tools::parse_endpoint(v, a)) usage_error(std::string(flag) + ": '" + v + "' is not A.B.C.D:PORT");
-  return a;
-}
-
-long long parse_count(std::string_view flag, const std::string& v, long long min, long long max) {
-  long long n = 0;
-  if (!xk::tools::parse_number(v, min, max, n)) {
-    usage_error(std::string(flag) + ": '" + v + "' is not a number in " + std::to_string(min) + ".." +
-                std::to_string(max));
-  }
-  return n;
-}
-
 Args parse(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-  }
-  if (argc < 2) usage_error("say server or client");
+  xk::tools::CommandLine cl("xk-connrate", kUsage, argc, argv);
   Args a;
-  const std::string_view role = argv[1];
-  if (role != "server" && role != "client") usage_error("'" + std::string(role) + "': server or client");
-  a.server = role == "server";
-  bool backend = false, peer = false;
+  a.server = cl.server();
+  bool peer = false;
   a.addr.sin_family = AF_INET;
   a.addr.sin_port = htons(5001);
-  for (int i = 2; i < argc; ++i) {
-    const std::string_view f = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(std::string(f) + " needs a value");
-      return argv[++i];
-    };
-    if (f == "--backend") {
-      const std::string v = value();
-      if (v != "kernel" && v != "xk") usage_error("--backend: kernel or xk, not '" + v + "'");
-      a.xk = v == "xk";
-      backend = true;
-    } else if (f == "--listen" && a.server) {
-      a.addr = parse_endpoint(f, value());
+  for (std::string_view f; cl.next(f);) {
+    if (f == "--listen" && a.server) {
+      a.addr = cl.endpoint();
     } else if (f == "--group" && a.server) {
       a.group = true;
     } else if (f == "--peer" && !a.server) {
-      a.addr = parse_endpoint(f, value());
+      a.addr = cl.endpoint();
       peer = true;
     } else if (f == "--count") {
-      a.count = parse_count(f, value(), a.server ? 0 : 1, 1'000'000'000);
+      a.count = cl.number(a.server ? 0 : 1, 1'000'000'000);
     } else if (f == "--parallel" && !a.server) {
-      a.parallel = static_cast<int>(parse_count(f, value(), 1, 4096));
+      a.parallel = static_cast<int>(cl.number(1, 4096));
     } else if (f == "--timeout") {
-      a.timeout_s = static_cast<int>(parse_count(f, value(), 1, 3600));
+      a.timeout_s = static_cast<int>(cl.number(1, 3600));
     } else {
-      usage_error("unknown " + std::string(role) + " option '" + std::string(f) + "'");
+      cl.unknown();
     }
   }
-  if (!backend) usage_error("--backend kernel|xk is required");
-  if (!a.server && !peer) usage_error("client: --peer A.B.C.D:P is required");
+  a.xk = cl.xk();
+  if (!a.server && !peer) cl.error("client: --peer A.B.C.D:P is required");
   if (a.count < 0) a.count = a.server ? 0 : 10000;
   return a;
 }

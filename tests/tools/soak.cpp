@@ -87,83 +87,50 @@ struct Args {
   std::vector<std::string> counters;  // instance.name
 };
 
-[[noreturn]] void usage_error(const std::string& what) {
-  std::fprintf(stderr, "xk-soak: %s\ntry 'xk-soak --help'\n", what.c_str());
-  std::exit(2);
-}
-
-long long number(std::string_view flag, const std::string& v, long long min, long long max) {
-  long long n = 0;
-  if (!xk::tools::parse_number(v, min, max, n)) {
-    usage_error(std::string(flag) + ": '" + v + "' is not a number in " + std::to_string(min) + ".." +
-                std::to_string(max));
-  }
-  return n;
-}
-
 Args parse(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-  }
-  if (argc < 2) usage_error("say server or client");
+  xk::tools::CommandLine cl("xk-soak", kUsage, argc, argv);
   Args a;
-  const std::string_view role = argv[1];
-  if (role != "server" && role != "client") usage_error("'" + std::string(role) + "': server or client");
-  a.server = role == "server";
-  bool backend = false, peer = false;
+  a.server = cl.server();
+  bool peer = false;
   a.addr.sin_family = AF_INET;
   a.addr.sin_port = htons(5001);
-  for (int i = 2; i < argc; ++i) {
-    const std::string_view f = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(std::string(f) + " needs a value");
-      return argv[++i];
-    };
-    if (f == "--backend") {
-      const std::string v = value();
-      if (v != "kernel" && v != "xk") usage_error("--backend: kernel or xk, not '" + v + "'");
-      a.xk = v == "xk";
-      backend = true;
-    } else if ((f == "--listen" && a.server) || (f == "--peer" && !a.server)) {
-      const std::string v = value();
-      if (!xk::tools::parse_endpoint(v, a.addr)) usage_error(std::string(f) + ": '" + v + "' is not A.B.C.D:PORT");
+  for (std::string_view f; cl.next(f);) {
+    if ((f == "--listen" && a.server) || (f == "--peer" && !a.server)) {
+      a.addr = cl.endpoint();
       peer = true;
     } else if (f == "--seconds") {
-      a.seconds = number(f, value(), a.server ? 0 : 1, 1'000'000);
+      a.seconds = cl.number(a.server ? 0 : 1, 1'000'000);
     } else if (f == "--parallel" && !a.server) {
-      a.parallel = static_cast<int>(number(f, value(), 1, 4096));
+      a.parallel = static_cast<int>(cl.number(1, 4096));
     } else if (f == "--max-bytes" && !a.server) {
-      a.max_bytes = number(f, value(), 0, 1LL << 32);
+      a.max_bytes = cl.number(0, 1LL << 32);
     } else if (f == "--seed" && !a.server) {
-      a.seed = static_cast<std::uint64_t>(number(f, value(), 0, 1LL << 62));
+      a.seed = static_cast<std::uint64_t>(cl.number(0, 1LL << 62));
     } else if (f == "--report") {
-      a.report_s = static_cast<int>(number(f, value(), 1, 86400));
+      a.report_s = static_cast<int>(cl.number(1, 86400));
     } else if (f == "--timeout" && !a.server) {
-      a.timeout_s = static_cast<int>(number(f, value(), 1, 3600));
+      a.timeout_s = static_cast<int>(cl.number(1, 3600));
     } else if (f == "--drain") {
-      a.drain_s = static_cast<int>(number(f, value(), 0, 3600));
+      a.drain_s = static_cast<int>(cl.number(0, 3600));
     } else if (f == "--counters") {
-      const std::string v = value();
+      const std::string v = cl.value();
       std::size_t from = 0;
       while (from <= v.size()) {
         const std::size_t comma = std::min(v.find(',', from), v.size());
         const std::string item = v.substr(from, comma - from);
         const std::size_t dot = item.find('.');
         if (dot == std::string::npos || dot == 0 || dot + 1 == item.size()) {
-          usage_error("--counters: '" + item + "' is not INSTANCE.COUNTER");
+          cl.error("--counters: '" + item + "' is not INSTANCE.COUNTER");
         }
         a.counters.push_back(item);
         from = comma + 1;
       }
     } else {
-      usage_error("unknown " + std::string(role) + " option '" + std::string(f) + "'");
+      cl.unknown();
     }
   }
-  if (!backend) usage_error("--backend kernel|xk is required");
-  if (!a.server && !peer) usage_error("client: --peer A.B.C.D:P is required");
+  a.xk = cl.xk();
+  if (!a.server && !peer) cl.error("client: --peer A.B.C.D:P is required");
   if (a.seconds < 0) a.seconds = a.server ? 0 : 60;
   return a;
 }

@@ -12,8 +12,10 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "xk/xk.h"
 
@@ -74,6 +76,82 @@ inline bool parse_number(const std::string& v, long long min, long long max, lon
   out = n;
   return true;
 }
+
+// The command line both tools take: `PROG server|client --backend kernel|xk
+// [--flag value]...`. --help anywhere prints the usage; a bad line says what
+// is wrong and exits 2.
+class CommandLine {
+ public:
+  CommandLine(const char* prog, const char* usage, int argc, char** argv) : prog_(prog), argc_(argc), argv_(argv) {
+    for (int i = 1; i < argc; ++i) {
+      if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+        std::fputs(usage, stdout);
+        std::exit(0);
+      }
+    }
+    if (argc < 2) error("say server or client");
+    role_ = argv[1];
+    if (role_ != "server" && role_ != "client") error("'" + std::string(role_) + "': server or client");
+  }
+  bool server() const noexcept { return role_ == "server"; }
+
+  // The next flag, or false at the end (then --backend must have been given).
+  bool next(std::string_view& flag) {
+    if (++i_ >= argc_) {
+      if (!backend_) error("--backend kernel|xk is required");
+      return false;
+    }
+    flag = flag_ = argv_[i_];
+    if (flag_ == "--backend") {
+      const std::string v = value();
+      if (v != "kernel" && v != "xk") error("--backend: kernel or xk, not '" + v + "'");
+      xk_ = v == "xk";
+      backend_ = true;
+      return next(flag);
+    }
+    return true;
+  }
+  bool xk() const noexcept { return xk_; }
+
+  // The current flag's value, as text, a whole number in [min, max], or an
+  // A.B.C.D:PORT.
+  std::string value() {
+    if (i_ + 1 >= argc_) error(std::string(flag_) + " needs a value");
+    return argv_[++i_];
+  }
+  long long number(long long min, long long max) {
+    const std::string v = value();
+    long long n = 0;
+    if (!parse_number(v, min, max, n)) {
+      error(std::string(flag_) + ": '" + v + "' is not a number in " + std::to_string(min) + ".." +
+            std::to_string(max));
+    }
+    return n;
+  }
+  sockaddr_in endpoint() {
+    const std::string v = value();
+    sockaddr_in a{};
+    if (!parse_endpoint(v, a)) error(std::string(flag_) + ": '" + v + "' is not A.B.C.D:PORT");
+    return a;
+  }
+  [[noreturn]] void unknown() const {
+    error("unknown " + std::string(role_) + " option '" + std::string(flag_) + "'");
+  }
+  [[noreturn]] void error(const std::string& what) const {
+    std::fprintf(stderr, "%s: %s\ntry '%s --help'\n", prog_, what.c_str(), prog_);
+    std::exit(2);
+  }
+
+ private:
+  const char* prog_;
+  int argc_;
+  char** argv_;
+  int i_ = 1;
+  std::string_view role_;
+  std::string_view flag_;
+  bool backend_ = false;
+  bool xk_ = false;
+};
 
 inline double cpu_seconds() {
   rusage ru{};
