@@ -855,6 +855,8 @@ void register_tcp(Registry& registry) {
           .with_option(OptionSpec::size("sndbuf", 1024, std::size_t{1} << 30, "default send buffer").defaults_to("1m"))
           .with_option(OptionSpec::size("rcvbuf", 1024, std::size_t{1} << 30, "default receive buffer").defaults_to("1m"))
           .with_option(OptionSpec::boolean("syncookies", "SYN cookies when the SYN queue is full").defaults_to("on"))
+          .with_option(OptionSpec::integer("syn_backlog", 1, 1 << 20, "half-open connections per listener before SYN cookies")
+                           .defaults_to("1024"))
           .with_option(OptionSpec::string("secret", "ISN/cookie key, 32 hex digits (default: random)"))
           .with_option(OptionSpec::choice("backend", {"own", "relay"},
                                           "who carries the streams: this TCP, or the layer below (a relay)")
@@ -880,6 +882,7 @@ void register_tcp(Registry& registry) {
             c.sndbuf = o.get_size("sndbuf");
             c.rcvbuf = o.get_size("rcvbuf");
             c.syncookies = o.get_bool("syncookies");
+            c.syn_backlog = static_cast<std::size_t>(o.get_int("syn_backlog"));
             if (o.has("secret")) c.secret = parse_secret(o.get_string("secret"));
             if (c.rto_min > c.rto_max) throw std::invalid_argument("rto_min is above rto_max");
             auto t = std::make_unique<TcpProtocol>(args.name, *args.below[0], args.loop->timers(), c);

@@ -281,5 +281,27 @@ TEST(MalformedSyn, WindowScaleAbove14IsUsedAs14) {
   EXPECT_EQ(s.graph->find("tcp0")->counters().value("drop_malformed"), 0u);
 }
 
+// The harness's stack keeps 4 half-open connections per listener
+// (syn_backlog=4); the fifth new client gets a SYN cookie, so the fuzzer's
+// SYNs reach the cookie code. The cookie's ACK still makes a connection.
+TEST(MalformedSyn, TheFifthNewClientIsAnsweredWithACookie) {
+  Stack s;
+  s.open_flows();
+  const auto& tcp = *s.graph->find("tcp0");
+  const Bytes mss = bytes({2, 4, 0x05, 0xb4});
+  for (int i = 2; i < 7; ++i) {
+    Flow& f = s.peer->flows[static_cast<std::size_t>(i)];
+    s.send_tcp(f, f.peer_nxt, 0, 0x02, 65535, mss, 0);
+    f.peer_nxt += 1;
+  }
+  EXPECT_EQ(tcp.counters().value("syncookies_sent"), 1u) << "four SYNs fill the queue, the fifth gets a cookie";
+  Flow& fifth = s.peer->flows[6];
+  s.send_tcp(fifth, fifth.peer_nxt, fifth.stack_nxt, 0x10, 1024, {}, 0);
+  EXPECT_EQ(tcp.counters().value("syncookies_ok"), 1u);
+  auto a = s.listener.accept();
+  ASSERT_TRUE(a.ok()) << to_string(a.error());
+  EXPECT_EQ(a->state(), tcp::State::established);
+}
+
 }  // namespace
 }  // namespace xk::test::raw

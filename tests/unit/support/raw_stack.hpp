@@ -49,8 +49,11 @@ inline constexpr const char* kSpec =
     "ipv4 ip0  below=eth0,arp0 addr=192.0.2.10/24 gw=192.0.2.1\n"
     "icmp icmp0 below=ip0\n"
     "udp  udp0 below=ip0\n"
-    // Small buffers keep inputs fast; a fixed secret keeps runs reproducible.
-    "tcp  tcp0 below=ip0 sndbuf=64k rcvbuf=64k rto_min_ms=10 secret=00112233445566778899aabbccddeeff\n";
+    // Small buffers keep inputs fast; a fixed secret keeps runs reproducible;
+    // a SYN queue of 4 sends the fifth new client of port 80 (of eight) to
+    // SYN cookies, so the fuzzer reaches the cookie code too.
+    "tcp  tcp0 below=ip0 sndbuf=64k rcvbuf=64k rto_min_ms=10 syn_backlog=4 "
+    "secret=00112233445566778899aabbccddeeff\n";
 
 // ---- building frames (written here, not with the stack's own wire code) -------
 
