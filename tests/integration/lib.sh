@@ -22,8 +22,8 @@ kill_all() {
 }
 
 # install_cleanup: on exit (also after SIGINT/SIGTERM) stop every process in
-# PIDS, delete the namespaces NSA/NSB/NSC and the links LNX/XKIF when the
-# script made them, and say PASS or FAILED with the time taken and where OUT is.
+# PIDS, delete the namespaces NSA/NSB/NSC, the links LNX/XKIF and the memif
+# doorbell pages of MEMIF when the script made them, and say PASS or FAILED with the time taken and where OUT is.
 cleanup() {
   local rc=$?
   set +e
@@ -33,6 +33,9 @@ cleanup() {
   [ -n "${NSC:-}" ] && ip netns del "$NSC" 2>/dev/null
   [ -n "${LNX:-}" ] && ip link del "$LNX" 2>/dev/null
   [ -n "${XKIF:-}" ] && ip link del "$XKIF" 2>/dev/null
+  # The doorbell pages of a memif socket (docs/dpdk-driver.md): a process
+  # killed with -9 could not remove its own.
+  [ -n "${MEMIF:-}" ] && rm -f /dev/shm/xk-bell-"${MEMIF//\//_}"_*
   if [ $rc -eq 0 ]; then
     echo "$TEST_NAME: PASS in $(elapsed) s (artifacts: $OUT)"
   else
