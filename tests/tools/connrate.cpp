@@ -103,29 +103,10 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-[[noreturn]] void fail(const char* what) {
-  const int e = errno;
-  std::fprintf(stderr, "xk-connrate: %s: %s%s%s\n", what, std::strerror(e), g_stack ? "; " : "",
-               g_stack ? xk_last_error() : "");
-  std::exit(1);
-}
+[[noreturn]] void fail(const char* what) { xk::tools::fail("xk-connrate", what); }
 
 int run_server(const Api& api, const Args& a) {
-  const int ls = api.socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-  if (ls < 0) fail("socket");
-  const int one = 1;
-  if (api.setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) fail("SO_REUSEADDR");
-  if (a.group && api.setsockopt(ls, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) fail("SO_REUSEPORT");
-  if (api.bind(ls, reinterpret_cast<const sockaddr*>(&a.addr), sizeof a.addr) != 0) fail("bind");
-  if (api.listen(ls, 4096) != 0) fail("listen");
-  const int ep = api.epoll_create1(0);
-  if (ep < 0) fail("epoll_create1");
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = ls;
-  if (api.epoll_ctl(ep, EPOLL_CTL_ADD, ls, &ev) != 0) fail("epoll_ctl");
-  std::printf("xk-connrate: server on port %u: ready\n", ntohs(a.addr.sin_port));
-  std::fflush(stdout);
+  const auto [ls, ep] = xk::tools::listen_ready(api, "xk-connrate", a.addr, 4096, a.group);
   long long accepted = 0;
   while (a.count == 0 || accepted < a.count) {
     epoll_event got[4];
@@ -159,15 +140,8 @@ int run_client(const Api& api, const Args& a) {
   long long started = 0, done = 0, failures = 0;
   int in_flight = 0;
   auto start_one = [&] {
-    const int s = api.socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    if (s < 0) fail("socket");
-    if (api.connect(s, reinterpret_cast<const sockaddr*>(&a.addr), sizeof a.addr) != 0 && errno != EINPROGRESS) {
-      fail("connect");
-    }
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;  // readable at the server's FIN (or an error)
-    ev.data.fd = s;
-    if (api.epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev) != 0) fail("epoll_ctl");
+    // Readable at the server's FIN (or an error).
+    (void)xk::tools::start_connect(api, "xk-connrate", a.addr, ep, EPOLLIN | EPOLLRDHUP);
     ++started;
     ++in_flight;
   };

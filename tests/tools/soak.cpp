@@ -135,12 +135,7 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-[[noreturn]] void fail(const char* what) {
-  const int e = errno;
-  std::fprintf(stderr, "xk-soak: %s: %s%s%s\n", what, std::strerror(e), g_stack ? "; " : "",
-               g_stack ? xk_last_error() : "");
-  std::exit(1);
-}
+[[noreturn]] void fail(const char* what) { xk::tools::fail("xk-soak", what); }
 
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
@@ -277,20 +272,7 @@ struct EchoConn {
 };
 
 int run_server(const Api& api, const Args& a) {
-  const int ls = api.socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-  if (ls < 0) fail("socket");
-  const int one = 1;
-  if (api.setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) fail("SO_REUSEADDR");
-  if (api.bind(ls, reinterpret_cast<const sockaddr*>(&a.addr), sizeof a.addr) != 0) fail("bind");
-  if (api.listen(ls, 1024) != 0) fail("listen");
-  const int ep = api.epoll_create1(0);
-  if (ep < 0) fail("epoll_create1");
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = ls;
-  if (api.epoll_ctl(ep, EPOLL_CTL_ADD, ls, &ev) != 0) fail("epoll_ctl");
-  std::printf("xk-soak: server on port %u: ready\n", ntohs(a.addr.sin_port));
-  std::fflush(stdout);
+  const auto [ls, ep] = xk::tools::listen_ready(api, "xk-soak", a.addr, 1024, false);
 
   std::unordered_map<int, EchoConn> conns;
   Totals t;
@@ -420,19 +402,11 @@ int run_client(const Api& api, const Args& a) {
   auto last_done = t0;
 
   auto start_one = [&] {
-    const int s = api.socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    if (s < 0) fail("socket");
-    if (api.connect(s, reinterpret_cast<const sockaddr*>(&a.addr), sizeof a.addr) != 0 && errno != EINPROGRESS) {
-      fail("connect");
-    }
+    const int s = xk::tools::start_connect(api, "xk-soak", a.addr, ep, EPOLLIN | EPOLLOUT | EPOLLRDHUP);
     SoakConn c;
     c.id = next_id++;
     c.size = a.max_bytes == 0 ? 0 : next_random(rng) % static_cast<std::uint64_t>(a.max_bytes + 1);
     conns.emplace(s, c);
-    epoll_event e{};
-    e.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP;
-    e.data.fd = s;
-    if (api.epoll_ctl(ep, EPOLL_CTL_ADD, s, &e) != 0) fail("epoll_ctl");
     ++t.in_flight;
   };
   // Until the first connection gets through, a refused one is the server

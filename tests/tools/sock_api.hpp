@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -152,6 +153,55 @@ class CommandLine {
   bool backend_ = false;
   bool xk_ = false;
 };
+
+// A call failed: say which, with errno's text and xk's own word, and exit 1.
+[[noreturn]] inline void fail(const char* prog, const char* what) {
+  const int e = errno;
+  std::fprintf(stderr, "%s: %s: %s%s%s\n", prog, what, std::strerror(e), g_stack ? "; " : "",
+               g_stack ? xk_last_error() : "");
+  std::exit(1);
+}
+
+// A non-blocking listener on `addr` (SO_REUSEADDR; SO_REUSEPORT for a
+// listen group) and a new epoll set watching it; prints "PROG: server on
+// port P: ready" once both are there.
+struct Listening {
+  int listener;
+  int epoll;
+};
+inline Listening listen_ready(const SockApi& api, const char* prog, const sockaddr_in& addr, int backlog,
+                              bool reuseport) {
+  const int ls = api.socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  if (ls < 0) fail(prog, "socket");
+  const int one = 1;
+  if (api.setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) fail(prog, "SO_REUSEADDR");
+  if (reuseport && api.setsockopt(ls, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) fail(prog, "SO_REUSEPORT");
+  if (api.bind(ls, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) fail(prog, "bind");
+  if (api.listen(ls, backlog) != 0) fail(prog, "listen");
+  const int ep = api.epoll_create1(0);
+  if (ep < 0) fail(prog, "epoll_create1");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = ls;
+  if (api.epoll_ctl(ep, EPOLL_CTL_ADD, ls, &ev) != 0) fail(prog, "epoll_ctl");
+  std::printf("%s: server on port %u: ready\n", prog, ntohs(addr.sin_port));
+  std::fflush(stdout);
+  return {ls, ep};
+}
+
+// A non-blocking connect to `addr`, under way, added to `ep` for `events`.
+inline int start_connect(const SockApi& api, const char* prog, const sockaddr_in& addr, int ep, std::uint32_t events) {
+  const int s = api.socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  if (s < 0) fail(prog, "socket");
+  if (api.connect(s, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 && errno != EINPROGRESS) {
+    fail(prog, "connect");
+  }
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.fd = s;
+  if (api.epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev) != 0) fail(prog, "epoll_ctl");
+  return s;
+}
 
 inline double cpu_seconds() {
   rusage ru{};
