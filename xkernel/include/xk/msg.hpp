@@ -45,7 +45,9 @@ class Buf {
 
   void ref() noexcept { refcnt_.fetch_add(1, std::memory_order_relaxed); }
   void unref() noexcept {
-    if (refcnt_.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy();
+    // A sole owner needs no atomic read-modify-write: nobody else holds a
+    // reference to add one from, so the count cannot change under it.
+    if (refcnt_.load(std::memory_order_acquire) == 1 || refcnt_.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy();
   }
 
   // Buffers alive in this process: the leak check compares it across a test.
@@ -107,6 +109,9 @@ class Msg {
   static constexpr std::size_t kDefaultHeadroom = 128;
   // A header fragment allocated when a push finds no room in place.
   static constexpr std::size_t kHeaderBufSize = 256;
+  // The size of bulk data buffers (a TCP send buffer's chunks): freed ones
+  // are kept per thread like header buffers (docs/framework.md, "Buffers").
+  static constexpr std::size_t kChunkSize = 64 * 1024;
   // Largest contiguous region a single push or pull-up may ask for.
   static constexpr std::size_t kMaxContiguous = 64 * 1024;
 

@@ -23,7 +23,7 @@ namespace xk::tcp {
 
 class SendBuffer {
  public:
-  static constexpr std::size_t kChunk = 64 * 1024;
+  static constexpr std::size_t kChunk = Msg::kChunkSize;  // a size the Buf cache keeps
 
   explicit SendBuffer(std::size_t limit) noexcept : limit_(limit) {}
 
