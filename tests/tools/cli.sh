@@ -1,10 +1,11 @@
 #!/bin/bash
 # tools.cli: the test tools' bad command lines -- exit 2, a message saying
-# what is wrong, and the --help hint (xk-connrate, xk-soak).
-#   cli.sh XK_CONNRATE XK_SOAK
+# what is wrong, and the --help hint (xk-connrate, xk-soak, xk-synflood).
+#   cli.sh XK_CONNRATE XK_SOAK XK_SYNFLOOD
 set -uo pipefail
 CONNRATE=${1:?usage: cli.sh XK_CONNRATE XK_SOAK}
-SOAK=${2:?usage: cli.sh XK_CONNRATE XK_SOAK}
+SOAK=${2:?usage: cli.sh XK_CONNRATE XK_SOAK XK_SYNFLOOD}
+FLOOD=${3:?usage: cli.sh XK_CONNRATE XK_SOAK XK_SYNFLOOD}
 fails=0 n=0
 check() {  # check PROG "expected message" args...
   local prog=$1 want=$2 out rc
@@ -31,6 +32,15 @@ done
 check "$CONNRATE" "--count: 'x' is not a number" server --backend kernel --count x
 check "$SOAK" "--counters: 'tcp0' is not INSTANCE.COUNTER" client --backend kernel --peer 192.0.2.1:5 --counters tcp0
 check "$SOAK" "--seconds: '0' is not a number in 1..1000000" client --backend kernel --peer 192.0.2.1:5 --seconds 0
+STACK=(--port net_memif0 --ip 192.0.2.11/24)
+check "$FLOOD" "--port DEVARGS is required"
+check "$FLOOD" "--peer A.B.C.D:PORT is required" "${STACK[@]}"
+check "$FLOOD" "--flood-rate: 'fast' is neither SYNs per second" "${STACK[@]}" --peer 192.0.2.10:5 --flood-rate fast
+check "$FLOOD" "--flood-from: '10.0.0.0/4' is not a.b.c.d/n with n >= 8" "${STACK[@]}" --peer 192.0.2.10:5 --flood-from 10.0.0.0/4
+check "$FLOOD" "--flood-burst: '0' is not a number in 1..1024" "${STACK[@]}" --peer 192.0.2.10:5 --flood-burst 0
+check "$FLOOD" "--seconds: '0' is not a number of seconds" "${STACK[@]}" --peer 192.0.2.10:5 --seconds 0
+check "$FLOOD" "unknown option '--bytes'" "${STACK[@]}" --peer 192.0.2.10:5 --bytes 1g
+"$FLOOD" --help | grep -q "^usage: xk-synflood" || { echo "FAIL: xk-synflood --help"; fails=$((fails + 1)); }
 "$SOAK" --help | grep -q "^usage: xk-soak" || { echo "FAIL: xk-soak --help"; fails=$((fails + 1)); }
 "$CONNRATE" --help | grep -q "^usage: xk-connrate" || { echo "FAIL: xk-connrate --help"; fails=$((fails + 1)); }
 echo "tools.cli: $((n - fails)) of $n bad command lines refused as they should be"
