@@ -259,6 +259,12 @@ class Client final : public xk::Pollable {
     start_ = last_progress_ = next_probe_ = Clock::now();
   }
 
+  ~Client() override {
+    if (flood_) stack_.loop().remove(*flood_);
+  }
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
   xk::Status start() { return bulk_.connect(*a_.peer, xk::Port{a_.peer_port}); }
 
   std::size_t poll(std::size_t) override {
@@ -268,7 +274,9 @@ class Client final : public xk::Pollable {
                   xk::tcp::to_string(bulk_.state()) + ")");
     }
     std::size_t work = poll_bulk(now);
-    if (connected_ && !done_) work += poll_probes(now);
+    if (connected_ && ok_) work += poll_probes(now);
+    // The probes still open when the bulk stream ends get their time too.
+    if ((done_ && probes_open_.empty()) || !ok_) stack_.loop().stop();
     return work;
   }
   bool before_sleep() noexcept override { return false; }
@@ -342,7 +350,6 @@ class Client final : public xk::Pollable {
       if (r && *r == 0) {
         end_ = Clock::now();
         done_ = true;
-        stack_.loop().stop();
         return work + 1;
       }
       if (!r && r.error() != xk::Errc::would_block) return fail(std::string("bulk, after sending: ") + xk::to_string(r.error()));
@@ -415,12 +422,6 @@ class Client final : public xk::Pollable {
     return 1;
   }
 
- public:
-  ~Client() {
-    if (flood_) stack_.loop().remove(*flood_);
-  }
-
- private:
   xk::apps::AppStack& stack_;
   xk::tcp::TcpProtocol& tcp_;
   const Args& a_;
