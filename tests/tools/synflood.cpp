@@ -49,6 +49,8 @@
 #include "xk/apps/servers.hpp"
 #include "xk/apps/stack.hpp"
 #include "xk/apps/stream.hpp"
+#include "xk/byteorder.hpp"
+#include "xk/checksum.hpp"
 #include "xk/drivers/dpdk.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/protocols/arp.hpp"
@@ -138,22 +140,11 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 
 // ---- the flood ------------------------------------------------------------------
 
-void put16(std::byte* p, std::uint16_t v) {
-  p[0] = std::byte(v >> 8);
-  p[1] = std::byte(v & 0xFF);
-}
-void put32(std::byte* p, std::uint32_t v) {
-  put16(p, static_cast<std::uint16_t>(v >> 16));
-  put16(p + 2, static_cast<std::uint16_t>(v));
-}
-std::uint32_t sum16(const std::byte* p, std::size_t n, std::uint32_t sum = 0) {
-  for (std::size_t i = 0; i + 1 < n; i += 2) sum += (std::to_integer<std::uint32_t>(p[i]) << 8) | std::to_integer<std::uint32_t>(p[i + 1]);
-  return sum;
-}
-std::uint16_t fold(std::uint32_t sum) {
-  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
-  return static_cast<std::uint16_t>(~sum);
-}
+using xk::store_be16;
+using xk::store_be32;
+
+// A checksum as csum::finish gives it (memory order) into its field.
+void put_checksum(std::byte* p, std::uint16_t v) { std::memcpy(p, &v, sizeof v); }
 
 // SYNs from random sources, written into the driver's transmit queue.
 class Flood final : public xk::Pollable {
@@ -165,19 +156,19 @@ class Flood final : public xk::Pollable {
     std::byte* f = frame_.data();
     std::memcpy(f, server_mac.bytes.data(), 6);
     std::memcpy(f + 6, net.mac().bytes.data(), 6);
-    put16(f + 12, 0x0800);
+    store_be16(f + 12, 0x0800);
     std::byte* ip = f + kEth;
     ip[0] = std::byte{0x45};
-    put16(ip + 2, kIp + kTcp);
-    put16(ip + 6, 0x4000);  // DF
+    store_be16(ip + 2, kIp + kTcp);
+    store_be16(ip + 6, 0x4000);  // DF
     ip[8] = std::byte{64};
     ip[9] = std::byte{6};
-    put32(ip + 16, a.peer->value);
+    store_be32(ip + 16, a.peer->value);
     std::byte* t = ip + kIp;
-    put16(t + 2, a.peer_port);
+    store_be16(t + 2, a.peer_port);
     t[12] = std::byte{(kTcp / 4) << 4};
     t[13] = std::byte{0x02};  // SYN
-    put16(t + 14, 64240);
+    store_be16(t + 14, 64240);
     // Options as Linux sends them: MSS 1460, SACK permitted, timestamps,
     // NOP, window scale 7 (RFC 9293 3.2, RFC 2018, RFC 7323).
     const std::uint8_t opts[20] = {2, 4, 0x05, 0xB4, 4, 2, 8, 10, 0, 0, 0, 0, 0, 0, 0, 0, 1, 3, 3, 7};
@@ -225,17 +216,17 @@ class Flood final : public xk::Pollable {
     const std::uint32_t host_mask = a_.flood_from.prefix_len >= 32 ? 0 : (0xFFFFFFFFu >> a_.flood_from.prefix_len);
     std::uint32_t src = (a_.flood_from.network().value & ~host_mask) | (static_cast<std::uint32_t>(r) & host_mask);
     if ((src & host_mask) == 0 || (src & host_mask) == host_mask) src ^= 1;  // no network or broadcast address
-    put16(ip + 4, static_cast<std::uint16_t>(sent_));  // IP id
-    put32(ip + 12, src);
-    put16(ip + 10, 0);
-    put16(ip + 10, fold(sum16(ip, kIp)));
-    put16(t, static_cast<std::uint16_t>(1024 + (r >> 32) % 64000));
-    put32(t + 4, static_cast<std::uint32_t>(r >> 16));       // ISN
-    put32(t + 28, static_cast<std::uint32_t>(r >> 24));      // TSval
-    put16(t + 16, 0);
+    store_be16(ip + 4, static_cast<std::uint16_t>(sent_));  // IP id
+    store_be32(ip + 12, src);
+    store_be16(ip + 10, 0);
+    put_checksum(ip + 10, xk::csum::finish(xk::csum::partial(ip, kIp)));
+    store_be16(t, static_cast<std::uint16_t>(1024 + (r >> 32) % 64000));
+    store_be32(t + 4, static_cast<std::uint32_t>(r >> 16));       // ISN
+    store_be32(t + 28, static_cast<std::uint32_t>(r >> 24));      // TSval
+    store_be16(t + 16, 0);
     if (csum_) {
-      const std::uint32_t pseudo = (src >> 16) + (src & 0xFFFF) + (a_.peer->value >> 16) + (a_.peer->value & 0xFFFF) + 6 + kTcp;
-      put16(t + 16, fold(sum16(t, kTcp, pseudo)));
+      const std::uint32_t pseudo = xk::csum::pseudo_header_v4(xk::Ipv4Addr{src}, *a_.peer, 6, kTcp);
+      put_checksum(t + 16, xk::csum::finish(xk::csum::partial(t, kTcp, pseudo)));
     }
   }
 
