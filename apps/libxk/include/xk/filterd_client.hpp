@@ -192,6 +192,9 @@ class FilterdClient final : public PortAuthority, public Pollable {
   Status send_all(const std::vector<std::byte>& bytes);
   // With mu_ held.
   Result<filterd::ctl::Message> request_locked(filterd::ctl::Body body, std::chrono::milliseconds timeout);
+  // With mu_ held: sends without waiting for the reply, which the next
+  // request (it skips replies to other ids) or poll() reads and drops.
+  Status notify_locked(filterd::ctl::Body body);
   Status usable();
   void watch(bool on) noexcept;
   void close_socket() noexcept;
@@ -201,7 +204,10 @@ class FilterdClient final : public PortAuthority, public Pollable {
   // Every attached stack's holdings, each read on its own thread; nullopt
   // when a stack did not answer in time.
   std::optional<Holdings> gather_holdings();
-  void release(filterd::ctl::Body body) noexcept;
+  // Gives a port or flow back; `wait` for filterd's answer (a port another
+  // node may claim next must be free when the call returns), or not (a flow:
+  // only this node's later requests, behind it on the same stream, can care).
+  void release(filterd::ctl::Body body, bool wait) noexcept;
   Time now() const noexcept;
 
   std::string path_;
