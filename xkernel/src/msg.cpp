@@ -144,37 +144,13 @@ Msg Msg::single(const Frag& f) noexcept {
   return m;
 }
 
-Msg::Msg(Msg&& other) noexcept { *this = std::move(other); }
-
-Msg& Msg::operator=(Msg&& other) noexcept {
-  if (this == &other) return *this;
-  reset();
-  if (other.frags_ == other.inline_) {
-    std::copy_n(other.inline_, other.n_, inline_);
-    frags_ = inline_;
-    cap_ = kInline;
-  } else {
-    frags_ = other.frags_;
-    cap_ = other.cap_;
-  }
-  n_ = other.n_;
-  size_ = other.size_;
-  offload_ = std::exchange(other.offload_, Offload{});
-  other.frags_ = other.inline_;
-  other.cap_ = kInline;
-  other.n_ = 0;
-  other.size_ = 0;
-  return *this;
-}
-
-void Msg::reset() noexcept {
+void Msg::release() noexcept {
   for (std::uint32_t i = 0; i < n_; ++i) frags_[i].buf->unref();
   if (frags_ != inline_) delete[] frags_;
   frags_ = inline_;
   cap_ = kInline;
   n_ = 0;
   size_ = 0;
-  offload_ = Offload{};
 }
 
 Msg Msg::alloc(std::size_t len, std::size_t headroom, std::size_t tailroom) {

@@ -115,12 +115,23 @@ class Msg {
   // Largest contiguous region a single push or pull-up may ask for.
   static constexpr std::size_t kMaxContiguous = 64 * 1024;
 
+  // Moves and destruction are inline: a frame passes through each layer by
+  // value, so a packet sees several of each, and most destroyed messages are
+  // the empty shells left by a move (docs/framework.md, "Buffers").
   Msg() noexcept = default;
-  Msg(Msg&& other) noexcept;
-  Msg& operator=(Msg&& other) noexcept;
+  Msg(Msg&& other) noexcept { take(other); }
+  Msg& operator=(Msg&& other) noexcept {
+    if (this != &other) {
+      if (!is_bare()) release();
+      take(other);
+    }
+    return *this;
+  }
   Msg(const Msg&) = delete;
   Msg& operator=(const Msg&) = delete;
-  ~Msg() { reset(); }
+  ~Msg() {
+    if (!is_bare()) release();
+  }
 
   // A message of `len` bytes (contents unspecified) with room for headers in
   // front and `tailroom` spare bytes behind.
@@ -177,7 +188,10 @@ class Msg {
   Status linearize();
 
   // Drop everything.
-  void reset() noexcept;
+  void reset() noexcept {
+    if (!is_bare()) release();
+    offload_ = Offload{};
+  }
 
   Offload& offload() noexcept { return offload_; }
   const Offload& offload() const noexcept { return offload_; }
@@ -187,6 +201,28 @@ class Msg {
 
   // A window over a fresh buffer, which also becomes the buffer's frontiers.
   static Frag claim(Buf* b, std::size_t off, std::size_t len) noexcept;
+  // No fragments and no heap array: nothing to release.
+  bool is_bare() const noexcept { return n_ == 0 && frags_ == inline_; }
+  // Unreference every fragment and free a heap array; leaves the message
+  // empty (the offload flags are the caller's business).
+  void release() noexcept;
+  // Steal `other`'s contents into this bare message; `other` is left empty.
+  void take(Msg& other) noexcept {
+    if (other.frags_ == other.inline_) {
+      for (std::uint32_t i = 0; i < other.n_; ++i) inline_[i] = other.inline_[i];
+    } else {
+      frags_ = other.frags_;
+      cap_ = other.cap_;
+      other.frags_ = other.inline_;
+      other.cap_ = kInline;
+    }
+    n_ = other.n_;
+    size_ = other.size_;
+    offload_ = other.offload_;
+    other.n_ = 0;
+    other.size_ = 0;
+    other.offload_ = Offload{};
+  }
   static Msg single(const Frag& f) noexcept;
   bool push_in_place_fast(std::size_t n, std::span<std::byte>& out) noexcept;
   Status reserve(std::uint32_t cap);
