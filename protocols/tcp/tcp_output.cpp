@@ -214,13 +214,22 @@ void TcpConnection::send_rst_and_close() {
   release();
 }
 
-// RFC 5681 4.2 / RFC 1122 4.2.3.2: ACK every second full segment at once,
-// otherwise within the delayed-ACK timeout.
+// RFC 5681 4.2 / RFC 1122 4.2.3.2: ACK every second full segment, otherwise
+// within the delayed-ACK timeout. "At once" means at the end of the input
+// burst being processed: the timer armed in the past fires in the pass's
+// run_expired(), after every frame the drivers took in this pass (event loop:
+// input before timers). One ACK then covers all the burst's segments, as a
+// GRO receiver's does, instead of one ACK for every two; the delay is the
+// rest of the burst, microseconds (docs/tcp.md, "ACK per burst").
 void TcpConnection::schedule_ack(bool full_segment) {
   ack_pending_ = true;
   if (full_segment) ++unacked_segs_;
   if (unacked_segs_ >= 2) {
-    send_ack_now();
+    if (proto_->config().ack_per_burst) {
+      if (!delack_timer_.armed() || delack_timer_.deadline() != Time{}) delack_timer_.arm(Time{});
+    } else {
+      send_ack_now();
+    }
     return;
   }
   if (!delack_timer_.armed()) delack_timer_.arm_after(proto_->config().delack);
@@ -399,7 +408,11 @@ void TcpConnection::on_rtx_timeout() {
 void TcpConnection::on_delack_timeout() {
   Ref<TcpConnection> keep(this);
   if (proto_ == nullptr || !ack_pending_) return;
-  ++proto_->c_.delayed_acks;
+  if (unacked_segs_ >= 2) {
+    ++proto_->c_.burst_acks;
+  } else {
+    ++proto_->c_.delayed_acks;
+  }
   send_ack_now();
 }
 

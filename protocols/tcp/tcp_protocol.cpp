@@ -132,6 +132,7 @@ TcpProtocol::TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, 
          counters().add("sack_recoveries"),
          counters().add("ooo_segments", "segments that arrived out of order"),
          counters().add("delayed_acks", "ACKs sent by the delayed-ACK timer"),
+         counters().add("burst_acks", "ACKs for two or more full segments, sent at the end of an input burst"),
          counters().add("window_probes", "zero-window probes (persist timer)"),
          counters().add("keepalive_probes"),
          counters().add("timeouts", "connections dropped after unanswered retransmissions or keepalives"),
@@ -850,6 +851,8 @@ void register_tcp(Registry& registry) {
           .with_option(OptionSpec::real("rto_max_ms", 0.01, 3.6e6, "largest retransmission timeout").defaults_to("60000"))
           .with_option(OptionSpec::real("rto_initial_ms", 0.01, 3.6e6, "before any RTT sample").defaults_to("1000"))
           .with_option(OptionSpec::real("delack_ms", 0.01, 500, "delayed-ACK timeout (RFC 1122: < 500)").defaults_to("40"))
+          .with_option(OptionSpec::boolean("ack_per_burst", "ACK every second full segment at the end of the input burst")
+                           .defaults_to("on"))
           .with_option(OptionSpec::real("msl_ms", 0.01, 3.6e6, "maximum segment lifetime (TIME-WAIT is 2 MSL)")
                            .defaults_to("30000"))
           .with_option(OptionSpec::size("sndbuf", 1024, std::size_t{1} << 30, "default send buffer").defaults_to("1m"))
@@ -878,6 +881,7 @@ void register_tcp(Registry& registry) {
             c.rto_max = ms("rto_max_ms");
             c.rto_initial = ms("rto_initial_ms");
             c.delack = ms("delack_ms");
+            c.ack_per_burst = o.get_bool("ack_per_burst");
             c.msl = ms("msl_ms");
             c.sndbuf = o.get_size("sndbuf");
             c.rcvbuf = o.get_size("rcvbuf");

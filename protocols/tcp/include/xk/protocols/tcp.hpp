@@ -82,6 +82,9 @@ struct TcpConfig {
   Duration rto_max = std::chrono::seconds(60);
   Duration rto_initial = std::chrono::seconds(1);  // RFC 6298 2.1
   Duration delack = std::chrono::milliseconds(40);  // RFC 1122 4.2.3.2: under 500 ms
+  // The ACK owed for every second full segment goes out at the end of the
+  // input burst (one ACK for the burst) rather than at once (docs/tcp.md).
+  bool ack_per_burst = true;
   Duration msl = std::chrono::seconds(30);          // TIME-WAIT lasts 2 MSL
   unsigned syn_retries = 6;
   unsigned max_retries = 15;  // RFC 1122 4.2.3.5 R2, in retransmissions
@@ -683,6 +686,7 @@ class TcpProtocol final : public Protocol {
     Counter& sack_recoveries;
     Counter& ooo_segments;
     Counter& delayed_acks;
+    Counter& burst_acks;
     Counter& window_probes;
     Counter& keepalive_probes;
     Counter& timeouts;
