@@ -656,6 +656,48 @@ TEST_F(TcpScript, DelayedAckEverySecondFullSegmentOrAfter40ms) {
   expect_nothing();
 }
 
+// One burst of full segments gets one ACK at its end (ack_per_burst, the
+// default): for the whole burst, not for each second segment.
+TEST_F(TcpScript, AckPerBurstCoversTheWholeBurstOnce) {
+  start();
+  passive_open(Offer());
+  inject_burst({ack().seq(1).ack(1).len(1000), ack().seq(1001).ack(1).len(1000), ack().seq(2001).ack(1).len(1000),
+                ack().seq(3001).ack(1).len(1000), ack().seq(4001).ack(1).len(1000)});
+  expect(ack().seq(1).ack(5001));
+  expect_nothing();
+  EXPECT_EQ(stats().burst_acks.value(), 1u);
+  EXPECT_EQ(stats().delayed_acks.value(), 0u);
+  // One full segment alone is still left to the delayed-ACK timer.
+  inject_burst({ack().seq(5001).ack(1).len(1000)});
+  expect_nothing();
+  advance(40ms);
+  expect(ack().seq(1).ack(6001));
+  EXPECT_EQ(stats().delayed_acks.value(), 1u);
+  // A hole is reported at once, in the middle of the burst.
+  inject_burst({ack().seq(7001).ack(1).len(1000), ack().seq(6001).ack(1).len(1000)});
+  expect(ack().seq(1).ack(6001));  // a duplicate ACK: the peer offered no SACK
+  expect(ack().seq(1).ack(8001));
+  expect_nothing();
+  expect_read(8000);
+}
+
+// ack_per_burst=off: the ACK for every second full segment leaves at once.
+TEST_F(TcpScript, WithoutAckPerBurstEverySecondSegmentIsAckedAtOnce) {
+  TcpConfig cfg;
+  cfg.ack_per_burst = false;
+  start(cfg);
+  passive_open(Offer());
+  inject_burst({ack().seq(1).ack(1).len(1000), ack().seq(1001).ack(1).len(1000), ack().seq(2001).ack(1).len(1000),
+                ack().seq(3001).ack(1).len(1000), ack().seq(4001).ack(1).len(1000)});
+  expect(ack().seq(1).ack(2001));
+  expect(ack().seq(1).ack(4001));
+  expect_nothing();
+  EXPECT_EQ(stats().burst_acks.value(), 0u);
+  advance(40ms);
+  expect(ack().seq(1).ack(5001));
+  EXPECT_EQ(stats().delayed_acks.value(), 1u);
+}
+
 // ---- zero window (RFC 9293 3.8.6.1, RFC 1122 4.2.2.17) ---------------------------------------
 
 TEST_F(TcpScript, ZeroWindowProbesBackOffAndDataFlowsWhenTheWindowOpens) {

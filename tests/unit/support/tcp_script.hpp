@@ -474,6 +474,16 @@ class Script : public ::testing::Test {
       ADD_FAILURE_AT(loc.file_name(), static_cast<int>(loc.line())) << "demux: " << xk::to_string(st.error());
     }
   }
+  // The segments arrive in one driver burst: all of them go up before the
+  // pass's timers run.
+  void inject_burst(std::initializer_list<Seg> segs, Loc loc = Loc::current()) {
+    for (const Seg& s : segs) {
+      if (Status st = ip.receive(kPeer, Msg::copy_of(build(s))); !st) {
+        ADD_FAILURE_AT(loc.file_name(), static_cast<int>(loc.line())) << "demux: " << xk::to_string(st.error());
+      }
+    }
+    (void)loop.timers().run_expired(clock.now());
+  }
 
   // An ICMP error of `type` and `code` about our segment at relative
   // sequence number `seq` on the current 4-tuple, as icmp parses it (the
