@@ -117,6 +117,7 @@ TEST(Task, SmallInlineLargeOnHeapMoveOnlyCaptures) {
 TEST(EventLoop, RunOncePollsEverySourceWithinItsBudget) {
   EventLoopConfig cfg;
   cfg.poll_budget = 8;
+  cfg.drain_rounds = 1;  // one burst per pass
   EventLoop loop(cfg);
   FakeSource a, b;
   a.pending = 20;
@@ -135,6 +136,46 @@ TEST(EventLoop, RunOncePollsEverySourceWithinItsBudget) {
   loop.run_once();
   EXPECT_EQ(b.polls, 4u);
   EXPECT_EQ(a.polls, 5u);
+}
+
+// A source that fills its budget is polled again before the clock's timers
+// run, so a timer that came due while the input queued acts on what the whole
+// backlog said; a timer armed "due now" runs between the bursts.
+TEST(EventLoop, InputDrainsBeforeTheClocksTimersUpToDrainRounds) {
+  ManualClock clock(Time(1000s));
+  EventLoopConfig cfg;
+  cfg.poll_budget = 8;
+  cfg.drain_rounds = 4;
+  EventLoop loop(clock, cfg);
+  FakeSource a, b;
+  loop.add(a);
+  loop.add(b);
+  std::size_t done_when_fired = 0;
+  Timer rto(loop.timers(), [&] { done_when_fired = a.done.load(); });
+  std::vector<std::size_t> due_now_at;  // a.done when each "due now" timer ran
+  Timer burst_end(loop.timers(), [&] { due_now_at.push_back(a.done.load()); });
+  rto.arm_after(1ms);
+  clock.advance(2ms);
+  a.pending = 20;  // two full bursts and a short one
+  b.pending = 3;
+  burst_end.arm(Time{});
+  EXPECT_EQ(loop.run_once(), 20u + 3u + 1u + 1u);  // the input, the first due-now timer, the RTO
+  EXPECT_EQ(done_when_fired, 20u) << "the timer ran before the backlog was read";
+  ASSERT_EQ(due_now_at.size(), 1u);
+  EXPECT_EQ(due_now_at[0], 8u) << "a due-now timer runs at the end of the first burst";
+  EXPECT_EQ(a.polls, 3u);
+  EXPECT_EQ(b.polls, 3u);
+  EXPECT_EQ(loop.counters().value("drain_rounds"), 2u);
+
+  // Bounded: a source that never runs dry gets drain_rounds bursts, then the
+  // timers run anyway.
+  a.pending = 1000;
+  rto.arm_after(1ms);
+  clock.advance(1ms);
+  loop.run_once();
+  EXPECT_EQ(done_when_fired, 20u + 4 * 8u);
+  EXPECT_EQ(a.pending, 1000u - 4 * 8u);
+  EXPECT_EQ(loop.counters().value("drain_rounds"), 2u + 3u);
 }
 
 TEST(EventLoop, SourcesMayRemoveThemselvesAndAddOthersWhilePolled) {

@@ -137,6 +137,33 @@ TEST(TimerWheel, DeadlineInThePastFiresOnNextRun) {
   EXPECT_EQ(fired, 2);
 }
 
+// run_due(): the timers armed in the past fire, the clock's do not (even when
+// the clock is past them), and a callback re-arming in the past waits for the
+// next call.
+TEST(TimerWheel, RunDueFiresOnlyTimersArmedAlreadyDue) {
+  ManualClock clock(kStart);
+  TimerWheel wheel(clock);
+  int now_fired = 0, later_fired = 0, again = 0;
+  Timer now_t(wheel, [&] { ++now_fired; });
+  Timer later_t(wheel, [&] { ++later_fired; });
+  Timer self(wheel, [&] {
+    if (++again < 3) self.arm(Time{});
+  });
+  later_t.arm_after(1ms);
+  clock.advance(2ms);  // later_t is due by the clock, but no run has seen it
+  now_t.arm(Time{});
+  self.arm(Time{});
+  EXPECT_EQ(wheel.run_due(), 2u);
+  EXPECT_EQ(now_fired, 1);
+  EXPECT_EQ(again, 1);
+  EXPECT_EQ(later_fired, 0);
+  EXPECT_EQ(wheel.run_due(), 1u);  // self, re-armed in the past
+  EXPECT_EQ(again, 2);
+  EXPECT_EQ(wheel.advance(), 2u);  // self again, and later_t
+  EXPECT_EQ(later_fired, 1);
+  EXPECT_EQ(wheel.run_due(), 0u);
+}
+
 TEST(TimerWheel, CancelAndRearm) {
   ManualClock clock(kStart);
   TimerWheel wheel(clock);

@@ -46,6 +46,7 @@ EventLoop::EventLoop(const Clock* clock, EventLoopConfig config)
       counters_(config_.name),
       polls_(counters_.add("polls", "passes over tasks, timers and pollables")),
       idle_polls_(counters_.add("idle_polls", "passes that found no work")),
+      drain_rounds_(counters_.add("drain_rounds", "extra rounds of input a pass ran before its timers")),
       tasks_run_(counters_.add("tasks_run", "posted tasks run")),
       timers_fired_(counters_.add("timers_fired", "timer callbacks run")),
       sleeps_(counters_.add("sleeps", "times the loop slept in epoll")),
@@ -129,12 +130,28 @@ std::size_t EventLoop::run_once() {
   // Input before timers: a timer that came due while the thread was not
   // running (descheduled, or asleep) must not act on state the input waiting
   // in a ring would have changed -- an RTO firing for data whose ACK sits in
-  // the receive ring retransmits what the peer already has.
-  const Time now = pass_clock_.freeze();
+  // the receive ring retransmits what the peer already has. So while some
+  // pollable fills its budget (more is waiting), the pass polls again, up to
+  // drain_rounds bursts; between rounds only the timers armed "due now" run
+  // (the end of a burst), and the clock moves on with the input.
+  Time now = pass_clock_.freeze();
   polling_ = true;
-  // By index: a poll() may add (appended, polled this pass) or remove (nulled).
-  for (std::size_t i = 0; i < pollables_.size(); ++i) {
-    if (Pollable* p = pollables_[i].pollable) work += p->poll(config_.poll_budget);
+  for (std::size_t round = 1;; ++round) {
+    bool more = false;
+    // By index: a poll() may add (appended, polled this pass) or remove (nulled).
+    for (std::size_t i = 0; i < pollables_.size(); ++i) {
+      if (Pollable* p = pollables_[i].pollable) {
+        std::size_t n = p->poll(config_.poll_budget);
+        work += n;
+        more = more || n >= config_.poll_budget;
+      }
+    }
+    if (!more || round >= config_.drain_rounds) break;
+    std::size_t due = wheel_.run_due();
+    timers_fired_.inc(due);
+    work += due;
+    ++drain_rounds_;
+    now = pass_clock_.freeze();
   }
   polling_ = false;
 

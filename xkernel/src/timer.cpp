@@ -251,6 +251,18 @@ std::size_t TimerWheel::run_expired(Time now) noexcept {
   return fired;
 }
 
+std::size_t TimerWheel::run_due() noexcept {
+  if (running_ || list_empty(due_)) return 0;
+  // run_target_ still holds the last run's target, behind now_: a callback
+  // that arms a timer in the past parks it for the next call, as in a run.
+  running_ = true;
+  Link batch;
+  take(due_, batch);
+  std::size_t fired = fire(batch);
+  running_ = false;
+  return fired;
+}
+
 std::optional<Time> TimerWheel::next_deadline() const noexcept {
   if (!list_empty(due_)) return from_tick(now_ - 1);
   if (level_mask_ == 0) return std::nullopt;

@@ -167,6 +167,12 @@ struct EventLoopConfig {
   Duration tick = TimerWheel::kDefaultTick;
   std::size_t post_capacity = 4096;  // tasks waiting in the post ring
   std::size_t poll_budget = 32;      // per pollable per pass: a burst
+  // Input before timers, up to this many bursts: while a pollable keeps
+  // filling its budget, the pass polls again before the clock's timers run,
+  // so a loop that fell behind its ring acts on the ACKs waiting there
+  // instead of firing an RTO for data they acknowledge. Timers armed "due
+  // now" (TCP's ACK for a burst) still run after every round. 1: one burst.
+  std::size_t drain_rounds = 32;
   std::size_t task_budget = 256;     // posted tasks run per pass
 };
 
@@ -309,6 +315,7 @@ class EventLoop {
   CounterSet counters_;
   Counter& polls_;
   Counter& idle_polls_;
+  Counter& drain_rounds_;
   Counter& tasks_run_;
   Counter& timers_fired_;
   Counter& sleeps_;

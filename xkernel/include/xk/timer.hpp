@@ -156,6 +156,11 @@ class TimerWheel {
   // are due now (the wheel never goes back).
   std::size_t run_expired(Time now) noexcept;
   std::size_t advance() noexcept { return run_expired(clock_.now()); }
+  // Fire only the timers that were armed already due (a deadline before the
+  // last instant run: "as soon as the current work is done"), without moving
+  // time; the clock's timers wait for the next run_expired(). Returns the
+  // number fired. Nothing inside a run.
+  std::size_t run_due() noexcept;
 
   // When run_expired() may next have work: nullopt if no timer is armed. Exact
   // when the earliest timer shares its slot with few others; otherwise it may
