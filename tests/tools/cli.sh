@@ -1,11 +1,13 @@
 #!/bin/bash
 # tools.cli: the test tools' bad command lines -- exit 2, a message saying
-# what is wrong, and the --help hint (xk-connrate, xk-soak, xk-synflood).
-#   cli.sh XK_CONNRATE XK_SOAK XK_SYNFLOOD
+# what is wrong, and the --help hint (xk-connrate, xk-soak, xk-synflood,
+# xk-capi-node).
+#   cli.sh XK_CONNRATE XK_SOAK XK_SYNFLOOD XK_CAPI_NODE
 set -uo pipefail
 CONNRATE=${1:?usage: cli.sh XK_CONNRATE XK_SOAK}
 SOAK=${2:?usage: cli.sh XK_CONNRATE XK_SOAK XK_SYNFLOOD}
-FLOOD=${3:?usage: cli.sh XK_CONNRATE XK_SOAK XK_SYNFLOOD}
+FLOOD=${3:?usage: cli.sh XK_CONNRATE XK_SOAK XK_SYNFLOOD XK_CAPI_NODE}
+NODE=${4:?usage: cli.sh XK_CONNRATE XK_SOAK XK_SYNFLOOD XK_CAPI_NODE}
 fails=0 n=0
 check() {  # check PROG "expected message" args...
   local prog=$1 want=$2 out rc
@@ -40,6 +42,21 @@ check "$FLOOD" "--flood-from: '10.0.0.0/4' is not a.b.c.d/n with n >= 8" "${STAC
 check "$FLOOD" "--flood-burst: '0' is not a number in 1..1024" "${STACK[@]}" --peer 192.0.2.10:5 --flood-burst 0
 check "$FLOOD" "--seconds: '0' is not a number of seconds" "${STACK[@]}" --peer 192.0.2.10:5 --seconds 0
 check "$FLOOD" "unknown option '--bytes'" "${STACK[@]}" --peer 192.0.2.10:5 --bytes 1g
+check "$NODE" "--stacks K is required"
+check "$NODE" "--stacks: '0' is not a number in 1..64" --stacks 0
+check "$NODE" "--stacks: '65' is not a number in 1..64" --stacks 65
+check "$NODE" "--port: 'x' is not a number in 1..65535" --stacks 2 --port x
+check "$NODE" "--conns needs a value" --stacks 2 --conns
+check "$NODE" "unknown option '--peer'" --stacks 2 --peer 192.0.2.1:5
+"$NODE" --help | grep -q "^usage: xk-capi-node" || { echo "FAIL: xk-capi-node --help"; fails=$((fails + 1)); }
+# xk_node_create without filterd: EINVAL and a message that says so, exit 1.
+out=$(env -u XK_FILTERD "$NODE" --stacks 2 2>&1 >/dev/null)
+rc=$?
+n=$((n + 1))
+if [ "$rc" != 1 ] || ! grep -qF "xk_node_create: several stacks sharing an address need filterd" <<< "$out"; then
+  echo "FAIL: xk-capi-node without XK_FILTERD: exit $rc, said: $out"
+  fails=$((fails + 1))
+fi
 "$FLOOD" --help | grep -q "^usage: xk-synflood" || { echo "FAIL: xk-synflood --help"; fails=$((fails + 1)); }
 "$SOAK" --help | grep -q "^usage: xk-soak" || { echo "FAIL: xk-soak --help"; fails=$((fails + 1)); }
 "$CONNRATE" --help | grep -q "^usage: xk-connrate" || { echo "FAIL: xk-connrate --help"; fails=$((fails + 1)); }

@@ -816,6 +816,35 @@ extern "C" xk_stack* xk_stack_create(const struct xk_stack_config* config) {
   return nullptr;
 }
 
+extern "C" int xk_node_create(const struct xk_stack_config* config, unsigned count, xk_stack** stacks) {
+  if (stacks == nullptr) return fail(EINVAL, "xk_node_create: no array for the stacks");
+  if (count == 0 || count > 64) return fail(EINVAL, "xk_node_create: count " + std::to_string(count) + " is not in 1..64");
+  const char* filterd = config != nullptr ? config->filterd : std::getenv("XK_FILTERD");
+  if (filterd == nullptr || *filterd == '\0') {
+    return fail(EINVAL, "xk_node_create: several stacks sharing an address need filterd (XK_FILTERD)");
+  }
+  StackConfig sc;
+  try {
+    sc = config_from(config);
+  } catch (const std::exception& e) {
+    return fail(EINVAL, std::string("xk_node_create: ") + e.what());
+  }
+  try {
+    std::vector<std::unique_ptr<Stack>> built = Stack::create_node(std::move(sc), count);
+    std::vector<std::unique_ptr<xk_stack>> handles;
+    for (auto& st : built) handles.push_back(std::make_unique<xk_stack>(xk_stack{std::move(st)}));
+    for (unsigned i = 0; i < count; ++i) stacks[i] = handles[i].release();
+    t_last_error.clear();
+    return 0;
+  } catch (const std::invalid_argument& e) {
+    return fail(EINVAL, std::string("xk_node_create: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(ENOMEM, "xk_node_create: out of memory");
+  } catch (const std::exception& e) {
+    return fail(EIO, std::string("xk_node_create: ") + e.what());
+  }
+}
+
 xk_stack* xk::adopt_for_c_api(std::unique_ptr<Stack> stack) {
   if (stack == nullptr) throw std::invalid_argument("adopt_for_c_api: no stack");
   return new xk_stack{std::move(stack)};

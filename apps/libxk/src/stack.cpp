@@ -144,39 +144,80 @@ bool WaitPoint::wait(std::uint32_t seen, std::optional<std::chrono::steady_clock
 Stack::Stack(StackConfig config) : config_(std::move(config)), loop_(config_.clock, config_.loop) {}
 
 std::unique_ptr<Stack> Stack::create(StackConfig config) {
+  if (config.filterd.empty()) return build(std::move(config), nullptr, 0);
+#ifdef XK_HAVE_FILTERD
+  if (!config.graph.empty()) throw std::invalid_argument("a node attached to filterd gets its graph from filterd");
+  FilterdClient::Options options = FilterdClient::options_from_env();
+  // Over TCP only: a node on this host has its memif channel.
+  if (FilterdClient::is_tcp(config.filterd)) options.node_port = config.node_port;
+  if (!options.node_port.empty() && !config.node_mac.empty()) {
+    Result<MacAddr> m = parse_mac(config.node_mac);
+    if (!m) throw std::invalid_argument("node MAC '" + config.node_mac + "' is not aa:bb:cc:dd:ee:ff");
+    options.node_mac = *m;
+  }
+  std::shared_ptr<FilterdClient> node = FilterdClient::connect(config.filterd, config.node_name, options);
+  return build(std::move(config), std::move(node), 0);
+#else
+  throw std::invalid_argument("this build has no filterd support (libpcap was missing)");
+#endif
+}
+
+std::vector<std::unique_ptr<Stack>> Stack::create_node(StackConfig config, std::size_t count) {
+  if (count == 0 || count > 64) throw std::invalid_argument("a node runs 1..64 stacks");
+  if (config.filterd.empty()) {
+    throw std::invalid_argument("several stacks sharing one address need filterd (a standalone port is one stack's)");
+  }
+  std::vector<std::unique_ptr<Stack>> stacks;
+  if (count == 1) {
+    stacks.push_back(create(std::move(config)));
+    return stacks;
+  }
+#ifdef XK_HAVE_FILTERD
+  if (!config.graph.empty()) throw std::invalid_argument("a node attached to filterd gets its graph from filterd");
+  if (FilterdClient::is_tcp(config.filterd)) {
+    throw std::invalid_argument("a node on another host (filterd over TCP) runs one stack on its own port");
+  }
+  FilterdClient::Options options = FilterdClient::options_from_env();
+  options.queues = static_cast<std::uint16_t>(count);
+  std::shared_ptr<FilterdClient> node = FilterdClient::connect(config.filterd, config.node_name, options);
+  for (std::size_t q = 0; q < count; ++q) {
+    StackConfig c = config;
+    if (c.thread.cpu >= 0) c.thread.cpu += static_cast<int>(q);
+    if (c.loop.name == "loop") c.loop.name = "stack" + std::to_string(q);
+    // On failure the stacks built so far go (in reverse), then the node.
+    stacks.push_back(build(std::move(c), node, static_cast<std::uint16_t>(q)));
+  }
+  return stacks;
+#else
+  throw std::invalid_argument("this build has no filterd support (libpcap was missing)");
+#endif
+}
+
+std::unique_ptr<Stack> Stack::build(StackConfig config, std::shared_ptr<FilterdClient> node, std::uint16_t queue) {
   if (config.loop.name == "loop") config.loop.name = "stack";
   std::unique_ptr<Stack> s(new Stack(std::move(config)));
   register_all_kinds(s->registry_);
-  if (!s->config_.filterd.empty()) {
 #ifdef XK_HAVE_FILTERD
-    if (!s->config_.graph.empty()) throw std::invalid_argument("a node attached to filterd gets its graph from filterd");
-    FilterdClient::Options options = FilterdClient::options_from_env();
-    // Over TCP only: a node on this host has its memif channel.
-    if (FilterdClient::is_tcp(s->config_.filterd)) options.node_port = s->config_.node_port;
-    if (!options.node_port.empty() && !s->config_.node_mac.empty()) {
-      Result<MacAddr> m = parse_mac(s->config_.node_mac);
-      if (!m) throw std::invalid_argument("node MAC '" + s->config_.node_mac + "' is not aa:bb:cc:dd:ee:ff");
-      options.node_mac = *m;
-    }
-    auto client = FilterdClient::connect(s->config_.filterd, s->config_.node_name, options);
-    s->config_.graph = client->graph_spec(s->config_.tcp_opts);
-    s->config_.source = "filterd";
-    s->authority_ = std::move(client);
-#else
-    throw std::invalid_argument("this build has no filterd support (libpcap was missing)");
-#endif
+  if (node != nullptr) {
+    s->config_.graph = node->graph_spec(s->config_.tcp_opts, queue);
+    s->config_.source = node->queues() > 1 ? "filterd (stack " + std::to_string(queue) + ")" : "filterd";
+    s->node_ = std::move(node);
+    s->queue_ = queue;
   }
+#endif
   s->graph_.emplace(Graph::build(s->config_.graph, s->registry_, &s->loop_, s->config_.source));
   s->tcp_ = s->graph_->find_as<tcp::TcpProtocol>(s->config_.tcp);
   s->udp_ = s->graph_->find_as<udp::UdpProtocol>(s->config_.udp);
-  if (s->authority_) {
-    if (s->tcp_ != nullptr) s->tcp_->set_port_authority(s->authority_.get());
-    if (s->udp_ != nullptr) s->udp_->set_port_authority(s->authority_.get());
 #ifdef XK_HAVE_FILTERD
+  if (s->node_) {
+    PortAuthority& authority = s->node_->queue(queue);
+    if (s->tcp_ != nullptr) s->tcp_->set_port_authority(&authority);
+    if (s->udp_ != nullptr) s->udp_->set_port_authority(&authority);
     // filterd may restart under us: reconnect, and declare what we hold.
-    attach_node(static_cast<FilterdClient&>(*s->authority_), s->loop_, s->tcp_, s->udp_, s->graph_->find("net0"));
-#endif
+    attach_node(*s->node_, s->loop_, s->tcp_, s->udp_, s->graph_->find("net0"), queue);
+    s->attached_ = true;
   }
+#endif
 #ifdef XK_HAVE_DPDK
   if (auto* net = s->graph_->find_as<drivers::DpdkDriver>("net0")) {
     // A memif peer connects through DPDK's interrupt thread; keep the stack
@@ -211,8 +252,12 @@ Stack::~Stack() {
     loop_.stop();
     loop_.join();
   }
-  graph_.reset();  // protocols go before the loop they registered with (and the authority)
-  authority_.reset();
+#ifdef XK_HAVE_FILTERD
+  // The loop is stopped: nothing of this stack runs for the node any more.
+  if (attached_) node_->detach_queue(queue_);
+#endif
+  graph_.reset();  // protocols go before the loop they registered with (and the node's ports)
+  node_.reset();   // the last stack of a node closes its control connection
 }
 
 struct Stack::Completion {

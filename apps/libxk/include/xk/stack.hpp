@@ -25,6 +25,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
@@ -41,6 +42,7 @@ namespace udp {
 class UdpProtocol;
 }
 class PortAuthority;
+class FilterdClient;
 
 enum class StackMode : std::uint8_t {
   inline_calls,    // the calling thread runs the stack in every call
@@ -123,6 +125,15 @@ class Stack {
   // Builds the graph, waits for the link, starts the service thread. Throws
   // std::runtime_error (GraphError for a bad spec) saying what failed.
   static std::unique_ptr<Stack> create(StackConfig config);
+  // A node of `count` stacks attached to filterd (config.filterd, a Unix
+  // socket; no graph): one HELLO asks for a channel queue per stack, and
+  // filterd steers each flow to the queue of the stack that owns it
+  // (docs/filterd.md, "Several stacks per node"). Stack q has its own loop,
+  // graph and, in service mode, thread (pinned to config.thread.cpu + q when
+  // that is set); they share the control connection, which closes with the
+  // last of them. Destroy them together: the first stack also watches the
+  // connection for a filterd restart.
+  static std::vector<std::unique_ptr<Stack>> create_node(StackConfig config, std::size_t count);
   ~Stack();
   Stack(const Stack&) = delete;
   Stack& operator=(const Stack&) = delete;
@@ -153,15 +164,19 @@ class Stack {
 
  private:
   explicit Stack(StackConfig config);
+  static std::unique_ptr<Stack> build(StackConfig config, std::shared_ptr<FilterdClient> node, std::uint16_t queue);
   struct Completion;
   void post_and_wait(void (*run)(void*), void* frame);
 
   StackConfig config_;
   Registry registry_;
   EventLoop loop_;
-  // filterd's side of the ports (null: standalone). Before the graph, so it
+  // filterd's side of the ports (null: standalone), shared by the stacks of
+  // a node; this stack is its queue `queue_`. Before the graph, so it
   // outlives the connections that give their ports back to it.
-  std::unique_ptr<PortAuthority> authority_;
+  std::shared_ptr<FilterdClient> node_;
+  std::uint16_t queue_ = 0;
+  bool attached_ = false;  // its loop is attached to the node (detach before going)
   std::optional<Graph> graph_;
   tcp::TcpProtocol* tcp_ = nullptr;
   udp::UdpProtocol* udp_ = nullptr;

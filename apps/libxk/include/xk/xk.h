@@ -94,6 +94,18 @@ void xk_stack_config_init(struct xk_stack_config* config);
  * configuration, EIO when the port or its link cannot be brought up) and
  * xk_last_error() saying what went wrong. */
 xk_stack* xk_stack_create(const struct xk_stack_config* config);
+/* A node of `count` stacks (1..64) sharing filterd's address, one per core:
+ * one registration with filterd (config->filterd, a Unix socket, or
+ * XK_FILTERD for a NULL config) asks for a channel queue per stack, and
+ * filterd steers every flow to the queue of the stack that owns it. Each of
+ * stacks[0..count) is an ordinary stack with its own sockets, epoll sets and
+ * (service mode) thread, pinned to CPU cpu + i when cpu >= 0 (XK_CPU). A TCP
+ * port that SO_REUSEPORT listeners on several stacks bind becomes one listen
+ * group: filterd spreads new connections over them. Returns 0, or -1 with
+ * errno set (EINVAL: no filterd, a count out of range, a filterd over TCP;
+ * EIO: filterd or a channel failed) and nothing created. Destroy the stacks
+ * together with xk_stack_destroy: the first watches filterd for a restart. */
+int xk_node_create(const struct xk_stack_config* config, unsigned count, xk_stack** stacks);
 /* Closes every descriptor of the stack (connections are reset) and frees it. */
 void xk_stack_destroy(xk_stack* stack);
 /* Inline stacks: one pass of the stack (receive, timers, transmit) in the
