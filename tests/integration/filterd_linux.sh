@@ -48,30 +48,10 @@ fi
 NODES=4
 CONNS=64
 
-NSA=xk-fd-$$-a
-NSB=xk-fd-$$-b
-LNX=xkfl$$
-XKIF=xkfx$$
-LNX_IP=192.0.2.1
-SHARED=192.0.2.10
-OUT=$PWD/$TEST_NAME.out
-rm -rf "$OUT"
-mkdir -p "$OUT"
-CTL=$OUT/filterd.sock
-MEMIF=/run/xk-fd-$$.memif  # an abstract-namespace name for memif; no file
-
-install_cleanup
-
-step "topology: $NSA ($LNX $LNX_IP/24) <-veth-> $NSB (filterd on $XKIF as $SHARED/24)"
-make_veth_topology "$NSA" "$NSB" "$LNX" "$XKIF" "$LNX_IP/24"
-start_capture "$NSA" "$LNX" "$OUT/linux.pcap"  # checked at the end (check_capture)
+filterd_veth_setup fd  # NSA NSB LNX XKIF LNX_IP SHARED OUT CTL MEMIF; capture on
 
 step "filterd ($MODE mode)"
-ip netns exec "$NSB" "$FD" --mode "$MODE" --port "net_af_packet0,iface=$XKIF,framecnt=4096" --port-opts "mbufs=16383" \
-  --ip "$SHARED/24" --control "$CTL" --memif-socket "$MEMIF" > "$OUT/filterd.log" 2>&1 &
-FDPID=$!
-PIDS+=("$FDPID")
-wait_for "$OUT/filterd.log" "ready" "$FDPID" 30
+start_filterd "$FD" --mode "$MODE"
 
 # A node: xk-tcp-perf attached to filterd, its pid in NODE_PID (not through
 # $(...): a subshell's child could not be waited for). Sleeping when idle:

@@ -35,30 +35,10 @@ for tool in ip ethtool tcpdump tshark "$PY"; do command -v "$tool" >/dev/null ||
 BYTES=${XK_INT_MQ_BYTES:-262144}
 CONNS=32
 
-NSA=xk-mq-$$-a
-NSB=xk-mq-$$-b
-LNX=xkml$$
-XKIF=xkmx$$
-LNX_IP=192.0.2.1
-SHARED=192.0.2.10
-OUT=$PWD/$TEST_NAME.out
-rm -rf "$OUT"
-mkdir -p "$OUT"
-CTL=$OUT/filterd.sock
-MEMIF=/run/xk-mq-$$.memif  # an abstract-namespace name for memif; no file
-
-install_cleanup
-
-step "topology: $NSA ($LNX $LNX_IP/24) <-veth-> $NSB (filterd on $XKIF as $SHARED/24)"
-make_veth_topology "$NSA" "$NSB" "$LNX" "$XKIF" "$LNX_IP/24"
-start_capture "$NSA" "$LNX" "$OUT/linux.pcap"  # checked at the end (check_capture)
+filterd_veth_setup mq  # NSA NSB LNX XKIF LNX_IP SHARED OUT CTL MEMIF; capture on
 
 step "filterd"
-ip netns exec "$NSB" "$FD" --port "net_af_packet0,iface=$XKIF,framecnt=4096" --port-opts "mbufs=16383" \
-  --ip "$SHARED/24" --control "$CTL" --memif-socket "$MEMIF" > "$OUT/filterd.log" 2>&1 &
-FDPID=$!
-PIDS+=("$FDPID")
-wait_for "$OUT/filterd.log" "ready" "$FDPID" 30
+start_filterd "$FD"
 
 step "(1) 2 nodes x 2 stacks (cpus 0,1) listen on $SHARED:7 as a group; Linux opens $CONNS connections"
 NODES=()

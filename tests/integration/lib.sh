@@ -201,6 +201,44 @@ make_veth_topology() {
   ip netns exec "$nsb" ip link set "$xkif" up
 }
 
+# filterd_veth_setup TAG: the filterd tests' topology -- Linux in netns
+# xk-TAG-<pid>-a on xk<T>l<pid> (LNX_IP 192.0.2.1/24, T the tag's first
+# letter), and netns xk-TAG-<pid>-b with the veth's other end xk<T>x<pid>
+# (XKIF) for filterd as SHARED 192.0.2.10/24 -- with OUT made afresh, the
+# cleanup installed, and a capture started on Linux's side (check_capture it
+# at the end). Sets NSA NSB LNX XKIF LNX_IP SHARED OUT CTL MEMIF.
+filterd_veth_setup() {
+  local tag=$1
+  NSA=xk-$tag-$$-a
+  NSB=xk-$tag-$$-b
+  LNX=xk${tag:0:1}l$$
+  XKIF=xk${tag:0:1}x$$
+  LNX_IP=192.0.2.1
+  SHARED=192.0.2.10
+  OUT=$PWD/$TEST_NAME.out
+  rm -rf "$OUT"
+  mkdir -p "$OUT"
+  CTL=$OUT/filterd.sock
+  MEMIF=/run/xk-$tag-$$.memif  # an abstract-namespace name for memif; no file
+  install_cleanup
+  step "topology: $NSA ($LNX $LNX_IP/24) <-veth-> $NSB (filterd on $XKIF as $SHARED/24)"
+  make_veth_topology "$NSA" "$NSB" "$LNX" "$XKIF" "$LNX_IP/24"
+  start_capture "$NSA" "$LNX" "$OUT/linux.pcap"
+}
+
+# start_filterd FILTERD [ARGS...]: filterd in NSB on XKIF (DPDK af_packet) as
+# SHARED, control socket CTL, memif socket MEMIF, log $OUT/filterd.log, more
+# flags in ARGS; waits for it to be ready. Sets FDPID.
+start_filterd() {
+  local fd=$1
+  shift
+  ip netns exec "$NSB" "$fd" "$@" --port "net_af_packet0,iface=$XKIF,framecnt=4096" --port-opts "mbufs=16383" \
+    --ip "$SHARED/24" --control "$CTL" --memif-socket "$MEMIF" > "$OUT/filterd.log" 2>&1 &
+  FDPID=$!
+  PIDS+=("$FDPID")
+  wait_for "$OUT/filterd.log" "ready" "$FDPID" 30
+}
+
 # Two namespaces joined by a veth pair, addresses $5 and $6 on ends $3 and
 # $4, offloads as Linux sets them (the benchmarks' reference).
 make_veth_pair() {
