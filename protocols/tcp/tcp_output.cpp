@@ -225,7 +225,12 @@ void TcpConnection::schedule_ack(bool full_segment) {
   ack_pending_ = true;
   if (full_segment) ++unacked_segs_;
   if (unacked_segs_ >= 2) {
-    if (proto_->config().ack_per_burst) {
+    const TcpConfig& cfg = proto_->config();
+    // A burst's ACK covers at most ack_burst_max bytes (GRO's 64 KB): past
+    // that it goes at once, so a sender of jumbo frames is not clocked by
+    // one ACK per 32 frames (288 KB at MTU 9000).
+    const auto unacked = static_cast<std::uint32_t>(std::max<std::int32_t>(0, rcv_nxt_ - last_ack_sent_));
+    if (cfg.ack_per_burst && (cfg.ack_burst_max == 0 || unacked < cfg.ack_burst_max)) {
       if (!delack_timer_.armed() || delack_timer_.deadline() != Time{}) delack_timer_.arm(Time{});
     } else {
       send_ack_now();

@@ -853,6 +853,9 @@ void register_tcp(Registry& registry) {
           .with_option(OptionSpec::real("delack_ms", 0.01, 500, "delayed-ACK timeout (RFC 1122: < 500)").defaults_to("40"))
           .with_option(OptionSpec::boolean("ack_per_burst", "ACK every second full segment at the end of the input burst")
                            .defaults_to("on"))
+          .with_option(OptionSpec::size("ack_burst_max", 0, std::size_t{1} << 30,
+                                        "most bytes one end-of-burst ACK covers (0: no limit)")
+                           .defaults_to("64k"))
           .with_option(OptionSpec::real("msl_ms", 0.01, 3.6e6, "maximum segment lifetime (TIME-WAIT is 2 MSL)")
                            .defaults_to("30000"))
           .with_option(OptionSpec::size("sndbuf", 1024, std::size_t{1} << 30, "default send buffer").defaults_to("1m"))
@@ -882,6 +885,7 @@ void register_tcp(Registry& registry) {
             c.rto_initial = ms("rto_initial_ms");
             c.delack = ms("delack_ms");
             c.ack_per_burst = o.get_bool("ack_per_burst");
+            c.ack_burst_max = static_cast<std::uint32_t>(o.get_size("ack_burst_max"));
             c.msl = ms("msl_ms");
             c.sndbuf = o.get_size("sndbuf");
             c.rcvbuf = o.get_size("rcvbuf");

@@ -681,6 +681,26 @@ TEST_F(TcpScript, AckPerBurstCoversTheWholeBurstOnce) {
   expect_read(8000);
 }
 
+// ack_burst_max: a burst ACK covers at most that many bytes; past them the
+// ACK leaves at once, in the middle of the burst.
+TEST_F(TcpScript, AckPerBurstCoversAtMostAckBurstMaxBytes) {
+  TcpConfig cfg;
+  cfg.ack_burst_max = 2000;
+  start(cfg);
+  passive_open(Offer());
+  inject_burst({ack().seq(1).ack(1).len(1000), ack().seq(1001).ack(1).len(1000), ack().seq(2001).ack(1).len(1000),
+                ack().seq(3001).ack(1).len(1000), ack().seq(4001).ack(1).len(1000), ack().seq(5001).ack(1).len(1000),
+                ack().seq(6001).ack(1).len(1000)});
+  expect(ack().seq(1).ack(2001));
+  expect(ack().seq(1).ack(4001));
+  expect(ack().seq(1).ack(6001));
+  expect_nothing();
+  EXPECT_EQ(stats().burst_acks.value(), 0u);
+  advance(40ms);  // the seventh segment: alone since the last ACK
+  expect(ack().seq(1).ack(7001));
+  EXPECT_EQ(stats().delayed_acks.value(), 1u);
+}
+
 // ack_per_burst=off: the ACK for every second full segment leaves at once.
 TEST_F(TcpScript, WithoutAckPerBurstEverySecondSegmentIsAckedAtOnce) {
   TcpConfig cfg;

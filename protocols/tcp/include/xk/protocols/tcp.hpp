@@ -85,6 +85,7 @@ struct TcpConfig {
   // The ACK owed for every second full segment goes out at the end of the
   // input burst (one ACK for the burst) rather than at once (docs/tcp.md).
   bool ack_per_burst = true;
+  std::uint32_t ack_burst_max = 64 * 1024;  // bytes one burst ACK may cover (0: the whole burst)
   Duration msl = std::chrono::seconds(30);          // TIME-WAIT lasts 2 MSL
   unsigned syn_retries = 6;
   unsigned max_retries = 15;  // RFC 1122 4.2.3.5 R2, in retransmissions
