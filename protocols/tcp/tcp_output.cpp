@@ -105,11 +105,9 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
     while (o.sack_count > 0 && len + options_size(o) > mss_) --o.sack_count;
     stats_.sack_blocks_out += o.sack_count;
   }
-  std::array<std::byte, kMaxOptionsSize> ob{};
-  const std::size_t olen = write_options(o, ob);
-  Result<std::span<std::byte>> room = payload.push(Header::kMinSize + olen);
-  if (!room) return room.status();
   Header h;
+  auto room = push_header(payload, &o, h);
+  if (!room) return room.status();
   h.src_port = tuple_.local_port;
   h.dst_port = tuple_.remote_port;
   h.seq = seq;
@@ -119,9 +117,7 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
     last_ack_sent_ = rcv_nxt_;
   }
   h.window = static_cast<std::uint16_t>(advertised_window());
-  h.data_offset = static_cast<std::uint8_t>((Header::kMinSize + olen) / 4);
-  h.write(room->first<Header::kMinSize>());
-  std::memcpy(room->data() + Header::kMinSize, ob.data(), olen);
+  h.write(*room);
 
   ack_pending_ = false;
   unacked_segs_ = 0;
@@ -156,12 +152,10 @@ void TcpConnection::send_syn() {
   }
   if (cfg.sack && (!synack || sack_ok_)) o.sack_permitted = true;
   if (cfg.timestamps && (!synack || ts_ok_)) o.timestamps = Timestamps{tsval_now(), synack ? ts_recent_ : 0u};
-  std::array<std::byte, kMaxOptionsSize> ob{};
-  const std::size_t olen = write_options(o, ob);
   Msg m = Msg::alloc(0);
-  Result<std::span<std::byte>> room = m.push(Header::kMinSize + olen);
-  if (!room) return;
   Header h;
+  auto room = push_header(m, &o, h);
+  if (!room) return;
   h.src_port = tuple_.local_port;
   h.dst_port = tuple_.remote_port;
   h.seq = iss_;
@@ -173,9 +167,7 @@ void TcpConnection::send_syn() {
   // RFC 7323 2.2: the window of a SYN is never scaled.
   h.window = static_cast<std::uint16_t>(std::min<std::uint32_t>(rcv_space(), 65535));
   rcv_adv_ = rcv_nxt_ + (synack ? std::uint32_t{h.window} : 0u);
-  h.data_offset = static_cast<std::uint8_t>((Header::kMinSize + olen) / 4);
-  h.write(room->first<Header::kMinSize>());
-  std::memcpy(room->data() + Header::kMinSize, ob.data(), olen);
+  h.write(*room);
   ++stats_.segs_out;
   if (retries_ == 0) start_rtt_timing(iss_ + 1);
   snd_nxt_ = iss_ + 1;

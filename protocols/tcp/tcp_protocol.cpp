@@ -357,21 +357,17 @@ Status TcpProtocol::transmit(Session& ip, Ipv4Addr src, Ipv4Addr dst, Msg segmen
 
 Status TcpProtocol::send_raw(IpPeer& ip, std::uint16_t sport, std::uint16_t dport, SeqNum seq, SeqNum ack,
                              std::uint8_t flags, std::uint16_t window, const Options* opts, ChecksumMode csum) {
-  std::array<std::byte, kMaxOptionsSize> ob{};
-  std::size_t olen = opts != nullptr ? write_options(*opts, ob) : 0;
   Msg m = Msg::alloc(0, Msg::kDefaultHeadroom);
-  Result<std::span<std::byte>> room = m.push(Header::kMinSize + olen);
-  if (!room) return room.status();
   Header h;
+  auto room = push_header(m, opts, h);
+  if (!room) return room.status();
   h.src_port = sport;
   h.dst_port = dport;
   h.seq = seq;
   h.ack = ack;
-  h.data_offset = static_cast<std::uint8_t>((Header::kMinSize + olen) / 4);
   h.flags = flags;
   h.window = window;
-  h.write(room->first<Header::kMinSize>());
-  std::memcpy(room->data() + Header::kMinSize, ob.data(), olen);
+  h.write(*room);
   return transmit(*ip.session, ip.local, ip.peer, std::move(m), csum);
 }
 

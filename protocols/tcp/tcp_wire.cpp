@@ -210,4 +210,13 @@ bool checksum_ok(Ipv4Addr src, Ipv4Addr dst, const Msg& segment) noexcept {
   return csum::fold(csum::partial(segment, sum)) == 0xffff;
 }
 
+Result<std::span<std::byte, Header::kMinSize>> push_header(Msg& m, const Options* opts, Header& h) {
+  const std::size_t olen = opts != nullptr ? options_size(*opts) : 0;
+  Result<std::span<std::byte>> room = m.push(Header::kMinSize + olen);
+  if (!room) return room.error();
+  if (olen != 0) (void)write_options(*opts, room->subspan(Header::kMinSize));
+  h.data_offset = static_cast<std::uint8_t>((Header::kMinSize + olen) / 4);
+  return room->first<Header::kMinSize>();
+}
+
 }  // namespace xk::tcp

@@ -31,6 +31,7 @@
 #include "xk/address.hpp"
 #include "xk/byteorder.hpp"
 #include "xk/checksum.hpp"
+#include "xk/msg.hpp"
 #include "xk/protocols/tcp_seq.hpp"
 #include "xk/result.hpp"
 
@@ -192,6 +193,12 @@ std::size_t options_size(const Options& opts) noexcept;
 // Returns the bytes written, or 0 and writes nothing when `out` is smaller than
 // options_size(opts).
 std::size_t write_options(const Options& opts, std::span<std::byte> out) noexcept;
+
+// Room for a header in front of `m`, with the options `opts` (none if null)
+// already written behind it and h.data_offset set to match; the caller fills
+// in the rest of `h` and writes it into the 20 bytes returned. Fails as
+// Msg::push does.
+Result<std::span<std::byte, Header::kMinSize>> push_header(Msg& m, const Options* opts, Header& h);
 
 // ---- Checksum (RFC 9293 3.1): over the IPv4 pseudo-header and the segment ----
 
