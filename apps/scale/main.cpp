@@ -79,10 +79,13 @@ where the processes run:
                         whose ranks are the nodes (Open MPI; xk-scale rank wraps each)
   --mpirun PATH         the mpirun to use (default mpirun)
   --mpirun-args 'A ..'  more mpirun arguments (a hostfile, --mca ...)
-  --remote xk|linux     xk (default, no root): the remote is a standalone xk receiver
-                        joined to filterd's external port by net_memif; linux (root):
-                        a Linux receiver in a network namespace, filterd on a veth
-                        through net_af_packet (checksum on only)
+  --remote xk|xk-filterd|linux
+                        xk (default, no root): the remote is a standalone xk receiver
+                        joined to filterd's external port by net_memif; xk-filterd (no
+                        root): another xk machine -- its own filterd on that link and a
+                        receiver node attached to it; linux (root): a Linux receiver in
+                        a network namespace, filterd on a veth through net_af_packet
+                        (checksum on only)
 
 programs and output:
   --program PATH        the node/receiver program (default: xk-ttcp of this build)
@@ -95,7 +98,7 @@ exit status: 0 success, 1 a run failed (its logs are in the results folder),
 )";
 
 enum class Launcher { local, mpirun };
-enum class Remote { xk, linux };
+enum class Remote { xk, xk_filterd, linux };
 
 struct Args {
   std::vector<unsigned> ns{1, 2, 4, 8};
@@ -223,7 +226,8 @@ Args parse_args(int argc, char** argv) {
     } else if (n == "--mpirun-args") {
       a.mpirun_args = words(f.value());
     } else if (n == "--remote") {
-      a.remote = choice(n, f.value(), {"xk", "linux"}) == "xk" ? Remote::xk : Remote::linux;
+      const std::string r = choice(n, f.value(), {"xk", "xk-filterd", "linux"});
+      a.remote = r == "xk" ? Remote::xk : r == "linux" ? Remote::linux : Remote::xk_filterd;
     } else if (n == "--program" || n == "--filterd-bin") {
       std::string p(f.value());
       if (!is_executable_file(p)) throw UsageError{std::string(n) + ": '" + p + "' is not an executable file"};
@@ -420,7 +424,7 @@ class Experiment {
 };
 
 std::vector<std::string> Experiment::in_xk_ns(std::vector<std::string> argv) const {
-  if (a_.remote == Remote::xk) return argv;
+  if (a_.remote != Remote::linux) return argv;
   argv.insert(argv.begin(), {"ip", "netns", "exec", nsb_});
   return argv;
 }
@@ -503,8 +507,28 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
   // The remote side, then filterd: the receiver (a memif server) waits for
   // its link, which comes up when filterd's external port connects.
   std::unique_ptr<Child> peer;
+  std::unique_ptr<Child> remote_fd;  // --remote xk-filterd: the remote machine's filterd
   std::string peer_ip;
-  if (a_.remote == Remote::xk) {
+  if (a_.remote == Remote::xk_filterd) {
+    // Another xk machine: its filterd owns the external link (the memif
+    // server this time) and the receiver is a node attached to it.
+    peer_ip = kXkPeerIp;
+    const std::string rctl = tmp_ + "/remote-ctl-" + std::to_string(index) + ".sock";
+    std::vector<std::string> rfd{a_.filterd, "--mode", "steer", "--ip", peer_ip + "/24", "--control", rctl,
+                                 "--memif-socket", "/run/xk-scale-" + id + ".remote-nodes", "--csum", csum,
+                                 "--port", "net_memif0,role=server,id=0,socket=" + ext_memif};
+    if (a_.mtu != 1500) rfd.insert(rfd.end(), {"--port-opts", "mtu=" + std::to_string(a_.mtu)});
+    if (!a_.tcp_opts.empty()) rfd.insert(rfd.end(), {"--tcp-opts", a_.tcp_opts});
+    remote_fd = std::make_unique<Child>("the remote filterd", rfd, dir + "/remote-filterd.log");
+    wait_for_text(*remote_fd, "ready", 60);
+    std::vector<std::string> argv{a_.program, "receive", "--filterd", rctl, "--tcp-port", kPeerPort,
+                                  "--connections", std::to_string(p.n), "--csum", csum,
+                                  "--verify", a_.verify ? "on" : "off", "--idle", a_.peer_idle, "--timeout", timeout};
+    if (!a_.tcp_opts.empty()) argv.insert(argv.end(), {"--tcp-opts", a_.tcp_opts});
+    if (a_.progress_s) argv.insert(argv.end(), {"--progress", fmt("%g", *a_.progress_s)});
+    peer = std::make_unique<Child>("the receiver", argv, dir + "/peer.log");
+    wait_for_text(*peer, "ready", 60);
+  } else if (a_.remote == Remote::xk) {
     peer_ip = kXkPeerIp;
     std::vector<std::string> argv{a_.program, "receive", "--port",
                                   "net_memif0,role=server,id=0,socket=" + ext_memif, "--ip", peer_ip + "/24",
@@ -526,7 +550,7 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
   }
   // The external link, as filterd (or a standalone node) takes it.
   std::vector<std::string> port;
-  if (a_.remote == Remote::xk) {
+  if (a_.remote != Remote::linux) {
     port = {"--port", "net_memif1,role=client,id=0,socket=" + ext_memif};
     if (a_.mtu != 1500) port.insert(port.end(), {"--port-opts", "mtu=" + std::to_string(a_.mtu)});
   } else {
@@ -542,7 +566,7 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
     if (!a_.tcp_opts.empty()) fd.insert(fd.end(), {"--tcp-opts", a_.tcp_opts});
     filterd = std::make_unique<Child>("filterd", in_xk_ns(fd), dir + "/filterd.log");
     wait_for_text(*filterd, "ready", 60);
-    wait_for_text(*peer, "ready", 60);
+    if (a_.remote != Remote::xk_filterd) wait_for_text(*peer, "ready", 60);
   }
 
   // The nodes: each sends one stream to the receiver; a standalone node
@@ -603,9 +627,11 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
       }
     }
     if (!any) break;
-    if (filterd && !filterd->running()) {
-      throw RunFailure{"filterd " + filterd->describe_status() + " during the run; " + filterd->log() + " ends:\n" +
-                       filterd->log_tail()};
+    for (Child* f : {filterd.get(), remote_fd.get()}) {
+      if (f != nullptr && !f->running()) {
+        throw RunFailure{f->name() + " " + f->describe_status() + " during the run; " + f->log() + " ends:\n" +
+                         f->log_tail()};
+      }
     }
     if (now_seconds() > deadline) {
       throw RunFailure{"the run took longer than --timeout " + fmt("%.0f", a_.timeout_s) + " s; logs in " + dir};
@@ -628,9 +654,18 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
   if (peer->status() != 0) {
     throw RunFailure{peer->name() + " " + peer->describe_status() + "; " + peer->log() + " ends:\n" + peer->log_tail()};
   }
-  if (filterd && !filterd->stop()) {
-    throw RunFailure{"filterd " + filterd->describe_status() + " when stopped; " + filterd->log() + " ends:\n" +
-                     filterd->log_tail()};
+  // The remote machine's CPU is its receiver's and its filterd's.
+  double remote_fd_cpu = 0;
+  if (remote_fd) {
+    const auto c = process_cpu_seconds(remote_fd->pid());
+    if (!c) throw RunFailure{"the remote filterd is gone at the end of the run; " + remote_fd->log()};
+    remote_fd_cpu = *c;
+  }
+  for (Child* f : {filterd.get(), remote_fd.get()}) {
+    if (f != nullptr && !f->stop()) {
+      throw RunFailure{f->name() + " " + f->describe_status() + " when stopped; " + f->log() + " ends:\n" +
+                       f->log_tail()};
+    }
   }
   const double wall = now_seconds() - t_start;
 
@@ -640,7 +675,7 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
   r.n = p.n;
   r.repeat = p.repeat;
   r.launcher = a_.launcher == Launcher::local ? "local" : "mpirun";
-  r.remote = a_.remote == Remote::xk ? "xk" : "linux";
+  r.remote = a_.remote == Remote::xk ? "xk" : a_.remote == Remote::linux ? "linux" : "xk-filterd";
   r.mtu = a_.mtu;
   r.wall_seconds = wall;
   Fields total;
@@ -654,7 +689,7 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
   }
   r.bytes = static_cast<std::uint64_t>(number(total, "bytes", who));
   r.seconds = number(total, "seconds", who);
-  r.peer_cpu_s = number(total, "cpu_s", who);
+  r.peer_cpu_s = number(total, "cpu_s", who) + remote_fd_cpu;
   if (r.bytes == 0 || !(r.seconds > 0)) throw RunFailure{who + ": no bytes or no time"};
   r.aggregate_gbps = static_cast<double>(r.bytes) * 8 / r.seconds / 1e9;
   r.aggregate_mbps = static_cast<double>(r.bytes) / r.seconds / 1e6;
@@ -723,7 +758,10 @@ int Experiment::run() {
   }
   const std::string per = a_.seconds ? fmt("%g s", *a_.seconds) + " per connection"
                                      : human_bytes(a_.bytes) + " per connection";
-  const std::string setup = std::string("remote ") + (a_.remote == Remote::xk ? "xk (memif)" : "linux (af_packet)") +
+  const std::string setup = std::string("remote ") +
+                            (a_.remote == Remote::xk           ? "xk (memif)"
+                             : a_.remote == Remote::xk_filterd ? "xk behind its own filterd (memif)"
+                                                               : "linux (af_packet)") +
                             ", " + (a_.launcher == Launcher::local ? "local" : "mpirun") + " launcher, " + per +
                             ", MTU " + std::to_string(a_.mtu);
   std::printf("xk-scale: %zu runs (%s); results in %s\n", points.size(), setup.c_str(), results_.c_str());

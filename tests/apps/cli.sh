@@ -174,7 +174,7 @@ expect xk-scale 2 "--repeat: '0' is not a number in 1..100" --repeat 0
 expect xk-scale 2 "--mtu: '9001' is not a number in 576..9000" --mtu 9001
 expect xk-scale 2 "--buflen: 1 byte to 64m" --buflen 0
 expect xk-scale 2 "--launcher: expected local or mpirun, got 'slurm'" --launcher slurm
-expect xk-scale 2 "--remote: expected xk or linux, got 'vm'" --remote vm
+expect xk-scale 2 "--remote: expected xk or xk-filterd or linux, got 'vm'" --remote vm
 expect xk-scale 2 "--remote linux: Linux checks the checksum.*give --csum on" --remote linux
 expect xk-scale 2 "--idle: expected busy or sleep, got 'nap'" --idle nap
 expect xk-scale 2 "--verify: expected on or off" --verify=1

@@ -9,7 +9,9 @@
 # (2) the mpirun path: N=2 as one `mpirun -np 2` job (steer, checksum on),
 #     each rank a node with its own label;
 # (3) SIGINT in the middle of a run: xk-scale exits 130 within seconds and
-#     stops every process it started.
+#     stops every process it started;
+# (4) --remote xk-filterd: the remote side is another xk machine, its own
+#     filterd with a receiver node attached; one steer run, CSV complete.
 #
 #   scale_smoke.sh XK_SCALE FILTERD NODE_PROGRAM
 #   XK_SCALE_SMOKE_BYTES   bytes per connection (default 8m; 2m under ASan)
@@ -60,12 +62,13 @@ no_leftovers() {
   echo "   nothing left behind by xk-scale $pid"
 }
 
-# check_csv FILE ROWS LAUNCHER: the header, ROWS rows, each (mode, csum, n)
-# of the matrix once, every figure positive, bytes = n x BYTES.
+# check_csv FILE ROWS LAUNCHER [REMOTE]: the header, ROWS rows, each (mode,
+# csum, n) of the matrix once, every figure positive, bytes = n x BYTES, the
+# remote REMOTE (default xk).
 check_csv() {
-  /usr/bin/python3 - "$1" "$2" "$3" "$(numfmt --from=iec "${BYTES^^}")" <<'PY'
+  /usr/bin/python3 - "$1" "$2" "$3" "$(numfmt --from=iec "${BYTES^^}")" "${4:-xk}" <<'PY'
 import csv, sys
-path, rows_wanted, launcher, per_conn = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+path, rows_wanted, launcher, per_conn, remote = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
 header = ("mode,csum,n,repeat,bytes,seconds,aggregate_gbps,aggregate_MBps,per_node_gbps_mean,per_node_gbps_min,"
           "per_node_gbps_max,filterd_cpu_s_per_gb,nodes_cpu_s_per_gb,peer_cpu_s_per_gb,filterd_cpu_s,nodes_cpu_s,"
           "peer_cpu_s,launcher,remote,mtu,wall_seconds")
@@ -77,7 +80,7 @@ keys = set()
 for r in rows:
     keys.add((r["mode"], r["csum"], r["n"]))
     assert r["mode"] in ("steer", "central", "standalone") and r["csum"] in ("on", "off"), r
-    assert r["launcher"] == launcher and r["remote"] == "xk" and r["mtu"] == "1500", r
+    assert r["launcher"] == launcher and r["remote"] == remote and r["mtu"] == "1500", r
     assert int(r["bytes"]) == int(r["n"]) * per_conn, "bytes %s for n=%s" % (r["bytes"], r["n"])
     for k in header.split(",")[4:17] + ["wall_seconds"]:
         if r["mode"] == "standalone" and k.startswith("filterd"):
@@ -160,4 +163,15 @@ cat "$OUT/sigint.log" | sed 's/^/   /'
 [ "$rc" -eq 130 ] || die "(3): exit $rc after SIGINT, 130 wanted"
 [ $(($(date +%s) - t0)) -le 20 ] || die "(3): xk-scale took more than 20 s to stop"
 grep -q "stopped by Interrupt" "$OUT/sigint.log" || die "(3): xk-scale did not say it was interrupted"
+no_leftovers "$SCALE_PID"
+
+step "(4) the remote side as another xk machine: its own filterd and a receiver node"
+start_scale "$OUT/remote-filterd.log" --n 1 --modes steer --csum on --remote xk-filterd --results "$OUT/rfd" \
+  "${COMMON[@]}"
+wait "$SCALE_PID" || { cat "$OUT/remote-filterd.log" >&2; die "(4): xk-scale --remote xk-filterd failed"; }
+PIDS=()
+sed 's/^/   /' "$OUT/remote-filterd.log"
+check_csv "$OUT/rfd/scale.csv" 1 local xk-filterd
+RLOG=$OUT/rfd/runs/steer-csumon-n1/remote-filterd.log
+grep -q "attached on memif" "$RLOG" || die "(4): the receiver did not attach to the remote filterd ($RLOG)"
 no_leftovers "$SCALE_PID"
