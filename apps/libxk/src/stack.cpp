@@ -143,23 +143,31 @@ bool WaitPoint::wait(std::uint32_t seen, std::optional<std::chrono::steady_clock
 
 Stack::Stack(StackConfig config) : config_(std::move(config)), loop_(config_.clock, config_.loop) {}
 
-std::unique_ptr<Stack> Stack::create(StackConfig config) {
-  if (config.filterd.empty()) return build(std::move(config), nullptr, 0);
 #ifdef XK_HAVE_FILTERD
+namespace {
+// The control connection of a node of `queues` stacks. Over TCP the node is
+// on another host, with one port of its own (and so one stack).
+std::shared_ptr<FilterdClient> connect_node(const StackConfig& config, std::uint16_t queues) {
   if (!config.graph.empty()) throw std::invalid_argument("a node attached to filterd gets its graph from filterd");
   FilterdClient::Options options = FilterdClient::options_from_env();
-  // Over TCP only: a node on this host has its memif channel.
-  if (FilterdClient::is_tcp(config.filterd)) options.node_port = config.node_port;
-  if (!options.node_port.empty() && !config.node_mac.empty()) {
-    Result<MacAddr> m = parse_mac(config.node_mac);
-    if (!m) throw std::invalid_argument("node MAC '" + config.node_mac + "' is not aa:bb:cc:dd:ee:ff");
-    options.node_mac = *m;
+  options.queues = queues;
+  if (FilterdClient::is_tcp(config.filterd)) {
+    if (queues > 1) throw std::invalid_argument("a node on another host (filterd over TCP) runs one stack on its own port");
+    options.node_port = config.node_port;  // a node on this host has its memif channel
+    if (!options.node_port.empty() && !config.node_mac.empty()) {
+      Result<MacAddr> m = parse_mac(config.node_mac);
+      if (!m) throw std::invalid_argument("node MAC '" + config.node_mac + "' is not aa:bb:cc:dd:ee:ff");
+      options.node_mac = *m;
+    }
   }
-  std::shared_ptr<FilterdClient> node = FilterdClient::connect(config.filterd, config.node_name, options);
-  return build(std::move(config), std::move(node), 0);
-#else
-  throw std::invalid_argument("this build has no filterd support (libpcap was missing)");
+  return FilterdClient::connect(config.filterd, config.node_name, options);
+}
+}  // namespace
 #endif
+
+std::unique_ptr<Stack> Stack::create(StackConfig config) {
+  if (config.filterd.empty()) return build(std::move(config), nullptr, 0);
+  return std::move(create_node(std::move(config), 1).front());
 }
 
 std::vector<std::unique_ptr<Stack>> Stack::create_node(StackConfig config, std::size_t count) {
@@ -167,24 +175,16 @@ std::vector<std::unique_ptr<Stack>> Stack::create_node(StackConfig config, std::
   if (config.filterd.empty()) {
     throw std::invalid_argument("several stacks sharing one address need filterd (a standalone port is one stack's)");
   }
-  std::vector<std::unique_ptr<Stack>> stacks;
-  if (count == 1) {
-    stacks.push_back(create(std::move(config)));
-    return stacks;
-  }
 #ifdef XK_HAVE_FILTERD
-  if (!config.graph.empty()) throw std::invalid_argument("a node attached to filterd gets its graph from filterd");
-  if (FilterdClient::is_tcp(config.filterd)) {
-    throw std::invalid_argument("a node on another host (filterd over TCP) runs one stack on its own port");
-  }
-  FilterdClient::Options options = FilterdClient::options_from_env();
-  options.queues = static_cast<std::uint16_t>(count);
-  std::shared_ptr<FilterdClient> node = FilterdClient::connect(config.filterd, config.node_name, options);
+  std::shared_ptr<FilterdClient> node = connect_node(config, static_cast<std::uint16_t>(count));
+  std::vector<std::unique_ptr<Stack>> stacks;
   for (std::size_t q = 0; q < count; ++q) {
     StackConfig c = config;
-    if (c.thread.cpu >= 0) c.thread.cpu += static_cast<int>(q);
-    if (c.loop.name == "loop") c.loop.name = "stack" + std::to_string(q);
-    // On failure the stacks built so far go (in reverse), then the node.
+    if (count > 1) {
+      if (c.thread.cpu >= 0) c.thread.cpu += static_cast<int>(q);
+      if (c.loop.name == "loop") c.loop.name = "stack" + std::to_string(q);
+    }
+    // On failure the stacks built so far go, then the node.
     stacks.push_back(build(std::move(c), node, static_cast<std::uint16_t>(q)));
   }
   return stacks;
