@@ -107,6 +107,7 @@ DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
       drop_offload_(counters().add("drop_offload", "frames refused: a checksum offload the port lacks")),
       tx_csum_offload_(counters().add("tx_csum_offload", "frames sent with a checksum left to the port")),
       drop_wrap_(counters().add("drop_wrap", "frames dropped: no memory to wrap an mbuf")),
+      rx_scarce_(counters().add("rx_scarce", "frames received while the mempool ran low (layers keeping them copy)")),
       link_up_(counters().add("link_up", "1 if the link was up when last asked")),
       intr_sleeps_(counters().add("intr_sleeps", "loop sleeps armed with the rx interrupt")),
       timer_sleeps_(counters().add("timer_sleeps", "loop sleeps bounded by the back-off timer")),
@@ -189,6 +190,9 @@ void DpdkDriver::start_port() {
   pool_ = rte_pktmbuf_pool_create(pool_name, static_cast<unsigned>(config_.mbufs), cache, 0,
                                   static_cast<std::uint16_t>(data_room + RTE_PKTMBUF_HEADROOM), socket);
   if (pool_ == nullptr) fail(name(), "cannot create a mempool of " + std::to_string(config_.mbufs) + " mbufs", rte_errno);
+  scarce_below_ = config_.mbufs / 4;
+  pool_check_every_ = std::max<std::size_t>(1, config_.mbufs / 16);
+  until_pool_check_ = 1;
 
   // DPDK 22.11's memif reports a 1518-byte max_rx_pktlen, yet it moves longer
   // frames as descriptor chains between the two processes' shared memory: a
@@ -486,6 +490,14 @@ void DpdkDriver::deliver(rte_mbuf* head) {
   // then skip their own check (a bad one is still checked, and dropped there).
   if ((flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_GOOD) frame.offload().flags |= Offload::rx_ip_good;
   if ((flags & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_GOOD) frame.offload().flags |= Offload::rx_l4_good;
+  if (--until_pool_check_ == 0) {
+    until_pool_check_ = pool_check_every_;
+    scarce_ = rte_mempool_avail_count(pool_) < scarce_below_;
+  }
+  if (scarce_) {
+    frame.offload().flags |= Offload::rx_scarce;
+    ++rx_scarce_;
+  }
   ++rx_frames_;
   rx_bytes_.inc(frame_len);
   // Keep the session alive across the upcall even if the upper disables us.

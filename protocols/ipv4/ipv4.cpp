@@ -367,6 +367,8 @@ Status Ipv4Protocol::reassemble(Session* lower, const Header& h, Msg packet, boo
     (void)packet.copy_out(0, tmp);
     packet = Msg::copy_of(tmp, 0);
     mem = truesize(packet);
+  } else if (packet.offload().has(Offload::rx_scarce) && packet.own()) {
+    mem = truesize(packet);  // the port is short of buffers: keep a copy instead
   }
 
   Datagram* d = nullptr;

@@ -77,6 +77,10 @@ void SendBuffer::clear() noexcept {
 
 void RecvBuffer::append(Msg data) {
   if (data.empty()) return;
+  // Unread data is kept zero-copy while the port has buffers to spare; a
+  // slow reader with a large window would otherwise hold all of them
+  // (docs/tcp.md, "Receive buffers and the port's pool").
+  (void)data.own_if_scarce();
   size_ += data.size();
   q_.push_back(std::move(data));
 }

@@ -84,6 +84,13 @@ Reassembly::InsertResult Reassembly::insert(SeqNum seq, Msg data, SeqNum rcv_nxt
     if (data.empty()) return r;
   }
 
+  // Data may wait here long (a hole is repaired in a round trip or more, and
+  // the application cannot read it meanwhile): when the port is short of
+  // buffers the segment is copied, so a window of held segments cannot
+  // starve the port of the one that fills the hole (docs/tcp.md, "Receive
+  // buffers and the port's pool"). Out of memory: kept as it is.
+  (void)data.own_if_scarce();
+
   // Walk the blocks that overlap or touch [cur, end): queued bytes win, the
   // gaps are cut out of `m` and chained onto their neighbours.
   Msg m = std::move(data);  // always holds [cur, end)

@@ -103,6 +103,7 @@ Status UdpSession::receive(Session&, Msg payload, Endpoint from) {
     ++proto_->drop_rcvbuf_full_;
     return Errc::would_block;
   }
+  (void)payload.own_if_scarce();  // may wait long: let a scarce port buffer go
   rxq_bytes_ += payload.size();
   rxq_.push_back(Datagram{std::move(payload), from.addr, from.port});
   if (on_readable_) on_readable_();

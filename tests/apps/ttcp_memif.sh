@@ -11,7 +11,9 @@
 # matches, the transmitter sent for at least a second, the receiver printed
 # PROGRESS lines; (3) failures: a transmitter to a port nobody listens on
 # exits 1 (refused), and a receiver waiting for a second connection that
-# never comes exits 1 after --timeout with no aggregate line.
+# never comes exits 1 after --timeout with no aggregate line; (4) a 16 MB
+# window into a receiver of 127 mbufs, 1 in 10^4 segments lost: the stream
+# arrives intact (the queues copy frames of a port short of mbufs).
 # filterd: filterd's external port is a memif whose other end is a standalone
 # receiver (--connections 3); 3 xk-ttcp transmit nodes attached with
 # --filterd (checksums off, as the receiver) send to it at once: all three
@@ -131,6 +133,32 @@ if [ -z "$FD" ]; then
   grep -q '^RESULT role=receiver conn=0 .*bytes=1048576' "$OUT/rx3.log" || die "(3): the connection that came is not reported"
   ! grep -q 'total=1' "$OUT/rx3.log" || die "(3): an aggregate line after a timeout"
   sed 's/^/   /' "$OUT/rx3.log" | grep -v rte_pmd
+
+  step "(4) a receive window far larger than the receiver's mbuf pool, with loss"
+  # 127 mbufs against a 16 MB window, and a fault layer dropping 1 in 10^4
+  # received segments: after a loss the out-of-order segments would hold
+  # every mbuf and the retransmission could never be received (a deadlock
+  # seen with the 8191-mbuf default and 16 MB windows). A port short of
+  # mbufs marks its frames and the queues keep copies (docs/tcp.md).
+  cat > "$OUT/rx4.graph" <<GRAPH
+dpdk  net0 devargs=net_memif0,role=server,id=0,socket=$SOCK mbufs=127
+eth   eth0 below=net0
+arp   arp0 below=eth0
+ipv4  ip0  below=eth0,arp0 addr=192.0.2.10/24
+fault f0   below=ip0 dir=rx loss=0.0001 seed=3
+tcp   tcp0 below=f0
+udp   udp0 below=ip0
+GRAPH
+  "$TTCP" receive --graph "$OUT/rx4.graph" --idle sleep --rcvbuf 16m --stats --timeout 15 > "$OUT/rx4.log" 2>&1 &
+  RX=$!
+  PIDS+=("$RX")
+  wait_for "$OUT/rx4.log" "waiting for the link" "$RX" 30
+  transmitter tx4.log --peer 192.0.2.10:5001 --bytes 64m --sndbuf 16m --stats --timeout 15 \
+    || { cat "$OUT/tx4.log" >&2; die "(4): the transmitter failed (stalled?)"; }
+  wait_rx || { cat "$OUT/rx4.log" >&2; die "(4): the receiver failed"; }
+  same_stream tx4.log rx4.log 67108864
+  tx=$(grep '^STATS who=transmitter' "$OUT/tx4.log")
+  [ "$(key "$tx" retransmits)" -gt 0 ] || die "(4): no retransmission: the fault layer dropped nothing"
 else
   EXT=$OUT/ext.sock
   CTL=$OUT/filterd.sock

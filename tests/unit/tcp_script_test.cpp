@@ -359,6 +359,32 @@ TEST_F(TcpScript, SackBlocksMostRecentFirstAndDsack) {
   expect_nothing();
 }
 
+// ---- receive buffers and the port's pool (docs/tcp.md) ----------------------
+
+TEST_F(TcpScript, FramesOfAPortShortOfBuffersAreCopiedBeforeTheyWait) {
+  start();
+  passive_open(Offer().sack());
+  // Out of order, the port not short of buffers: queued zero-copy.
+  inject_from_port(ack().seq(1001).ack(1).len(1000), false);
+  expect(ack().seq(1).ack(1).sack({{1001, 2001}}));
+  EXPECT_EQ(port_held(), 1);
+  // Out of order, the port short: queued as a copy, its buffer given back.
+  inject_from_port(ack().seq(3001).ack(1).len(1000), true);
+  expect(ack().seq(1).ack(1).sack({{3001, 4001}, {1001, 2001}}));
+  EXPECT_EQ(port_held(), 1);
+  // In order, the port short, nobody reading: the receive buffer keeps a copy.
+  inject_from_port(ack().seq(1).ack(1).len(1000), true);
+  expect(ack().seq(1).ack(2001).sack({{3001, 4001}}));
+  EXPECT_EQ(port_held(), 1) << "the zero-copy segment from before stays until it is read";
+  inject_from_port(ack().seq(2001).ack(1).len(1000), false);
+  expect(ack().seq(1).ack(4001));
+  EXPECT_EQ(port_held(), 2);
+  expect_read(4000);
+  EXPECT_EQ(port_held(), 0);
+  expect_read_all();
+  expect_nothing();
+}
+
 TEST_F(TcpScript, WithTimestampsThreeSackBlocksFit) {
   start();
   passive_open(Offer().sack().ts());

@@ -109,6 +109,7 @@ Buf* Buf::wrap(std::byte* data, std::size_t capacity, BufDeleter deleter) {
   b->capacity_ = static_cast<std::uint32_t>(capacity);
   b->data_ = data;
   b->deleter_ = deleter;
+  b->external_ = true;
   b->head_mark_ = b->capacity_;
   b->tail_mark_ = 0;
   live_.fetch_add(1, std::memory_order_relaxed);
@@ -118,9 +119,9 @@ Buf* Buf::wrap(std::byte* data, std::size_t capacity, BufDeleter deleter) {
 
 void Buf::destroy() noexcept {
   live_.fetch_sub(1, std::memory_order_relaxed);
-  const bool external = deleter_.fn != nullptr;
+  const bool external = external_;
   const std::uint32_t capacity = capacity_;
-  if (external) deleter_.fn(deleter_.ctx, data_);
+  if (external && deleter_.fn != nullptr) deleter_.fn(deleter_.ctx, data_);
   this->~Buf();
   void* block = this;
   if (external ? t_wrap_blocks.give(block) : give_block(block, capacity)) return;
@@ -411,7 +412,7 @@ Status Msg::append(std::span<const std::byte> bytes) {
     Buf* b = f.buf;
     std::uint32_t end = f.off + f.len;
     bool ours = b->refs() == 1 || end == b->tail_mark_;
-    if (ours && b->deleter_.fn == nullptr && b->capacity() - end >= bytes.size()) {
+    if (ours && !b->external_ && b->capacity() - end >= bytes.size()) {
       std::memcpy(b->data() + end, bytes.data(), bytes.size());
       f.len += static_cast<std::uint32_t>(bytes.size());
       b->tail_mark_ = f.off + f.len;
@@ -445,15 +446,33 @@ Msg Msg::share() const {
 
 Status Msg::linearize() {
   if (n_ <= 1) return {};
-  Buf* b = Buf::allocate(kDefaultHeadroom + size_);
+  return copy_to_one(kDefaultHeadroom);
+}
+
+bool Msg::holds_external() const noexcept {
+  for (std::uint32_t i = 0; i < n_; ++i) {
+    if (frags_[i].buf->external_) return true;
+  }
+  return false;
+}
+
+Status Msg::own() {
+  if (!holds_external()) return {};
+  return copy_to_one(0);
+}
+
+Status Msg::copy_to_one(std::size_t headroom) {
+  Buf* b = Buf::allocate(headroom + size_);
   if (b == nullptr) return Errc::no_memory;
-  Frag f = claim(b, kDefaultHeadroom, size_);
+  Frag f = claim(b, headroom, size_);
   (void)copy_out(0, {f.data(), size_});
   std::size_t total = size_;
+  Offload kept = offload_;
   reset();
   frags_[0] = f;
   n_ = 1;
   size_ = total;
+  offload_ = kept;
   return {};
 }
 

@@ -43,6 +43,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -301,6 +302,10 @@ class Script : public ::testing::Test {
   static constexpr std::uint16_t kListenPort = 8080;
   static constexpr std::uint16_t kPeerPort = 40000;
 
+  // inject_from_port's frames not given back yet; first, so that it outlives
+  // the stack that may still hold some.
+  std::vector<std::unique_ptr<std::vector<std::byte>>> port_storage_;
+  int port_held_ = 0;
   ManualClock clock{Time(std::chrono::seconds(1000))};
   EventLoop loop{clock};
   FakeIp ip{kLocal};
@@ -484,6 +489,38 @@ class Script : public ::testing::Test {
     }
     (void)loop.timers().run_expired(clock.now());
   }
+
+  // The peer sends `s` and it arrives as a port hands a frame up: in storage
+  // of the port's, given back through a deleter (port_held() counts what
+  // has not been given back), marked rx_scarce when the port is short of
+  // buffers (Offload::rx_scarce).
+  void inject_from_port(const Seg& s, bool scarce, Loc loc = Loc::current()) {
+    auto storage = std::make_unique<std::vector<std::byte>>(build(s));
+    BufDeleter d{[](void* ctx, std::byte* data) {
+                   auto* self = static_cast<Script*>(ctx);
+                   auto& all = self->port_storage_;
+                   auto it = std::find_if(all.begin(), all.end(), [data](const auto& v) { return v->data() == data; });
+                   if (it == all.end()) return;
+                   --self->port_held_;
+                   all.erase(it);
+                 },
+                 this};
+    std::byte* data = storage->data();
+    const std::size_t size = storage->size();
+    port_storage_.push_back(std::move(storage));
+    ++port_held_;
+    Result<Msg> m = Msg::wrap(data, size, 0, size, d);
+    if (!m) {
+      ADD_FAILURE_AT(loc.file_name(), static_cast<int>(loc.line())) << "wrap: " << xk::to_string(m.error());
+      return;
+    }
+    if (scarce) m->offload().flags |= Offload::rx_scarce;
+    if (Status st = ip.receive(kPeer, std::move(*m)); !st) {
+      ADD_FAILURE_AT(loc.file_name(), static_cast<int>(loc.line())) << "demux: " << xk::to_string(st.error());
+    }
+    (void)loop.timers().run_expired(clock.now());
+  }
+  int port_held() const noexcept { return port_held_; }
 
   // An ICMP error of `type` and `code` about our segment at relative
   // sequence number `seq` on the current 4-tuple, as icmp parses it (the

@@ -42,6 +42,7 @@ class Buf {
   std::byte* data() const noexcept { return data_; }
   std::uint32_t capacity() const noexcept { return capacity_; }
   std::uint32_t refs() const noexcept { return refcnt_.load(std::memory_order_acquire); }
+  bool external() const noexcept { return external_; }
 
   void ref() noexcept { refcnt_.fetch_add(1, std::memory_order_relaxed); }
   void unref() noexcept {
@@ -66,7 +67,8 @@ class Buf {
   std::uint32_t head_mark_ = 0;  // lowest offset claimed by any window
   std::uint32_t tail_mark_ = 0;  // highest end claimed by any window
   std::byte* data_ = nullptr;
-  BufDeleter deleter_{};  // fn == nullptr: internal storage, freed with the Buf
+  BufDeleter deleter_{};  // for external storage; may be empty (nothing to release)
+  bool external_ = false;  // storage not ours: never cached, never appended to
 
   static std::atomic<std::int64_t> live_;
   static std::atomic<std::uint64_t> created_;
@@ -94,9 +96,14 @@ struct Offload {
     tx_tcp_csum = 4,  // ... the TCP checksum (likewise)
     rx_ip_good = 8,   // the port verified the IPv4 header checksum
     rx_l4_good = 16,  // the port verified the UDP/TCP checksum
+    // The port's receive buffers are running low: a layer that keeps this
+    // frame a while (a receive or reassembly queue) copies it with
+    // Msg::own() and lets the port's buffer go (docs/framework.md,
+    // "Buffers from a port").
+    rx_scarce = 32,
   };
   static constexpr std::uint8_t kTxMask = tx_ip_csum | tx_udp_csum | tx_tcp_csum;
-  static constexpr std::uint8_t kRxMask = rx_ip_good | rx_l4_good;
+  static constexpr std::uint8_t kRxMask = rx_ip_good | rx_l4_good | rx_scarce;
 
   std::uint8_t flags = 0;
   std::uint8_t l3_len = 0;  // IPv4 header bytes, for the tx requests
@@ -187,6 +194,18 @@ class Msg {
   // Copy the whole message into one new contiguous buffer.
   Status linearize();
 
+  // Some fragment lies in external storage (an rte_mbuf, a user buffer).
+  bool holds_external() const noexcept;
+  // Copy the message into one internal buffer when it holds external
+  // storage, releasing that storage; bytes and offload flags stay the same.
+  // What a layer does before keeping a frame whose port is short of
+  // buffers (Offload::rx_scarce).
+  Status own();
+  // own() if the frame says its port's buffers are running low.
+  Status own_if_scarce() {
+    return offload_.has(Offload::rx_scarce) ? own() : Status{};
+  }
+
   // Drop everything.
   void reset() noexcept {
     if (!is_bare()) release();
@@ -224,6 +243,9 @@ class Msg {
     other.offload_ = Offload{};
   }
   static Msg single(const Frag& f) noexcept;
+  // Replace the fragments by one internal buffer holding a copy of them,
+  // `headroom` bytes free in front.
+  Status copy_to_one(std::size_t headroom);
   bool push_in_place_fast(std::size_t n, std::span<std::byte>& out) noexcept;
   Status reserve(std::uint32_t cap);
   Status insert_front(const Frag& f);

@@ -218,6 +218,14 @@ class DpdkDriver final : public Protocol, public Pollable {
   bool intr_armed_ = false;
   bool fenced_ = false;  // memif: its peer's disconnect unmaps memory under a burst
   bool cut_ = false;     // the last burst was cut short
+  // The pool is short of mbufs (under a quarter free): received frames say
+  // so (Offload::rx_scarce), and layers that keep them copy them. Counting
+  // the free mbufs walks every lcore's cache, so it is done once per
+  // pool_check_every_ frames received.
+  bool scarce_ = false;
+  std::size_t scarce_below_ = 0;
+  std::size_t pool_check_every_ = 1;
+  std::size_t until_pool_check_ = 1;
 
   Protocol* receiver_ = nullptr;
   SessionRef rx_session_;
@@ -237,6 +245,7 @@ class DpdkDriver final : public Protocol, public Pollable {
   Counter& drop_offload_;
   Counter& tx_csum_offload_;
   Counter& drop_wrap_;
+  Counter& rx_scarce_;
   Counter& link_up_;
   Counter& intr_sleeps_;
   Counter& timer_sleeps_;
