@@ -4,7 +4,8 @@
 //   xk-scale [run] [--n 1,2,4,8] [--modes steer,central] [--csum on,off]
 //                  [--bytes N | --seconds S] [--repeat R] [--results DIR]
 //                  [--launcher local|mpirun] [--remote xk|linux] ...
-//   xk-scale rank -- PROGRAM ARGS...      (one mpirun rank: a node)
+//   xk-scale rank -- PROGRAM ARGS...      (one mpirun rank: a node; %r in ARGS
+//                                          becomes the rank)
 //
 // One run = (filterd mode, checksum on/off, N): filterd, the remote side
 // (a receiver for N connections), and N nodes attached to filterd that each
@@ -79,6 +80,18 @@ where the processes run:
                         whose ranks are the nodes (Open MPI; xk-scale rank wraps each)
   --mpirun PATH         the mpirun to use (default mpirun)
   --mpirun-args 'A ..'  more mpirun arguments (a hostfile, --mca ...)
+
+nodes on other hosts (the nodes attach over TCP and Ethernet, not a Unix socket
+and memif, so mpirun may place them anywhere):
+  --node-port DEVARGS   filterd's Ethernet port to the nodes' hosts (its --node-port)
+  --node-port-opts 'K=V ..'  more dpdk options of that port
+  --node-control A:PORT where filterd takes the nodes' control connections: an address
+                        of filterd's host the nodes can reach (default 127.0.0.1:7577)
+  --control-token FILE  the secret the nodes show filterd (default: one written into
+                        the results folder, which the nodes' hosts must then see)
+  --rank-port DEVARGS   each node's DPDK port on its own host; %r becomes the node's
+                        number (its rank), e.g. net_af_packet0,iface=eth%r
+  --rank-port-opts 'K=V ..'  more dpdk options of the nodes' ports
   --remote xk|xk-filterd|linux
                         xk (default, no root): the remote is a standalone xk receiver
                         joined to filterd's external port by net_memif; xk-filterd (no
@@ -119,6 +132,11 @@ struct Args {
   std::vector<std::string> mpirun_args;
   Remote remote = Remote::xk;
   std::string program, filterd, results;
+  // Nodes on other hosts: filterd's node port and TCP control, each node's port.
+  std::string node_port, node_port_opts, node_control = "127.0.0.1:7577", control_token;
+  std::string rank_port, rank_port_opts;
+  bool node_control_given = false;
+  bool remote_nodes() const { return !node_port.empty(); }
 };
 
 std::vector<std::string> split(std::string_view text, char sep) {
@@ -232,6 +250,21 @@ Args parse_args(int argc, char** argv) {
       std::string p(f.value());
       if (!is_executable_file(p)) throw UsageError{std::string(n) + ": '" + p + "' is not an executable file"};
       (n == "--program" ? a.program : a.filterd) = p;
+    } else if (n == "--node-port" || n == "--rank-port") {
+      std::string v(f.value());
+      if (v.empty()) throw UsageError{std::string(n) + ": empty devargs"};
+      (n == "--node-port" ? a.node_port : a.rank_port) = v;
+    } else if (n == "--node-port-opts") {
+      a.node_port_opts = std::string(f.value());
+    } else if (n == "--rank-port-opts") {
+      a.rank_port_opts = std::string(f.value());
+    } else if (n == "--node-control") {
+      a.node_control = std::string(f.value());
+      (void)xk::apps::parse_endpoint(n, a.node_control);  // A.B.C.D:PORT, or a usage error
+      a.node_control_given = true;
+    } else if (n == "--control-token") {
+      a.control_token = std::string(f.value());
+      if (a.control_token.empty()) throw UsageError{"--control-token: empty file name"};
     } else if (n == "--results") {
       a.results = std::string(f.value());
       if (a.results.empty()) throw UsageError{"--results: empty folder name"};
@@ -252,12 +285,30 @@ Args parse_args(int argc, char** argv) {
   if (a.mpirun_args.size() && a.launcher != Launcher::mpirun) {
     throw UsageError{"--mpirun-args is for --launcher mpirun"};
   }
+  if (a.node_port.empty() != a.rank_port.empty()) {
+    throw UsageError{"--node-port and --rank-port go together: filterd's port to the nodes' hosts, and the nodes' own"};
+  }
+  if (!a.remote_nodes() && (a.node_control_given || !a.control_token.empty() || !a.node_port_opts.empty() ||
+                            !a.rank_port_opts.empty())) {
+    throw UsageError{"--node-control, --control-token and --node-port-opts/--rank-port-opts are for nodes on other "
+                     "hosts: give --node-port and --rank-port"};
+  }
+  if (a.remote_nodes() && std::find(a.modes.begin(), a.modes.end(), "central") != a.modes.end()) {
+    throw UsageError{"--node-port: central mode relays to memif nodes only; give --modes steer (and standalone)"};
+  }
   return a;
+}
+
+// `text` with every %r replaced by the rank (a node's own port, eth%r).
+std::string with_rank(std::string text, unsigned rank) {
+  const std::string r = std::to_string(rank);
+  for (std::size_t at = 0; (at = text.find("%r", at)) != std::string::npos; at += r.size()) text.replace(at, 2, r);
+  return text;
 }
 
 // `xk-scale rank -- PROGRAM ARGS`: started by mpirun as rank R of N, it
 // becomes PROGRAM ARGS --seed R+1 --label rankR (its stream and its name in
-// the output).
+// the output), with %r in ARGS replaced by R.
 int rank_main(int argc, char** argv) {
   std::vector<std::string> cmd;
   int i = 2;
@@ -284,6 +335,7 @@ int rank_main(int argc, char** argv) {
     std::fprintf(stderr, "%s: rank %s\ntry '%s --help'\n", kProg, e.what.c_str(), kProg);
     return 2;
   }
+  for (auto& c : cmd) c = with_rank(c, r);
   cmd.insert(cmd.end(), {"--seed", std::to_string(r + 1), "--label", "rank" + std::to_string(r)});
   std::vector<char*> args;
   for (auto& c : cmd) args.push_back(c.data());
@@ -414,9 +466,11 @@ class Experiment {
   void set_linux_csum(bool csum);
   void teardown();
   std::vector<std::string> in_xk_ns(std::vector<std::string> argv) const;
+  std::string control_token() const;
 
   Args a_;
   std::string results_, runs_, tmp_, self_;
+  std::string token_;  // nodes on other hosts: the control token's file
   // --remote linux: the namespaces and veth ends (made by setup_linux).
   std::string nsa_, nsb_, lnx_, xkif_;
   bool linux_up_ = false;
@@ -433,6 +487,29 @@ constexpr const char* kLinuxIp = "192.0.2.1";
 constexpr const char* kSharedIp = "192.0.2.10";  // filterd's, every node's
 constexpr const char* kXkPeerIp = "192.0.2.20";  // the standalone xk receiver's
 constexpr const char* kPeerPort = "5001";
+
+// The nodes' control token: the given file, or a fresh secret in the results
+// folder, readable by its owner only (filterd refuses anything looser).
+std::string Experiment::control_token() const {
+  if (!a_.control_token.empty()) return fs::absolute(a_.control_token).string();
+  const std::string path = results_ + "/control-token";
+  std::ifstream rnd("/dev/urandom", std::ios::binary);
+  unsigned char key[32];
+  if (!rnd.read(reinterpret_cast<char*>(key), sizeof key)) throw std::runtime_error("cannot read /dev/urandom");
+  std::string hex;
+  for (unsigned char b : key) {
+    char two[3];
+    std::snprintf(two, sizeof two, "%02x", b);
+    hex += two;
+  }
+  fs::remove(path);
+  const mode_t old = umask(077);
+  std::ofstream out(path);
+  umask(old);
+  out << hex << "\n";
+  if (!out.flush()) throw std::runtime_error("cannot write " + path);
+  return path;
+}
 
 void Experiment::setup_linux() {
   const std::string id = std::to_string(getpid());
@@ -564,6 +641,10 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
                                 "--memif-socket", node_memif, "--csum", csum};
     fd.insert(fd.end(), port.begin(), port.end());
     if (!a_.tcp_opts.empty()) fd.insert(fd.end(), {"--tcp-opts", a_.tcp_opts});
+    if (a_.remote_nodes()) {
+      fd.insert(fd.end(), {"--node-port", a_.node_port, "--control-tcp", a_.node_control, "--control-token", token_});
+      if (!a_.node_port_opts.empty()) fd.insert(fd.end(), {"--node-port-opts", a_.node_port_opts});
+    }
     filterd = std::make_unique<Child>("filterd", in_xk_ns(fd), dir + "/filterd.log");
     wait_for_text(*filterd, "ready", 60);
     if (a_.remote != Remote::xk_filterd) wait_for_text(*peer, "ready", 60);
@@ -577,6 +658,11 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
   if (standalone) {
     tx.insert(tx.end(), port.begin(), port.end());
     tx.insert(tx.end(), {"--ip", std::string(kSharedIp) + "/24"});
+  } else if (a_.remote_nodes()) {
+    // A node on another host: control over TCP, frames on its own port
+    // (%r: its number, replaced below or by `xk-scale rank`).
+    tx.insert(tx.end(), {"--filterd", "tcp:" + a_.node_control, "--filterd-token", token_, "--port", a_.rank_port});
+    if (!a_.rank_port_opts.empty()) tx.insert(tx.end(), {"--port-opts", a_.rank_port_opts});
   } else {
     tx.insert(tx.end(), {"--filterd", ctl});
   }
@@ -594,6 +680,7 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
   if (a_.launcher == Launcher::local) {
     for (unsigned i = 0; i < p.n; ++i) {
       auto argv = tx;
+      for (auto& w : argv) w = with_rank(w, i);
       argv.insert(argv.end(), {"--seed", std::to_string(i + 1), "--label", "node" + std::to_string(i)});
       nodes.push_back(std::make_unique<Child>("node " + std::to_string(i), in_xk_ns(argv),
                                               dir + "/node" + std::to_string(i) + ".log"));
@@ -675,6 +762,7 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
   r.n = p.n;
   r.repeat = p.repeat;
   r.launcher = a_.launcher == Launcher::local ? "local" : "mpirun";
+  r.node_link = a_.remote_nodes() && !standalone ? "ethernet" : "memif";
   r.remote = a_.remote == Remote::xk ? "xk" : a_.remote == Remote::linux ? "linux" : "xk-filterd";
   r.mtu = a_.mtu;
   r.wall_seconds = wall;
@@ -743,6 +831,7 @@ int Experiment::run() {
   results_ = fs::canonical(results_).string();
   runs_ = results_ + "/runs";
   fs::create_directories(runs_);
+  if (a_.remote_nodes()) token_ = control_token();
   char tmpl[] = "/tmp/xk-scale.XXXXXX";
   if (mkdtemp(tmpl) == nullptr) throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
   tmp_ = tmpl;
@@ -762,7 +851,8 @@ int Experiment::run() {
                             (a_.remote == Remote::xk           ? "xk (memif)"
                              : a_.remote == Remote::xk_filterd ? "xk behind its own filterd (memif)"
                                                                : "linux (af_packet)") +
-                            ", " + (a_.launcher == Launcher::local ? "local" : "mpirun") + " launcher, " + per +
+                            ", " + (a_.launcher == Launcher::local ? "local" : "mpirun") + " launcher, " +
+                            (a_.remote_nodes() ? "nodes over Ethernet + TCP control, " : "") + per +
                             ", MTU " + std::to_string(a_.mtu);
   std::printf("xk-scale: %zu runs (%s); results in %s\n", points.size(), setup.c_str(), results_.c_str());
   std::printf("  node program %s\n  filterd      %s\n", a_.program.c_str(), a_.filterd.c_str());

@@ -19,7 +19,7 @@ namespace xk::scale {
 const char* const kCsvHeader =
     "mode,csum,n,repeat,bytes,seconds,aggregate_gbps,aggregate_MBps,per_node_gbps_mean,per_node_gbps_min,"
     "per_node_gbps_max,filterd_cpu_s_per_gb,nodes_cpu_s_per_gb,peer_cpu_s_per_gb,filterd_cpu_s,nodes_cpu_s,"
-    "peer_cpu_s,launcher,remote,mtu,wall_seconds";
+    "peer_cpu_s,launcher,remote,mtu,wall_seconds,node_link";
 
 namespace {
 std::string fmt(const char* f, double v) {
@@ -37,7 +37,7 @@ std::string csv_line(const Row& r) {
     << fmt("%.4f", r.filterd_s_per_gb) << ',' << fmt("%.4f", r.nodes_s_per_gb) << ','
     << fmt("%.4f", r.peer_s_per_gb) << ',' << fmt("%.4f", r.filterd_cpu_s) << ',' << fmt("%.4f", r.nodes_cpu_s)
     << ',' << fmt("%.4f", r.peer_cpu_s) << ',' << r.launcher << ',' << r.remote << ',' << r.mtu << ','
-    << fmt("%.3f", r.wall_seconds);
+    << fmt("%.3f", r.wall_seconds) << ',' << r.node_link;
   return s.str();
 }
 

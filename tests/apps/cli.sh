@@ -183,6 +183,13 @@ expect xk-scale 2 "--program: '/nonexistent/xk-ttcp' is not an executable file" 
 expect xk-scale 2 "--filterd-bin: '/etc/passwd' is not an executable file" --filterd-bin /etc/passwd
 expect xk-scale 2 "--results: empty folder name" --results ''
 expect xk-scale 2 "--mpirun-args is for --launcher mpirun" --mpirun-args '--hostfile h'
+expect xk-scale 2 "--node-port and --rank-port go together" --node-port net_af_packet0,iface=x
+expect xk-scale 2 "--node-port and --rank-port go together" --rank-port 'net_af_packet0,iface=eth%r'
+expect xk-scale 2 "--rank-port: empty devargs" --node-port x --rank-port ''
+expect xk-scale 2 "--node-control, --control-token .* give --node-port and --rank-port" --node-control 127.0.0.1:7000
+expect xk-scale 2 "--node-control, --control-token .* give --node-port and --rank-port" --control-token /tmp/t
+expect xk-scale 2 "--node-control: expected A.B.C.D:PORT" --node-port x --rank-port y --node-control localhost
+expect xk-scale 2 "--node-port: central mode relays to memif nodes only" --node-port x --rank-port y
 expect xk-scale 2 "rank: missing the program to run" rank
 expect xk-scale 2 "rank: missing the program to run" rank --
 expect xk-scale 2 "not started by mpirun" rank -- /bin/true

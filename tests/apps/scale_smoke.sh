@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# apps.scale_smoke: a short xk-scale run (no root: the remote side is an xk
-# receiver over net_memif), in seconds rather than minutes:
+# apps.scale_smoke: a short xk-scale run (the remote side an xk receiver
+# over net_memif; root only for step 5), in seconds rather than minutes:
 #
 # (1) N=1,2 x steer,central x checksum on,off, local launcher: scale.csv has
 #     the header and all 8 rows, every figure positive and the bytes exact;
@@ -11,7 +11,12 @@
 # (3) SIGINT in the middle of a run: xk-scale exits 130 within seconds and
 #     stops every process it started;
 # (4) --remote xk-filterd: the remote side is another xk machine, its own
-#     filterd with a receiver node attached; one steer run, CSV complete.
+#     filterd with a receiver node attached; one steer run, CSV complete;
+# (5) nodes on other hosts (root: a network namespace): filterd's node port
+#     and two nodes' own ports on a Linux bridge, control over TCP on
+#     loopback, the nodes started by mpirun with --rank-port ...%r: both
+#     attach on the node port, each sends on its own interface, CSV
+#     complete with node_link=ethernet.
 #
 #   scale_smoke.sh XK_SCALE FILTERD NODE_PROGRAM
 #   XK_SCALE_SMOKE_BYTES   bytes per connection (default 8m; 2m under ASan)
@@ -62,16 +67,17 @@ no_leftovers() {
   echo "   nothing left behind by xk-scale $pid"
 }
 
-# check_csv FILE ROWS LAUNCHER [REMOTE]: the header, ROWS rows, each (mode,
+# check_csv FILE ROWS LAUNCHER [REMOTE [LINK]]: the header, ROWS rows, each (mode,
 # csum, n) of the matrix once, every figure positive, bytes = n x BYTES, the
-# remote REMOTE (default xk).
+# remote REMOTE (default xk), node_link LINK (default memif; standalone rows memif).
 check_csv() {
-  /usr/bin/python3 - "$1" "$2" "$3" "$(numfmt --from=iec "${BYTES^^}")" "${4:-xk}" <<'PY'
+  /usr/bin/python3 - "$1" "$2" "$3" "$(numfmt --from=iec "${BYTES^^}")" "${4:-xk}" "${5:-memif}" <<'PY'
 import csv, sys
-path, rows_wanted, launcher, per_conn, remote = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
+path, rows_wanted, launcher, per_conn, remote, link = (sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]),
+                                                       sys.argv[5], sys.argv[6])
 header = ("mode,csum,n,repeat,bytes,seconds,aggregate_gbps,aggregate_MBps,per_node_gbps_mean,per_node_gbps_min,"
           "per_node_gbps_max,filterd_cpu_s_per_gb,nodes_cpu_s_per_gb,peer_cpu_s_per_gb,filterd_cpu_s,nodes_cpu_s,"
-          "peer_cpu_s,launcher,remote,mtu,wall_seconds")
+          "peer_cpu_s,launcher,remote,mtu,wall_seconds,node_link")
 lines = open(path).read().splitlines()
 assert lines[0] == header, "header: %r" % lines[0]
 rows = list(csv.DictReader(lines))
@@ -81,6 +87,7 @@ for r in rows:
     keys.add((r["mode"], r["csum"], r["n"]))
     assert r["mode"] in ("steer", "central", "standalone") and r["csum"] in ("on", "off"), r
     assert r["launcher"] == launcher and r["remote"] == remote and r["mtu"] == "1500", r
+    assert r["node_link"] == (link if r["mode"] != "standalone" else "memif"), r
     assert int(r["bytes"]) == int(r["n"]) * per_conn, "bytes %s for n=%s" % (r["bytes"], r["n"])
     for k in header.split(",")[4:17] + ["wall_seconds"]:
         if r["mode"] == "standalone" and k.startswith("filterd"):
@@ -174,4 +181,57 @@ sed 's/^/   /' "$OUT/remote-filterd.log"
 check_csv "$OUT/rfd/scale.csv" 1 local xk-filterd
 RLOG=$OUT/rfd/runs/steer-csumon-n1/remote-filterd.log
 grep -q "attached on memif" "$RLOG" || die "(4): the receiver did not attach to the remote filterd ($RLOG)"
+no_leftovers "$SCALE_PID"
+
+step "(5) nodes on other hosts: node port, TCP control, mpirun ranks on their own ports (%r)"
+[ "$(id -u)" -eq 0 ] || die "(5) needs root (a network namespace with a bridge)"
+# One namespace stands for the cluster's Ethernet: a bridge (the switch),
+# filterd's node port on one veth into it, each node host's NIC on another.
+NSA=xk-ss-$$-a
+FPORT=xks$$f
+ip netns add "$NSA"
+ip netns exec "$NSA" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+ip -n "$NSA" link set lo up
+ip -n "$NSA" link add br0 type bridge
+for end in "$FPORT" xks$$r0 xks$$r1; do
+  ip -n "$NSA" link add "$end" type veth peer name "${end}b"
+  ip -n "$NSA" link set "${end}b" master br0
+  for d in "$end" "${end}b"; do
+    ip netns exec "$NSA" ethtool -K "$d" rx off tx off tso off gso off gro off > /dev/null 2>&1 \
+      || ip netns exec "$NSA" ethtool -K "$d" rx off tx off tso off gso off > /dev/null
+    ip -n "$NSA" link set "$d" up
+  done
+done
+ip -n "$NSA" link set br0 up
+tx_packets() { ip netns exec "$NSA" cat "/sys/class/net/$1/statistics/tx_packets"; }
+before0=$(tx_packets xks$$r0)
+before1=$(tx_packets xks$$r1)
+ip netns exec "$NSA" "$SCALE" --n 2 --modes steer --csum on --launcher mpirun --results "$OUT/eth" "${COMMON[@]}" \
+  --node-port "net_af_packet0,iface=$FPORT,framecnt=4096" --node-port-opts "mbufs=16383" \
+  --node-control 127.0.0.1:7577 \
+  --rank-port "net_af_packet0,iface=xks$$r%r,framecnt=4096" --rank-port-opts "mbufs=16383" \
+  > "$OUT/eth.log" 2>&1 &
+SCALE_PID=$!
+PIDS+=("$SCALE_PID")
+wait "$SCALE_PID" || { cat "$OUT/eth.log" >&2; die "(5): xk-scale with nodes on the node port failed"; }
+PIDS=()
+sed 's/^/   /' "$OUT/eth.log"
+grep -q "nodes over Ethernet + TCP control" "$OUT/eth.log" || die "(5): xk-scale does not say the nodes are remote"
+check_csv "$OUT/eth/scale.csv" 1 mpirun xk ethernet
+ELOG=$OUT/eth/runs/steer-csumon-n2
+[ "$(grep -c "attached on the node port" "$ELOG/filterd.log")" -eq 2 ] \
+  || die "(5): not 2 nodes attached on the node port ($ELOG/filterd.log)"
+grep -q "control over TCP on 127.0.0.1:7577" "$ELOG/filterd.log" || die "(5): filterd does not serve TCP control"
+for r in 0 1; do
+  grep -q "^\[1,$r\]<stdout>:RESULT role=transmitter .*label=rank$r" "$ELOG/mpirun.log" \
+    || die "(5): no result of rank $r in $ELOG/mpirun.log"
+done
+# Each rank sent its stream through its own interface (%r): at least one
+# frame per 1448-byte segment of its share went out of each.
+segs=$(($(numfmt --from=iec "${BYTES^^}") / 1448))
+sent0=$(($(tx_packets xks$$r0) - before0))
+sent1=$(($(tx_packets xks$$r1) - before1))
+echo "   frames sent on xks$$r0: $sent0, on xks$$r1: $sent1 (a stream is $segs segments)"
+[ "$sent0" -ge "$segs" ] && [ "$sent1" -ge "$segs" ] || die "(5): a rank did not send on its own interface"
+[ "$(stat -c %a "$OUT/eth/control-token")" = 600 ] || die "(5): the control token is not owner-only"
 no_leftovers "$SCALE_PID"
