@@ -12,12 +12,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
+#include "xk/byteorder.hpp"
+#include "xk/checksum.hpp"
 #include "xk/drivers/fault_fence.hpp"
 
 namespace xk::drivers {
@@ -106,6 +109,8 @@ DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
       drop_no_receiver_(counters().add("drop_no_receiver", "frames received with nobody enabled")),
       drop_offload_(counters().add("drop_offload", "frames refused: a checksum offload the port lacks")),
       tx_csum_offload_(counters().add("tx_csum_offload", "frames sent with a checksum left to the port")),
+      tx_gso_(counters().add("tx_gso", "segmentation offload: large TCP segments cut into frames")),
+      tx_gso_pieces_(counters().add("tx_gso_pieces", "segmentation offload: frames those became")),
       drop_wrap_(counters().add("drop_wrap", "frames dropped: no memory to wrap an mbuf")),
       rx_scarce_(counters().add("rx_scarce", "frames received while the mempool ran low (layers keeping them copy)")),
       link_up_(counters().add("link_up", "1 if the link was up when last asked")),
@@ -373,8 +378,12 @@ Result<ControlReply> DpdkDriver::control_any(const ControlQuery& query) {
   if (std::holds_alternative<ctl::GetHeaderRoom>(query)) return ControlReply{std::size_t{0}};
   if (std::holds_alternative<ctl::GetLocalAddr>(query)) return ControlReply{Participant{mac_}};
   if (std::holds_alternative<ctl::GetOffloads>(query)) {
-    return ControlReply{LinkOffloads{offloads_.tx_ipv4_cksum, offloads_.tx_udp_cksum, offloads_.tx_tcp_cksum,
-                                     offloads_.rx_ipv4_cksum, offloads_.rx_l4_cksum}};
+    return ControlReply{LinkOffloads{.tx_ip_csum = offloads_.tx_ipv4_cksum,
+                                     .tx_udp_csum = offloads_.tx_udp_cksum,
+                                     .tx_tcp_csum = offloads_.tx_tcp_cksum,
+                                     .rx_ip_csum = offloads_.rx_ipv4_cksum,
+                                     .rx_l4_csum = offloads_.rx_l4_cksum,
+                                     .tx_tcp_seg = config_.gso}};
   }
   return Protocol::control_any(query);
 }
@@ -506,6 +515,7 @@ void DpdkDriver::deliver(rte_mbuf* head) {
 }
 
 Status DpdkDriver::transmit(const Msg& frame) {
+  if (frame.offload().has(Offload::tx_tcp_seg)) return transmit_segmented(frame);
   if (frame.size() > mtu_ + kEthHeader) {
     ++drop_too_big_;
     return Errc::too_large;
@@ -543,32 +553,172 @@ Status DpdkDriver::transmit(const Msg& frame) {
   }
   rte_mbuf* tail = head;
   for (const Frag& f : frame.fragments()) {
-    const std::byte* src = f.data();
-    std::size_t left = f.len;
-    while (left > 0) {
-      std::size_t room = rte_pktmbuf_tailroom(tail);
-      if (room == 0) {
-        rte_mbuf* seg = rte_pktmbuf_alloc(pool_);
-        if (seg == nullptr) {
-          rte_pktmbuf_free(head);
-          ++tx_nombuf_;
-          return Errc::would_block;
-        }
-        tail->next = seg;
-        tail = seg;
-        ++head->nb_segs;
-        continue;
-      }
-      std::size_t n = std::min(left, room);
-      std::memcpy(static_cast<std::byte*>(tail->buf_addr) + tail->data_off + tail->data_len, src, n);
-      tail->data_len = static_cast<std::uint16_t>(tail->data_len + n);
-      head->pkt_len += static_cast<std::uint32_t>(n);
-      src += n;
-      left -= n;
+    if (!append(head, tail, f.data(), f.len, nullptr, 0)) {
+      rte_pktmbuf_free(head);
+      ++tx_nombuf_;
+      return Errc::would_block;
     }
   }
   tx_queue_.push_back(head);
   if (tx_queue_.size() >= config_.burst) (void)flush();
+  return {};
+}
+
+bool DpdkDriver::append(rte_mbuf* head, rte_mbuf*& tail, const std::byte* src, std::size_t len, std::uint32_t* sum,
+                        std::size_t at) {
+  while (len > 0) {
+    std::size_t room = rte_pktmbuf_tailroom(tail);
+    if (room == 0) {
+      rte_mbuf* seg = rte_pktmbuf_alloc(pool_);
+      if (seg == nullptr) return false;
+      tail->next = seg;
+      tail = seg;
+      ++head->nb_segs;
+      continue;
+    }
+    const std::size_t n = std::min(len, room);
+    std::byte* dst = static_cast<std::byte*>(tail->buf_addr) + tail->data_off + tail->data_len;
+    std::memcpy(dst, src, n);
+    // Summed where it was just written: the bytes are in L1, read once more.
+    if (sum != nullptr) *sum = csum::combine(*sum, csum::partial(dst, n), at);
+    tail->data_len = static_cast<std::uint16_t>(tail->data_len + n);
+    head->pkt_len += static_cast<std::uint32_t>(n);
+    src += n;
+    len -= n;
+    at += n;
+  }
+  return true;
+}
+
+// Segmentation offload in software (Offload::tx_tcp_seg): `frame` is the
+// Ethernet, IPv4 and TCP headers and a payload of many segments. Every
+// seg_size bytes of payload leave as a frame of their own under a copy of
+// the headers, fixed up as a NIC's TSO would: IPv4 total length, ID (one
+// more per piece) and header checksum; TCP sequence number, flags (FIN and
+// PSH on the last piece only, CWR on the first only, RFC 3168 6.1.2) and
+// checksum over the piece (RFC 9293 3.1), summed as the piece is copied.
+Status DpdkDriver::transmit_segmented(const Msg& frame) {
+  const Offload req = frame.offload();
+  constexpr std::size_t kMaxHeaders = kEthHeader + 60 + 60;
+  std::array<std::byte, kMaxHeaders> hdr{};
+  // The headers, as ipv4 and tcp wrote them; anything else is a bug above.
+  const std::size_t have = std::min(frame.size(), kMaxHeaders);
+  (void)frame.copy_out(0, std::span(hdr).first(have));
+  const std::size_t ihl = (std::to_integer<std::size_t>(hdr[kEthHeader]) & 0x0f) * 4;
+  const bool ipv4_tcp = have >= kEthHeader + 40 && load_be16(hdr.data() + 12) == 0x0800 &&
+                        (std::to_integer<unsigned>(hdr[kEthHeader]) >> 4) == 4 && ihl >= 20 &&
+                        std::to_integer<unsigned>(hdr[kEthHeader + 9]) == 6 && have >= kEthHeader + ihl + 20;
+  const std::size_t l4 = kEthHeader + ihl;
+  const std::size_t doff = ipv4_tcp ? (std::to_integer<std::size_t>(hdr[l4 + 12]) >> 4) * 4 : 0;
+  const std::size_t hlen = l4 + doff;
+  const std::size_t seg = req.seg_size;
+  if (!ipv4_tcp || doff < 20 || hlen > have || hlen >= frame.size() || seg == 0) {
+    ++drop_offload_;
+    return Errc::invalid_argument;
+  }
+  if (ihl + doff + seg > mtu_) {
+    ++drop_too_big_;
+    return Errc::too_large;
+  }
+  const std::size_t payload = frame.size() - hlen;
+  const std::size_t pieces = (payload + seg - 1) / seg;
+  const std::uint16_t id0 = load_be16(hdr.data() + kEthHeader + 4);
+  const std::uint32_t seq0 = load_be32(hdr.data() + l4 + 4);
+  const std::uint8_t flags0 = std::to_integer<std::uint8_t>(hdr[l4 + 13]);
+  const bool tcp_csum = req.has(Offload::tx_tcp_csum);
+  constexpr std::uint8_t kFin = 0x01, kPsh = 0x08, kCwr = 0x80;
+
+  // A cursor over the payload in the frame's fragments.
+  std::span<const Frag> frags = frame.fragments();
+  std::size_t fi = 0, fo = hlen;
+  while (fi < frags.size() && fo >= frags[fi].len) fo -= frags[fi++].len;
+
+  for (std::size_t i = 0; i < pieces; ++i) {
+    const std::size_t n = std::min(seg, payload - i * seg);
+    if (config_.tx_keep && tx_queue_.size() >= config_.tx_keep_max) (void)flush();
+    rte_mbuf* head = rte_pktmbuf_alloc(pool_);
+    rte_mbuf* tail = head;
+    if (head == nullptr || !append(head, tail, hdr.data(), hlen, nullptr, 0)) {
+      if (head != nullptr) rte_pktmbuf_free(head);
+      // What is queued goes; the rest is lost as on a full ring (TCP
+      // repairs it). Nothing queued yet: TCP may try again.
+      tx_nombuf_.inc(pieces - i);
+      return i == 0 ? Errc::would_block : Status{};
+    }
+    // The header copy lies in the first mbuf (kMaxHeaders < any data room).
+    std::byte* eth = rte_pktmbuf_mtod(head, std::byte*);
+    std::byte* ip = eth + kEthHeader;
+    std::byte* tcp = eth + l4;
+    const auto tcp_len = static_cast<std::uint16_t>(doff + n);
+    store_be16(ip + 2, static_cast<std::uint16_t>(ihl + tcp_len));
+    store_be16(ip + 4, static_cast<std::uint16_t>(id0 + i));
+    store_be16(ip + 10, 0);
+    store_be32(tcp + 4, seq0 + static_cast<std::uint32_t>(i * seg));
+    std::uint8_t flags = flags0;
+    if (i + 1 < pieces) flags &= static_cast<std::uint8_t>(~(kFin | kPsh));
+    if (i > 0) flags &= static_cast<std::uint8_t>(~kCwr);
+    tcp[13] = std::byte{flags};
+    store_be16(tcp + 16, 0);
+
+    std::uint64_t ol_flags = 0;
+    std::uint32_t sum = 0;
+    std::uint32_t* summing = nullptr;
+    if (tcp_csum) {
+      std::array<std::byte, 12> pseudo{};
+      std::memcpy(pseudo.data(), ip + 12, 8);  // source and destination
+      pseudo[9] = std::byte{6};
+      store_be16(pseudo.data() + 10, tcp_len);
+      sum = csum::partial(pseudo.data(), pseudo.size());
+      if (offloads_.tx_tcp_cksum) {
+        const std::uint16_t field = csum::fold(sum);  // the port sums the rest
+        std::memcpy(tcp + 16, &field, 2);
+        ol_flags |= RTE_MBUF_F_TX_TCP_CKSUM;
+      } else {
+        sum = csum::partial(tcp, doff, sum);
+        summing = &sum;
+      }
+    }
+    if (offloads_.tx_ipv4_cksum) {
+      ol_flags |= RTE_MBUF_F_TX_IP_CKSUM;
+    } else {
+      const std::uint16_t ck = csum::finish(csum::partial(ip, ihl));
+      std::memcpy(ip + 10, &ck, 2);
+    }
+    if (ol_flags != 0) {
+      head->ol_flags |= ol_flags | RTE_MBUF_F_TX_IPV4;
+      head->l2_len = kEthHeader;
+      head->l3_len = static_cast<std::uint16_t>(ihl);
+      ++tx_csum_offload_;
+    }
+    // The piece's payload, straight from the frame's fragments.
+    std::size_t left = n, at = doff;
+    bool ok = true;
+    while (left > 0 && ok) {
+      const Frag& f = frags[fi];
+      const std::size_t take = std::min(left, f.len - fo);
+      ok = append(head, tail, f.data() + fo, take, summing, at);
+      left -= take;
+      at += take;
+      fo += take;
+      if (fo == f.len) {
+        ++fi;
+        fo = 0;
+      }
+    }
+    if (!ok) {
+      rte_pktmbuf_free(head);
+      tx_nombuf_.inc(pieces - i);
+      return i == 0 ? Errc::would_block : Status{};
+    }
+    if (summing != nullptr) {
+      const std::uint16_t ck = csum::finish(sum);
+      std::memcpy(tcp + 16, &ck, 2);
+    }
+    tx_queue_.push_back(head);
+    if (tx_queue_.size() >= config_.burst) (void)flush();
+  }
+  ++tx_gso_;
+  tx_gso_pieces_.inc(pieces);
   return {};
 }
 
@@ -726,6 +876,8 @@ void register_dpdk(Registry& registry) {
                            .defaults_to("on"))
           .with_option(OptionSpec::boolean("tx_keep", "keep frames the tx ring refuses for a later flush (never drop)")
                            .defaults_to("off"))
+          .with_option(OptionSpec::boolean("gso", "cut large TCP segments from the stack into MTU-sized frames")
+                           .defaults_to("on"))
           .with_option(OptionSpec::size("eal_mem", 16 << 20, std::uint64_t{1} << 40, "EAL memory (first port only)")
                            .defaults_to("256m"))
           .with_option(OptionSpec::string("eal_args", "extra EAL arguments, space-separated (first port only)"))
@@ -745,6 +897,7 @@ void register_dpdk(Registry& registry) {
             c.rx_interrupt = o.get_string("rx_intr") == "auto";
             c.idle_sleep_max = std::chrono::microseconds(o.get_int("idle_sleep_us"));
             c.tx_keep = o.get_bool("tx_keep");
+            c.gso = o.get_bool("gso");
             c.doorbell = o.get_bool("doorbell");
             c.eal.memory_mb = static_cast<std::size_t>(o.get_size("eal_mem") >> 20);
             if (o.has("eal_args")) c.eal.extra_args = dpdk::split_args(o.get_string("eal_args"));

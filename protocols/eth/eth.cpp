@@ -258,7 +258,8 @@ Status EthProtocol::deliver(EthSession& s, Session& lower, Msg msg) {
 }
 
 Status EthProtocol::transmit(EthSession& s, Msg msg) {
-  if (msg.size() + Header::kSize > driver_mtu_) {
+  // A segment for the port to cut is larger by design (Offload::tx_tcp_seg).
+  if (msg.size() + Header::kSize > driver_mtu_ && !msg.offload().has(Offload::tx_tcp_seg)) {
     ++drop_too_big_;
     return Errc::too_large;
   }

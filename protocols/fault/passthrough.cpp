@@ -52,7 +52,19 @@ Status PassSession::close() {
   return lower_->close();
 }
 
-Result<ControlReply> PassSession::control_any(const ControlQuery& query) { return lower_->control_any(query); }
+// A pass-through layer sees (drops, corrupts, records) frames as the wire
+// carries them, so the layers above must not hand it segments for the port
+// to cut: segmentation offload stops here.
+static Result<ControlReply> without_segmentation(const ControlQuery& query, Result<ControlReply> reply) {
+  if (reply && std::holds_alternative<ctl::GetOffloads>(query)) {
+    if (auto* o = std::get_if<LinkOffloads>(&*reply)) o->tx_tcp_seg = false;
+  }
+  return reply;
+}
+
+Result<ControlReply> PassSession::control_any(const ControlQuery& query) {
+  return without_segmentation(query, lower_->control_any(query));
+}
 
 // ---- protocol -----------------------------------------------------------
 
@@ -102,7 +114,7 @@ Status PassThrough::open_disable(Protocol& upper, Participants& parts) {
 
 Result<ControlReply> PassThrough::control_any(const ControlQuery& query) {
   if (std::holds_alternative<ctl::GetCounters>(query)) return Protocol::control_any(query);
-  return below_.control_any(query);
+  return without_segmentation(query, below_.control_any(query));
 }
 
 Status PassThrough::lower_open_done(Tap& tap, Session& lower, Participants& parts) {

@@ -504,7 +504,7 @@ Status Ipv4Protocol::send(Ipv4Addr dst, std::uint8_t protocol, Msg payload, Send
   }
   // What a port verified about a received message (echoed back, say) says
   // nothing about it on the way down.
-  payload.offload().flags &= Offload::kTxMask;
+  payload.offload().flags &= Offload::kTxMask | Offload::tx_tcp_seg;
   Header h;
   h.ttl = config_.ttl;
   h.protocol = protocol;
@@ -539,10 +539,13 @@ Status Ipv4Protocol::send(Ipv4Addr dst, std::uint8_t protocol, Msg payload, Send
       ++drop_loopback_full_;
       return Errc::would_block;
     }
-    // No port on this path: finish what the transport left to one.
+    // No port on this path: finish what the transport left to one. A
+    // segment meant to be cut is delivered whole (TCP takes any length).
     if ((payload.offload().flags & (Offload::tx_udp_csum | Offload::tx_tcp_csum)) != 0) {
       if (Status st = resolve_l4_checksum(payload); !st) return st;
     }
+    payload.offload().flags &= static_cast<std::uint8_t>(~Offload::tx_tcp_seg);
+    payload.offload().seg_size = 0;
     if (Status st = finish_header(payload, opts.dont_fragment ? Header::kFlagDf : 0, false); !st) return st;
     loopback_.push_back(std::move(payload));
     ++tx_loopback_;
@@ -567,6 +570,17 @@ Status Ipv4Protocol::send(Ipv4Addr dst, std::uint8_t protocol, Msg payload, Send
   const std::size_t max_payload = mtu - Header::kMinSize;
   if (payload.size() <= max_payload) {
     if (Status st = finish_header(payload, opts.dont_fragment ? Header::kFlagDf : 0, true); !st) return st;
+    return emit(next_hop, std::move(payload));
+  }
+  if (payload.offload().has(Offload::tx_tcp_seg)) {
+    // Segmentation offload: one datagram whose TCP segment the port cuts
+    // into MTU-sized ones, each with this header (DF, as TCP asked) but its
+    // own length, ID and checksum. Its length field must still hold it.
+    if (!offloads_.tx_tcp_seg || payload.size() > 0xffff - Header::kMinSize) {
+      ++drop_tx_too_large_;
+      return Errc::too_large;
+    }
+    if (Status st = finish_header(payload, Header::kFlagDf, true); !st) return st;
     return emit(next_hop, std::move(payload));
   }
   if (opts.dont_fragment) {

@@ -12,6 +12,12 @@
 
 namespace xk::tcp {
 
+namespace {
+// The most payload one segment for the port to cut may carry: one IPv4
+// datagram (65535 bytes) less its header and the largest TCP header.
+constexpr std::size_t kGsoMaxPayload = 65535 - 20 - 60;
+}  // namespace
+
 std::uint32_t TcpConnection::tsval_now() const noexcept {
   // RFC 7323 5.4: a clock of 1 ms ticks (between 1 ms and 1 s per tick).
   if (proto_ == nullptr) return 0;
@@ -102,7 +108,7 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
     // aside in payload_mss(), so a full segment carries fewer blocks (or
     // none) rather than grow past the path MTU, where DF would have it
     // refused (RFC 1191).
-    while (o.sack_count > 0 && len + options_size(o) > mss_) --o.sack_count;
+    while (o.sack_count > 0 && std::min(len, payload_mss()) + options_size(o) > mss_) --o.sack_count;
     stats_.sack_blocks_out += o.sack_count;
   }
   Header h;
@@ -119,14 +125,23 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
   h.window = static_cast<std::uint16_t>(advertised_window());
   h.write(*room);
 
+  // More than a segment: the port cuts it into segments of payload_mss()
+  // bytes (segmentation offload), each with these options.
+  std::uint64_t pieces = 1;
+  if (len > payload_mss()) {
+    payload.offload().flags |= Offload::tx_tcp_seg;
+    payload.offload().seg_size = static_cast<std::uint16_t>(payload_mss());
+    pieces = (len + payload_mss() - 1) / payload_mss();
+  }
+
   ack_pending_ = false;
   unacked_segs_ = 0;
   delack_timer_.cancel();
-  ++stats_.segs_out;
+  stats_.segs_out += pieces;
   stats_.bytes_sent += len;
   if (retransmit) {
-    ++stats_.retransmits;
-    ++proto_->c_.retransmits;
+    stats_.retransmits += pieces;
+    proto_->c_.retransmits.inc(pieces);
     // Karn: a retransmission inside the timed range spoils the measurement.
     if (rtt_timing_ && rtt_seq_ > seq) rtt_timing_ = false;
   } else if (len > 0 && !rtt_timing_) {
@@ -308,6 +323,12 @@ bool TcpConnection::send_new_data() {
     }
     const std::uint32_t usable = wnd - in_flight;
     std::uint32_t len = static_cast<std::uint32_t>(std::min<std::size_t>({avail, smss, usable}));
+    if (len == smss && proto_->segmentation_offload()) {
+      // Segmentation offload: every full segment the windows allow goes
+      // down as one, up to what one IPv4 datagram holds; the port cuts it.
+      const std::size_t full = std::min<std::size_t>(avail, usable) / smss;
+      len = static_cast<std::uint32_t>(std::min<std::size_t>(full, kGsoMaxPayload / smss) * smss);
+    }
     const bool all = len == avail;
     if (len < smss) {
       if (cork_) break;

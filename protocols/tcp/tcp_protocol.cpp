@@ -139,6 +139,7 @@ TcpProtocol::TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, 
          counters().add("time_wait_reused", "TIME-WAIT connections ended by a new SYN"),
          counters().add("rx_csum_by_port", "checksums the port verified for us"),
          counters().add("tx_csum_by_port", "checksums left to the port"),
+         counters().add("tx_gso", "segments handed down whole for the port to cut (segmentation offload)"),
          counters().add("icmp_errors", "ICMP errors about TCP handed up by IP"),
          counters().add("icmp_no_connection", "ICMP errors about no connection of ours"),
          counters().add("icmp_out_of_window", "RFC 5927 4.1: quoted sequence number not in flight"),
@@ -337,6 +338,13 @@ bool TcpProtocol::challenge_ack_allowed(Time now) noexcept {
 // A finished segment (header, options and payload) goes out with its
 // checksum, or with 0 in the field when `csum` computes none.
 Status TcpProtocol::transmit(Session& ip, Ipv4Addr src, Ipv4Addr dst, Msg segment, ChecksumMode csum) {
+  if (segment.offload().has(Offload::tx_tcp_seg)) {
+    // Cut below: every piece gets its own checksum there, or none (csum off).
+    if (csum == ChecksumMode::on || csum == ChecksumMode::tx_only) segment.offload().flags |= Offload::tx_tcp_csum;
+    ++c_.tx_gso;
+    ++c_.tx_segments;
+    return ip.push(std::move(segment));
+  }
   const auto len = static_cast<std::uint16_t>(segment.size());
   if (csum == ChecksumMode::on || csum == ChecksumMode::tx_only) {
     std::uint32_t pseudo = csum::pseudo_header_v4(src, dst, kIpProtocol, len);
@@ -852,6 +860,8 @@ void register_tcp(Registry& registry) {
           .with_option(OptionSpec::size("ack_burst_max", 0, std::size_t{1} << 30,
                                         "most bytes one end-of-burst ACK covers (0: no limit)")
                            .defaults_to("64k"))
+          .with_option(OptionSpec::boolean("gso", "hand new data down in ~64 KB segments when the port can cut them")
+                           .defaults_to("on"))
           .with_option(OptionSpec::real("msl_ms", 0.01, 3.6e6, "maximum segment lifetime (TIME-WAIT is 2 MSL)")
                            .defaults_to("30000"))
           .with_option(OptionSpec::size("sndbuf", 1024, std::size_t{1} << 30, "default send buffer").defaults_to("1m"))
@@ -882,6 +892,7 @@ void register_tcp(Registry& registry) {
             c.delack = ms("delack_ms");
             c.ack_per_burst = o.get_bool("ack_per_burst");
             c.ack_burst_max = static_cast<std::uint32_t>(o.get_size("ack_burst_max"));
+            c.gso = o.get_bool("gso");
             c.msl = ms("msl_ms");
             c.sndbuf = o.get_size("sndbuf");
             c.rcvbuf = o.get_size("rcvbuf");

@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "xk/byteorder.hpp"
 #include "xk/checksum.hpp"
 
 namespace xk::drivers {
@@ -323,6 +324,121 @@ TEST_F(DpdkTest, RingLoopsFramesBackAndCountsTxDropsWhenTheRingIsFull) {
   EXPECT_EQ(bytes_of(sink.received.back()), test_frame(64, 1022));
   EXPECT_EQ(drv.counters().value("rx_frames"), 1023u);
   sink.received.clear();
+  ASSERT_TRUE(drv.open_disable(sink, parts).ok());
+}
+
+// ---- segmentation offload (software, any PMD) -------------------------------
+
+// Ethernet + IPv4 (ID 0x1234, DF) + TCP with a 12-byte option block (32
+// bytes: doff 8), seq 1000, `flags`, then `payload`.
+Bytes gso_frame(const Bytes& payload, std::uint8_t flags) {
+  Bytes f(14 + 20 + 32 + payload.size());
+  for (std::size_t i = 0; i < 6; ++i) f[i] = std::byte{0x02};
+  f[6] = std::byte{0x02};
+  f[11] = std::byte{0x01};
+  store_be16(f.data() + 12, 0x0800);
+  std::byte* ip = f.data() + 14;
+  ip[0] = std::byte{0x45};
+  store_be16(ip + 2, static_cast<std::uint16_t>(20 + 32 + payload.size()));
+  store_be16(ip + 4, 0x1234);
+  store_be16(ip + 6, 0x4000);  // DF
+  ip[8] = std::byte{64};
+  ip[9] = std::byte{6};
+  store_be32(ip + 12, 0xc000020b);  // 192.0.2.11
+  store_be32(ip + 16, 0xc000020a);  // 192.0.2.10
+  std::byte* tcp = ip + 20;
+  store_be16(tcp, 49152);
+  store_be16(tcp + 2, 5001);
+  store_be32(tcp + 4, 1000);
+  store_be32(tcp + 8, 77);
+  tcp[12] = std::byte{8 << 4};
+  tcp[13] = std::byte{flags};
+  store_be16(tcp + 14, 4096);
+  tcp[20] = std::byte{1};  // NOP, NOP, timestamps
+  tcp[21] = std::byte{1};
+  tcp[22] = std::byte{8};
+  tcp[23] = std::byte{10};
+  store_be32(tcp + 24, 5555);
+  store_be32(tcp + 28, 6666);
+  std::copy(payload.begin(), payload.end(), f.begin() + 66);
+  return f;
+}
+
+TEST_F(DpdkTest, SegmentationOffloadCutsATcpSegmentIntoMtuSizedFrames) {
+  DpdkDriver::Config c;
+  c.devargs = ring_devargs();
+  c.mbufs = 1023;
+  EventLoop loop;
+  DpdkDriver drv("net0", c, &loop);
+  Result<LinkOffloads> o = drv.control(ctl::GetOffloads{});
+  ASSERT_TRUE(o.ok());
+  EXPECT_TRUE(o->tx_tcp_seg) << "the driver cuts segments in software on any port";
+  Sink sink;
+  Participants parts;
+  ASSERT_TRUE(drv.open_enable(sink, parts).ok());
+  Result<SessionRef> s = drv.open(sink, parts);
+  ASSERT_TRUE(s.ok());
+
+  constexpr std::size_t kSeg = 1448;
+  Bytes payload(3 * kSeg + 1000);  // three full pieces and a short one
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>((i * 13 + 5) & 0xff);
+  constexpr std::uint8_t kAckPshFinCwr = 0x10 | 0x08 | 0x01 | 0x80;
+  for (bool with_csum : {true, false}) {
+    // Fragments of odd sizes that do not line up with the pieces.
+    Msg m = fragmented(gso_frame(payload, kAckPshFinCwr), 997);
+    m.offload().flags = Offload::tx_tcp_seg | (with_csum ? Offload::tx_tcp_csum : 0);
+    m.offload().seg_size = kSeg;
+    ASSERT_TRUE((*s)->push(std::move(m)).ok());
+    (void)drv.flush();
+    for (int i = 0; i < 200 && sink.received.size() < 4; ++i) (void)loop.run_once();
+    ASSERT_EQ(sink.received.size(), 4u);
+    for (std::size_t i = 0; i < 4; ++i) {
+      SCOPED_TRACE("piece " + std::to_string(i) + (with_csum ? ", checksum on" : ", checksum off"));
+      const Bytes f = bytes_of(sink.received[i]);
+      const std::size_t n = i < 3 ? kSeg : 1000;
+      ASSERT_EQ(f.size(), 14 + 20 + 32 + n);
+      const std::byte* ip = f.data() + 14;
+      const std::byte* tcp = ip + 20;
+      EXPECT_EQ(load_be16(ip + 2), 20 + 32 + n);
+      EXPECT_EQ(load_be16(ip + 4), 0x1234 + i);
+      EXPECT_EQ(load_be16(ip + 6), 0x4000);
+      EXPECT_EQ(csum::fold(csum::partial(ip, 20)), 0xffff) << "IPv4 header checksum";
+      EXPECT_EQ(load_be32(tcp + 4), 1000 + i * kSeg);
+      EXPECT_EQ(load_be32(tcp + 8), 77u);
+      const std::uint8_t want = i == 0 ? (0x10 | 0x80) : i == 3 ? (0x10 | 0x08 | 0x01) : 0x10;
+      EXPECT_EQ(std::to_integer<unsigned>(tcp[13]), want) << "FIN/PSH on the last piece, CWR on the first";
+      EXPECT_EQ(load_be32(tcp + 24), 5555u) << "every piece carries the options";
+      if (with_csum) {
+        std::uint32_t sum = csum::pseudo_header_v4(Ipv4Addr{0xc000020b}, Ipv4Addr{0xc000020a}, 6,
+                                                   static_cast<std::uint16_t>(32 + n));
+        EXPECT_EQ(csum::fold(csum::partial(tcp, 32 + n, sum)), 0xffff) << "TCP checksum";
+      } else {
+        EXPECT_EQ(load_be16(tcp + 16), 0) << "checksum off: none";
+      }
+      EXPECT_TRUE(std::equal(f.begin() + 66, f.end(), payload.begin() + static_cast<std::ptrdiff_t>(i * kSeg)));
+    }
+    sink.received.clear();
+  }
+  EXPECT_EQ(drv.counters().value("tx_gso"), 2u);
+  EXPECT_EQ(drv.counters().value("tx_gso_pieces"), 8u);
+
+  // What the driver cannot cut is refused and counted, never sent half-made.
+  Msg bad = Msg::copy_of(test_frame(3000, 1));  // not IPv4
+  bad.offload().flags = Offload::tx_tcp_seg;
+  bad.offload().seg_size = kSeg;
+  EXPECT_EQ((*s)->push(std::move(bad)).error(), Errc::invalid_argument);
+  Msg no_size = Msg::copy_of(gso_frame(payload, 0x10));
+  no_size.offload().flags = Offload::tx_tcp_seg;
+  EXPECT_EQ((*s)->push(std::move(no_size)).error(), Errc::invalid_argument);
+  Msg too_big = Msg::copy_of(gso_frame(payload, 0x10));
+  too_big.offload().flags = Offload::tx_tcp_seg;
+  too_big.offload().seg_size = 1500;  // 20 + 32 + 1500 > the 1500-byte MTU
+  EXPECT_EQ((*s)->push(std::move(too_big)).error(), Errc::too_large);
+  EXPECT_EQ(drv.counters().value("drop_offload"), 2u);
+  EXPECT_EQ(drv.counters().value("drop_too_big"), 1u);
+  (void)drv.flush();
+  for (int i = 0; i < 20; ++i) (void)loop.run_once();
+  EXPECT_TRUE(sink.received.empty());
   ASSERT_TRUE(drv.open_disable(sink, parts).ok());
 }
 

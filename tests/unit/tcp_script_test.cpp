@@ -359,6 +359,63 @@ TEST_F(TcpScript, SackBlocksMostRecentFirstAndDsack) {
   expect_nothing();
 }
 
+// ---- segmentation offload (docs/tcp.md) ----------------------------------
+
+TEST_F(TcpScript, WithSegmentationOffloadNewDataGoesDownAsOneSegmentPerSend) {
+  ip.offloads.tx_tcp_seg = true;
+  start();
+  passive_open(Offer());  // MSS 1000, no timestamps
+  write(25000);
+  // The initial window (RFC 6928: 10 segments) leaves as one segment for the
+  // port to cut into 1000-byte pieces; their checksums are the port's too.
+  ASSERT_FALSE(ip.sent.empty());
+  Offload o = ip.sent.front().offload;
+  EXPECT_TRUE(o.has(Offload::tx_tcp_seg));
+  EXPECT_TRUE(o.has(Offload::tx_tcp_csum));
+  EXPECT_EQ(o.seg_size, 1000);
+  expect(ack().seq(1).ack(1).len(10000).no_csum());
+  expect_nothing();
+  EXPECT_EQ(sock.stats().segs_out, 10u + 1u) << "pieces count as segments (and the SYN-ACK)";
+  EXPECT_EQ(stats().tx_gso.value(), 1u);
+  // Slow start (RFC 3465, L = 2 SMSS): cwnd 12000 against 5000 in flight.
+  inject(ack().seq(1).ack(5001));
+  expect(ack().seq(10001).ack(1).len(7000).no_csum());
+  // All acknowledged: the 8000 bytes left go as one, PSH (cut: on the last piece).
+  inject(ack().seq(1).ack(17001));
+  ASSERT_FALSE(ip.sent.empty());
+  EXPECT_TRUE(ip.sent.front().offload.has(Offload::tx_tcp_seg));
+  expect(psh_ack().seq(17001).ack(1).len(8000).no_csum());
+  EXPECT_EQ(stats().tx_gso.value(), 3u);
+  // Lost: the retransmission timer resends one segment, never a batch.
+  clock.advance(std::chrono::seconds(2));
+  (void)loop.timers().run_expired(clock.now());
+  ASSERT_FALSE(ip.sent.empty());
+  EXPECT_FALSE(ip.sent.front().offload.has(Offload::tx_tcp_seg));
+  expect(ack().seq(17001).ack(1).len(1000));
+  inject(ack().seq(1).ack(25001));
+  expect_nothing();
+  // Less than a full segment: it goes as itself, with its own checksum.
+  write(500);
+  ASSERT_FALSE(ip.sent.empty());
+  EXPECT_FALSE(ip.sent.front().offload.has(Offload::tx_tcp_seg));
+  expect(psh_ack().seq(25001).ack(1).len(500));
+}
+
+TEST_F(TcpScript, GsoOffSendsEverySegmentItself) {
+  ip.offloads.tx_tcp_seg = true;
+  TcpConfig c;
+  c.gso = false;
+  start(c);
+  passive_open(Offer());
+  write(3000);
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    ASSERT_FALSE(ip.sent.empty());
+    EXPECT_FALSE(ip.sent.front().offload.has(Offload::tx_tcp_seg));
+    expect((i == 2 ? psh_ack() : ack()).seq(1 + 1000 * i).ack(1).len(1000));
+  }
+  EXPECT_EQ(stats().tx_gso.value(), 0u);
+}
+
 // ---- receive buffers and the port's pool (docs/tcp.md) ----------------------
 
 TEST_F(TcpScript, FramesOfAPortShortOfBuffersAreCopiedBeforeTheyWait) {

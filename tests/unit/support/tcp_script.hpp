@@ -99,11 +99,13 @@ inline std::uint16_t reference_checksum(Ipv4Addr src, Ipv4Addr dst, std::span<co
 struct Sent {
   Ipv4Addr peer;
   std::vector<std::byte> bytes;
+  Offload offload;  // what TCP asked of the port (segmentation offload, checksums)
 };
 
 // Stands where ipv4 stands: sessions per peer (remote {Ipv4Addr, ProtoNum 6}),
-// a passive open on ProtoNum 6, GetLocalAddr / GetPeerAddr / GetMtu. What TCP
-// pushes is copied out and kept in `sent`.
+// a passive open on ProtoNum 6, GetLocalAddr / GetPeerAddr / GetMtu, and
+// GetOffloads (`offloads`: none unless a test sets some before start()). What
+// TCP pushes is copied out and kept in `sent`.
 class FakeIp final : public Protocol {
  public:
   explicit FakeIp(Ipv4Addr local) : Protocol("ip0", "fake-ipv4"), local_(local) {}
@@ -114,7 +116,7 @@ class FakeIp final : public Protocol {
     Status push(Msg m) override {
       std::vector<std::byte> b(m.size());
       if (!m.copy_out(0, b).ok()) return Errc::malformed;
-      ip_.sent.push_back(Sent{peer_, std::move(b)});
+      ip_.sent.push_back(Sent{peer_, std::move(b), m.offload()});
       return {};
     }
     Status pop(Session&, Msg) override { return Errc::unsupported; }
@@ -158,6 +160,7 @@ class FakeIp final : public Protocol {
   }
   Result<ControlReply> control_any(const ControlQuery& q) override {
     if (std::holds_alternative<ctl::GetMtu>(q)) return ControlReply{kIpMtu};
+    if (std::holds_alternative<ctl::GetOffloads>(q)) return ControlReply{offloads};
     return Protocol::control_any(q);
   }
 
@@ -182,6 +185,7 @@ class FakeIp final : public Protocol {
   }
 
   std::deque<Sent> sent;
+  LinkOffloads offloads;
   std::map<std::uint32_t, SessionRef> sessions;
   Protocol* enabled = nullptr;
 

@@ -101,12 +101,18 @@ struct Offload {
     // Msg::own() and lets the port's buffer go (docs/framework.md,
     // "Buffers from a port").
     rx_scarce = 32,
+    // Segmentation offload: the frame is one TCP segment larger than the
+    // MTU allows; the port (or its driver, in software) cuts it into
+    // segments of seg_size payload bytes, each with its own IPv4 and TCP
+    // header and checksums (docs/tcp.md, "Segmentation offload").
+    tx_tcp_seg = 64,
   };
   static constexpr std::uint8_t kTxMask = tx_ip_csum | tx_udp_csum | tx_tcp_csum;
   static constexpr std::uint8_t kRxMask = rx_ip_good | rx_l4_good | rx_scarce;
 
   std::uint8_t flags = 0;
   std::uint8_t l3_len = 0;  // IPv4 header bytes, for the tx requests
+  std::uint16_t seg_size = 0;  // tx_tcp_seg: payload bytes per segment
 
   bool has(Flag f) const noexcept { return (flags & f) != 0; }
 };

@@ -86,13 +86,15 @@ enum class ChecksumMode : std::uint8_t {
 };
 
 // What the port can do for the layers above (Offload in msg.hpp): fill the
-// IPv4/UDP/TCP checksums on transmit, verify them on receive.
+// IPv4/UDP/TCP checksums on transmit, verify them on receive, cut a large
+// TCP segment into MTU-sized ones.
 struct LinkOffloads {
   bool tx_ip_csum = false;
   bool tx_udp_csum = false;
   bool tx_tcp_csum = false;
   bool rx_ip_csum = false;
   bool rx_l4_csum = false;
+  bool tx_tcp_seg = false;  // Offload::tx_tcp_seg (the DPDK driver cuts in software)
   friend bool operator==(const LinkOffloads&, const LinkOffloads&) = default;
 };
 

@@ -123,6 +123,10 @@ class DpdkDriver final : public Protocol, public Pollable {
     // (central mode's relay).
     bool tx_keep = false;
     std::size_t tx_keep_max = 1024;
+    // Segmentation offload in software: offer Offload::tx_tcp_seg and cut
+    // such a TCP segment into MTU-sized frames while copying it into mbufs
+    // (docs/dpdk-driver.md, "Segmentation offload").
+    bool gso = true;
     dpdk::EalConfig eal;
   };
 
@@ -154,7 +158,8 @@ class DpdkDriver final : public Protocol, public Pollable {
   void after_sleep() noexcept override;
 
   // Queue one frame for transmit (copied into an mbuf chain). would_block if
-  // no mbuf is free; too_large above GetMtu.
+  // no mbuf is free; too_large above GetMtu. A frame marked tx_tcp_seg is
+  // cut into MTU-sized frames (segmentation offload in software).
   Status transmit(const Msg& frame);
   // Send the queued frames now. Frames the tx ring has no room for are freed
   // and counted in tx_drop_full. Returns how many were sent.
@@ -187,6 +192,12 @@ class DpdkDriver final : public Protocol, public Pollable {
   // the peer's disconnect cut short gets 0 and sets cut_.
   std::uint16_t rx_burst(rte_mbuf** burst, std::uint16_t want);
   std::uint16_t tx_burst(rte_mbuf** burst, std::uint16_t n);
+  Status transmit_segmented(const Msg& frame);
+  // Append `len` bytes to the chain `head`..`tail`, chaining mbufs as
+  // needed; with `sum`, add their checksum (offset `at` in what is summed).
+  // false: no mbuf left (the chain is the caller's to free).
+  bool append(rte_mbuf* head, rte_mbuf*& tail, const std::byte* src, std::size_t len, std::uint32_t* sum,
+              std::size_t at);
   void fault_cut(const char* what);
   void start_port();
   void setup_wait();
@@ -244,6 +255,8 @@ class DpdkDriver final : public Protocol, public Pollable {
   Counter& drop_no_receiver_;
   Counter& drop_offload_;
   Counter& tx_csum_offload_;
+  Counter& tx_gso_;
+  Counter& tx_gso_pieces_;
   Counter& drop_wrap_;
   Counter& rx_scarce_;
   Counter& link_up_;

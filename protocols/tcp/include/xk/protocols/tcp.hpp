@@ -86,6 +86,9 @@ struct TcpConfig {
   // input burst (one ACK for the burst) rather than at once (docs/tcp.md).
   bool ack_per_burst = true;
   std::uint32_t ack_burst_max = 64 * 1024;  // bytes one burst ACK may cover (0: the whole burst)
+  // New data goes down as one segment of up to ~64 KB for the port to cut,
+  // when the port offers segmentation offload (docs/tcp.md).
+  bool gso = true;
   Duration msl = std::chrono::seconds(30);          // TIME-WAIT lasts 2 MSL
   unsigned syn_retries = 6;
   unsigned max_retries = 15;  // RFC 1122 4.2.3.5 R2, in retransmissions
@@ -625,6 +628,8 @@ class TcpProtocol final : public Protocol {
   // `csum`: the connection's (or listener's, or the stack's) mode.
   Status transmit(Session& ip, Ipv4Addr src, Ipv4Addr dst, Msg segment, ChecksumMode csum);
   std::uint16_t path_mss(Session& ip) const;
+  // Connections may hand the port segments to cut (Offload::tx_tcp_seg).
+  bool segmentation_offload() const noexcept { return offloads_.tx_tcp_seg && config_.gso; }
   // ---- ICMP and the IP sessions' DF bit (tcp_icmp.cpp) ----
   void icmp_error(const ctl::NetError& err);
   static void set_dont_fragment(Session& ip, bool df) noexcept;
@@ -694,6 +699,7 @@ class TcpProtocol final : public Protocol {
     Counter& time_wait_reused;
     Counter& rx_csum_by_port;
     Counter& tx_csum_by_port;
+    Counter& tx_gso;
     Counter& icmp_errors;
     Counter& icmp_no_connection;
     Counter& icmp_out_of_window;
