@@ -109,6 +109,7 @@ DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
       drop_no_receiver_(counters().add("drop_no_receiver", "frames received with nobody enabled")),
       drop_offload_(counters().add("drop_offload", "frames refused: a checksum offload the port lacks")),
       tx_csum_offload_(counters().add("tx_csum_offload", "frames sent with a checksum left to the port")),
+      tx_zero_copy_(counters().add("tx_zero_copy", "frames sent as the mbuf they were received in (no copy)")),
       tx_gso_(counters().add("tx_gso", "segmentation offload: large TCP segments cut into frames")),
       tx_gso_pieces_(counters().add("tx_gso_pieces", "segmentation offload: frames those became")),
       drop_wrap_(counters().add("drop_wrap", "frames dropped: no memory to wrap an mbuf")),
@@ -540,6 +541,26 @@ Status DpdkDriver::transmit(const Msg& frame) {
     (void)flush();
     if (tx_queue_.size() >= config_.tx_keep_max) return Errc::would_block;
   }
+  if (rte_mbuf* m = config_.tx_zero_copy ? sole_mbuf(frame) : nullptr) {
+    // A received frame going out again (filterd's hop): the PMD gets a
+    // reference of its own to the very mbuf, the message keeps its own.
+    const Frag& f = frame.fragments()[0];
+    rte_mbuf_refcnt_update(m, 1);
+    m->data_off = static_cast<std::uint16_t>(f.off);
+    m->data_len = static_cast<std::uint16_t>(f.len);
+    m->pkt_len = f.len;
+    m->ol_flags = 0;
+    if (ol_flags != 0) {
+      m->ol_flags = ol_flags;
+      m->l2_len = kEthHeader;
+      m->l3_len = req.l3_len;
+      ++tx_csum_offload_;
+    }
+    ++tx_zero_copy_;
+    tx_queue_.push_back(m);
+    if (tx_queue_.size() >= config_.burst) (void)flush();
+    return {};
+  }
   rte_mbuf* head = rte_pktmbuf_alloc(pool_);
   if (head == nullptr) {
     ++tx_nombuf_;
@@ -562,6 +583,20 @@ Status DpdkDriver::transmit(const Msg& frame) {
   tx_queue_.push_back(head);
   if (tx_queue_.size() >= config_.burst) (void)flush();
   return {};
+}
+
+std::size_t DpdkDriver::mbufs_free() const noexcept { return pool_ == nullptr ? 0 : rte_mempool_avail_count(pool_); }
+
+rte_mbuf* DpdkDriver::sole_mbuf(const Msg& frame) noexcept {
+  if (frame.fragment_count() != 1) return nullptr;
+  const Frag& f = frame.fragments()[0];
+  const BufDeleter& d = f.buf->deleter();
+  if (!f.buf->external() || d.fn != &free_segment) return nullptr;
+  auto* m = static_cast<rte_mbuf*>(d.ctx);
+  // deliver() unlinked every segment: one mbuf, whose buffer the Buf wraps.
+  if (m->next != nullptr || static_cast<std::byte*>(m->buf_addr) != f.buf->data()) return nullptr;
+  if (f.off > UINT16_MAX || f.len > UINT16_MAX) return nullptr;
+  return m;
 }
 
 bool DpdkDriver::append(rte_mbuf* head, rte_mbuf*& tail, const std::byte* src, std::size_t len, std::uint32_t* sum,
@@ -878,6 +913,8 @@ void register_dpdk(Registry& registry) {
                            .defaults_to("off"))
           .with_option(OptionSpec::boolean("gso", "cut large TCP segments from the stack into MTU-sized frames")
                            .defaults_to("on"))
+          .with_option(OptionSpec::boolean("tx_zero_copy", "send a frame that is one whole received mbuf as that mbuf")
+                           .defaults_to("on"))
           .with_option(OptionSpec::size("eal_mem", 16 << 20, std::uint64_t{1} << 40, "EAL memory (first port only)")
                            .defaults_to("256m"))
           .with_option(OptionSpec::string("eal_args", "extra EAL arguments, space-separated (first port only)"))
@@ -898,6 +935,7 @@ void register_dpdk(Registry& registry) {
             c.idle_sleep_max = std::chrono::microseconds(o.get_int("idle_sleep_us"));
             c.tx_keep = o.get_bool("tx_keep");
             c.gso = o.get_bool("gso");
+            c.tx_zero_copy = o.get_bool("tx_zero_copy");
             c.doorbell = o.get_bool("doorbell");
             c.eal.memory_mb = static_cast<std::size_t>(o.get_size("eal_mem") >> 20);
             if (o.has("eal_args")) c.eal.extra_args = dpdk::split_args(o.get_string("eal_args"));

@@ -43,6 +43,9 @@ class Buf {
   std::uint32_t capacity() const noexcept { return capacity_; }
   std::uint32_t refs() const noexcept { return refcnt_.load(std::memory_order_acquire); }
   bool external() const noexcept { return external_; }
+  // How external storage is given back: lets a driver recognise its own
+  // buffers (an rte_mbuf it received) in a message it is asked to send.
+  const BufDeleter& deleter() const noexcept { return deleter_; }
 
   void ref() noexcept { refcnt_.fetch_add(1, std::memory_order_relaxed); }
   void unref() noexcept {

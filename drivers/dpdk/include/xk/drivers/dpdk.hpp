@@ -127,6 +127,9 @@ class DpdkDriver final : public Protocol, public Pollable {
     // such a TCP segment into MTU-sized frames while copying it into mbufs
     // (docs/dpdk-driver.md, "Segmentation offload").
     bool gso = true;
+    // A frame that is one whole mbuf some port of this process received
+    // (filterd forwarding it, a relay) is sent as that mbuf, not copied.
+    bool tx_zero_copy = true;
     dpdk::EalConfig eal;
   };
 
@@ -169,6 +172,9 @@ class DpdkDriver final : public Protocol, public Pollable {
   MacAddr mac() const noexcept { return mac_; }
   std::size_t mtu() const noexcept { return mtu_; }
   const DpdkOffloads& offloads() const noexcept { return offloads_; }
+  // Free mbufs in this port's pool now (walks every lcore's cache: not for
+  // the data path).
+  std::size_t mbufs_free() const noexcept;
   // Whether the loop sleeps on an rx interrupt (else on the back-off timer).
   bool rx_interrupt_active() const noexcept { return rx_intr_; }
   // Whether a doorbell wakes the sleeping loop (a memif port, doorbell on).
@@ -193,6 +199,8 @@ class DpdkDriver final : public Protocol, public Pollable {
   std::uint16_t rx_burst(rte_mbuf** burst, std::uint16_t want);
   std::uint16_t tx_burst(rte_mbuf** burst, std::uint16_t n);
   Status transmit_segmented(const Msg& frame);
+  // The received mbuf `frame` is one whole window of, or nullptr.
+  static rte_mbuf* sole_mbuf(const Msg& frame) noexcept;
   // Append `len` bytes to the chain `head`..`tail`, chaining mbufs as
   // needed; with `sum`, add their checksum (offset `at` in what is summed).
   // false: no mbuf left (the chain is the caller's to free).
@@ -255,6 +263,7 @@ class DpdkDriver final : public Protocol, public Pollable {
   Counter& drop_no_receiver_;
   Counter& drop_offload_;
   Counter& tx_csum_offload_;
+  Counter& tx_zero_copy_;
   Counter& tx_gso_;
   Counter& tx_gso_pieces_;
   Counter& drop_wrap_;
