@@ -218,22 +218,35 @@ def rstwatch(args):
     trig = [None]
     stop = threading.Event()
 
+    def take(frame, addr):
+        now = time.monotonic()
+        t = tcp_of(frame)
+        if t is None:
+            return
+        sport, dport, flags, _ = t
+        if addr[2] == PACKET_OUTGOING and sport == lport and dport == args.port:
+            out_times.append(now)
+        elif addr[2] != PACKET_OUTGOING and sport == args.port and dport == lport and flags & 0x04:
+            rst.append(now)
+            stop.set()
+
     def capture():
         while not stop.is_set():
             try:
                 frame, addr = cap.recvfrom(65536)
             except socket.timeout:
                 continue
-            now = time.monotonic()
-            t = tcp_of(frame)
-            if t is None:
-                continue
-            sport, dport, flags, _ = t
-            if addr[2] == PACKET_OUTGOING and sport == lport and dport == args.port:
-                out_times.append(now)
-            elif addr[2] != PACKET_OUTGOING and sport == args.port and dport == lport and flags & 0x04:
-                rst.append(now)
-                stop.set()
+            take(frame, addr)
+        # The kernel hands the RST to the TCP socket and to this one at once:
+        # the sender may have failed with ECONNRESET and stopped us before we
+        # read its frame. What is queued still is read now.
+        cap.settimeout(0.2)
+        while not rst:
+            try:
+                frame, addr = cap.recvfrom(65536)
+            except socket.timeout:
+                break
+            take(frame, addr)
 
     c = threading.Thread(target=capture)
     c.start()
