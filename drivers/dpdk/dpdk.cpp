@@ -595,6 +595,11 @@ rte_mbuf* DpdkDriver::sole_mbuf(const Msg& frame) noexcept {
   auto* m = static_cast<rte_mbuf*>(d.ctx);
   // deliver() unlinked every segment: one mbuf, whose buffer the Buf wraps.
   if (m->next != nullptr || static_cast<std::byte*>(m->buf_addr) != f.buf->data()) return nullptr;
+  // The frame must be the buffer's only user: the mbuf's window is about to
+  // become the frame's. Another message over it (ipv4's fragments of one
+  // received datagram share it), or the mbuf already queued for another
+  // window, and the frame is copied.
+  if (f.buf->refs() != 1 || rte_mbuf_refcnt_read(m) != 1) return nullptr;
   if (f.off > UINT16_MAX || f.len > UINT16_MAX) return nullptr;
   return m;
 }

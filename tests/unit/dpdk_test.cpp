@@ -489,6 +489,26 @@ TEST_F(DpdkTest, AReceivedFrameIsSentAgainAsItsOwnMbuf) {
   ASSERT_EQ(p.sink.received.size(), 1u);
   EXPECT_EQ(p.sink.received.front().size(), 210u);
   p.sink.received.clear();
+  // Two messages over one received mbuf (ipv4 cuts a received datagram so):
+  // the first goes while the second still shares it, so it is copied; the
+  // second, alone by then, is the mbuf's only user and goes as the mbuf.
+  ASSERT_TRUE(p.s->push(Msg::copy_of(test_frame(300, 4))).ok());
+  p.receive(1);
+  ASSERT_EQ(p.sink.received.size(), 1u);
+  Msg whole = std::move(p.sink.received.front());
+  p.sink.received.clear();
+  Result<Msg> back = whole.split(150);
+  ASSERT_TRUE(back.ok());
+  ASSERT_TRUE(p.s->push(std::move(whole)).ok());
+  EXPECT_EQ(p.drv.counters().value("tx_zero_copy"), 1u) << "shared: copied";
+  ASSERT_TRUE(p.s->push(std::move(*back)).ok());
+  EXPECT_EQ(p.drv.counters().value("tx_zero_copy"), 2u) << "alone: its own mbuf";
+  p.receive(2);
+  ASSERT_EQ(p.sink.received.size(), 2u);
+  const Bytes f4 = test_frame(300, 4);
+  EXPECT_EQ(bytes_of(p.sink.received[0]), Bytes(f4.begin(), f4.begin() + 150));
+  EXPECT_EQ(bytes_of(p.sink.received[1]), Bytes(f4.begin() + 150, f4.end()));
+  p.sink.received.clear();
   // Every reference given back: no mbuf leaked, none freed twice.
   EXPECT_EQ(p.drv.mbufs_free(), free0);
 }
