@@ -549,16 +549,9 @@ Status DpdkDriver::transmit(const Msg& frame) {
     m->data_off = static_cast<std::uint16_t>(f.off);
     m->data_len = static_cast<std::uint16_t>(f.len);
     m->pkt_len = f.len;
-    m->ol_flags = 0;
-    if (ol_flags != 0) {
-      m->ol_flags = ol_flags;
-      m->l2_len = kEthHeader;
-      m->l3_len = req.l3_len;
-      ++tx_csum_offload_;
-    }
+    request_offloads(m, ol_flags, req.l3_len);  // also clears the rx flags
     ++tx_zero_copy_;
-    tx_queue_.push_back(m);
-    if (tx_queue_.size() >= config_.burst) (void)flush();
+    enqueue(m);
     return {};
   }
   rte_mbuf* head = rte_pktmbuf_alloc(pool_);
@@ -566,12 +559,7 @@ Status DpdkDriver::transmit(const Msg& frame) {
     ++tx_nombuf_;
     return Errc::would_block;
   }
-  if (ol_flags != 0) {
-    head->ol_flags |= ol_flags;
-    head->l2_len = kEthHeader;  // we never send tagged frames
-    head->l3_len = req.l3_len;
-    ++tx_csum_offload_;
-  }
+  request_offloads(head, ol_flags, req.l3_len);
   rte_mbuf* tail = head;
   for (const Frag& f : frame.fragments()) {
     if (!append(head, tail, f.data(), f.len, nullptr, 0)) {
@@ -580,9 +568,21 @@ Status DpdkDriver::transmit(const Msg& frame) {
       return Errc::would_block;
     }
   }
-  tx_queue_.push_back(head);
-  if (tx_queue_.size() >= config_.burst) (void)flush();
+  enqueue(head);
   return {};
+}
+
+void DpdkDriver::request_offloads(rte_mbuf* m, std::uint64_t ol_flags, std::size_t l3_len) noexcept {
+  m->ol_flags = ol_flags;
+  if (ol_flags == 0) return;
+  m->l2_len = kEthHeader;  // we never send tagged frames
+  m->l3_len = static_cast<std::uint16_t>(l3_len);
+  ++tx_csum_offload_;
+}
+
+void DpdkDriver::enqueue(rte_mbuf* m) {
+  tx_queue_.push_back(m);
+  if (tx_queue_.size() >= config_.burst) (void)flush();
 }
 
 std::size_t DpdkDriver::mbufs_free() const noexcept { return pool_ == nullptr ? 0 : rte_mempool_avail_count(pool_); }
@@ -704,11 +704,7 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
     std::uint32_t sum = 0;
     std::uint32_t* summing = nullptr;
     if (tcp_csum) {
-      std::array<std::byte, 12> pseudo{};
-      std::memcpy(pseudo.data(), ip + 12, 8);  // source and destination
-      pseudo[9] = std::byte{6};
-      store_be16(pseudo.data() + 10, tcp_len);
-      sum = csum::partial(pseudo.data(), pseudo.size());
+      sum = csum::pseudo_header_v4(Ipv4Addr{load_be32(ip + 12)}, Ipv4Addr{load_be32(ip + 16)}, 6, tcp_len);
       if (offloads_.tx_tcp_cksum) {
         const std::uint16_t field = csum::fold(sum);  // the port sums the rest
         std::memcpy(tcp + 16, &field, 2);
@@ -724,12 +720,7 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
       const std::uint16_t ck = csum::finish(csum::partial(ip, ihl));
       std::memcpy(ip + 10, &ck, 2);
     }
-    if (ol_flags != 0) {
-      head->ol_flags |= ol_flags | RTE_MBUF_F_TX_IPV4;
-      head->l2_len = kEthHeader;
-      head->l3_len = static_cast<std::uint16_t>(ihl);
-      ++tx_csum_offload_;
-    }
+    request_offloads(head, ol_flags != 0 ? ol_flags | RTE_MBUF_F_TX_IPV4 : 0, ihl);
     // The piece's payload, straight from the frame's fragments.
     std::size_t left = n, at = doff;
     bool ok = true;
@@ -754,8 +745,7 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
       const std::uint16_t ck = csum::finish(sum);
       std::memcpy(tcp + 16, &ck, 2);
     }
-    tx_queue_.push_back(head);
-    if (tx_queue_.size() >= config_.burst) (void)flush();
+    enqueue(head);
   }
   ++tx_gso_;
   tx_gso_pieces_.inc(pieces);

@@ -575,8 +575,8 @@ Status Ipv4Protocol::send(Ipv4Addr dst, std::uint8_t protocol, Msg payload, Send
   if (payload.offload().has(Offload::tx_tcp_seg)) {
     // Segmentation offload: one datagram whose TCP segment the port cuts
     // into MTU-sized ones, each with this header (DF, as TCP asked) but its
-    // own length, ID and checksum. Its length field must still hold it.
-    if (!offloads_.tx_tcp_seg || payload.size() > 0xffff - Header::kMinSize) {
+    // own length, ID and checksum (its length field holds it: checked above).
+    if (!offloads_.tx_tcp_seg) {
       ++drop_tx_too_large_;
       return Errc::too_large;
     }

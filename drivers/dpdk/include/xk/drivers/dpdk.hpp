@@ -199,6 +199,11 @@ class DpdkDriver final : public Protocol, public Pollable {
   std::uint16_t rx_burst(rte_mbuf** burst, std::uint16_t want);
   std::uint16_t tx_burst(rte_mbuf** burst, std::uint16_t n);
   Status transmit_segmented(const Msg& frame);
+  // Sets `m`'s transmit flags to `ol_flags` (checksums for the port; 0:
+  // none) with the header lengths they need.
+  void request_offloads(rte_mbuf* m, std::uint64_t ol_flags, std::size_t l3_len) noexcept;
+  // Queues `m` for the next burst; a full burst goes at once.
+  void enqueue(rte_mbuf* m);
   // The received mbuf `frame` is one whole window of, or nullptr.
   static rte_mbuf* sole_mbuf(const Msg& frame) noexcept;
   // Append `len` bytes to the chain `head`..`tail`, chaining mbufs as
