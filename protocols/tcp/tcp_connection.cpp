@@ -208,6 +208,9 @@ Status TcpConnection::close_gracefully() {
     case State::established:
     case State::close_wait:
       return shutdown_write();
+    case State::time_wait:
+      leave_for_time_wait();
+      return {};
     default:
       return {};  // closing already; the stack finishes the handshake
   }
@@ -318,9 +321,25 @@ void TcpConnection::enter_time_wait() {
   persist_timer_.cancel();
   keepalive_timer_.cancel();
   delack_timer_.cancel();
+  if (user_closed_) {
+    leave_for_time_wait();
+    return;
+  }
   // RFC 9293 3.6.1: 2 MSL, so old duplicates die before the 4-tuple is reused.
   if (proto_ != nullptr) time_wait_timer_.arm_after(2 * proto_->config().msl);
   notify();
+}
+
+// Nobody holds this connection any more: the protocol keeps a TIME-WAIT
+// record for its 4-tuple (tcp_timewait.cpp) and the connection goes. With
+// the record table full, it just closes, as Linux does past
+// tcp_max_tw_buckets.
+void TcpConnection::leave_for_time_wait() {
+  if (proto_ == nullptr) return;
+  Ref<TcpConnection> keep(this);
+  if (proto_->park_time_wait(*this)) claimed_ = false;  // the record gives the port back
+  state_ = State::closed;
+  release();
 }
 
 void TcpConnection::on_time_wait_timeout() {

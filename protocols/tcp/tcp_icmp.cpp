@@ -61,7 +61,12 @@ void TcpProtocol::icmp_error(const ctl::NetError& err) {
   const ConnKey key{err.local.value, err.remote.value, err.local_port.value, err.remote_port.value};
   SessionRef* s = err.protocol == kIpProtocol ? conns_.find(key) : nullptr;
   if (s == nullptr) {
-    ++c_.icmp_no_connection;
+    // A TIME-WAIT has nothing in flight (RFC 5927 4.1), as in the connection.
+    if (err.protocol == kIpProtocol && in_time_wait(key)) {
+      ++c_.icmp_out_of_window;
+    } else {
+      ++c_.icmp_no_connection;
+    }
     return;
   }
   Ref<TcpConnection> c(static_cast<TcpConnection*>(s->get()));

@@ -9,12 +9,6 @@
 
 namespace xk::tcp {
 
-namespace {
-std::uint32_t seg_len(const Header& h, std::size_t payload) noexcept {
-  return static_cast<std::uint32_t>(payload) + (h.has(kSyn) ? 1u : 0u) + (h.has(kFin) ? 1u : 0u);
-}
-}  // namespace
-
 // Options of a SYN we received (ours were, or will be, offered in our SYN).
 void TcpConnection::take_options(const Options& opts, bool syn) {
   if (!syn || proto_ == nullptr) return;
@@ -201,20 +195,9 @@ bool TcpConnection::check_paws(const Header& h, const Options& opts) {
   return false;
 }
 
-// RFC 9293 3.10.7.4, first check: the four cases of the acceptability test.
+// RFC 9293 3.10.7.4, first check.
 bool TcpConnection::acceptable(const Header& h, std::size_t payload) const noexcept {
-  const std::uint32_t len = seg_len(h, payload);
-  const std::uint32_t wnd = static_cast<std::uint32_t>(rcv_adv_ - rcv_nxt_);
-  if (len == 0) {
-    if (wnd == 0) return h.seq == rcv_nxt_;
-    return seq_in_window(h.seq, rcv_nxt_, wnd);
-  }
-  if (wnd == 0) {
-    // RFC 9293: with a zero window, valid ACKs and RSTs must still get
-    // through; the data itself is trimmed away later.
-    return h.seq == rcv_nxt_;
-  }
-  return seq_in_window(h.seq, rcv_nxt_, wnd) || seq_in_window(h.seq + len - 1, rcv_nxt_, wnd);
+  return segment_acceptable(h, payload, rcv_nxt_, static_cast<std::uint32_t>(rcv_adv_ - rcv_nxt_));
 }
 
 // RFC 9293 3.10.7.4 second check, with RFC 5961 3.2.

@@ -20,9 +20,7 @@ constexpr std::size_t kGsoMaxPayload = 65535 - 20 - 60;
 
 std::uint32_t TcpConnection::tsval_now() const noexcept {
   // RFC 7323 5.4: a clock of 1 ms ticks (between 1 ms and 1 s per tick).
-  if (proto_ == nullptr) return 0;
-  return static_cast<std::uint32_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(proto_->timers().clock().now().time_since_epoch()).count());
+  return proto_ != nullptr ? proto_->tsval() : 0;
 }
 
 // The payload a full segment carries: the MSS less the options every segment

@@ -106,6 +106,7 @@ TcpProtocol::TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, 
       cookies_(SynCookies(isn_.secret())),
       next_ephemeral_(config_.ephemeral_min),
       release_timer_(timers, [p = this] { p->flush_releases(); }),
+      time_wait_timer_(timers, [p = this] { p->expire_time_waits(); }),
       c_{counters().add("rx_segments"),
          counters().add("tx_segments"),
          counters().add("retransmits", "segments sent again"),
@@ -137,6 +138,7 @@ TcpProtocol::TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, 
          counters().add("keepalive_probes"),
          counters().add("timeouts", "connections dropped after unanswered retransmissions or keepalives"),
          counters().add("time_wait_reused", "TIME-WAIT connections ended by a new SYN"),
+         counters().add("time_wait_overflow", "connections closed without TIME-WAIT: time_wait_max were kept"),
          counters().add("rx_csum_by_port", "checksums the port verified for us"),
          counters().add("tx_csum_by_port", "checksums left to the port"),
          counters().add("tx_gso", "segments handed down whole for the port to cut (segmentation offload)"),
@@ -170,6 +172,7 @@ TcpProtocol::~TcpProtocol() {
   conns_.for_each([&](const ConnKey&, SessionRef& s) { cs.emplace_back(static_cast<TcpConnection*>(s.get())); });
   for (auto& c : cs) c->release();
   conns_.clear();
+  time_waits_.clear();
   // Not given back one by one: frames of these flows may still sit in the
   // driver's transmit queue, which empties only as the driver goes, after
   // us; the authority frees the ports when the node leaves (filterd: BYE).
@@ -249,7 +252,8 @@ Result<std::uint16_t> TcpProtocol::pick_ephemeral(Ipv4Addr local, Ipv4Addr remot
     next_ephemeral_ = p >= config_.ephemeral_max ? config_.ephemeral_min : p + 1;
     auto port = static_cast<std::uint16_t>(p);
     if (port_claimed(local, port)) continue;
-    if (conns_.find(ConnKey{local.value, remote.value, port, rport}) == nullptr) return port;
+    const ConnKey k{local.value, remote.value, port, rport};
+    if (conns_.find(k) == nullptr && !in_time_wait(k)) return port;
   }
   return Errc::exists;
 }
@@ -275,22 +279,26 @@ Result<Port> TcpProtocol::reserve_port(Ipv4Addr addr, Port port, bool reuse_addr
       next_ephemeral_ = c >= config_.ephemeral_max ? config_.ephemeral_min : c + 1;
       auto cand = static_cast<std::uint16_t>(c);
       bool used = port_claimed(addr, cand);
-      if (!used) conns_.for_each([&](const ConnKey& k, SessionRef&) { used = used || k.local_port == cand; });
+      if (!used) used = local_port_used(Ipv4Addr{}, cand);
       if (!used) p = cand;
     }
     if (p == 0) return Errc::exists;
   } else {
     if (port_claimed(addr, p)) return Errc::exists;
-    if (!reuse_addr) {
-      bool used = false;
-      conns_.for_each([&](const ConnKey& k, SessionRef&) {
-        used = used || (k.local_port == p && (addr.value == 0 || k.local_addr == addr.value));
-      });
-      if (used) return Errc::exists;
-    }
+    if (!reuse_addr && local_port_used(addr, p)) return Errc::exists;
   }
   reserved_.insert(ListenKey{addr.value, p}, 1u);
   return Port{p};
+}
+
+bool TcpProtocol::local_port_used(Ipv4Addr addr, std::uint16_t port) {
+  bool used = false;
+  auto check = [&](const ConnKey& k, auto&) {
+    used = used || (k.local_port == port && (addr.value == 0 || k.local_addr == addr.value));
+  };
+  conns_.for_each(check);
+  if (!used) time_waits_.for_each(check);
+  return used;
 }
 
 void TcpProtocol::release_port(Ipv4Addr addr, Port port) noexcept { reserved_.erase(ListenKey{addr.value, port.value}); }
@@ -425,9 +433,12 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
     return nullptr;
   };
   SessionRef* s = conns_.find(key);
+  TimeWait* tw = s == nullptr ? time_waits_.find(key) : nullptr;
   ChecksumMode csum_mode = config_.csum;
   if (s != nullptr) {
     csum_mode = static_cast<TcpConnection*>(s->get())->checksum_mode();
+  } else if (tw != nullptr) {
+    csum_mode = tw->csum;
   } else if (ListenSession* to = listener_for()) {
     csum_mode = to->csum_.value_or(config_.csum);
   }
@@ -486,8 +497,18 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
     c->release();
     --ip->users;
   }
-  ListenSession* l = listener_for();
-  if (l != nullptr) {
+  bool handled = false;
+  if (tw != nullptr) {
+    if (time_wait_input(key, *tw, *ip, h, *opts, payload.size())) {
+      ++c_.time_wait_reused;
+      iss_floor = tw->snd_nxt;  // RFC 9293 3.6.1 (1), as above
+      end_time_wait(key);
+    } else {
+      handled = true;
+    }
+  }
+  if (handled) {
+  } else if (ListenSession* l = listener_for(); l != nullptr) {
     Ref<ListenSession> keep(l);
     listen_input(*l, *ip, h, *opts, std::move(payload), iss_floor);
   } else {
@@ -656,8 +677,13 @@ void TcpProtocol::flush_releases() noexcept {
   for (const FourTuple& t : due) authority_->release_connect(kIpProtocol, t.local_port, t.remote_addr, t.remote_port);
 }
 
+std::uint32_t TcpProtocol::tsval() const noexcept {
+  return static_cast<std::uint32_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(timers_.clock().now().time_since_epoch()).count());
+}
+
 std::size_t TcpProtocol::time_wait_count() const noexcept {
-  std::size_t n = 0;
+  std::size_t n = time_waits_.size();
   const_cast<ActiveMap<ConnKey>&>(conns_).for_each([&](const ConnKey&, SessionRef& s) {
     if (static_cast<TcpConnection*>(s.get())->state() == State::time_wait) ++n;
   });
@@ -678,6 +704,10 @@ std::vector<TcpProtocol::ConnectionInfo> TcpProtocol::connections() const {
   const_cast<ActiveMap<ConnKey>&>(conns_).for_each([&](const ConnKey&, SessionRef& s) {
     const auto* c = static_cast<const TcpConnection*>(s.get());
     out.push_back(ConnectionInfo{c->tuple_, c->state_, c->passive_, c->claimed_});
+  });
+  const_cast<FlatMap<ConnKey, TimeWait>&>(time_waits_).for_each([&](const ConnKey& k, TimeWait& tw) {
+    const FourTuple t{Ipv4Addr{k.local_addr}, k.local_port, Ipv4Addr{k.remote_addr}, k.remote_port};
+    out.push_back(ConnectionInfo{t, State::time_wait, tw.passive, tw.claimed});
   });
   return out;
 }
@@ -864,6 +894,9 @@ void register_tcp(Registry& registry) {
                            .defaults_to("on"))
           .with_option(OptionSpec::real("msl_ms", 0.01, 3.6e6, "maximum segment lifetime (TIME-WAIT is 2 MSL)")
                            .defaults_to("30000"))
+          .with_option(OptionSpec::integer("time_wait_max", 0, 1 << 24,
+                                           "TIME-WAITs kept after their application let go; beyond, none")
+                           .defaults_to("262144"))
           .with_option(OptionSpec::size("sndbuf", 1024, std::size_t{1} << 30, "default send buffer").defaults_to("1m"))
           .with_option(OptionSpec::size("rcvbuf", 1024, std::size_t{1} << 30, "default receive buffer").defaults_to("1m"))
           .with_option(OptionSpec::boolean("syncookies", "SYN cookies when the SYN queue is full").defaults_to("on"))
@@ -894,6 +927,7 @@ void register_tcp(Registry& registry) {
             c.ack_burst_max = static_cast<std::uint32_t>(o.get_size("ack_burst_max"));
             c.gso = o.get_bool("gso");
             c.msl = ms("msl_ms");
+            c.time_wait_max = static_cast<std::size_t>(o.get_int("time_wait_max"));
             c.sndbuf = o.get_size("sndbuf");
             c.rcvbuf = o.get_size("rcvbuf");
             c.syncookies = o.get_bool("syncookies");

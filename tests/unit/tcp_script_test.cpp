@@ -890,7 +890,9 @@ TEST_F(TcpScript, KeepaliveProbesAndTheDropAfterUnansweredOnes) {
 
 // ---- TIME-WAIT (RFC 9293 3.6.1, 3.10.7.4; RFC 6191) -------------------------------------
 
-// We close first; the peer's FIN takes us to TIME-WAIT.
+// We close first; the peer's FIN takes us to TIME-WAIT. The application has
+// let go, so the connection is freed and a record of the protocol's keeps
+// the TIME-WAIT (tcp_timewait.cpp).
 class TimeWait : public Script {
  protected:
   Ref<TcpConnection> closing;
@@ -906,8 +908,11 @@ class TimeWait : public Script {
     EXPECT_EQ(closing->state(), State::fin_wait_2);
     inject(fin_ack().seq(1).ack(2 + static_cast<std::uint32_t>(write_off)));
     expect(ack().seq(2 + static_cast<std::uint32_t>(write_off)).ack(2));
-    EXPECT_EQ(closing->state(), State::time_wait);
+    EXPECT_EQ(closing->state(), State::closed) << "the connection went; a record keeps TIME-WAIT";
+    EXPECT_TRUE(closing->detached());
+    EXPECT_EQ(tcp->time_wait_count(), 1u);
   }
+  bool in_time_wait() const { return tcp->time_wait_count() == 1; }
   void TearDown() override {
     closing = Ref<TcpConnection>();
     Script::TearDown();
@@ -923,10 +928,10 @@ TEST_F(TimeWait, LastsTwoMslAndReAcksARetransmittedFin) {
   expect(ack().seq(2).ack(2));
   // The 2 MSL restart from the retransmitted FIN.
   advance(59999ms);
-  EXPECT_EQ(closing->state(), State::time_wait);
+  EXPECT_TRUE(in_time_wait());
   EXPECT_EQ(tcp->connection_count(), 1u);
   advance(1ms);
-  EXPECT_EQ(closing->state(), State::closed);
+  EXPECT_FALSE(in_time_wait());
   EXPECT_EQ(tcp->connection_count(), 0u);
   EXPECT_TRUE(ip.sessions.empty()) << "the IP session of the peer is closed with its last connection";
   expect_nothing();
@@ -941,7 +946,7 @@ TEST_F(TimeWait, ANewSynWithAHigherSequenceNumberReopens) {
   expect(syn_ack().ack(1).mss(1460));
   EXPECT_GE(iss - old_iss, 2) << "the new ISS is past everything the old connection sent";
   EXPECT_EQ(stats().time_wait_reused.value(), 1u);
-  EXPECT_EQ(closing->state(), State::closed);
+  EXPECT_FALSE(in_time_wait());
   inject(ack().seq(1).ack(1));
   Result<TcpSocket> a = listener.accept();
   ASSERT_TRUE(a.ok());
@@ -955,7 +960,7 @@ TEST_F(TimeWait, ASynWithAnOldSequenceNumberDoesNotReopen) {
   inject(syn().seq(0).mss(1000));  // the old connection's own SYN
   expect(ack().seq(2).ack(2));
   EXPECT_EQ(stats().time_wait_reused.value(), 0u);
-  EXPECT_EQ(closing->state(), State::time_wait);
+  EXPECT_TRUE(in_time_wait());
 }
 
 // RFC 9293 3.6.1 (1): reopening from TIME-WAIT needs an ISS above every
@@ -991,13 +996,101 @@ TEST_F(TimeWait, WithTimestampsTheSynsTimestampDecides) {
   inject(syn().seq(1000).mss(1000).ts(4000, 0));
   expect(ack().seq(2).ack(2));
   EXPECT_EQ(stats().time_wait_reused.value(), 0u);
-  EXPECT_EQ(closing->state(), State::time_wait);
+  EXPECT_TRUE(in_time_wait());
   // A lower sequence number but a newer timestamp: reopened.
   irs = old_irs - 5000;
   inject(syn().seq(0).mss(1000).ts(6000, 0));
   expect(syn_ack().ack(1).mss(1460).ts(now_ms(), 6000));
   EXPECT_EQ(stats().time_wait_reused.value(), 1u);
-  EXPECT_EQ(closing->state(), State::closed);
+  EXPECT_FALSE(in_time_wait());
+}
+
+TEST_F(TimeWait, OnlyAnExactRstEndsItAnInWindowOneGetsAChallengeAck) {
+  start();
+  to_time_wait();
+  inject(rst().seq(100));  // in the window, not RCV.NXT (RFC 5961 3.2)
+  expect(ack().seq(2).ack(2));
+  EXPECT_TRUE(in_time_wait());
+  inject(rst().seq(2));
+  expect_nothing();
+  EXPECT_FALSE(in_time_wait());
+  EXPECT_EQ(stats().resets_received.value(), 1u);
+  EXPECT_EQ(tcp->connection_count(), 0u);
+}
+
+TEST_F(TimeWait, OldDataOrAnAckOfWhatWasNeverSentGetsAnAck) {
+  start();
+  to_time_wait();
+  inject(ack().seq(2).ack(9));  // past our FIN
+  expect(ack().seq(2).ack(2));
+  EXPECT_EQ(stats().drop_ack_unacceptable.value(), 1u);
+  inject(psh_ack().seq(1).ack(2).len(1));  // below RCV.NXT: out of window
+  expect(ack().seq(2).ack(2));
+  inject(ack().seq(2).ack(2));  // a duplicate of the last ACK: nothing to say
+  expect_nothing();
+  inject(syn_ack().seq(2).ack(2));  // RFC 5961 4.2
+  expect(ack().seq(2).ack(2));
+  deliver_icmp(icmp(3, 3, 1));  // nothing is in flight in TIME-WAIT (RFC 5927 4.1)
+  EXPECT_EQ(stats().icmp_out_of_window.value(), 1u);
+  EXPECT_TRUE(in_time_wait());
+}
+
+// PAWS (RFC 7323 5.3) holds in TIME-WAIT too: an older timestamp is
+// dropped with an ACK, a newer one is remembered for the next check.
+TEST_F(TimeWait, PawsDropsASegmentWithAnOlderTimestamp) {
+  start();
+  to_time_wait(Offer().ts());  // TS.Recent = 5000
+  const std::uint64_t paws = stats().drop_paws.value();
+  inject(fin_ack().seq(1).ack(2).ts(4000, 0));
+  expect(ack().seq(2).ack(2).ts(now_ms(), 5000));
+  EXPECT_EQ(stats().drop_paws.value(), paws + 1);
+  inject(fin_ack().seq(1).ack(2).ts(7000, 0));  // the FIN again, newer
+  expect(ack().seq(2).ack(2).ts(now_ms(), 5000));
+  inject(fin_ack().seq(1).ack(2).ts(6000, 0));  // no older than 5000: still fine
+  expect(ack().seq(2).ack(2).ts(now_ms(), 5000));
+  EXPECT_EQ(stats().drop_paws.value(), paws + 1);
+}
+
+// While the application still holds the connection, TIME-WAIT stays in it;
+// its close hands the 4-tuple to a record.
+TEST_F(TcpScript, TimeWaitStaysInAConnectionStillHeldUntilItIsClosed) {
+  start();
+  passive_open(Offer());
+  ASSERT_TRUE(sock.shutdown_write().ok());
+  expect(fin_ack().seq(1).ack(1));
+  inject(ack().seq(1).ack(2));
+  inject(fin_ack().seq(1).ack(2));
+  expect(ack().seq(2).ack(2));
+  EXPECT_EQ(sock.state(), State::time_wait);
+  EXPECT_EQ(tcp->time_wait_count(), 1u);
+  Ref<TcpConnection> c(sock.connection());
+  sock = TcpSocket();  // closes
+  EXPECT_TRUE(c->detached());
+  EXPECT_EQ(tcp->time_wait_count(), 1u);
+  EXPECT_EQ(tcp->connection_count(), 1u);
+  inject(fin_ack().seq(1).ack(2));  // the FIN again: the record answers
+  expect(ack().seq(2).ack(2));
+  advance(60s);
+  EXPECT_EQ(tcp->connection_count(), 0u);
+  EXPECT_TRUE(ip.sessions.empty());
+}
+
+// Linux's tcp_max_tw_buckets: past the table's size a closing connection
+// skips TIME-WAIT (counted) rather than hold memory without bound.
+TEST_F(TcpScript, PastTimeWaitMaxAConnectionClosesWithoutOne) {
+  TcpConfig c;
+  c.time_wait_max = 0;
+  start(c);
+  passive_open(Offer());
+  sock = TcpSocket();  // closes
+  expect(fin_ack().seq(1).ack(1));
+  inject(ack().seq(1).ack(2));
+  inject(fin_ack().seq(1).ack(2));
+  expect(ack().seq(2).ack(2));
+  EXPECT_EQ(stats().time_wait_overflow.value(), 1u);
+  EXPECT_EQ(tcp->connection_count(), 0u);
+  inject(fin_ack().seq(1).ack(2));  // for no connection now: RST
+  expect(rst().seq(2));
 }
 
 // ---- RST and RFC 5961 ----------------------------------------------------------------------

@@ -90,6 +90,9 @@ struct TcpConfig {
   // when the port offers segmentation offload (docs/tcp.md).
   bool gso = true;
   Duration msl = std::chrono::seconds(30);          // TIME-WAIT lasts 2 MSL
+  // TIME-WAITs kept once their application let go (a small record each,
+  // docs/tcp.md "TIME-WAIT"); past this, a closing connection skips it.
+  std::size_t time_wait_max = 262144;
   unsigned syn_retries = 6;
   unsigned max_retries = 15;  // RFC 1122 4.2.3.5 R2, in retransmissions
   Duration keepalive_idle = std::chrono::hours(2);  // RFC 1122 4.2.3.6
@@ -324,6 +327,7 @@ class TcpConnection final : public StreamEndpoint {
   void on_keepalive_timeout();
   void on_time_wait_timeout();
   void enter_time_wait();
+  void leave_for_time_wait();
   void enter_state(State s);
   void fail(Errc e);
   void release();
@@ -571,9 +575,14 @@ class TcpProtocol final : public Protocol {
 
   const TcpConfig& config() const noexcept { return config_; }
   TimerWheel& timers() noexcept { return timers_; }
-  std::size_t connection_count() const noexcept { return backend_ != nullptr ? backend_->stream_count() : conns_.size(); }
+  // Every connection with a 4-tuple, the TIME-WAIT records included.
+  std::size_t connection_count() const noexcept {
+    return backend_ != nullptr ? backend_->stream_count() : conns_.size() + time_waits_.size();
+  }
   // Of those, the ones in TIME-WAIT.
   std::size_t time_wait_count() const noexcept;
+  // RFC 7323 5.4: TSval is a clock of 1 ms ticks.
+  std::uint32_t tsval() const noexcept;
   ChecksumMode checksum_mode() const noexcept { return config_.csum; }
 
  private:
@@ -617,6 +626,9 @@ class TcpProtocol final : public Protocol {
   Result<std::uint16_t> pick_ephemeral(Ipv4Addr local, Ipv4Addr remote, std::uint16_t rport);
   // A listener or a reservation on (addr, port), address 0 overlapping all.
   bool port_claimed(Ipv4Addr addr, std::uint16_t port);
+  // A connection (TIME-WAIT ones included) has (addr, port) as its local
+  // end; address 0: any address.
+  bool local_port_used(Ipv4Addr addr, std::uint16_t port);
   Status insert(TcpConnection& c);
   void remove(TcpConnection& c) noexcept;
   void listen_input(ListenSession& l, IpPeer& ip, const Header& h, const Options& opts, Msg payload,
@@ -657,6 +669,43 @@ class TcpProtocol final : public Protocol {
   void defer_release(const FourTuple& t);
   void flush_releases() noexcept;
   FlatMap<PeerKey, IpPeer> peers_;
+
+  // ---- TIME-WAIT after the application let go (tcp_timewait.cpp) ----
+  // What RFC 9293 3.10.7.4 needs to answer a segment in TIME-WAIT, kept in
+  // place of the connection, which is freed: a few dozen bytes, not a TCB.
+  struct TimeWait {
+    SeqNum snd_nxt;                  // past our FIN: what every ACK carries
+    SeqNum rcv_nxt;                  // past the peer's FIN
+    std::uint32_t rcv_wnd = 0;       // RCV.ADV - RCV.NXT as the connection left it
+    std::uint32_t max_snd_wnd = 0;   // RFC 5961 5.2's bound on acceptable ACKs
+    std::uint32_t ts_recent = 0;     // RFC 7323
+    Time ts_recent_age{};
+    Time expires{};
+    std::uint16_t window = 0;        // our ACKs' window field
+    ChecksumMode csum = ChecksumMode::on;
+    bool ts_ok = false;
+    bool sack_ok = false;
+    bool passive = false;
+    bool claimed = false;            // the local port came from the PortAuthority
+  };
+  // The connection (its application gone) enters TIME-WAIT: keep the record
+  // instead. False when the table is full (the caller just closes).
+  bool park_time_wait(TcpConnection& c);
+  // A segment for a parked TIME-WAIT. True: a SYN that may open a new
+  // incarnation (RFC 6191), the caller ends this one and hands it on.
+  bool time_wait_input(const ConnKey& key, TimeWait& tw, IpPeer& ip, const Header& h, const Options& opts,
+                       std::size_t payload);
+  void time_wait_ack(const ConnKey& key, const TimeWait& tw, IpPeer& ip, std::optional<SackBlock> dsack);
+  void end_time_wait(const ConnKey& key) noexcept;
+  void expire_time_waits();
+  bool in_time_wait(const ConnKey& key) const noexcept { return time_waits_.find(key) != nullptr; }
+  FlatMap<ConnKey, TimeWait> time_waits_;
+  // Parked records by expiry (all last 2 MSL, so the order is the parking
+  // order): a record restarted by a retransmitted FIN is queued again, and
+  // its older entry skipped.
+  std::deque<std::pair<Time, ConnKey>> time_wait_queue_;
+  Timer time_wait_timer_;
+
   // The peer behind each IP session we hold, so a segment's demux asks no
   // control (a Participant would allocate) per segment.
   FlatMap<SessionKey, std::uint32_t> peer_of_;
@@ -697,6 +746,7 @@ class TcpProtocol final : public Protocol {
     Counter& keepalive_probes;
     Counter& timeouts;
     Counter& time_wait_reused;
+    Counter& time_wait_overflow;
     Counter& rx_csum_by_port;
     Counter& tx_csum_by_port;
     Counter& tx_gso;
@@ -718,7 +768,7 @@ class TcpProtocol final : public Protocol {
 // Make the kind `tcp` available to graph specs:
 //   tcp t0 below=ip0 [csum=on|off] [mss=0] [wscale=14] [sack=on] [ts=on] [cc=cubic|newreno]
 //       [rto_min_ms=200] [rto_max_ms=60000] [rto_initial_ms=1000] [delack_ms=40] [msl_ms=30000]
-//       [sndbuf=1m] [rcvbuf=1m] [syncookies=on] [secret=<32 hex digits>]
+//       [time_wait_max=262144] [sndbuf=1m] [rcvbuf=1m] [syncookies=on] [secret=<32 hex digits>]
 void register_tcp(Registry& registry);
 
 }  // namespace xk::tcp

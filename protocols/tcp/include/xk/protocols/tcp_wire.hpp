@@ -72,7 +72,7 @@ struct Header {
     return data_offset > kMinDataOffset ? header_length() - kMinSize : 0;
   }
   // True when every bit of `f` is set.
-  bool has(std::uint8_t f) const noexcept { return (flags & f) == f; }
+  constexpr bool has(std::uint8_t f) const noexcept { return (flags & f) == f; }
 
   static Header read(std::span<const std::byte, kMinSize> b) noexcept {
     Header h;
@@ -103,6 +103,27 @@ struct Header {
     store_be16(b.data() + 18, urgent);
   }
 };
+
+// The sequence space a segment takes: its payload, and one each for SYN and FIN.
+constexpr std::uint32_t seg_len(const Header& h, std::size_t payload) noexcept {
+  return static_cast<std::uint32_t>(payload) + (h.has(kSyn) ? 1u : 0u) + (h.has(kFin) ? 1u : 0u);
+}
+
+// RFC 9293 3.10.7.4, first check: the four cases of the acceptability test,
+// for a receive window of `wnd` bytes from `rcv_nxt`.
+constexpr bool segment_acceptable(const Header& h, std::size_t payload, SeqNum rcv_nxt, std::uint32_t wnd) noexcept {
+  const std::uint32_t len = seg_len(h, payload);
+  if (len == 0) {
+    if (wnd == 0) return h.seq == rcv_nxt;
+    return seq_in_window(h.seq, rcv_nxt, wnd);
+  }
+  if (wnd == 0) {
+    // RFC 9293: with a zero window, valid ACKs and RSTs must still get
+    // through; the data itself is trimmed away later.
+    return h.seq == rcv_nxt;
+  }
+  return seq_in_window(h.seq, rcv_nxt, wnd) || seq_in_window(h.seq + len - 1, rcv_nxt, wnd);
+}
 
 // The fixed header of `segment`, checked: at least 20 bytes, a data offset of
 // at least 5, and a header that fits the segment (RFC 9293 3.1). malformed
