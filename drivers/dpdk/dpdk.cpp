@@ -673,9 +673,15 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
   std::size_t fi = 0, fo = hlen;
   while (fi < frags.size() && fo >= frags[fi].len) fo -= frags[fi++].len;
 
+  // tx_keep: the pieces are queued together or not at all, so the queue
+  // holds tx_keep_max frames at most (more only for a segment of more
+  // pieces than that, alone in an empty queue, which nothing else could send).
+  if (config_.tx_keep && tx_queue_.size() + pieces > config_.tx_keep_max) {
+    (void)flush();
+    if (!tx_queue_.empty() && tx_queue_.size() + pieces > config_.tx_keep_max) return Errc::would_block;
+  }
   for (std::size_t i = 0; i < pieces; ++i) {
     const std::size_t n = std::min(seg, payload - i * seg);
-    if (config_.tx_keep && tx_queue_.size() >= config_.tx_keep_max) (void)flush();
     rte_mbuf* head = rte_pktmbuf_alloc(pool_);
     rte_mbuf* tail = head;
     if (head == nullptr || !append(head, tail, hdr.data(), hlen, nullptr, 0)) {

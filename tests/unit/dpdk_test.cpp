@@ -300,7 +300,7 @@ std::string ring_devargs() {
 // A net_ring port looped back onto itself (what it sends, it receives), a
 // Sink enabled on it and a session to push frames into.
 struct RingPort {
-  explicit RingPort(std::size_t mbufs) : drv("net0", config(mbufs), &loop) {
+  explicit RingPort(std::size_t mbufs, std::size_t tx_keep_max = 0) : drv("net0", config(mbufs, tx_keep_max), &loop) {
     EXPECT_TRUE(drv.open_enable(sink, parts).ok());
     Result<SessionRef> r = drv.open(sink, parts);
     EXPECT_TRUE(r.ok());
@@ -312,10 +312,13 @@ struct RingPort {
   }
   RingPort(const RingPort&) = delete;
   RingPort& operator=(const RingPort&) = delete;
-  static DpdkDriver::Config config(std::size_t mbufs) {
+  // tx_keep_max > 0: keep what the ring refuses (tx_keep), up to that many.
+  static DpdkDriver::Config config(std::size_t mbufs, std::size_t tx_keep_max) {
     DpdkDriver::Config c;
     c.devargs = ring_devargs();
     c.mbufs = mbufs;
+    c.tx_keep = tx_keep_max > 0;
+    if (c.tx_keep) c.tx_keep_max = tx_keep_max;
     return c;
   }
   // Sends what is queued, then runs the loop until `n` frames are in.
@@ -451,6 +454,31 @@ TEST_F(DpdkTest, SegmentationOffloadCutsATcpSegmentIntoMtuSizedFrames) {
   (void)p.drv.flush();
   for (int i = 0; i < 20; ++i) (void)p.loop.run_once();
   EXPECT_TRUE(p.sink.received.empty());
+}
+
+// tx_keep (central mode's relay channels): a segment's pieces are kept
+// together or refused together, so the queue never passes tx_keep_max.
+TEST_F(DpdkTest, WithTxKeepASegmentsPiecesAreQueuedWholeOrNotAtAll) {
+  RingPort p(2047, 8);
+  for (std::size_t i = 0; i < 1023; ++i) ASSERT_TRUE(p.s->push(Msg::copy_of(test_frame(64, 1))).ok());
+  (void)p.drv.flush();
+  ASSERT_EQ(p.drv.counters().value("tx_frames"), 1023u);  // the ring is full now, and nobody reads it
+  Bytes payload(5 * 1000);
+  auto segment = [&] {
+    Msg m = Msg::copy_of(gso_frame(payload, 0x10));
+    m.offload().flags = Offload::tx_tcp_seg;
+    m.offload().seg_size = 1000;
+    return m;
+  };
+  ASSERT_TRUE(p.s->push(segment()).ok());  // 5 pieces kept
+  EXPECT_EQ(p.drv.flush(), 0u);
+  EXPECT_EQ(p.s->push(segment()).error(), Errc::would_block) << "5 + 5 pieces > tx_keep_max 8";
+  EXPECT_EQ(p.drv.counters().value("tx_drop_full"), 0u) << "kept, never dropped";
+  p.receive(1023 + 5);
+  EXPECT_EQ(p.sink.received.size(), 1023u + 5u);
+  ASSERT_TRUE(p.s->push(segment()).ok()) << "room again";
+  p.receive(1023 + 10);
+  EXPECT_EQ(p.sink.received.size(), 1023u + 10u);
 }
 
 TEST_F(DpdkTest, AReceivedFrameIsSentAgainAsItsOwnMbuf) {
