@@ -18,8 +18,10 @@
 //            tcp_conns=C time_wait=W
 // (heap: bytes malloc has handed out and not had back; tcp_conns/time_wait:
 // the xk stack's TCP table, from xk_stack_counter) and, at the end,
-//   RESULT role=... conns=N failures=F mismatches=M bytes=B seconds=S
+//   RESULT role=... conns=N failures=F mismatches=M refused=E bytes=B seconds=S
 //          heap_kb=H rss_kb=R tcp_conns=C time_wait=W left=L
+// where `refused` counts the client's connections refused before the
+// server listened (tried again, not in conns, but opened by its TCP), and
 // where `left` is what the TCP table still held once the end's own
 // connections were closed and TIME-WAIT had run out (the xk backend waits up
 // to --drain seconds for it): a connection stuck in any other state stays.
@@ -201,6 +203,7 @@ struct Totals {
   long long conns = 0;
   long long failures = 0;
   long long mismatches = 0;
+  long long refused = 0;  // client: refused before the server listened
   unsigned long long bytes = 0;
   int in_flight = 0;
 };
@@ -256,9 +259,9 @@ void result(const Args& a, const char* role, Clock::time_point t0, const Totals&
       extra += " " + c + "=" + std::to_string(v);
     }
   }
-  std::printf("RESULT role=%s conns=%lld failures=%lld mismatches=%lld bytes=%llu seconds=%.1f heap_kb=%llu rss_kb=%llu "
-              "tcp_conns=%llu time_wait=%llu left=%llu cpu_s=%.2f%s\n",
-              role, t.conns, t.failures, t.mismatches, t.bytes, std::chrono::duration<double>(Clock::now() - t0).count(),
+  std::printf("RESULT role=%s conns=%lld failures=%lld mismatches=%lld refused=%lld bytes=%llu seconds=%.1f heap_kb=%llu "
+              "rss_kb=%llu tcp_conns=%llu time_wait=%llu left=%llu cpu_s=%.2f%s\n",
+              role, t.conns, t.failures, t.mismatches, t.refused, t.bytes, std::chrono::duration<double>(Clock::now() - t0).count(),
               g.heap_kb, g.rss_kb, g.tcp_conns, g.time_wait, left, xk::tools::cpu_seconds(), extra.c_str());
   std::fflush(stdout);
 }
@@ -413,14 +416,13 @@ int run_client(const Api& api, const Args& a) {
   // not listening yet (both stacks come up together): tried again, not
   // counted, for up to --timeout.
   bool through = false;
-  long long early_refused = 0;
   auto finish = [&](int fd, bool failed, const char* why, int err = 0) {
     api.epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
     api.close(fd);
     conns.erase(fd);
     --t.in_flight;
     if (failed && err == ECONNREFUSED && !through && Clock::now() - t0 < std::chrono::seconds(a.timeout_s)) {
-      ++early_refused;
+      ++t.refused;
       usleep(10000);
       return;
     }
@@ -530,7 +532,7 @@ int run_client(const Api& api, const Args& a) {
   }
   conns.clear();
   api.close(ep);
-  if (early_refused != 0) std::printf("xk-soak: %lld connections refused before the server listened\n", early_refused);
+  if (t.refused != 0) std::printf("xk-soak: %lld connections refused before the server listened\n", t.refused);
   const unsigned long long left = left_behind(a.drain_s);
   result(a, "client", t0, t, left);
   if (still_open != 0) std::fprintf(stderr, "xk-soak: %d connections were still open at the end\n", still_open);
