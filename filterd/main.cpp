@@ -91,6 +91,9 @@ every frame to the compute node that owns its flow (docs/filterd.md).
                         net_af_packet1,iface=veth3; they register over --control-tcp
   --node-port-opts 'K=V ..'
                         more dpdk options of the node port
+  --idle spin|busy      spin (default): poll for --spin-us after the last frame, then sleep
+                        until a doorbell or timer; busy: never sleep (a core of its own)
+  --spin-us US          how long to poll before sleeping (default 50)
   --help
 )";
 
@@ -109,6 +112,8 @@ struct Flags {
   long long resync_grace_ms = 3000;
   std::string control_tcp, control_token, node_port, node_port_opts, rules_file;
   long long heartbeat_ms = 0;
+  bool busy = false;
+  long long spin_us = 50;
 };
 
 Flags parse(int argc, char** argv) {
@@ -118,6 +123,16 @@ Flags parse(int argc, char** argv) {
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) throw std::invalid_argument(std::string(a) + " needs a value");
       return argv[++i];
+    };
+    // A whole number 0..max of `unit` (the error names the flag).
+    auto number = [&](long long max, const char* unit) -> long long {
+      std::string v = value();
+      char* end = nullptr;
+      long long n = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 0 || n > max) {
+        throw std::invalid_argument(std::string(a) + ": " + unit + ", 0.." + std::to_string(max));
+      }
+      return n;
     };
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
@@ -154,12 +169,7 @@ Flags parse(int argc, char** argv) {
       f.rules_file = value();
       if (f.rules_file.empty()) throw std::invalid_argument("--rules-file: empty path");
     } else if (a == "--resync-grace") {
-      std::string v = value();
-      char* end = nullptr;
-      f.resync_grace_ms = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || f.resync_grace_ms < 0 || f.resync_grace_ms > 600000) {
-        throw std::invalid_argument("--resync-grace: milliseconds, 0..600000");
-      }
+      f.resync_grace_ms = number(600000, "milliseconds");
     } else if (a == "--control-tcp") {
       f.control_tcp = value();
     } else if (a == "--control-token") {
@@ -170,12 +180,13 @@ Flags parse(int argc, char** argv) {
     } else if (a == "--node-port-opts") {
       f.node_port_opts = value();
     } else if (a == "--heartbeat-ms") {
+      f.heartbeat_ms = number(600000, "milliseconds");
+    } else if (a == "--idle") {
       std::string v = value();
-      char* end = nullptr;
-      f.heartbeat_ms = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || f.heartbeat_ms < 0 || f.heartbeat_ms > 600000) {
-        throw std::invalid_argument("--heartbeat-ms: milliseconds, 0..600000");
-      }
+      if (v != "spin" && v != "busy") throw std::invalid_argument("--idle: spin or busy, not '" + v + "'");
+      f.busy = v == "busy";
+    } else if (a == "--spin-us") {
+      f.spin_us = number(1000000, "microseconds");
     } else if (a == "--secret") {
       f.secret = value();
       if (f.secret.size() != 32 || f.secret.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
@@ -228,6 +239,8 @@ int run(const Flags& f) {
   if (!f.node_port.empty()) spec += "dpdk  np0  devargs=" + spec_value(f.node_port) + " " + f.node_port_opts + "\n";
   EventLoopConfig lc;
   lc.name = "filterd";
+  lc.idle = f.busy ? IdleMode::busy_poll : IdleMode::spin_then_sleep;
+  lc.spin = std::chrono::microseconds(f.spin_us);
   EventLoop loop(lc);
   Graph graph = Graph::build(spec, kinds, &loop, "filterd");
   auto* steer = graph.find_as<Steer>("st0");

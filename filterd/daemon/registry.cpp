@@ -480,7 +480,16 @@ Message NodeRegistry::connect(std::uint32_t id, NodeInfo& n, const ctl::Connect&
 Message NodeRegistry::release(std::uint32_t id, NodeInfo& n, const ctl::Release& r) {
   const std::uint8_t proto = num(r.proto);
   auto it = flows_.find({proto, r.local_port, r.remote_addr.value, r.remote_port});
-  if (it == flows_.end()) return error(id, ErrorCode::not_found, "no such flow");
+  if (it == flows_.end()) {
+    // An accepted connection: steer made its flow at the SYN-ACK, on a port
+    // the node listens on (or a group's), and the node says when it ended.
+    const FlowKey key{proto_of(r.proto), r.remote_addr, r.remote_port, r.local_port};
+    std::optional<Target> t = filter_.find_flow(key);
+    if (!t) return error(id, ErrorCode::not_found, "no such flow");
+    if (t->node != n.id) return error(id, ErrorCode::permission_denied, "another node's flow");
+    (void)filter_.remove_flow(key);
+    return reply(id, ctl::Ok{});
+  }
   if (it->second != n.id) return error(id, ErrorCode::permission_denied, "another node's flow");
   flows_.erase(it);
   (void)filter_.remove_flow(FlowKey{proto_of(r.proto), r.remote_addr, r.remote_port, r.local_port});

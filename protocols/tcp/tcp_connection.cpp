@@ -337,7 +337,7 @@ void TcpConnection::enter_time_wait() {
 void TcpConnection::leave_for_time_wait() {
   if (proto_ == nullptr) return;
   Ref<TcpConnection> keep(this);
-  if (proto_->park_time_wait(*this)) claimed_ = false;  // the record gives the port back
+  if (proto_->park_time_wait(*this)) claimed_ = passive_ = false;  // the record gives the flow back
   state_ = State::closed;
   release();
 }
@@ -364,7 +364,9 @@ void TcpConnection::release() {
   if (proto_ == nullptr) return;
   Ref<TcpConnection> keep(this);
   TcpProtocol* p = std::exchange(proto_, nullptr);
-  if (claimed_ && p->authority_ != nullptr) p->defer_release(tuple_);
+  // The authority's flow goes with us: the one it made at connect(), or the
+  // one it learnt from a passive open's SYN-ACK (filterd steer).
+  if ((claimed_ || passive_) && p->authority_ != nullptr) p->defer_release(tuple_);
   claimed_ = false;
   rtx_timer_.cancel();
   delack_timer_.cancel();

@@ -491,8 +491,11 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
     // RFC 9293 3.6.1 (1): the new ISS lies above all the old one used.
     iss_floor = c->snd_max_;
     // The old incarnation's IP session goes on serving the new one: keep the
-    // peer (and `ip`) alive across the release.
+    // peer (and `ip`) alive across the release; so does the authority's flow
+    // of the 4-tuple (a RELEASE now would reach filterd after the new
+    // SYN-ACK and take the new connection's flow).
     ++ip->users;
+    c->claimed_ = c->passive_ = false;
     c->state_ = State::closed;
     c->release();
     --ip->users;
@@ -502,7 +505,7 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
     if (time_wait_input(key, *tw, *ip, h, *opts, payload.size())) {
       ++c_.time_wait_reused;
       iss_floor = tw->snd_nxt;  // RFC 9293 3.6.1 (1), as above
-      end_time_wait(key);
+      end_time_wait(key, false);  // the flow lives on in the new incarnation, as above
     } else {
       handled = true;
     }

@@ -40,10 +40,10 @@ bool TcpProtocol::park_time_wait(TcpConnection& c) {
   return true;
 }
 
-void TcpProtocol::end_time_wait(const ConnKey& key) noexcept {
+void TcpProtocol::end_time_wait(const ConnKey& key, bool release_flow) noexcept {
   TimeWait* tw = time_waits_.find(key);
   if (tw == nullptr) return;
-  if (tw->claimed && authority_ != nullptr) {
+  if (release_flow && (tw->claimed || tw->passive) && authority_ != nullptr) {
     defer_release(FourTuple{Ipv4Addr{key.local_addr}, key.local_port, Ipv4Addr{key.remote_addr}, key.remote_port});
   }
   time_waits_.erase(key);

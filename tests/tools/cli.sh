@@ -1,13 +1,14 @@
 #!/bin/bash
 # tools.cli: the test tools' bad command lines -- exit 2, a message saying
 # what is wrong, and the --help hint (xk-connrate, xk-soak, xk-synflood,
-# xk-capi-node).
-#   cli.sh XK_CONNRATE XK_SOAK XK_SYNFLOOD XK_CAPI_NODE
+# xk-capi-node), and filterd's.
+#   cli.sh XK_CONNRATE XK_SOAK XK_SYNFLOOD XK_CAPI_NODE FILTERD
 set -uo pipefail
 CONNRATE=${1:?usage: cli.sh XK_CONNRATE XK_SOAK}
 SOAK=${2:?usage: cli.sh XK_CONNRATE XK_SOAK XK_SYNFLOOD}
 FLOOD=${3:?usage: cli.sh XK_CONNRATE XK_SOAK XK_SYNFLOOD XK_CAPI_NODE}
-NODE=${4:?usage: cli.sh XK_CONNRATE XK_SOAK XK_SYNFLOOD XK_CAPI_NODE}
+NODE=${4:?usage: cli.sh XK_CONNRATE XK_SOAK XK_SYNFLOOD XK_CAPI_NODE FILTERD}
+FILTERD=${5:?usage: cli.sh XK_CONNRATE XK_SOAK XK_SYNFLOOD XK_CAPI_NODE FILTERD}
 fails=0 n=0
 check() {  # check PROG "expected message" args...
   local prog=$1 want=$2 out rc
@@ -48,6 +49,18 @@ check "$NODE" "--stacks: '65' is not a number in 1..64" --stacks 65
 check "$NODE" "--port: 'x' is not a number in 1..65535" --stacks 2 --port x
 check "$NODE" "--conns needs a value" --stacks 2 --conns
 check "$NODE" "unknown option '--peer'" --stacks 2 --peer 192.0.2.1:5
+FD=(--port net_memif0 --ip 192.0.2.10/24)
+check "$FILTERD" "--port DEVARGS is required" --ip 192.0.2.10/24
+check "$FILTERD" "--ip: '192.0.2.10' is not A.B.C.D/N" --port net_memif0 --ip 192.0.2.10
+check "$FILTERD" "--gw is not on the --ip subnet" "${FD[@]}" --gw 198.51.100.1
+check "$FILTERD" "--mode: steer or central" "${FD[@]}" --mode relay
+check "$FILTERD" "--resync-grace: milliseconds, 0..600000" "${FD[@]}" --resync-grace -1
+check "$FILTERD" "--heartbeat-ms: milliseconds, 0..600000" "${FD[@]}" --heartbeat-ms 1s
+check "$FILTERD" "--idle: spin or busy, not 'poll'" "${FD[@]}" --idle poll
+check "$FILTERD" "--spin-us: microseconds, 0..1000000" "${FD[@]}" --spin-us 2000000
+check "$FILTERD" "--spin-us needs a value" "${FD[@]}" --spin-us
+check "$FILTERD" "--control-tcp needs --control-token FILE" "${FD[@]}" --control-tcp 127.0.0.1:7500
+check "$FILTERD" "unknown argument '--queues'" "${FD[@]}" --queues 2
 "$NODE" --help | grep -q "^usage: xk-capi-node" || { echo "FAIL: xk-capi-node --help"; fails=$((fails + 1)); }
 # xk_node_create without filterd: EINVAL and a message that says so, exit 1.
 out=$(env -u XK_FILTERD "$NODE" --stacks 2 2>&1 >/dev/null)
@@ -60,5 +73,6 @@ fi
 "$FLOOD" --help | grep -q "^usage: xk-synflood" || { echo "FAIL: xk-synflood --help"; fails=$((fails + 1)); }
 "$SOAK" --help | grep -q "^usage: xk-soak" || { echo "FAIL: xk-soak --help"; fails=$((fails + 1)); }
 "$CONNRATE" --help | grep -q "^usage: xk-connrate" || { echo "FAIL: xk-connrate --help"; fails=$((fails + 1)); }
+"$FILTERD" --help | grep -q -- "--idle spin|busy" || { echo "FAIL: filterd --help"; fails=$((fails + 1)); }
 echo "tools.cli: $((n - fails)) of $n bad command lines refused as they should be"
 [ "$fails" = 0 ]

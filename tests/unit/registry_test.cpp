@@ -160,6 +160,24 @@ TEST_F(RegistryTest, ConnectInstallsTheFlowBeforeTheReplyAndReleaseRemovesIt) {
   EXPECT_EQ(code(ask(a, ctl::Release{ctl::Proto::tcp, lport, peer, 7})), ErrorCode::not_found);
 }
 
+// An accepted connection's flow is one steer made at the node's SYN-ACK, on
+// the node's listening port: the node releases it when the connection is
+// over, and the port stays its listener's.
+TEST_F(RegistryTest, ReleaseEndsAnAcceptedConnectionsLearntFlowAndKeepsTheListener) {
+  NodeId a = hello("a"), b = hello("b");
+  ASSERT_TRUE(std::holds_alternative<ctl::ListenReply>(ask(a, ctl::Listen{ctl::Proto::tcp, 80}).body));
+  const Ipv4Addr peer{0xC0000201};
+  const FlowKey key{Proto::tcp, peer, 40000, 80};
+  ASSERT_TRUE(filter->add_flow(key, Target{a, 0}).ok());  // as steer learns it
+  EXPECT_EQ(code(ask(b, ctl::Release{ctl::Proto::tcp, 80, peer, 40000})), ErrorCode::permission_denied);
+  EXPECT_TRUE(filter->find_flow(key).has_value());
+  EXPECT_TRUE(std::holds_alternative<ctl::Ok>(ask(a, ctl::Release{ctl::Proto::tcp, 80, peer, 40000}).body));
+  EXPECT_FALSE(filter->find_flow(key).has_value());
+  EXPECT_EQ(code(ask(a, ctl::Release{ctl::Proto::tcp, 80, peer, 40000})), ErrorCode::not_found);
+  // Port 80 is still a's: nobody else may listen on it.
+  EXPECT_EQ(code(ask(b, ctl::Listen{ctl::Proto::tcp, 80})), ErrorCode::port_in_use);
+}
+
 TEST_F(RegistryTest, TheEphemeralRangeRunsOut) {
   NodeId a = hello("a");
   const Ipv4Addr peer{0xC0000201};

@@ -687,6 +687,8 @@ class TcpProtocol final : public Protocol {
     bool sack_ok = false;
     bool passive = false;
     bool claimed = false;            // the local port came from the PortAuthority
+    // claimed or passive: the authority holds a flow for the 4-tuple, given
+    // back when the record ends.
   };
   // The connection (its application gone) enters TIME-WAIT: keep the record
   // instead. False when the table is full (the caller just closes).
@@ -696,7 +698,9 @@ class TcpProtocol final : public Protocol {
   bool time_wait_input(const ConnKey& key, TimeWait& tw, IpPeer& ip, const Header& h, const Options& opts,
                        std::size_t payload);
   void time_wait_ack(const ConnKey& key, const TimeWait& tw, IpPeer& ip, std::optional<SackBlock> dsack);
-  void end_time_wait(const ConnKey& key) noexcept;
+  // `release_flow`: give the authority's flow back (not when a new
+  // incarnation of the 4-tuple takes it over).
+  void end_time_wait(const ConnKey& key, bool release_flow = true) noexcept;
   void expire_time_waits();
   bool in_time_wait(const ConnKey& key) const noexcept { return time_waits_.find(key) != nullptr; }
   FlatMap<ConnKey, TimeWait> time_waits_;
