@@ -29,7 +29,11 @@
 # XK_BENCH_IDLE=busy makes the client and server stacks busy-poll instead.
 # Compare ratios, not absolute figures.
 #
-#   XK_BENCH_CONNS (20000 per figure), XK_BENCH_PAR (16), XK_BENCH_IDLE (spin)
+# XK_BENCH_FD_IDLE=busy makes filterd busy-poll (filterd --idle busy: an I/O
+# node's daemon with a core of its own; the two stacks share the other).
+#
+#   XK_BENCH_CONNS (20000 per figure), XK_BENCH_PAR (16), XK_BENCH_IDLE (spin),
+#   XK_BENCH_FD_IDLE (spin)
 set -euo pipefail
 TEST_NAME=connrate_bench
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -87,7 +91,8 @@ run_pair xk_standalone env XK_PORT="net_memif0,role=server,id=0,socket=$OUT/sa.s
 with_filterd() {  # steer|central: starts filterd with an external memif port
   local mode=$1 log=$OUT/filterd-$1.log
   "$FD" --mode "$mode" --port "net_memif0,role=server,id=0,socket=$OUT/ext-$mode.sock" --ip 192.0.2.10/24 \
-    --control "$OUT/fd-$mode.sock" --memif-socket "$OUT/nodes-$mode.memif" --resync-grace 0 > "$log" 2>&1 &
+    --control "$OUT/fd-$mode.sock" --memif-socket "$OUT/nodes-$mode.memif" --resync-grace 0 \
+    --idle "${XK_BENCH_FD_IDLE:-spin}" > "$log" 2>&1 &
   FDPID=$!
   PIDS+=("$FDPID")
   wait_for "$log" "ready" "$FDPID" 30
