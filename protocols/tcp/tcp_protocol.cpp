@@ -387,6 +387,19 @@ Status TcpProtocol::send_raw(IpPeer& ip, std::uint16_t sport, std::uint16_t dpor
   return transmit(*ip.session, ip.local, ip.peer, std::move(m), csum);
 }
 
+// RFC 6191 2 / RFC 9293 3.6.1: a new SYN may end a TIME-WAIT early when its
+// timestamp (if both incarnations use them), else its sequence number, is
+// past what the old connection saw.
+bool TcpProtocol::syn_reopens(const Header& h, const Options& opts, bool ts_ok, std::uint32_t ts_recent,
+                              SeqNum rcv_nxt) const noexcept {
+  if (!h.has(kSyn) || h.has(kAck)) return false;
+  if (ts_ok && opts.timestamps && config_.timestamps) {
+    const auto d = static_cast<std::int32_t>(opts.timestamps->tsval - ts_recent);
+    return d > 0 || (d == 0 && h.seq > rcv_nxt);
+  }
+  return h.seq > rcv_nxt;
+}
+
 // RFC 9293 3.10.7.1: a segment for no connection gets a RST, unless it is one.
 void TcpProtocol::send_reset_for(IpPeer& ip, const Header& h, std::size_t seg_len) {
   if (h.has(kRst)) return;
@@ -471,19 +484,7 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
   std::optional<SeqNum> iss_floor;
   if (s != nullptr) {
     Ref<TcpConnection> c(static_cast<TcpConnection*>(s->get()));
-    // RFC 6191 2 / RFC 9293 3.6.1: a new SYN may end a TIME-WAIT early when
-    // its timestamp (if both incarnations use them), else its sequence
-    // number, is past what the old connection saw.
-    bool reuse = false;
-    if (c->state_ == State::time_wait && h.has(kSyn) && !h.has(kAck)) {
-      if (c->ts_ok_ && opts->timestamps && config_.timestamps) {
-        std::int32_t d = static_cast<std::int32_t>(opts->timestamps->tsval - c->ts_recent_);
-        reuse = d > 0 || (d == 0 && h.seq > c->rcv_nxt_);
-      } else {
-        reuse = h.seq > c->rcv_nxt_;
-      }
-    }
-    if (!reuse) {
+    if (c->state_ != State::time_wait || !syn_reopens(h, *opts, c->ts_ok_, c->ts_recent_, c->rcv_nxt_)) {
       c->segment_arrives(h, *opts, std::move(payload));
       return {};
     }
@@ -500,23 +501,21 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
     c->release();
     --ip->users;
   }
-  bool handled = false;
-  if (tw != nullptr) {
-    if (time_wait_input(key, *tw, *ip, h, *opts, payload.size())) {
+  if (tw != nullptr && !syn_reopens(h, *opts, tw->ts_ok, tw->ts_recent, tw->rcv_nxt)) {
+    time_wait_input(key, *tw, *ip, h, *opts, payload.size());
+  } else {
+    if (tw != nullptr) {
       ++c_.time_wait_reused;
       iss_floor = tw->snd_nxt;  // RFC 9293 3.6.1 (1), as above
       end_time_wait(key, false);  // the flow lives on in the new incarnation, as above
-    } else {
-      handled = true;
     }
-  }
-  if (handled) {
-  } else if (ListenSession* l = listener_for(); l != nullptr) {
-    Ref<ListenSession> keep(l);
-    listen_input(*l, *ip, h, *opts, std::move(payload), iss_floor);
-  } else {
-    ++c_.drop_no_listener;
-    send_reset_for(*ip, h, payload.size());
+    if (ListenSession* l = listener_for(); l != nullptr) {
+      Ref<ListenSession> keep(l);
+      listen_input(*l, *ip, h, *opts, std::move(payload), iss_floor);
+    } else {
+      ++c_.drop_no_listener;
+      send_reset_for(*ip, h, payload.size());
+    }
   }
   // A peer nobody talks to any more keeps no IP session.
   if (IpPeer* p = peers_.find(PeerKey{peer->value}); p != nullptr && p->users == 0) {

@@ -68,21 +68,11 @@ void TcpProtocol::time_wait_ack(const ConnKey& key, const TimeWait& tw, IpPeer& 
 }
 
 // RFC 9293 3.10.7.4 in TIME-WAIT, with what TcpConnection::segment_arrives
-// does there: the same checks in the same order, on the record.
-bool TcpProtocol::time_wait_input(const ConnKey& key, TimeWait& tw, IpPeer& ip, const Header& h, const Options& opts,
+// does there: the same checks in the same order, on the record. demux()
+// has taken a SYN that reopens the 4-tuple (syn_reopens) already.
+void TcpProtocol::time_wait_input(const ConnKey& key, TimeWait& tw, IpPeer& ip, const Header& h, const Options& opts,
                                   std::size_t payload) {
   const Time now = timers_.clock().now();
-  // RFC 6191 2 / RFC 9293 3.6.1: a new SYN may end TIME-WAIT early when its
-  // timestamp (if both incarnations use them), else its sequence number, is
-  // past what the old connection saw.
-  if (h.has(kSyn) && !h.has(kAck)) {
-    if (tw.ts_ok && opts.timestamps && config_.timestamps) {
-      const auto d = static_cast<std::int32_t>(opts.timestamps->tsval - tw.ts_recent);
-      if (d > 0 || (d == 0 && h.seq > tw.rcv_nxt)) return true;
-    } else if (h.seq > tw.rcv_nxt) {
-      return true;
-    }
-  }
   // PAWS (RFC 7323 5.3) before the acceptability test.
   if (tw.ts_ok && opts.timestamps && !h.has(kRst) &&
       static_cast<std::int32_t>(opts.timestamps->tsval - tw.ts_recent) < 0) {
@@ -91,13 +81,13 @@ bool TcpProtocol::time_wait_input(const ConnKey& key, TimeWait& tw, IpPeer& ip, 
     } else {
       ++c_.drop_paws;
       time_wait_ack(key, tw, ip, std::nullopt);
-      return false;
+      return;
     }
   }
   const std::uint32_t len = seg_len(h, payload);
   if (!segment_acceptable(h, payload, tw.rcv_nxt, tw.rcv_wnd)) {
     ++c_.drop_out_of_window;
-    if (h.has(kRst)) return false;
+    if (h.has(kRst)) return;
     // The peer's FIN again (it lies below RCV.NXT, so never acceptable): our
     // ACK of it was lost. Acknowledged below; the 2 MSL start again.
     if (h.has(kFin) && h.seq + len == tw.rcv_nxt) {
@@ -109,7 +99,7 @@ bool TcpProtocol::time_wait_input(const ConnKey& key, TimeWait& tw, IpPeer& ip, 
     // Last use of `tw`: sending may run other connections' code, which may
     // park a TIME-WAIT of its own and move the table.
     time_wait_ack(key, tw, ip, dsack);
-    return false;
+    return;
   }
   // RFC 7323 4.3 (3): our ACKs all carried RCV.NXT (Last.ACK.sent).
   if (tw.ts_ok && opts.timestamps && h.seq <= tw.rcv_nxt && !h.has(kRst) && !h.has(kSyn) &&
@@ -124,13 +114,13 @@ bool TcpProtocol::time_wait_input(const ConnKey& key, TimeWait& tw, IpPeer& ip, 
     } else if (challenge_ack_allowed(now)) {
       time_wait_ack(key, tw, ip, std::nullopt);
     }
-    return false;
+    return;
   }
   if (h.has(kSyn)) {  // RFC 5961 4.2
     if (challenge_ack_allowed(now)) time_wait_ack(key, tw, ip, std::nullopt);
-    return false;
+    return;
   }
-  if (!h.has(kAck)) return false;
+  if (!h.has(kAck)) return;
   // RFC 5961 5.2: acceptable ACKs lie in [SND.UNA - MAX.SND.WND, SND.NXT];
   // SND.UNA is SND.NXT here, our FIN being acknowledged.
   if (h.ack > tw.snd_nxt) {
@@ -140,7 +130,7 @@ bool TcpProtocol::time_wait_input(const ConnKey& key, TimeWait& tw, IpPeer& ip, 
     ++c_.drop_ack_unacceptable;
     if (challenge_ack_allowed(now)) time_wait_ack(key, tw, ip, std::nullopt);
   }
-  return false;  // anything else: the peer sent its FIN, so nothing more is news
+  // Anything else: the peer sent its FIN, so nothing more is news.
 }
 
 }  // namespace xk::tcp

@@ -22,7 +22,7 @@
 //          heap_kb=H rss_kb=R tcp_conns=C time_wait=W left=L
 // where `refused` counts the client's connections refused before the
 // server listened (tried again, not in conns, but opened by its TCP), and
-// where `left` is what the TCP table still held once the end's own
+// `left` is what the TCP table still held once the end's own
 // connections were closed and TIME-WAIT had run out (the xk backend waits up
 // to --drain seconds for it): a connection stuck in any other state stays.
 // The server ends on SIGTERM or SIGINT (or after --seconds, if given).

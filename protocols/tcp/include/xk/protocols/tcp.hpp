@@ -693,9 +693,12 @@ class TcpProtocol final : public Protocol {
   // The connection (its application gone) enters TIME-WAIT: keep the record
   // instead. False when the table is full (the caller just closes).
   bool park_time_wait(TcpConnection& c);
-  // A segment for a parked TIME-WAIT. True: a SYN that may open a new
-  // incarnation (RFC 6191), the caller ends this one and hands it on.
-  bool time_wait_input(const ConnKey& key, TimeWait& tw, IpPeer& ip, const Header& h, const Options& opts,
+  // Whether SYN `h` may end a TIME-WAIT (full or parked) and open a new
+  // incarnation of its 4-tuple (RFC 6191).
+  bool syn_reopens(const Header& h, const Options& opts, bool ts_ok, std::uint32_t ts_recent,
+                   SeqNum rcv_nxt) const noexcept;
+  // A segment for a parked TIME-WAIT that does not reopen it.
+  void time_wait_input(const ConnKey& key, TimeWait& tw, IpPeer& ip, const Header& h, const Options& opts,
                        std::size_t payload);
   void time_wait_ack(const ConnKey& key, const TimeWait& tw, IpPeer& ip, std::optional<SackBlock> dsack);
   // `release_flow`: give the authority's flow back (not when a new
