@@ -477,7 +477,7 @@ void register_arp(Registry& registry) {
           .with_option(OptionSpec::integer("hold_down", 0, 3600, "seconds of no_route after a failure")
                            .defaults_to("20"))
           .with_option(OptionSpec::integer("pending", 0, 4096, "packets queued per unresolved neighbour")
-                           .defaults_to("8"))
+                           .defaults_to(std::to_string(ArpConfig{}.pending_per_entry)))
           .with_option(OptionSpec::integer("pending_total", 0, 1 << 20, "packets queued over all neighbours")
                            .defaults_to("256"))
           .with_option(OptionSpec::integer("max_entries", 1, 1 << 22, "learned entries kept (oldest evicted)")

@@ -2,7 +2,7 @@
 // arp: the Address Resolution Protocol (RFC 826) for IPv4 over Ethernet, as
 // the NextHopResolver of ipv4 (xk/link.hpp, docs/layers.md, docs/eth-arp.md).
 //
-//   arp arp0 below=eth0 timeout=60 retries=3 pending=8 static=192.0.2.1@02:00:00:00:00:01
+//   arp arp0 below=eth0 timeout=60 retries=3 pending=64 static=192.0.2.1@02:00:00:00:00:01
 //
 // It enables EtherType 0x0806 on eth, broadcasts requests through one eth
 // session, answers requests for the addresses add_local_address() gave it,
@@ -50,7 +50,11 @@ struct ArpConfig {
   unsigned retries = 3;                               // requests re-sent after the first
   Duration retry_interval = std::chrono::seconds(1);  // RFC 1122 2.3.2.1: at most 1/s per neighbour
   Duration hold_down = std::chrono::seconds(20);      // no_route after a failed resolution
-  std::size_t pending_per_entry = 8;                  // packets queued per unresolved neighbour
+  // Packets queued per unresolved neighbour: at least a window of
+  // handshakes (a client with 16 connects in flight behind filterd sends 16
+  // SYN-ACKs to a peer it has not resolved yet; one dropped costs that
+  // connection a 1 s SYN retransmission). Linux queues about 100 full frames.
+  std::size_t pending_per_entry = 64;
   std::size_t pending_total = 256;                    // packets queued over all neighbours
   std::size_t max_entries = 1024;                     // learned entries (static ones not counted)
   bool gratuitous = true;                             // announce add_local_address()
@@ -179,7 +183,7 @@ class ArpProtocol final : public Protocol, public NextHopResolver {
 // Make the kind `arp` available to graph specs. The factory needs the graph's
 // EventLoop (Graph::build(..., &loop)) and throws without one.
 //   arp arp0 below=eth0 [timeout=60] [retries=3] [retry_ms=1000] [hold_down=20]
-//            [pending=8] [pending_total=256] [max_entries=1024]
+//            [pending=64] [pending_total=256] [max_entries=1024]
 //            [static=ip@mac,...] [gratuitous=on]
 void register_arp(Registry& registry);
 
