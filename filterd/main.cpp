@@ -91,8 +91,11 @@ every frame to the compute node that owns its flow (docs/filterd.md).
                         net_af_packet1,iface=veth3; they register over --control-tcp
   --node-port-opts 'K=V ..'
                         more dpdk options of the node port
-  --idle spin|busy      spin (default): poll for --spin-us after the last frame, then sleep
-                        until a doorbell or timer; busy: never sleep (a core of its own)
+  --idle spin|busy|yield
+                        spin (default): poll for --spin-us after the last frame, then sleep
+                        until a doorbell or timer; busy: never sleep (a core of its own);
+                        yield: as spin, giving the core to others between polls (more
+                        busy processes than cores)
   --spin-us US          how long to poll before sleeping (default 50)
   --help
 )";
@@ -112,7 +115,7 @@ struct Flags {
   long long resync_grace_ms = 3000;
   std::string control_tcp, control_token, node_port, node_port_opts, rules_file;
   long long heartbeat_ms = 0;
-  bool busy = false;
+  IdleMode idle = IdleMode::spin_then_sleep;
   long long spin_us = 50;
 };
 
@@ -183,8 +186,9 @@ Flags parse(int argc, char** argv) {
       f.heartbeat_ms = number(600000, "milliseconds");
     } else if (a == "--idle") {
       std::string v = value();
-      if (v != "spin" && v != "busy") throw std::invalid_argument("--idle: spin or busy, not '" + v + "'");
-      f.busy = v == "busy";
+      std::optional<IdleMode> m = parse_idle_mode(v);
+      if (!m) throw std::invalid_argument("--idle: spin, busy or yield, not '" + v + "'");
+      f.idle = *m;
     } else if (a == "--spin-us") {
       f.spin_us = number(1000000, "microseconds");
     } else if (a == "--secret") {
@@ -239,7 +243,7 @@ int run(const Flags& f) {
   if (!f.node_port.empty()) spec += "dpdk  np0  devargs=" + spec_value(f.node_port) + " " + f.node_port_opts + "\n";
   EventLoopConfig lc;
   lc.name = "filterd";
-  lc.idle = f.busy ? IdleMode::busy_poll : IdleMode::spin_then_sleep;
+  lc.idle = f.idle;
   lc.spin = std::chrono::microseconds(f.spin_us);
   EventLoop loop(lc);
   Graph graph = Graph::build(spec, kinds, &loop, "filterd");

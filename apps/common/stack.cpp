@@ -173,8 +173,10 @@ std::size_t parse_command_line(int argc, char** argv, const CommandLineSpec& spe
       common.link_wait_s = parse_seconds(f.name(), f.value());
     } else if (spec.idle_flag && f.name() == "--idle") {
       auto v = f.value();
-      if (v != "busy" && v != "sleep") throw UsageError{"--idle: expected busy or sleep"};
-      common.busy = v == "busy";
+      // "sleep" is the apps' older name of "spin" (spin, then sleep).
+      std::optional<IdleMode> m = v == "sleep" ? IdleMode::spin_then_sleep : parse_idle_mode(v);
+      if (!m) throw UsageError{"--idle: expected busy, sleep or yield"};
+      common.idle_mode = *m;
     } else {
       fn(f);
     }
@@ -407,6 +409,10 @@ AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle)
   if (!flags.filterd.empty()) {
 #ifdef XK_HAVE_FILTERD
     FilterdClient::Options options = FilterdClient::options_from_env();
+    if (idle != IdleMode::busy_poll) {
+      options.idle = idle;
+      options.spin = std::chrono::duration_cast<std::chrono::microseconds>(EventLoopConfig{}.spin);
+    }
     if (!flags.filterd_token.empty()) options.token = filterd::read_token_file(flags.filterd_token);
     options.node_port = flags.port;  // a node on another host: its own port
     options.node_port_opts = flags.port_opts;
@@ -521,6 +527,10 @@ AppNode::AppNode(const char* prog, const StackFlags& flags, IdleMode idle) : pro
 #ifdef XK_HAVE_FILTERD
   FilterdClient::Options o = FilterdClient::options_from_env();
   o.queues = static_cast<std::uint16_t>(flags.stacks);
+  if (idle != IdleMode::busy_poll) {
+    o.idle = idle;
+    o.spin = std::chrono::duration_cast<std::chrono::microseconds>(EventLoopConfig{}.spin);
+  }
   client_ = FilterdClient::connect(flags.filterd, prog, o);
   // Before the EAL starts its threads, so they and ours inherit the mask:
   // the signals are read by run(), on this thread.

@@ -2,7 +2,7 @@
 // demos (docs/apps-echo.md).
 //
 //   xk-echo STACK [--tcp-port 7] [--udp-port 7] [--tcp-only | --udp-only]
-//           [--group] [--count N] [--idle busy|sleep]
+//           [--group] [--count N] [--idle busy|sleep|yield]
 //
 // TCP: every byte of every connection goes back (xk::apps::TcpEchoServer);
 // UDP: every datagram goes back to its sender (xk::apps::UdpEchoServer).
@@ -38,7 +38,7 @@ A TCP and UDP echo server (RFC 862) on one xk stack.
 stack:
 )";
 constexpr const char* kUsageTail = R"(  --link-wait SEC     wait this long for the port's link (default 10)
-  --idle MODE         sleep (default) or busy: how the loop idles
+  --idle MODE         sleep (default), busy or yield: how the loop idles
 
 echo:
   --tcp-port N        TCP port (default 7)
@@ -54,7 +54,7 @@ exit status: 0 success, 1 failure, 2 bad command line
 )";
 
 struct Args : xk::apps::CommonArgs {
-  Args() { busy = false; }  // a server that mostly waits: spin, then sleep
+  Args() { idle_mode = xk::IdleMode::spin_then_sleep; }  // a server that mostly waits
   std::uint16_t tcp_port = 7;
   std::uint16_t udp_port = 7;
   bool tcp = true;

@@ -69,9 +69,10 @@ each run:
   --mtu N               MTU of the external link (default 1500; up to 9000)
   --tcp-opts 'K=V ..'   more tcp options for every stack (filterd's too)
   --verify on|off       SHA-256 of every stream at both ends (default off: it costs CPU)
-  --idle busy|sleep     how the nodes idle (default sleep: N busy nodes starve each
-                        other on a small machine)
-  --peer-idle busy|sleep  how an xk receiver idles (default sleep)
+  --idle busy|sleep|yield
+                        how the nodes idle (default sleep: N busy nodes starve each
+                        other on a small machine; yield: spin giving the core away)
+  --peer-idle busy|sleep|yield  how an xk receiver idles (default sleep)
   --timeout SEC         the longest one run may take (default 600)
   --progress SEC        print the receiver's throughput every SEC seconds
 
@@ -176,9 +177,11 @@ std::vector<T> parse_list(std::string_view flag, std::string_view text, Fn&& one
 
 std::string choice(std::string_view flag, std::string_view v, std::initializer_list<const char*> allowed) {
   std::string list;
+  std::size_t i = 0;
   for (const char* a : allowed) {
     if (v == a) return std::string(v);
-    list += (list.empty() ? "" : " or ") + std::string(a);
+    if (i++ != 0) list += i == allowed.size() ? " or " : ", ";
+    list += a;
   }
   throw UsageError{std::string(flag) + ": expected " + list + ", got '" + std::string(v) + "'"};
 }
@@ -229,9 +232,9 @@ Args parse_args(int argc, char** argv) {
     } else if (n == "--verify") {
       a.verify = choice(n, f.value(), {"on", "off"}) == "on";
     } else if (n == "--idle") {
-      a.idle = choice(n, f.value(), {"busy", "sleep"});
+      a.idle = choice(n, f.value(), {"busy", "sleep", "yield"});
     } else if (n == "--peer-idle") {
-      a.peer_idle = choice(n, f.value(), {"busy", "sleep"});
+      a.peer_idle = choice(n, f.value(), {"busy", "sleep", "yield"});
     } else if (n == "--timeout") {
       a.timeout_s = xk::apps::parse_seconds(n, f.value());
     } else if (n == "--progress") {

@@ -55,7 +55,7 @@ TCP bulk transfer (checked with SHA-256) and ping-pong latency on a standalone x
 stack:
 )";
 constexpr const char* kUsageTail = R"(  --link-wait SEC     wait this long for the port's link (default 10)
-  --idle MODE         busy (default) or sleep: how the loop idles
+  --idle MODE         busy (default), sleep or yield: how the loop idles
 
 test:
   --tcp-port N        server: port to listen on (default 5001)

@@ -52,7 +52,7 @@ ttcp on a standalone xk stack: bulk TCP transfer, reported as Gbit/s and CPU sec
 stack:
 )";
 constexpr const char* kUsageTail = R"(  --link-wait SEC     wait this long for the port's link (default 10)
-  --idle MODE         busy (default) or sleep: how the loop idles
+  --idle MODE         busy (default), sleep or yield: how the loop idles
 
 receive:
   --tcp-port N        port to listen on (default 5001)

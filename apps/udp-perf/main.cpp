@@ -51,7 +51,7 @@ rate:     send as fast as the stack accepts for --seconds; the sink counts
 stack:
 )";
 constexpr const char* kUsageTail = R"(  --link-wait SEC     wait this long for the port's link (default 10)
-  --idle MODE         busy (default) or sleep: how the loop idles
+  --idle MODE         busy (default), sleep or yield: how the loop idles
 
 test:
   --udp-port N        server: port (default 9000)

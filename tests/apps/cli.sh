@@ -144,7 +144,7 @@ expect xk-ttcp 2 "--nodelay takes no value" -t "${STACK[@]}" "${PEER[@]}" --node
 expect xk-ttcp 2 "--verify: on or off" -r "${STACK[@]}" --verify maybe
 expect xk-ttcp 2 "--timeout: '0' is not a number of seconds" -t "${STACK[@]}" "${PEER[@]}" --timeout 0
 expect xk-ttcp 2 "--stats takes no value" -r "${STACK[@]}" --stats=on
-expect xk-ttcp 2 "--idle: expected busy or sleep" -r "${STACK[@]}" --idle lazy
+expect xk-ttcp 2 "--idle: expected busy, sleep or yield" -r "${STACK[@]}" --idle lazy
 expect xk-ttcp 2 "--link-wait: 'never' is not a number of seconds" -r "${STACK[@]}" --link-wait never
 expect xk-ttcp 2 "--filterd: empty socket path" -r --filterd ''
 
@@ -176,7 +176,7 @@ expect xk-scale 2 "--buflen: 1 byte to 64m" --buflen 0
 expect xk-scale 2 "--launcher: expected local or mpirun, got 'slurm'" --launcher slurm
 expect xk-scale 2 "--remote: expected xk or xk-filterd or linux, got 'vm'" --remote vm
 expect xk-scale 2 "--remote linux: Linux checks the checksum.*give --csum on" --remote linux
-expect xk-scale 2 "--idle: expected busy or sleep, got 'nap'" --idle nap
+expect xk-scale 2 "--idle: expected busy, sleep or yield, got 'nap'" --idle nap
 expect xk-scale 2 "--verify: expected on or off" --verify=1
 expect xk-scale 2 "--timeout: 'x' is not a number of seconds" --timeout x
 expect xk-scale 2 "--program: '/nonexistent/xk-ttcp' is not an executable file" --program /nonexistent/xk-ttcp

@@ -56,7 +56,7 @@ check "$FILTERD" "--gw is not on the --ip subnet" "${FD[@]}" --gw 198.51.100.1
 check "$FILTERD" "--mode: steer or central" "${FD[@]}" --mode relay
 check "$FILTERD" "--resync-grace: milliseconds, 0..600000" "${FD[@]}" --resync-grace -1
 check "$FILTERD" "--heartbeat-ms: milliseconds, 0..600000" "${FD[@]}" --heartbeat-ms 1s
-check "$FILTERD" "--idle: spin or busy, not 'poll'" "${FD[@]}" --idle poll
+check "$FILTERD" "--idle: spin, busy or yield, not 'poll'" "${FD[@]}" --idle poll
 check "$FILTERD" "--spin-us: microseconds, 0..1000000" "${FD[@]}" --spin-us 2000000
 check "$FILTERD" "--spin-us needs a value" "${FD[@]}" --spin-us
 check "$FILTERD" "--control-tcp needs --control-token FILE" "${FD[@]}" --control-tcp 127.0.0.1:7500

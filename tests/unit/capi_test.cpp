@@ -50,13 +50,21 @@ std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
   return v;
 }
 
-class CApi : public ::testing::TestWithParam<int> {
+// How the stack runs (enum xk_mode) and idles (enum xk_idle): every test
+// runs in each way.
+struct Way {
+  int mode;
+  int idle;
+};
+
+class CApi : public ::testing::TestWithParam<Way> {
  protected:
   void SetUp() override {
     xk_stack_config c;
     xk_stack_config_init(&c);
     c.graph = kGraph;
-    c.mode = GetParam();
+    c.mode = GetParam().mode;
+    c.idle = GetParam().idle;
     c.spin_us = 20;
     stack_ = xk_stack_create(&c);
     ASSERT_NE(stack_, nullptr) << xk_last_error();
@@ -184,6 +192,17 @@ TEST(CApiStack, BadGraphIsEinvalWithTheLine) {
   EXPECT_NE(std::string(xk_last_error()).find("config:2"), std::string::npos) << xk_last_error();
 }
 
+TEST(CApiStack, UnknownIdleModeIsEinval) {
+  xk_stack_config c;
+  xk_stack_config_init(&c);
+  c.graph = kGraph;
+  c.idle = 7;
+  errno = 0;
+  EXPECT_EQ(xk_stack_create(&c), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_NE(std::string(xk_last_error()).find("idle: spin, busy or yield"), std::string::npos) << xk_last_error();
+}
+
 TEST(CApiStack, EnvironmentWithoutAPortIsEinval) {
   ::unsetenv("XK_GRAPH");
   ::unsetenv("XK_PORT");
@@ -196,6 +215,16 @@ TEST(CApiStack, EnvironmentWithoutAPortIsEinval) {
   EXPECT_EQ(xk_stack_create(nullptr), nullptr);
   EXPECT_NE(std::string(xk_last_error()).find("XK_MODE"), std::string::npos) << xk_last_error();
   ::unsetenv("XK_MODE");
+  ::setenv("XK_IDLE", "nap", 1);
+  EXPECT_EQ(xk_stack_create(nullptr), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_NE(std::string(xk_last_error()).find("XK_IDLE='nap': spin, busy or yield"), std::string::npos)
+      << xk_last_error();
+  ::setenv("XK_IDLE", "yield", 1);
+  EXPECT_EQ(xk_stack_create(nullptr), nullptr);
+  EXPECT_NE(std::string(xk_last_error()).find("no port"), std::string::npos)
+      << "yield is a good XK_IDLE, so the missing port is what is wrong: " << xk_last_error();
+  ::unsetenv("XK_IDLE");
   ::unsetenv("XK_IP");
 }
 
@@ -559,7 +588,7 @@ TEST_P(CApi, ReceiveTimeoutAndCloseFromAnotherThread) {
   EXPECT_EQ(xk_read(s, b, 4), -1);
   EXPECT_EQ(errno, EAGAIN);
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(45));
-  if (GetParam() == XK_MODE_SERVICE) {
+  if (GetParam().mode == XK_MODE_SERVICE) {
     // A reader blocked with no timeout wakes with EBADF when its socket is
     // closed by another thread.
     tv = timeval{0, 0};
@@ -785,9 +814,14 @@ TEST_P(CApi, ManyConnectionsThroughOneEpoll) {
   xk_close(l);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, CApi, ::testing::Values(XK_MODE_INLINE, XK_MODE_SERVICE),
-                         [](const ::testing::TestParamInfo<int>& i) {
-                           return std::string(i.param == XK_MODE_INLINE ? "Inline" : "Service");
+INSTANTIATE_TEST_SUITE_P(Modes, CApi,
+                         ::testing::Values(Way{XK_MODE_INLINE, XK_IDLE_SPIN_THEN_SLEEP},
+                                           Way{XK_MODE_SERVICE, XK_IDLE_SPIN_THEN_SLEEP},
+                                           Way{XK_MODE_INLINE, XK_IDLE_YIELD_THEN_SLEEP},
+                                           Way{XK_MODE_SERVICE, XK_IDLE_YIELD_THEN_SLEEP}),
+                         [](const ::testing::TestParamInfo<Way>& i) {
+                           return std::string(i.param.mode == XK_MODE_INLINE ? "Inline" : "Service") +
+                                  (i.param.idle == XK_IDLE_YIELD_THEN_SLEEP ? "Yielding" : "");
                          });
 
 }  // namespace

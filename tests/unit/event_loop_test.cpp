@@ -463,6 +463,85 @@ TEST(EventLoop, BusyPollNeverSleeps) {
   EXPECT_GT(loop.counters().value("polls"), 1u);
 }
 
+TEST(EventLoop, IdleModesByName) {
+  for (IdleMode m : {IdleMode::busy_poll, IdleMode::spin_then_sleep, IdleMode::yield_then_sleep}) {
+    EXPECT_EQ(parse_idle_mode(idle_mode_name(m)), m) << idle_mode_name(m);
+  }
+  EXPECT_EQ(parse_idle_mode("yield"), IdleMode::yield_then_sleep);
+  EXPECT_FALSE(parse_idle_mode("sleep").has_value());
+  EXPECT_FALSE(parse_idle_mode("").has_value());
+  EXPECT_FALSE(parse_idle_mode("Yield").has_value());
+}
+
+TEST(EventLoop, YieldingLoopSleepsWhenIdleToo) {
+  EventLoopConfig cfg;
+  cfg.idle = IdleMode::yield_then_sleep;
+  EventLoop loop(cfg);
+  loop.start_thread();
+  std::atomic<std::int64_t> cpu_start{-1}, cpu_end{-1};
+  loop.post([&] { cpu_start.store(thread_cpu_time().count()); });
+  ASSERT_TRUE(eventually([&] { return cpu_start.load() >= 0; }));
+  std::this_thread::sleep_for(300ms);
+  loop.post([&] { cpu_end.store(thread_cpu_time().count()); });
+  ASSERT_TRUE(eventually([&] { return cpu_end.load() >= 0; }));
+  loop.stop();
+  loop.join();
+  Duration cpu(cpu_end.load() - cpu_start.load());
+  EXPECT_LT(cpu, 100ms) << "an idle loop burned " << cpu.count() << " ns of CPU";
+  EXPECT_GE(loop.counters().value("sleeps"), 1u);
+}
+
+// The point of yield_then_sleep: while it spins, a thread that shares its
+// core gets the core. Both threads on one CPU for 300 ms, the loop spinning
+// all along (its spin is longer than the test): with the pause hint the
+// scheduler splits the core about evenly; yielding, the loop takes a sliver.
+// Measured as the two threads' CPU times, so other load on the machine
+// changes both alike.
+TEST(EventLoop, YieldingLoopGivesItsCoreToAThreadOnTheSameCpu) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(static_cast<std::size_t>(cpu), &allowed)) ++cpu;
+  ASSERT_LT(cpu, CPU_SETSIZE);
+
+  auto share = [cpu](IdleMode mode) {
+    EventLoopConfig cfg;
+    cfg.idle = mode;
+    cfg.spin = 60s;
+    EventLoop loop(cfg);
+    loop.start_thread(ThreadOptions{.cpu = cpu, .name = "xk-yield-test"});
+    std::atomic<std::int64_t> loop_cpu0{-1}, loop_cpu1{-1};
+    loop.post([&] { loop_cpu0.store(thread_cpu_time().count()); });
+    EXPECT_TRUE(eventually([&] { return loop_cpu0.load() >= 0; }));
+    Duration other_cpu{};
+    std::thread other([&] {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(static_cast<std::size_t>(cpu), &one);
+      pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+      const Duration t0 = thread_cpu_time();
+      const auto until = Steady::now() + 300ms;
+      while (Steady::now() < until) {
+      }
+      other_cpu = thread_cpu_time() - t0;
+    });
+    other.join();
+    loop.post([&] { loop_cpu1.store(thread_cpu_time().count()); });
+    EXPECT_TRUE(eventually([&] { return loop_cpu1.load() >= 0; }));
+    loop.stop();
+    loop.join();
+    EXPECT_EQ(loop.counters().value("sleeps"), 0u) << "the spin outlasts the test";
+    const Duration loop_cpu(loop_cpu1.load() - loop_cpu0.load());
+    return std::pair{loop_cpu, other_cpu};
+  };
+  const auto [spin_loop, spin_other] = share(IdleMode::spin_then_sleep);
+  const auto [yield_loop, yield_other] = share(IdleMode::yield_then_sleep);
+  EXPECT_GT(spin_loop, spin_other / 4) << "pausing, the loop keeps its share of the core";
+  EXPECT_LT(yield_loop, yield_other / 4) << "yielding, the loop leaves the core to the other thread";
+  EXPECT_GT(yield_other, spin_other) << "the other thread got more of the core";
+}
+
 TEST(EventLoop, ThreadNameAndAffinity) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);

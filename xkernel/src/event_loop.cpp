@@ -32,6 +32,33 @@ constexpr std::uint64_t kPollableTag = 1;
 
 }  // namespace
 
+std::optional<IdleMode> parse_idle_mode(std::string_view name) noexcept {
+  if (name == "busy") return IdleMode::busy_poll;
+  if (name == "spin") return IdleMode::spin_then_sleep;
+  if (name == "yield") return IdleMode::yield_then_sleep;
+  return std::nullopt;
+}
+
+const char* idle_mode_name(IdleMode mode) noexcept {
+  switch (mode) {
+    case IdleMode::busy_poll:
+      return "busy";
+    case IdleMode::spin_then_sleep:
+      return "spin";
+    case IdleMode::yield_then_sleep:
+      return "yield";
+  }
+  return "?";
+}
+
+void idle_pause(IdleMode mode) noexcept {
+  if (mode == IdleMode::yield_then_sleep) {
+    sched_yield();
+  } else {
+    cpu_relax();
+  }
+}
+
 EventLoop::EventLoop(EventLoopConfig config) : EventLoop(nullptr, std::move(config)) {}
 
 EventLoop::EventLoop(const Clock& clock, EventLoopConfig config) : EventLoop(&clock, std::move(config)) {}
@@ -257,7 +284,7 @@ void EventLoop::run() {
     Time now = real.now();
     if (!idle_since) idle_since = now;
     if (now - *idle_since < config_.spin) {
-      cpu_relax();
+      idle_pause(config_.idle);
       continue;
     }
     wait();

@@ -563,7 +563,9 @@ Result<fc::Message> FilterdClient::request_locked(fc::Body body, std::chrono::mi
     lost("send failed");
     return st.error();
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto now = std::chrono::steady_clock::now();
+  const auto deadline = now + timeout;
+  const auto spin_until = now + options_.spin;
   for (;;) {
     fc::ReadResult r = reader_.next();
     if (r.has_message()) {
@@ -578,9 +580,16 @@ Result<fc::Message> FilterdClient::request_locked(fc::Body body, std::chrono::mi
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return Errc::timed_out;
     pollfd p{fd_, POLLIN, 0};
-    int n = ::poll(&p, 1, static_cast<int>(left.count()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Errc::timed_out;
+    if (std::chrono::steady_clock::now() < spin_until) {
+      if (::poll(&p, 1, 0) == 0) {
+        idle_pause(options_.idle);
+        continue;
+      }
+    } else {
+      int n = ::poll(&p, 1, static_cast<int>(left.count()));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return Errc::timed_out;
+    }
     std::byte buf[8192];
     ssize_t got = ::read(fd_, buf, sizeof buf);
     if (got < 0 && errno == EINTR) continue;

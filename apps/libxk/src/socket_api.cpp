@@ -758,8 +758,15 @@ StackConfig config_from(const xk_stack_config* c) {
     if (mode != "inline" && mode != "service") throw std::invalid_argument("XK_MODE='" + mode + "': inline or service");
     env.mode = mode == "service" ? XK_MODE_SERVICE : XK_MODE_INLINE;
     std::string idle = env_or("XK_IDLE", "spin");
-    if (idle != "spin" && idle != "busy") throw std::invalid_argument("XK_IDLE='" + idle + "': spin or busy");
-    env.idle = idle == "busy" ? XK_IDLE_BUSY_POLL : XK_IDLE_SPIN_THEN_SLEEP;
+    if (idle == "spin") {
+      env.idle = XK_IDLE_SPIN_THEN_SLEEP;
+    } else if (idle == "busy") {
+      env.idle = XK_IDLE_BUSY_POLL;
+    } else if (idle == "yield") {
+      env.idle = XK_IDLE_YIELD_THEN_SLEEP;
+    } else {
+      throw std::invalid_argument("XK_IDLE='" + idle + "': spin, busy or yield");
+    }
     env.spin_us = env_number("XK_SPIN_US", 50, 1'000'000);
     std::string cpu = env_or("XK_CPU");
     env.cpu = cpu.empty() ? -1 : static_cast<int>(env_number("XK_CPU", 0, 4095));
@@ -775,7 +782,20 @@ StackConfig config_from(const xk_stack_config* c) {
     g.csum = c->csum != 0;
   }
   if (c->mode != XK_MODE_INLINE && c->mode != XK_MODE_SERVICE) throw std::invalid_argument("mode: inline or service");
-  if (c->idle != XK_IDLE_SPIN_THEN_SLEEP && c->idle != XK_IDLE_BUSY_POLL) throw std::invalid_argument("idle: spin or busy");
+  IdleMode idle;
+  switch (c->idle) {
+    case XK_IDLE_SPIN_THEN_SLEEP:
+      idle = IdleMode::spin_then_sleep;
+      break;
+    case XK_IDLE_BUSY_POLL:
+      idle = IdleMode::busy_poll;
+      break;
+    case XK_IDLE_YIELD_THEN_SLEEP:
+      idle = IdleMode::yield_then_sleep;
+      break;
+    default:
+      throw std::invalid_argument("idle: spin, busy or yield");
+  }
   if (!filterd.empty()) {
     sc.filterd = filterd;  // the graph comes from filterd
     sc.tcp_opts = g.tcp_opts;
@@ -786,7 +806,7 @@ StackConfig config_from(const xk_stack_config* c) {
     sc.graph = graph_text.empty() ? compose_graph(g) : graph_text;
   }
   sc.mode = c->mode == XK_MODE_SERVICE ? StackMode::service_thread : StackMode::inline_calls;
-  sc.loop.idle = c->idle == XK_IDLE_BUSY_POLL ? IdleMode::busy_poll : IdleMode::spin_then_sleep;
+  sc.loop.idle = idle;
   sc.loop.spin = std::chrono::microseconds(c->spin_us);
   sc.thread.cpu = c->cpu;
   sc.link_wait = std::chrono::milliseconds(c->link_wait_ms);

@@ -114,14 +114,14 @@ void WaitPoint::bump() noexcept {
 }
 
 bool WaitPoint::wait(std::uint32_t seen, std::optional<std::chrono::steady_clock::time_point> deadline,
-                     std::chrono::nanoseconds spin) const noexcept {
+                     std::chrono::nanoseconds spin, IdleMode idle) const noexcept {
   using clock = std::chrono::steady_clock;
   const auto spin_until = clock::now() + spin;
   while (gen_.load(std::memory_order_acquire) == seen) {
     auto now = clock::now();
     if (deadline && now >= *deadline) return false;
     if (now < spin_until) {
-      cpu_relax();
+      idle_pause(idle);
       continue;
     }
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
@@ -151,6 +151,10 @@ std::shared_ptr<FilterdClient> connect_node(const StackConfig& config, std::uint
   if (!config.graph.empty()) throw std::invalid_argument("a node attached to filterd gets its graph from filterd");
   FilterdClient::Options options = FilterdClient::options_from_env();
   options.queues = queues;
+  if (config.loop.idle != IdleMode::busy_poll) {
+    options.idle = config.loop.idle;
+    options.spin = std::chrono::duration_cast<std::chrono::microseconds>(config.loop.spin);
+  }
   if (FilterdClient::is_tcp(config.filterd)) {
     if (queues > 1) throw std::invalid_argument("a node on another host (filterd over TCP) runs one stack on its own port");
     options.node_port = config.node_port;  // a node on this host has its memif channel
@@ -278,7 +282,7 @@ void Stack::post_and_wait(void (*run)(void*), void* frame) {
   for (;;) {
     if (done.state.load(std::memory_order_acquire) == 1) return;
     if (clock::now() < spin_until) {
-      cpu_relax();
+      idle_pause(config_.loop.idle);
       continue;
     }
     std::uint32_t expected = 0;
@@ -301,7 +305,7 @@ void Stack::lock_inline() {
 bool Stack::wait(const WaitPoint& ready, std::uint32_t seen,
                  std::optional<std::chrono::steady_clock::time_point> deadline) {
   if (config_.mode == StackMode::service_thread) {
-    return ready.wait(seen, deadline, config_.loop.spin);
+    return ready.wait(seen, deadline, config_.loop.spin, config_.loop.idle);
   }
   // Inline: this thread drives the stack until `ready` moves, one pass at a
   // time under the lock, so other callers get their turn in between.
@@ -330,7 +334,7 @@ bool Stack::wait(const WaitPoint& ready, std::uint32_t seen,
     }
     if (!idle_since) idle_since = now;
     if (now - *idle_since < config_.loop.spin) {
-      cpu_relax();
+      idle_pause(config_.loop.idle);
       continue;
     }
     // Sleep in the loop until the network, a timer or another caller (who

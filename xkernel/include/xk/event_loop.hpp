@@ -25,6 +25,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -155,7 +156,19 @@ class Pollable {
 enum class IdleMode : std::uint8_t {
   busy_poll,        // never sleep: lowest latency, one core at 100 %
   spin_then_sleep,  // poll for `spin` after the last work, then sleep
+  // As spin_then_sleep, but between idle polls give the core to whoever else
+  // is runnable on it (sched_yield). For more busy processes than cores: a
+  // peer that shares this core runs at once instead of after a sleep and a
+  // wake-up (docs/timers-and-loop.md, "Yielding").
+  yield_then_sleep,
 };
+
+// "busy", "spin" or "yield"; nullopt for anything else.
+std::optional<IdleMode> parse_idle_mode(std::string_view name) noexcept;
+const char* idle_mode_name(IdleMode mode) noexcept;
+// One pause of an idle poll before the loop sleeps: the CPU's pause hint, or
+// sched_yield in yield_then_sleep.
+void idle_pause(IdleMode mode) noexcept;
 
 struct EventLoopConfig {
   std::string name = "loop";  // counter set owner; default thread name

@@ -63,6 +63,12 @@ class FilterdClient final : public PortAuthority, public Pollable {
  public:
   struct Options {
     std::chrono::milliseconds timeout = std::chrono::seconds(30);  // for one reply
+    // How a round trip waits for its reply: look for it for `spin`, pausing
+    // as `idle` says, before sleeping in poll(2) -- the stack's own idle
+    // policy, so a node that yields its core between polls yields it here
+    // too (filterd answers a CONNECT in microseconds when it is awake). 0: sleep at once.
+    IdleMode idle = IdleMode::spin_then_sleep;
+    std::chrono::microseconds spin{0};
     // After the control connection closed: keep trying this long, waiting
     // backoff_min between the first attempts and doubling up to
     // backoff_max. 0: give up at once. XK_FILTERD_RECONNECT_MS overrides it

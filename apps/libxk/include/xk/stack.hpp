@@ -104,9 +104,10 @@ class WaitPoint {
  public:
   std::uint32_t gen() const noexcept { return gen_.load(std::memory_order_seq_cst); }
   void bump() noexcept;
-  // Spin for `spin`, then sleep while gen() == seen. False at the deadline.
+  // Spin for `spin` (pausing as `idle` says), then sleep while gen() == seen.
+  // False at the deadline.
   bool wait(std::uint32_t seen, std::optional<std::chrono::steady_clock::time_point> deadline,
-            std::chrono::nanoseconds spin) const noexcept;
+            std::chrono::nanoseconds spin, IdleMode idle = IdleMode::spin_then_sleep) const noexcept;
 
  private:
   std::atomic<std::uint32_t> gen_{0};

@@ -58,6 +58,8 @@ enum xk_mode {
 enum xk_idle {
   XK_IDLE_SPIN_THEN_SLEEP = 0, /* poll for spin_us after the last work, then sleep */
   XK_IDLE_BUSY_POLL = 1,       /* never sleep: lowest latency, one core at 100 % */
+  XK_IDLE_YIELD_THEN_SLEEP = 2, /* as SPIN_THEN_SLEEP, giving the core away (sched_yield)
+                                   between polls: for more busy processes than cores */
 };
 
 struct xk_stack_config {
@@ -89,7 +91,7 @@ void xk_stack_config_init(struct xk_stack_config* config);
  * (attach to filterd's control socket, or tcp:HOST:PORT with XK_FILTERD_TOKEN
  * and XK_PORT for a node on another host), XK_GRAPH (a
  * file holding a graph spec), or XK_PORT, XK_IP, XK_GW, XK_MAC, XK_TCP_OPTS,
- * XK_CSUM (on|off); XK_MODE (inline|service), XK_IDLE (spin|busy),
+ * XK_CSUM (on|off); XK_MODE (inline|service), XK_IDLE (spin|busy|yield),
  * XK_SPIN_US, XK_CPU. On failure returns NULL with errno set (EINVAL for a bad
  * configuration, EIO when the port or its link cannot be brought up) and
  * xk_last_error() saying what went wrong. */

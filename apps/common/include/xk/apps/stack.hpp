@@ -140,8 +140,8 @@ extern const char* const kStackFlagsHelp;
 struct CommonArgs {
   StackFlags stack;
   double link_wait_s = 10;  // --link-wait SEC
-  bool busy = true;         // --idle busy|sleep
-  IdleMode idle() const noexcept { return busy ? IdleMode::busy_poll : IdleMode::spin_then_sleep; }
+  IdleMode idle_mode = IdleMode::busy_poll;  // --idle busy|sleep|yield
+  IdleMode idle() const noexcept { return idle_mode; }
 };
 
 // The shape of an app's command line: `prog ROLE [flags]` (or `prog [flags]`
