@@ -163,7 +163,7 @@ expect xk-scale 2 "--n: '300' is not a number in 1..256" --n 1,300
 expect xk-scale 2 "--n: empty item in '1,,2'" --n 1,,2
 expect xk-scale 2 "--n: '2' is listed twice" --n 2,1,2
 expect xk-scale 2 "--n needs a value" --n
-expect xk-scale 2 "--modes: expected steer or central or standalone, got 'fast'" --modes steer,fast
+expect xk-scale 2 "--modes: expected steer, central or standalone, got 'fast'" --modes steer,fast
 expect xk-scale 2 "--modes standalone runs at N=1 only" --modes steer,standalone --n 2,4
 expect xk-scale 2 "--csum: expected on or off, got 'maybe'" --csum maybe
 expect xk-scale 2 "--bytes: 'lots' is not a number" --bytes lots
@@ -174,7 +174,7 @@ expect xk-scale 2 "--repeat: '0' is not a number in 1..100" --repeat 0
 expect xk-scale 2 "--mtu: '9001' is not a number in 576..9000" --mtu 9001
 expect xk-scale 2 "--buflen: 1 byte to 64m" --buflen 0
 expect xk-scale 2 "--launcher: expected local or mpirun, got 'slurm'" --launcher slurm
-expect xk-scale 2 "--remote: expected xk or xk-filterd or linux, got 'vm'" --remote vm
+expect xk-scale 2 "--remote: expected xk, xk-filterd or linux, got 'vm'" --remote vm
 expect xk-scale 2 "--remote linux: Linux checks the checksum.*give --csum on" --remote linux
 expect xk-scale 2 "--idle: expected busy, sleep or yield, got 'nap'" --idle nap
 expect xk-scale 2 "--verify: expected on or off" --verify=1
