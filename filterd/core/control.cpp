@@ -42,6 +42,8 @@ const char* tag_name(std::uint16_t tag) noexcept {
     case Tag::listener: return "listener";
     case Tag::flow: return "flow";
     case Tag::more: return "more";
+    case Tag::count: return "count";
+    case Tag::ports: return "ports";
     case Tag::expression: return "expression";
     case Tag::priority: return "priority";
     case Tag::rule_id: return "rule_id";
@@ -207,6 +209,21 @@ Check check(const Connect& m) {
   return std::nullopt;
 }
 
+Check check_lease_ports(const std::vector<std::uint16_t>& ports) {
+  if (ports.size() > kMaxLeasePorts)
+    return over(num(ports.size()) + " ports, over the limit of " + num(kMaxLeasePorts));
+  if (std::find(ports.begin(), ports.end(), std::uint16_t{0}) != ports.end()) return bad("port 0 in the list");
+  return std::nullopt;
+}
+
+Check check(const Lease& m) {
+  if (m.proto != Proto::tcp) return bad("proto " + num(static_cast<std::uint8_t>(m.proto)) + ": leases are tcp (6)");
+  if (auto v = first_of(check_queue(m.queue), check_lease_ports(m.ports))) return v;
+  if ((m.count == 0) == m.ports.empty()) return bad("a count of new ports or a list of ports, one of them");
+  if (m.count > kMaxLeasePorts) return bad("count " + num(m.count) + " is over " + num(kMaxLeasePorts));
+  return std::nullopt;
+}
+
 Check check(const Release& m) {
   return first_of(check_flow_proto(m.proto), check_nonzero_port(m.local_port, "local port"),
                   check_remote_port(m.proto, m.remote_port));
@@ -344,6 +361,7 @@ Check check(const HelloReply& m) {
 
 Check check(const ListenReply& m) { return check_nonzero_port(m.port, "port"); }
 Check check(const ConnectReply& m) { return check_nonzero_port(m.local_port, "local port"); }
+Check check(const LeaseReply& m) { return check_lease_ports(m.ports); }
 
 Check check(const RuleAddReply& m) {
   if (m.rule_id == 0) return bad("rule id 0 is never given out");
@@ -463,6 +481,21 @@ void put(Writer& w, const Connect& m) {
   w.u16(Tag::remote_port, m.remote_port);
 }
 
+void put_ports(Writer& w, const std::vector<std::uint16_t>& ports) {
+  if (ports.empty()) return;
+  std::span<std::byte> v = w.value(Tag::ports, ports.size() * 2);
+  for (std::size_t i = 0; i < ports.size(); ++i) store_be16(v.data() + 2 * i, ports[i]);
+}
+
+void put(Writer& w, const Lease& m) {
+  w.u8(Tag::proto, raw(m.proto));
+  w.u16(Tag::queue, m.queue);
+  if (m.count != 0) w.u16(Tag::count, m.count);
+  put_ports(w, m.ports);
+}
+
+void put(Writer& w, const LeaseReply& m) { put_ports(w, m.ports); }
+
 void put(Writer& w, const Release& m) {
   w.u8(Tag::proto, raw(m.proto));
   w.u16(Tag::local_port, m.local_port);
@@ -577,7 +610,8 @@ void put(Writer& w, const PortsReply& m) {
   for (const PortRecord& p : m.ports) {
     std::byte* v = w.value(Tag::port, kPortRecord).data();
     v[0] = std::byte{raw(p.proto)};
-    v[1] = std::byte{static_cast<std::uint8_t>((p.group ? kPortFlagGroup : 0) | (p.listen ? kPortFlagListen : 0))};
+    v[1] = std::byte{static_cast<std::uint8_t>((p.group ? kPortFlagGroup : 0) | (p.listen ? kPortFlagListen : 0) |
+                                               (p.lease ? kPortFlagLease : 0))};
     store_be16(v + 2, p.port);
     store_be16(v + 4, p.node);
     store_be16(v + 6, p.queue);
@@ -814,6 +848,9 @@ constexpr FieldSpec kHelloReplyFields[] = {{Tag::version, P::required},
                                            {Tag::heartbeat_ms, P::required},
                                            {Tag::central, P::optional}};
 constexpr FieldSpec kPortFields[] = {{Tag::local_port, P::required}};
+constexpr FieldSpec kLeaseFields[] = {
+    {Tag::proto, P::required}, {Tag::queue, P::required}, {Tag::count, P::optional}, {Tag::ports, P::optional}};
+constexpr FieldSpec kLeaseReplyFields[] = {{Tag::ports, P::optional}};
 constexpr FieldSpec kStatsReplyFields[] = {{Tag::counter, P::repeated, kMaxCounters}};
 constexpr FieldSpec kErrorFields[] = {{Tag::error_code, P::required}, {Tag::error_text, P::optional}};
 
@@ -1051,7 +1088,7 @@ Body take(Decoder& d, PortsReply) {
       return m;
     }
     const auto flags = static_cast<std::uint8_t>(v[1]);
-    if (flags & ~(kPortFlagGroup | kPortFlagListen)) {
+    if (flags & ~(kPortFlagGroup | kPortFlagListen | kPortFlagLease)) {
       d.fail(describe(Tag::port) + ": unknown flags " + hex(flags, 2));
       return m;
     }
@@ -1059,6 +1096,7 @@ Body take(Decoder& d, PortsReply) {
     p.proto = static_cast<Proto>(v[0]);
     p.group = (flags & kPortFlagGroup) != 0;
     p.listen = (flags & kPortFlagListen) != 0;
+    p.lease = (flags & kPortFlagLease) != 0;
     p.port = load_be16(v.data() + 2);
     p.node = load_be16(v.data() + 4);
     p.queue = load_be16(v.data() + 6);
@@ -1140,6 +1178,31 @@ Body take(Decoder& d, HelloReply) {
 
 Body take(Decoder& d, ListenReply) { return ListenReply{d.u16(Tag::local_port)}; }
 Body take(Decoder& d, ConnectReply) { return ConnectReply{d.u16(Tag::local_port)}; }
+
+// A list of u16 ports: 1..kMaxLeasePorts of them, so an even 2..2048 bytes.
+std::vector<std::uint16_t> take_ports(Decoder& d) {
+  std::vector<std::uint16_t> out;
+  std::optional<std::span<const std::byte>> v = d.bytes(Tag::ports, 2 * kMaxLeasePorts);
+  if (!v) return out;
+  if (v->size() % 2 != 0) {
+    d.fail(describe(Tag::ports) + ": length " + num(v->size()) + " is odd");
+    return out;
+  }
+  out.reserve(v->size() / 2);
+  for (std::size_t i = 0; i < v->size(); i += 2) out.push_back(load_be16(v->data() + i));
+  return out;
+}
+
+Body take(Decoder& d, Lease) {
+  Lease m;
+  m.proto = static_cast<Proto>(d.u8(Tag::proto));
+  m.queue = d.u16(Tag::queue);
+  m.count = d.u16(Tag::count);
+  m.ports = take_ports(d);
+  return m;
+}
+
+Body take(Decoder& d, LeaseReply) { return LeaseReply{take_ports(d)}; }
 Body take(Decoder& d, RuleAddReply) { return RuleAddReply{d.u32(Tag::rule_id)}; }
 
 Body take(Decoder& d, StatsReply) {
@@ -1209,6 +1272,7 @@ const char* to_string(MsgType type) noexcept {
     case MsgType::ports: return "PORTS";
     case MsgType::flows: return "FLOWS";
     case MsgType::rules: return "RULES";
+    case MsgType::lease: return "LEASE";
     case MsgType::ok: return "OK";
     case MsgType::hello_reply: return "HELLO_REPLY";
     case MsgType::listen_reply: return "LISTEN_REPLY";
@@ -1219,6 +1283,7 @@ const char* to_string(MsgType type) noexcept {
     case MsgType::ports_reply: return "PORTS_REPLY";
     case MsgType::flows_reply: return "FLOWS_REPLY";
     case MsgType::rules_reply: return "RULES_REPLY";
+    case MsgType::lease_reply: return "LEASE_REPLY";
     case MsgType::error: return "ERROR";
   }
   return "?";
@@ -1260,6 +1325,7 @@ MsgType reply_type(MsgType request) noexcept {
     case MsgType::ports: return MsgType::ports_reply;
     case MsgType::flows: return MsgType::flows_reply;
     case MsgType::rules: return MsgType::rules_reply;
+    case MsgType::lease: return MsgType::lease_reply;
     case MsgType::unlisten:
     case MsgType::release:
     case MsgType::resync:
@@ -1355,10 +1421,12 @@ std::variant<Body, Problem> decode_body(std::uint8_t type, std::span<const std::
     case MsgType::ports: return decode_as<Ports>(kPageFields, body);
     case MsgType::flows: return decode_as<Flows>(kFlowsFields, body);
     case MsgType::rules: return decode_as<Rules>(kPageFields, body);
+    case MsgType::lease: return decode_as<Lease>(kLeaseFields, body);
     case MsgType::nodes_reply: return decode_as<NodesReply>(kNodesReplyFields, body);
     case MsgType::ports_reply: return decode_as<PortsReply>(kPortsReplyFields, body);
     case MsgType::flows_reply: return decode_as<FlowsReply>(kFlowsReplyFields, body);
     case MsgType::rules_reply: return decode_as<RulesReply>(kRulesReplyFields, body);
+    case MsgType::lease_reply: return decode_as<LeaseReply>(kLeaseReplyFields, body);
     case MsgType::ok: return decode_as<Ok>({}, body);
     case MsgType::hello_reply: return decode_as<HelloReply>(kHelloReplyFields, body);
     case MsgType::listen_reply: return decode_as<ListenReply>(kPortFields, body);

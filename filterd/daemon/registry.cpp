@@ -79,6 +79,7 @@ NodeRegistry::NodeRegistry(RegistryConfig config, FilterEngine& filter, Hooks ho
       resumes_refused_(counters_.add("resumes_refused", "resuming HELLOs whose id or channel was taken")),
       resynced_(counters_.add("resynced", "RESYNC entries installed")),
       refused_entries_(counters_.add("resync_refused", "RESYNC entries that were other nodes'")),
+      leased_(counters_.add("leased", "ports given out by LEASE")),
       rules_restored_(counters_.add("rules_restored", "rules from the rules file installed again")),
       rules_dropped_(counters_.add("rules_dropped", "rules from the rules file whose node did not resume")),
       rules_file_errors_(counters_.add("rules_file_errors", "failures to write the rules file")) {
@@ -222,6 +223,7 @@ Message NodeRegistry::handle(const Message& request, NodeId& node, std::uint32_t
     if (const auto* u = std::get_if<ctl::Unlisten>(&request.body)) return unlisten(id, n, *u);
     if (const auto* c = std::get_if<ctl::Connect>(&request.body)) return connect(id, n, *c);
     if (const auto* r = std::get_if<ctl::Release>(&request.body)) return release(id, n, *r);
+    if (const auto* l = std::get_if<ctl::Lease>(&request.body)) return lease(id, n, *l);
     if (const auto* r = std::get_if<ctl::Resync>(&request.body)) return resync(id, n, *r);
     if (const auto* r = std::get_if<ctl::RuleAdd>(&request.body)) return rule_add(id, n, *r);
     if (const auto* r = std::get_if<ctl::RuleDel>(&request.body)) return rule_del(id, n, *r);
@@ -450,8 +452,25 @@ Message NodeRegistry::unlisten(std::uint32_t id, NodeInfo& n, const ctl::Unliste
   return reply(id, ctl::Ok{});
 }
 
+bool NodeRegistry::leased_to(const NodeInfo& n, std::uint8_t proto, std::uint16_t port) const {
+  auto it = ports_.find({proto, port});
+  return it != ports_.end() && it->second.lease && it->second.node == n.id;
+}
+
 Status NodeRegistry::take_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, Ipv4Addr remote,
                                std::uint16_t rport, std::uint16_t queue) {
+  // A connection from a port of the node's lease (RESYNC, or CONNECT naming
+  // it): the lease steers it already, but through the listen table, which
+  // steer holds back for the resync grace after a restart (the frame might
+  // be a connection some node has yet to declare). An exact flow passes at
+  // once. It is never released (the node says nothing when a leased port's
+  // connection ends) and is harmless when stale: it sends the node's own
+  // port to the node. It goes with the node.
+  if (leased_to(n, proto, lport)) {
+    const FlowKey key{static_cast<Proto>(proto), remote, rport, lport};
+    if (filter_.find_flow(key)) return {};
+    return filter_.add_flow(key, Target{n.id, queue});
+  }
   // A local port is one connection's (and no listener's), host-wide.
   if (ports_.count({proto, lport}) != 0) return Errc::exists;
   if (Status st = filter_.add_flow(FlowKey{static_cast<Proto>(proto), remote, rport, lport}, Target{n.id, queue}); !st) {
@@ -475,6 +494,55 @@ Message NodeRegistry::connect(std::uint32_t id, NodeInfo& n, const ctl::Connect&
     return error(id, ErrorCode::port_in_use, "local port " + std::to_string(lport) + " is taken");
   }
   return reply(id, ctl::ConnectReply{lport});
+}
+
+Message NodeRegistry::lease(std::uint32_t id, NodeInfo& n, const ctl::Lease& l) {
+  if (config_.central) {
+    return error(id, ErrorCode::bad_message, "central mode: filterd's own TCP opens the connections, nothing to lease");
+  }
+  if (l.queue >= n.queues) return error(id, ErrorCode::bad_message, "no such queue");
+  const std::uint8_t proto = num(l.proto);
+  ctl::LeaseReply out;
+  // A leased port is steered by the listen table (any remote), and the
+  // egress check lets the node send from it; no exact flow per connection.
+  auto take = [&](std::uint16_t port) {
+    if (ports_.count({proto, port}) != 0) return;
+    if (!filter_.listen(static_cast<Proto>(proto), port, Target{n.id, l.queue})) return;
+    PortUse use;
+    use.node = n.id;
+    use.users = 1;
+    use.lease = true;
+    use.queue = l.queue;
+    ports_[{proto, port}] = use;
+    ++n.leased;
+    ++leased_;
+    out.ports.push_back(port);
+  };
+  if (l.count != 0) {
+    if (n.leased + l.count > config_.max_leased_ports) {
+      return error(id, ErrorCode::too_many,
+                   "the node holds " + std::to_string(n.leased) + " leased ports; at most " +
+                       std::to_string(config_.max_leased_ports));
+    }
+    for (std::uint16_t i = 0; i < l.count; ++i) {
+      std::optional<std::uint16_t> p = free_port(proto);
+      if (!p) break;
+      take(*p);
+    }
+    if (out.ports.empty()) return error(id, ErrorCode::no_ports, "no free ephemeral port");
+    return reply(id, std::move(out));
+  }
+  // Back after a restart of filterd: exactly these, those still free.
+  for (std::uint16_t port : l.ports) {
+    auto it = ports_.find({proto, port});
+    if (it != ports_.end()) {
+      if (it->second.lease && it->second.node == n.id && it->second.queue == l.queue) out.ports.push_back(port);
+      continue;
+    }
+    if (n.leased >= config_.max_leased_ports) break;
+    take(port);
+  }
+  return reply(id, std::move(out));
 }
 
 Message NodeRegistry::release(std::uint32_t id, NodeInfo& n, const ctl::Release& r) {
@@ -684,7 +752,9 @@ Message NodeRegistry::list_ports(std::uint32_t id, const ctl::Ports& r) {
     const PortUse& use = it->second;
     std::vector<ctl::PortRecord> owners;
     const ctl::Proto cp = static_cast<ctl::Proto>(proto);
-    if (use.listen) {
+    if (use.lease) {
+      owners.push_back({cp, port, false, false, use.node, use.queue, true});
+    } else if (use.listen) {
       if (std::optional<ListenerInfo> l = filter_.listener(static_cast<Proto>(proto), port)) {
         for (const Target& t : l->members) owners.push_back({cp, port, l->group, true, t.node, t.queue});
       }

@@ -449,14 +449,14 @@ std::string format_ports(const std::vector<ctl::PortRecord>& ports, bool json) {
     j.open('{').key("ports").open('[');
     for (const auto& p : ports) {
       j.open('{').key("proto").str(proto_name(p.proto)).key("port").unum(p.port);
-      j.key("use").str(p.listen ? "listen" : "connection").key("group").boolean(p.group);
+      j.key("use").str(p.listen ? "listen" : p.lease ? "lease" : "connection").key("group").boolean(p.group);
       j.key("node").unum(p.node).key("queue").unum(p.queue).close('}');
     }
     return j.close(']').close('}').done();
   }
   Table t({"PROTO", "PORT", "USE", "GROUP", "NODE", "QUEUE"});
   for (const auto& p : ports) {
-    t.add({proto_name(p.proto), u(p.port), p.listen ? "listen" : "connection", p.group ? "yes" : "no", u(p.node),
+    t.add({proto_name(p.proto), u(p.port), p.listen ? "listen" : p.lease ? "lease" : "connection", p.group ? "yes" : "no", u(p.node),
            u(p.queue)});
   }
   return t.render();

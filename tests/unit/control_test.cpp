@@ -238,6 +238,12 @@ std::vector<Message> samples() {
                                {.id = 1, .node = 1, .queue = 5, .priority = 0, .hits = 0,
                                 .expression = "tcp dst port 9000 and src net 10.0.0.0/8"}},
                               bytes({0, 0, 0, 2})}});
+  // Version 3: leases.
+  v.push_back({27, Lease{.proto = Proto::tcp, .queue = 2, .count = 64}});
+  v.push_back({28, Lease{.proto = Proto::tcp, .queue = 0, .count = 0, .ports = {49152, 49153, 65535}}});
+  v.push_back({27, LeaseReply{{49200, 49201, 50000}}});
+  v.push_back({28, LeaseReply{}});
+  v.push_back({29, PortsReply{{{Proto::tcp, 49200, false, false, 4, 2, /*lease=*/true}}, {}}});
   v.push_back({0xFFFFFFFF, Error{.code = ErrorCode::port_in_use, .text = "port 80 belongs to node 3"}});
   v.push_back({16, Error{.code = ErrorCode::internal, .text = ""}});
   return v;
@@ -318,6 +324,14 @@ TEST(ControlRoundTrip, EveryFieldAtItsLimit) {
   EXPECT_TRUE(validate(Message{10, rules}).has_value()) << "one more rule does not fit in a frame";
   EXPECT_EQ(encode(Message{10, rules}).error(), Errc::too_large);
   big.push_back({11, Flows{.node = 65535, .cursor = Cursor(kMaxCursor, std::byte{4}), .limit = ~0u}});
+  Lease lease{.proto = Proto::tcp, .queue = kMaxQueues - 1};
+  for (std::size_t i = 0; i < kMaxLeasePorts; ++i) lease.ports.push_back(static_cast<std::uint16_t>(65535 - i));
+  big.push_back({12, lease});
+  big.push_back({13, LeaseReply{lease.ports}});
+  big.push_back({14, Lease{.proto = Proto::tcp, .queue = 0, .count = kMaxLeasePorts}});
+  lease.ports.push_back(1);
+  EXPECT_EQ(encode(Message{12, lease}).error(), Errc::too_large);
+  EXPECT_EQ(encode(Message{13, LeaseReply{lease.ports}}).error(), Errc::too_large);
   for (const Message& m : big) {
     SCOPED_TRACE(to_string(type_of(m.body)));
     Bytes b = encoded(m);
@@ -855,7 +869,7 @@ TEST(ControlFraming, UnknownTypeIsRejectedAndAnsweredOnlyIfARequest) {
   EXPECT_EQ(std::get<Error>(reply.body).code, ErrorCode::bad_message);
   EXPECT_TRUE(encode(reply).ok());
 
-  e = only_error(frame(0x90, 22, {}));
+  e = only_error(frame(0x91, 22, {}));
   EXPECT_FALSE(should_answer(e));  // never answer a reply, not even a broken one
 }
 
@@ -1055,7 +1069,17 @@ TEST(ControlTlv, BadValuesReject) {
       {"node name empty", MsgType::nodes_reply, tlv(Tag::node, bytes({0, 1, 0, 1}) + Bytes(45))},
       {"node id 0", MsgType::nodes_reply, tlv(Tag::node, bytes({0, 0, 0, 1}) + Bytes(44) + bytes({1, 'a'}))},
       {"node queues 0", MsgType::nodes_reply, tlv(Tag::node, bytes({0, 1, 0, 0}) + Bytes(44) + bytes({1, 'a'}))},
-      {"port record flags", MsgType::ports_reply, tlv(Tag::port, bytes({6, 4, 0, 80, 0, 1, 0, 0}))},
+      {"port record flags", MsgType::ports_reply, tlv(Tag::port, bytes({6, 8, 0, 80, 0, 1, 0, 0}))},
+      {"lease of udp ports", MsgType::lease, tlv(Tag::proto, bytes({17})) + queue + tlv(Tag::count, be16(8))},
+      {"lease of neither a count nor ports", MsgType::lease, tcp + queue},
+      {"lease of a count and ports", MsgType::lease, tcp + queue + tlv(Tag::count, be16(8)) + tlv(Tag::ports, be16(5000))},
+      {"lease count over the cap", MsgType::lease, tcp + queue + tlv(Tag::count, be16(1025))},
+      {"lease of port 0", MsgType::lease, tcp + queue + tlv(Tag::ports, be16(5000) + be16(0))},
+      {"lease ports of odd length", MsgType::lease, tcp + queue + tlv(Tag::ports, bytes({0x13, 0x88, 0x13}))},
+      {"lease ports empty", MsgType::lease, tcp + queue + tlv(Tag::ports, {})},
+      {"lease ports over the cap", MsgType::lease, tcp + queue + tlv(Tag::ports, Bytes(2050, std::byte{1}))},
+      {"lease queue 64", MsgType::lease, tcp + tlv(Tag::queue, be16(64)) + tlv(Tag::count, be16(8))},
+      {"lease reply of port 0", MsgType::lease_reply, tlv(Tag::ports, be16(0))},
       {"port record proto", MsgType::ports_reply, tlv(Tag::port, bytes({1, 2, 0, 80, 0, 1, 0, 0}))},
       {"port record port 0", MsgType::ports_reply, tlv(Tag::port, bytes({6, 2, 0, 0, 0, 1, 0, 0}))},
       {"port record short", MsgType::ports_reply, tlv(Tag::port, bytes({6, 2, 0, 80, 0, 1, 0}))},
@@ -1217,6 +1241,9 @@ TEST(ControlHelpers, ReplyTypes) {
   EXPECT_EQ(reply_type(MsgType::ports), MsgType::ports_reply);
   EXPECT_EQ(reply_type(MsgType::flows), MsgType::flows_reply);
   EXPECT_EQ(reply_type(MsgType::rules), MsgType::rules_reply);
+  EXPECT_EQ(reply_type(MsgType::lease), MsgType::lease_reply);
+  EXPECT_STREQ(to_string(MsgType::lease), "LEASE");
+  EXPECT_STREQ(to_string(MsgType::lease_reply), "LEASE_REPLY");
   for (MsgType t : {MsgType::unlisten, MsgType::release, MsgType::resync, MsgType::rule_del, MsgType::bye,
                     MsgType::ping})
     EXPECT_EQ(reply_type(t), MsgType::ok);

@@ -9,11 +9,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <future>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "xk/clock.hpp"
@@ -175,6 +177,101 @@ TEST_F(FilterdClientTest, ReconnectsResumesAndResyncsAfterFilterdRestarts) {
     EXPECT_EQ(second.filter().find_flow(FlowKey{Proto::tcp, peer, 7001, *lport})->node, id);
     EXPECT_EQ(second.filter().listener_for(FlowKey{Proto::tcp, peer, 1, 5001})->node, id);
   });
+}
+
+// A TCP connect from an ephemeral port takes a port of the node's lease:
+// one LEASE per block, no CONNECT and no RELEASE per connection; a port
+// given back is reused last. UDP, and a connect from a port of the
+// caller's choosing, still ask filterd each time.
+TEST_F(FilterdClientTest, ConnectsFromLeasedPortsWithoutARoundTripEach) {
+  Filterd fd(path);
+  FilterdClient::Options o;
+  o.lease_block = 4;
+  client = FilterdClient::connect(path, "node", o);
+  const std::uint16_t id = client->hello().node_id;
+  std::vector<std::uint16_t> ports;
+  for (int i = 0; i < 5; ++i) {
+    Result<std::uint16_t> p = client->claim_connect(6, 0, peer, static_cast<std::uint16_t>(7000 + i));
+    ASSERT_TRUE(p.ok()) << to_string(p.error());
+    ports.push_back(*p);
+  }
+  EXPECT_EQ(std::set<std::uint16_t>(ports.begin(), ports.end()).size(), 5u);
+  EXPECT_EQ(client->stats().leases, 2u) << "a block of 4, then another";
+  EXPECT_EQ(client->stats().leased_connects, 5u);
+  EXPECT_EQ(client->leased_ports(), 8u);
+  EXPECT_EQ(client->free_leased_ports(), 3u);
+  std::uint64_t requests = 0;
+  fd.on_loop([&] {
+    requests = fd.registry().counters().value("requests");
+    for (std::uint16_t p : ports) {
+      // Steered to the node, whatever the remote; no exact flow was needed.
+      EXPECT_EQ(fd.filter().listener_for(FlowKey{Proto::tcp, Ipv4Addr{0xCB007101}, 443, p}), (filterd::Target{id, 0}));
+      EXPECT_FALSE(fd.filter().find_flow(FlowKey{Proto::tcp, peer, 7000, p}).has_value());
+    }
+  });
+  // Given back: to the pool, and used again after the three still free.
+  client->release_connect(6, ports[0], peer, 7000);
+  EXPECT_EQ(client->free_leased_ports(), 4u);
+  std::vector<std::uint16_t> next;
+  for (int i = 0; i < 4; ++i) next.push_back(*client->claim_connect(6, 0, peer, 8000));
+  EXPECT_EQ(next.back(), ports[0]);
+  EXPECT_EQ(std::count(next.begin(), next.end(), ports[0]), 1);
+  EXPECT_EQ(client->stats().leases, 2u);
+  // UDP and an explicit port: CONNECT.
+  Result<std::uint16_t> udp = client->claim_connect(17, 0, peer, 53);
+  ASSERT_TRUE(udp.ok());
+  Result<std::uint16_t> fixed = client->claim_connect(6, 40000, peer, 80);
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_EQ(*fixed, 40000);
+  fd.on_loop([&] {
+    // The release and the four connects from the pool asked nothing.
+    EXPECT_EQ(fd.registry().counters().value("requests"), requests + 2);
+    EXPECT_EQ(fd.filter().find_flow(FlowKey{Proto::tcp, peer, 80, 40000})->node, id);
+  });
+}
+
+TEST_F(FilterdClientTest, WithoutLeasesEveryConnectAsks) {
+  Filterd fd(path);
+  FilterdClient::Options o;
+  o.lease_block = 0;
+  client = FilterdClient::connect(path, "node", o);
+  Result<std::uint16_t> p = client->claim_connect(6, 0, peer, 7000);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(client->stats().leases, 0u);
+  EXPECT_EQ(client->leased_ports(), 0u);
+  fd.on_loop([&] { EXPECT_TRUE(fd.filter().find_flow(FlowKey{Proto::tcp, peer, 7000, *p}).has_value()); });
+}
+
+// After filterd restarts, the node asks for its leased ports back before
+// its RESYNC: a connection from one of them carries on, and the pool is
+// still the node's.
+TEST_F(FilterdClientTest, LeasedPortsComeBackAfterARestart) {
+  auto first = std::make_unique<Filterd>(path);
+  connect_node();
+  const std::uint16_t id = client->hello().node_id;
+  Result<std::uint16_t> lport = client->claim_connect(6, 0, peer, 7001);
+  ASSERT_TRUE(lport.ok());
+  const std::size_t leased = client->leased_ports();
+  ASSERT_GT(leased, 1u);
+  held.flows = {fc::FlowEntry{fc::Proto::tcp, *lport, peer, 7001, 0, false}};
+  first.reset();
+  notice_loss();
+  Filterd second(path);
+  let_time_pass(std::chrono::milliseconds(1000));
+  ASSERT_EQ(client->state(), FilterdClient::State::connected);
+  EXPECT_EQ(client->stats().resync_refused, 0u);
+  EXPECT_EQ(client->leased_ports(), leased);
+  EXPECT_EQ(client->free_leased_ports(), leased - 1);
+  second.on_loop([&] {
+    // The connection: an exact flow (steer lets it through the resync grace).
+    EXPECT_EQ(second.filter().find_flow(FlowKey{Proto::tcp, peer, 7001, *lport})->node, id);
+    EXPECT_EQ(second.registry().counters().value("leased"), leased);
+    EXPECT_EQ(second.filter().listener_for(FlowKey{Proto::tcp, peer, 9, *lport})->node, id);
+  });
+  // And the next connect needs no LEASE.
+  const std::uint64_t leases = client->stats().leases;
+  ASSERT_TRUE(client->claim_connect(6, 0, peer, 7002).ok());
+  EXPECT_EQ(client->stats().leases, leases);
 }
 
 TEST_F(FilterdClientTest, RequestsWorkAgainAfterTheResume) {
@@ -344,8 +441,9 @@ TEST_F(FilterdClientTest, ANodeWithThreeStacksSharesOneConnectionAndResyncsEachQ
   }
   first->on_loop([&] {
     EXPECT_EQ(first->filter().listener(Proto::tcp, 5001)->members.size(), 3u);
+    // Each stack's connection from a port of its queue's lease.
     for (std::uint16_t q = 0; q < 3; ++q) {
-      EXPECT_EQ((first->filter().find_flow(FlowKey{Proto::tcp, peer, 7001, lports[q]})),
+      EXPECT_EQ((first->filter().listener_for(FlowKey{Proto::tcp, peer, 7001, lports[q]})),
                 (filterd::Target{id, q}));
     }
   });

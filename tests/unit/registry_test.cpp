@@ -112,7 +112,7 @@ TEST_F(RegistryTest, NothingBeforeHelloAndThePeersPidMustMatch) {
   EXPECT_EQ(code(ask(n, ctl::Listen{ctl::Proto::tcp, 80})), ErrorCode::not_registered);
   EXPECT_EQ(code(ask(n, ctl::Hello{"liar", 4242, 1}, /*peer_pid=*/100)), ErrorCode::permission_denied);
   EXPECT_EQ(n, 0);
-  EXPECT_EQ(code(ask(n, ctl::Hello{"new", 100, 1, 3, 4})), ErrorCode::unsupported_version);
+  EXPECT_EQ(code(ask(n, ctl::Hello{"new", 100, 1, 4, 5})), ErrorCode::unsupported_version);
   fail_attach = true;
   EXPECT_EQ(code(ask(n, ctl::Hello{"no channel", 100, 1})), ErrorCode::internal);
   EXPECT_EQ(reg->node_count(), 0u);
@@ -185,6 +185,110 @@ TEST_F(RegistryTest, TheEphemeralRangeRunsOut) {
     ASSERT_TRUE(std::holds_alternative<ctl::ConnectReply>(ask(a, ctl::Connect{ctl::Proto::tcp, peer, 7}).body)) << i;
   }
   EXPECT_EQ(code(ask(a, ctl::Connect{ctl::Proto::tcp, peer, 7})), ErrorCode::no_ports);
+}
+
+// LEASE (version 3): ports of the ephemeral range, the node's alone,
+// steered by the listen table to the queue that asked, for any remote.
+TEST_F(RegistryTest, ALeaseGivesPortsSteeredToItsQueueAndNobodyElsesPort) {
+  NodeId a = hello("a", 2), b = hello("b");
+  Message r = ask(a, ctl::Lease{ctl::Proto::tcp, 1, 3});
+  ASSERT_TRUE(is<ctl::LeaseReply>(r)) << ctl::to_string(ctl::type_of(r.body));
+  const std::vector<std::uint16_t> ports = std::get<ctl::LeaseReply>(r.body).ports;
+  ASSERT_EQ(ports.size(), 3u);
+  EXPECT_EQ(std::set<std::uint16_t>(ports.begin(), ports.end()).size(), 3u);
+  for (std::uint16_t p : ports) {
+    EXPECT_GE(p, 50000);
+    EXPECT_LE(p, 50003);
+    std::optional<ListenerInfo> l = filter->listener(Proto::tcp, p);
+    ASSERT_TRUE(l.has_value()) << p;
+    EXPECT_FALSE(l->group);
+    EXPECT_EQ(l->members, (std::vector<Target>{Target{a, 1}}));
+    // Any remote: the frames of every connection from it go to queue 1.
+    EXPECT_EQ(filter->listener_for(FlowKey{Proto::tcp, Ipv4Addr{0xC6336401}, 443, p}), (Target{a, 1}));
+    EXPECT_EQ(code(ask(b, ctl::Listen{ctl::Proto::tcp, p})), ErrorCode::port_in_use);
+    EXPECT_EQ(code(ask(b, ctl::Connect{ctl::Proto::tcp, Ipv4Addr{0xC0000201}, 7, 0, p})), ErrorCode::port_in_use);
+    EXPECT_EQ(code(ask(b, ctl::Lease{ctl::Proto::tcp, 0, 0, {p}})), ErrorCode{}) << "a reply, without the port";
+  }
+  // One port left in the range: CONNECT gets it, the next LEASE nothing.
+  EXPECT_TRUE(is<ctl::ConnectReply>(ask(b, ctl::Connect{ctl::Proto::tcp, Ipv4Addr{0xC0000201}, 7})));
+  EXPECT_EQ(code(ask(b, ctl::Lease{ctl::Proto::tcp, 0, 4})), ErrorCode::no_ports);
+  EXPECT_EQ(code(ask(a, ctl::Lease{ctl::Proto::tcp, 2, 4})), ErrorCode::bad_message) << "no queue 2";
+  EXPECT_EQ(reg->counters().value("leased"), 3u);
+  // PORTS lists them as leases of queue 1.
+  NodeId admin = 0;
+  Message list = ask(admin, ctl::Ports{});
+  ASSERT_TRUE(is<ctl::PortsReply>(list));
+  std::size_t leases = 0;
+  for (const ctl::PortRecord& rec : std::get<ctl::PortsReply>(list.body).ports) {
+    if (!rec.lease) continue;
+    ++leases;
+    EXPECT_EQ(rec.node, a);
+    EXPECT_EQ(rec.queue, 1);
+    EXPECT_FALSE(rec.listen);
+  }
+  EXPECT_EQ(leases, 3u);
+  // Its connections need no CONNECT; b's RELEASE of one is refused.
+  EXPECT_EQ(code(ask(b, ctl::Release{ctl::Proto::tcp, ports[0], Ipv4Addr{0xC6336401}, 443})), ErrorCode::not_found);
+  // The node goes: the ports are free again.
+  reg->node_gone(a);
+  for (std::uint16_t p : ports) EXPECT_FALSE(filter->listener(Proto::tcp, p).has_value());
+  r = ask(b, ctl::Lease{ctl::Proto::tcp, 0, 4});
+  ASSERT_TRUE(is<ctl::LeaseReply>(r));
+  EXPECT_EQ(std::get<ctl::LeaseReply>(r.body).ports.size(), 3u) << "the three a had";
+}
+
+TEST_F(RegistryTest, ALeaseIsCappedPerNodeAndRefusedInCentralMode) {
+  RegistryConfig c;
+  c.shared = Ipv4Cidr{Ipv4Addr{0xC000020A}, 24};
+  c.max_leased_ports = 2;
+  NodeRegistry capped(c, *filter, {});
+  NodeId a = 0;
+  ASSERT_TRUE(is<ctl::HelloReply>(capped.handle(Message{1, ctl::Hello{"a", 100, 1}}, a, 0)));
+  Message r = capped.handle(Message{2, ctl::Lease{ctl::Proto::tcp, 0, 2}}, a, 0);
+  ASSERT_TRUE(is<ctl::LeaseReply>(r));
+  EXPECT_EQ(std::get<ctl::LeaseReply>(r.body).ports.size(), 2u);
+  EXPECT_EQ(code(capped.handle(Message{3, ctl::Lease{ctl::Proto::tcp, 0, 1}}, a, 0)), ErrorCode::too_many);
+  c.central = true;
+  FilterEngine other(FilterConfig{}, clock);
+  NodeRegistry central(c, other, {});
+  NodeId b = 0;
+  ASSERT_TRUE(is<ctl::HelloReply>(central.handle(Message{1, ctl::Hello{"b", 100, 1}}, b, 0)));
+  EXPECT_EQ(code(central.handle(Message{2, ctl::Lease{ctl::Proto::tcp, 0, 1}}, b, 0)), ErrorCode::bad_message);
+}
+
+// After a restart of filterd: a resumed node asks for its leased ports back
+// (those someone took meanwhile are refused), then RESYNCs its connections,
+// those from leased ports as exact flows (steer holds listen-table frames
+// back for the grace period; exact flows pass).
+TEST_F(RegistryTest, AResumedNodeGetsItsLeasedPortsBackAndItsConnectionsOnThem) {
+  NodeId a = hello("a");
+  Message r = ask(a, ctl::Lease{ctl::Proto::tcp, 0, 3});
+  ASSERT_TRUE(is<ctl::LeaseReply>(r));
+  const std::vector<std::uint16_t> ports = std::get<ctl::LeaseReply>(r.body).ports;
+  ASSERT_EQ(ports.size(), 3u);
+  const std::vector<ctl::Channel> chans = channels[a];
+  start();  // filterd restarted
+  NodeId conn = 0;
+  ASSERT_TRUE(is<ctl::HelloReply>(resume(conn, a, chans)));
+  NodeId other = hello("other");
+  ASSERT_TRUE(is<ctl::ListenReply>(ask(other, ctl::Listen{ctl::Proto::tcp, ports[2]})));  // took one meanwhile
+  r = ask(conn, ctl::Lease{ctl::Proto::tcp, 0, 0, ports});
+  ASSERT_TRUE(is<ctl::LeaseReply>(r));
+  EXPECT_EQ(std::get<ctl::LeaseReply>(r.body).ports, (std::vector<std::uint16_t>{ports[0], ports[1]}));
+  // Asking again is harmless: they are ours.
+  r = ask(conn, ctl::Lease{ctl::Proto::tcp, 0, 0, {ports[0]}});
+  EXPECT_EQ(std::get<ctl::LeaseReply>(r.body).ports, (std::vector<std::uint16_t>{ports[0]}));
+  const Ipv4Addr peer{0xC6336401};
+  ctl::Resync rs;
+  rs.flows = {{ctl::Proto::tcp, ports[0], peer, 443, 0}, {ctl::Proto::tcp, ports[2], peer, 443, 0}};
+  Message answer = ask(conn, rs);
+  EXPECT_EQ(code(answer), ErrorCode::port_in_use) << "the flow on the port another node holds now";
+  EXPECT_EQ(filter->find_flow(FlowKey{Proto::tcp, peer, 443, ports[0]}), (Target{a, 0}));
+  EXPECT_FALSE(filter->find_flow(FlowKey{Proto::tcp, peer, 443, ports[2]}).has_value());
+  // The exact flow goes with the node, as the lease does.
+  reg->node_gone(a);
+  EXPECT_FALSE(filter->find_flow(FlowKey{Proto::tcp, peer, 443, ports[0]}).has_value());
+  EXPECT_FALSE(filter->listener(Proto::tcp, ports[0]).has_value());
 }
 
 TEST_F(RegistryTest, ANodeThatGoesLosesEverythingButItsGroupPeersKeepThePort) {

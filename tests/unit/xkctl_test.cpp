@@ -177,6 +177,16 @@ TEST(XkctlFormat, NodesPortsFlowsRules) {
             "PROTO  PORT  USE     GROUP  NODE  QUEUE\n"
             "tcp    5001  listen  no        3      0\n"
             "udp      53  listen  yes       1      2\n");
+  const std::vector<ctl::PortRecord> leased = {{ctl::Proto::tcp, 49152, false, false, 4, 1, /*lease=*/true},
+                                               {ctl::Proto::tcp, 50000, false, false, 2, 0}};
+  EXPECT_EQ(format_ports(leased, true),
+            "{\"ports\":[{\"proto\":\"tcp\",\"port\":49152,\"use\":\"lease\",\"group\":false,\"node\":4,"
+            "\"queue\":1},{\"proto\":\"tcp\",\"port\":50000,\"use\":\"connection\",\"group\":false,\"node\":2,"
+            "\"queue\":0}]}\n");
+  EXPECT_EQ(format_ports(leased, false),
+            "PROTO   PORT  USE         GROUP  NODE  QUEUE\n"
+            "tcp    49152  lease       no        4      1\n"
+            "tcp    50000  connection  no        2      0\n");
 
   const std::vector<ctl::NodeFlow> flows = {{3, {ctl::Proto::tcp, 5001, {0xC0000201}, 40000, 0}}};
   EXPECT_EQ(format_flows(flows, 1, true),

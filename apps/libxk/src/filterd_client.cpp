@@ -207,6 +207,15 @@ FilterdClient::Options FilterdClient::options_from_env() {
     }
     o.reconnect_for = std::chrono::milliseconds(ms);
   }
+  if (const char* v = std::getenv("XK_FILTERD_LEASE"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    long long n = std::strtoll(v, &end, 10);
+    if (end == nullptr || *end != '\0' || n < 0 || n > static_cast<long long>(fc::kMaxLeasePorts)) {
+      throw std::runtime_error(std::string("XK_FILTERD_LEASE: '") + v + "' is not a number of ports in 0.." +
+                               std::to_string(fc::kMaxLeasePorts));
+    }
+    o.lease_block = static_cast<std::uint16_t>(n);
+  }
   return o;
 }
 
@@ -243,6 +252,8 @@ std::unique_ptr<FilterdClient> FilterdClient::connect(const std::string& path, c
     throw std::runtime_error("filterd gave a memif channel to a node on the node port");
   }
   c->hello_ = *hr;
+  c->leasing_ = options.lease_block != 0 && hr->version >= 3 && !hr->central;
+  c->leases_.resize(options.queues);
   return c;
 }
 
@@ -251,6 +262,8 @@ fc::Hello FilterdClient::make_hello() const {
   h.name = name_;
   h.pid = static_cast<std::uint32_t>(::getpid());
   h.queues = options_.queues;
+  h.version_min = fc::kProtocolVersionMin;
+  h.version_max = fc::kProtocolVersion;  // 3: LEASE
   h.token = options_.token;
   if (ethernet()) h.ethernet = options_.node_mac.value_or(MacAddr{});
   return h;
@@ -426,6 +439,7 @@ bool FilterdClient::reconnect_now() {
   } done{in_attempt_};
   int err = 0;
   bool answered = false;
+  bool filterd_leases = false;  // the new filterd speaks version 3, in steer mode
   {
     std::unique_lock<std::mutex> lock(mu_);
     ++stats_.attempts;
@@ -463,6 +477,7 @@ bool FilterdClient::reconnect_now() {
           // between group members would disagree. filterd should keep its secret.
           std::fprintf(stderr, "filterd: warning: filterd came back with another ISN secret (give it --secret)\n");
         }
+        filterd_leases = hr->version >= 3 && !hr->central;
         answered = true;
       } else {
         close_socket();
@@ -476,6 +491,12 @@ bool FilterdClient::reconnect_now() {
     std::unique_lock<std::mutex> lock(mu_);
     bool broken = !held.has_value();
     std::size_t refused = 0;
+    // The leases first: the RESYNC's connections from leased ports are
+    // then covered by them, not installed one by one.
+    if (!broken) {
+      if (!renew_leases_locked(filterd_leases)) broken = true;
+      leasing_ = leasing_ && filterd_leases;
+    }
     if (!broken) {
       for (const fc::Resync& m : fc::split_resync(held->listeners, held->flows)) {
         Result<fc::Message> a = request_locked(m, kReconnectTimeout);
@@ -752,6 +773,19 @@ Result<std::uint16_t> FilterdClient::claim_connect_on(std::uint16_t queue, std::
   c.queue = queue;
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ != State::connected) return Errc::would_block;
+  if (leasing_ && c.proto == fc::Proto::tcp && local_port == 0 && queue < leases_.size()) {
+    // From the node's lease: filterd steers the port to this queue already.
+    LeasePool& pool = leases_[queue];
+    if (pool.free.empty()) (void)lease_more_locked(queue);
+    if (!pool.free.empty()) {
+      const std::uint16_t port = pool.free.front();
+      pool.free.pop_front();
+      ++stats_.leased_connects;
+      return port;
+    }
+    // None to be had (the node's cap, or the range is short): CONNECT finds
+    // a port or says why not.
+  }
   Result<fc::Message> r = request_locked(c, options_.timeout);
   if (!r) return r.error() == Errc::closed ? Errc::would_block : r.error();
   if (const auto* ok = std::get_if<fc::ConnectReply>(&r->body)) return ok->local_port;
@@ -759,8 +793,90 @@ Result<std::uint16_t> FilterdClient::claim_connect_on(std::uint16_t queue, std::
   return Errc::malformed;
 }
 
-void FilterdClient::release_connect_on(std::uint16_t, std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
-                                       std::uint16_t remote_port) noexcept {
+bool FilterdClient::lease_more_locked(std::uint16_t queue) {
+  fc::Lease l;
+  l.queue = queue;
+  l.count = options_.lease_block;
+  Result<fc::Message> r = request_locked(l, options_.timeout);
+  if (!r) return false;
+  if (const auto* e = std::get_if<fc::Error>(&r->body)) {
+    // no_ports, too_many: none now. Anything else: this filterd does not
+    // lease to us, CONNECT from now on.
+    if (e->code != fc::ErrorCode::no_ports && e->code != fc::ErrorCode::too_many) leasing_ = false;
+    return false;
+  }
+  const auto* lr = std::get_if<fc::LeaseReply>(&r->body);
+  if (lr == nullptr || lr->ports.empty()) return false;
+  LeasePool& pool = leases_[queue];
+  for (std::uint16_t p : lr->ports) {
+    auto at = std::lower_bound(pool.held.begin(), pool.held.end(), p);
+    if (at != pool.held.end() && *at == p) continue;
+    pool.held.insert(at, p);
+    pool.free.push_back(p);
+  }
+  ++stats_.leases;
+  return true;
+}
+
+Status FilterdClient::renew_leases_locked(bool filterd_leases) {
+  for (std::size_t q = 0; q < leases_.size(); ++q) {
+    LeasePool& pool = leases_[q];
+    if (pool.held.empty()) continue;
+    std::vector<std::uint16_t> kept;
+    if (filterd_leases) {
+      for (std::size_t at = 0; at < pool.held.size(); at += fc::kMaxLeasePorts) {
+        fc::Lease l;
+        l.queue = static_cast<std::uint16_t>(q);
+        const std::size_t n = std::min(fc::kMaxLeasePorts, pool.held.size() - at);
+        l.ports.assign(pool.held.begin() + static_cast<std::ptrdiff_t>(at),
+                       pool.held.begin() + static_cast<std::ptrdiff_t>(at + n));
+        Result<fc::Message> r = request_locked(l, kReconnectTimeout);
+        if (!r) return r.error();
+        if (const auto* lr = std::get_if<fc::LeaseReply>(&r->body)) kept.insert(kept.end(), lr->ports.begin(), lr->ports.end());
+      }
+      std::sort(kept.begin(), kept.end());
+    }
+    if (kept.size() != pool.held.size()) {
+      std::fprintf(stderr, "filterd: %zu of queue %zu's %zu leased ports are another node's now\n",
+                   pool.held.size() - kept.size(), q, pool.held.size());
+    }
+    // A port lost with a connection on it: the RESYNC that follows declares
+    // that connection as a flow of its own (filterd installs it, or refuses
+    // it to us), and its end sends a RELEASE, as for a CONNECT's port.
+    std::erase_if(pool.free, [&](std::uint16_t p) { return !std::binary_search(kept.begin(), kept.end(), p); });
+    pool.held = std::move(kept);
+  }
+  return {};
+}
+
+std::size_t FilterdClient::leased_ports(std::uint16_t queue) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue < leases_.size() ? leases_[queue].held.size() : 0;
+}
+
+std::size_t FilterdClient::free_leased_ports(std::uint16_t queue) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue < leases_.size() ? leases_[queue].free.size() : 0;
+}
+
+void FilterdClient::release_connect_on(std::uint16_t queue, std::uint8_t proto, std::uint16_t local_port,
+                                       Ipv4Addr remote, std::uint16_t remote_port) noexcept {
+  if (proto == 6) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue < leases_.size()) {
+      LeasePool& pool = leases_[queue];
+      if (std::binary_search(pool.held.begin(), pool.held.end(), local_port)) {
+        // Back to the pool, nothing to tell filterd. The deque's room was
+        // there while the port was out, mostly; if not, the port is lost to
+        // this node until it goes, not to anyone else.
+        try {
+          pool.free.push_back(local_port);
+        } catch (...) {
+        }
+        return;
+      }
+    }
+  }
   // Nobody else can want this 4-tuple, and filterd reads our requests in
   // order: a connect of the same one later comes after it. Not waiting
   // takes a control round trip off every connection a node opens.

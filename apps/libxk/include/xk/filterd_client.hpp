@@ -37,6 +37,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -88,6 +89,12 @@ class FilterdClient final : public PortAuthority, public Pollable {
     std::optional<MacAddr> node_mac;
     // How long to wait for a TCP connection to filterd.
     std::chrono::milliseconds connect_timeout{3000};
+    // Ports asked for at once by LEASE (protocol version 3): a TCP connect
+    // from an ephemeral port takes one of the node's leased ports with no
+    // round trip, and gives it back to the pool when the connection is over.
+    // 0: a CONNECT (and a RELEASE) for every connection, as with a filterd
+    // that predates LEASE or runs central mode. XK_FILTERD_LEASE overrides it.
+    std::uint16_t lease_block = 64;
   };
   // What the node's stacks hold, as RESYNC declares it.
   struct Holdings {
@@ -100,6 +107,8 @@ class FilterdClient final : public PortAuthority, public Pollable {
   };
   enum class State : std::uint8_t { connected, reconnecting, failed };
   struct Stats {
+    std::uint64_t leases = 0;          // LEASE requests answered with ports
+    std::uint64_t leased_connects = 0; // connects from a leased port (no CONNECT)
     std::uint64_t lost = 0;            // control connections that closed under us
     std::uint64_t attempts = 0;        // reconnection attempts
     std::uint64_t resumes = 0;         // times filterd took us back
@@ -143,6 +152,9 @@ class FilterdClient final : public PortAuthority, public Pollable {
   bool ethernet() const noexcept { return !options_.node_port.empty(); }
   State state() const noexcept { return state_; }
   const Stats& stats() const noexcept { return stats_; }
+  // Ports leased to stack `queue`, and those of them no connection uses.
+  std::size_t leased_ports(std::uint16_t queue = 0) const;
+  std::size_t free_leased_ports(std::uint16_t queue = 0) const;
   // The node's graph: its memif channel to filterd, the shared address, the
   // ISN/SYN-cookie secret, and `tcp_opts` added to the tcp line. In central
   // mode (the HELLO reply says so) tcp sits on a relay layer instead of ip0:
@@ -215,6 +227,11 @@ class FilterdClient final : public PortAuthority, public Pollable {
   // only this node's later requests, behind it on the same stream, can care).
   void release(filterd::ctl::Body body, bool wait) noexcept;
   Time now() const noexcept;
+  // With mu_ held: LEASE lease_block more ports for `queue`. Whether any came.
+  bool lease_more_locked(std::uint16_t queue);
+  // With mu_ held, after a resuming HELLO: ask the new filterd for every
+  // leased port back; those it refuses are no longer ours.
+  Status renew_leases_locked(bool filterd_leases);
 
   std::string path_;
   std::string name_;
@@ -239,6 +256,15 @@ class FilterdClient final : public PortAuthority, public Pollable {
   std::chrono::milliseconds backoff_{0};
   std::uint32_t passes_ = 0;
   bool check_now_ = false;
+  // Leased ports by queue (mu_): all of them, and those free, oldest
+  // given back first (a port is reused as late as it can be, which keeps
+  // a peer's TIME-WAIT for its last connection out of the way).
+  struct LeasePool {
+    std::vector<std::uint16_t> held;  // sorted
+    std::deque<std::uint16_t> free;
+  };
+  std::vector<LeasePool> leases_;
+  bool leasing_ = false;  // filterd speaks version 3 and is not central
   std::atomic<bool> in_attempt_{false};
   Stats stats_;
 };

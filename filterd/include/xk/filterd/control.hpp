@@ -104,6 +104,21 @@ struct Release {
   friend bool operator==(const Release&, const Release&) = default;
 };
 
+// Version 3: a lease of local ports for the node's TCP connections. They are
+// the node's alone, host-wide, and the listen table steers every frame to
+// one of them to queue `queue`, so the node opens connections from them with
+// no CONNECT (and no RELEASE) each. filterd picks `count` new ports; a node
+// resuming after filterd restarted asks for exactly `ports` back instead.
+// The ports stay the node's until it goes.
+struct Lease {
+  static constexpr MsgType kType = MsgType::lease;
+  Proto proto = Proto::tcp;          // tcp only
+  std::uint16_t queue = 0;
+  std::uint16_t count = 0;           // 1..kMaxLeasePorts; 0 with `ports`
+  std::vector<std::uint16_t> ports = {};  // empty with `count`
+  friend bool operator==(const Lease&, const Lease&) = default;
+};
+
 struct ListenerEntry {
   Proto proto = Proto::tcp;  // tcp or udp
   std::uint16_t port = 0;  // nonzero: the port filterd gave out
@@ -238,6 +253,15 @@ struct ConnectReply {
   friend bool operator==(const ConnectReply&, const ConnectReply&) = default;
 };
 
+// The ports leased: up to `count` of them (fewer when the ephemeral range
+// runs short; none is an ERROR no_ports), or those of `ports` that were
+// free (others may have taken some while filterd was away).
+struct LeaseReply {
+  static constexpr MsgType kType = MsgType::lease_reply;
+  std::vector<std::uint16_t> ports = {};  // at most kMaxLeasePorts
+  friend bool operator==(const LeaseReply&, const LeaseReply&) = default;
+};
+
 struct RuleAddReply {
   static constexpr MsgType kType = MsgType::rule_add_reply;
   std::uint32_t rule_id = 0;
@@ -289,6 +313,7 @@ struct PortRecord {
   bool listen = false;       // a listener; else a connection's local port
   std::uint16_t node = 0;
   std::uint16_t queue = 0;
+  bool lease = false;        // version 3: a leased port (neither of those)
   friend bool operator==(const PortRecord&, const PortRecord&) = default;
 };
 
@@ -338,8 +363,8 @@ struct Error {
 };
 
 using Body = std::variant<Hello, Listen, Unlisten, Connect, Release, Resync, RuleAdd, RuleDel, Stats, Bye,
-                          Ping, Nodes, Ports, Flows, Rules, Ok, HelloReply, ListenReply, ConnectReply, RuleAddReply,
-                          StatsReply, NodesReply, PortsReply, FlowsReply, RulesReply, Error>;
+                          Ping, Nodes, Ports, Flows, Rules, Lease, Ok, HelloReply, ListenReply, ConnectReply,
+                          RuleAddReply, StatsReply, NodesReply, PortsReply, FlowsReply, RulesReply, LeaseReply, Error>;
 
 struct Message {
   std::uint32_t request_id = 0;  // a reply echoes its request's id

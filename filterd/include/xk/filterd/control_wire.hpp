@@ -31,9 +31,11 @@ inline constexpr std::uint8_t kVersion = 1;  // of the framing (the header's ver
 // The message set, negotiated in HELLO. Version 2 adds the administration
 // requests (NODES, PORTS, FLOWS, RULES; RULE_ADD naming a node; RULE_DEL of
 // any rule from an admin connection). Nothing a node sends or receives
-// changed, so filterd accepts nodes speaking 1 or 2.
+// changed, so filterd accepts nodes speaking 1 or 2. Version 3 adds LEASE (a
+// block of local ports a node opens connections from without a CONNECT
+// each); a node uses it only when HELLO_REPLY says 3.
 inline constexpr std::uint8_t kProtocolVersionMin = 1;
-inline constexpr std::uint8_t kProtocolVersion = 2;
+inline constexpr std::uint8_t kProtocolVersion = 3;
 inline constexpr std::size_t kHeaderSize = 16;
 inline constexpr std::size_t kMaxBody = 64 * 1024;
 inline constexpr std::size_t kTlvHeaderSize = 4;
@@ -50,6 +52,7 @@ inline constexpr std::size_t kMaxQueues = 64;  // stacks per node; queue indexes
 inline constexpr std::size_t kMaxResyncListeners = 1024;  // per RESYNC message
 inline constexpr std::size_t kMaxResyncFlows = 3072;      // per RESYNC message
 inline constexpr std::size_t kMaxCounters = 1024;
+inline constexpr std::size_t kMaxLeasePorts = 1024;  // per LEASE and LEASE_REPLY
 inline constexpr std::uint16_t kMinMtu = 68;
 // Administration lists (version 2), per reply: a longer list is paged with
 // a cursor. Each cap keeps a full reply within kMaxBody.
@@ -77,6 +80,7 @@ enum class MsgType : std::uint8_t {
   ports = 0x0D,
   flows = 0x0E,
   rules = 0x0F,
+  lease = 0x10,  // version 3
   ok = 0x80,
   hello_reply = 0x81,
   listen_reply = 0x82,
@@ -87,6 +91,7 @@ enum class MsgType : std::uint8_t {
   ports_reply = 0x8D,
   flows_reply = 0x8E,
   rules_reply = 0x8F,
+  lease_reply = 0x90,
   error = 0xFF,
 };
 
@@ -134,6 +139,8 @@ enum class Tag : std::uint16_t {
   listener = 0x0020,      // record: proto u8, flags u8, local port u16, queue u16
   flow = 0x0021,          // record: proto u8, flags u8, local port u16, remote addr u32, remote port u16, queue u16
   more = 0x0022,          // u8 bool
+  count = 0x0023,         // u16 1..kMaxLeasePorts
+  ports = 0x0024,         // u16 list, 1..kMaxLeasePorts of them, none 0
   expression = 0x0030,    // string 1..1024
   priority = 0x0031,      // i16
   rule_id = 0x0032,       // u32
@@ -172,7 +179,7 @@ inline constexpr std::uint8_t kListenerFlagGroup = 0x01;
 //   node:      node id u16, queues u16, pid u32, memif id u32 (queue 0's),
 //              listeners u32, flows u32, rules u32, rx frames u64,
 //              egress allowed u64, egress denied u64, name length u8, name
-//   port:      proto u8, flags u8 (bit 0 group, bit 1 listen), port u16,
+//   port:      proto u8, flags u8 (bit 0 group, bit 1 listen, bit 2 lease), port u16,
 //              node u16, queue u16
 //   rule:      rule id u32, node u16, queue u16, priority i16, hits u64,
 //              expression length u16, expression
@@ -187,6 +194,7 @@ inline constexpr std::size_t kRuleRecordMin = 20;  // plus the expression
 inline constexpr std::size_t kNodeFlowRecord = 14;
 inline constexpr std::uint8_t kPortFlagGroup = 0x01;
 inline constexpr std::uint8_t kPortFlagListen = 0x02;
+inline constexpr std::uint8_t kPortFlagLease = 0x04;  // version 3: a leased port
 // A flow the node accepted on one of its listeners (its local port is the
 // listener's), not one filterd gave it with CONNECT.
 inline constexpr std::uint8_t kFlowFlagAccepted = 0x01;

@@ -44,6 +44,9 @@ struct RegistryConfig {
   std::uint16_t ephemeral_min = 49152;  // RFC 6335 6
   std::uint16_t ephemeral_max = 65535;
   std::size_t max_nodes = 1024;
+  // Ports one node may hold by LEASE (its queues together): a quarter of
+  // the default ephemeral range.
+  std::size_t max_leased_ports = 4096;
   std::uint32_t heartbeat_ms = 0;
   bool central = false;  // central mode (HELLO_REPLY says so to the nodes)
   // filterd's MAC on its node port (--node-port), where nodes on other hosts
@@ -70,6 +73,7 @@ struct NodeInfo {
   std::map<std::pair<std::uint8_t, std::uint16_t>, std::set<std::uint16_t>> listens;
   std::set<std::uint32_t> rules;
   std::size_t flows = 0;
+  std::size_t leased = 0;  // ports held by LEASE
 };
 
 class NodeRegistry {
@@ -120,6 +124,8 @@ class NodeRegistry {
     bool group = false;    // a listen group: several nodes
     std::size_t users = 0; // group members (node and queue), or 1
     bool listen = false;
+    bool lease = false;       // leased to `node`'s queue `queue` (LEASE)
+    std::uint16_t queue = 0;
   };
   using PortKey = std::pair<std::uint8_t, std::uint16_t>;
 
@@ -128,6 +134,9 @@ class NodeRegistry {
   ctl::Message unlisten(std::uint32_t id, NodeInfo& n, const ctl::Unlisten& u);
   ctl::Message connect(std::uint32_t id, NodeInfo& n, const ctl::Connect& c);
   ctl::Message release(std::uint32_t id, NodeInfo& n, const ctl::Release& r);
+  ctl::Message lease(std::uint32_t id, NodeInfo& n, const ctl::Lease& l);
+  // Whether (proto, port) is leased to node n.
+  bool leased_to(const NodeInfo& n, std::uint8_t proto, std::uint16_t port) const;
   ctl::Message resync(std::uint32_t id, NodeInfo& n, const ctl::Resync& r);
   ctl::Message rule_add(std::uint32_t id, NodeInfo& n, const ctl::RuleAdd& r);
   ctl::Message rule_del(std::uint32_t id, NodeInfo& n, const ctl::RuleDel& r);
@@ -184,6 +193,7 @@ class NodeRegistry {
   Counter& resumes_refused_;
   Counter& resynced_;
   Counter& refused_entries_;
+  Counter& leased_;
   Counter& rules_restored_;
   Counter& rules_dropped_;
   Counter& rules_file_errors_;
