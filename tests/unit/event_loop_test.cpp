@@ -178,6 +178,36 @@ TEST(EventLoop, InputDrainsBeforeTheClocksTimersUpToDrainRounds) {
   EXPECT_EQ(loop.counters().value("drain_rounds"), 2u + 3u);
 }
 
+// A pollable that stops the loop (its work is done) is not polled again in
+// the same pass, though another source still has a backlog to drain.
+TEST(EventLoop, AStopEndsTheDrainingRounds) {
+  ManualClock clock(Time(1000s));
+  EventLoopConfig cfg;
+  cfg.poll_budget = 8;
+  cfg.drain_rounds = 4;
+  EventLoop loop(clock, cfg);
+  struct Stopper : Pollable {
+    EventLoop* loop = nullptr;
+    int polls = 0;
+    std::size_t poll(std::size_t) override {
+      ++polls;
+      loop->stop();
+      return 1;
+    }
+  } stopper;
+  stopper.loop = &loop;
+  FakeSource backlog;
+  backlog.pending = 20;
+  loop.add(backlog);
+  loop.add(stopper);
+  loop.run_once();
+  EXPECT_EQ(stopper.polls, 1) << "polled again after it stopped the loop";
+  EXPECT_EQ(backlog.polls, 1u);
+  EXPECT_EQ(loop.counters().value("drain_rounds"), 0u);
+  loop.remove(stopper);
+  loop.remove(backlog);
+}
+
 TEST(EventLoop, SourcesMayRemoveThemselvesAndAddOthersWhilePolled) {
   EventLoop loop;
   struct SelfRemoving : Pollable {

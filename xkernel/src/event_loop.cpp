@@ -173,7 +173,10 @@ std::size_t EventLoop::run_once() {
         more = more || n >= config_.poll_budget;
       }
     }
-    if (!more || round >= config_.drain_rounds) break;
+    // A stop() (from a pollable, say, whose work is done) ends the draining:
+    // another round would poll that pollable again after it said stop --
+    // xk-tcp-perf's client once read its closed socket there and failed.
+    if (!more || round >= config_.drain_rounds || stop_requested_.load(std::memory_order_relaxed)) break;
     std::size_t due = wheel_.run_due();
     timers_fired_.inc(due);
     work += due;
