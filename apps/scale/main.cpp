@@ -73,6 +73,7 @@ each run:
                         how the nodes idle (default sleep: N busy nodes starve each
                         other on a small machine; yield: spin giving the core away)
   --peer-idle busy|sleep|yield  how an xk receiver idles (default sleep)
+  --filterd-idle spin|busy|yield  filterd's --idle (default spin)
   --timeout SEC         the longest one run may take (default 600)
   --progress SEC        print the receiver's throughput every SEC seconds
 
@@ -125,7 +126,7 @@ struct Args {
   unsigned mtu = 1500;
   std::string tcp_opts;
   bool verify = false;
-  std::string idle = "sleep", peer_idle = "sleep";
+  std::string idle = "sleep", peer_idle = "sleep", filterd_idle = "spin";
   double timeout_s = 600;
   std::optional<double> progress_s;
   Launcher launcher = Launcher::local;
@@ -235,6 +236,8 @@ Args parse_args(int argc, char** argv) {
       a.idle = choice(n, f.value(), {"busy", "sleep", "yield"});
     } else if (n == "--peer-idle") {
       a.peer_idle = choice(n, f.value(), {"busy", "sleep", "yield"});
+    } else if (n == "--filterd-idle") {
+      a.filterd_idle = choice(n, f.value(), {"spin", "busy", "yield"});
     } else if (n == "--timeout") {
       a.timeout_s = xk::apps::parse_seconds(n, f.value());
     } else if (n == "--progress") {
@@ -596,6 +599,7 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
     const std::string rctl = tmp_ + "/remote-ctl-" + std::to_string(index) + ".sock";
     std::vector<std::string> rfd{a_.filterd, "--mode", "steer", "--ip", peer_ip + "/24", "--control", rctl,
                                  "--memif-socket", "/run/xk-scale-" + id + ".remote-nodes", "--csum", csum,
+                                 "--idle", a_.filterd_idle,
                                  "--port", "net_memif0,role=server,id=0,socket=" + ext_memif};
     if (a_.mtu != 1500) rfd.insert(rfd.end(), {"--port-opts", "mtu=" + std::to_string(a_.mtu)});
     if (!a_.tcp_opts.empty()) rfd.insert(rfd.end(), {"--tcp-opts", a_.tcp_opts});
@@ -641,7 +645,7 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
   std::unique_ptr<Child> filterd;
   if (!standalone) {
     std::vector<std::string> fd{a_.filterd, "--mode", p.mode, "--ip", std::string(kSharedIp) + "/24", "--control", ctl,
-                                "--memif-socket", node_memif, "--csum", csum};
+                                "--memif-socket", node_memif, "--csum", csum, "--idle", a_.filterd_idle};
     fd.insert(fd.end(), port.begin(), port.end());
     if (!a_.tcp_opts.empty()) fd.insert(fd.end(), {"--tcp-opts", a_.tcp_opts});
     if (a_.remote_nodes()) {

@@ -177,6 +177,7 @@ expect xk-scale 2 "--launcher: expected local or mpirun, got 'slurm'" --launcher
 expect xk-scale 2 "--remote: expected xk, xk-filterd or linux, got 'vm'" --remote vm
 expect xk-scale 2 "--remote linux: Linux checks the checksum.*give --csum on" --remote linux
 expect xk-scale 2 "--idle: expected busy, sleep or yield, got 'nap'" --idle nap
+expect xk-scale 2 "--filterd-idle: expected spin, busy or yield, got 'nap'" --filterd-idle nap
 expect xk-scale 2 "--verify: expected on or off" --verify=1
 expect xk-scale 2 "--timeout: 'x' is not a number of seconds" --timeout x
 expect xk-scale 2 "--program: '/nonexistent/xk-ttcp' is not an executable file" --program /nonexistent/xk-ttcp

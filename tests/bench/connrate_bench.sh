@@ -17,23 +17,22 @@
 #                 external net_memif port) -> a node attached to filterd
 #                 (steer mode) listening on the shared address
 #   xk out:       the node connects out to a standalone xk server on the
-#                 remote side: every connect asks filterd for a host-wide port
-#                 and installs the exact rule before the SYN (one control
-#                 round trip per connection)
+#                 remote side, from the ports filterd leased it (a LEASE per
+#                 64 connections; XK_FILTERD_LEASE=0 for a CONNECT round trip
+#                 per connection instead)
 #   xk central in: as "xk in" with filterd --mode central (filterd's TCP
 #                 accepts; the node gets the stream over the relay)
 #
-# Every xk stack spins then sleeps (XK_IDLE=spin, filterd too): on memif a
-# sleeping stack is woken by its peer's doorbell, so three processes share
-# the 2 cores without the busy-pollers starving each other.
-# XK_BENCH_IDLE=busy makes the client and server stacks busy-poll instead.
-# Compare ratios, not absolute figures.
+# Every xk stack, filterd too, spins giving its core away between polls and
+# then sleeps (XK_IDLE=yield, filterd --idle yield; docs/timers-and-loop.md,
+# "Yielding"): three processes share 2 cores, and a stack that slept and was
+# rung awake by its peer's doorbell paid tens of microseconds per frame.
+# XK_BENCH_IDLE=spin (the stacks' pause-then-sleep default) or busy, and
+# XK_BENCH_FD_IDLE=spin or busy, for the other ways. Compare ratios, not
+# absolute figures; the stacks' CPU seconds include their spinning.
 #
-# XK_BENCH_FD_IDLE=busy makes filterd busy-poll (filterd --idle busy: an I/O
-# node's daemon with a core of its own; the two stacks share the other).
-#
-#   XK_BENCH_CONNS (20000 per figure), XK_BENCH_PAR (16), XK_BENCH_IDLE (spin),
-#   XK_BENCH_FD_IDLE (spin)
+#   XK_BENCH_CONNS (20000 per figure), XK_BENCH_PAR (16), XK_BENCH_IDLE (yield),
+#   XK_BENCH_FD_IDLE (yield)
 set -euo pipefail
 TEST_NAME=connrate_bench
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -81,7 +80,7 @@ ip netns exec "$NSB" ip addr add 192.0.2.2/24 dev "$XKIF"
 run_pair linux ip netns exec "$NSB" "$CR" server --backend kernel --listen 192.0.2.2:5001 --count "$CONNS" -- \
   ip netns exec "$NSA" "$CR" client --backend kernel --peer 192.0.2.2:5001 --count "$CONNS" --parallel "$PAR"
 
-export XK_IDLE=${XK_BENCH_IDLE:-spin}
+export XK_IDLE=${XK_BENCH_IDLE:-yield}
 step "xk standalone: two stacks over net_memif"
 run_pair xk_standalone env XK_PORT="net_memif0,role=server,id=0,socket=$OUT/sa.sock" XK_IP=192.0.2.10/24 \
   "$CR" server --backend xk --listen 192.0.2.10:5001 --count "$CONNS" -- \
@@ -92,7 +91,7 @@ with_filterd() {  # steer|central: starts filterd with an external memif port
   local mode=$1 log=$OUT/filterd-$1.log
   "$FD" --mode "$mode" --port "net_memif0,role=server,id=0,socket=$OUT/ext-$mode.sock" --ip 192.0.2.10/24 \
     --control "$OUT/fd-$mode.sock" --memif-socket "$OUT/nodes-$mode.memif" --resync-grace 0 \
-    --idle "${XK_BENCH_FD_IDLE:-spin}" > "$log" 2>&1 &
+    --idle "${XK_BENCH_FD_IDLE:-yield}" > "$log" 2>&1 &
   FDPID=$!
   PIDS+=("$FDPID")
   wait_for "$log" "ready" "$FDPID" 30
