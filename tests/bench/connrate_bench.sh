@@ -29,10 +29,14 @@
 # rung awake by its peer's doorbell paid tens of microseconds per frame.
 # XK_BENCH_IDLE=spin (the stacks' pause-then-sleep default) or busy, and
 # XK_BENCH_FD_IDLE=spin or busy, for the other ways. Compare ratios, not
-# absolute figures; the stacks' CPU seconds include their spinning.
+# absolute figures; the stacks' CPU seconds include their spinning. A
+# yielding spin costs the other processes little, so it lasts longer than
+# the 50 us default before the sleep: XK_BENCH_SPIN_US (500; the stacks'
+# XK_SPIN_US and filterd's --spin-us; 50 gave 55,000 conn/s remote -> node
+# where 200-1000 gave 72,000-76,000).
 #
 #   XK_BENCH_CONNS (20000 per figure), XK_BENCH_PAR (16), XK_BENCH_IDLE (yield),
-#   XK_BENCH_FD_IDLE (yield)
+#   XK_BENCH_FD_IDLE (yield), XK_BENCH_SPIN_US (500)
 set -euo pipefail
 TEST_NAME=connrate_bench
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -81,6 +85,8 @@ run_pair linux ip netns exec "$NSB" "$CR" server --backend kernel --listen 192.0
   ip netns exec "$NSA" "$CR" client --backend kernel --peer 192.0.2.2:5001 --count "$CONNS" --parallel "$PAR"
 
 export XK_IDLE=${XK_BENCH_IDLE:-yield}
+SPIN_US=${XK_BENCH_SPIN_US:-500}
+export XK_SPIN_US=$SPIN_US
 step "xk standalone: two stacks over net_memif"
 run_pair xk_standalone env XK_PORT="net_memif0,role=server,id=0,socket=$OUT/sa.sock" XK_IP=192.0.2.10/24 \
   "$CR" server --backend xk --listen 192.0.2.10:5001 --count "$CONNS" -- \
@@ -91,7 +97,7 @@ with_filterd() {  # steer|central: starts filterd with an external memif port
   local mode=$1 log=$OUT/filterd-$1.log
   "$FD" --mode "$mode" --port "net_memif0,role=server,id=0,socket=$OUT/ext-$mode.sock" --ip 192.0.2.10/24 \
     --control "$OUT/fd-$mode.sock" --memif-socket "$OUT/nodes-$mode.memif" --resync-grace 0 \
-    --idle "${XK_BENCH_FD_IDLE:-yield}" > "$log" 2>&1 &
+    --idle "${XK_BENCH_FD_IDLE:-yield}" --spin-us "$SPIN_US" > "$log" 2>&1 &
   FDPID=$!
   PIDS+=("$FDPID")
   wait_for "$log" "ready" "$FDPID" 30

@@ -53,7 +53,8 @@ TCP connection setup rate (connect + accept + close) over kernel sockets or xk.
   --count N             client: connections to make (default 10000); server: exit
                         after N accepted (default 0: never)
   --parallel K          client: connections in flight (default 8)
-  --timeout SEC         give up after this long without a finished connection (default 10)
+  --timeout SEC         give up after this long without a finished connection (the server:
+                        without an accepted one, when it has a --count) (default 10)
   --help
 exit status: 0 success, 1 failure, 2 bad command line
 )";
@@ -105,10 +106,31 @@ Args parse(int argc, char** argv) {
 
 [[noreturn]] void fail(const char* what) { xk::tools::fail("xk-connrate", what); }
 
+// TCP's counters that say why connections did not get through, for the
+// RESULT line (xk only).
+std::string tcp_counters() {
+  if (g_stack == nullptr) return {};
+  std::string out;
+  for (const char* name : {"passive_opens", "resets_sent", "resets_received", "drop_no_listener", "drop_syn_queue",
+                           "drop_accept_queue", "syncookies_sent", "time_wait_reused", "drop_paws"}) {
+    unsigned long long v = 0;
+    if (xk_stack_counter(g_stack, "tcp0", name, &v) == 0) out += " " + std::string(name) + "=" + std::to_string(v);
+  }
+  return out;
+}
+
 int run_server(const Api& api, const Args& a) {
   const auto [ls, ep] = xk::tools::listen_ready(api, "xk-connrate", a.addr, 4096, a.group);
   long long accepted = 0;
+  auto last_accept = std::chrono::steady_clock::now();
+  int rc = 0;
   while (a.count == 0 || accepted < a.count) {
+    if (a.count != 0 && std::chrono::steady_clock::now() - last_accept > std::chrono::seconds(a.timeout_s)) {
+      std::fprintf(stderr, "xk-connrate: no connection accepted in %d s (%lld of %lld)\n", a.timeout_s, accepted,
+                   a.count);
+      rc = 1;
+      break;
+    }
     epoll_event got[4];
     const int n = api.epoll_wait(ep, got, 4, 1000);
     if (n < 0 && errno != EINTR) fail("epoll_wait");
@@ -121,6 +143,7 @@ int run_server(const Api& api, const Args& a) {
       }
       api.close(c);  // FIN at once: TIME-WAIT stays here
       ++accepted;
+      last_accept = std::chrono::steady_clock::now();
     }
   }
   // Let the last FINs go out before the stack goes away.
@@ -128,16 +151,16 @@ int run_server(const Api& api, const Args& a) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
     while (std::chrono::steady_clock::now() < until) xk_stack_poll(g_stack);
   }
-  std::printf("RESULT role=server accepted=%lld cpu_s=%.3f\n", accepted, cpu_seconds());
+  std::printf("RESULT role=server accepted=%lld cpu_s=%.3f%s\n", accepted, cpu_seconds(), tcp_counters().c_str());
   api.close(ep);
   api.close(ls);
-  return 0;
+  return rc;
 }
 
 int run_client(const Api& api, const Args& a) {
   const int ep = api.epoll_create1(0);
   if (ep < 0) fail("epoll_create1");
-  long long started = 0, done = 0, failures = 0;
+  long long started = 0, done = 0, failures = 0, refused = 0;
   int in_flight = 0;
   auto start_one = [&] {
     // Readable at the server's FIN (or an error).
@@ -159,7 +182,12 @@ int run_client(const Api& api, const Args& a) {
       const ssize_t r = api.read(s, b, sizeof b);
       if (r > 0) continue;  // the server sends nothing; keep reading to the end
       if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-      if (r < 0) {
+      if (r < 0 && errno == ECONNREFUSED && done == 0) {
+        // A standalone server's link comes up before its listener: until
+        // the first connection gets through, a refusal is tried again.
+        ++refused;
+        --started;
+      } else if (r < 0) {
         ++failures;
         if (failures <= 5) std::fprintf(stderr, "xk-connrate: connection failed: %s\n", std::strerror(errno));
       } else {
@@ -182,8 +210,8 @@ int run_client(const Api& api, const Args& a) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
     while (std::chrono::steady_clock::now() < until) xk_stack_poll(g_stack);
   }
-  std::printf("RESULT role=client conns=%lld seconds=%.3f rate=%.0f cpu_s=%.3f failures=%lld\n", done, secs,
-              static_cast<double>(done) / secs, cpu_seconds() - cpu0, failures);
+  std::printf("RESULT role=client conns=%lld seconds=%.3f rate=%.0f cpu_s=%.3f failures=%lld refused=%lld%s\n", done,
+              secs, static_cast<double>(done) / secs, cpu_seconds() - cpu0, failures, refused, tcp_counters().c_str());
   api.close(ep);
   return failures == 0 ? 0 : 1;
 }
