@@ -621,20 +621,27 @@ TEST_F(ArpPair, DataWithNobodyListeningIsCountedAtTheSink) {
   EXPECT_TRUE(a->ip_sink.texts.empty());
 }
 
-TEST(ArpGraph, BuiltFromSpecsWithOptionsAndALoop) {
+// What an arp graph built from a spec needs: the kinds and a loop.
+struct ArpKinds {
+  ArpKinds() {
+    drivers::register_pair(reg, hub);
+    eth::register_eth(reg);
+    arp::register_arp(reg);
+  }
+  Graph build(const std::string& spec) { return Graph::build(spec, reg, &loop); }
   drivers::PairHub hub;
   Registry reg;
-  drivers::register_pair(reg, hub);
-  eth::register_eth(reg);
-  arp::register_arp(reg);
   ManualClock clock;
-  EventLoop loop(clock);
-  Graph g = Graph::build(
+  EventLoop loop{clock};
+};
+
+TEST(ArpGraph, BuiltFromSpecsWithOptionsAndALoop) {
+  ArpKinds k;
+  Graph g = k.build(
       "pair net0 link=w mac=02:00:00:00:00:01\n"
       "eth eth0 below=net0\n"
       "arp arp0 below=eth0 timeout=30 retries=1 retry_ms=250 hold_down=5 pending=2 pending_total=4 "
-      "max_entries=16 gratuitous=off static=10.0.0.7@02:00:00:00:00:07,10.0.0.8@02:00:00:00:00:08\n",
-      reg, &loop);
+      "max_entries=16 gratuitous=off static=10.0.0.7@02:00:00:00:00:07,10.0.0.8@02:00:00:00:00:08\n");
   auto* a0 = g.find_as<ArpProtocol>("arp0");
   ASSERT_NE(a0, nullptr);
   EXPECT_NE(dynamic_cast<NextHopResolver*>(g.find("arp0")), nullptr);
@@ -656,15 +663,8 @@ TEST(ArpGraph, BuiltFromSpecsWithOptionsAndALoop) {
 // resolved all leave when it answers (8 once did not, and the connections
 // whose SYN-ACKs were dropped waited a second for the SYN's retransmission).
 TEST(ArpGraph, DefaultsQueueAWindowOfHandshakes) {
-  drivers::PairHub hub;
-  Registry reg;
-  drivers::register_pair(reg, hub);
-  eth::register_eth(reg);
-  arp::register_arp(reg);
-  ManualClock clock;
-  EventLoop loop(clock);
-  Graph g = Graph::build("pair net0 link=w mac=02:00:00:00:00:01\neth eth0 below=net0\narp arp0 below=eth0\n", reg,
-                         &loop);
+  ArpKinds k;
+  Graph g = k.build("pair net0 link=w mac=02:00:00:00:00:01\neth eth0 below=net0\narp arp0 below=eth0\n");
   auto* a0 = g.find_as<ArpProtocol>("arp0");
   ASSERT_NE(a0, nullptr);
   EXPECT_EQ(a0->config().pending_per_entry, ArpConfig{}.pending_per_entry);

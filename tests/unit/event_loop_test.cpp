@@ -40,6 +40,16 @@ Duration thread_cpu_time() {
   return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
 }
 
+// The lowest CPU this thread may run on (CPU_SETSIZE if none is found).
+int first_allowed_cpu() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return CPU_SETSIZE;
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(static_cast<std::size_t>(cpu), &allowed)) ++cpu;
+  return cpu;
+}
+
 // A source with a fixed amount of work; optionally an eventfd that makes it
 // ready (the way a driver queue with an interrupt or a doorbell looks).
 class FakeSource : public Pollable {
@@ -528,11 +538,7 @@ TEST(EventLoop, YieldingLoopSleepsWhenIdleToo) {
 // Measured as the two threads' CPU times, so other load on the machine
 // changes both alike.
 TEST(EventLoop, YieldingLoopGivesItsCoreToAThreadOnTheSameCpu) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
-  int cpu = 0;
-  while (cpu < CPU_SETSIZE && !CPU_ISSET(static_cast<std::size_t>(cpu), &allowed)) ++cpu;
+  const int cpu = first_allowed_cpu();
   ASSERT_LT(cpu, CPU_SETSIZE);
 
   auto share = [cpu](IdleMode mode) {
@@ -573,11 +579,7 @@ TEST(EventLoop, YieldingLoopGivesItsCoreToAThreadOnTheSameCpu) {
 }
 
 TEST(EventLoop, ThreadNameAndAffinity) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
-  int cpu = 0;
-  while (cpu < CPU_SETSIZE && !CPU_ISSET(static_cast<std::size_t>(cpu), &allowed)) ++cpu;
+  const int cpu = first_allowed_cpu();
   ASSERT_LT(cpu, CPU_SETSIZE);
 
   EventLoop loop(EventLoopConfig{.name = "stack0"});
