@@ -409,10 +409,7 @@ AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle)
   if (!flags.filterd.empty()) {
 #ifdef XK_HAVE_FILTERD
     FilterdClient::Options options = FilterdClient::options_from_env();
-    if (idle != IdleMode::busy_poll) {
-      options.idle = idle;
-      options.spin = std::chrono::duration_cast<std::chrono::microseconds>(EventLoopConfig{}.spin);
-    }
+    options.wait_like(idle, EventLoopConfig{}.spin);
     if (!flags.filterd_token.empty()) options.token = filterd::read_token_file(flags.filterd_token);
     options.node_port = flags.port;  // a node on another host: its own port
     options.node_port_opts = flags.port_opts;
@@ -527,10 +524,7 @@ AppNode::AppNode(const char* prog, const StackFlags& flags, IdleMode idle) : pro
 #ifdef XK_HAVE_FILTERD
   FilterdClient::Options o = FilterdClient::options_from_env();
   o.queues = static_cast<std::uint16_t>(flags.stacks);
-  if (idle != IdleMode::busy_poll) {
-    o.idle = idle;
-    o.spin = std::chrono::duration_cast<std::chrono::microseconds>(EventLoopConfig{}.spin);
-  }
+  o.wait_like(idle, EventLoopConfig{}.spin);
   client_ = FilterdClient::connect(flags.filterd, prog, o);
   // Before the EAL starts its threads, so they and ours inherit the mask:
   // the signals are read by run(), on this thread.

@@ -151,10 +151,7 @@ std::shared_ptr<FilterdClient> connect_node(const StackConfig& config, std::uint
   if (!config.graph.empty()) throw std::invalid_argument("a node attached to filterd gets its graph from filterd");
   FilterdClient::Options options = FilterdClient::options_from_env();
   options.queues = queues;
-  if (config.loop.idle != IdleMode::busy_poll) {
-    options.idle = config.loop.idle;
-    options.spin = std::chrono::duration_cast<std::chrono::microseconds>(config.loop.spin);
-  }
+  options.wait_like(config.loop.idle, config.loop.spin);
   if (FilterdClient::is_tcp(config.filterd)) {
     if (queues > 1) throw std::invalid_argument("a node on another host (filterd over TCP) runs one stack on its own port");
     options.node_port = config.node_port;  // a node on this host has its memif channel

@@ -70,6 +70,13 @@ class FilterdClient final : public PortAuthority, public Pollable {
     // too (filterd answers a CONNECT in microseconds when it is awake). 0: sleep at once.
     IdleMode idle = IdleMode::spin_then_sleep;
     std::chrono::microseconds spin{0};
+    // Wait for replies the way a stack with this policy waits for work; a
+    // busy-polling stack's node keeps the default (sleep at once).
+    void wait_like(IdleMode stack_idle, std::chrono::nanoseconds stack_spin) {
+      if (stack_idle == IdleMode::busy_poll) return;
+      idle = stack_idle;
+      spin = std::chrono::duration_cast<std::chrono::microseconds>(stack_spin);
+    }
     // After the control connection closed: keep trying this long, waiting
     // backoff_min between the first attempts and doubling up to
     // backoff_max. 0: give up at once. XK_FILTERD_RECONNECT_MS overrides it
