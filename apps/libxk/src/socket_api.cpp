@@ -37,6 +37,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "xk/protocols/tcp.hpp"
@@ -723,6 +724,11 @@ std::string read_file(const std::string& path) {
   return text;
 }
 
+// enum xk_idle and the loop's IdleMode (whose names parse_idle_mode knows).
+constexpr std::pair<int, IdleMode> kIdleModes[] = {{XK_IDLE_SPIN_THEN_SLEEP, IdleMode::spin_then_sleep},
+                                                   {XK_IDLE_BUSY_POLL, IdleMode::busy_poll},
+                                                   {XK_IDLE_YIELD_THEN_SLEEP, IdleMode::yield_then_sleep}};
+
 unsigned env_number(const char* name, unsigned fallback, unsigned max) {
   std::string v = env_or(name);
   if (v.empty()) return fallback;
@@ -758,14 +764,10 @@ StackConfig config_from(const xk_stack_config* c) {
     if (mode != "inline" && mode != "service") throw std::invalid_argument("XK_MODE='" + mode + "': inline or service");
     env.mode = mode == "service" ? XK_MODE_SERVICE : XK_MODE_INLINE;
     std::string idle = env_or("XK_IDLE", "spin");
-    if (idle == "spin") {
-      env.idle = XK_IDLE_SPIN_THEN_SLEEP;
-    } else if (idle == "busy") {
-      env.idle = XK_IDLE_BUSY_POLL;
-    } else if (idle == "yield") {
-      env.idle = XK_IDLE_YIELD_THEN_SLEEP;
-    } else {
-      throw std::invalid_argument("XK_IDLE='" + idle + "': spin, busy or yield");
+    std::optional<IdleMode> m = parse_idle_mode(idle);
+    if (!m) throw std::invalid_argument("XK_IDLE='" + idle + "': spin, busy or yield");
+    for (const auto& [c_idle, loop_idle] : kIdleModes) {
+      if (loop_idle == *m) env.idle = c_idle;
     }
     env.spin_us = env_number("XK_SPIN_US", 50, 1'000'000);
     std::string cpu = env_or("XK_CPU");
@@ -782,20 +784,9 @@ StackConfig config_from(const xk_stack_config* c) {
     g.csum = c->csum != 0;
   }
   if (c->mode != XK_MODE_INLINE && c->mode != XK_MODE_SERVICE) throw std::invalid_argument("mode: inline or service");
-  IdleMode idle;
-  switch (c->idle) {
-    case XK_IDLE_SPIN_THEN_SLEEP:
-      idle = IdleMode::spin_then_sleep;
-      break;
-    case XK_IDLE_BUSY_POLL:
-      idle = IdleMode::busy_poll;
-      break;
-    case XK_IDLE_YIELD_THEN_SLEEP:
-      idle = IdleMode::yield_then_sleep;
-      break;
-    default:
-      throw std::invalid_argument("idle: spin, busy or yield");
-  }
+  const auto* idle = std::find_if(std::begin(kIdleModes), std::end(kIdleModes),
+                                  [c](const auto& e) { return e.first == c->idle; });
+  if (idle == std::end(kIdleModes)) throw std::invalid_argument("idle: spin, busy or yield");
   if (!filterd.empty()) {
     sc.filterd = filterd;  // the graph comes from filterd
     sc.tcp_opts = g.tcp_opts;
@@ -806,7 +797,7 @@ StackConfig config_from(const xk_stack_config* c) {
     sc.graph = graph_text.empty() ? compose_graph(g) : graph_text;
   }
   sc.mode = c->mode == XK_MODE_SERVICE ? StackMode::service_thread : StackMode::inline_calls;
-  sc.loop.idle = idle;
+  sc.loop.idle = idle->second;
   sc.loop.spin = std::chrono::microseconds(c->spin_us);
   sc.thread.cpu = c->cpu;
   sc.link_wait = std::chrono::milliseconds(c->link_wait_ms);
