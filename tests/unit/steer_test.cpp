@@ -330,6 +330,44 @@ TEST_F(SteerTest, ARestartedFilterdKeepsQuietAboutFlowsItDoesNotKnowYet) {
   tcp_of(*node1).set_port_authority(nullptr);
 }
 
+// A node connects out from a port it leased (a listen-table entry, no exact
+// flow) while a restarted filterd keeps quiet: the peer's SYN-ACK answers the
+// node's own SYN and must reach it, or the connection waits for a SYN
+// retransmission that meets the same silence.
+class LeasedAuthority final : public PortAuthority {
+ public:
+  Result<std::uint16_t> claim_listen(std::uint8_t, std::uint16_t port, bool) override { return port; }
+  void release_listen(std::uint8_t, std::uint16_t) noexcept override {}
+  Result<std::uint16_t> claim_connect(std::uint8_t, std::uint16_t, Ipv4Addr, std::uint16_t) override { return 40000; }
+  void release_connect(std::uint8_t, std::uint16_t, Ipv4Addr, std::uint16_t) noexcept override {}
+};
+
+TEST_F(SteerTest, ASynAckToALeasedPortPassesWhileFilterdKeepsQuiet) {
+  Result<tcp::TcpListener> l = tcp_of(*peer).listen(Ipv4Addr{}, Port{7});
+  ASSERT_TRUE(l.ok());
+  ASSERT_TRUE(steer->filter().listen(Proto::tcp, 40000, Target{1, 0}).ok());  // the lease
+  LeasedAuthority leased;
+  tcp_of(*node1).set_port_authority(&leased);
+  steer->keep_quiet_until(loop.clock().now() + std::chrono::hours(1));
+  tcp::TcpSocket c = tcp_of(*node1).socket();
+  ASSERT_TRUE(c.connect(kPeer, Port{7}).ok());
+  EXPECT_EQ(c.tuple().local_port, 40000);
+  std::optional<tcp::TcpSocket> s;
+  ASSERT_TRUE(run_until([&] {
+    if (auto a = l->accept(); a.ok()) s.emplace(std::move(*a));
+    return s.has_value() && c.state() == tcp::State::established;
+  }, 3000ms));
+  EXPECT_EQ(tcp_of(*node1).counters().value("retransmits"), 0u);
+  // Other segments to the port stay quiet: the stream's data is a known
+  // flow only once declared, and here it never is.
+  const std::vector<std::byte> data = pattern(3000, 6);
+  ASSERT_TRUE(s->write(data).ok());
+  ASSERT_TRUE(run_until([&] { return steer_counter("rx_quiet") >= 1; }));
+  EXPECT_EQ(filterd->find("tcp0")->counters().value("resets_sent"), 0u);
+  c.abort();
+  tcp_of(*node1).set_port_authority(nullptr);
+}
+
 // ---- a node that runs several stacks, one channel (queue) each -----------------
 //
 // Node 1 runs three stacks (queues 0..2), node 2 two; every stack is a whole
