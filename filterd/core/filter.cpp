@@ -22,6 +22,7 @@ constexpr Names kReasonNames[kReasonCount] = {
     {"exact_hit", "to a node: exact flow table"},
     {"listen_hit", "to a node: single listener"},
     {"group_hit", "to a node: group listener (rendezvous choice)"},
+    {"lease_hit", "to a node: a port it leased (its own connections)"},
     {"rule_hit", "to a node: user rule"},
     {"icmp_error_delivered", "to a node: ICMP error, to the owner of the quoted flow"},
     {"frag_follow", "later fragment sent where its first went"},
@@ -191,6 +192,14 @@ Status FilterEngine::listen(Proto proto, std::uint16_t port, Target target) {
              : Status(Errc::exists);
 }
 
+Status FilterEngine::lease(Proto proto, std::uint16_t port, Target target) {
+  if (proto != Proto::tcp && proto != Proto::udp) return Errc::invalid_argument;
+  Listener l{false, {Member{target, seed_of(target)}}, true};
+  return listeners_.insert(ListenKey{static_cast<std::uint16_t>(proto), port}, std::move(l)).second
+             ? Status()
+             : Status(Errc::exists);
+}
+
 Status FilterEngine::join_group(Proto proto, std::uint16_t port, Target member) {
   if (proto != Proto::tcp && proto != Proto::udp) return Errc::invalid_argument;
   const ListenKey k{static_cast<std::uint16_t>(proto), port};
@@ -286,7 +295,7 @@ void FilterEngine::remove_node(NodeId node) {
 std::optional<Decision> FilterEngine::listen_lookup(const PackedKey& key) const noexcept {
   const Listener* l = listeners_.find(ListenKey{static_cast<std::uint16_t>(key.proto), key.local_port});
   if (l == nullptr || l->members.empty()) return std::nullopt;
-  if (!l->group) return deliver(Reason::listen_hit, l->members.front().target);
+  if (!l->group) return deliver(l->lease ? Reason::lease_hit : Reason::listen_hit, l->members.front().target);
   const std::uint64_t flow = siphash24(group_key_, std::as_bytes(std::span(&key, 1)));
   const Member* best = nullptr;
   std::uint64_t best_score = 0;

@@ -507,7 +507,7 @@ Message NodeRegistry::lease(std::uint32_t id, NodeInfo& n, const ctl::Lease& l) 
   // egress check lets the node send from it; no exact flow per connection.
   auto take = [&](std::uint16_t port) {
     if (ports_.count({proto, port}) != 0) return;
-    if (!filter_.listen(static_cast<Proto>(proto), port, Target{n.id, l.queue})) return;
+    if (!filter_.lease(static_cast<Proto>(proto), port, Target{n.id, l.queue})) return;
     PortUse use;
     use.node = n.id;
     use.users = 1;

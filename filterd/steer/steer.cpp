@@ -362,8 +362,8 @@ bool Steer::quiet(const Decision& d, std::span<const std::byte> frame) noexcept 
   }
   // A SYN opens a new connection: refusing it (RST) or handing it to a
   // listener loses nothing established, and a first start answers at once.
-  // A SYN-ACK to a listen-table port answers a SYN a node sent from a port
-  // it leased (no exact flow): that node has the connection, so it passes.
+  // A leased port (lease_hit) is not held back: only the node that leased it
+  // opens connections from it, so its segments reach their owner.
   // Any other TCP segment of no known flow may be a connection about to be
   // declared: its RST -- filterd's, or the listener's node's, which knows
   // no such connection (RFC 9293 3.10.7.2) -- would kill it.
@@ -373,8 +373,7 @@ bool Steer::quiet(const Decision& d, std::span<const std::byte> frame) noexcept 
   const std::size_t tcp = eth::Header::kSize + ip.header_length();
   if (ip.protocol != 6 || ip.is_fragment() || frame.size() < tcp + 14) return answer;
   const auto flags = static_cast<std::uint8_t>(frame[tcp + 13]);
-  if ((flags & kSyn) == 0) return true;
-  return (flags & kAck) != 0 && answer;
+  return (flags & (kSyn | kAck)) != kSyn;
 }
 
 // ---- egress: a node's channel ---------------------------------------------------

@@ -281,6 +281,22 @@ TEST_F(FilterTest, SingleListenerTakesNewConnectionsAndStraySegments) {
   EXPECT_EQ(counter(engine, "listen_hit"), 3u);
 }
 
+// A leased port steers like a single listener, under a reason of its own
+// (steer lets it through while a restarted filterd keeps quiet).
+TEST_F(FilterTest, ALeasedPortGoesToItsNodeAsALeaseHit) {
+  ASSERT_TRUE(engine.lease(Proto::tcp, 50001, kNode2).ok());
+  EXPECT_EQ(engine.lease(Proto::tcp, 50001, kNode1).error(), Errc::exists);
+  EXPECT_EQ(engine.listen(Proto::tcp, 50001, kNode1).error(), Errc::exists);
+  EXPECT_EQ(engine.join_group(Proto::tcp, 50001, kNode1).error(), Errc::exists);
+  EXPECT_EQ(classify(tcp_frame(kRemote, 80, 50001, tcp::kSyn | tcp::kAck)), to_node(Reason::lease_hit, kNode2));
+  EXPECT_EQ(classify(tcp_frame(kRemote2, 443, 50001, tcp::kAck)), to_node(Reason::lease_hit, kNode2));
+  EXPECT_EQ(engine.counters().value("lease_hit"), 2u);
+  EXPECT_EQ(engine.counters().value("listen_hit"), 0u);
+  EXPECT_EQ(engine.lease(Proto::icmp, 7, kNode2).error(), Errc::invalid_argument);
+  ASSERT_TRUE(engine.unlisten(Proto::tcp, 50001).ok());
+  EXPECT_EQ(classify(tcp_frame(kRemote, 80, 50001, tcp::kAck)).reason, Reason::default_rst);
+}
+
 TEST_F(FilterTest, GroupSpreadsStablyAndMovesOnlyTheLeaversFlows) {
   const Target members[] = {{1, 0}, {2, 0}, {3, 0}, {4, 0}};
   for (Target m : members) ASSERT_TRUE(engine.join_group(Proto::tcp, 443, m).ok());

@@ -331,9 +331,10 @@ TEST_F(SteerTest, ARestartedFilterdKeepsQuietAboutFlowsItDoesNotKnowYet) {
 }
 
 // A node connects out from a port it leased (a listen-table entry, no exact
-// flow) while a restarted filterd keeps quiet: the peer's SYN-ACK answers the
-// node's own SYN and must reach it, or the connection waits for a SYN
-// retransmission that meets the same silence.
+// flow) while a (re)started filterd keeps quiet: only that node opens
+// connections from the port, so the peer's SYN-ACK and the stream's segments
+// reach it (held back, the connection would wait for retransmissions that
+// meet the same silence, and a node started with filterd would crawl).
 class LeasedAuthority final : public PortAuthority {
  public:
   Result<std::uint16_t> claim_listen(std::uint8_t, std::uint16_t port, bool) override { return port; }
@@ -342,10 +343,10 @@ class LeasedAuthority final : public PortAuthority {
   void release_connect(std::uint8_t, std::uint16_t, Ipv4Addr, std::uint16_t) noexcept override {}
 };
 
-TEST_F(SteerTest, ASynAckToALeasedPortPassesWhileFilterdKeepsQuiet) {
+TEST_F(SteerTest, ALeasedPortsSegmentsPassWhileFilterdKeepsQuiet) {
   Result<tcp::TcpListener> l = tcp_of(*peer).listen(Ipv4Addr{}, Port{7});
   ASSERT_TRUE(l.ok());
-  ASSERT_TRUE(steer->filter().listen(Proto::tcp, 40000, Target{1, 0}).ok());  // the lease
+  ASSERT_TRUE(steer->filter().lease(Proto::tcp, 40000, Target{1, 0}).ok());
   LeasedAuthority leased;
   tcp_of(*node1).set_port_authority(&leased);
   steer->keep_quiet_until(loop.clock().now() + std::chrono::hours(1));
@@ -358,9 +359,20 @@ TEST_F(SteerTest, ASynAckToALeasedPortPassesWhileFilterdKeepsQuiet) {
     return s.has_value() && c.state() == tcp::State::established;
   }, 3000ms));
   EXPECT_EQ(tcp_of(*node1).counters().value("retransmits"), 0u);
-  // Other segments to the port stay quiet: the stream's data is a known
-  // flow only once declared, and here it never is.
-  const std::vector<std::byte> data = pattern(3000, 6);
+  // The stream both ways, with no exact flow ever installed.
+  const std::vector<std::byte> data = pattern(200000, 6);
+  std::vector<std::byte> got;
+  ASSERT_TRUE(move_bytes(*this, *s, c, data, got));
+  EXPECT_EQ(got, data);
+  got.clear();
+  ASSERT_TRUE(move_bytes(*this, c, *s, data, got));
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(steer_counter("rx_quiet"), 0u);
+  EXPECT_EQ(tcp_of(*peer).counters().value("retransmits"), 0u);
+  EXPECT_GE(steer->filter().counters().value("lease_hit"), 10u);
+  // A listener's port is still held back: the lease is what lets it through.
+  ASSERT_TRUE(steer->filter().unlisten(Proto::tcp, 40000).ok());
+  ASSERT_TRUE(steer->filter().listen(Proto::tcp, 40000, Target{1, 0}).ok());
   ASSERT_TRUE(s->write(data).ok());
   ASSERT_TRUE(run_until([&] { return steer_counter("rx_quiet") >= 1; }));
   EXPECT_EQ(filterd->find("tcp0")->counters().value("resets_sent"), 0u);

@@ -67,6 +67,7 @@ enum class Reason : std::uint8_t {
   exact_hit,             // to_node: the exact flow table
   listen_hit,            // to_node: a single listener
   group_hit,             // to_node: a group listener's rendezvous choice
+  lease_hit,             // to_node: a port leased to a node (its own connections)
   rule_hit,              // to_node: a user rule
   icmp_error,            // to_node: an ICMP error, to the owner of the flow it quotes
   frag_follow,           // to_node or local: a fragment after the first, as the first went
@@ -213,6 +214,11 @@ class FilterEngine {
   // ---- Listeners (TCP and UDP) ----
   // A single target for a port; exists when the port has a listener or group.
   Status listen(Proto proto, std::uint16_t port, Target target);
+  // A port leased to `target` (LEASE): steered like a single listener's, but
+  // only ever the local port of connections that target opened itself
+  // (Reason::lease_hit). exists when the port is in the table already;
+  // unlisten() removes it.
+  Status lease(Proto proto, std::uint16_t port, Target target);
   // Adds a member to the port's group, creating it; exists when the port has a
   // single listener or the member is in already.
   Status join_group(Proto proto, std::uint16_t port, Target member);
@@ -309,6 +315,7 @@ class FilterEngine {
   struct Listener {
     bool group = false;
     std::vector<Member> members;  // exactly one when not a group
+    bool lease = false;           // a leased port (never a group)
   };
 
   void parse(Frame frame, Parsed& p) const noexcept;
