@@ -95,12 +95,11 @@ class DpdkSession final : public Session {
 namespace {
 
 std::string memif_devargs(const std::string& devargs, std::optional<std::size_t> mtu) {
-  // DPDK 22.11's memif leaves a stale "next" flag on the first descriptor
-  // of a frame that takes one slot where a frame of several slots was
-  // before: the receiver joins it to the frames after it. A ring that
-  // carries both (a node's data and its ACKs, a relay's DATA and CREDITs)
-  // then delivers garbage. With slots as large as a frame nothing ever
-  // takes several: the client, which makes the shared memory, sizes them.
+  // DPDK 22.11's memif garbles frames that take several ring slots when the
+  // ring fills part way through one and short frames follow: the receiver
+  // gets frames glued together or cut (docs/dpdk-driver.md). With slots as
+  // large as a frame nothing ever takes several: the client, which makes
+  // the shared memory, sizes them.
   if (devargs.rfind("net_memif", 0) != 0 || !mtu || *mtu + kEthHeader + 4 <= kDefaultMbufData) return devargs;
   if (devargs.find(",bsize=") != std::string::npos || devargs.find("role=server") != std::string::npos) return devargs;
   const std::size_t frame = (*mtu + kEthHeader + 4 + 127) / 128 * 128;
