@@ -100,10 +100,10 @@ std::string memif_devargs(const std::string& devargs, std::optional<std::size_t>
   // gets frames glued together or cut (docs/dpdk-driver.md). With slots as
   // large as a frame nothing ever takes several: the client, which makes
   // the shared memory, sizes them.
-  if (devargs.rfind("net_memif", 0) != 0 || !mtu || *mtu + kEthHeader + 4 <= kDefaultMbufData) return devargs;
+  const std::size_t frame = mtu ? *mtu + kEthHeader + 4 : 0;  // with an FCS's room, as ethdev counts
+  if (frame <= kDefaultMbufData || devargs.rfind("net_memif", 0) != 0) return devargs;
   if (devargs.find(",bsize=") != std::string::npos || devargs.find("role=server") != std::string::npos) return devargs;
-  const std::size_t frame = (*mtu + kEthHeader + 4 + 127) / 128 * 128;
-  return devargs + ",bsize=" + std::to_string(std::min<std::size_t>(frame, 65535));
+  return devargs + ",bsize=" + std::to_string(std::min<std::size_t>((frame + 127) / 128 * 128, 65535));
 }
 
 }  // namespace

@@ -185,16 +185,16 @@ std::uint64_t FilterEngine::seed_of(Target t) const noexcept {
 }
 
 Status FilterEngine::listen(Proto proto, std::uint16_t port, Target target) {
-  if (proto != Proto::tcp && proto != Proto::udp) return Errc::invalid_argument;
-  Listener l{false, {Member{target, seed_of(target)}}};
-  return listeners_.insert(ListenKey{static_cast<std::uint16_t>(proto), port}, std::move(l)).second
-             ? Status()
-             : Status(Errc::exists);
+  return add_single(proto, port, target, false);
 }
 
 Status FilterEngine::lease(Proto proto, std::uint16_t port, Target target) {
+  return add_single(proto, port, target, true);
+}
+
+Status FilterEngine::add_single(Proto proto, std::uint16_t port, Target target, bool lease) {
   if (proto != Proto::tcp && proto != Proto::udp) return Errc::invalid_argument;
-  Listener l{false, {Member{target, seed_of(target)}}, true};
+  Listener l{false, {Member{target, seed_of(target)}}, lease};
   return listeners_.insert(ListenKey{static_cast<std::uint16_t>(proto), port}, std::move(l)).second
              ? Status()
              : Status(Errc::exists);

@@ -354,6 +354,8 @@ Status Steer::forward(const Decision& d, Msg frame) {
 bool Steer::quiet(const Decision& d, std::span<const std::byte> frame) noexcept {
   if (quiet_until_ == Time{}) return false;
   const bool answer = d.action == Action::reset || d.action == Action::port_unreachable;
+  // A leased port (lease_hit) is not a listener's: only the node that leased
+  // it opens connections from it, so its segments go to their owner.
   const bool listener = d.reason == Reason::listen_hit || d.reason == Reason::group_hit;
   if (!answer && !listener) return false;
   if (clock_.now() >= quiet_until_) {
@@ -362,8 +364,6 @@ bool Steer::quiet(const Decision& d, std::span<const std::byte> frame) noexcept 
   }
   // A SYN opens a new connection: refusing it (RST) or handing it to a
   // listener loses nothing established, and a first start answers at once.
-  // A leased port (lease_hit) is not held back: only the node that leased it
-  // opens connections from it, so its segments reach their owner.
   // Any other TCP segment of no known flow may be a connection about to be
   // declared: its RST -- filterd's, or the listener's node's, which knows
   // no such connection (RFC 9293 3.10.7.2) -- would kill it.

@@ -318,6 +318,8 @@ class FilterEngine {
     bool lease = false;           // a leased port (never a group)
   };
 
+  // listen() and lease(): one target for the port.
+  Status add_single(Proto proto, std::uint16_t port, Target target, bool lease);
   void parse(Frame frame, Parsed& p) const noexcept;
   Decision finish(Frame frame, const Parsed& p);
   Decision decide(Frame frame, const Parsed& p, const Target* exact);
