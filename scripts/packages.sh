@@ -8,6 +8,7 @@ XK_PACKAGES=(
   python3 python3-scapy                                 # golden vectors (independent tool), Linux test peers
   tshark tcpdump                                        # reading captures back (capture tests)
   sockperf iperf3 netpipe-tcp                           # the Linux references of the benchmarks (NPtcp)
+  dpdk-dev                                              # dpdk-testpmd: the bare forwarder of forward_floor.sh
   iproute2 ethtool iputils-ping                         # network namespaces, veth offloads, ping (integration)
   gnuplot-nox openmpi-bin file                          # xk-scale's plots, its mpirun launcher; PNG checks
 )
