@@ -334,6 +334,9 @@ void ControlServer::flush(Conn& c) {
 }
 
 void ControlServer::want_output(Conn& c, bool on) {
+  // Asked only when it changes: every request's answer comes through here.
+  if (c.polling_out == on) return;
+  c.polling_out = on;
   epoll_event ev{};
   ev.events = EPOLLIN | (on ? EPOLLOUT : 0u);
   ev.data.u64 = static_cast<std::uint64_t>(c.fd);

@@ -179,6 +179,95 @@ TEST_F(FilterdClientTest, ReconnectsResumesAndResyncsAfterFilterdRestarts) {
   });
 }
 
+// The end of an accepted connection is a RELEASE nobody waits for: those
+// the stack's own loop makes wait in an outbox and go together -- after a
+// millisecond, at 32, before any other request, before the loop sleeps.
+TEST_F(FilterdClientTest, ReleasesOfEndedConnectionsGoTogether) {
+  Filterd fd(path);
+  connect_node();
+  const std::uint16_t id = client->hello().node_id;
+  ASSERT_TRUE(client->claim_listen(6, 80, false).ok());
+  auto key = [&](int i) { return FlowKey{Proto::tcp, peer, static_cast<std::uint16_t>(40000 + i), 80}; };
+  constexpr int kFlows = 45;
+  fd.on_loop([&] {
+    for (int i = 0; i < kFlows; ++i) ASSERT_TRUE(fd.filter().add_flow(key(i), filterd::Target{id, 0}).ok());  // as steer learns them
+  });
+  auto release = [&](int from, int to) {
+    for (int i = from; i < to; ++i) client->release_connect(6, 80, peer, static_cast<std::uint16_t>(40000 + i));
+  };
+  auto flows_left = [&] {
+    (void)client->request(fc::Ping{});  // filterd reads in order: what came before is done
+    int n = 0;
+    fd.on_loop([&] {
+      for (int i = 0; i < kFlows; ++i) n += fd.filter().find_flow(key(i)).has_value() ? 1 : 0;
+    });
+    return n;
+  };
+
+  release(0, 5);
+  EXPECT_EQ(client->held_releases(), 5u);
+  clock.advance(std::chrono::microseconds(900));
+  loop.run_once();
+  EXPECT_EQ(client->held_releases(), 5u) << "under a millisecond old";
+  clock.advance(std::chrono::microseconds(200));
+  loop.run_once();
+  EXPECT_EQ(client->held_releases(), 0u);
+  EXPECT_EQ(client->stats().release_batches, 1u);
+  EXPECT_EQ(flows_left(), kFlows - 5);
+
+  release(5, 5 + 31);
+  EXPECT_EQ(client->held_releases(), 31u);
+  release(36, 37);  // the 32nd: sent at once, no time passing
+  EXPECT_EQ(client->held_releases(), 0u);
+  EXPECT_EQ(client->stats().release_batches, 2u);
+
+  release(37, 40);
+  ASSERT_TRUE(client->claim_listen(6, 81, false).ok());  // a request: they go first
+  EXPECT_EQ(client->held_releases(), 0u);
+  EXPECT_EQ(flows_left(), kFlows - 40);
+
+  release(40, kFlows);
+  EXPECT_TRUE(client->before_sleep());  // the loop would sleep: they go now
+  EXPECT_EQ(client->held_releases(), 0u);
+  EXPECT_EQ(client->stats().release_batches, 4u);
+  EXPECT_EQ(client->stats().releases_held, static_cast<std::uint64_t>(kFlows));
+  EXPECT_EQ(flows_left(), 0);
+  // Their answers were read along the way: nothing piles up for filterd to
+  // drop us over, and the connection is still fine.
+  EXPECT_EQ(client->state(), FilterdClient::State::connected);
+  fd.on_loop([&] { EXPECT_EQ(fd.registry().counters().value("refused"), 0u); });
+}
+
+// A release still held when filterd dies reaches the filterd that comes
+// back, after the RESYNC (which may still declare the connection).
+TEST_F(FilterdClientTest, AHeldReleaseOutlivesARestart) {
+  auto first = std::make_unique<Filterd>(path);
+  connect_node();
+  const std::uint16_t id = client->hello().node_id;
+  ASSERT_TRUE(client->claim_listen(6, 80, false).ok());
+  const FlowKey gone{Proto::tcp, peer, 40001, 80}, kept{Proto::tcp, peer, 40002, 80};
+  // The holdings were read before the connection ended: both declared.
+  held.listeners = {fc::ListenerEntry{fc::Proto::tcp, 80, false, 0}};
+  held.flows = {fc::FlowEntry{fc::Proto::tcp, 80, peer, 40001, 0, true},
+                fc::FlowEntry{fc::Proto::tcp, 80, peer, 40002, 0, true}};
+  client->release_connect(6, 80, peer, 40001);
+  ASSERT_EQ(client->held_releases(), 1u);
+
+  first->stop();
+  notice_loss();
+  ASSERT_EQ(client->state(), FilterdClient::State::reconnecting);
+  EXPECT_EQ(client->held_releases(), 0u);
+  first.reset();
+  Filterd second(path);
+  let_time_pass(std::chrono::milliseconds(1000));
+  ASSERT_EQ(client->state(), FilterdClient::State::connected);
+  (void)client->request(fc::Ping{});
+  second.on_loop([&] {
+    EXPECT_FALSE(second.filter().find_flow(gone).has_value()) << "the held release came after the RESYNC";
+    EXPECT_EQ(second.filter().find_flow(kept)->node, id);
+  });
+}
+
 // A TCP connect from an ephemeral port takes a port of the node's lease:
 // one LEASE per block, no CONNECT and no RELEASE per connection; a port
 // given back is reused last. UDP, and a connect from a port of the

@@ -352,6 +352,17 @@ void FilterdClient::close_socket() noexcept {
 // With mu_ held, on any stack's thread.
 void FilterdClient::lost(const char* why) {
   close_socket();
+  // Held releases never left: the filterd that comes back hears them after
+  // the RESYNC, as those made while it was away.
+  if (!outbox_.empty()) {
+    try {
+      for (fc::Body& b : outbox_) released_meanwhile_.push_back(std::move(b));
+    } catch (...) {
+      // Out of memory: filterd frees those flows when the node goes.
+    }
+    outbox_.clear();
+    outbox_waiting_.store(false, std::memory_order_relaxed);
+  }
   if (state_ != State::connected) return;  // a reconnection's own request failed: the attempt says what next
   ++stats_.lost;
   if (loop_ == nullptr || options_.reconnect_for.count() == 0) {
@@ -577,6 +588,10 @@ Result<fc::Message> FilterdClient::request(fc::Body body) {
 
 Result<fc::Message> FilterdClient::request_locked(fc::Body body, std::chrono::milliseconds timeout) {
   if (fd_ < 0) return Errc::closed;
+  // Held releases first: filterd must read them before this request.
+  if (!outbox_.empty()) {
+    if (Status st = flush_outbox_locked(); !st) return st.error();
+  }
   const std::uint32_t id = next_id_++;
   Result<std::vector<std::byte>> bytes = fc::encode(fc::Message{id, std::move(body)});
   if (!bytes) return bytes.error();
@@ -635,37 +650,102 @@ Status FilterdClient::notify_locked(fc::Body body) {
   return {};
 }
 
+void FilterdClient::hold_release_locked(fc::Body body) {
+  if (outbox_.empty()) outbox_since_ = now();
+  outbox_.push_back(std::move(body));
+  outbox_waiting_.store(true, std::memory_order_relaxed);
+  if (outbox_.size() >= kOutboxMax) (void)flush_outbox_locked();
+}
+
+Status FilterdClient::flush_outbox_locked() {
+  if (outbox_.empty()) return {};
+  if (fd_ < 0) return Errc::closed;
+  std::vector<std::byte> bytes;
+  for (const fc::Body& b : outbox_) {
+    if (Status st = fc::encode_into(fc::Message{next_id_++, b}, bytes); !st) return st;
+  }
+  if (Status st = send_all(bytes); !st) {
+    lost("send failed");  // the outbox goes to released_meanwhile_
+    return st.error();
+  }
+  stats_.releases_held += outbox_.size();
+  ++stats_.release_batches;
+  outbox_.clear();
+  outbox_waiting_.store(false, std::memory_order_relaxed);
+  // The answers to earlier batches, read as they come: they must never
+  // fill the socket (filterd drops a node that does not read its replies).
+  (void)drain_locked();
+  return {};
+}
+
+std::optional<std::size_t> FilterdClient::drain_locked() {
+  std::size_t got = 0;
+  for (int round = 0; round < 16; ++round) {
+    std::byte buf[4096];
+    ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      lost(n == 0 ? "filterd closed it" : std::strerror(errno));
+      return std::nullopt;
+    }
+    got += static_cast<std::size_t>(n);
+    // Nothing comes unasked but a late reply or an ERROR before a close:
+    // read it, keep the stream in step, and drop it.
+    reader_.feed(std::span<const std::byte>(buf, static_cast<std::size_t>(n)));
+    for (;;) {
+      fc::ReadResult r = reader_.next();
+      if (r.need_more()) break;
+      if (r.has_error() && r.error().must_drop()) {
+        lost("filterd's stream broke");
+        return std::nullopt;
+      }
+    }
+    if (static_cast<std::size_t>(n) < sizeof buf) break;
+  }
+  return got;
+}
+
+std::size_t FilterdClient::held_releases() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return outbox_.size();
+}
+
+bool FilterdClient::before_sleep() noexcept {
+  if (!outbox_waiting_.load(std::memory_order_relaxed)) return true;
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;  // another stack's round trip: look again
+  try {
+    (void)flush_outbox_locked();
+  } catch (...) {
+    return false;  // out of memory encoding: try again on the next pass
+  }
+  return true;
+}
+
 std::size_t FilterdClient::poll(std::size_t) {
   if (arm_retry_.load(std::memory_order_relaxed) && arm_retry_.exchange(false) && state_ == State::reconnecting) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!retry_->armed()) retry_->arm_after(backoff_);
   }
   if (state_ != State::connected) return 0;
+  if (outbox_waiting_.load(std::memory_order_relaxed)) {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (lock.owns_lock() && !outbox_.empty() && now() - outbox_since_ >= kOutboxDelay) {
+      try {
+        (void)flush_outbox_locked();
+      } catch (...) {
+      }
+    }
+  }
   if (!check_now_ && ++passes_ < kCheckEvery) return 0;
   // Another stack's round trip has the socket: it sees a close itself.
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
   if (!lock.owns_lock() || fd_ < 0) return 0;
   passes_ = 0;
   check_now_ = false;
-  std::byte buf[4096];
-  ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
-  if (n <= 0) {
-    lost(n == 0 ? "filterd closed it" : std::strerror(errno));
-    return 1;
-  }
-  // Nothing comes unasked but a late reply or an ERROR before a close:
-  // read it, keep the stream in step, and drop it.
-  reader_.feed(std::span<const std::byte>(buf, static_cast<std::size_t>(n)));
-  for (;;) {
-    fc::ReadResult r = reader_.next();
-    if (r.need_more()) break;
-    if (r.has_error() && r.error().must_drop()) {
-      lost("filterd's stream broke");
-      break;
-    }
-  }
-  return 1;
+  std::optional<std::size_t> got = drain_locked();
+  return !got || *got != 0 ? 1 : 0;
 }
 
 Status FilterdClient::usable() {
@@ -745,6 +825,8 @@ void FilterdClient::release(fc::Body body, bool wait) noexcept {
     } else if (state_ == State::connected) {
       if (wait) {
         (void)request_locked(std::move(body), options_.timeout);
+      } else if (loop_ != nullptr && loop_->in_loop_thread()) {
+        hold_release_locked(std::move(body));  // the watching stack's loop sends it
       } else {
         (void)notify_locked(std::move(body));
       }

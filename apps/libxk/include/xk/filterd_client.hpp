@@ -121,6 +121,8 @@ class FilterdClient final : public PortAuthority, public Pollable {
     std::uint64_t resumes = 0;         // times filterd took us back
     std::uint64_t resynced = 0;        // RESYNC entries sent
     std::uint64_t resync_refused = 0;  // RESYNC messages answered with ERROR
+    std::uint64_t releases_held = 0;   // flow RELEASEs sent in a batch, not each on its own
+    std::uint64_t release_batches = 0; // the batches: one write each
     std::chrono::milliseconds last_gap{0};  // from losing filterd to the last resume
   };
 
@@ -203,7 +205,19 @@ class FilterdClient final : public PortAuthority, public Pollable {
   // after every sleep), so a closed connection is noticed at once.
   std::size_t poll(std::size_t budget) override;
   int wait_fd() const noexcept override { return epoll_fd_; }
+  bool before_sleep() noexcept override;
   void after_sleep() noexcept override { check_now_ = true; }
+
+  // A flow RELEASE (a connection over, nobody waits for the answer) made on
+  // the watching stack's thread waits in an outbox for company: up to
+  // kOutboxMax of them, at most kOutboxDelay, and never past the loop going
+  // to sleep or another request (filterd reads our requests in order). A
+  // server ending thousands of connections a second otherwise costs filterd
+  // a wake-up, a read and a write for each.
+  static constexpr std::size_t kOutboxMax = 32;
+  static constexpr std::chrono::microseconds kOutboxDelay{1000};
+  // RELEASEs waiting in the outbox.
+  std::size_t held_releases() const;
 
  private:
   class QueuePort;
@@ -220,6 +234,13 @@ class FilterdClient final : public PortAuthority, public Pollable {
   // With mu_ held: sends without waiting for the reply, which the next
   // request (it skips replies to other ids) or poll() reads and drops.
   Status notify_locked(filterd::ctl::Body body);
+  // With mu_ held: the outbox (above), and sending it as one write.
+  void hold_release_locked(filterd::ctl::Body body);
+  Status flush_outbox_locked();
+  // With mu_ held: reads what filterd sent unasked or late (replies nobody
+  // waits for) without blocking: how many bytes, nullopt when the
+  // connection turned out closed (lost() has run).
+  std::optional<std::size_t> drain_locked();
   Status usable();
   void watch(bool on) noexcept;
   void close_socket() noexcept;
@@ -256,6 +277,9 @@ class FilterdClient final : public PortAuthority, public Pollable {
   std::vector<Attached> attached_;  // by queue
   std::vector<std::unique_ptr<QueuePort>> ports_;  // queues 1..
   std::vector<filterd::ctl::Body> released_meanwhile_;  // RELEASE/UNLISTEN while away: sent after the RESYNC
+  std::vector<filterd::ctl::Body> outbox_;               // flow RELEASEs held back (mu_)
+  Time outbox_since_{};                                  // when the first of them came
+  std::atomic<bool> outbox_waiting_{false};              // outbox_ is not empty: poll() looks
   std::optional<Timer> retry_;
   std::atomic<bool> arm_retry_{false};  // lost() on another stack's thread: the watcher arms the timer
   std::optional<Timer> ping_;
