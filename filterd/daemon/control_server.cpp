@@ -143,8 +143,15 @@ ControlServer::~ControlServer() {
 }
 
 std::size_t ControlServer::poll(std::size_t budget) {
+  if (quiet_looks_ >= kQuietLooks && ++skipped_ < kLookEvery) return 0;
+  skipped_ = 0;
   epoll_event events[32];
   int n = ::epoll_wait(epoll_fd_, events, static_cast<int>(std::min<std::size_t>(budget, 32)), 0);
+  if (n > 0) {
+    quiet_looks_ = 0;
+  } else if (quiet_looks_ < kQuietLooks) {
+    ++quiet_looks_;
+  }
   std::size_t work = 0;
   for (int i = 0; i < n; ++i) {
     ++work;

@@ -149,6 +149,40 @@ TEST_F(ControlServerTcpTest, AHelloWithTheTokenRegistersWithoutAPidCheck) {
   EXPECT_EQ(counter("refused_token"), 0u);
 }
 
+// The sockets cost a system call to look at: the server looks every pass
+// while requests come, every kLookEvery-th pass once they have been quiet
+// for a while, and at once after the loop slept.
+TEST_F(ControlServerTcpTest, AQuietServerLooksLessOftenAndABusyOneEveryPass) {
+  start();
+  int fd = dial();
+  ASSERT_TRUE(ask(fd, Message{1, remote_hello(kToken)}).has_value());
+  std::uint32_t id = 2;
+  // Passes from sending a PING to its reply being there (loopback TCP: the
+  // reply is readable as soon as the pass that answers it is over).
+  auto passes_to_answer = [&] {
+    Result<std::vector<std::byte>> b = ctl::encode(Message{id++, ctl::Ping{}});
+    send_bytes(fd, *b);
+    for (int pass = 1; pass <= 100; ++pass) {
+      loop.run_once();
+      std::byte buf[256];
+      if (::recv(fd, buf, sizeof buf, MSG_DONTWAIT) > 0) return pass;
+    }
+    return 0;
+  };
+  auto quiet = [&] {
+    for (std::uint32_t i = 0; i <= ControlServer::kQuietLooks; ++i) loop.run_once();
+  };
+  EXPECT_EQ(passes_to_answer(), 1);
+  quiet();
+  const int late = passes_to_answer();
+  EXPECT_GT(late, 1) << "quiet: not looked at every pass";
+  EXPECT_LE(late, static_cast<int>(ControlServer::kLookEvery));
+  EXPECT_EQ(passes_to_answer(), 1) << "a request came: every pass again";
+  quiet();
+  server->after_sleep();
+  EXPECT_EQ(passes_to_answer(), 1) << "after a sleep: at once";
+}
+
 TEST_F(ControlServerTcpTest, NoTokenAWrongOneOrAnythingButHelloIsRefusedAndClosed) {
   start();
   int a = dial(), b = dial(), c = dial(), d = dial();
