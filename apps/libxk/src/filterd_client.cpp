@@ -316,7 +316,12 @@ void FilterdClient::detach_queue(std::uint16_t queue) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   if (attached_[queue].loop == nullptr) return;
   if (loop_ == attached_[queue].loop && watcher_ == queue) {
-    // Nobody watches from now on: a lost filterd is final.
+    // Nobody watches from now on: a lost filterd is final, and nothing
+    // held waits for this loop's passes.
+    try {
+      (void)flush_outbox_locked();
+    } catch (...) {
+    }
     loop_->remove(*this);
     retry_.reset();
     ping_.reset();
