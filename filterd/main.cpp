@@ -232,7 +232,12 @@ int run(const Flags& f) {
   // EAL memory for the external port and a channel per node: 2 GiB of
   // address space, used as mempools are made (--no-huge: ordinary pages).
   const std::string csum = f.csum ? "" : " csum=off";
-  std::string spec = "dpdk  net0 devargs=" + spec_value(f.port) + " eal_mem=2g " + f.port_opts + "\n" +
+  // No receive coalescing on filterd's ports (unless asked): steer forwards
+  // frames as they came, and a node's channel takes MTU-sized ones only.
+  auto no_gro = [](const std::string& opts) {
+    return " " + (opts.find("gro=") == std::string::npos ? "gro=off " : std::string()) + opts;
+  };
+  std::string spec = "dpdk  net0 devargs=" + spec_value(f.port) + " eal_mem=2g" + no_gro(f.port_opts) + "\n" +
                      "steer st0  below=net0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +
                      "\neth   eth0 below=st0\narp   arp0 below=eth0\n" +
                      "ipv4  ip0  below=eth0,arp0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +
@@ -240,7 +245,7 @@ int run(const Flags& f) {
                      f.tcp_opts + "\n";
   // The node port: a driver of filterd's graph that steer takes frames from
   // (and sends to) by the nodes' MACs.
-  if (!f.node_port.empty()) spec += "dpdk  np0  devargs=" + spec_value(f.node_port) + " " + f.node_port_opts + "\n";
+  if (!f.node_port.empty()) spec += "dpdk  np0  devargs=" + spec_value(f.node_port) + no_gro(f.node_port_opts) + "\n";
   EventLoopConfig lc;
   lc.name = "filterd";
   lc.idle = f.idle;
@@ -324,6 +329,10 @@ int run(const Flags& f) {
       dc.mtu = ext->mtu();
       dc.mbufs = 4095;  // per channel: enough for its rings and bursts
       dc.tx_keep = f.central;  // relay frames are never dropped: a full ring waits
+      // filterd forwards what a node sends as it is, and its external port
+      // takes MTU-sized frames only: no large frames from the nodes (yet).
+      dc.frame_max = 0;
+      dc.gro = false;
       try {
         auto d = std::make_unique<drivers::DpdkDriver>(
             "node" + std::to_string(n.id) + (q == 0 ? "" : "q" + std::to_string(q)), dc, &loop);

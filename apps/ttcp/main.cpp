@@ -75,7 +75,8 @@ both:
   --verify on|off     SHA-256 of the stream (default on; off saves about 4 ns per byte)
   --timeout SEC       fail after this long without progress: no new connection and
                       no byte moved (default 30)
-  --stats             a STATS line per connection (srtt, cwnd, retransmits, ...)
+  --stats             a STATS line per connection (srtt, cwnd, retransmits, ...),
+                      and the stack's counters at the end
   --help
 
 exit status: 0 success, 1 failure, 2 bad command line
@@ -542,7 +543,7 @@ int run(const Args& a) {
   stack.wait_for_link(a.link_wait_s);
   int rc = a.role == Args::Role::receive ? run_receive(stack, tcp, a) : run_transmit(stack, tcp, a);
   if (stack.signals().signal() != 0) rc = kExitFail;
-  stack.report_signal();
+  stack.report_signal(a.stats);
   return rc;
 }
 

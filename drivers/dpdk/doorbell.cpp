@@ -80,6 +80,7 @@ Doorbell::Doorbell(const std::string& link, int side) : side_(side & 1) {
   if (p == MAP_FAILED) fail("mmap " + shm_name_);
   page_ = static_cast<Page*>(p);
   page_->side[side_].asleep.store(0, std::memory_order_relaxed);
+  page_->caps[side_].rx_frame_max.store(0, std::memory_order_relaxed);
 
   fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd_ < 0) {
@@ -102,6 +103,7 @@ Doorbell::Doorbell(const std::string& link, int side) : side_(side & 1) {
 
 Doorbell::~Doorbell() {
   page_->side[side_].asleep.store(0, std::memory_order_relaxed);
+  page_->caps[side_].rx_frame_max.store(0, std::memory_order_release);
   ::munmap(page_, sizeof(Page));
   // The page goes with the server's end, or with the last end out (a server
   // killed with -9 left it; its client, going, finds nobody bound there).
@@ -117,6 +119,14 @@ bool Doorbell::peer_bound() const noexcept {
   const bool bound = ::connect(s, reinterpret_cast<sockaddr*>(&a), len) == 0;
   ::close(s);
   return bound;
+}
+
+void Doorbell::publish_rx_frame_max(std::uint32_t bytes) noexcept {
+  page_->caps[side_].rx_frame_max.store(bytes, std::memory_order_release);
+}
+
+std::uint32_t Doorbell::peer_rx_frame_max() const noexcept {
+  return page_->caps[side_ ^ 1].rx_frame_max.load(std::memory_order_acquire);
 }
 
 void Doorbell::arm() noexcept {

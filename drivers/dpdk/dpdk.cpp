@@ -22,12 +22,15 @@
 #include "xk/byteorder.hpp"
 #include "xk/checksum.hpp"
 #include "xk/drivers/fault_fence.hpp"
+#include "gro.hpp"
 
 namespace xk::drivers {
 namespace {
 
 constexpr std::size_t kEthHeader = 14;
 constexpr std::size_t kDefaultMbufData = 2048;
+// Shorter payload pieces are copied: an mbuf to attach costs about as much.
+constexpr std::size_t kMinAttach = 256;
 
 std::atomic<std::size_t> g_pools_leaked{0};
 std::atomic<unsigned> g_pool_serial{0};
@@ -94,17 +97,45 @@ class DpdkSession final : public Session {
 
 namespace {
 
-std::string memif_devargs(const std::string& devargs, std::optional<std::size_t> mtu) {
-  // DPDK 22.11's memif garbles frames that take several ring slots when the
-  // ring fills part way through one and short frames follow: the receiver
-  // gets frames glued together or cut (docs/dpdk-driver.md). With slots as
-  // large as a frame nothing ever takes several: the client, which makes
-  // the shared memory, sizes them.
-  const std::size_t frame = mtu ? *mtu + kEthHeader + 4 : 0;  // with an FCS's room, as ethdev counts
-  if (frame <= kDefaultMbufData || devargs.rfind("net_memif", 0) != 0) return devargs;
-  if (devargs.find(",bsize=") != std::string::npos || devargs.find("role=server") != std::string::npos) return devargs;
-  return devargs + ",bsize=" + std::to_string(std::min<std::size_t>((frame + 127) / 128 * 128, 65535));
+// The value of `key=` in devargs, or "".
+std::string devarg(const std::string& devargs, const std::string& key) {
+  const std::string k = "," + key + "=";
+  const std::size_t at = devargs.find(k);
+  if (at == std::string::npos) return "";
+  const std::size_t from = at + k.size();
+  return devargs.substr(from, devargs.find(',', from) - from);
 }
+
+// A net_memif client makes the link's shared memory, so it sizes the slots.
+// DPDK 22.11's memif garbles frames that take several slots: it never clears
+// the "next" flag of a packet's first slot, so a slot that once began a
+// chain glues whatever later begins there to the frame after it (seen when
+// the ring fills part way through a frame and short frames follow, and with
+// frames of mixed lengths; docs/dpdk-driver.md). So every frame must fit one
+// slot: a slot as large as the largest frame, the MTU's or a large frame's.
+// Large slots make a large ring, which the two ends' caches then cycle
+// through, so the ring gets fewer of them: about 2 MiB a direction, as
+// 1024 slots of 2 KiB (and never under 32 slots).
+std::string memif_devargs(const std::string& devargs, std::optional<std::size_t> mtu, std::size_t frame_max) {
+  if (devargs.rfind("net_memif", 0) != 0 || devargs.find("role=server") != std::string::npos) return devargs;
+  std::size_t frame = mtu ? *mtu + kEthHeader + 4 : 0;  // with an FCS's room, as ethdev counts
+  frame = std::max(frame, frame_max);
+  std::string out = devargs;
+  if (frame > kDefaultMbufData && devarg(devargs, "bsize").empty()) {
+    const std::size_t bsize = std::min<std::size_t>((frame + 127) / 128 * 128, 65535);
+    out += ",bsize=" + std::to_string(bsize);
+    if (frame_max != 0 && devarg(devargs, "rsize").empty()) {
+      unsigned rsize = 5;
+      while (rsize < 10 && (std::size_t{2} << rsize) * frame <= std::size_t{2} << 20) ++rsize;
+      out += ",rsize=" + std::to_string(rsize);
+    }
+  }
+  return out;
+}
+
+// The external buffer of an attached mbuf goes back with its last mbuf:
+// the stack's reference to the buffer is dropped (tx_extbuf).
+void release_attached(void*, void* buf) { static_cast<Buf*>(buf)->unref(); }
 
 }  // namespace
 
@@ -128,7 +159,13 @@ DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
       tx_zero_copy_(counters().add("tx_zero_copy", "frames sent as the mbuf they were received in (no copy)")),
       tx_gso_(counters().add("tx_gso", "segmentation offload: large TCP segments cut into frames")),
       tx_gso_pieces_(counters().add("tx_gso_pieces", "segmentation offload: frames those became")),
+      tx_large_frames_(counters().add("tx_large_frames", "frames larger than the MTU sent on a large-frame link")),
+      tx_extbuf_(counters().add("tx_extbuf", "payload pieces sent attached to the stack's buffers (not copied)")),
       drop_wrap_(counters().add("drop_wrap", "frames dropped: no memory to wrap an mbuf")),
+      rx_gro_merged_(counters().add("rx_gro_merged", "segments coalesced onto an earlier one of their flow")),
+      rx_gro_groups_(counters().add("rx_gro_groups", "frames delivered holding several coalesced segments")),
+      rx_gro_bad_csum_(counters().add("rx_gro_bad_csum", "segments left alone: their TCP checksum failed")),
+      rx_held_back_(counters().add("rx_held_back", "memif bursts shortened: too few mbufs free for whole frames")),
       rx_scarce_(counters().add("rx_scarce", "frames received while the mempool ran low (layers keeping them copy)")),
       link_up_(counters().add("link_up", "1 if the link was up when last asked")),
       intr_sleeps_(counters().add("intr_sleeps", "loop sleeps armed with the rx interrupt")),
@@ -149,8 +186,11 @@ DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
     device_name_ = device_name_of(config_.devargs);
     std::uint16_t port = 0;
     if (!find_port(device_name_, port)) {
-      int rc = rte_dev_probe(memif_devargs(config_.devargs, config_.mtu).c_str());
-      if (rc != 0) fail(this->name(), "cannot probe '" + config_.devargs + "'", rc);
+      const std::string devargs = memif_devargs(config_.devargs, config_.mtu, config_.frame_max);
+      int rc = rte_dev_probe(devargs.c_str());
+      if (rc != 0) fail(this->name(), "cannot probe '" + devargs + "'", rc);
+      if (const std::string b = devarg(devargs, "bsize"); !b.empty()) slot_size_ = std::stoul(b);
+      else if (devargs.rfind("net_memif", 0) == 0 && devargs.find("role=server") == std::string::npos) slot_size_ = kDefaultMbufData;
       probed_ = true;
       if (!find_port(device_name_, port)) {
         throw std::runtime_error("dpdk " + this->name() + ": '" + config_.devargs + "' was probed but has no ethdev port");
@@ -160,6 +200,7 @@ DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
     port_valid_ = true;
     start_port();
     setup_wait();
+    publish_frame_max();
     (void)link();
   } catch (...) {
     release();
@@ -212,6 +253,16 @@ void DpdkDriver::start_port() {
   pool_ = rte_pktmbuf_pool_create(pool_name, static_cast<unsigned>(config_.mbufs), cache, 0,
                                   static_cast<std::uint16_t>(data_room + RTE_PKTMBUF_HEADROOM), socket);
   if (pool_ == nullptr) fail(name(), "cannot create a mempool of " + std::to_string(config_.mbufs) + " mbufs", rte_errno);
+  // tx_extbuf: mbufs with no data room of their own, each with room for the
+  // shared info of the buffer it is attached to (its private area). Only
+  // where the PMD copies what it sends: a virtual device (named net_*).
+  if (config_.tx_extbuf && offloads_.tx_multi_segs && device_name_.rfind("net_", 0) == 0) {
+    std::snprintf(pool_name, sizeof pool_name, "xk_ext%u", g_pool_serial.fetch_add(1));
+    const auto priv = static_cast<std::uint16_t>(RTE_ALIGN(sizeof(rte_mbuf_ext_shared_info), RTE_MBUF_PRIV_ALIGN));
+    ext_pool_ = rte_pktmbuf_pool_create(pool_name, static_cast<unsigned>(config_.mbufs), cache, priv, 0, socket);
+    if (ext_pool_ == nullptr) fail(name(), "cannot create a mempool of " + std::to_string(config_.mbufs) + " mbufs", rte_errno);
+    iova_va_ = rte_eal_iova_mode() == RTE_IOVA_VA ? 1 : 0;
+  }
   scarce_below_ = config_.mbufs / 4;
   pool_check_every_ = std::max<std::size_t>(1, config_.mbufs / 16);
   until_pool_check_ = 1;
@@ -273,6 +324,8 @@ void DpdkDriver::start_port() {
   std::uint16_t mtu = 0;
   mtu_ = rte_eth_dev_get_mtu(port_, &mtu) == 0 && mtu != 0 ? mtu : want_mtu;
   if (soft_mtu) mtu_ = *config_.mtu;
+  data_room_ = data_room;
+  if (memif) rx_mbufs_per_frame_ = (mtu_ + kEthHeader + data_room - 1) / data_room;
 }
 
 void DpdkDriver::setup_wait() {
@@ -337,6 +390,24 @@ void DpdkDriver::open_doorbell() {
   }
 }
 
+// A client takes what its slots hold; a server, what it was configured
+// for (the client's word caps what it is sent).
+void DpdkDriver::publish_frame_max() noexcept {
+  if (bell_ == nullptr || config_.frame_max <= mtu_ + kEthHeader) return;
+  std::size_t max = std::min<std::size_t>(config_.frame_max, 65535);
+  if (slot_size_ != 0) max = std::min(max, slot_size_);
+  if (max <= mtu_ + kEthHeader) return;
+  bell_->publish_rx_frame_max(static_cast<std::uint32_t>(max));
+  rx_mbufs_per_frame_ = std::max(rx_mbufs_per_frame_, (max + data_room_ - 1) / data_room_);
+}
+
+std::size_t DpdkDriver::tx_frame_max() const noexcept {
+  if (bell_ == nullptr || config_.frame_max <= mtu_ + kEthHeader) return 0;
+  std::size_t max = std::min<std::size_t>(config_.frame_max, bell_->peer_rx_frame_max());
+  if (slot_size_ != 0) max = std::min(max, slot_size_);
+  return max > mtu_ + kEthHeader ? max : 0;
+}
+
 void DpdkDriver::release() noexcept {
   for (rte_mbuf* m : tx_queue_) rte_pktmbuf_free(m);
   tx_queue_.clear();
@@ -358,17 +429,19 @@ void DpdkDriver::release() noexcept {
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
   if (timer_fd_ >= 0) ::close(timer_fd_);
   epoll_fd_ = timer_fd_ = wait_fd_ = -1;
-  if (pool_ != nullptr) {
-    // Received Msgs may still hold mbufs; freeing the pool under them would
-    // turn their release into a use after free.
-    if (rte_mempool_full(pool_) != 0) {
-      rte_mempool_free(pool_);
+  // Received Msgs may still hold mbufs (and a net_ring peer in this
+  // process attached ones); freeing a pool under them would turn their
+  // release into a use after free.
+  for (rte_mempool** pool : {&pool_, &ext_pool_}) {
+    if (*pool == nullptr) continue;
+    if (rte_mempool_full(*pool) != 0) {
+      rte_mempool_free(*pool);
     } else {
       g_pools_leaked.fetch_add(1, std::memory_order_relaxed);
       std::fprintf(stderr, "dpdk %s: %u mbufs still in use at close; the mempool is left allocated\n",
-                   name().c_str(), rte_mempool_in_use_count(pool_));
+                   name().c_str(), rte_mempool_in_use_count(*pool));
     }
-    pool_ = nullptr;
+    *pool = nullptr;
   }
 }
 
@@ -417,7 +490,10 @@ Status DpdkDriver::restart() {
   if (rte_eth_dev_start(port_) != 0) return Errc::not_connected;
   started_ = true;
   // A restarted peer (filterd) made a new bell page; this end's is stale.
-  if (!bell_link_.empty()) open_doorbell();
+  if (!bell_link_.empty()) {
+    open_doorbell();
+    publish_frame_max();
+  }
   (void)link();
   return {};
 }
@@ -433,8 +509,29 @@ std::size_t DpdkDriver::poll(std::size_t budget) {
   }
   while (done < budget) {
     auto want = static_cast<std::uint16_t>(std::min(config_.burst, budget - done));
+    if (rx_mbufs_per_frame_ > 1) {
+      // DPDK 22.11's memif loses the mbufs of a frame it could not finish
+      // (an allocation failing part way through a chain leaves the chain
+      // allocated, and the frame in the ring): take no more frames than
+      // the pool surely holds. The rest wait in the ring.
+      const std::size_t fit = rte_mempool_avail_count(pool_) / rx_mbufs_per_frame_;
+      if (fit < want) {
+        ++rx_held_back_;
+        scarce_ = true;  // what is received now is kept as a copy
+        want = static_cast<std::uint16_t>(fit);
+        if (want == 0) break;
+      }
+    }
     std::uint16_t got = rx_burst(burst, want);
-    for (std::uint16_t i = 0; i < got; ++i) deliver(burst[i]);
+    std::size_t frames = got;
+    if (config_.gro && got > 1) {
+      gro::Stats st;
+      frames = gro::coalesce(burst, got, config_.gro_verify ? gro::Csum::verify : gro::Csum::carry, st);
+      rx_gro_merged_.inc(st.merged);
+      rx_gro_groups_.inc(st.groups);
+      rx_gro_bad_csum_.inc(st.bad_csum);
+    }
+    for (std::size_t i = 0; i < frames; ++i) deliver(burst[i]);
     done += got;
     if (got < want) break;
   }
@@ -479,7 +576,8 @@ void DpdkDriver::deliver(rte_mbuf* head) {
     ++rx_csum_bad_;
   }
   const std::uint32_t frame_len = head->pkt_len;
-  if (head->nb_segs > 1) ++rx_multi_seg_;
+  const std::size_t segs = head->nb_segs;
+  if (segs > 1) ++rx_multi_seg_;
 
   // Each segment becomes its own fragment with its own deleter, so it is
   // unlinked first: freeing a linked head would free the whole chain while
@@ -516,9 +614,12 @@ void DpdkDriver::deliver(rte_mbuf* head) {
   // then skip their own check (a bad one is still checked, and dropped there).
   if ((flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_GOOD) frame.offload().flags |= Offload::rx_ip_good;
   if ((flags & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_GOOD) frame.offload().flags |= Offload::rx_l4_good;
-  if (--until_pool_check_ == 0) {
+  // Counted in mbufs, not frames: a 16 KiB frame takes 8.
+  if (until_pool_check_ <= segs) {
     until_pool_check_ = pool_check_every_;
     scarce_ = rte_mempool_avail_count(pool_) < scarce_below_;
+  } else {
+    until_pool_check_ -= segs;
   }
   if (scarce_) {
     frame.offload().flags |= Offload::rx_scarce;
@@ -646,6 +747,28 @@ bool DpdkDriver::append(rte_mbuf* head, rte_mbuf*& tail, const std::byte* src, s
   return true;
 }
 
+bool DpdkDriver::attach(rte_mbuf* head, rte_mbuf*& tail, const Frag& f, std::size_t off, std::size_t len,
+                        std::uint32_t* sum, std::size_t at) {
+  rte_mbuf* m = rte_pktmbuf_alloc(ext_pool_);
+  if (m == nullptr) return false;
+  auto* shinfo = static_cast<rte_mbuf_ext_shared_info*>(rte_mbuf_to_priv(m));
+  shinfo->free_cb = &release_attached;
+  shinfo->fcb_opaque = f.buf;
+  rte_mbuf_ext_refcnt_set(shinfo, 1);
+  f.buf->ref();
+  std::byte* src = f.data() + off;
+  const rte_iova_t iova = iova_va_ != 0 ? static_cast<rte_iova_t>(reinterpret_cast<std::uintptr_t>(src)) : RTE_BAD_IOVA;
+  rte_pktmbuf_attach_extbuf(m, src, iova, static_cast<std::uint16_t>(len), shinfo);
+  m->data_len = static_cast<std::uint16_t>(len);
+  tail->next = m;
+  tail = m;
+  ++head->nb_segs;
+  head->pkt_len += static_cast<std::uint32_t>(len);
+  if (sum != nullptr) *sum = csum::combine(*sum, csum::partial(src, len), at);
+  ++tx_extbuf_;
+  return true;
+}
+
 // Segmentation offload in software (Offload::tx_tcp_seg): `frame` is the
 // Ethernet, IPv4 and TCP headers and a payload of many segments. Every
 // seg_size bytes of payload leave as a frame of their own under a copy of
@@ -676,8 +799,12 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
     ++drop_too_big_;
     return Errc::too_large;
   }
+  // On a large-frame link a piece is as many whole segments as a frame
+  // there holds (the receiver takes it as one segment); elsewhere, one.
+  std::size_t step = seg;
+  if (const std::size_t max = tx_frame_max(); max >= hlen + 2 * seg) step = (max - hlen) / seg * seg;
   const std::size_t payload = frame.size() - hlen;
-  const std::size_t pieces = (payload + seg - 1) / seg;
+  const std::size_t pieces = (payload + step - 1) / step;
   const std::uint16_t id0 = load_be16(hdr.data() + kEthHeader + 4);
   const std::uint32_t seq0 = load_be32(hdr.data() + l4 + 4);
   const std::uint8_t flags0 = std::to_integer<std::uint8_t>(hdr[l4 + 13]);
@@ -697,7 +824,7 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
     if (!tx_queue_.empty() && tx_queue_.size() + pieces > config_.tx_keep_max) return Errc::would_block;
   }
   for (std::size_t i = 0; i < pieces; ++i) {
-    const std::size_t n = std::min(seg, payload - i * seg);
+    const std::size_t n = std::min(step, payload - i * step);
     rte_mbuf* head = rte_pktmbuf_alloc(pool_);
     rte_mbuf* tail = head;
     if (head == nullptr || !append(head, tail, hdr.data(), hlen, nullptr, 0)) {
@@ -715,7 +842,7 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
     store_be16(ip + 2, static_cast<std::uint16_t>(ihl + tcp_len));
     store_be16(ip + 4, static_cast<std::uint16_t>(id0 + i));
     store_be16(ip + 10, 0);
-    store_be32(tcp + 4, seq0 + static_cast<std::uint32_t>(i * seg));
+    store_be32(tcp + 4, seq0 + static_cast<std::uint32_t>(i * step));
     std::uint8_t flags = flags0;
     if (i + 1 < pieces) flags &= static_cast<std::uint8_t>(~(kFin | kPsh));
     if (i > 0) flags &= static_cast<std::uint8_t>(~kCwr);
@@ -743,13 +870,15 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
       std::memcpy(ip + 10, &ck, 2);
     }
     request_offloads(head, ol_flags != 0 ? ol_flags | RTE_MBUF_F_TX_IPV4 : 0, ihl);
-    // The piece's payload, straight from the frame's fragments.
+    // The piece's payload, straight from the frame's fragments: attached
+    // where the PMD copies anyway, else copied into the mbufs here.
     std::size_t left = n, at = doff;
     bool ok = true;
     while (left > 0 && ok) {
       const Frag& f = frags[fi];
       const std::size_t take = std::min(left, f.len - fo);
-      ok = append(head, tail, f.data() + fo, take, summing, at);
+      ok = ext_pool_ != nullptr && take >= kMinAttach ? attach(head, tail, f, fo, take, summing, at)
+                                                      : append(head, tail, f.data() + fo, take, summing, at);
       left -= take;
       at += take;
       fo += take;
@@ -767,6 +896,7 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
       const std::uint16_t ck = csum::finish(sum);
       std::memcpy(tcp + 16, &ck, 2);
     }
+    if (n > seg) ++tx_large_frames_;
     enqueue(head);
   }
   ++tx_gso_;
@@ -932,6 +1062,16 @@ void register_dpdk(Registry& registry) {
                            .defaults_to("on"))
           .with_option(OptionSpec::boolean("tx_zero_copy", "send a frame that is one whole received mbuf as that mbuf")
                            .defaults_to("on"))
+          .with_option(OptionSpec::size("frame_max", 0, 65535,
+                                        "memif to another xk: largest frame segments may cross in (0: MTU-sized only)")
+                           .defaults_to(std::to_string(DpdkDriver::kDefaultFrameMax)))
+          .with_option(OptionSpec::boolean("tx_extbuf", "virtual devices: send cut segments' payload attached, not copied")
+                           .defaults_to("on"))
+          .with_option(OptionSpec::boolean("gro", "coalesce a burst's in-order TCP segments of a flow into one")
+                           .defaults_to("on"))
+          .with_option(OptionSpec::choice("gro_csum", {"verify", "carry"},
+                                          "gro: check each segment's checksum first, or carry it (stacks with csum off)")
+                           .defaults_to("verify"))
           .with_option(OptionSpec::size("eal_mem", 16 << 20, std::uint64_t{1} << 40, "EAL memory (first port only)")
                            .defaults_to("256m"))
           .with_option(OptionSpec::string("eal_args", "extra EAL arguments, space-separated (first port only)"))
@@ -953,6 +1093,10 @@ void register_dpdk(Registry& registry) {
             c.tx_keep = o.get_bool("tx_keep");
             c.gso = o.get_bool("gso");
             c.tx_zero_copy = o.get_bool("tx_zero_copy");
+            c.frame_max = static_cast<std::size_t>(o.get_size("frame_max"));
+            c.tx_extbuf = o.get_bool("tx_extbuf");
+            c.gro = o.get_bool("gro");
+            c.gro_verify = o.get_string("gro_csum") == "verify";
             c.doorbell = o.get_bool("doorbell");
             c.eal.memory_mb = static_cast<std::size_t>(o.get_size("eal_mem") >> 20);
             if (o.has("eal_args")) c.eal.extra_args = dpdk::split_args(o.get_string("eal_args"));

@@ -463,7 +463,9 @@ void TcpConnection::process_data(const Header& h, Msg payload) {
     if (filled || !reasm_.empty() || past_window) {
       send_ack_now();
     } else if (n > 0) {
-      schedule_ack(n >= payload_mss());
+      // A coalesced segment, or one large frame from an xk peer, counts as
+      // the full segments it holds.
+      schedule_ack(static_cast<std::uint32_t>(n / payload_mss()));
     }
     return;
   }

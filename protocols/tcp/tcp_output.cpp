@@ -226,9 +226,9 @@ void TcpConnection::send_rst_and_close() {
 // input before timers). One ACK then covers all the burst's segments, as a
 // GRO receiver's does, instead of one ACK for every two; the delay is the
 // rest of the burst, microseconds (docs/tcp.md, "ACK per burst").
-void TcpConnection::schedule_ack(bool full_segment) {
+void TcpConnection::schedule_ack(std::uint32_t full_segments) {
   ack_pending_ = true;
-  if (full_segment) ++unacked_segs_;
+  unacked_segs_ += full_segments;
   if (unacked_segs_ >= 2) {
     const TcpConfig& cfg = proto_->config();
     // A burst's ACK covers at most ack_burst_max bytes (GRO's 64 KB): past

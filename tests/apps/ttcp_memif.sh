@@ -13,7 +13,10 @@
 # exits 1 (refused), and a receiver waiting for a second connection that
 # never comes exits 1 after --timeout with no aggregate line; (4) a 16 MB
 # window into a receiver of 127 mbufs, 1 in 10^4 segments lost: the stream
-# arrives intact (the queues copy frames of a port short of mbufs).
+# arrives intact (the queues copy frames of a port short of mbufs); (5)
+# 64 KB frames (frame_max=65535 both ends) through a fault layer that loses,
+# duplicates, reorders and corrupts received segments: the stream arrives
+# intact, large frames were sent, and every fault happened.
 # filterd: filterd's external port is a memif whose other end is a standalone
 # receiver (--connections 3); 3 xk-ttcp transmit nodes attached with
 # --filterd (checksums off, as the receiver) send to it at once: all three
@@ -159,6 +162,37 @@ GRAPH
   same_stream tx4.log rx4.log 67108864
   tx=$(grep '^STATS who=transmitter' "$OUT/tx4.log")
   [ "$(key "$tx" retransmits)" -gt 0 ] || die "(4): no retransmission: the fault layer dropped nothing"
+
+  step "(5) 64 KB frames through loss, duplication, reordering and corruption"
+  cat > "$OUT/rx5.graph" <<GRAPH
+dpdk  net0 devargs=net_memif0,role=server,id=0,socket=$SOCK frame_max=65535
+eth   eth0 below=net0
+arp   arp0 below=eth0
+ipv4  ip0  below=eth0,arp0 addr=192.0.2.10/24
+fault f0   below=ip0 dir=rx loss=0.002 duplicate=0.002 reorder=0.005 corrupt=0.002 seed=5
+tcp   tcp0 below=f0
+udp   udp0 below=ip0
+GRAPH
+  "$TTCP" receive --graph "$OUT/rx5.graph" --idle sleep --stats --timeout 15 > "$OUT/rx5.log" 2>&1 &
+  RX=$!
+  PIDS+=("$RX")
+  wait_for "$OUT/rx5.log" "waiting for the link" "$RX" 30
+  transmitter tx5.log --port-opts frame_max=65535 --peer 192.0.2.10:5001 --bytes 64m --stats --timeout 15 \
+    || { cat "$OUT/tx5.log" >&2; die "(5): the transmitter failed"; }
+  wait_rx || { cat "$OUT/rx5.log" >&2; die "(5): the receiver failed"; }
+  same_stream tx5.log rx5.log 67108864
+  # counter OWNER NAME LOG: a value from the counters table at the end.
+  counter() { awk -v o="$1" -v n="$2" '$1 == o && $2 == n { v = $3 } END { print v + 0 }' "$OUT/$3"; }
+  large=$(counter net0 tx_large_frames tx5.log)
+  [ "$large" -gt 1000 ] || die "(5): tx_large_frames=$large: the transmitter sent no large frames"
+  big=$(counter net0 rx_multi_seg rx5.log)
+  [ "$big" -gt 1000 ] || die "(5): rx_multi_seg=$big: the receiver got no large frames"
+  for f in lost duplicated reordered corrupted; do
+    n=$(counter f0 "rx_$f" rx5.log)
+    [ "$n" -gt 0 ] || die "(5): the fault layer's rx_$f is 0"
+  done
+  [ "$(counter tcp0 drop_bad_csum rx5.log)" -gt 0 ] || die "(5): no corrupted segment was caught by the checksum"
+  echo "   large frames sent: $large; faults: $(for f in lost duplicated reordered corrupted; do printf '%s=%s ' $f "$(counter f0 rx_$f rx5.log)"; done)"
 else
   EXT=$OUT/ext.sock
   CTL=$OUT/filterd.sock

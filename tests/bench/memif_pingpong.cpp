@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
     xk::drivers::DpdkDriver::Config c;
     c.devargs = role == "server" ? "net_memif0,role=server,id=0,socket=" + sock : "net_memif1,role=client,id=0,socket=" + sock;
     c.mbufs = 4095;
+    c.frame_max = 0;  // MTU-sized frames: the ring as a filterd channel has it
     xk::drivers::DpdkDriver drv("net0", c);
     Catch up;
     xk::Participants parts;

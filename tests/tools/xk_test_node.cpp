@@ -258,6 +258,7 @@ int run(int argc, char** argv) {
                                    ",socket=" + h->memif_socket;
   dc.mtu = h->mtu;
   dc.mbufs = 2047;
+  dc.frame_max = 0;  // filterd takes MTU-sized frames only
   xk::drivers::DpdkDriver net("net0", dc, &loop);
   Sink sink(sink_port);
   xk::Participants none;

@@ -300,7 +300,8 @@ std::string ring_devargs() {
 // A net_ring port looped back onto itself (what it sends, it receives), a
 // Sink enabled on it and a session to push frames into.
 struct RingPort {
-  explicit RingPort(std::size_t mbufs, std::size_t tx_keep_max = 0) : drv("net0", config(mbufs, tx_keep_max), &loop) {
+  explicit RingPort(std::size_t mbufs, std::size_t tx_keep_max = 0, bool gro = false, bool gro_verify = true)
+      : drv("net0", config(mbufs, tx_keep_max, gro, gro_verify), &loop) {
     EXPECT_TRUE(drv.open_enable(sink, parts).ok());
     Result<SessionRef> r = drv.open(sink, parts);
     EXPECT_TRUE(r.ok());
@@ -313,10 +314,13 @@ struct RingPort {
   RingPort(const RingPort&) = delete;
   RingPort& operator=(const RingPort&) = delete;
   // tx_keep_max > 0: keep what the ring refuses (tx_keep), up to that many.
-  static DpdkDriver::Config config(std::size_t mbufs, std::size_t tx_keep_max) {
+  // gro off unless asked: the tests of what is sent look at each frame.
+  static DpdkDriver::Config config(std::size_t mbufs, std::size_t tx_keep_max, bool gro, bool gro_verify) {
     DpdkDriver::Config c;
     c.devargs = ring_devargs();
     c.mbufs = mbufs;
+    c.gro = gro;
+    c.gro_verify = gro_verify;
     c.tx_keep = tx_keep_max > 0;
     if (c.tx_keep) c.tx_keep_max = tx_keep_max;
     return c;
@@ -454,6 +458,217 @@ TEST_F(DpdkTest, SegmentationOffloadCutsATcpSegmentIntoMtuSizedFrames) {
   (void)p.drv.flush();
   for (int i = 0; i < 20; ++i) (void)p.loop.run_once();
   EXPECT_TRUE(p.sink.received.empty());
+}
+
+// ---- receive coalescing (GRO) ----------------------------------------------
+
+// A TCP segment as a frame, every checksum right: 192.0.2.11:`sport` ->
+// 192.0.2.10:5001, ack 77, the timestamps option (TSval, TSecr), `flags`,
+// `payload` bytes of a pattern that follows the sequence number.
+struct Seg {
+  std::uint32_t seq = 1000;
+  std::size_t len = 1000;
+  std::uint8_t flags = 0x10;
+  std::uint32_t tsval = 5555, tsecr = 6666;
+  std::uint16_t win = 4096;
+  std::uint16_t sport = 49152;
+  std::uint8_t tos = 0;
+};
+std::byte stream_byte(std::uint32_t seq) { return static_cast<std::byte>((seq * 7 + 1) & 0xff); }
+Bytes seg_frame(const Seg& s) {
+  Bytes payload(s.len);
+  for (std::size_t i = 0; i < s.len; ++i) payload[i] = stream_byte(s.seq + static_cast<std::uint32_t>(i));
+  Bytes f = gso_frame(payload, s.flags);
+  std::byte* ip = f.data() + 14;
+  std::byte* tcp = ip + 20;
+  ip[1] = std::byte{s.tos};
+  const std::uint16_t ipck = csum::finish(csum::partial(ip, 20));
+  std::memcpy(ip + 10, &ipck, 2);
+  store_be16(tcp, s.sport);
+  store_be32(tcp + 4, s.seq);
+  store_be16(tcp + 14, s.win);
+  store_be32(tcp + 24, s.tsval);
+  store_be32(tcp + 28, s.tsecr);
+  const std::uint32_t pseudo = csum::pseudo_header_v4(Ipv4Addr{0xc000020b}, Ipv4Addr{0xc000020a}, 6,
+                                                      static_cast<std::uint16_t>(32 + s.len));
+  const std::uint16_t ck = csum::finish(csum::partial(tcp, 32 + s.len, pseudo));
+  std::memcpy(tcp + 16, &ck, 2);
+  return f;
+}
+
+// What a received frame holds, checked for being one valid segment.
+struct Got {
+  std::uint32_t seq = 0;
+  std::size_t len = 0;
+  std::uint8_t flags = 0;
+  std::uint16_t sport = 0;
+  bool l4_good = false;
+  bool csum_ok = false;  // both checksums right
+  bool stream = false;   // the payload is the stream's bytes at seq
+};
+Got got_of(const Msg& m) {
+  const Bytes f = bytes_of(m);
+  Got g;
+  const std::byte* ip = f.data() + 14;
+  const std::byte* tcp = ip + 20;
+  g.seq = load_be32(tcp + 4);
+  g.len = load_be16(ip + 2) - 20 - 32;
+  g.flags = std::to_integer<std::uint8_t>(tcp[13]);
+  g.sport = load_be16(tcp);
+  g.l4_good = (m.offload().flags & Offload::rx_l4_good) != 0;
+  const std::uint32_t pseudo = csum::pseudo_header_v4(Ipv4Addr{0xc000020b}, Ipv4Addr{0xc000020a}, 6,
+                                                      static_cast<std::uint16_t>(32 + g.len));
+  g.stream = f.size() == 66 + g.len;
+  for (std::size_t i = 0; g.stream && i < g.len; ++i) {
+    g.stream = f[66 + i] == stream_byte(g.seq + static_cast<std::uint32_t>(i));
+  }
+  g.csum_ok = csum::fold(csum::partial(ip, 20)) == 0xffff && csum::fold(csum::partial(tcp, 32 + g.len, pseudo)) == 0xffff;
+  return g;
+}
+
+// Sends `frames` through a looped-back net_ring port with gro on
+// (gro_csum=verify, or carry), receives them in one burst, and returns what
+// came up.
+struct GroCounts {
+  std::uint64_t merged = 0, bad = 0;
+};
+std::vector<Got> coalesced(const std::vector<Bytes>& frames, GroCounts* counts = nullptr, bool verify = true) {
+  RingPort p(1023, 0, true, verify);
+  std::vector<Got> out;
+  for (const Bytes& f : frames) EXPECT_TRUE(p.s->push(Msg::copy_of(f)).ok());
+  (void)p.drv.flush();
+  (void)p.drv.poll(256);  // one burst
+  for (const Msg& m : p.sink.received) out.push_back(got_of(m));
+  if (counts != nullptr) *counts = {p.drv.counters().value("rx_gro_merged"), p.drv.counters().value("rx_gro_bad_csum")};
+  p.sink.received.clear();
+  EXPECT_EQ(p.drv.counters().value("rx_frames"), out.size());
+  return out;
+}
+
+TEST_F(DpdkTest, GroMergesAFlowsInOrderSegmentsOfABurstIntoOne) {
+  std::vector<Bytes> frames;
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    Seg s;
+    s.seq = 1000 + i * 1000;
+    s.tsval = 5555 + i / 2;  // TSval may grow
+    s.flags = i == 3 ? 0x18 : 0x10;  // PSH on the last
+    frames.push_back(seg_frame(s));
+  }
+  GroCounts n;
+  const std::vector<Got> got = coalesced(frames, &n);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].seq, 1000u);
+  EXPECT_EQ(got[0].len, 4000u);
+  EXPECT_EQ(got[0].flags, 0x18) << "PSH carried onto the merged segment";
+  EXPECT_TRUE(got[0].csum_ok) << "headers rewritten, both checksums right";
+  EXPECT_TRUE(got[0].stream) << "the payload in order";
+  EXPECT_TRUE(got[0].l4_good) << "checked here: TCP need not sum it again";
+  EXPECT_EQ(n.merged, 3u);
+
+  // gro_csum=carry (a stack with checksums off): nothing is summed, the
+  // merged checksum comes from the parts' -- right when they were right,
+  // wrong when one was not (so a stack that does check drops the whole).
+  const std::vector<Got> carried = coalesced(frames, &n, false);
+  ASSERT_EQ(carried.size(), 1u);
+  EXPECT_TRUE(carried[0].csum_ok);
+  EXPECT_FALSE(carried[0].l4_good) << "not checked, not marked";
+  frames[2][200] ^= std::byte{0x40};
+  const std::vector<Got> spoilt = coalesced(frames, &n, false);
+  ASSERT_EQ(spoilt.size(), 1u);
+  EXPECT_FALSE(spoilt[0].csum_ok);
+  EXPECT_EQ(spoilt[0].len, 4000u);
+}
+
+TEST_F(DpdkTest, GroNeverMergesAcrossAHoleAStepBackOrAFlagOtherThanAckPsh) {
+  auto pair_of = [](Seg b) {
+    Seg a;
+    return std::vector<Bytes>{seg_frame(a), seg_frame(b)};
+  };
+  Seg next;
+  next.seq = 2000;
+  struct Case {
+    const char* what;
+    Seg b;
+  };
+  std::vector<Case> cases;
+  auto with = [&](const char* what, auto change) {
+    Seg b = next;
+    change(b);
+    cases.push_back({what, b});
+  };
+  with("a hole", [](Seg& b) { b.seq = 2001; });
+  with("a step back", [](Seg& b) { b.seq = 1500; });
+  with("SYN", [](Seg& b) { b.flags = 0x12; });
+  with("FIN", [](Seg& b) { b.flags = 0x11; });
+  with("RST", [](Seg& b) { b.flags = 0x14; });
+  with("URG", [](Seg& b) { b.flags = 0x30; });
+  with("ECE", [](Seg& b) { b.flags = 0x50; });
+  with("CWR", [](Seg& b) { b.flags = 0x90; });
+  with("no ACK", [](Seg& b) { b.flags = 0x08; });
+  with("no data", [](Seg& b) { b.len = 0; });
+  with("another window", [](Seg& b) { b.win = 4097; });
+  with("another TSecr", [](Seg& b) { b.tsecr = 6667; });
+  with("an older TSval", [](Seg& b) { b.tsval = 5554; });
+  with("other ECN bits", [](Seg& b) { b.tos = 0x03; });
+  with("a longer segment than the first", [](Seg& b) { b.len = 1001; });
+  with("another flow", [](Seg& b) { b.sport = 49153; });
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const std::vector<Got> got = coalesced(pair_of(c.b));
+    ASSERT_EQ(got.size(), 2u) << "merged";
+    EXPECT_EQ(got[0].seq, 1000u);
+    EXPECT_EQ(got[0].len, 1000u);
+    EXPECT_EQ(got[1].seq, c.b.seq) << "in the order they came";
+    EXPECT_TRUE(got[0].csum_ok);
+  }
+  // After a PSH or a shorter segment the group takes no more.
+  Seg psh;
+  psh.flags = 0x18;
+  Seg after_psh;
+  after_psh.seq = 2000;
+  EXPECT_EQ(coalesced({seg_frame(psh), seg_frame(after_psh)}).size(), 2u) << "PSH ends a group";
+  Seg shorter = next;
+  shorter.len = 500;
+  Seg after_short;
+  after_short.seq = 2500;
+  const std::vector<Got> s = coalesced({seg_frame(Seg{}), seg_frame(shorter), seg_frame(after_short)});
+  ASSERT_EQ(s.size(), 2u) << "a shorter segment joins and is the last";
+  EXPECT_EQ(s[0].len, 1500u);
+}
+
+TEST_F(DpdkTest, GroLeavesABadChecksumAloneAndKeepsEachFlowsOrder) {
+  // A corrupted segment between two good ones: nothing merges across it, it
+  // goes up alone (for TCP to count and drop), and is counted.
+  Bytes bad = seg_frame(Seg{.seq = 2000});
+  bad[100] ^= std::byte{0x01};
+  GroCounts n;
+  std::vector<Got> got =
+      coalesced({seg_frame(Seg{}), bad, seg_frame(Seg{.seq = 3000}), seg_frame(Seg{.seq = 4000})}, &n);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].seq, 1000u);
+  EXPECT_EQ(got[1].seq, 2000u);
+  EXPECT_FALSE(got[1].csum_ok);
+  EXPECT_FALSE(got[1].l4_good) << "the bad one is not marked good";
+  EXPECT_EQ(got[2].seq, 3000u);
+  EXPECT_EQ(got[2].len, 2000u) << "what follows merges again";
+  EXPECT_EQ(n.bad, 1u);
+  EXPECT_EQ(n.merged, 1u);
+
+  // Two flows interleaved, and a pure ACK of the first between its data:
+  // each flow's order is kept, the ACK ends the group before it.
+  got = coalesced({seg_frame(Seg{}), seg_frame(Seg{.sport = 7}), seg_frame(Seg{.seq = 2000}),
+                   seg_frame(Seg{.seq = 1000, .sport = 7}), seg_frame(Seg{.seq = 2000, .sport = 7}),
+                   seg_frame(Seg{.seq = 3000, .len = 0}), seg_frame(Seg{.seq = 3000})});
+  ASSERT_EQ(got.size(), 5u);
+  EXPECT_EQ(got[0].sport, 49152);
+  EXPECT_EQ(got[0].len, 2000u);
+  EXPECT_EQ(got[1].sport, 7);
+  EXPECT_EQ(got[1].len, 1000u) << "seq 1000 of flow 7 came before its own 1000 again: a step back";
+  EXPECT_EQ(got[2].sport, 7);
+  EXPECT_EQ(got[2].len, 2000u);
+  EXPECT_EQ(got[3].len, 0u) << "the pure ACK, after the data before it";
+  EXPECT_EQ(got[4].seq, 3000u);
+  for (const Got& g : got) EXPECT_TRUE(g.csum_ok && g.stream);
 }
 
 // tx_keep (central mode's relay channels): a segment's pieces are kept
@@ -1101,6 +1316,7 @@ TEST_F(DpdkTest, MemifMixOfLongAndShortFramesArrivesIntact) {
   sc.mbufs = 4095;
   sc.mtu = 4000;
   sc.doorbell = false;
+  sc.frame_max = 0;  // the MTU's slots, 1024 of them (large frames: their own test)
   DpdkDriver::Config cc = sc;
   cc.devargs = vdev("net_memif") + ",role=client,id=0,socket=" + sock;
   MemifPair pair("mix", sc, cc);
@@ -1148,6 +1364,89 @@ TEST_F(DpdkTest, MemifMixOfLongAndShortFramesArrivesIntact) {
   EXPECT_GT(client.counters().value("tx_drop_full"), 0u) << "the ring was meant to fill";
   EXPECT_EQ(received + client.counters().value("tx_drop_full"), sent.size());
   ASSERT_TRUE(server.open_disable(sink, parts).ok());
+}
+
+// Large frames (docs/dpdk-driver.md): two xk ends of a memif link say on
+// the doorbell page what they take; a segment to cut then crosses in frames
+// of as many whole segments as fit, each a valid TCP segment, its payload
+// attached (tx_extbuf), not copied. An end that takes MTU-sized frames only
+// (frame_max=0, as filterd's channels) gets those.
+TEST_F(DpdkTest, MemifLargeFramesCarryWholeSegmentsOnceTheOtherEndTakesThem) {
+  constexpr std::size_t kSeg = 1448;
+  Bytes payload(40000);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>((i * 7 + 3) & 0xff);
+  // One pair; `server_frame_max` is the server's word. Returns the frames'
+  // payload sizes, each checked against the stream.
+  auto run = [&](const std::string& tag, std::size_t server_frame_max, std::size_t& client_tx_max) {
+    TempDir dir;
+    const std::string sock = (dir / (tag + ".sock")).string();
+    DpdkDriver::Config sc;
+    sc.devargs = vdev("net_memif") + ",role=server,id=0,socket=" + sock;
+    sc.mbufs = 1023;
+    sc.frame_max = server_frame_max;
+    sc.gro = false;  // the frames as they crossed
+    DpdkDriver::Config cc = sc;
+    cc.devargs = vdev("net_memif") + ",role=client,id=0,socket=" + sock;
+    cc.frame_max = 16384;
+    MemifPair pair(tag, sc, cc);
+    DpdkDriver& server = pair.server;
+    DpdkDriver& client = *pair.client;
+    std::vector<std::size_t> sizes;
+    if (!pair.up()) {
+      ADD_FAILURE() << "link down";
+      return sizes;
+    }
+    client_tx_max = client.tx_frame_max();
+    EXPECT_EQ(server.tx_frame_max(), server_frame_max == 0 ? 0u : 16384u)
+        << "the client's slots hold 16 KiB, and it says so; frame_max=0 sends none either";
+    EXPECT_TRUE(client.tx_extbuf_active());
+    Sink sink;
+    Participants parts;
+    EXPECT_TRUE(server.open_enable(sink, parts).ok());
+    Result<SessionRef> cs = client.open(sink, parts);
+    EXPECT_TRUE(cs.ok());
+    if (!cs) return sizes;
+    const std::size_t free0 = client.mbufs_free();
+    Msg m = fragmented(gso_frame(payload, 0x10 | 0x08), 4000);
+    m.offload().flags = Offload::tx_tcp_seg | Offload::tx_tcp_csum;
+    m.offload().seg_size = kSeg;
+    EXPECT_TRUE((*cs)->push(std::move(m)).ok());
+    (void)client.flush();
+    std::size_t got = 0;
+    for (int k = 0; k < 200 && got < payload.size(); ++k) {
+      (void)server.poll(64);
+      for (Msg& r : sink.received) {
+        const Bytes f = bytes_of(r);
+        const std::byte* ip = f.data() + 14;
+        const std::byte* tcp = ip + 20;
+        const std::size_t n = f.size() - 66;
+        EXPECT_EQ(load_be16(ip + 2), 52 + n);
+        EXPECT_EQ(csum::fold(csum::partial(ip, 20)), 0xffff) << "IPv4 header checksum";
+        EXPECT_EQ(load_be32(tcp + 4), 1000 + got) << "in order, no gap";
+        std::uint32_t sum = csum::pseudo_header_v4(Ipv4Addr{0xc000020b}, Ipv4Addr{0xc000020a}, 6,
+                                                   static_cast<std::uint16_t>(32 + n));
+        EXPECT_EQ(csum::fold(csum::partial(tcp, 32 + n, sum)), 0xffff) << "TCP checksum";
+        EXPECT_TRUE(std::equal(f.begin() + 66, f.end(), payload.begin() + static_cast<std::ptrdiff_t>(got)));
+        sizes.push_back(n);
+        got += n;
+      }
+      sink.received.clear();
+    }
+    EXPECT_EQ(got, payload.size());
+    EXPECT_EQ(client.mbufs_free(), free0) << "every mbuf the cut took came back";
+    EXPECT_GT(client.counters().value("tx_extbuf"), 0u) << "payload attached, not copied";
+    EXPECT_TRUE(server.open_disable(sink, parts).ok());
+    return sizes;
+  };
+
+  std::size_t tx_max = 0;
+  const std::size_t per = (16384 - 66) / kSeg * kSeg;  // 11 segments a frame
+  EXPECT_EQ(run("large", 16384, tx_max), (std::vector<std::size_t>{per, per, payload.size() - 2 * per}));
+  EXPECT_EQ(tx_max, 16384u);
+  std::vector<std::size_t> mtu_sized = run("small", 0, tx_max);
+  EXPECT_EQ(tx_max, 0u) << "a server with frame_max=0 says nothing: MTU-sized frames";
+  ASSERT_EQ(mtu_sized.size(), (payload.size() + kSeg - 1) / kSeg);
+  for (std::size_t i = 0; i + 1 < mtu_sized.size(); ++i) EXPECT_EQ(mtu_sized[i], kSeg);
 }
 
 // ---- the fault fence (memif unmaps memory under a burst) ----------------

@@ -764,6 +764,35 @@ TEST_F(TcpScript, AckPerBurstCoversTheWholeBurstOnce) {
   expect_read(8000);
 }
 
+// A segment of several MSS -- segments the driver coalesced (GRO), or a
+// large frame from an xk peer -- is acked as the segments it holds would be
+// in one burst: one ACK at the burst's end, the same number and window; a
+// single MSS is still left to the timer; one past a hole is acked at once.
+TEST_F(TcpScript, ACoalescedSegmentIsAckedAsTheSegmentsItHolds) {
+  start();
+  passive_open(Offer());
+  inject_burst({ack().seq(1).ack(1).len(5000)});
+  expect(ack().seq(1).ack(5001));
+  expect_nothing();
+  EXPECT_EQ(stats().burst_acks.value(), 1u);
+  EXPECT_EQ(stats().delayed_acks.value(), 0u);
+  inject_burst({ack().seq(5001).ack(1).len(1000)});
+  expect_nothing();
+  advance(40ms);
+  expect(ack().seq(1).ack(6001));
+  EXPECT_EQ(stats().delayed_acks.value(), 1u);
+  // Two segments merged are two full ones: acked at the burst's end.
+  inject_burst({ack().seq(6001).ack(1).len(2000)});
+  expect(ack().seq(1).ack(8001));
+  expect_nothing();
+  // After a hole, at once: a duplicate ACK, then the ACK for all of it.
+  inject_burst({ack().seq(10001).ack(1).len(3000), ack().seq(8001).ack(1).len(2000)});
+  expect(ack().seq(1).ack(8001));
+  expect(ack().seq(1).ack(13001));
+  expect_nothing();
+  expect_read(13000);
+}
+
 // ack_burst_max: a burst ACK covers at most that many bytes; past them the
 // ACK leaves at once, in the middle of the burst.
 TEST_F(TcpScript, AckPerBurstCoversAtMostAckBurstMaxBytes) {

@@ -777,10 +777,19 @@ std::string FilterdClient::graph_spec(const std::string& tcp_opts, std::uint16_t
     g << "dpdk net0 devargs="
       << spec_value("net_memif" + std::to_string(queue) + ",role=client,id=" + std::to_string(ch.memif_id) +
                     ",socket=" + hello_.memif_socket)
-      << " mtu=" << hello_.mtu;
+      << " mtu=" << hello_.mtu
+      // filterd takes MTU-sized frames only: slots for those, not large ones.
+      << " frame_max=0";
   }
   // Central mode: relay frames are never dropped (a full ring waits).
   if (hello_.central) g << " tx_keep=on";
+  // TCP's checksums off: receive coalescing does not check them either.
+  {
+    std::istringstream words(tcp_opts);
+    bool csum_off = false;
+    for (std::string w; words >> w;) csum_off = csum_off || w == "csum=off";
+    if (csum_off) g << " gro_csum=carry";
+  }
   g << "\n";
   g << "eth  eth0 below=net0 mac=" << to_string(ch.node_mac) << "\n";
   g << "arp  arp0 below=eth0\n";

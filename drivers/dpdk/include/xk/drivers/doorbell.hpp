@@ -21,8 +21,8 @@
 // POSIX shared memory object, the sockets are abstract Unix datagram sockets
 // (no files, gone with the process; per network namespace, as memif's own
 // abstract sockets are). Either end may come first; a page left behind by a
-// crash holds only two flags, which the next user overwrites (at worst one
-// wake-up too many). The server's end removes the page when it goes, and so
+// crash holds only two flags and two sizes, which the next user of that end
+// overwrites (at worst one wake-up too many). The server's end removes the page when it goes, and so
 // does a client that finds no server bound any more.
 
 #include <sys/socket.h>
@@ -62,6 +62,14 @@ class Doorbell {
   Ring ring() noexcept;
 
   std::uint64_t failures() const noexcept { return failures_; }
+
+  // What each end takes besides the flags: the largest frame it accepts on
+  // this link (0 until it says; then MTU-sized frames only). A link between
+  // two xk processes is not a wire, so it may carry frames far larger than
+  // the MTU (docs/dpdk-driver.md, "Large frames"); the sender reads the
+  // peer's word before it makes one. Cleared again when this end goes.
+  void publish_rx_frame_max(std::uint32_t bytes) noexcept;
+  std::uint32_t peer_rx_frame_max() const noexcept;
   // Whether the other end's socket exists (a live process holds it).
   bool peer_bound() const noexcept;
   // The names in use (for messages and tests).
@@ -72,8 +80,14 @@ class Doorbell {
   struct alignas(64) Flag {
     std::atomic<std::uint32_t> asleep{0};
   };
+  // Each end's word of what it takes, written once, read per large frame:
+  // on lines of their own, away from the flags that change every sleep.
+  struct alignas(64) Caps {
+    std::atomic<std::uint32_t> rx_frame_max{0};
+  };
   struct Page {
     Flag side[2];
+    Caps caps[2];
   };
 
   // The link name of a net_memif port, from its devargs: "<socket>#<id>"

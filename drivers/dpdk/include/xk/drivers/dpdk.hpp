@@ -130,10 +130,34 @@ class DpdkDriver final : public Protocol, public Pollable {
     // A frame that is one whole mbuf some port of this process received
     // (filterd forwarding it, a relay) is sent as that mbuf, not copied.
     bool tx_zero_copy = true;
+    // Large frames (docs/dpdk-driver.md, "Large frames"): a net_memif link
+    // between two xk processes of one host is not a wire, so segments from
+    // the stack may cross it as frames of up to this many bytes (whole
+    // segments, cut at segment boundaries) instead of MTU-sized ones. Used
+    // only once the other end says on the doorbell page that it takes them;
+    // a client sizes the ring's slots for them. 0: MTU-sized frames only.
+    std::size_t frame_max = kDefaultFrameMax;
+    // Payload of a segment the driver cuts leaves in mbufs attached to the
+    // stack's own buffers (rte_pktmbuf_attach_extbuf) rather than copied
+    // into mbufs first -- on a port whose PMD copies what it sends anyway (a
+    // virtual device: memif, af_packet, tap, pcap). Never on a PCI port,
+    // whose DMA could not reach the stack's memory.
+    bool tx_extbuf = true;
+    // Receive coalescing (docs/dpdk-driver.md, "Receive coalescing"): the
+    // in-order TCP segments of a flow that arrive in one burst go up as
+    // one. gro_verify: each segment's checksum is checked before it merges
+    // (and marked good, so TCP does not check it again); off, for stacks
+    // with checksums off: the merged checksum is carried from the parts'.
+    bool gro = true;
+    bool gro_verify = true;
     dpdk::EalConfig eal;
   };
 
   static constexpr std::size_t kMaxBurst = 256;
+  // The default largest frame on a link that carries large frames: 16 KiB
+  // slots, 128 of them a ring (docs/dpdk-driver.md, "Large frames", for the
+  // sizes measured against each other).
+  static constexpr std::size_t kDefaultFrameMax = 16 * 1024;
 
   // Start-up: initializes the EAL if needed, probes the device, configures one
   // rx and one tx queue and starts the port. Throws std::runtime_error with
@@ -179,6 +203,11 @@ class DpdkDriver final : public Protocol, public Pollable {
   bool rx_interrupt_active() const noexcept { return rx_intr_; }
   // Whether a doorbell wakes the sleeping loop (a memif port, doorbell on).
   bool doorbell_active() const noexcept { return bell_ != nullptr; }
+  // The largest frame a segment may leave in now: above the MTU only on a
+  // large-frame link whose other end takes them; 0 otherwise.
+  std::size_t tx_frame_max() const noexcept;
+  // Whether cut segments' payload leaves attached, not copied.
+  bool tx_extbuf_active() const noexcept { return ext_pool_ != nullptr; }
   // Queries the port now (no waiting) and updates the link_up counter.
   DpdkLink link();
   // Stops the port and starts it again (frames waiting to be sent are
@@ -211,10 +240,17 @@ class DpdkDriver final : public Protocol, public Pollable {
   // false: no mbuf left (the chain is the caller's to free).
   bool append(rte_mbuf* head, rte_mbuf*& tail, const std::byte* src, std::size_t len, std::uint32_t* sum,
               std::size_t at);
+  // Chain `len` bytes of fragment `f` from `off` on to `head`..`tail` as an
+  // mbuf attached to the fragment's buffer, which it holds a reference to
+  // until the PMD frees it; with `sum`, add their checksum. false: no mbuf.
+  bool attach(rte_mbuf* head, rte_mbuf*& tail, const Frag& f, std::size_t off, std::size_t len, std::uint32_t* sum,
+              std::size_t at);
   void fault_cut(const char* what);
   void start_port();
   void setup_wait();
   void open_doorbell();
+  // Says on the doorbell page how large a frame this end takes.
+  void publish_frame_max() noexcept;
   void release() noexcept;
 
   Config config_;
@@ -225,6 +261,11 @@ class DpdkDriver final : public Protocol, public Pollable {
   bool started_ = false;
   std::uint16_t port_ = 0;
   rte_mempool* pool_ = nullptr;
+  rte_mempool* ext_pool_ = nullptr;  // tx_extbuf: data-less mbufs to attach payload with
+  std::uint64_t iova_va_ = 0;        // 1 when IOVA is the virtual address (else none given)
+  std::size_t slot_size_ = 0;        // a memif client's slot bytes (0: the server's side, unknown)
+  std::size_t data_room_ = 2048;  // the mbufs' data room
+  std::size_t rx_mbufs_per_frame_ = 0;  // memif: mbufs the largest frame it may receive takes
   MacAddr mac_{};
   std::size_t mtu_ = 1500;
   DpdkOffloads offloads_;
@@ -271,7 +312,13 @@ class DpdkDriver final : public Protocol, public Pollable {
   Counter& tx_zero_copy_;
   Counter& tx_gso_;
   Counter& tx_gso_pieces_;
+  Counter& tx_large_frames_;
+  Counter& tx_extbuf_;
   Counter& drop_wrap_;
+  Counter& rx_gro_merged_;
+  Counter& rx_gro_groups_;
+  Counter& rx_gro_bad_csum_;
+  Counter& rx_held_back_;
   Counter& rx_scarce_;
   Counter& link_up_;
   Counter& intr_sleeps_;

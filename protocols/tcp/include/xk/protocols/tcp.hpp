@@ -314,7 +314,7 @@ class TcpConnection final : public StreamEndpoint {
   void send_ack_now();
   void send_rst_and_close();
   void send_reset(SeqNum seq, SeqNum ack, std::uint8_t flags);
-  void schedule_ack(bool full_segment);
+  void schedule_ack(std::uint32_t full_segments);
   std::uint32_t advertised_window();
   std::uint32_t rcv_space() const noexcept;
   std::uint32_t payload_mss() const noexcept;

@@ -1,0 +1,244 @@
+// Receive coalescing: see gro.hpp for what merges and what never does.
+#include "gro.hpp"
+
+#include <rte_mbuf.h>
+
+#include <cstring>
+
+#include "xk/byteorder.hpp"
+#include "xk/checksum.hpp"
+
+namespace xk::drivers::gro {
+namespace {
+
+constexpr std::size_t kEth = 14;
+constexpr std::size_t kIp = 20;
+constexpr std::uint8_t kAck = 0x10;
+constexpr std::uint8_t kPsh = 0x08;
+constexpr std::size_t kMaxIpLen = 65535;
+// Flows whose groups stay open at once; a burst with more flows closes the
+// oldest first (its frame is ready where it stands).
+constexpr std::size_t kOpenGroups = 8;
+
+struct Key {
+  std::uint32_t saddr = 0, daddr = 0, ports = 0;
+  bool operator==(const Key&) const = default;
+};
+
+// One received segment, as far as coalescing looks at it.
+struct Seg {
+  rte_mbuf* m = nullptr;
+  std::byte* ip = nullptr;
+  std::byte* tcp = nullptr;
+  Key key;
+  std::uint32_t seq = 0, ack = 0;
+  std::uint32_t data_sum = 0;  // partial sum of the payload, from its first byte
+  std::uint32_t tsval = 0, tsecr = 0;
+  std::uint32_t len = 0;       // payload bytes
+  std::uint16_t win = 0;
+  std::uint16_t thl = 0;       // TCP header bytes
+  std::uint8_t flags = 0, tos = 0, ttl = 0, frag = 0;  // frag: the DF bit's byte
+  bool ts = false;             // options are exactly NOP NOP TS
+  bool checked = false;        // its TCP checksum is known good
+};
+
+enum class Parse : std::uint8_t { other, flow_only, segment };
+
+std::byte* data(rte_mbuf* m) noexcept { return rte_pktmbuf_mtod(m, std::byte*); }
+
+// The partial sum of `len` bytes from `off` of the chain at `m`, as if they
+// began at an even offset.
+std::uint32_t chain_sum(const rte_mbuf* m, std::size_t off, std::size_t len) noexcept {
+  std::uint32_t sum = 0;
+  std::size_t at = 0;
+  for (; m != nullptr && len > 0; m = m->next) {
+    if (off >= m->data_len) {
+      off -= m->data_len;
+      continue;
+    }
+    const std::size_t take = std::min<std::size_t>(len, m->data_len - off);
+    sum = csum::combine(sum, csum::partial(rte_pktmbuf_mtod_offset(m, const std::byte*, off), take), at);
+    at += take;
+    len -= take;
+    off = 0;
+  }
+  return sum;
+}
+
+// The TCP pseudo-header and header (checksum field as it is) of `s`, summed.
+std::uint32_t header_sum(const Seg& s, std::size_t tcp_len) noexcept {
+  const std::uint32_t pseudo = csum::pseudo_header_v4(Ipv4Addr{load_be32(s.ip + 12)}, Ipv4Addr{load_be32(s.ip + 16)},
+                                                      6, static_cast<std::uint16_t>(tcp_len));
+  return csum::partial(s.tcp, s.thl, pseudo);
+}
+
+Parse parse(rte_mbuf* m, Csum mode, Seg& s, Stats& stats) noexcept {
+  if (m->data_len < kEth + kIp + 20) return Parse::other;
+  std::byte* eth = data(m);
+  if (load_be16(eth + 12) != 0x0800) return Parse::other;
+  std::byte* ip = eth + kEth;
+  if (ip[0] != std::byte{0x45} || ip[9] != std::byte{6}) return Parse::other;  // IPv4, no options; TCP
+  s.m = m;
+  s.ip = ip;
+  s.tcp = ip + kIp;
+  s.key = {load_be32(ip + 12), load_be32(ip + 16), load_be32(s.tcp)};
+  const std::uint16_t frag = load_be16(ip + 6);
+  const std::uint16_t tot = load_be16(ip + 2);
+  if ((frag & 0x3fff) != 0 || tot < kIp + 20 || kEth + tot > m->pkt_len) return Parse::flow_only;
+  // The Ethernet padding after the datagram must be in the last mbuf, to
+  // be trimmed off before anything is chained behind it.
+  const std::size_t pad = m->pkt_len - kEth - tot;
+  if (pad > rte_pktmbuf_lastseg(m)->data_len) return Parse::flow_only;
+  const std::uint64_t ipck = m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
+  if (ipck == RTE_MBUF_F_RX_IP_CKSUM_BAD) return Parse::flow_only;
+  if (ipck != RTE_MBUF_F_RX_IP_CKSUM_GOOD && csum::fold(csum::partial(ip, kIp)) != 0xffff) return Parse::flow_only;
+  s.thl = static_cast<std::uint16_t>((std::to_integer<unsigned>(s.tcp[12]) >> 4) * 4);
+  s.flags = std::to_integer<std::uint8_t>(s.tcp[13]);
+  // Only ACK, or ACK and PSH; the reserved and AE bits clear.
+  if ((s.flags & ~(kAck | kPsh)) != 0 || (s.flags & kAck) == 0 || (s.tcp[12] & std::byte{0x0f}) != std::byte{0}) {
+    return Parse::flow_only;
+  }
+  if (s.thl < 20 || tot < kIp + s.thl || kEth + kIp + s.thl > m->data_len) return Parse::flow_only;
+  s.len = tot - kIp - s.thl;
+  if (s.len == 0) return Parse::flow_only;
+  const std::uint64_t l4 = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
+  if (l4 == RTE_MBUF_F_RX_L4_CKSUM_BAD) return Parse::flow_only;
+  const std::uint32_t head = header_sum(s, s.thl + s.len);
+  if (l4 == RTE_MBUF_F_RX_L4_CKSUM_GOOD || mode == Csum::carry) {
+    // The payload's sum follows from the checksum field: the whole sums to
+    // 0xffff, so the payload is the complement of the rest.
+    s.data_sum = static_cast<std::uint16_t>(~csum::fold(head));
+    s.checked = l4 == RTE_MBUF_F_RX_L4_CKSUM_GOOD;
+  } else {
+    s.data_sum = chain_sum(m, kEth + kIp + s.thl, s.len);
+    if (csum::fold(csum::add(head, s.data_sum)) != 0xffff) {
+      ++stats.bad_csum;
+      return Parse::flow_only;  // up alone: TCP counts it and drops it
+    }
+    s.checked = true;
+    m->ol_flags = (m->ol_flags & ~RTE_MBUF_F_RX_L4_CKSUM_MASK) | RTE_MBUF_F_RX_L4_CKSUM_GOOD;
+  }
+  m->ol_flags = (m->ol_flags & ~RTE_MBUF_F_RX_IP_CKSUM_MASK) | RTE_MBUF_F_RX_IP_CKSUM_GOOD;
+  s.seq = load_be32(s.tcp + 4);
+  s.ack = load_be32(s.tcp + 8);
+  s.win = load_be16(s.tcp + 14);
+  s.tos = std::to_integer<std::uint8_t>(ip[1]);
+  s.ttl = std::to_integer<std::uint8_t>(ip[8]);
+  s.frag = std::to_integer<std::uint8_t>(ip[6]);
+  s.ts = s.thl == 32 && load_be32(s.tcp + 20) == 0x0101080a;
+  if (s.ts) {
+    s.tsval = load_be32(s.tcp + 24);
+    s.tsecr = load_be32(s.tcp + 28);
+  }
+  if (pad > 0) rte_pktmbuf_trim(m, static_cast<std::uint16_t>(pad));
+  return Parse::segment;
+}
+
+struct Group {
+  Seg first;
+  rte_mbuf* tail = nullptr;    // the chain's last mbuf
+  std::uint32_t next_seq = 0;
+  std::uint32_t total = 0;     // payload bytes
+  std::uint32_t data_sum = 0;
+  std::uint32_t last_tsval = 0;
+  std::uint32_t merged = 0;
+  bool psh = false;
+  bool closed = false;         // takes no more segments
+  bool checked = true;         // every part's checksum known good
+};
+
+bool can_join(const Group& g, const Seg& s) noexcept {
+  const Seg& f = g.first;
+  if (g.closed || s.seq != g.next_seq || s.ack != f.ack || s.win != f.win || s.thl != f.thl || s.tos != f.tos ||
+      s.ttl != f.ttl || ((s.frag ^ f.frag) & 0x40) != 0 || s.len > f.len ||
+      kIp + f.thl + g.total + s.len > kMaxIpLen) {
+    return false;
+  }
+  if (f.thl == 20) return true;
+  if (f.ts && s.ts) return s.tsecr == f.tsecr && static_cast<std::int32_t>(s.tsval - g.last_tsval) >= 0;
+  return std::memcmp(f.tcp + 20, s.tcp + 20, f.thl - 20) == 0;
+}
+
+void join(Group& g, Seg& s, Stats& stats) noexcept {
+  rte_pktmbuf_adj(s.m, static_cast<std::uint16_t>(kEth + kIp + s.thl));
+  rte_mbuf* head = g.first.m;
+  g.tail->next = s.m;
+  head->nb_segs = static_cast<std::uint16_t>(head->nb_segs + s.m->nb_segs);
+  head->pkt_len += s.m->pkt_len;
+  g.tail = rte_pktmbuf_lastseg(s.m);
+  g.data_sum = csum::combine(g.data_sum, s.data_sum, g.total);
+  g.total += s.len;
+  g.next_seq += s.len;
+  g.last_tsval = s.tsval;
+  g.checked = g.checked && s.checked;
+  ++g.merged;
+  ++stats.merged;
+  if ((s.flags & kPsh) != 0) g.psh = g.closed = true;  // PSH ends a group after joining it
+  if (s.len < g.first.len) g.closed = true;             // a short segment is the last
+}
+
+// The group's frame gets the headers of what it now holds.
+void finish(Group& g, Stats& stats) noexcept {
+  if (g.merged == 0) return;
+  ++stats.groups;
+  Seg& f = g.first;
+  store_be16(f.ip + 2, static_cast<std::uint16_t>(kIp + f.thl + g.total));
+  store_be16(f.ip + 10, 0);
+  const std::uint16_t ipck = csum::finish(csum::partial(f.ip, kIp));
+  std::memcpy(f.ip + 10, &ipck, 2);
+  if (g.psh) f.tcp[13] |= std::byte{kPsh};
+  store_be16(f.tcp + 16, 0);
+  const std::uint16_t ck = csum::finish(csum::add(header_sum(f, f.thl + g.total), g.data_sum));
+  std::memcpy(f.tcp + 16, &ck, 2);
+  f.m->ol_flags &= ~RTE_MBUF_F_RX_L4_CKSUM_MASK;
+  f.m->ol_flags |= g.checked ? RTE_MBUF_F_RX_L4_CKSUM_GOOD : RTE_MBUF_F_RX_L4_CKSUM_UNKNOWN;
+}
+
+}  // namespace
+
+std::size_t coalesce(rte_mbuf** frames, std::size_t n, Csum csum, Stats& stats) noexcept {
+  Group open[kOpenGroups];
+  std::size_t nopen = 0;
+  auto close = [&](std::size_t i) {
+    finish(open[i], stats);
+    for (std::size_t j = i + 1; j < nopen; ++j) open[j - 1] = open[j];
+    --nopen;
+  };
+  auto find = [&](const Key& k) -> std::size_t {
+    for (std::size_t i = 0; i < nopen; ++i) {
+      if (open[i].first.key == k) return i;
+    }
+    return nopen;
+  };
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    rte_mbuf* m = frames[i];
+    Seg s;
+    const Parse p = parse(m, csum, s, stats);
+    const std::size_t gi = p == Parse::other ? nopen : find(s.key);
+    if (p == Parse::segment && gi < nopen && can_join(open[gi], s)) {
+      join(open[gi], s, stats);
+      continue;
+    }
+    // Whatever of this flow comes next goes after what its group holds.
+    if (gi < nopen) close(gi);
+    frames[out++] = m;
+    if (p != Parse::segment) continue;
+    if (nopen == kOpenGroups) close(0);
+    Group& g = open[nopen++];
+    g = Group{};
+    g.first = s;
+    g.tail = rte_pktmbuf_lastseg(m);
+    g.next_seq = s.seq + s.len;
+    g.total = s.len;
+    g.data_sum = s.data_sum;
+    g.last_tsval = s.tsval;
+    g.psh = (s.flags & kPsh) != 0;
+    g.closed = g.psh;
+    g.checked = s.checked;
+  }
+  while (nopen > 0) close(nopen - 1);
+  return out;
+}
+
+}  // namespace xk::drivers::gro
