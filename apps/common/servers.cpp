@@ -7,8 +7,9 @@ namespace xk::apps {
 
 // ---- TCP echo ------------------------------------------------------------------
 
-TcpEchoServer::TcpEchoServer(const char* prog, tcp::TcpListener& listener, EventLoop& loop, std::uint64_t stop_after)
-    : prog_(prog), listener_(listener), loop_(loop), stop_after_(stop_after) {}
+TcpEchoServer::TcpEchoServer(const char* prog, tcp::TcpListener& listener, EventLoop& loop, std::uint64_t stop_after,
+                             bool copy)
+    : prog_(prog), listener_(listener), loop_(loop), stop_after_(stop_after), copy_(copy) {}
 
 TcpEchoServer::~TcpEchoServer() = default;
 
@@ -29,11 +30,13 @@ bool TcpEchoServer::before_sleep() noexcept {
   if (listener_.events() & tcp::ev_acceptable) return false;
   return std::none_of(conns_.begin(), conns_.end(), [](const std::unique_ptr<Conn>& c) {
     // Something to read, or an echo waiting for room that may have come.
-    return (c->sock.events() & tcp::ev_readable) || (!c->pending.empty() && (c->sock.events() & tcp::ev_writable));
+    const bool unsent = !c->pending.empty() || c->left > 0;
+    return (c->sock.events() & tcp::ev_readable) || (unsent && (c->sock.events() & tcp::ev_writable));
   });
 }
 
 std::size_t TcpEchoServer::serve(Conn& c) {
+  if (copy_) return serve_copy(c);
   std::size_t work = 0;
   for (int i = 0; i < 64; ++i) {
     while (!c.pending.empty()) {
@@ -55,6 +58,42 @@ std::size_t TcpEchoServer::serve(Conn& c) {
     }
     bytes_ += m->size();
     c.pending.push_back(std::move(*m));
+  }
+  return work;
+}
+
+std::size_t TcpEchoServer::serve_copy(Conn& c) {
+  if (c.buf.empty()) c.buf.resize(std::size_t{128} << 10);
+  std::size_t work = 0;
+  for (int i = 0; i < 64; ++i) {
+    while (c.left > 0) {
+      auto w = c.sock.write(std::span<const std::byte>(c.buf).subspan(c.off, c.left));
+      if (!w) {
+        if (w.error() == Errc::would_block) return work;
+        std::fprintf(stderr, "%s: echo connection: %s\n", prog_, to_string(w.error()));
+        ++failures_;
+        finish(c);
+        return work + 1;
+      }
+      c.off += *w;
+      c.left -= *w;
+    }
+    auto r = c.sock.read(c.buf);
+    if (!r) {
+      if (r.error() == Errc::would_block) return work;
+      std::fprintf(stderr, "%s: echo connection: %s\n", prog_, to_string(r.error()));
+      ++failures_;
+      finish(c);
+      return work + 1;
+    }
+    ++work;
+    if (*r == 0) {  // the peer is done: close our side too
+      finish(c);
+      return work;
+    }
+    bytes_ += *r;
+    c.off = 0;
+    c.left = *r;
   }
   return work;
 }

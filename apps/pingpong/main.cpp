@@ -72,6 +72,10 @@ test:
   --warmup N          client: untimed exchanges of the smallest size first (default 1000)
   --csv FILE          client: also write the table as CSV
   --verify            client: check every echoed byte
+  --read MODE         copy (default): read into a buffer of the program's own (the
+                      server writes it back from there), as NPtcp and every program
+                      calling read() and write() does; zero-copy: take the received
+                      buffers themselves (read_msg) and echo them as they are
   --timeout SEC       give up after this long without progress (default 30)
   --help
 
@@ -92,6 +96,7 @@ struct Args : xk::apps::CommonArgs {
   std::uint64_t warmup = 1000;
   std::string csv;
   bool verify = false;
+  bool read_copy = true;
   double timeout_s = 30;
 };
 
@@ -146,6 +151,10 @@ Args parse_args(int argc, char** argv) {
       f.no_value();
       a.verify = true;
       client_flag = true;
+    } else if (f.name() == "--read") {
+      auto v = f.value();
+      if (v != "copy" && v != "zero-copy") throw UsageError{"--read: copy or zero-copy"};
+      a.read_copy = v == "copy";
     } else if (f.name() == "--timeout") {
       a.timeout_s = xk::apps::parse_seconds(f.name(), f.value());
     } else {
@@ -229,6 +238,7 @@ class Sweep final : public xk::Pollable {
       written_ += *w;
       ++work;
     }
+    if (a_.read_copy) return work + read_copy(size);
     for (;;) {
       auto m = s_.read_msg(size - echoed_);
       if (!m) {
@@ -260,6 +270,28 @@ class Sweep final : public xk::Pollable {
   }
   bool before_sleep() noexcept override { return false; }
   int rc() const noexcept { return rc_; }
+
+  // The echo read into the program's own buffer (--read copy).
+  std::size_t read_copy(std::size_t size) {
+    std::size_t work = 0;
+    while (echoed_ < size) {
+      auto r = s_.read(std::span<std::byte>(rx_).subspan(echoed_, size - echoed_));
+      if (!r) {
+        if (r.error() == xk::Errc::would_block) return work;
+        return fail(std::string("read: ") + xk::to_string(r.error()));
+      }
+      if (*r == 0) return fail("the server closed the connection");
+      ++work;
+      if (a_.verify && std::memcmp(rx_.data() + echoed_, tx_.data() + echoed_, *r) != 0) {
+        return fail("the echo of a " + std::to_string(size) + "-byte message differs near byte " +
+                    std::to_string(echoed_));
+      }
+      echoed_ += *r;
+    }
+    last_progress_ = Clock::now();
+    exchange_done(last_progress_);
+    return work;
+  }
   const std::vector<Point>& points() const noexcept { return points_; }
 
  private:
@@ -330,6 +362,7 @@ class Sweep final : public xk::Pollable {
   const Args& a_;
   std::vector<std::size_t> sizes_;
   std::vector<std::byte> tx_;
+  std::vector<std::byte> rx_ = std::vector<std::byte>(a_.read_copy ? a_.max : 0);
   std::vector<Point> points_;
   std::size_t idx_ = 0;
   std::uint64_t warm_left_ = 0;
@@ -371,7 +404,7 @@ int run(const Args& a) {
       std::fprintf(stderr, "%s: cannot listen on port %u: %s\n", kProg, a.port, xk::to_string(l.error()));
       return kExitFail;
     }
-    xk::apps::TcpEchoServer server(kProg, *l, loop, a.count);
+    xk::apps::TcpEchoServer server(kProg, *l, loop, a.count, a.read_copy);
     loop.add(server);
     std::printf("%s: echo server on tcp port %u: ready\n", kProg, a.port);
     std::fflush(stdout);

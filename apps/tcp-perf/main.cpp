@@ -73,6 +73,9 @@ test:
   --nodelay           TCP_NODELAY (pingpong sets it anyway)
   --verify on|off     SHA-256 of the stream (default on; off for throughput runs: it
                       costs about 4 ns per byte)
+  --read MODE         server sink: copy (default) reads into a 128 KiB buffer, as a
+                      program calling read() does; zero-copy takes the received
+                      buffers themselves (read_msg)
   --timeout SEC       give up after this long without progress (default 30)
   --help
 
@@ -94,6 +97,7 @@ struct Args : xk::apps::CommonArgs {
   bool nodelay = false;
   bool group = false;  // server behind filterd: listen as one of a group
   bool verify = true;
+  bool read_copy = true;  // sink: read() into a buffer, not read_msg()
   double timeout_s = 30;
 };
 
@@ -107,6 +111,7 @@ const xk::apps::CommandLineSpec kCommandLine{
 Args parse_args(int argc, char** argv) {
   Args a;
   std::optional<std::uint64_t> count;
+  bool read_flag = false;
   std::size_t role = xk::apps::parse_command_line(argc, argv, kCommandLine, a, [&](xk::apps::Flag& f) {
     if (f.name() == "--tcp-port") {
       a.port = parse_number<std::uint16_t>(f.name(), f.value(), 1, 65535);
@@ -138,6 +143,11 @@ Args parse_args(int argc, char** argv) {
       auto v = f.value();
       if (v != "on" && v != "off") throw UsageError{"--verify: on or off"};
       a.verify = v == "on";
+    } else if (f.name() == "--read") {
+      auto v = f.value();
+      if (v != "copy" && v != "zero-copy") throw UsageError{"--read: copy or zero-copy"};
+      a.read_copy = v == "copy";
+      read_flag = true;
     } else if (f.name() == "--timeout") {
       a.timeout_s = xk::apps::parse_seconds(f.name(), f.value());
     } else {
@@ -150,11 +160,13 @@ Args parse_args(int argc, char** argv) {
     if (a.mode.empty()) a.mode = "sink";
     if (a.mode != "sink" && a.mode != "echo") throw UsageError{"server --mode: sink or echo"};
     if (a.peer) throw UsageError{"--peer is for the client"};
+    if (read_flag && a.mode != "sink") throw UsageError{"--read is for the sink server"};
     a.count = count.value_or(0);
   } else {
     if (a.mode.empty()) a.mode = "send";
     if (a.mode != "send" && a.mode != "pingpong") throw UsageError{"client --mode: send or pingpong"};
     if (!a.peer) throw UsageError{"client: --peer A.B.C.D:PORT is required"};
+    if (read_flag) throw UsageError{"--read is for the sink server"};
     a.count = count.value_or(100000);
   }
   return a;
@@ -208,6 +220,7 @@ class Server final : public xk::Pollable {
   };
 
   std::size_t serve(Conn& c) {
+    if (a_.mode == "sink" && a_.read_copy) return serve_copy(c);
     std::size_t work = 0;
     for (int i = 0; i < 64; ++i) {
       if (a_.mode == "echo") {
@@ -242,6 +255,31 @@ class Server final : public xk::Pollable {
     return work;
   }
 
+  // The sink as a program that calls read() is: the bytes are copied into
+  // a buffer of its own, then looked at.
+  std::size_t serve_copy(Conn& c) {
+    std::size_t work = 0;
+    for (int i = 0; i < 64; ++i) {
+      auto r = c.sock.read(buf_);
+      if (!r) {
+        if (r.error() == xk::Errc::would_block) return work;
+        std::fprintf(stderr, "%s: connection %llu: %s\n", kProg, static_cast<unsigned long long>(finished_),
+                     xk::to_string(r.error()));
+        ++failures_;
+        finish(c, false);
+        return work + 1;
+      }
+      if (*r == 0) {  // end of stream
+        finish(c, true);
+        return work + 1;
+      }
+      ++work;
+      c.bytes += *r;
+      if (a_.verify) c.sha.update(std::span<const std::byte>(buf_).first(*r));
+    }
+    return work;
+  }
+
   void finish(Conn& c, bool eof) {
     double secs = seconds_between(c.start, Clock::now());
     if (a_.mode == "sink") {
@@ -262,6 +300,7 @@ class Server final : public xk::Pollable {
   xk::EventLoop& loop_;
   const Args& a_;
   std::vector<std::unique_ptr<Conn>> conns_;
+  std::vector<std::byte> buf_ = std::vector<std::byte>(128 * 1024);  // iperf3's default read size
   std::uint64_t finished_ = 0;
   std::uint64_t failures_ = 0;
 };

@@ -17,11 +17,14 @@
 namespace xk::apps {
 
 // Echoes every byte of every connection the listener accepts (any number, at
-// once), passing the received Msgs back down as they are (no copy). The loop
-// stops after `stop_after` connections have ended (0: never).
+// once), passing the received Msgs back down as they are (no copy) -- or,
+// with `copy`, as a program calling read() and write() does: into a buffer
+// of its own and out of it again. The loop stops after `stop_after`
+// connections have ended (0: never).
 class TcpEchoServer final : public Pollable {
  public:
-  TcpEchoServer(const char* prog, tcp::TcpListener& listener, EventLoop& loop, std::uint64_t stop_after);
+  TcpEchoServer(const char* prog, tcp::TcpListener& listener, EventLoop& loop, std::uint64_t stop_after,
+                bool copy = false);
   ~TcpEchoServer() override;
   TcpEchoServer(const TcpEchoServer&) = delete;
   TcpEchoServer& operator=(const TcpEchoServer&) = delete;
@@ -39,15 +42,19 @@ class TcpEchoServer final : public Pollable {
     explicit Conn(tcp::TcpSocket s) : sock(std::move(s)) {}
     tcp::TcpSocket sock;
     std::deque<Msg> pending;  // read, not yet taken by the send buffer
+    std::vector<std::byte> buf;     // copy: what was read ...
+    std::size_t off = 0, left = 0;  // ... and the part not yet written
     bool done = false;
   };
   std::size_t serve(Conn& c);
+  std::size_t serve_copy(Conn& c);
   void finish(Conn& c);
 
   const char* prog_;
   tcp::TcpListener& listener_;
   EventLoop& loop_;
   std::uint64_t stop_after_;
+  bool copy_;
   std::vector<std::unique_ptr<Conn>> conns_;
   std::atomic<std::uint64_t> finished_{0};
   std::uint64_t bytes_ = 0;
