@@ -147,10 +147,15 @@ check_capture() {
     -e _ws.expert.severity -e tcp.analysis.spurious_retransmission -e tcp.analysis.retransmission \
     -e tcp.analysis.fast_retransmission -e tcp.flags.syn -e tcp.options.wscale.shift -e tcp.options.sack_perm \
     -e tcp.options.timestamp.tsval -e udp.checksum.status -e tcp.checksum -e tcp.checksum_calculated -e ip.src \
-    -e icmp.checksum.status > "$f.fields" 2> "$f.tshark-err" \
+    -e icmp.checksum.status -e frame.len > "$f.fields" 2> "$f.tshark-err" \
     || { cat "$f.tshark-err" >&2; die "tshark cannot read $f"; }
-  read -r CAP_FRAMES good bad spurious CAP_RETRANS CAP_SYNS CAP_SYNS_FULL xk_spurious < <(awk -v xk="$xk" -F'\t' '
+  # A link with an MTU carries no frame over it, whatever the stacks move
+  # inside their own processes (large frames, coalesced segments).
+  local max_frame=$(( ${CAP_MTU:-1500} + 14 ))
+  read -r CAP_FRAMES good bad spurious CAP_RETRANS CAP_SYNS CAP_SYNS_FULL xk_spurious oversize < <(awk -v xk="$xk" \
+    -v max="$max_frame" -F'\t' '
     { total++
+      if ($18 + 0 > max) { oversize++; print $1 > "/dev/stderr" }
       if ($2 == "0" && $14 == "0xffff" && $15 == "0x0000") $2 = "1"
       if ($2 == "1" || $13 == "1" || $17 == "1") good++
       sev = 0; n = split($5, s, ","); for (i = 1; i <= n; i++) if (s[i] + 0 >= 8388608) sev = 1
@@ -158,13 +163,15 @@ check_capture() {
       if ($6 != "") { spurious++; if ($16 == xk) xk_spurious++ }
       if ($7 != "" || $8 != "") retrans++
       if ($9 == "1") { syns++; if ($10 != "" && $11 != "" && $12 != "") full++ } }
-    END { print total+0, good+0, bad+0, spurious+0, retrans+0, syns+0, full+0, xk_spurious+0 }' "$f.fields" \
+    END { print total+0, good+0, bad+0, spurious+0, retrans+0, syns+0, full+0, xk_spurious+0, oversize+0 }' "$f.fields" \
     2> "$f.bad-frames")
   CAP_DROPPED=$(sed -n 's/^\([0-9]*\) packets dropped by kernel.*/\1/p' "$f.log" 2>/dev/null)
   CAP_DROPPED=${CAP_DROPPED:-0}
   echo "   $(basename "$f"): $CAP_FRAMES frames, $good with a verified good checksum, $bad bad or malformed," \
-       "$CAP_RETRANS retransmissions ($spurious spurious, $xk_spurious by $xk); tcpdump dropped $CAP_DROPPED"
+       "$CAP_RETRANS retransmissions ($spurious spurious, $xk_spurious by $xk); tcpdump dropped $CAP_DROPPED;" \
+       "$oversize over $max_frame bytes"
   [ "$bad" -eq 0 ] || die "$f: $bad bad or malformed frames (frame numbers in $f.bad-frames)"
+  [ "$oversize" -eq 0 ] || die "$f: $oversize frames longer than the MTU allows (frame numbers in $f.bad-frames)"
   [ "$good" -gt 0 ] || die "$f: no checksum was verified at all"
   if [ "$mode" != lossy ] && [ "$CAP_DROPPED" -eq 0 ]; then
     [ "$xk_spurious" -eq 0 ] || die "$f: $xk sent $xk_spurious spurious retransmissions on a loss-free link"
