@@ -251,6 +251,9 @@ class DpdkDriver final : public Protocol, public Pollable {
   void open_doorbell();
   // Says on the doorbell page how large a frame this end takes.
   void publish_frame_max() noexcept;
+  // Free mbufs this thread can take: the pool's ring and this lcore's
+  // cache (cheap enough for the data path; mbufs_free() is exact).
+  std::size_t mbufs_free_here() const noexcept;
   void release() noexcept;
 
   Config config_;
@@ -261,6 +264,7 @@ class DpdkDriver final : public Protocol, public Pollable {
   bool started_ = false;
   std::uint16_t port_ = 0;
   rte_mempool* pool_ = nullptr;
+  void* pool_ring_ = nullptr;         // pool_'s rte_ring, when its ops are ring-based
   rte_mempool* ext_pool_ = nullptr;  // tx_extbuf: data-less mbufs to attach payload with
   std::uint64_t iova_va_ = 0;        // 1 when IOVA is the virtual address (else none given)
   std::size_t slot_size_ = 0;        // a memif client's slot bytes (0: the server's side, unknown)
