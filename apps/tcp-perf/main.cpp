@@ -195,6 +195,7 @@ class Server final : public xk::Pollable {
       auto c = std::make_unique<Conn>();
       c->sock = std::move(*s);
       c->start = Clock::now();
+      c->cpu0 = xk::apps::process_cpu_seconds();
       conns_.push_back(std::move(c));
       ++work;
     }
@@ -215,6 +216,7 @@ class Server final : public xk::Pollable {
     xk::Sha256 sha;
     std::uint64_t bytes = 0;
     Clock::time_point start{};
+    double cpu0 = 0;  // the process's CPU seconds when it was accepted
     bool done = false;
     std::deque<xk::Msg> echo_pending;
   };
@@ -283,11 +285,12 @@ class Server final : public xk::Pollable {
   void finish(Conn& c, bool eof) {
     double secs = seconds_between(c.start, Clock::now());
     if (a_.mode == "sink") {
-      std::printf("RESULT role=server conn=%llu bytes=%llu sha256=%s seconds=%.6f gbps=%.3f eof=%d cpu_s=%.3f\n",
+      const double cpu = xk::apps::process_cpu_seconds();
+      std::printf("RESULT role=server conn=%llu bytes=%llu sha256=%s seconds=%.6f gbps=%.3f eof=%d cpu_s=%.3f "
+                  "xfer_cpu_s=%.3f\n",
                   static_cast<unsigned long long>(finished_), static_cast<unsigned long long>(c.bytes),
                   a_.verify ? xk::Sha256::hex(c.sha.digest()).c_str() : "off", secs,
-                  secs > 0 ? static_cast<double>(c.bytes) * 8 / secs / 1e9 : 0.0, eof ? 1 : 0,
-                  xk::apps::process_cpu_seconds());
+                  secs > 0 ? static_cast<double>(c.bytes) * 8 / secs / 1e9 : 0.0, eof ? 1 : 0, cpu, cpu - c.cpu0);
     }
     print_conn_stats("server", c.sock);
     std::fflush(stdout);
@@ -340,6 +343,7 @@ class Client final : public xk::Pollable {
       if (s_.state() != xk::tcp::State::established) return fail_if_closed();
       connected_ = true;
       start_ = Clock::now();
+      cpu0_ = xk::apps::process_cpu_seconds();
     }
     while (sent_ < a_.bytes) {
       std::size_t off = static_cast<std::size_t>(sent_ % block_.size());
@@ -445,10 +449,12 @@ class Client final : public xk::Pollable {
   void finish() {
     auto now = Clock::now();
     double secs = seconds_between(start_, now);
-    std::printf("RESULT role=client bytes=%llu sha256=%s seconds=%.6f gbps=%.3f send_seconds=%.6f cpu_s=%.3f\n",
+    const double cpu = xk::apps::process_cpu_seconds();
+    std::printf("RESULT role=client bytes=%llu sha256=%s seconds=%.6f gbps=%.3f send_seconds=%.6f cpu_s=%.3f "
+                "xfer_cpu_s=%.3f\n",
                 static_cast<unsigned long long>(sent_), a_.verify ? xk::Sha256::hex(sha_.digest()).c_str() : "off", secs,
-                secs > 0 ? static_cast<double>(sent_) * 8 / secs / 1e9 : 0.0, seconds_between(start_, sent_done_),
-                xk::apps::process_cpu_seconds());
+                secs > 0 ? static_cast<double>(sent_) * 8 / secs / 1e9 : 0.0, seconds_between(start_, sent_done_), cpu,
+                cpu - cpu0_);
     print_conn_stats("client", s_);
     std::fflush(stdout);
     (void)s_.close();
@@ -481,6 +487,7 @@ class Client final : public xk::Pollable {
   bool connected_ = false;
   bool shut_ = false;
   Clock::time_point start_{}, sent_done_{}, last_progress_{}, sent_at_{};
+  double cpu0_ = 0;  // the process's CPU seconds when the connection was up
   std::vector<std::byte> msg_, got_;
   std::size_t have_ = 0;
   std::uint64_t done_ = 0;

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# TCP benchmark (issue 4): xk <-> xk over net_memif against Linux TCP over a
-# veth pair, measured in the same run (docs/BENCHMARKS.md).
+# TCP benchmark (issues 4, 21): xk <-> xk over net_memif against Linux TCP
+# over a veth pair, measured in the same run (docs/BENCHMARKS.md).
 #
 #   tests/bench/tcp_bench.sh [BUILD_DIR]     (as root: the Linux side uses netns)
 #
 # Bulk throughput of one connection: iperf3 between two namespaces (Linux's
-# defaults: TSO/GSO/GRO on, as a user would run it), and xk-tcp-perf over
-# memif at MTU 1500 and 9000, with the TCP checksum on and off; CPU seconds
-# per GB on each side. Ping-pong: sockperf --tcp against xk-tcp-perf
-# pingpong, with 14-byte messages (sockperf's smallest), and xk with 1 byte
-# too; xk-memif-pingpong gives the raw frame ping-pong under xk's. Prints the
-# ratios xk / Linux.
+# defaults: TSO/GSO/GRO on, as a user would run it) at MTU 1500 and 9000,
+# and xk-tcp-perf over memif at the same MTUs, with the TCP checksum on and
+# off; the xk sink reads into a buffer of its own as iperf3 does (--read
+# copy). CPU seconds per GB on each side (iperf3's own CPU figures for
+# Linux; getrusage for xk, whose loops busy-poll). Ping-pong: sockperf --tcp
+# against xk-tcp-perf pingpong, with 14-byte messages (sockperf's smallest),
+# and xk with 1 byte too; xk-memif-pingpong gives the raw frame ping-pong
+# under xk's. Each bulk figure is the median of XK_BENCH_RUNS runs, Linux's
+# and xk's interleaved; prints the machine, then the ratios xk / Linux.
 #   XK_BENCH_SECONDS  seconds per Linux measurement (default 5)
 #   XK_BENCH_BYTES    bytes per xk transfer (default 8g)
+#   XK_BENCH_RUNS     runs of each bulk figure (default 3)
 set -euo pipefail
 TEST_NAME=tcp_bench
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -44,23 +48,38 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" "$2" | head -1; }
 
+RUNS=${XK_BENCH_RUNS:-3}
+echo "machine: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) CPUs, kernel $(uname -r)"
+# median V...: the middle value (the lower middle of an even count).
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+declare -A R
+
 step "Linux: veth between two namespaces"
 make_veth_pair "$NSA" "$NSB" xkbta$$ xkbtb$$ 192.0.2.1/24 192.0.2.2/24
 
-step "Linux: iperf3, $SECS s"
-ip netns exec "$NSA" iperf3 -s -1 -J > "$OUT/iperf3-s.json" 2>&1 &
-IS=$!
-PIDS+=("$IS")
-sleep 0.5
-ip netns exec "$NSB" iperf3 -c 192.0.2.1 -t "$SECS" -J > "$OUT/iperf3-c.json" 2>&1 || die "iperf3 failed"
-wait "$IS" || true
-read -r LNX_GBPS LNX_CPU_C LNX_CPU_S < <(python3 -c '
+# linux_bulk MTU RUN: one iperf3 run; Gbit/s and CPU s per GB each side.
+linux_bulk() {
+  local mtu=$1 run=$2 j=$OUT/iperf3-$1-$2.json
+  ip -n "$NSA" link set xkbta$$ mtu "$mtu"
+  ip -n "$NSB" link set xkbtb$$ mtu "$mtu"
+  ip netns exec "$NSA" iperf3 -s -1 -J > "$OUT/iperf3-s.json" 2>&1 &
+  local is=$!
+  PIDS+=("$is")
+  sleep 0.5
+  ip netns exec "$NSB" iperf3 -c 192.0.2.1 -t "$SECS" -J > "$j" 2>&1 || die "iperf3 failed"
+  wait "$is" || true
+  local g c s
+  read -r g c s < <(python3 -c '
 import json,sys
-c=json.load(open(sys.argv[1]))
-e=c["end"]
-print("%.3f %.1f %.1f" % (e["sum_received"]["bits_per_second"]/1e9, e["cpu_utilization_percent"]["host_total"],
-                          e["cpu_utilization_percent"]["remote_total"]))' "$OUT/iperf3-c.json")
-echo "   $LNX_GBPS Gbit/s (CPU: sender $LNX_CPU_C %, receiver $LNX_CPU_S % of one core... as iperf3 reports)"
+e=json.load(open(sys.argv[1]))["end"]
+r=e["sum_received"]; gb=r["bytes"]/1e9; cpu=e["cpu_utilization_percent"]
+print("%.3f %.2f %.2f" % (r["bits_per_second"]/1e9, cpu["host_total"]/100*r["seconds"]/gb,
+                          cpu["remote_total"]/100*r["seconds"]/gb))' "$j")
+  R[lnx${mtu}_gbps_$run]=$g
+  R[lnx${mtu}_cpu_c_$run]=$c
+  R[lnx${mtu}_cpu_s_$run]=$s
+  echo "   Linux MTU $mtu run $run: $g Gbit/s, CPU s/GB sender $c receiver $s"
+}
 
 step "Linux: sockperf --tcp ping-pong, 14 bytes (its minimum), $SECS s"
 ip netns exec "$NSA" sockperf sr --tcp -i 192.0.2.1 -p 11112 > "$OUT/sr.log" 2>&1 &
@@ -73,9 +92,8 @@ stop "$SR" || true
 LNX_PP=$(awk '/Summary: Round trip is/ { printf "%.3f", $6 / 2 }' "$OUT/pp.log")
 echo "   half-RTT $LNX_PP us"
 
-declare -A R
-xk_bulk() {  # name mtu csum
-  local name=$1 mtu=$2 csum=$3 sock=$OUT/memif-$1.sock
+xk_bulk() {  # name mtu csum run
+  local name=$1 mtu=$2 csum=$3 run=$4 sock=$OUT/memif-$1.sock
   "$PERF" server --port "net_memif0,role=server,id=0,socket=$sock" --port-opts "mtu=$mtu" --ip 192.0.2.10/24 \
     --csum "$csum" --count 1 --verify off > "$OUT/srv-$name.log" 2>&1 &
   local srv=$!
@@ -85,21 +103,42 @@ xk_bulk() {  # name mtu csum
     --csum "$csum" --peer 192.0.2.10:5001 --bytes "$BYTES" --verify off > "$OUT/cli-$name.log" 2>&1 \
     || { tail "$OUT/cli-$name.log" >&2; die "xk bulk $name failed"; }
   wait "$srv" || die "xk server $name failed"
-  R[${name}_gbps]=$(field gbps "$OUT/srv-$name.log")
-  local bytes secs ccpu scpu
+  R[${name}_gbps_$run]=$(field gbps "$OUT/srv-$name.log")
+  local bytes ccpu scpu
   bytes=$(field bytes "$OUT/srv-$name.log")
-  ccpu=$(field cpu_s "$OUT/cli-$name.log")
-  scpu=$(field cpu_s "$OUT/srv-$name.log")
-  R[${name}_cpu_c]=$(awk -v c="$ccpu" -v b="$bytes" 'BEGIN { printf "%.2f", c / (b / 1e9) }')
-  R[${name}_cpu_s]=$(awk -v c="$scpu" -v b="$bytes" 'BEGIN { printf "%.2f", c / (b / 1e9) }')
-  R[${name}_rexmit]=$(sed -n 's/.*who=client.*retransmits=\([0-9]*\).*/\1/p' "$OUT/cli-$name.log")
-  echo "   $name: ${R[${name}_gbps]} Gbit/s, CPU s/GB client ${R[${name}_cpu_c]} server ${R[${name}_cpu_s]}, retransmits ${R[${name}_rexmit]}"
+  ccpu=$(field xfer_cpu_s "$OUT/cli-$name.log")  # over the transfer, as iperf3 counts
+  scpu=$(field xfer_cpu_s "$OUT/srv-$name.log")
+  R[${name}_cpu_c_$run]=$(awk -v c="$ccpu" -v b="$bytes" 'BEGIN { printf "%.2f", c / (b / 1e9) }')
+  R[${name}_cpu_s_$run]=$(awk -v c="$scpu" -v b="$bytes" 'BEGIN { printf "%.2f", c / (b / 1e9) }')
+  local rexmit
+  rexmit=$(sed -n 's/.*who=client.*retransmits=\([0-9]*\).*/\1/p' "$OUT/cli-$name.log")
+  echo "   xk $name run $run: ${R[${name}_gbps_$run]} Gbit/s, CPU s/GB client ${R[${name}_cpu_c_$run]}" \
+       "server ${R[${name}_cpu_s_$run]}, retransmits $rexmit"
 }
-step "xk over memif: bulk, $BYTES each"
-xk_bulk mtu1500 1500 on
-xk_bulk mtu9000 9000 on
-xk_bulk mtu1500_nocsum 1500 off
-xk_bulk mtu9000_nocsum 9000 off
+XK_RUNS=(mtu1500:1500:on mtu9000:9000:on mtu1500_nocsum:1500:off mtu9000_nocsum:9000:off)
+step "bulk: Linux iperf3 $SECS s and xk over memif $BYTES, $RUNS runs each, interleaved"
+for run in $(seq "$RUNS"); do
+  linux_bulk 1500 "$run"
+  linux_bulk 9000 "$run"
+  for x in "${XK_RUNS[@]}"; do
+    IFS=: read -r name mtu csum <<< "$x"
+    xk_bulk "$name" "$mtu" "$csum" "$run"
+  done
+done
+# The medians: R[key] from R[key_1..RUNS].
+for key in lnx1500_gbps lnx1500_cpu_c lnx1500_cpu_s lnx9000_gbps lnx9000_cpu_c lnx9000_cpu_s; do
+  vals=()
+  for run in $(seq "$RUNS"); do vals+=("${R[${key}_$run]}"); done
+  R[$key]=$(median "${vals[@]}")
+done
+for x in "${XK_RUNS[@]}"; do
+  name=${x%%:*}
+  for k in gbps cpu_c cpu_s; do
+    vals=()
+    for run in $(seq "$RUNS"); do vals+=("${R[${name}_${k}_$run]}"); done
+    R[${name}_$k]=$(median "${vals[@]}")
+  done
+done
 
 xk_pp() {  # size
   local size=$1 sock=$OUT/memif-pp$1.sock
@@ -137,16 +176,24 @@ echo "   80-byte frames: half-RTT $RAW_PP us"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'; }
 echo
 echo "TCP, one connection: xk <-> xk over net_memif against Linux <-> Linux over veth"
+echo "machine: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) CPUs, kernel $(uname -r);" \
+     "bulk: medians of $RUNS runs"
 printf "%-44s %10s %10s %8s %s\n" "what" "xk" "Linux" "ratio" "target"
-printf "%-44s %10s %10s %8s %s\n" "bulk, MTU 1500, Gbit/s" "${R[mtu1500_gbps]}" "$LNX_GBPS" "$(ratio "${R[mtu1500_gbps]}" "$LNX_GBPS")" ">= 1.5x"
-printf "%-44s %10s %10s %8s %s\n" "bulk, MTU 9000, Gbit/s" "${R[mtu9000_gbps]}" "$LNX_GBPS" "$(ratio "${R[mtu9000_gbps]}" "$LNX_GBPS")" ">= 1.5x"
-printf "%-44s %10s %10s %8s\n" "bulk, MTU 1500, checksum off, Gbit/s" "${R[mtu1500_nocsum_gbps]}" "${R[mtu1500_gbps]}" "$(ratio "${R[mtu1500_nocsum_gbps]}" "${R[mtu1500_gbps]}")"
-printf "%-44s %10s %10s %8s\n" "bulk, MTU 9000, checksum off, Gbit/s" "${R[mtu9000_nocsum_gbps]}" "${R[mtu9000_gbps]}" "$(ratio "${R[mtu9000_nocsum_gbps]}" "${R[mtu9000_gbps]}")"
+printf "%-44s %10s %10s %8s %s\n" "bulk, MTU 1500, Gbit/s" "${R[mtu1500_gbps]}" "${R[lnx1500_gbps]}" "$(ratio "${R[mtu1500_gbps]}" "${R[lnx1500_gbps]}")" ">= 1.5x"
+printf "%-44s %10s %10s %8s %s\n" "bulk, MTU 9000, Gbit/s" "${R[mtu9000_gbps]}" "${R[lnx9000_gbps]}" "$(ratio "${R[mtu9000_gbps]}" "${R[lnx9000_gbps]}")" ">= 1.5x"
+for m in 1500 9000; do
+  printf "%-44s %10s %10s %8s %s\n" "bulk, MTU $m, sender CPU s/GB" "${R[mtu${m}_cpu_c]}" "${R[lnx${m}_cpu_c]}" \
+    "$(ratio "${R[mtu${m}_cpu_c]}" "${R[lnx${m}_cpu_c]}")" "< 1x"
+  printf "%-44s %10s %10s %8s %s\n" "bulk, MTU $m, receiver CPU s/GB" "${R[mtu${m}_cpu_s]}" "${R[lnx${m}_cpu_s]}" \
+    "$(ratio "${R[mtu${m}_cpu_s]}" "${R[lnx${m}_cpu_s]}")" "< 1x"
+done
+printf "%-44s %10s %10s %8s %s\n" "bulk, MTU 1500, checksum off, Gbit/s" "${R[mtu1500_nocsum_gbps]}" "${R[mtu1500_gbps]}" "$(ratio "${R[mtu1500_nocsum_gbps]}" "${R[mtu1500_gbps]}")" ">= 1x"
+printf "%-44s %10s %10s %8s %s\n" "bulk, MTU 9000, checksum off, Gbit/s" "${R[mtu9000_nocsum_gbps]}" "${R[mtu9000_gbps]}" "$(ratio "${R[mtu9000_nocsum_gbps]}" "${R[mtu9000_gbps]}")" ">= 1x"
 printf "%-44s %10s %10s %8s %s\n" "14-byte ping-pong half-RTT, us" "$XK_PP" "$LNX_PP" "$(ratio "$XK_PP" "$LNX_PP")" "<= 0.25x"
 printf "%-44s %10s %10s\n" "1-byte ping-pong half-RTT, us (xk only)" "${R[pp1]}" "-"
 printf "%-44s %10s %10s %8s %s\n" "xk's overhead over raw memif frames, us" \
   "$(awk -v a="$XK_PP" -v b="$RAW_PP" 'BEGIN { printf "%.3f", a - b }')" "$RAW_PP" "" "<= 1 us (raw half-RTT in the Linux column)"
-echo "  (checksum rows compare xk with itself: off / on)"
-echo "  xk CPU s per GB (client / server): MTU 1500 ${R[mtu1500_cpu_c]} / ${R[mtu1500_cpu_s]}," \
-     "MTU 9000 ${R[mtu9000_cpu_c]} / ${R[mtu9000_cpu_s]}; both busy-poll one core each"
-echo "  Linux iperf3 CPU: sender $LNX_CPU_C %, receiver $LNX_CPU_S % (iperf3's own figures)"
+echo "  (checksum rows compare xk with itself: off / on; checksum off, xk CPU s/GB client / server:" \
+     "MTU 1500 ${R[mtu1500_nocsum_cpu_c]} / ${R[mtu1500_nocsum_cpu_s]}, MTU 9000 ${R[mtu9000_nocsum_cpu_c]} / ${R[mtu9000_nocsum_cpu_s]})"
+echo "  xk's CPU: getrusage of each process over the transfer, whose loop busy-polls a core (so CPU s/GB is about 1 / rate);" \
+     "Linux's: iperf3's own host/remote CPU percentages times the run's seconds"
