@@ -702,9 +702,13 @@ void DpdkDriver::request_offloads(rte_mbuf* m, std::uint64_t ol_flags, std::size
   ++tx_csum_offload_;
 }
 
+// A burst leaves when it holds `burst` frames or 64 KiB: large frames go
+// at once in fours, so the receiver starts on a message while the rest of
+// it is still being cut (the end of the pass sends what is left).
 void DpdkDriver::enqueue(rte_mbuf* m) {
   tx_queue_.push_back(m);
-  if (tx_queue_.size() >= config_.burst) (void)flush();
+  tx_unflushed_bytes_ += m->pkt_len;
+  if (tx_queue_.size() >= config_.burst || tx_unflushed_bytes_ >= kTxFlushBytes) (void)flush();
 }
 
 std::size_t DpdkDriver::mbufs_free() const noexcept { return pool_ == nullptr ? 0 : rte_mempool_avail_count(pool_); }
@@ -922,6 +926,7 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
 }
 
 std::size_t DpdkDriver::flush() {
+  tx_unflushed_bytes_ = 0;
   if (tx_queue_.empty()) return 0;
   if (!started_) {
     // A port that did not start again: what waits for it is lost, as on a dead link.

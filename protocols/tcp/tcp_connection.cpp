@@ -123,10 +123,25 @@ Result<std::size_t> TcpConnection::write(std::span<const std::byte> bytes) {
       return Errc::closed;
   }
   if (bytes.empty()) return std::size_t{0};
-  std::size_t n = sndbuf_.write(bytes);
-  if (n == 0) return Errc::would_block;
-  output();
-  return n;
+  // A large write is copied in pieces, each sent as soon as it is in: the
+  // peer starts on the first while the rest is copied (as Linux pushes
+  // while it copies). Between pieces the tail short of a full segment
+  // waits for the next piece (corked), so the pieces make no short
+  // segments in the middle of the stream.
+  const bool corked = cork_;
+  std::size_t total = 0;
+  while (total < bytes.size()) {
+    const std::size_t piece = std::min(bytes.size() - total, kWritePiece);
+    const std::size_t n = sndbuf_.write(bytes.subspan(total, piece));
+    total += n;
+    const bool more = n == piece && total < bytes.size();
+    cork_ = corked || more;
+    if (n > 0) output();
+    if (!more) break;
+  }
+  cork_ = corked;
+  if (total == 0) return Errc::would_block;
+  return total;
 }
 
 Status TcpConnection::write_msg(Msg& msg) {

@@ -359,6 +359,46 @@ TEST_F(TcpScript, SackBlocksMostRecentFirstAndDsack) {
   expect_nothing();
 }
 
+// A large write is copied and sent in 64 KiB pieces (the peer starts on the
+// first while the rest is copied), yet the stream's segments are what one
+// write of it makes: full ones, PSH and the short one only at the end --
+// even with TCP_NODELAY, which would send a piece's short tail at once.
+TEST_F(TcpScript, ALargeWriteLeavesInFullSegmentsThoughCopiedInPieces) {
+  start();
+  passive_open(Offer().ws(7));  // MSS 1000; the peer's windows below are 1 MiB
+  sock.set_nodelay(true);
+  // Takes what was sent, acking each segment as it comes (slow start
+  // doubles cwnd a round); the payload lengths, and how many had PSH.
+  std::size_t total = 0, psh = 0;
+  auto drain = [&](std::vector<std::size_t>& lens) {
+    for (int guard = 0; guard < 100000 && !ip.sent.empty(); ++guard) {
+      const std::vector<std::byte> b = ip.sent.front().bytes;
+      ip.sent.pop_front();
+      const std::size_t len = b.size() - (std::to_integer<std::size_t>(b[12]) >> 4) * 4;
+      if (len == 0) continue;
+      lens.push_back(len);
+      total += len;
+      if ((std::to_integer<unsigned>(b[13]) & 0x08) != 0) ++psh;
+      inject(ack().seq(1).ack(static_cast<std::uint32_t>(1 + total)).win(8192));
+    }
+  };
+  std::vector<std::size_t> warm;
+  write(300000);  // cwnd grows past 150 KB
+  drain(warm);
+  ASSERT_EQ(total, 300000u);
+  // Now the window takes a whole 64 KiB piece at once: without the cork a
+  // piece's short tail would leave as a segment of its own.
+  total = psh = 0;
+  std::vector<std::size_t> lens;
+  write(150500);
+  drain(lens);
+  ASSERT_EQ(total, 150500u);
+  ASSERT_FALSE(lens.empty());
+  EXPECT_EQ(lens.back(), 500u);
+  for (std::size_t i = 0; i + 1 < lens.size(); ++i) ASSERT_EQ(lens[i], 1000u) << "segment " << i;
+  EXPECT_EQ(psh, 1u) << "PSH on the last segment only";
+}
+
 // ---- segmentation offload (docs/tcp.md) ----------------------------------
 
 TEST_F(TcpScript, WithSegmentationOffloadNewDataGoesDownAsOneSegmentPerSend) {

@@ -379,6 +379,8 @@ class TcpConnection final : public StreamEndpoint {
 
   bool nodelay_ = false;
   bool cork_ = false;
+  // write() copies and sends a large write in pieces of this many bytes.
+  static constexpr std::size_t kWritePiece = 64 * 1024;
   bool sws_override_ = false;  // the persist timer lets a short segment go (RFC 1122 4.2.3.4 (4))
   bool keepalive_ = false;
   bool ack_pending_ = false;
