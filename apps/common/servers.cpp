@@ -46,10 +46,7 @@ std::size_t TcpEchoServer::serve(Conn& c) {
     auto m = c.sock.read_msg(std::size_t{1} << 20);
     if (!m) {
       if (m.error() == Errc::would_block) return work;
-      std::fprintf(stderr, "%s: echo connection: %s\n", prog_, to_string(m.error()));
-      ++failures_;
-      finish(c);
-      return work + 1;
+      return work + fail(c, m.error());
     }
     ++work;
     if (m->empty()) {  // the peer is done: close our side too
@@ -70,10 +67,7 @@ std::size_t TcpEchoServer::serve_copy(Conn& c) {
       auto w = c.sock.write(std::span<const std::byte>(c.buf).subspan(c.off, c.left));
       if (!w) {
         if (w.error() == Errc::would_block) return work;
-        std::fprintf(stderr, "%s: echo connection: %s\n", prog_, to_string(w.error()));
-        ++failures_;
-        finish(c);
-        return work + 1;
+        return work + fail(c, w.error());
       }
       c.off += *w;
       c.left -= *w;
@@ -81,10 +75,7 @@ std::size_t TcpEchoServer::serve_copy(Conn& c) {
     auto r = c.sock.read(c.buf);
     if (!r) {
       if (r.error() == Errc::would_block) return work;
-      std::fprintf(stderr, "%s: echo connection: %s\n", prog_, to_string(r.error()));
-      ++failures_;
-      finish(c);
-      return work + 1;
+      return work + fail(c, r.error());
     }
     ++work;
     if (*r == 0) {  // the peer is done: close our side too
@@ -96,6 +87,13 @@ std::size_t TcpEchoServer::serve_copy(Conn& c) {
     c.left = *r;
   }
   return work;
+}
+
+std::size_t TcpEchoServer::fail(Conn& c, Errc e) {
+  std::fprintf(stderr, "%s: echo connection: %s\n", prog_, to_string(e));
+  ++failures_;
+  finish(c);
+  return 1;
 }
 
 void TcpEchoServer::finish(Conn& c) {

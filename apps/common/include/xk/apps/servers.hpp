@@ -48,6 +48,8 @@ class TcpEchoServer final : public Pollable {
   };
   std::size_t serve(Conn& c);
   std::size_t serve_copy(Conn& c);
+  // A failed connection: said, counted, closed; the work it was (1).
+  std::size_t fail(Conn& c, Errc e);
   void finish(Conn& c);
 
   const char* prog_;
