@@ -235,11 +235,13 @@ filterd_veth_setup() {
 
 # start_filterd FILTERD [ARGS...]: filterd in NSB on XKIF (DPDK af_packet) as
 # SHARED, control socket CTL, memif socket MEMIF, log $OUT/filterd.log, more
-# flags in ARGS; waits for it to be ready. Sets FDPID.
+# flags in ARGS; waits for it to be ready. Sets FDPID. A first start has
+# nothing to resync: --resync-grace 0 unless ARGS say otherwise (the grace
+# would hold back the RSTs and ICMP errors a test's first seconds check).
 start_filterd() {
   local fd=$1
   shift
-  ip netns exec "$NSB" "$fd" "$@" --port "net_af_packet0,iface=$XKIF,framecnt=4096" --port-opts "mbufs=16383" \
+  ip netns exec "$NSB" "$fd" --resync-grace 0 "$@" --port "net_af_packet0,iface=$XKIF,framecnt=4096" --port-opts "mbufs=16383" \
     --ip "$SHARED/24" --control "$CTL" --memif-socket "$MEMIF" > "$OUT/filterd.log" 2>&1 &
   FDPID=$!
   PIDS+=("$FDPID")
