@@ -73,7 +73,7 @@ linux_bulk() {
 import json,sys
 e=json.load(open(sys.argv[1]))["end"]
 r=e["sum_received"]; gb=r["bytes"]/1e9; cpu=e["cpu_utilization_percent"]
-print("%.3f %.2f %.2f" % (r["bits_per_second"]/1e9, cpu["host_total"]/100*r["seconds"]/gb,
+print("%.3f %.3f %.3f" % (r["bits_per_second"]/1e9, cpu["host_total"]/100*r["seconds"]/gb,
                           cpu["remote_total"]/100*r["seconds"]/gb))' "$j")
   R[lnx${mtu}_gbps_$run]=$g
   R[lnx${mtu}_cpu_c_$run]=$c
@@ -108,8 +108,8 @@ xk_bulk() {  # name mtu csum run
   bytes=$(field bytes "$OUT/srv-$name.log")
   ccpu=$(field xfer_cpu_s "$OUT/cli-$name.log")  # over the transfer, as iperf3 counts
   scpu=$(field xfer_cpu_s "$OUT/srv-$name.log")
-  R[${name}_cpu_c_$run]=$(awk -v c="$ccpu" -v b="$bytes" 'BEGIN { printf "%.2f", c / (b / 1e9) }')
-  R[${name}_cpu_s_$run]=$(awk -v c="$scpu" -v b="$bytes" 'BEGIN { printf "%.2f", c / (b / 1e9) }')
+  R[${name}_cpu_c_$run]=$(awk -v c="$ccpu" -v b="$bytes" 'BEGIN { printf "%.3f", c / (b / 1e9) }')
+  R[${name}_cpu_s_$run]=$(awk -v c="$scpu" -v b="$bytes" 'BEGIN { printf "%.3f", c / (b / 1e9) }')
   local rexmit
   rexmit=$(sed -n 's/.*who=client.*retransmits=\([0-9]*\).*/\1/p' "$OUT/cli-$name.log")
   echo "   xk $name run $run: ${R[${name}_gbps_$run]} Gbit/s, CPU s/GB client ${R[${name}_cpu_c_$run]}" \

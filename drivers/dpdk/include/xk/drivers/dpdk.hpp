@@ -265,7 +265,7 @@ class DpdkDriver final : public Protocol, public Pollable {
   std::uint16_t port_ = 0;
   rte_mempool* pool_ = nullptr;
   std::size_t tx_unflushed_bytes_ = 0;  // queued since the last flush
-  static constexpr std::size_t kTxFlushBytes = 64 * 1024;
+  static constexpr std::size_t kTxFlushBytes = 32 * 1024;
   void* pool_ring_ = nullptr;         // pool_'s rte_ring, when its ops are ring-based
   rte_mempool* ext_pool_ = nullptr;  // tx_extbuf: data-less mbufs to attach payload with
   std::uint64_t iova_va_ = 0;        // 1 when IOVA is the virtual address (else none given)
