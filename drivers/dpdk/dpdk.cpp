@@ -702,8 +702,8 @@ void DpdkDriver::request_offloads(rte_mbuf* m, std::uint64_t ol_flags, std::size
   ++tx_csum_offload_;
 }
 
-// A burst leaves when it holds `burst` frames or 64 KiB: large frames go
-// at once in fours, so the receiver starts on a message while the rest of
+// A burst leaves when it holds `burst` frames or 32 KiB: large frames go
+// at once in twos, so the receiver starts on a message while the rest of
 // it is still being cut (the end of the pass sends what is left).
 void DpdkDriver::enqueue(rte_mbuf* m) {
   tx_queue_.push_back(m);
