@@ -149,6 +149,9 @@ struct Group {
 
 bool can_join(const Group& g, const Seg& s) noexcept {
   const Seg& f = g.first;
+  // The same Ethernet addresses too (as Linux's GRO compares the MAC
+  // header): a frame for another MAC must not ride in on a group's.
+  if (std::memcmp(f.ip - kEth, s.ip - kEth, 12) != 0) return false;
   if (g.closed || s.seq != g.next_seq || s.ack != f.ack || s.win != f.win || s.thl != f.thl || s.tos != f.tos ||
       s.ttl != f.ttl || ((s.frag ^ f.frag) & 0x40) != 0 || s.len > f.len ||
       kIp + f.thl + g.total + s.len > kMaxIpLen) {

@@ -5,7 +5,7 @@
 // docs/dpdk-driver.md, "Receive coalescing".
 //
 // What merges: IPv4 (no options, not a fragment) + TCP segments with data,
-// flags ACK or ACK|PSH only, of one 4-tuple, each starting where the one
+// flags ACK or ACK|PSH only, of one 4-tuple and Ethernet addresses, each starting where the one
 // before ended, with the same ACK number, window, TOS/ECN bits, TTL, DF
 // bit and TCP options -- except that the timestamp option's TSval may grow
 // (TSecr must be equal; the merged segment keeps the first TSval, the
