@@ -232,10 +232,14 @@ int run(const Flags& f) {
   // EAL memory for the external port and a channel per node: 2 GiB of
   // address space, used as mempools are made (--no-huge: ordinary pages).
   const std::string csum = f.csum ? "" : " csum=off";
-  // No receive coalescing on filterd's ports (unless asked): steer forwards
-  // frames as they came, and a node's channel takes MTU-sized ones only.
+  // No receive coalescing and no large frames on filterd's ports (unless
+  // asked): steer forwards what they receive as it came, and a node's
+  // channel takes MTU-sized frames only; what leaves is cut to the MTU.
   auto no_gro = [](const std::string& opts) {
-    return " " + (opts.find("gro=") == std::string::npos ? "gro=off " : std::string()) + opts;
+    std::string out = " ";
+    if (opts.find("gro=") == std::string::npos) out += "gro=off ";
+    if (opts.find("frame_max=") == std::string::npos) out += "frame_max=0 ";
+    return out + opts;
   };
   std::string spec = "dpdk  net0 devargs=" + spec_value(f.port) + " eal_mem=2g" + no_gro(f.port_opts) + "\n" +
                      "steer st0  below=net0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +
@@ -329,9 +333,9 @@ int run(const Flags& f) {
       dc.mtu = ext->mtu();
       dc.mbufs = 4095;  // per channel: enough for its rings and bursts
       dc.tx_keep = f.central;  // relay frames are never dropped: a full ring waits
-      // filterd forwards what a node sends as it is, and its external port
-      // takes MTU-sized frames only: no large frames from the nodes (yet).
-      dc.frame_max = 0;
+      // Large frames from the nodes (whole MTU-sized segments: steer has the
+      // external port cut them, docs/filterd.md); none to them, as steer
+      // forwards what the external port received as it came.
       dc.gro = false;
       try {
         auto d = std::make_unique<drivers::DpdkDriver>(

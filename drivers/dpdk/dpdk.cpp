@@ -822,8 +822,13 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
   }
   // On a large-frame link a piece is as many whole segments as a frame
   // there holds (the receiver takes it as one segment); elsewhere, one.
+  // Only segments that fill the MTU, so that whoever forwards the frame
+  // onto a link with that MTU (filterd) cuts it back into the very same
+  // segments without being told their size.
   std::size_t step = seg;
-  if (const std::size_t max = tx_frame_max(); max >= hlen + 2 * seg) step = (max - hlen) / seg * seg;
+  if (const std::size_t max = tx_frame_max(); max >= hlen + 2 * seg && seg + (hlen - kEthHeader) == mtu_) {
+    step = (max - hlen) / seg * seg;
+  }
   const std::size_t payload = frame.size() - hlen;
   const std::size_t pieces = (payload + step - 1) / step;
   const std::uint16_t id0 = load_be16(hdr.data() + kEthHeader + 4);
@@ -914,7 +919,12 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
       return i == 0 ? Errc::would_block : Status{};
     }
     if (summing != nullptr) {
-      const std::uint16_t ck = csum::finish(sum);
+      std::uint16_t ck = csum::finish(sum);
+      // A large frame's field is 0 only when it carries no checksum (the
+      // stack's csum off): a computed zero goes as 0xffff, its other form
+      // in one's complement (as UDP does, RFC 768), so that whoever cuts
+      // the frame (filterd) knows whether to checksum the pieces.
+      if (ck == 0 && n > seg) ck = 0xffff;
       std::memcpy(tcp + 16, &ck, 2);
     }
     if (n > seg) ++tx_large_frames_;

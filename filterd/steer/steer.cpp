@@ -195,7 +195,10 @@ Steer::Steer(std::string name, Protocol& external, const Clock& clock, SteerConf
       rx_central_tcp_(counters().add("rx_central_tcp", "central mode: TCP segments for filterd's own TCP")),
       relay_from_nodes_(counters().add("relay_from_nodes", "central mode: relay frames from the nodes")),
       rx_quiet_(counters().add("rx_quiet", "frames dropped unanswered while the nodes re-declare their flows")),
-      node_port_unknown_mac_(counters().add("node_port_unknown_mac", "node-port frames from a MAC no node has")) {}
+      node_port_unknown_mac_(counters().add("node_port_unknown_mac", "node-port frames from a MAC no node has")),
+      tx_large_from_nodes_(counters().add("tx_large_from_nodes", "large frames from nodes, cut at the external MTU")) {
+  if (Result<std::size_t> m = external.control(ctl::GetMtu{}); m) ext_frame_max_ = *m;
+}
 
 Steer::~Steer() {
   channels_.clear();
@@ -378,8 +381,44 @@ bool Steer::quiet(const Decision& d, std::span<const std::byte> frame) noexcept 
 
 // ---- egress: a node's channel ---------------------------------------------------
 
+// A large frame from a node's large-frame channel (docs/dpdk-driver.md,
+// "Large frames"): one IPv4 TCP segment of whole segments that each fill
+// the MTU. Its headers, as a copy with the IPv4 total length cut to them,
+// are what the filter looks at (its decision rests on addresses, ports and
+// flags alone) -- the payload is never linearized. Empty: not such a frame.
+std::optional<Steer::LargeFrame> Steer::large_frame(const Msg& frame) const noexcept {
+  if (ext_frame_max_ == 0 || frame.size() <= ext_frame_max_ || frame.fragments().empty()) return std::nullopt;
+  const std::span<const std::byte> first = frame.fragments().front().bytes();
+  if (first.size() < eth::Header::kSize + ipv4::Header::kMinSize + 20) return std::nullopt;
+  if (load_be16(first.data() + 12) != eth::kTypeIpv4) return std::nullopt;
+  const std::byte* ip = first.data() + eth::Header::kSize;
+  const ipv4::Header h = ipv4::Header::read(std::span<const std::byte>(ip, ipv4::Header::kMinSize).first<ipv4::Header::kMinSize>());
+  const std::size_t hl = h.header_length();
+  if (h.version != 4 || h.ihl < 5 || h.protocol != ipv4::kProtoTcp || h.is_fragment() ||
+      eth::Header::kSize + h.total_length != frame.size() || first.size() < eth::Header::kSize + hl + 20) {
+    return std::nullopt;
+  }
+  const std::size_t thl = (std::to_integer<std::size_t>(ip[hl + 12]) >> 4) * 4;
+  const std::size_t headers = eth::Header::kSize + hl + thl;
+  const std::size_t mtu = ext_frame_max_ - eth::Header::kSize;
+  if (thl < 20 || first.size() < headers || hl + thl >= mtu) return std::nullopt;
+  LargeFrame l;
+  std::memcpy(l.bytes.data(), first.data(), headers);
+  l.len = headers;
+  store_be16(l.bytes.data() + eth::Header::kSize + 2, static_cast<std::uint16_t>(hl + thl));
+  l.seg_size = static_cast<std::uint16_t>(mtu - hl - thl);
+  // 0: sent without a checksum (a computed zero is sent as 0xffff).
+  std::uint16_t ck = 0;
+  std::memcpy(&ck, ip + hl + 16, 2);
+  l.csum = ck != 0;
+  return l;
+}
+
 Status Steer::egress(Channel& ch, Msg frame) {
-  Result<std::span<const std::byte>> bytes = contiguous(frame);
+  std::optional<LargeFrame> large = large_frame(frame);
+  Result<std::span<const std::byte>> bytes =
+      large ? Result<std::span<const std::byte>>(std::span<const std::byte>(large->bytes.data(), large->len))
+            : contiguous(frame);
   if (!bytes || bytes->size() < eth::Header::kSize) {
     ++channel_dropped_;
     return Errc::malformed;
@@ -416,6 +455,16 @@ Status Steer::egress(Channel& ch, Msg frame) {
   const ipv4::Header ip = ipv4::Header::read(bytes->subspan(eth::Header::kSize).first<ipv4::Header::kMinSize>());
   learn_passive_flow(ch, ip, *bytes);
   (void)frame.pop(eth::Header::kSize);
+  if (large) {
+    // The external port's driver cuts it into the segments it holds (their
+    // size is the MTU's, so no size had to cross the channel), with a
+    // checksum each unless the node sent it without one (csum off).
+    Offload& o = frame.offload();
+    o.flags = static_cast<std::uint8_t>(Offload::tx_tcp_seg | (large->csum ? Offload::tx_tcp_csum : 0));
+    o.l3_len = static_cast<std::uint8_t>(ip.header_length());
+    o.seg_size = large->seg_size;
+    ++tx_large_from_nodes_;
+  }
   // The next hop on the external link: the destination itself on our
   // subnet, the gateway beyond it.
   Ipv4Addr next_hop = ip.dst;

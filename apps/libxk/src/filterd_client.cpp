@@ -776,10 +776,8 @@ std::string FilterdClient::graph_spec(const std::string& tcp_opts, std::uint16_t
   } else {
     g << "dpdk net0 devargs="
       << spec_value("net_memif" + std::to_string(queue) + ",role=client,id=" + std::to_string(ch.memif_id) +
-                    ",socket=" + hello_.memif_socket)
-      << " mtu=" << hello_.mtu
-      // filterd takes MTU-sized frames only: slots for those, not large ones.
-      << " frame_max=0";
+                    ",socket=" + hello_.memif_socket + ",rsize=10")
+      << " mtu=" << hello_.mtu;
   }
   // Central mode: relay frames are never dropped (a full ring waits).
   if (hello_.central) g << " tx_keep=on";

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <array>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -119,6 +120,17 @@ class Steer final : public fault::PassThrough {
   Status on_rx(fault::PassSession& s, Msg msg) override;
 
  private:
+  struct LargeFrame {
+    std::array<std::byte, 14 + 60 + 60> bytes{};  // Ethernet, IPv4, TCP; total length cut to the headers
+    std::size_t len = 0;
+    std::uint16_t seg_size = 0;      // payload bytes of each segment it holds
+    bool csum = false;               // the node sent it with a TCP checksum
+  };
+  std::optional<LargeFrame> large_frame(const Msg& frame) const noexcept;
+
+ protected:
+
+ private:
   class Channel;
   class NodePort;
   struct NodeKey {
@@ -161,6 +173,8 @@ class Steer final : public fault::PassThrough {
   Counter& relay_from_nodes_;
   Counter& rx_quiet_;
   Counter& node_port_unknown_mac_;
+  Counter& tx_large_from_nodes_;
+  std::size_t ext_frame_max_ = 0;  // the external port's largest frame (MTU + 14)
 };
 
 void register_steer(Registry& registry);
