@@ -334,8 +334,10 @@ int run(const Flags& f) {
       dc.mbufs = 4095;  // per channel: enough for its rings and bursts
       dc.tx_keep = f.central;  // relay frames are never dropped: a full ring waits
       // Large frames from the nodes (whole MTU-sized segments: steer has the
-      // external port cut them, docs/filterd.md); none to them, as steer
-      // forwards what the external port received as it came.
+      // external port cut them, docs/filterd.md) -- if it can (gso=off:
+      // MTU-sized ones only); none to them, as steer forwards what the
+      // external port received as it came.
+      if (Result<LinkOffloads> o = ext->control(xk::ctl::GetOffloads{}); !o || !o->tx_tcp_seg) dc.frame_max = 0;
       dc.gro = false;
       try {
         auto d = std::make_unique<drivers::DpdkDriver>(

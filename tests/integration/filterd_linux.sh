@@ -22,6 +22,8 @@
 #     a UDP port nobody has: Linux sees ICMP port unreachable;
 # (4) kill -9 of a node: its control connection closes, filterd forgets it,
 #     and its port can be listened on again by a new node.
+# Every frame on Linux's link has good checksums and none is over the MTU;
+# in steer mode the nodes' streams crossed their channels as large frames.
 #   XK_INT_FD_BYTES   bytes per connection in (1) (default 1m; 256k under ASan)
 set -euo pipefail
 MODE=${3:-steer}
@@ -159,4 +161,11 @@ if [ "$MODE" = central ]; then
 fi
 if grep -q "egress_denied" "$OUT/filterd.log"; then
   die "filterd denied frames of honest nodes"
+fi
+if [ "$MODE" = steer ]; then
+  # The nodes' streams crossed their channels as large frames, which the
+  # external port cut (and the capture saw nothing over the MTU).
+  large=$(sed -n 's/^ *st0 *tx_large_from_nodes *\([0-9]*\)$/\1/p' "$OUT/filterd.log")
+  [ "${large:-0}" -gt 0 ] || die "steer: no large frame came from the nodes"
+  echo "   large frames from the nodes, cut at the MTU: $large"
 fi
