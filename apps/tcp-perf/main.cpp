@@ -234,11 +234,7 @@ class Server final : public xk::Pollable {
       auto m = c.sock.read_msg(1 << 20);
       if (!m) {
         if (m.error() == xk::Errc::would_block) return work;
-        std::fprintf(stderr, "%s: connection %llu: %s\n", kProg, static_cast<unsigned long long>(finished_),
-                     xk::to_string(m.error()));
-        ++failures_;
-        finish(c, false);
-        return work + 1;
+        return work + fail(c, m.error());
       }
       if (m->empty()) {  // end of stream
         finish(c, true);
@@ -265,11 +261,7 @@ class Server final : public xk::Pollable {
       auto r = c.sock.read(buf_);
       if (!r) {
         if (r.error() == xk::Errc::would_block) return work;
-        std::fprintf(stderr, "%s: connection %llu: %s\n", kProg, static_cast<unsigned long long>(finished_),
-                     xk::to_string(r.error()));
-        ++failures_;
-        finish(c, false);
-        return work + 1;
+        return work + fail(c, r.error());
       }
       if (*r == 0) {  // end of stream
         finish(c, true);
@@ -280,6 +272,15 @@ class Server final : public xk::Pollable {
       if (a_.verify) c.sha.update(std::span<const std::byte>(buf_).first(*r));
     }
     return work;
+  }
+
+  // A failed connection: said, counted, ended; the work it was (1).
+  std::size_t fail(Conn& c, xk::Errc e) {
+    std::fprintf(stderr, "%s: connection %llu: %s\n", kProg, static_cast<unsigned long long>(finished_),
+                 xk::to_string(e));
+    ++failures_;
+    finish(c, false);
+    return 1;
   }
 
   void finish(Conn& c, bool eof) {

@@ -397,17 +397,20 @@ void DpdkDriver::open_doorbell() {
 // A client takes what its slots hold; a server, what it was configured
 // for (the client's word caps what it is sent).
 void DpdkDriver::publish_frame_max() noexcept {
-  if (bell_ == nullptr || config_.frame_max <= mtu_ + kEthHeader) return;
-  std::size_t max = std::min<std::size_t>(config_.frame_max, 65535);
-  if (slot_size_ != 0) max = std::min(max, slot_size_);
-  if (max <= mtu_ + kEthHeader) return;
+  const std::size_t max = bell_ != nullptr ? large_frame_cap(65535) : 0;
+  if (max == 0) return;
   bell_->publish_rx_frame_max(static_cast<std::uint32_t>(max));
   rx_mbufs_per_frame_ = std::max(rx_mbufs_per_frame_, (max + data_room_ - 1) / data_room_);
 }
 
 std::size_t DpdkDriver::tx_frame_max() const noexcept {
-  if (bell_ == nullptr || config_.frame_max <= mtu_ + kEthHeader) return 0;
-  std::size_t max = std::min<std::size_t>(config_.frame_max, bell_->peer_rx_frame_max());
+  return bell_ != nullptr ? large_frame_cap(bell_->peer_rx_frame_max()) : 0;
+}
+
+// frame_max, `limit` and the slots, whichever is least -- if that is more
+// than an MTU-sized frame; else 0 (no large frames).
+std::size_t DpdkDriver::large_frame_cap(std::size_t limit) const noexcept {
+  std::size_t max = std::min(config_.frame_max, limit);
   if (slot_size_ != 0) max = std::min(max, slot_size_);
   return max > mtu_ + kEthHeader ? max : 0;
 }

@@ -392,7 +392,7 @@ std::optional<Steer::LargeFrame> Steer::large_frame(const Msg& frame) const noex
   if (first.size() < eth::Header::kSize + ipv4::Header::kMinSize + 20) return std::nullopt;
   if (load_be16(first.data() + 12) != eth::kTypeIpv4) return std::nullopt;
   const std::byte* ip = first.data() + eth::Header::kSize;
-  const ipv4::Header h = ipv4::Header::read(std::span<const std::byte>(ip, ipv4::Header::kMinSize).first<ipv4::Header::kMinSize>());
+  const ipv4::Header h = ipv4::Header::read(std::span<const std::byte, ipv4::Header::kMinSize>(ip, ipv4::Header::kMinSize));
   const std::size_t hl = h.header_length();
   if (h.version != 4 || h.ihl < 5 || h.protocol != ipv4::kProtoTcp || h.is_fragment() ||
       eth::Header::kSize + h.total_length != frame.size() || first.size() < eth::Header::kSize + hl + 20) {

@@ -251,6 +251,7 @@ class DpdkDriver final : public Protocol, public Pollable {
   void open_doorbell();
   // Says on the doorbell page how large a frame this end takes.
   void publish_frame_max() noexcept;
+  std::size_t large_frame_cap(std::size_t limit) const noexcept;
   // Free mbufs this thread can take: the pool's ring and this lcore's
   // cache (cheap enough for the data path; mbufs_free() is exact).
   std::size_t mbufs_free_here() const noexcept;
