@@ -188,7 +188,8 @@ DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
     std::uint16_t port = 0;
     if (!find_port(device_name_, port)) {
       const std::string devargs = memif_devargs(config_.devargs, config_.mtu, config_.frame_max);
-      int rc = rte_dev_probe(devargs.c_str());
+      int rc = 0;
+      dpdk::on_interrupt_thread([&] { rc = rte_dev_probe(devargs.c_str()); });
       if (rc != 0) fail(this->name(), "cannot probe '" + devargs + "'", rc);
       if (const std::string b = devarg(devargs, "bsize"); !b.empty()) slot_size_ = std::stoul(b);
       else if (devargs.rfind("net_memif", 0) == 0 && devargs.find("role=server") == std::string::npos) slot_size_ = kDefaultMbufData;
@@ -199,7 +200,7 @@ DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
     }
     port_ = port;
     port_valid_ = true;
-    start_port();
+    dpdk::on_interrupt_thread([this] { start_port(); });
     setup_wait();
     publish_frame_max();
     (void)link();
@@ -421,17 +422,24 @@ void DpdkDriver::release() noexcept {
   for (rte_mbuf* m : stash_) rte_pktmbuf_free(m);
   stash_.clear();
   bell_.reset();
-  if (started_) {
-    if (rx_intr_) (void)rte_eth_dev_rx_intr_ctl_q(port_, 0, epoll_fd_, RTE_INTR_EVENT_DEL, nullptr);
-    (void)rte_eth_dev_stop(port_);
-    started_ = false;
-  }
-  if (port_valid_) {
-    rte_eth_dev_info info{};
-    rte_device* dev = rte_eth_dev_info_get(port_, &info) == 0 ? info.device : nullptr;
-    (void)rte_eth_dev_close(port_);
-    if (probed_ && dev != nullptr) (void)rte_dev_remove(dev);
-    port_valid_ = false;
+  auto stop_and_close = [this] {
+    if (started_) {
+      if (rx_intr_) (void)rte_eth_dev_rx_intr_ctl_q(port_, 0, epoll_fd_, RTE_INTR_EVENT_DEL, nullptr);
+      (void)rte_eth_dev_stop(port_);
+      started_ = false;
+    }
+    if (port_valid_) {
+      rte_eth_dev_info info{};
+      rte_device* dev = rte_eth_dev_info_get(port_, &info) == 0 ? info.device : nullptr;
+      (void)rte_eth_dev_close(port_);
+      if (probed_ && dev != nullptr) (void)rte_dev_remove(dev);
+      port_valid_ = false;
+    }
+  };
+  try {
+    dpdk::on_interrupt_thread(stop_and_close);
+  } catch (const std::exception&) {
+    stop_and_close();  // no alarm could be set: the EAL is going away
   }
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
   if (timer_fd_ >= 0) ::close(timer_fd_);
@@ -490,12 +498,14 @@ Status DpdkDriver::restart() {
   if (!port_valid_) return Errc::closed;
   for (rte_mbuf* m : tx_queue_) rte_pktmbuf_free(m);
   tx_queue_.clear();
-  if (started_) {
-    (void)rte_eth_dev_stop(port_);
-    started_ = false;
-  }
+  int rc = 0;
+  dpdk::on_interrupt_thread([&] {
+    if (started_) (void)rte_eth_dev_stop(port_);
+    rc = rte_eth_dev_start(port_);
+  });
+  started_ = false;
   ++restarts_;
-  if (rte_eth_dev_start(port_) != 0) return Errc::not_connected;
+  if (rc != 0) return Errc::not_connected;
   started_ = true;
   // A restarted peer (filterd) made a new bell page; this end's is stale.
   if (!bell_link_.empty()) {

@@ -1,7 +1,9 @@
 // The EAL, once per process. DPDK's environment is process-global by nature
 // (one rte_eal_init per process, ever), so this is the one place in the driver
 // that keeps global state.
+#include <rte_alarm.h>
 #include <rte_dev.h>
+#include <rte_interrupts.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <sched.h>
@@ -9,7 +11,9 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
+#include <semaphore>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -62,8 +66,37 @@ void remove_runtime_dir() {
 
 void probe_vdev(const std::string& devargs) {
   if (!eal_ready()) throw std::runtime_error("dpdk: probe of '" + devargs + "' before the EAL is up");
-  const int rc = rte_dev_probe(devargs.c_str());
+  int rc = 0;
+  on_interrupt_thread([&] { rc = rte_dev_probe(devargs.c_str()); });
   if (rc != 0) throw std::runtime_error("dpdk: cannot probe '" + devargs + "': " + rte_strerror(-rc));
+}
+
+// An EAL alarm runs its callback on the interrupt thread: the shortest one
+// is the way in.
+void on_interrupt_thread(const std::function<void()>& fn) {
+  if (!eal_ready() || rte_thread_is_intr() != 0) {
+    fn();
+    return;
+  }
+  struct Call {
+    const std::function<void()>& fn;
+    std::exception_ptr error;
+    std::binary_semaphore done{0};
+  } call{fn, nullptr};
+  auto trampoline = [](void* arg) {
+    auto* c = static_cast<Call*>(arg);
+    try {
+      c->fn();
+    } catch (...) {
+      c->error = std::current_exception();
+    }
+    c->done.release();
+  };
+  if (const int rc = rte_eal_alarm_set(1, trampoline, &call); rc != 0) {
+    throw std::runtime_error(std::string("dpdk: cannot reach the interrupt thread: ") + rte_strerror(-rc));
+  }
+  call.done.acquire();
+  if (call.error) std::rethrow_exception(call.error);
 }
 
 std::vector<std::string> split_args(const std::string& text) {

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,6 +65,16 @@ std::vector<std::string> eal_args();
 // interface on it is removed, and no interface can be made on it after that.
 // Throws std::runtime_error with DPDK's reason.
 void probe_vdev(const std::string& devargs);
+
+// Runs `fn` on the EAL's interrupt thread -- where the PMDs handle their
+// control events, such as a memif peer connecting or going away -- and waits
+// for it; on that thread already, runs it in place. A port's probe, start,
+// stop, close and removal go through here: DPDK 22.11's memif handles a
+// peer's disconnect on that thread (unmapping the regions, closing the queue
+// fds) without locking against rte_eth_dev_stop called from another, and the
+// two together corrupted filterd's heap when a node left. An exception from
+// `fn` is rethrown here.
+void on_interrupt_thread(const std::function<void()>& fn);
 
 // Split "--vdev=a --log-level=lib.eal:debug" into words (spaces separate;
 // no quoting).
