@@ -232,16 +232,23 @@ int run(const Flags& f) {
   // EAL memory for the external port and a channel per node: 2 GiB of
   // address space, used as mempools are made (--no-huge: ordinary pages).
   const std::string csum = f.csum ? "" : " csum=off";
-  // No receive coalescing and no large frames on filterd's ports (unless
-  // asked): steer forwards what they receive as it came, and a node's
-  // channel takes MTU-sized frames only; what leaves is cut to the MTU.
-  auto no_gro = [](const std::string& opts) {
+  // What leaves a port is cut to its MTU (frame_max=0), unless asked. In
+  // steer mode the external port coalesces what arrives (GRO) into frames
+  // no larger than a node's channel takes, and steer forwards them whole
+  // (docs/filterd.md, "Large frames to the nodes"): checksums are carried,
+  // not checked -- each node checks its own. Central mode's TCP and the
+  // node port take frames as they came.
+  auto port_opts = [](const std::string& opts, bool gro) {
     std::string out = " ";
-    if (opts.find("gro=") == std::string::npos) out += "gro=off ";
+    if (opts.find("gro=") == std::string::npos) {
+      out += gro ? "gro=on gro_csum=carry gro_max=" + std::to_string(drivers::DpdkDriver::kDefaultFrameMax) + " "
+                 : "gro=off ";
+    }
     if (opts.find("frame_max=") == std::string::npos) out += "frame_max=0 ";
     return out + opts;
   };
-  std::string spec = "dpdk  net0 devargs=" + spec_value(f.port) + " eal_mem=2g" + no_gro(f.port_opts) + "\n" +
+  std::string spec = "dpdk  net0 devargs=" + spec_value(f.port) + " eal_mem=2g" + port_opts(f.port_opts, !f.central) +
+                     "\n" +
                      "steer st0  below=net0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +
                      "\neth   eth0 below=st0\narp   arp0 below=eth0\n" +
                      "ipv4  ip0  below=eth0,arp0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +
@@ -249,7 +256,7 @@ int run(const Flags& f) {
                      f.tcp_opts + "\n";
   // The node port: a driver of filterd's graph that steer takes frames from
   // (and sends to) by the nodes' MACs.
-  if (!f.node_port.empty()) spec += "dpdk  np0  devargs=" + spec_value(f.node_port) + no_gro(f.node_port_opts) + "\n";
+  if (!f.node_port.empty()) spec += "dpdk  np0  devargs=" + spec_value(f.node_port) + port_opts(f.node_port_opts, false) + "\n";
   EventLoopConfig lc;
   lc.name = "filterd";
   lc.idle = f.idle;
@@ -333,10 +340,10 @@ int run(const Flags& f) {
       dc.mtu = ext->mtu();
       dc.mbufs = 4095;  // per channel: enough for its rings and bursts
       dc.tx_keep = f.central;  // relay frames are never dropped: a full ring waits
-      // Large frames from the nodes (whole MTU-sized segments: steer has the
-      // external port cut them, docs/filterd.md) -- if it can (gso=off:
-      // MTU-sized ones only); none to them, as steer forwards what the
-      // external port received as it came.
+      // Large frames both ways (docs/filterd.md): from the nodes, whole
+      // MTU-sized segments steer has the external port cut -- if it can
+      // (gso=off: MTU-sized ones only); to them, what the external port
+      // coalesced. The channel itself never coalesces.
       if (Result<LinkOffloads> o = ext->control(xk::ctl::GetOffloads{}); !o || !o->tx_tcp_seg) dc.frame_max = 0;
       dc.gro = false;
       try {

@@ -117,7 +117,8 @@ const char* const kStackFlagsHelp =
   --graph FILE        use this graph spec instead of composing one; it must name the
                       instances udp0/tcp0 the program uses (the flags above are then refused)
   --filterd PATH      attach to filterd's control socket: the port, address and secret come
-                      from filterd, and every port is agreed with it (--tcp-opts still apply)
+                      from filterd, and every port is agreed with it (--tcp-opts still apply;
+                      --port-opts apply to the channel, e.g. frame_max=0)
   --filterd tcp:HOST:PORT
                       a node on another host: filterd's control socket over TCP; the node's
                       channel is its own --port (with --port-opts, --mac) on filterd's node port
@@ -269,8 +270,9 @@ void StackFlags::validate() const {
     return;
   }
   if (!filterd.empty()) {
-    if (!graph_file.empty() || !port.empty() || ip || gw || mac || !capture.empty() || !port_opts.empty()) {
-      throw UsageError{"--filterd gives the port and the address: --graph, --port, --port-opts, --ip, --gw, --mac "
+    // --port-opts still apply: to the node's channel.
+    if (!graph_file.empty() || !port.empty() || ip || gw || mac || !capture.empty()) {
+      throw UsageError{"--filterd gives the port and the address: --graph, --port, --ip, --gw, --mac "
                        "and --capture do not go with it"};
     }
     return;

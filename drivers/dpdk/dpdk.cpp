@@ -481,6 +481,7 @@ Status DpdkDriver::open_disable(Protocol& upper, Participants&) {
 
 Result<ControlReply> DpdkDriver::control_any(const ControlQuery& query) {
   if (std::holds_alternative<ctl::GetMtu>(query)) return ControlReply{mtu_ + kEthHeader};
+  if (std::holds_alternative<ctl::GetFrameMax>(query)) return ControlReply{std::max(mtu_ + kEthHeader, tx_frame_max())};
   if (std::holds_alternative<ctl::GetHeaderRoom>(query)) return ControlReply{std::size_t{0}};
   if (std::holds_alternative<ctl::GetLocalAddr>(query)) return ControlReply{Participant{mac_}};
   if (std::holds_alternative<ctl::GetOffloads>(query)) {
@@ -544,7 +545,8 @@ std::size_t DpdkDriver::poll(std::size_t budget) {
     std::size_t frames = got;
     if (config_.gro && got > 1) {
       gro::Stats st;
-      frames = gro::coalesce(burst, got, config_.gro_verify ? gro::Csum::verify : gro::Csum::carry, st);
+      frames = gro::coalesce(burst, got, config_.gro_verify ? gro::Csum::verify : gro::Csum::carry, st,
+                             config_.gro_max != 0 ? config_.gro_max : gro::kMaxFrame);
       rx_gro_merged_.inc(st.merged);
       rx_gro_groups_.inc(st.groups);
       rx_gro_bad_csum_.inc(st.bad_csum);
@@ -632,6 +634,10 @@ void DpdkDriver::deliver(rte_mbuf* head) {
   // then skip their own check (a bad one is still checked, and dropped there).
   if ((flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_GOOD) frame.offload().flags |= Offload::rx_ip_good;
   if ((flags & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_GOOD) frame.offload().flags |= Offload::rx_l4_good;
+  if (config_.gro && segs > 1 && head->tso_segsz != 0) {
+    frame.offload().flags |= Offload::rx_coalesced;  // gro.cpp: the first segment's payload bytes
+    frame.offload().seg_size = static_cast<std::uint16_t>(head->tso_segsz);
+  }
   // Counted in mbufs, not frames: a 16 KiB frame takes 8.
   if (until_pool_check_ <= segs) {
     until_pool_check_ = pool_check_every_;
@@ -652,7 +658,7 @@ void DpdkDriver::deliver(rte_mbuf* head) {
 
 Status DpdkDriver::transmit(const Msg& frame) {
   if (frame.offload().has(Offload::tx_tcp_seg)) return transmit_segmented(frame);
-  if (frame.size() > mtu_ + kEthHeader) {
+  if (frame.size() > mtu_ + kEthHeader && frame.size() > tx_frame_max()) {
     ++drop_too_big_;
     return Errc::too_large;
   }
@@ -676,14 +682,9 @@ Status DpdkDriver::transmit(const Msg& frame) {
     (void)flush();
     if (tx_queue_.size() >= config_.tx_keep_max) return Errc::would_block;
   }
-  if (rte_mbuf* m = config_.tx_zero_copy ? sole_mbuf(frame) : nullptr) {
+  if (rte_mbuf* m = config_.tx_zero_copy ? received_chain(frame) : nullptr) {
     // A received frame going out again (filterd's hop): the PMD gets a
-    // reference of its own to the very mbuf, the message keeps its own.
-    const Frag& f = frame.fragments()[0];
-    rte_mbuf_refcnt_update(m, 1);
-    m->data_off = static_cast<std::uint16_t>(f.off);
-    m->data_len = static_cast<std::uint16_t>(f.len);
-    m->pkt_len = f.len;
+    // reference of its own to the very mbufs, the message keeps its own.
     request_offloads(m, ol_flags, req.l3_len);  // also clears the rx flags
     ++tx_zero_copy_;
     enqueue(m);
@@ -738,21 +739,43 @@ std::size_t DpdkDriver::mbufs_free_here() const noexcept {
   return n;
 }
 
-rte_mbuf* DpdkDriver::sole_mbuf(const Msg& frame) noexcept {
-  if (frame.fragment_count() != 1) return nullptr;
-  const Frag& f = frame.fragments()[0];
+rte_mbuf* DpdkDriver::sole_mbuf(const Frag& f) noexcept {
   const BufDeleter& d = f.buf->deleter();
   if (!f.buf->external() || d.fn != &free_segment) return nullptr;
   auto* m = static_cast<rte_mbuf*>(d.ctx);
   // deliver() unlinked every segment: one mbuf, whose buffer the Buf wraps.
   if (m->next != nullptr || static_cast<std::byte*>(m->buf_addr) != f.buf->data()) return nullptr;
-  // The frame must be the buffer's only user: the mbuf's window is about to
-  // become the frame's. Another message over it (ipv4's fragments of one
-  // received datagram share it), or the mbuf already queued for another
+  // The fragment must be the buffer's only user: the mbuf's window is about
+  // to become the fragment's. Another message over it (ipv4's fragments of
+  // one received datagram share it), or the mbuf already queued for another
   // window, and the frame is copied.
   if (f.buf->refs() != 1 || rte_mbuf_refcnt_read(m) != 1) return nullptr;
   if (f.off > UINT16_MAX || f.len > UINT16_MAX) return nullptr;
   return m;
+}
+
+// A frame made only of mbufs that ports of this process received (one, or
+// a coalesced chain) as a chain of those mbufs, each with a reference
+// taken for the PMD; null if any fragment is something else.
+rte_mbuf* DpdkDriver::received_chain(const Msg& frame) noexcept {
+  const std::span<const Frag> frags = frame.fragments();
+  if (frags.empty() || frags.size() > kMaxChain) return nullptr;
+  std::array<rte_mbuf*, kMaxChain> segs;
+  for (std::size_t i = 0; i < frags.size(); ++i) {
+    segs[i] = sole_mbuf(frags[i]);
+    if (segs[i] == nullptr) return nullptr;  // (each Buf's only user: no mbuf twice)
+  }
+  rte_mbuf* head = segs[0];
+  head->nb_segs = static_cast<std::uint16_t>(frags.size());
+  head->pkt_len = static_cast<std::uint32_t>(frame.size());
+  for (std::size_t i = 0; i < frags.size(); ++i) {
+    rte_mbuf* m = segs[i];
+    rte_mbuf_refcnt_update(m, 1);
+    m->data_off = static_cast<std::uint16_t>(frags[i].off);
+    m->data_len = static_cast<std::uint16_t>(frags[i].len);
+    m->next = i + 1 < frags.size() ? segs[i + 1] : nullptr;
+  }
+  return head;
 }
 
 bool DpdkDriver::append(rte_mbuf* head, rte_mbuf*& tail, const std::byte* src, std::size_t len, std::uint32_t* sum,
@@ -1117,6 +1140,8 @@ void register_dpdk(Registry& registry) {
           .with_option(OptionSpec::choice("gro_csum", {"verify", "carry"},
                                           "gro: check each segment's checksum first, or carry it (stacks with csum off)")
                            .defaults_to("verify"))
+          .with_option(OptionSpec::size("gro_max", 0, 14 + 65535, "gro: largest frame it makes (0: 64 KB datagrams)")
+                           .defaults_to("0"))
           .with_option(OptionSpec::size("eal_mem", 16 << 20, std::uint64_t{1} << 40, "EAL memory (first port only)")
                            .defaults_to("256m"))
           .with_option(OptionSpec::string("eal_args", "extra EAL arguments, space-separated (first port only)"))
@@ -1142,6 +1167,7 @@ void register_dpdk(Registry& registry) {
             c.tx_extbuf = o.get_bool("tx_extbuf");
             c.gro = o.get_bool("gro");
             c.gro_verify = o.get_string("gro_csum") == "verify";
+            c.gro_max = static_cast<std::size_t>(o.get_size("gro_max"));
             c.doorbell = o.get_bool("doorbell");
             c.eal.memory_mb = static_cast<std::size_t>(o.get_size("eal_mem") >> 20);
             if (o.has("eal_args")) c.eal.extra_args = dpdk::split_args(o.get_string("eal_args"));

@@ -3,6 +3,7 @@
 
 #include <rte_mbuf.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "xk/byteorder.hpp"
@@ -15,7 +16,6 @@ constexpr std::size_t kEth = 14;
 constexpr std::size_t kIp = 20;
 constexpr std::uint8_t kAck = 0x10;
 constexpr std::uint8_t kPsh = 0x08;
-constexpr std::size_t kMaxIpLen = 65535;
 // Flows whose groups stay open at once; a burst with more flows closes the
 // oldest first (its frame is ready where it stands).
 constexpr std::size_t kOpenGroups = 8;
@@ -147,14 +147,14 @@ struct Group {
   bool checked = true;         // every part's checksum known good
 };
 
-bool can_join(const Group& g, const Seg& s) noexcept {
+bool can_join(const Group& g, const Seg& s, std::size_t max_ip) noexcept {
   const Seg& f = g.first;
   // The same Ethernet addresses too (as Linux's GRO compares the MAC
   // header): a frame for another MAC must not ride in on a group's.
   if (std::memcmp(f.ip - kEth, s.ip - kEth, 12) != 0) return false;
   if (g.closed || s.seq != g.next_seq || s.ack != f.ack || s.win != f.win || s.thl != f.thl || s.tos != f.tos ||
       s.ttl != f.ttl || ((s.frag ^ f.frag) & 0x40) != 0 || s.len > f.len ||
-      kIp + f.thl + g.total + s.len > kMaxIpLen) {
+      kIp + f.thl + g.total + s.len > max_ip) {
     return false;
   }
   if (f.thl == 20) return true;
@@ -193,13 +193,15 @@ void finish(Group& g, Stats& stats) noexcept {
   store_be16(f.tcp + 16, 0);
   const std::uint16_t ck = csum::finish(csum::add(header_sum(f, f.thl + g.total), g.data_sum));
   std::memcpy(f.tcp + 16, &ck, 2);
+  f.m->tso_segsz = f.len;
   f.m->ol_flags &= ~RTE_MBUF_F_RX_L4_CKSUM_MASK;
   f.m->ol_flags |= g.checked ? RTE_MBUF_F_RX_L4_CKSUM_GOOD : RTE_MBUF_F_RX_L4_CKSUM_UNKNOWN;
 }
 
 }  // namespace
 
-std::size_t coalesce(rte_mbuf** frames, std::size_t n, Csum csum, Stats& stats) noexcept {
+std::size_t coalesce(rte_mbuf** frames, std::size_t n, Csum csum, Stats& stats, std::size_t max_frame) noexcept {
+  const std::size_t max_ip = std::max(std::min(max_frame, kMaxFrame), kEth) - kEth;
   Group open[kOpenGroups];
   std::size_t nopen = 0;
   auto close = [&](std::size_t i) {
@@ -219,7 +221,7 @@ std::size_t coalesce(rte_mbuf** frames, std::size_t n, Csum csum, Stats& stats) 
     Seg s;
     const Parse p = parse(m, csum, s, stats);
     const std::size_t gi = p == Parse::other ? nopen : find(s.key);
-    if (p == Parse::segment && gi < nopen && can_join(open[gi], s)) {
+    if (p == Parse::segment && gi < nopen && can_join(open[gi], s, max_ip)) {
       join(open[gi], s, stats);
       continue;
     }

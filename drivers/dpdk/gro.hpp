@@ -44,10 +44,16 @@ struct Stats {
   std::uint64_t bad_csum = 0; // segments whose TCP checksum failed the check (left alone)
 };
 
+// The largest merged frame by default: an IPv4 datagram of 64 KB.
+inline constexpr std::size_t kMaxFrame = 14 + 65535;
+
 // Coalesces frames[0..n) in place: on return frames[0..result) are the
 // frames to deliver, in order, merged ones as mbuf chains with their IPv4
-// and TCP headers rewritten. Frames merged away are chained into their
-// group's frame (never freed here).
-std::size_t coalesce(rte_mbuf** frames, std::size_t n, Csum csum, Stats& stats) noexcept;
+// and TCP headers rewritten and tso_segsz set to the payload bytes of their
+// first segment (the size a forwarder cuts them back to). Frames merged
+// away are chained into their group's frame (never freed here). No merged
+// frame exceeds max_frame bytes (Ethernet header included).
+std::size_t coalesce(rte_mbuf** frames, std::size_t n, Csum csum, Stats& stats,
+                     std::size_t max_frame = kMaxFrame) noexcept;
 
 }  // namespace xk::drivers::gro

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "xk/checksum.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
 #include "xk/protocols/arp_wire.hpp"
@@ -78,6 +79,14 @@ class Steer::Channel final : public Protocol {
     if (!room) return room.error();
     eth::Header{node_mac_, our_mac_, type}.write(room->first<eth::Header::kSize>());
     return session_->push(std::move(frame));
+  }
+
+  // The largest frame the node takes now (memif: more than the MTU once its
+  // driver said it takes large frames); 0 on the node port (MTU-sized).
+  std::size_t frame_max() const {
+    if (driver_ == nullptr) return 0;
+    Result<std::size_t> m = driver_->control(ctl::GetFrameMax{});
+    return m ? *m : 0;
   }
 
   NodeId node() const noexcept { return node_; }
@@ -196,7 +205,10 @@ Steer::Steer(std::string name, Protocol& external, const Clock& clock, SteerConf
       relay_from_nodes_(counters().add("relay_from_nodes", "central mode: relay frames from the nodes")),
       rx_quiet_(counters().add("rx_quiet", "frames dropped unanswered while the nodes re-declare their flows")),
       node_port_unknown_mac_(counters().add("node_port_unknown_mac", "node-port frames from a MAC no node has")),
-      tx_large_from_nodes_(counters().add("tx_large_from_nodes", "large frames from nodes, cut at the external MTU")) {
+      tx_large_from_nodes_(counters().add("tx_large_from_nodes", "large frames from nodes, cut at the external MTU")),
+      rx_coalesced_whole_(counters().add("rx_coalesced_whole", "coalesced frames from outside, to a node whole")),
+      rx_coalesced_cut_(counters().add("rx_coalesced_cut", "coalesced frames cut again for a node's channel")),
+      rx_coalesced_bad_(counters().add("rx_coalesced_bad", "coalesced frames a node could not take whole, checksum bad")) {
   if (Result<std::size_t> m = external.control(ctl::GetMtu{}); m) ext_frame_max_ = *m;
 }
 
@@ -283,6 +295,11 @@ std::vector<const CounterSet*> Steer::channel_counters() const {
 // ---- ingress: the external port ----------------------------------------------
 
 Status Steer::on_rx(fault::PassSession& s, Msg msg) {
+  // A coalesced frame (the external port's GRO) is classified on its
+  // headers; with user rules, which may read any byte, on the whole of it.
+  if (msg.offload().has(Offload::rx_coalesced) && !relay_sink_ && filter_->rule_count() == 0) {
+    if (std::optional<TcpHeaders> h = tcp_headers(msg)) return on_rx_coalesced(s, *h, std::move(msg));
+  }
   Result<std::span<const std::byte>> frame = contiguous(msg);
   if (!frame) {
     ++rx_dropped_;
@@ -300,26 +317,7 @@ Status Steer::on_rx(fault::PassSession& s, Msg msg) {
     ++rx_quiet_;
     return {};
   }
-  Status st;
-  switch (d.action) {
-    case Action::to_node:
-      st = forward(d, std::move(msg));
-      break;
-    case Action::local:
-    case Action::reset:
-    case Action::port_unreachable:
-      // filterd's own stack: ARP and echo for the shared address, and the
-      // RST / ICMP port unreachable its empty tcp and udp give (RFC 9293
-      // 3.10.7.1, RFC 1122 4.1.3.1).
-      ++rx_local_;
-      st = s.deliver_up(std::move(msg));
-      break;
-    case Action::held:
-      break;  // a copy waits for its first fragment
-    case Action::drop:
-      ++rx_dropped_;
-      break;
-  }
+  Status st = dispatch(s, d, std::move(msg));
   // Fragments a first fragment released go where it went.
   if (filter_->has_released()) {
     for (ReleasedFrame& r : filter_->take_released()) {
@@ -339,12 +337,82 @@ Status Steer::on_rx(fault::PassSession& s, Msg msg) {
   return st;
 }
 
+Status Steer::dispatch(fault::PassSession& s, const Decision& d, Msg msg) {
+  switch (d.action) {
+    case Action::to_node:
+      return forward(d, std::move(msg));
+    case Action::local:
+    case Action::reset:
+    case Action::port_unreachable:
+      // filterd's own stack: ARP and echo for the shared address, and the
+      // RST / ICMP port unreachable its empty tcp and udp give (RFC 9293
+      // 3.10.7.1, RFC 1122 4.1.3.1).
+      ++rx_local_;
+      return s.deliver_up(std::move(msg));
+    case Action::held:
+      return {};  // a copy waits for its first fragment
+    case Action::drop:
+      ++rx_dropped_;
+      return {};
+  }
+  return {};
+}
+
+// A frame the external port coalesced (docs/filterd.md, "Large frames to
+// the nodes"): segments of one flow, in order, flags ACK/PSH only -- never a
+// fragment, a SYN or a FIN. Every step of the filter but user rules reads
+// headers alone, so its headers stand for it and the payload stays where
+// the port put it.
+Status Steer::on_rx_coalesced(fault::PassSession& s, const TcpHeaders& h, Msg msg) {
+  const Decision d = filter_->classify(h.span());
+  if (quiet(d, h.span())) {
+    ++rx_quiet_;
+    return {};
+  }
+  return dispatch(s, d, std::move(msg));
+}
+
+// A coalesced frame goes to the node whole if its channel takes it (the
+// node's TCP checks the checksum the port carried over from the parts);
+// else it is cut back into frames the channel takes, at the size of the
+// segments it was made of -- after its checksum is checked here, since the
+// cut gives every piece a checksum of its own and a corrupt part would
+// otherwise arrive with a good one.
+Status Steer::fit_for_channel(Channel& ch, Msg& frame) {
+  if (!frame.offload().has(Offload::rx_coalesced)) return {};
+  if (frame.size() <= ch.frame_max()) {
+    ++rx_coalesced_whole_;
+    return {};
+  }
+  const std::optional<TcpHeaders> h = tcp_headers(frame);
+  if (!h || frame.offload().seg_size == 0) {
+    ++rx_coalesced_bad_;
+    return Errc::malformed;
+  }
+  const std::byte* ip = h->bytes.data() + eth::Header::kSize;
+  const std::size_t tcp_len = frame.size() - eth::Header::kSize - h->ip_len;
+  Msg tcp = frame.share();
+  (void)tcp.pop(eth::Header::kSize + h->ip_len);
+  const std::uint32_t pseudo = csum::pseudo_header_v4(Ipv4Addr{load_be32(ip + 12)}, Ipv4Addr{load_be32(ip + 16)},
+                                                      ipv4::kProtoTcp, static_cast<std::uint16_t>(tcp_len));
+  if (csum::fold(csum::partial(tcp, pseudo)) != 0xffff) {
+    ++rx_coalesced_bad_;
+    return Errc::malformed;
+  }
+  Offload& o = frame.offload();
+  o.flags = static_cast<std::uint8_t>(Offload::tx_tcp_seg | Offload::tx_tcp_csum);
+  o.l3_len = static_cast<std::uint8_t>(h->ip_len);
+  ++rx_coalesced_cut_;
+  return {};
+}
+
 Status Steer::forward(const Decision& d, Msg frame) {
   std::unique_ptr<Channel>* ch = channels_.find(key_of(d.target.node, d.target.queue));
   if (ch == nullptr) {
     ++rx_no_channel_;
     return Errc::not_found;
   }
+  if (Status st = fit_for_channel(**ch, frame); !st) return st;
   if (Status st = (*ch)->send(std::move(frame)); !st) {
     ++rx_channel_full_;
     return st;
@@ -381,13 +449,13 @@ bool Steer::quiet(const Decision& d, std::span<const std::byte> frame) noexcept 
 
 // ---- egress: a node's channel ---------------------------------------------------
 
-// A large frame from a node's large-frame channel (docs/dpdk-driver.md,
-// "Large frames"): one IPv4 TCP segment of whole segments that each fill
-// the MTU. Its headers, as a copy with the IPv4 total length cut to them,
-// are what the filter looks at (its decision rests on addresses, ports and
-// flags alone) -- the payload is never linearized. Empty: not such a frame.
-std::optional<Steer::LargeFrame> Steer::large_frame(const Msg& frame) const noexcept {
-  if (ext_frame_max_ == 0 || frame.size() <= ext_frame_max_ || frame.fragments().empty()) return std::nullopt;
+// The headers of a TCP frame of several segments, copied with the IPv4
+// total length cut to them (and the header checksum redone): what the
+// filter looks at (it decides on addresses, ports and flags) without the
+// payload being linearized. Empty: not an IPv4 TCP frame whose headers are
+// all in its first fragment.
+std::optional<Steer::TcpHeaders> Steer::tcp_headers(const Msg& frame) noexcept {
+  if (frame.fragments().empty()) return std::nullopt;
   const std::span<const std::byte> first = frame.fragments().front().bytes();
   if (first.size() < eth::Header::kSize + ipv4::Header::kMinSize + 20) return std::nullopt;
   if (load_be16(first.data() + 12) != eth::kTypeIpv4) return std::nullopt;
@@ -400,24 +468,39 @@ std::optional<Steer::LargeFrame> Steer::large_frame(const Msg& frame) const noex
   }
   const std::size_t thl = (std::to_integer<std::size_t>(ip[hl + 12]) >> 4) * 4;
   const std::size_t headers = eth::Header::kSize + hl + thl;
-  const std::size_t mtu = ext_frame_max_ - eth::Header::kSize;
-  if (thl < 20 || first.size() < headers || hl + thl >= mtu) return std::nullopt;
-  LargeFrame l;
-  std::memcpy(l.bytes.data(), first.data(), headers);
-  l.len = headers;
-  store_be16(l.bytes.data() + eth::Header::kSize + 2, static_cast<std::uint16_t>(hl + thl));
-  l.seg_size = static_cast<std::uint16_t>(mtu - hl - thl);
+  if (thl < 20 || first.size() < headers) return std::nullopt;
+  TcpHeaders t;
+  std::memcpy(t.bytes.data(), first.data(), headers);
+  t.len = headers;
+  t.ip_len = hl;
+  std::byte* cip = t.bytes.data() + eth::Header::kSize;
+  store_be16(cip + 2, static_cast<std::uint16_t>(hl + thl));
+  store_be16(cip + 10, 0);
+  const std::uint16_t ipck = csum::finish(csum::partial(cip, hl));
+  std::memcpy(cip + 10, &ipck, 2);
   // 0: sent without a checksum (a computed zero is sent as 0xffff).
   std::uint16_t ck = 0;
   std::memcpy(&ck, ip + hl + 16, 2);
-  l.csum = ck != 0;
-  return l;
+  t.csum = ck != 0;
+  return t;
+}
+
+// A large frame from a node's large-frame channel (docs/dpdk-driver.md,
+// "Large frames"): one IPv4 TCP segment of whole segments that each fill
+// the external MTU. Empty: not such a frame.
+std::optional<Steer::TcpHeaders> Steer::large_frame(const Msg& frame) const noexcept {
+  if (ext_frame_max_ == 0 || frame.size() <= ext_frame_max_) return std::nullopt;
+  std::optional<TcpHeaders> t = tcp_headers(frame);
+  const std::size_t mtu = ext_frame_max_ - eth::Header::kSize;
+  if (!t || t->len - eth::Header::kSize >= mtu) return std::nullopt;
+  t->seg_size = static_cast<std::uint16_t>(mtu - (t->len - eth::Header::kSize));
+  return t;
 }
 
 Status Steer::egress(Channel& ch, Msg frame) {
-  std::optional<LargeFrame> large = large_frame(frame);
+  std::optional<TcpHeaders> large = large_frame(frame);
   Result<std::span<const std::byte>> bytes =
-      large ? Result<std::span<const std::byte>>(std::span<const std::byte>(large->bytes.data(), large->len))
+      large ? Result<std::span<const std::byte>>(large->span())
             : contiguous(frame);
   if (!bytes || bytes->size() < eth::Header::kSize) {
     ++channel_dropped_;

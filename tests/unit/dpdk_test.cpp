@@ -301,8 +301,9 @@ std::string ring_devargs() {
 // A net_ring port looped back onto itself (what it sends, it receives), a
 // Sink enabled on it and a session to push frames into.
 struct RingPort {
-  explicit RingPort(std::size_t mbufs, std::size_t tx_keep_max = 0, bool gro = false, bool gro_verify = true)
-      : drv("net0", config(mbufs, tx_keep_max, gro, gro_verify), &loop) {
+  explicit RingPort(std::size_t mbufs, std::size_t tx_keep_max = 0, bool gro = false, bool gro_verify = true,
+                    std::size_t gro_max = 0)
+      : drv("net0", config(mbufs, tx_keep_max, gro, gro_verify, gro_max), &loop) {
     EXPECT_TRUE(drv.open_enable(sink, parts).ok());
     Result<SessionRef> r = drv.open(sink, parts);
     EXPECT_TRUE(r.ok());
@@ -316,12 +317,14 @@ struct RingPort {
   RingPort& operator=(const RingPort&) = delete;
   // tx_keep_max > 0: keep what the ring refuses (tx_keep), up to that many.
   // gro off unless asked: the tests of what is sent look at each frame.
-  static DpdkDriver::Config config(std::size_t mbufs, std::size_t tx_keep_max, bool gro, bool gro_verify) {
+  static DpdkDriver::Config config(std::size_t mbufs, std::size_t tx_keep_max, bool gro, bool gro_verify,
+                                   std::size_t gro_max) {
     DpdkDriver::Config c;
     c.devargs = ring_devargs();
     c.mbufs = mbufs;
     c.gro = gro;
     c.gro_verify = gro_verify;
+    c.gro_max = gro_max;
     c.tx_keep = tx_keep_max > 0;
     if (c.tx_keep) c.tx_keep_max = tx_keep_max;
     return c;
@@ -1513,6 +1516,73 @@ TEST_F(DpdkTest, MemifLargeFramesCarryWholeSegmentsOnceTheOtherEndTakesThem) {
   EXPECT_EQ(tx_max, 0u) << "a server with frame_max=0 says nothing: MTU-sized frames";
   ASSERT_EQ(mtu_sized.size(), (payload.size() + kSeg - 1) / kSeg);
   for (std::size_t i = 0; i + 1 < mtu_sized.size(); ++i) EXPECT_EQ(mtu_sized[i], kSeg);
+}
+
+// filterd's external port: coalesced frames no larger than a node's channel
+// takes (gro_max), marked with the size of the segments they hold; sent on
+// to a memif peer that takes large frames, such a frame leaves whole, as the
+// very mbufs it came in (no copy); a port with no such peer refuses it.
+TEST_F(DpdkTest, GroFramesStayUnderTheirCapAndGoOnWholeAsTheirOwnMbufs) {
+  constexpr std::size_t kCap = 66 + 4000;  // four 1000-byte segments
+  RingPort p(1023, 0, true, false, kCap);
+  const std::size_t free0 = p.drv.mbufs_free();
+  std::vector<Bytes> sent;
+  for (std::uint32_t i = 0; i < 12; ++i) {
+    Seg s;
+    s.seq = 1000 + i * 1000;
+    sent.push_back(seg_frame(s));
+    ASSERT_TRUE(p.s->push(Msg::copy_of(sent.back())).ok());
+  }
+  (void)p.drv.flush();
+  (void)p.drv.poll(256);  // one burst
+  ASSERT_EQ(p.sink.received.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const Msg& m = p.sink.received[i];
+    const Got g = got_of(m);
+    EXPECT_EQ(g.seq, 1000u + i * 4000);
+    EXPECT_EQ(g.len, 4000u) << "no group past the cap";
+    EXPECT_TRUE(g.csum_ok && g.stream);
+    EXPECT_TRUE(m.offload().has(Offload::rx_coalesced));
+    EXPECT_EQ(m.offload().seg_size, 1000u) << "where a forwarder would cut it again";
+    EXPECT_GT(m.fragment_count(), 1u) << "the parts' mbufs, chained";
+  }
+  // No large-frame peer on the ring: too large to send as it is.
+  EXPECT_EQ(p.s->push(p.sink.received[2].share()).error(), Errc::too_large);
+
+  TempDir dir;
+  const std::string sock = (dir / "fwd.sock").string();
+  DpdkDriver::Config sc;
+  sc.devargs = vdev("net_memif") + ",role=server,id=0,socket=" + sock;
+  sc.mbufs = 1023;
+  sc.gro = false;
+  DpdkDriver::Config cc = sc;
+  cc.devargs = vdev("net_memif") + ",role=client,id=0,socket=" + sock;
+  MemifPair pair("fwd", sc, cc);
+  ASSERT_TRUE(pair.up());
+  ASSERT_EQ(pair.server.tx_frame_max(), 16384u);
+  Result<std::size_t> fmax = pair.server.control(ctl::GetFrameMax{});
+  ASSERT_TRUE(fmax.ok());
+  EXPECT_EQ(*fmax, 16384u);
+  Sink got;
+  Participants parts;
+  ASSERT_TRUE(pair.client->open_enable(got, parts).ok());
+  Result<SessionRef> ss = pair.server.open(got, parts);
+  ASSERT_TRUE(ss.ok());
+  (void)pair.client->poll(64);  // a memif client hands the server its rx slots when it polls
+  std::vector<Bytes> whole;
+  for (Msg& m : p.sink.received) {
+    whole.push_back(bytes_of(m));
+    EXPECT_TRUE((*ss)->push(std::move(m)).ok());
+  }
+  p.sink.received.clear();
+  (void)pair.server.flush();
+  EXPECT_EQ(pair.server.counters().value("tx_zero_copy"), 3u) << "sent as the mbufs they came in";
+  for (int k = 0; k < 200 && got.received.size() < 3; ++k) (void)pair.client->poll(64);
+  ASSERT_EQ(got.received.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(bytes_of(got.received[i]), whole[i]);
+  got.received.clear();
+  EXPECT_TRUE(pair.client->open_disable(got, parts).ok());
+  EXPECT_EQ(p.drv.mbufs_free(), free0) << "every mbuf of the chains came back to the ring port's pool";
 }
 
 // ---- the fault fence (memif unmaps memory under a burst) ----------------

@@ -778,15 +778,17 @@ std::string FilterdClient::graph_spec(const std::string& tcp_opts, std::uint16_t
       << spec_value("net_memif" + std::to_string(queue) + ",role=client,id=" + std::to_string(ch.memif_id) +
                     ",socket=" + hello_.memif_socket + ",rsize=10")
       << " mtu=" << hello_.mtu;
+    if (!options_.node_port_opts.empty()) g << " " << options_.node_port_opts;
   }
+  const auto given = [&](const char* key) { return options_.node_port_opts.find(key) != std::string::npos; };
   // Central mode: relay frames are never dropped (a full ring waits).
-  if (hello_.central) g << " tx_keep=on";
+  if (hello_.central && !given("tx_keep=")) g << " tx_keep=on";
   // TCP's checksums off: receive coalescing does not check them either.
   {
     std::istringstream words(tcp_opts);
     bool csum_off = false;
     for (std::string w; words >> w;) csum_off = csum_off || w == "csum=off";
-    if (csum_off) g << " gro_csum=carry";
+    if (csum_off && !given("gro_csum=")) g << " gro_csum=carry";
   }
   g << "\n";
   g << "eth  eth0 below=net0 mac=" << to_string(ch.node_mac) << "\n";

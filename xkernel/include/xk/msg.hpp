@@ -109,13 +109,17 @@ struct Offload {
     // segments of seg_size payload bytes, each with its own IPv4 and TCP
     // header and checksums (docs/tcp.md, "Segmentation offload").
     tx_tcp_seg = 64,
+    // Receive coalescing put several TCP segments of one flow into this
+    // frame, each of seg_size payload bytes but the last (which may be
+    // shorter): a forwarder that must cut it again cuts it there.
+    rx_coalesced = 128,
   };
   static constexpr std::uint8_t kTxMask = tx_ip_csum | tx_udp_csum | tx_tcp_csum;
-  static constexpr std::uint8_t kRxMask = rx_ip_good | rx_l4_good | rx_scarce;
+  static constexpr std::uint8_t kRxMask = rx_ip_good | rx_l4_good | rx_scarce | rx_coalesced;
 
   std::uint8_t flags = 0;
   std::uint8_t l3_len = 0;  // IPv4 header bytes, for the tx requests
-  std::uint16_t seg_size = 0;  // tx_tcp_seg: payload bytes per segment
+  std::uint16_t seg_size = 0;  // tx_tcp_seg, rx_coalesced: payload bytes per segment
 
   bool has(Flag f) const noexcept { return (flags & f) != 0; }
 };

@@ -128,6 +128,13 @@ struct GetCounters {
 struct GetOffloads {
   using Reply = LinkOffloads;
 };
+// The largest frame the link at the bottom takes now, Ethernet header
+// included: GetMtu's answer, or more on a link between two xk processes
+// whose other end takes large frames (docs/dpdk-driver.md, "Large frames").
+// Asked of a driver directly (no layer passes it on).
+struct GetFrameMax {
+  using Reply = std::size_t;
+};
 // An ICMP error about one of our flows, handed by ipv4 to the transport
 // protocol that owns the inner packet's protocol number (RFC 1122 3.2.2.1,
 // RFC 1191 for frag-needed). Ports are 0 for transports without them.
@@ -152,7 +159,7 @@ struct DeliverError {
 
 using ControlQuery = std::variant<ctl::GetMtu, ctl::GetHeaderRoom, ctl::GetLocalAddr, ctl::GetPeerAddr,
                                   ctl::GetChecksum, ctl::SetChecksum, ctl::GetCounters, ctl::DeliverError,
-                                  ctl::GetOffloads>;
+                                  ctl::GetOffloads, ctl::GetFrameMax>;
 using ControlReply =
     std::variant<std::monostate, std::size_t, Participant, ChecksumMode, const CounterSet*, LinkOffloads>;
 

@@ -91,6 +91,8 @@ class FilterdClient final : public PortAuthority, public Pollable {
     // The node's own port, for a node on filterd's node port (plain
     // Ethernet; needed over TCP): DPDK devargs and more dpdk options, and
     // its MAC (absent: filterd picks one, and the port is set to it).
+    // node_port_opts also reach the memif channel of a node on filterd's
+    // host (e.g. frame_max=0: MTU-sized frames only).
     std::string node_port;
     std::string node_port_opts;
     std::optional<MacAddr> node_mac;

@@ -120,13 +120,20 @@ class Steer final : public fault::PassThrough {
   Status on_rx(fault::PassSession& s, Msg msg) override;
 
  private:
-  struct LargeFrame {
+  // The headers of one TCP segment carried in a frame of several (a node's
+  // large frame, or one the external port coalesced), copied.
+  struct TcpHeaders {
     std::array<std::byte, 14 + 60 + 60> bytes{};  // Ethernet, IPv4, TCP; total length cut to the headers
     std::size_t len = 0;
+    std::size_t ip_len = 0;          // IPv4 header bytes
     std::uint16_t seg_size = 0;      // payload bytes of each segment it holds
-    bool csum = false;               // the node sent it with a TCP checksum
+    bool csum = false;               // it carries a TCP checksum (the field is not 0)
+    std::span<const std::byte> span() const noexcept { return {bytes.data(), len}; }
   };
-  std::optional<LargeFrame> large_frame(const Msg& frame) const noexcept;
+  static std::optional<TcpHeaders> tcp_headers(const Msg& frame) noexcept;
+  std::optional<TcpHeaders> large_frame(const Msg& frame) const noexcept;
+  Status dispatch(fault::PassSession& s, const Decision& d, Msg msg);
+  Status on_rx_coalesced(fault::PassSession& s, const TcpHeaders& h, Msg msg);
 
  protected:
 
@@ -141,6 +148,7 @@ class Steer final : public fault::PassThrough {
     return NodeKey{std::uint32_t{node} << 16 | queue};
   }
   Status forward(const Decision& d, Msg frame);
+  Status fit_for_channel(Channel& ch, Msg& frame);
   Status egress(Channel& ch, Msg frame);
   Status answer_arp(Channel& ch, Msg frame);
   void learn_passive_flow(Channel& ch, const ipv4::Header& ip, std::span<const std::byte> frame);
@@ -174,6 +182,9 @@ class Steer final : public fault::PassThrough {
   Counter& rx_quiet_;
   Counter& node_port_unknown_mac_;
   Counter& tx_large_from_nodes_;
+  Counter& rx_coalesced_whole_;
+  Counter& rx_coalesced_cut_;
+  Counter& rx_coalesced_bad_;
   std::size_t ext_frame_max_ = 0;  // the external port's largest frame (MTU + 14)
 };
 

@@ -161,6 +161,10 @@ class DpdkDriver final : public Protocol, public Pollable {
     // with checksums off: the merged checksum is carried from the parts'.
     bool gro = true;
     bool gro_verify = true;
+    // The largest frame coalescing makes, Ethernet header included (0: 64
+    // KB datagrams). filterd's external port makes them no larger than its
+    // nodes' channels take, so they are forwarded whole.
+    std::size_t gro_max = 0;
     dpdk::EalConfig eal;
   };
 
@@ -184,7 +188,8 @@ class DpdkDriver final : public Protocol, public Pollable {
   Status open_enable(Protocol& upper, Participants& parts) override;
   Status open_disable(Protocol& upper, Participants& parts) override;
   // GetMtu: largest frame without FCS (MTU + 14); GetLocalAddr: {MacAddr};
-  // GetHeaderRoom: 0; GetOffloads: the checksum offloads turned on.
+  // GetHeaderRoom: 0; GetOffloads: the checksum offloads turned on;
+  // GetFrameMax: the larger of GetMtu and tx_frame_max().
   Result<ControlReply> control_any(const ControlQuery& query) override;
 
   // Receive up to `budget` frames and deliver them; then send what is queued.
@@ -195,9 +200,11 @@ class DpdkDriver final : public Protocol, public Pollable {
   bool before_sleep() noexcept override;
   void after_sleep() noexcept override;
 
-  // Queue one frame for transmit (copied into an mbuf chain). would_block if
-  // no mbuf is free; too_large above GetMtu. A frame marked tx_tcp_seg is
-  // cut into MTU-sized frames (segmentation offload in software).
+  // Queue one frame for transmit (copied into an mbuf chain; a frame made
+  // only of mbufs this process received goes as those mbufs). would_block if
+  // no mbuf is free; too_large above GetFrameMax. A frame marked tx_tcp_seg
+  // is cut into MTU-sized frames (segmentation offload in software), or
+  // large ones of whole segments where the peer takes them.
   Status transmit(const Msg& frame);
   // Send the queued frames now. Frames the tx ring has no room for are freed
   // and counted in tx_drop_full. Returns how many were sent.
@@ -244,8 +251,11 @@ class DpdkDriver final : public Protocol, public Pollable {
   void request_offloads(rte_mbuf* m, std::uint64_t ol_flags, std::size_t l3_len) noexcept;
   // Queues `m` for the next burst; a full burst goes at once.
   void enqueue(rte_mbuf* m);
-  // The received mbuf `frame` is one whole window of, or nullptr.
-  static rte_mbuf* sole_mbuf(const Msg& frame) noexcept;
+  // The received mbuf `f` is one whole window of, or nullptr.
+  static rte_mbuf* sole_mbuf(const Frag& f) noexcept;
+  // The received mbufs `frame` is made of, chained for the PMD, or nullptr.
+  static constexpr std::size_t kMaxChain = 64;
+  static rte_mbuf* received_chain(const Msg& frame) noexcept;
   // Append `len` bytes to the chain `head`..`tail`, chaining mbufs as
   // needed; with `sum`, add their checksum (offset `at` in what is summed).
   // false: no mbuf left (the chain is the caller's to free).
