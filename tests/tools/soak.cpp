@@ -445,6 +445,7 @@ int run_client(const Api& api, const Args& a) {
       if (it == conns.end()) continue;
       SoakConn& c = it->second;
       if ((got[i].events & EPOLLOUT) != 0 && !c.shut) {
+        int werr = 0;
         while (c.sent < c.size) {
           const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(out.size(), c.size - c.sent));
           for (std::size_t k = 0; k < len; ++k) out[k] = pattern(c.id, c.sent + k);
@@ -453,7 +454,14 @@ int run_client(const Api& api, const Args& a) {
             c.sent += static_cast<std::uint64_t>(w);
             continue;
           }
-          break;  // EAGAIN, or an error the read side reports
+          if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) werr = errno;
+          break;
+        }
+        // A write that fails takes the socket's pending error with it (a
+        // refused connect's ECONNREFUSED): the read after it sees only EOF.
+        if (werr != 0) {
+          finish(fd, true, std::strerror(werr), werr);
+          continue;
         }
         if (c.sent == c.size) {
           if (api.shutdown(fd, SHUT_WR) == 0) {
