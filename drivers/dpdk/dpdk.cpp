@@ -107,6 +107,10 @@ std::string devarg(const std::string& devargs, const std::string& key) {
   return devargs.substr(from, devargs.find(',', from) - from);
 }
 
+bool memif_client(const std::string& devargs) {
+  return devargs.rfind("net_memif", 0) == 0 && devargs.find("role=server") == std::string::npos;
+}
+
 // A net_memif client makes the link's shared memory, so it sizes the slots.
 // DPDK 22.11's memif garbles frames that take several slots: it never clears
 // the "next" flag of a packet's first slot, so a slot that once began a
@@ -118,7 +122,7 @@ std::string devarg(const std::string& devargs, const std::string& key) {
 // through, so the ring gets fewer of them: about 2 MiB a direction, as
 // 1024 slots of 2 KiB (and never under 32 slots).
 std::string memif_devargs(const std::string& devargs, std::optional<std::size_t> mtu, std::size_t frame_max) {
-  if (devargs.rfind("net_memif", 0) != 0 || devargs.find("role=server") != std::string::npos) return devargs;
+  if (!memif_client(devargs)) return devargs;
   std::size_t frame = mtu ? *mtu + kEthHeader + 4 : 0;  // with an FCS's room, as ethdev counts
   frame = std::max(frame, frame_max);
   std::string out = devargs;
@@ -192,7 +196,7 @@ DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
       dpdk::on_interrupt_thread([&] { rc = rte_dev_probe(devargs.c_str()); });
       if (rc != 0) fail(this->name(), "cannot probe '" + devargs + "'", rc);
       if (const std::string b = devarg(devargs, "bsize"); !b.empty()) slot_size_ = std::stoul(b);
-      else if (devargs.rfind("net_memif", 0) == 0 && devargs.find("role=server") == std::string::npos) slot_size_ = kDefaultMbufData;
+      else if (memif_client(devargs)) slot_size_ = kDefaultMbufData;
       probed_ = true;
       if (!find_port(device_name_, port)) {
         throw std::runtime_error("dpdk " + this->name() + ": '" + config_.devargs + "' was probed but has no ethdev port");

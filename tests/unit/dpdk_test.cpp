@@ -56,6 +56,11 @@ std::string vdev(const std::string& driver) {
   return driver + std::to_string(serial++);
 }
 
+// One end ("server" or "client") of a net_memif link on `sock`.
+std::string memif_end(const char* role, const std::string& sock) {
+  return vdev("net_memif") + ",role=" + role + ",id=0,socket=" + sock;
+}
+
 // A test frame: broadcast destination, a locally administered source, the
 // local experimental EtherType 0x88b5 (so nothing else on a link matches), then
 // a counting payload seeded by `seed`.
@@ -1293,6 +1298,15 @@ TEST(Doorbell, MemifLinkNamesComeFromTheDevargs) {
 // going -- the server (DPDK's memif frees the control channel from both
 // threads otherwise, now and then twice: run alone, as ctest runs them, such
 // tests crashed at teardown about one run in four to eight).
+// Both ends of a memif link up (they connect on the EAL's interrupt
+// thread), waiting up to 3 s.
+bool both_up(DpdkDriver& a, DpdkDriver& b) {
+  for (int i = 0; i < 300 && !(a.link().up && b.link().up); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return a.link().up && b.link().up;
+}
+
 struct MemifPair {
   MemifPair(const std::string& tag, DpdkDriver::Config sc, DpdkDriver::Config cc, EventLoop* server_loop = nullptr)
       : server(tag + "s0", std::move(sc), server_loop) {
@@ -1303,13 +1317,7 @@ struct MemifPair {
     for (int i = 0; i < 100 && server.link().up; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  // The control channel connects in the EAL's interrupt thread.
-  bool up() {
-    for (int i = 0; i < 300 && !(server.link().up && client->link().up); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return server.link().up && client->link().up;
-  }
+  bool up() { return both_up(server, *client); }
   DpdkDriver server;
   std::optional<DpdkDriver> client;
 };
@@ -1320,11 +1328,11 @@ TEST_F(DpdkTest, MemifDoorbellWakesASleepingLoopWhenTheOtherEndSends) {
   TempDir dir;
   const std::string sock = (dir / "bell.sock").string();
   DpdkDriver::Config sc;
-  sc.devargs = vdev("net_memif") + ",role=server,id=0,socket=" + sock;
+  sc.devargs = memif_end("server", sock);
   sc.mbufs = 1023;
   sc.idle_sleep_min = sc.idle_sleep_max = std::chrono::seconds(1);
   DpdkDriver::Config cc = sc;
-  cc.devargs = vdev("net_memif") + ",role=client,id=0,socket=" + sock;
+  cc.devargs = memif_end("client", sock);
   EventLoopConfig lc;
   lc.spin = std::chrono::microseconds(0);
   EventLoop sleeper(lc);
@@ -1381,13 +1389,13 @@ TEST_F(DpdkTest, MemifMixOfLongAndShortFramesArrivesIntact) {
   TempDir dir;
   const std::string sock = (dir / "mix.sock").string();
   DpdkDriver::Config sc;
-  sc.devargs = vdev("net_memif") + ",role=server,id=0,socket=" + sock;
+  sc.devargs = memif_end("server", sock);
   sc.mbufs = 4095;
   sc.mtu = 4000;
   sc.doorbell = false;
   sc.frame_max = 0;  // the MTU's slots, 1024 of them (large frames: their own test)
   DpdkDriver::Config cc = sc;
-  cc.devargs = vdev("net_memif") + ",role=client,id=0,socket=" + sock;
+  cc.devargs = memif_end("client", sock);
   MemifPair pair("mix", sc, cc);
   DpdkDriver& server = pair.server;
   DpdkDriver& client = *pair.client;
@@ -1450,12 +1458,12 @@ TEST_F(DpdkTest, MemifLargeFramesCarryWholeSegmentsOnceTheOtherEndTakesThem) {
     TempDir dir;
     const std::string sock = (dir / (tag + ".sock")).string();
     DpdkDriver::Config sc;
-    sc.devargs = vdev("net_memif") + ",role=server,id=0,socket=" + sock;
+    sc.devargs = memif_end("server", sock);
     sc.mbufs = 1023;
     sc.frame_max = server_frame_max;
     sc.gro = false;  // the frames as they crossed
     DpdkDriver::Config cc = sc;
-    cc.devargs = vdev("net_memif") + ",role=client,id=0,socket=" + sock;
+    cc.devargs = memif_end("client", sock);
     cc.frame_max = 16384;
     MemifPair pair(tag, sc, cc);
     DpdkDriver& server = pair.server;
@@ -1552,11 +1560,11 @@ TEST_F(DpdkTest, GroFramesStayUnderTheirCapAndGoOnWholeAsTheirOwnMbufs) {
   TempDir dir;
   const std::string sock = (dir / "fwd.sock").string();
   DpdkDriver::Config sc;
-  sc.devargs = vdev("net_memif") + ",role=server,id=0,socket=" + sock;
+  sc.devargs = memif_end("server", sock);
   sc.mbufs = 1023;
   sc.gro = false;
   DpdkDriver::Config cc = sc;
-  cc.devargs = vdev("net_memif") + ",role=client,id=0,socket=" + sock;
+  cc.devargs = memif_end("client", sock);
   MemifPair pair("fwd", sc, cc);
   ASSERT_TRUE(pair.up());
   ASSERT_EQ(pair.server.tx_frame_max(), 16384u);
@@ -1677,17 +1685,14 @@ TEST_F(DpdkTest, MemifClientSurvivesItsServerGoingAwayMidBurst) {
   for (int round = 0; round < 12; ++round) {
     const std::string sock = (dir / ("gone" + std::to_string(round) + ".sock")).string();
     DpdkDriver::Config sc;
-    sc.devargs = vdev("net_memif") + ",role=server,id=0,socket=" + sock;
+    sc.devargs = memif_end("server", sock);
     sc.mbufs = 2047;
     sc.doorbell = false;
     DpdkDriver::Config cc = sc;
-    cc.devargs = vdev("net_memif") + ",role=client,id=0,socket=" + sock;
+    cc.devargs = memif_end("client", sock);
     auto server = std::make_unique<DpdkDriver>("gsrv" + std::to_string(round), sc);
     DpdkDriver client("gcli" + std::to_string(round), cc);
-    for (int i = 0; i < 300 && !(server->link().up && client.link().up); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ASSERT_TRUE(server->link().up && client.link().up) << "round " << round;
+    ASSERT_TRUE(both_up(*server, client)) << "round " << round;
     Sink sink;
     Participants parts;
     ASSERT_TRUE(client.open_enable(sink, parts).ok());
@@ -1734,17 +1739,14 @@ TEST_F(DpdkTest, MemifServerClosedWhileItsPeerLeavesEndsCleanly) {
   for (int round = 0; round < 100; ++round) {
     const std::string sock = (dir / ("both" + std::to_string(round) + ".sock")).string();
     DpdkDriver::Config sc;
-    sc.devargs = vdev("net_memif") + ",role=server,id=0,socket=" + sock;
+    sc.devargs = memif_end("server", sock);
     sc.mbufs = 511;
     sc.doorbell = false;
     DpdkDriver::Config cc = sc;
-    cc.devargs = vdev("net_memif") + ",role=client,id=0,socket=" + sock;
+    cc.devargs = memif_end("client", sock);
     auto server = std::make_unique<DpdkDriver>("bsrv" + std::to_string(round), sc);
     auto client = std::make_unique<DpdkDriver>("bcli" + std::to_string(round), cc);
-    for (int i = 0; i < 300 && !(server->link().up && client->link().up); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ASSERT_TRUE(server->link().up && client->link().up) << "round " << round;
+    ASSERT_TRUE(both_up(*server, *client)) << "round " << round;
     // The client leaves; the server is closed from another thread the
     // moment its link goes down -- when the interrupt thread has begun to
     // handle the client's disconnect.
