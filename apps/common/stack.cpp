@@ -21,6 +21,7 @@
 
 #include "xk/counters.hpp"
 #include "xk/drivers/dpdk.hpp"
+#include "xk/drivers/shm.hpp"
 #include "xk/protocols/arp.hpp"
 #include "xk/protocols/eth.hpp"
 #include "xk/protocols/fault.hpp"
@@ -360,9 +361,11 @@ const char* SignalSource::signal_name() const noexcept {
 
 bool wait_for_link(EventLoop& loop, Graph& graph, std::chrono::milliseconds limit) {
   auto* net = graph.find_as<drivers::DpdkDriver>("net0");
-  if (net == nullptr) return true;
+  auto* shm = graph.find_as<drivers::ShmDriver>("net0");
+  if (net == nullptr && shm == nullptr) return true;
+  auto up = [&] { return net != nullptr ? net->link().up : shm->up(); };
   auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!net->link().up) {
+  while (!up()) {
     if (std::chrono::steady_clock::now() >= deadline) return false;
     // Keep the stack running meanwhile (a memif peer's connect is handled by
     // DPDK's interrupt thread; anything that arrives is delivered as usual).
@@ -378,6 +381,8 @@ std::string describe_stack(Graph& graph) {
   if (auto* net = graph.find_as<drivers::DpdkDriver>("net0")) {
     where += " on port " + std::to_string(net->port_id()) + " (" + to_string(net->mac()) + ", mtu " +
              std::to_string(net->mtu()) + ")";
+  } else if (auto* shm = graph.find_as<drivers::ShmDriver>("net0")) {
+    where += " on shm (" + to_string(shm->mac()) + ")";
   }
   return where;
 }

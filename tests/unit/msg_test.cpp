@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -490,6 +492,43 @@ TEST(MsgOffload, TravelsWithTheMessage) {
   moved.reset();
   EXPECT_EQ(moved.offload().flags, 0);
   EXPECT_EQ(moved.offload().l3_len, 0);
+}
+
+
+// ---- a chunk source (the shm driver's arena) ---------------------------------
+
+class CountingSource final : public ChunkSource {
+ public:
+  std::byte* take() noexcept override {
+    if (left == 0) return nullptr;
+    --left;
+    ++taken;
+    return store[taken % 2].data();
+  }
+  void give(std::byte*) noexcept override { ++given; }
+  std::array<std::array<std::byte, Msg::kChunkSize>, 2> store{};
+  int left = 1, taken = 0, given = 0;
+};
+
+TEST(Msg, BulkChunksComeFromAnInstalledSourceAndGoBackToIt) {
+  auto source = std::make_unique<CountingSource>();
+  Buf::set_chunk_source(source.get());
+  {
+    Msg a = Msg::alloc(0, 0, Msg::kChunkSize);
+    const std::byte* first = a.fragments().empty() ? nullptr : a.fragments()[0].buf->data();
+    EXPECT_EQ(source->taken, 1);
+    EXPECT_EQ(first, source->store[1].data()) << "the chunk is the source's";
+    const std::array<std::byte, 3> abc{std::byte{'a'}, std::byte{'b'}, std::byte{'c'}};
+    ASSERT_TRUE(a.append(abc).ok());
+    EXPECT_EQ(a.fragment_count(), 1u) << "appended in place: a source's chunk is the stack's own";
+    EXPECT_FALSE(a.holds_external());
+    // The source is out: the heap serves.
+    Msg b = Msg::alloc(0, 0, Msg::kChunkSize);
+    EXPECT_EQ(source->taken, 1);
+    EXPECT_EQ(source->given, 0);
+  }
+  EXPECT_EQ(source->given, 1) << "the chunk went back when its last reference dropped";
+  Buf::set_chunk_source(nullptr);
 }
 
 }  // namespace

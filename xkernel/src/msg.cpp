@@ -80,13 +80,41 @@ bool give_block(void* block, std::size_t capacity) noexcept {
 }
 
 constexpr std::size_t kWrapBlock = (sizeof(Buf) + kBufAlign - 1) / kBufAlign * kBufAlign;
+
+std::atomic<ChunkSource*> g_chunk_source{nullptr};
 }  // namespace
+
+void Buf::set_chunk_source(ChunkSource* source) noexcept { g_chunk_source.store(source, std::memory_order_release); }
+
+void Buf::give_chunk(void* source, std::byte* chunk) { static_cast<ChunkSource*>(source)->give(chunk); }
 
 Buf* Buf::allocate(std::size_t capacity) {
   if (capacity > UINT32_MAX - kHeaderSpace) return nullptr;
   // Every small buffer (a header, a bare ACK, a SYN-ACK) is a header block:
   // the cache serves them all, and the spare bytes are tailroom.
   if (capacity < Msg::kHeaderBufSize) capacity = Msg::kHeaderBufSize;
+  if (capacity == Msg::kChunkSize) {
+    // A chunk from the installed source: a bare Buf over its storage.
+    ChunkSource* source = g_chunk_source.load(std::memory_order_acquire);
+    std::byte* chunk = source != nullptr ? source->take() : nullptr;
+    if (chunk != nullptr) {
+      void* head = t_wrap_blocks.take();
+      if (head == nullptr) head = std::aligned_alloc(kBufAlign, kWrapBlock);
+      if (head == nullptr) {
+        source->give(chunk);
+        return nullptr;
+      }
+      Buf* b = new (head) Buf();
+      b->capacity_ = static_cast<std::uint32_t>(capacity);
+      b->data_ = chunk;
+      b->deleter_ = BufDeleter{&give_chunk, source};
+      b->head_mark_ = b->capacity_;
+      b->tail_mark_ = 0;
+      live_.fetch_add(1, std::memory_order_relaxed);
+      created_.fetch_add(1, std::memory_order_relaxed);
+      return b;
+    }
+  }
   void* block = take_block(capacity);
   if (block == nullptr) block = std::aligned_alloc(kBufAlign, block_size(capacity));
   if (block == nullptr) return nullptr;
@@ -119,12 +147,14 @@ Buf* Buf::wrap(std::byte* data, std::size_t capacity, BufDeleter deleter) {
 
 void Buf::destroy() noexcept {
   live_.fetch_sub(1, std::memory_order_relaxed);
-  const bool external = external_;
+  // A bare Buf (external storage, a source's chunk) is a block of its own;
+  // internal storage follows its header in one block.
+  const bool bare = external_ || deleter_.fn == &give_chunk;
   const std::uint32_t capacity = capacity_;
-  if (external && deleter_.fn != nullptr) deleter_.fn(deleter_.ctx, data_);
+  if (deleter_.fn != nullptr) deleter_.fn(deleter_.ctx, data_);
   this->~Buf();
   void* block = this;
-  if (external ? t_wrap_blocks.give(block) : give_block(block, capacity)) return;
+  if (bare ? t_wrap_blocks.give(block) : give_block(block, capacity)) return;
   std::free(block);
 }
 

@@ -14,6 +14,7 @@
 
 #include "xk/drivers/loopback.hpp"
 #include "xk/drivers/memdev.hpp"
+#include "xk/drivers/shm.hpp"
 #include "xk/protocols/arp.hpp"
 #include "xk/protocols/eth.hpp"
 #include "xk/protocols/fault.hpp"
@@ -61,10 +62,23 @@ std::string compose_graph(const SimpleGraph& g) {
   if (g.port.empty()) throw std::invalid_argument("no port: give the DPDK devargs of the port (or a whole graph)");
   if (g.ip.empty()) throw std::invalid_argument("no address: give the stack's A.B.C.D/N (or a whole graph)");
   std::ostringstream s;
-  s << "dpdk    net0  devargs=" << spec_value(g.port);
-  // Checksums off: the driver's receive coalescing does not check them
-  // either (it carries the parts' into the merged segment).
-  if (!g.csum && g.port_opts.find("gro_csum=") == std::string::npos) s << " gro_csum=carry";
+  if (g.port.rfind("shm:", 0) == 0) {
+    // Our own shared-memory link to another xk process: shm:PATH[,K=V...]
+    // (docs/shm-driver.md).
+    std::string rest = g.port.substr(4);
+    const std::size_t comma = rest.find(',');
+    s << "shm     net0  path=" << spec_value(rest.substr(0, comma));
+    for (std::size_t at = comma; at != std::string::npos;) {
+      const std::size_t next = rest.find(',', at + 1);
+      s << " " << rest.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1);
+      at = next;
+    }
+  } else {
+    s << "dpdk    net0  devargs=" << spec_value(g.port);
+    // Checksums off: the driver's receive coalescing does not check them
+    // either (it carries the parts' into the merged segment).
+    if (!g.csum && g.port_opts.find("gro_csum=") == std::string::npos) s << " gro_csum=carry";
+  }
   if (!g.port_opts.empty()) s << " " << g.port_opts;
   s << "\n";
   std::string link = "net0";
@@ -97,6 +111,7 @@ void register_all_kinds(Registry& registry) {
 #endif
   drivers::register_loopback(registry);
   drivers::register_memdev(registry);
+  drivers::register_shm(registry);
   fault::register_fault(registry);
   eth::register_eth(registry);
   arp::register_arp(registry);
@@ -222,12 +237,24 @@ std::unique_ptr<Stack> Stack::build(StackConfig config, std::shared_ptr<FilterdC
     s->attached_ = true;
   }
 #endif
+  auto* shm = s->graph_->find_as<drivers::ShmDriver>("net0");
 #ifdef XK_HAVE_DPDK
-  if (auto* net = s->graph_->find_as<drivers::DpdkDriver>("net0")) {
-    // A memif peer connects through DPDK's interrupt thread; keep the stack
-    // running meanwhile so whatever arrives is handled as usual.
+  auto* net = s->graph_->find_as<drivers::DpdkDriver>("net0");
+#else
+  void* net = nullptr;
+#endif
+  if (net != nullptr || shm != nullptr) {
+    // A memif peer connects through DPDK's interrupt thread, a shm peer
+    // through the loop; keep the stack running meanwhile so whatever
+    // arrives is handled as usual.
+    auto up = [&] {
+#ifdef XK_HAVE_DPDK
+      if (net != nullptr) return net->link().up;
+#endif
+      return shm->up();
+    };
     auto deadline = std::chrono::steady_clock::now() + s->config_.link_wait;
-    while (!net->link().up) {
+    while (!up()) {
       if (std::chrono::steady_clock::now() >= deadline) {
         throw std::runtime_error("the link of port net0 stayed down for " +
                                  std::to_string(s->config_.link_wait.count()) + " ms");
@@ -246,7 +273,6 @@ std::unique_ptr<Stack> Stack::build(StackConfig config, std::shared_ptr<FilterdC
       (void)s->loop_.run_once();  // out now
     }
   }
-#endif
   if (s->config_.mode == StackMode::service_thread) s->loop_.start_thread(s->config_.thread);
   return s;
 }

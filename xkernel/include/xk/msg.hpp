@@ -32,12 +32,35 @@ struct BufDeleter {
   void* ctx = nullptr;
 };
 
+// Where bulk chunks (Msg::kChunkSize bytes: a TCP send buffer's) come
+// from when not from the heap. A driver whose link can send straight out
+// of such memory installs one: the shm driver's arena, which its peers map,
+// so a segment's payload crosses as a reference (docs/shm-driver.md).
+class ChunkSource {
+ public:
+  virtual ~ChunkSource() = default;
+  // A chunk of Msg::kChunkSize bytes, or null (the heap serves instead).
+  // Any thread may call both.
+  virtual std::byte* take() noexcept = 0;
+  virtual void give(std::byte* chunk) noexcept = 0;
+};
+
 class Buf {
  public:
   // Internal storage of `capacity` bytes, 64-byte aligned.
   static Buf* allocate(std::size_t capacity);
   // External storage; `deleter` runs when the last reference drops.
   static Buf* wrap(std::byte* data, std::size_t capacity, BufDeleter deleter);
+
+  // Bulk chunks are taken from `source` from now on (null: the heap again).
+  // The source must outlive every buffer it gave; chunks it has none of
+  // come from the heap.
+  static void set_chunk_source(ChunkSource* source) noexcept;
+  // Whether this buffer's storage is a chunk `source` gave (it is then
+  // internal: appended to like any other).
+  bool from(const ChunkSource* source) const noexcept {
+    return deleter_.fn == &give_chunk && deleter_.ctx == source;
+  }
 
   std::byte* data() const noexcept { return data_; }
   std::uint32_t capacity() const noexcept { return capacity_; }
@@ -64,13 +87,14 @@ class Buf {
   friend class Msg;
   Buf() = default;
   void destroy() noexcept;
+  static void give_chunk(void* source, std::byte* chunk);
 
   std::atomic<std::uint32_t> refcnt_{1};
   std::uint32_t capacity_ = 0;
   std::uint32_t head_mark_ = 0;  // lowest offset claimed by any window
   std::uint32_t tail_mark_ = 0;  // highest end claimed by any window
   std::byte* data_ = nullptr;
-  BufDeleter deleter_{};  // for external storage; may be empty (nothing to release)
+  BufDeleter deleter_{};  // external storage or a source's chunk; may be empty (nothing to release)
   bool external_ = false;  // storage not ours: never cached, never appended to
 
   static std::atomic<std::int64_t> live_;
