@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The NetPIPE sweep (issue 6): xk-pingpong between two xk stacks over
-# net_memif against NetPIPE's own NPtcp between two Linux namespaces over a
+# net_memif, and over the shm driver, against NetPIPE's own NPtcp between two Linux namespaces over a
 # veth, in one run (docs/BENCHMARKS.md, "NetPIPE sweep").
 #
 #   pingpong_bench.sh BUILD_DIR        (as root: the Linux side uses netns)
@@ -55,6 +55,17 @@ wait_for "$OUT/xk-server.log" "waiting for the link" "$SRV" 30
 wait "$SRV" || true
 echo "   $(grep -m1 '^RESULT' "$OUT/xk-client.log")"
 
+step "xk: xk-pingpong over the shm driver, 1 byte to $MAX"
+SHM=@xk-ppb-$$.shm  # abstract: no file
+"$PP" server --port "shm:$SHM,role=server" --ip 192.0.2.10/24 --count 1 > "$OUT/shm-server.log" 2>&1 &
+SRV=$!
+PIDS+=("$SRV")
+wait_for "$OUT/shm-server.log" "waiting for the link" "$SRV" 30
+"$PP" client --port "shm:$SHM" --ip 192.0.2.11/24 --peer 192.0.2.10:5002 \
+  --max "$MAX" --csv "$OUT/xk-shm.csv" > "$OUT/shm-client.log" 2>&1 || { tail "$OUT/shm-client.log" >&2; die "xk-pingpong over shm failed"; }
+wait "$SRV" || true
+echo "   $(grep -m1 '^RESULT' "$OUT/shm-client.log")"
+
 # The floor under any xk figure: 80-byte frames bounced over memif by the
 # DPDK driver alone (no stack). Where a quarter of Linux's time is below
 # it, the <= 0.25x target is out of reach over memif on this machine.
@@ -71,12 +82,16 @@ FLOOR=$(sed -n 's/.*half_rtt_avg_us=\([^ ]*\).*/\1/p' "$OUT/raw-cli.log" | head 
 echo "   half-RTT $FLOOR us"
 
 step "result: half round trip (us) and throughput (Mbit/s) per size; ratio xk / Linux"
-python3 - "$OUT/xk.csv" "$OUT/np.out" "$FLOOR" <<'PY'
+python3 - "$OUT/xk.csv" "$OUT/np.out" "$FLOOR" "$OUT/xk-shm.csv" <<'PY'
 import csv, sys
-xk = {}
-with open(sys.argv[1]) as f:
-    for r in csv.DictReader(f):
-        xk[int(r["bytes"])] = (float(r["half_rtt_us"]), float(r["mbit_s"]))
+def sweep(path):
+    got = {}
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            got[int(r["bytes"])] = (float(r["half_rtt_us"]), float(r["mbit_s"]))
+    return got
+xk = sweep(sys.argv[1])
+shm = sweep(sys.argv[4])
 np = {}
 for line in open(sys.argv[2]):
     p = line.split()
@@ -86,10 +101,14 @@ for line in open(sys.argv[2]):
 sizes = sorted(s for s in xk if s in np and s & (s - 1) == 0)
 if not sizes:
     sys.exit("no size measured by both")
-print("   %9s  %10s %10s %7s   %10s %10s %7s" % ("bytes", "xk us", "Linux us", "ratio", "xk Mbit/s", "Linux", "ratio"))
+print("   %9s  %10s %10s %7s   %10s %10s %7s   %10s %7s" % ("bytes", "xk us", "Linux us", "ratio", "xk Mbit/s", "Linux",
+                                                          "ratio", "shm us", "ratio"))
 for s in sizes:
     (xl, xt), (ll, lt) = xk[s], np[s]
-    print("   %9d  %10.2f %10.2f %6.2fx   %10.1f %10.1f %6.2fx" % (s, xl, ll, xl / ll, xt, lt, xt / lt))
+    sl = shm.get(s, (float("nan"), 0))[0]
+    print("   %9d  %10.2f %10.2f %6.2fx   %10.1f %10.1f %6.2fx   %10.2f %6.2fx" % (s, xl, ll, xl / ll, xt, lt, xt / lt,
+                                                                           sl, sl / ll))
+print("   (xk: over net_memif; shm: xk over its own shared-memory link, docs/shm-driver.md; ratios against Linux)")
 floor = float(sys.argv[3])
 out_of_reach = [s for s in sizes if s <= 4096 and np[s][0] * 0.25 < floor]
 print("   floor: raw memif frames %.2f us half-RTT; 0.25x of Linux's figure is below it at %s"

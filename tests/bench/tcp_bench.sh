@@ -92,14 +92,16 @@ stop "$SR" || true
 LNX_PP=$(awk '/Summary: Round trip is/ { printf "%.3f", $6 / 2 }' "$OUT/pp.log")
 echo "   half-RTT $LNX_PP us"
 
-xk_bulk() {  # name mtu csum run
-  local name=$1 mtu=$2 csum=$3 run=$4 sock=$OUT/memif-$1.sock
-  "$PERF" server --port "net_memif0,role=server,id=0,socket=$sock" --port-opts "mtu=$mtu" --ip 192.0.2.10/24 \
+xk_bulk() {  # name mtu csum run link (memif or shm)
+  local name=$1 mtu=$2 csum=$3 run=$4 link=${5:-memif} sock=$OUT/$5-$1.sock
+  local sport="net_memif0,role=server,id=0,socket=$sock" cport="net_memif1,role=client,id=0,socket=$sock"
+  if [ "$link" = shm ]; then sport="shm:$sock,role=server" cport="shm:$sock"; fi
+  "$PERF" server --port "$sport" --port-opts "mtu=$mtu" --ip 192.0.2.10/24 \
     --csum "$csum" --count 1 --verify off > "$OUT/srv-$name.log" 2>&1 &
   local srv=$!
   PIDS+=("$srv")
   wait_for "$OUT/srv-$name.log" "waiting for the link" "$srv" 30
-  "$PERF" client --port "net_memif1,role=client,id=0,socket=$sock" --port-opts "mtu=$mtu" --ip 192.0.2.11/24 \
+  "$PERF" client --port "$cport" --port-opts "mtu=$mtu" --ip 192.0.2.11/24 \
     --csum "$csum" --peer 192.0.2.10:5001 --bytes "$BYTES" --verify off > "$OUT/cli-$name.log" 2>&1 \
     || { tail "$OUT/cli-$name.log" >&2; die "xk bulk $name failed"; }
   wait "$srv" || die "xk server $name failed"
@@ -115,14 +117,17 @@ xk_bulk() {  # name mtu csum run
   echo "   xk $name run $run: ${R[${name}_gbps_$run]} Gbit/s, CPU s/GB client ${R[${name}_cpu_c_$run]}" \
        "server ${R[${name}_cpu_s_$run]}, retransmits $rexmit"
 }
-XK_RUNS=(mtu1500:1500:on mtu9000:9000:on mtu1500_nocsum:1500:off mtu9000_nocsum:9000:off)
-step "bulk: Linux iperf3 $SECS s and xk over memif $BYTES, $RUNS runs each, interleaved"
+# Over net_memif, and over our own shm link (docs/shm-driver.md: the
+# payload by reference, two copies end to end).
+XK_RUNS=(mtu1500:1500:on:memif mtu9000:9000:on:memif mtu1500_nocsum:1500:off:memif mtu9000_nocsum:9000:off:memif
+         shm1500:1500:on:shm shm9000:9000:on:shm shm1500_nocsum:1500:off:shm)
+step "bulk: Linux iperf3 $SECS s and xk over memif and shm $BYTES, $RUNS runs each, interleaved"
 for run in $(seq "$RUNS"); do
   linux_bulk 1500 "$run"
   linux_bulk 9000 "$run"
   for x in "${XK_RUNS[@]}"; do
-    IFS=: read -r name mtu csum <<< "$x"
-    xk_bulk "$name" "$mtu" "$csum" "$run"
+    IFS=: read -r name mtu csum link <<< "$x"
+    xk_bulk "$name" "$mtu" "$csum" "$run" "$link"
   done
 done
 # The medians: R[key] from R[key_1..RUNS].
@@ -189,6 +194,15 @@ for m in 1500 9000; do
 done
 printf "%-44s %10s %10s %8s %s\n" "bulk, MTU 1500, checksum off, Gbit/s" "${R[mtu1500_nocsum_gbps]}" "${R[mtu1500_gbps]}" "$(ratio "${R[mtu1500_nocsum_gbps]}" "${R[mtu1500_gbps]}")" ">= 1x"
 printf "%-44s %10s %10s %8s %s\n" "bulk, MTU 9000, checksum off, Gbit/s" "${R[mtu9000_nocsum_gbps]}" "${R[mtu9000_gbps]}" "$(ratio "${R[mtu9000_nocsum_gbps]}" "${R[mtu9000_gbps]}")" ">= 1x"
+printf "%-44s %10s %10s %8s %s\n" "shm: bulk, MTU 1500, Gbit/s" "${R[shm1500_gbps]}" "${R[lnx1500_gbps]}" "$(ratio "${R[shm1500_gbps]}" "${R[lnx1500_gbps]}")" ">= 1.5x"
+printf "%-44s %10s %10s %8s %s\n" "shm: bulk, MTU 9000, Gbit/s" "${R[shm9000_gbps]}" "${R[lnx9000_gbps]}" "$(ratio "${R[shm9000_gbps]}" "${R[lnx9000_gbps]}")" ">= 1.5x"
+for m in 1500 9000; do
+  printf "%-44s %10s %10s %8s %s\n" "shm: MTU $m, sender / receiver CPU s/GB" "${R[shm${m}_cpu_c]} / ${R[shm${m}_cpu_s]}" \
+    "${R[lnx${m}_cpu_c]} / ${R[lnx${m}_cpu_s]}" \
+    "$(ratio "${R[shm${m}_cpu_c]}" "${R[lnx${m}_cpu_c]}")/$(ratio "${R[shm${m}_cpu_s]}" "${R[lnx${m}_cpu_s]}")" "< 1x"
+done
+printf "%-44s %10s %10s %8s %s\n" "shm: MTU 1500, checksum off, Gbit/s" "${R[shm1500_nocsum_gbps]}" "${R[shm1500_gbps]}" "$(ratio "${R[shm1500_nocsum_gbps]}" "${R[shm1500_gbps]}")" ">= 1x"
+printf "%-44s %10s %10s %8s %s\n" "shm against memif, MTU 1500, Gbit/s" "${R[shm1500_gbps]}" "${R[mtu1500_gbps]}" "$(ratio "${R[shm1500_gbps]}" "${R[mtu1500_gbps]}")" "(xk with itself)"
 printf "%-44s %10s %10s %8s %s\n" "14-byte ping-pong half-RTT, us" "$XK_PP" "$LNX_PP" "$(ratio "$XK_PP" "$LNX_PP")" "<= 0.25x"
 printf "%-44s %10s %10s\n" "1-byte ping-pong half-RTT, us (xk only)" "${R[pp1]}" "-"
 printf "%-44s %10s %10s %8s %s\n" "xk's overhead over raw memif frames, us" \
