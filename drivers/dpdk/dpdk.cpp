@@ -22,6 +22,7 @@
 
 #include "xk/byteorder.hpp"
 #include "xk/checksum.hpp"
+#include "xk/segment.hpp"
 #include "xk/drivers/fault_fence.hpp"
 #include "gro.hpp"
 
@@ -839,24 +840,13 @@ bool DpdkDriver::attach(rte_mbuf* head, rte_mbuf*& tail, const Frag& f, std::siz
 // checksum over the piece (RFC 9293 3.1), summed as the piece is copied.
 Status DpdkDriver::transmit_segmented(const Msg& frame) {
   const Offload req = frame.offload();
-  constexpr std::size_t kMaxHeaders = kEthHeader + 60 + 60;
-  std::array<std::byte, kMaxHeaders> hdr{};
-  // The headers, as ipv4 and tcp wrote them; anything else is a bug above.
-  const std::size_t have = std::min(frame.size(), kMaxHeaders);
-  (void)frame.copy_out(0, std::span(hdr).first(have));
-  const std::size_t ihl = (std::to_integer<std::size_t>(hdr[kEthHeader]) & 0x0f) * 4;
-  const bool ipv4_tcp = have >= kEthHeader + 40 && load_be16(hdr.data() + 12) == 0x0800 &&
-                        (std::to_integer<unsigned>(hdr[kEthHeader]) >> 4) == 4 && ihl >= 20 &&
-                        std::to_integer<unsigned>(hdr[kEthHeader + 9]) == 6 && have >= kEthHeader + ihl + 20;
-  const std::size_t l4 = kEthHeader + ihl;
-  const std::size_t doff = ipv4_tcp ? (std::to_integer<std::size_t>(hdr[l4 + 12]) >> 4) * 4 : 0;
-  const std::size_t hlen = l4 + doff;
-  const std::size_t seg = req.seg_size;
-  if (!ipv4_tcp || doff < 20 || hlen > have || hlen >= frame.size() || seg == 0) {
+  Result<SegmentCut> cut = SegmentCut::of(frame);
+  if (!cut) {
     ++drop_offload_;
     return Errc::invalid_argument;
   }
-  if (ihl + doff + seg > mtu_) {
+  const std::size_t hlen = cut->header_len(), seg = cut->seg();
+  if (hlen - kEthHeader + seg > mtu_) {
     ++drop_too_big_;
     return Errc::too_large;
   }
@@ -869,13 +859,8 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
   if (const std::size_t max = tx_frame_max(); max >= hlen + 2 * seg && seg + (hlen - kEthHeader) == mtu_) {
     step = (max - hlen) / seg * seg;
   }
-  const std::size_t payload = frame.size() - hlen;
-  const std::size_t pieces = (payload + step - 1) / step;
-  const std::uint16_t id0 = load_be16(hdr.data() + kEthHeader + 4);
-  const std::uint32_t seq0 = load_be32(hdr.data() + l4 + 4);
-  const std::uint8_t flags0 = std::to_integer<std::uint8_t>(hdr[l4 + 13]);
+  const std::size_t pieces = cut->pieces(step);
   const bool tcp_csum = req.has(Offload::tx_tcp_csum);
-  constexpr std::uint8_t kFin = 0x01, kPsh = 0x08, kCwr = 0x80;
 
   // A cursor over the payload in the frame's fragments.
   std::span<const Frag> frags = frame.fragments();
@@ -889,8 +874,23 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
     (void)flush();
     if (!tx_queue_.empty() && tx_queue_.size() + pieces > config_.tx_keep_max) return Errc::would_block;
   }
+  std::array<std::byte, SegmentCut::kMaxHeaders> hdr;
   for (std::size_t i = 0; i < pieces; ++i) {
-    const std::size_t n = std::min(step, payload - i * step);
+    const std::size_t n = cut->headers(i, step, hdr.data(), !offloads_.tx_ipv4_cksum);
+    std::uint64_t ol_flags = offloads_.tx_ipv4_cksum ? RTE_MBUF_F_TX_IP_CKSUM : 0;
+    std::uint32_t sum = 0;
+    std::uint32_t* summing = nullptr;
+    std::byte* field = hdr.data() + kEthHeader + cut->ip_header_len() + 16;
+    if (tcp_csum) {
+      if (offloads_.tx_tcp_cksum) {
+        const std::uint16_t pseudo = csum::fold(cut->tcp_sum(hdr.data(), n, false));  // the port sums the rest
+        std::memcpy(field, &pseudo, 2);
+        ol_flags |= RTE_MBUF_F_TX_TCP_CKSUM;
+      } else {
+        sum = cut->tcp_sum(hdr.data(), n, true);
+        summing = &sum;
+      }
+    }
     rte_mbuf* head = rte_pktmbuf_alloc(pool_);
     rte_mbuf* tail = head;
     if (head == nullptr || !append(head, tail, hdr.data(), hlen, nullptr, 0)) {
@@ -900,45 +900,10 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
       tx_nombuf_.inc(pieces - i);
       return i == 0 ? Errc::would_block : Status{};
     }
-    // The header copy lies in the first mbuf (kMaxHeaders < any data room).
-    std::byte* eth = rte_pktmbuf_mtod(head, std::byte*);
-    std::byte* ip = eth + kEthHeader;
-    std::byte* tcp = eth + l4;
-    const auto tcp_len = static_cast<std::uint16_t>(doff + n);
-    store_be16(ip + 2, static_cast<std::uint16_t>(ihl + tcp_len));
-    store_be16(ip + 4, static_cast<std::uint16_t>(id0 + i));
-    store_be16(ip + 10, 0);
-    store_be32(tcp + 4, seq0 + static_cast<std::uint32_t>(i * step));
-    std::uint8_t flags = flags0;
-    if (i + 1 < pieces) flags &= static_cast<std::uint8_t>(~(kFin | kPsh));
-    if (i > 0) flags &= static_cast<std::uint8_t>(~kCwr);
-    tcp[13] = std::byte{flags};
-    store_be16(tcp + 16, 0);
-
-    std::uint64_t ol_flags = 0;
-    std::uint32_t sum = 0;
-    std::uint32_t* summing = nullptr;
-    if (tcp_csum) {
-      sum = csum::pseudo_header_v4(Ipv4Addr{load_be32(ip + 12)}, Ipv4Addr{load_be32(ip + 16)}, 6, tcp_len);
-      if (offloads_.tx_tcp_cksum) {
-        const std::uint16_t field = csum::fold(sum);  // the port sums the rest
-        std::memcpy(tcp + 16, &field, 2);
-        ol_flags |= RTE_MBUF_F_TX_TCP_CKSUM;
-      } else {
-        sum = csum::partial(tcp, doff, sum);
-        summing = &sum;
-      }
-    }
-    if (offloads_.tx_ipv4_cksum) {
-      ol_flags |= RTE_MBUF_F_TX_IP_CKSUM;
-    } else {
-      const std::uint16_t ck = csum::finish(csum::partial(ip, ihl));
-      std::memcpy(ip + 10, &ck, 2);
-    }
-    request_offloads(head, ol_flags != 0 ? ol_flags | RTE_MBUF_F_TX_IPV4 : 0, ihl);
+    request_offloads(head, ol_flags != 0 ? ol_flags | RTE_MBUF_F_TX_IPV4 : 0, cut->ip_header_len());
     // The piece's payload, straight from the frame's fragments: attached
     // where the PMD copies anyway, else copied into the mbufs here.
-    std::size_t left = n, at = doff;
+    std::size_t left = n, at = cut->tcp_header_len();
     bool ok = true;
     while (left > 0 && ok) {
       const Frag& f = frags[fi];
@@ -965,7 +930,8 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
       // in one's complement (as UDP does, RFC 768), so that whoever cuts
       // the frame (filterd) knows whether to checksum the pieces.
       if (ck == 0 && n > seg) ck = 0xffff;
-      std::memcpy(tcp + 16, &ck, 2);
+      // The header copy lies in the first mbuf (kMaxHeaders < any data room).
+      std::memcpy(rte_pktmbuf_mtod_offset(head, std::byte*, field - hdr.data()), &ck, 2);
     }
     if (n > seg) ++tx_large_frames_;
     enqueue(head);

@@ -19,6 +19,7 @@
 
 #include "xk/byteorder.hpp"
 #include "xk/checksum.hpp"
+#include "xk/segment.hpp"
 
 namespace xk::drivers {
 
@@ -866,76 +867,44 @@ Status ShmDriver::transmit(const Msg& frame) {
 }
 
 // Segmentation offload (Offload::tx_tcp_seg): the segment leaves as frames
-// of as many whole segments as the peer takes, each under a copy of the
-// headers fixed up as a NIC's TSO would (IPv4 total length, ID, header
-// checksum; TCP sequence number, FIN/PSH on the last piece only, CWR on the
-// first only; the TCP checksum over the piece, read here, not copied).
+// of as many whole segments as the peer takes, each under its own copy of
+// the headers (xk/segment.hpp) and the TCP checksum over the piece, read
+// here, not copied.
 Status ShmDriver::transmit_segmented(const Msg& frame) {
-  constexpr std::size_t kMaxHeaders = kEthHeader + 60 + 60;
-  std::array<std::byte, kMaxHeaders> hdr{};
-  const std::size_t have = std::min(frame.size(), kMaxHeaders);
-  (void)frame.copy_out(0, std::span(hdr).first(have));
-  const std::size_t ihl = (std::to_integer<std::size_t>(hdr[kEthHeader]) & 0x0f) * 4;
-  const bool ipv4_tcp = have >= kEthHeader + 40 && load_be16(hdr.data() + 12) == 0x0800 &&
-                        (std::to_integer<unsigned>(hdr[kEthHeader]) >> 4) == 4 && ihl >= 20 &&
-                        std::to_integer<unsigned>(hdr[kEthHeader + 9]) == 6 && have >= kEthHeader + ihl + 20;
-  const std::size_t l4 = kEthHeader + ihl;
-  const std::size_t doff = ipv4_tcp ? (std::to_integer<std::size_t>(hdr[l4 + 12]) >> 4) * 4 : 0;
-  const std::size_t hlen = l4 + doff;
-  const std::size_t seg = frame.offload().seg_size;
-  if (!ipv4_tcp || doff < 20 || hlen > have || hlen >= frame.size() || seg == 0 || hlen > shm::kInline) {
+  Result<SegmentCut> cut = SegmentCut::of(frame);
+  if (!cut || cut->header_len() > shm::kInline) {
     ++drop_offload_;
     return Errc::invalid_argument;
   }
+  const std::size_t hlen = cut->header_len(), seg = cut->seg();
   std::size_t step = seg;
   if (const std::size_t max = tx_frame_max(); max >= hlen + 2 * seg) step = (max - hlen) / seg * seg;
   if (hlen + step > std::max(config_.mtu + kEthHeader, tx_frame_max())) {
     ++drop_too_big_;
     return Errc::too_large;
   }
-  const std::size_t payload = frame.size() - hlen;
-  const std::size_t pieces = (payload + step - 1) / step;
-  const std::uint16_t id0 = load_be16(hdr.data() + kEthHeader + 4);
-  const std::uint32_t seq0 = load_be32(hdr.data() + l4 + 4);
-  const std::uint8_t flags0 = std::to_integer<std::uint8_t>(hdr[l4 + 13]);
   const bool tcp_csum = frame.offload().has(Offload::tx_tcp_csum);
-  constexpr std::uint8_t kFin = 0x01, kPsh = 0x08, kCwr = 0x80;
+  const std::size_t pieces = cut->pieces(step);
   for (std::size_t i = 0; i < pieces; ++i) {
-    const std::size_t n = std::min(step, payload - i * step);
     Builder b;
-    (void)add_piece(b, nullptr, hdr.data(), hlen, hlen + n);  // inline: hlen <= kInline
-    std::byte* ip = b.d.bytes + kEthHeader;
-    std::byte* tcp = b.d.bytes + l4;
-    const auto tcp_len = static_cast<std::uint16_t>(doff + n);
-    store_be16(ip + 2, static_cast<std::uint16_t>(ihl + tcp_len));
-    store_be16(ip + 4, static_cast<std::uint16_t>(id0 + i));
-    store_be16(ip + 10, 0);
-    const std::uint16_t ip_ck = csum::finish(csum::partial(ip, ihl));
-    std::memcpy(ip + 10, &ip_ck, 2);
-    store_be32(tcp + 4, seq0 + static_cast<std::uint32_t>(i * step));
-    std::uint8_t flags = flags0;
-    if (i + 1 < pieces) flags &= static_cast<std::uint8_t>(~(kFin | kPsh));
-    if (i > 0) flags &= static_cast<std::uint8_t>(~kCwr);
-    tcp[13] = std::byte{flags};
-    store_be16(tcp + 16, 0);
+    const std::size_t n = cut->headers(i, step, b.d.bytes, true);
+    b.d.inline_len = static_cast<std::uint16_t>(hlen);
+    b.frame_len = hlen;
     if (!add_range(b, frame, hlen + i * step, n)) {
       release(b);
       return i == 0 ? Errc::would_block : Status{};  // what went is kept; TCP repairs the rest
     }
     if (tcp_csum) {
-      std::uint32_t sum = csum::pseudo_header_v4(Ipv4Addr{load_be32(ip + 12)}, Ipv4Addr{load_be32(ip + 16)}, 6, tcp_len);
-      sum = csum::partial(tcp, doff, sum);
       Result<std::uint32_t> body = csum::partial(frame, hlen + i * step, n);
       if (!body) {
         release(b);
         return body.status();
       }
-      sum = csum::combine(sum, *body, doff);
-      std::uint16_t ck = csum::finish(sum);
+      std::uint16_t ck = csum::finish(csum::combine(cut->tcp_sum(b.d.bytes, n, true), *body, cut->tcp_header_len()));
       // A large frame's field is 0 only when it carries no checksum (as
       // the DPDK driver's large frames: RFC 768's other zero).
       if (ck == 0 && n > seg) ck = 0xffff;
-      std::memcpy(tcp + 16, &ck, 2);
+      std::memcpy(b.d.bytes + kEthHeader + cut->ip_header_len() + 16, &ck, 2);
     }
     if (Status st = post(b); !st) return i == 0 ? st : Status{};
   }

@@ -1,0 +1,50 @@
+#pragma once
+// Cutting a TCP segment the stack marked Offload::tx_tcp_seg into frames,
+// as a NIC's TSO does (docs/tcp.md, "Segmentation offload"): the drivers
+// that do it in software (dpdk, shm) share the reading of the headers and
+// the fix-up of each piece's copy of them; each moves the payload its own
+// way (into mbufs, by reference).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "xk/msg.hpp"
+#include "xk/result.hpp"
+
+namespace xk {
+
+class SegmentCut {
+ public:
+  static constexpr std::size_t kEthHeader = 14;
+  static constexpr std::size_t kMaxHeaders = kEthHeader + 60 + 60;
+
+  // The frame's Ethernet, IPv4 and TCP headers, read once. invalid_argument
+  // unless the frame is one IPv4 TCP segment with payload behind its
+  // headers and a segment size in its offload.
+  static Result<SegmentCut> of(const Msg& frame);
+
+  std::size_t header_len() const noexcept { return hlen_; }  // Ethernet + IPv4 + TCP
+  std::size_t ip_header_len() const noexcept { return ihl_; }
+  std::size_t tcp_header_len() const noexcept { return doff_; }
+  std::size_t payload() const noexcept { return payload_; }
+  std::size_t seg() const noexcept { return seg_; }
+  // Pieces of `step` payload bytes each (the last may be shorter).
+  std::size_t pieces(std::size_t step) const noexcept { return (payload_ + step - 1) / step; }
+  // Piece i's headers into `out` (header_len() bytes): the frame's, with
+  // the IPv4 total length, ID (one more per piece) and header checksum (0
+  // when `ip_csum` is false: the port fills it); the TCP sequence number,
+  // flags (FIN and PSH on the last piece only, CWR on the first only, RFC
+  // 3168 6.1.2) and a checksum field of 0. Returns the piece's payload bytes.
+  std::size_t headers(std::size_t i, std::size_t step, std::byte* out, bool ip_csum) const noexcept;
+  // The TCP checksum of a piece whose headers headers() wrote at `out`,
+  // before its payload: the pseudo-header, plus the TCP header when
+  // `with_header` (a port that sums the rest wants the pseudo-header only).
+  std::uint32_t tcp_sum(const std::byte* out, std::size_t n, bool with_header) const noexcept;
+
+ private:
+  std::array<std::byte, kMaxHeaders> hdr_{};
+  std::size_t ihl_ = 0, doff_ = 0, hlen_ = 0, payload_ = 0, seg_ = 0;
+};
+
+}  // namespace xk
