@@ -1,14 +1,15 @@
 // filterd: the I/O-node daemon (docs/filterd.md).
 //
 //   filterd --port DEVARGS --ip A.B.C.D/N [--gw A.B.C.D] [--control PATH]
-//           [--memif-socket PATH] [--port-opts 'K=V ..'] [--secret HEX32]
+//           [--memif-socket PATH] [--channels memif|shm] [--port-opts 'K=V ..'] [--secret HEX32]
 //           [--mode steer|central] [--csum on|off] [--tcp-opts 'K=V ..']
 //           [--control-tcp A.B.C.D:PORT --control-token FILE]
 //           [--node-port DEVARGS [--node-port-opts 'K=V ..']] [--heartbeat-ms MS]
 //
 // Owns the external port and the shared address; nodes register on the
-// control socket and get a net_memif channel each (filterd is the server,
-// one interface per node, hot-plugged when the node says HELLO); every frame
+// control socket and get a channel each -- net_memif, or our own shm link
+// (filterd is the server, one interface per node queue, made when the node
+// says HELLO); every frame
 // of a node's flow goes straight to its channel. Nodes on other hosts
 // register over TCP and are reached through the node port, by their MAC.
 
@@ -32,6 +33,7 @@
 
 #include "xk/counters.hpp"
 #include "xk/drivers/dpdk.hpp"
+#include "xk/drivers/shm.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/filterd/central.hpp"
 #include "xk/filterd/control_server.hpp"
@@ -64,7 +66,11 @@ every frame to the compute node that owns its flow (docs/filterd.md).
   --ip A.B.C.D/N        the shared address and its subnet
   --gw A.B.C.D          next hop off the subnet
   --control PATH        the control socket (default /run/xk/filterd.sock)
-  --memif-socket PATH   where the nodes' memif channels meet (default /run/xk/filterd.memif)
+  --memif-socket PATH   where the nodes' channels meet (default /run/xk/filterd.memif; shm
+                        channels: one socket each, PATH.<id>)
+  --channels memif|shm  the nodes' channels: net_memif (default) or xk's own shared-memory
+                        link, whose payload crosses by reference (docs/shm-driver.md; steer
+                        mode only)
   --secret HEX32        the nodes' ISN and SYN-cookie key (default: random at start); give the
                         same one to a filterd that restarts, so resumed nodes and new ones agree
   --rules-file PATH     keep the user rules (xkctl rule add) in this file, so a filterd that
@@ -112,6 +118,7 @@ struct Flags {
   std::optional<Ipv4Cidr> ip;
   std::optional<Ipv4Addr> gw;
   bool central = false;
+  bool shm = false;  // --channels shm
   long long resync_grace_ms = 3000;
   std::string control_tcp, control_token, node_port, node_port_opts, rules_file;
   long long heartbeat_ms = 0;
@@ -168,6 +175,10 @@ Flags parse(int argc, char** argv) {
       f.tcp_opts = value();
     } else if (a == "--memif-socket") {
       f.memif = value();
+    } else if (a == "--channels") {
+      std::string v = value();
+      if (v != "memif" && v != "shm") throw std::invalid_argument("--channels: memif or shm, not '" + v + "'");
+      f.shm = v == "shm";
     } else if (a == "--rules-file") {
       f.rules_file = value();
       if (f.rules_file.empty()) throw std::invalid_argument("--rules-file: empty path");
@@ -208,6 +219,9 @@ Flags parse(int argc, char** argv) {
   }
   if (f.control_tcp.empty() && !f.control_token.empty()) throw std::invalid_argument("--control-token goes with --control-tcp");
   if (!f.node_port_opts.empty() && f.node_port.empty()) throw std::invalid_argument("--node-port-opts goes with --node-port");
+  // Central mode relays byte streams, whose frames must never be dropped:
+  // its memif channels wait when full (tx_keep); shm links drop.
+  if (f.shm && f.central) throw std::invalid_argument("--channels shm: steer mode only (central relays over memif)");
   return f;
 }
 
@@ -274,7 +288,9 @@ int run(const Flags& f) {
   }
 
   RegistryConfig rc;
-  rc.memif_socket = f.memif;
+  // Nodes learn the kind of their channels from where they meet: "shm:"
+  // in front of the path says shm links (docs/shm-driver.md).
+  rc.memif_socket = f.shm ? "shm:" + f.memif : f.memif;
   rc.filterd_mac = steer->config().channel_mac;
   rc.mtu = static_cast<std::uint16_t>(ext->mtu());
   rc.shared = *f.ip;
@@ -306,11 +322,12 @@ int run(const Flags& f) {
   // client holds it (DPDK's memif would otherwise leave it listening, but
   // unusable, once the last node is gone -- dpdk::probe_vdev). Its id is past
   // any node's (node id * 64 + queue < 2^22).
-  drivers::dpdk::probe_vdev("net_memif_anchor,role=server,id=2147483647,socket=" + f.memif);
+  if (!f.shm) drivers::dpdk::probe_vdev("net_memif_anchor,role=server,id=2147483647,socket=" + f.memif);
 
-  // Each node's channels: a memif server interface per queue (one per stack
-  // the node runs), hot-plugged.
-  std::map<NodeId, std::vector<std::unique_ptr<drivers::DpdkDriver>>> channels;
+  // Each node's channels: a server end per queue (one per stack the node
+  // runs) -- a hot-plugged memif interface, or an shm link listening on
+  // PATH.<id>.
+  std::map<NodeId, std::vector<std::unique_ptr<Protocol>>> channels;
   NodeRegistry::Hooks hooks;
   std::set<NodeId> remote_nodes;  // on the node port
   hooks.attach = [&](const NodeInfo& n) -> Status {
@@ -327,13 +344,37 @@ int run(const Flags& f) {
       return {};
     }
     if (f.central && n.channels.size() > 1) return Errc::unsupported;  // the bridge relays to one queue
-    std::vector<std::unique_ptr<drivers::DpdkDriver>> made;
+    std::vector<std::unique_ptr<Protocol>> made;
     auto undo = [&] {
       steer->detach(n.id);
       made.clear();
     };
+    // Large frames from the nodes only if the external port can cut them.
+    const Result<LinkOffloads> ext_offloads = ext->control(xk::ctl::GetOffloads{});
+    const bool ext_cuts = ext_offloads && ext_offloads->tx_tcp_seg;
     for (std::size_t q = 0; q < n.channels.size(); ++q) {
       const filterd::ctl::Channel& ch = n.channels[q];
+      const std::string name = "node" + std::to_string(n.id) + (q == 0 ? "" : "q" + std::to_string(q));
+      if (f.shm) {
+        drivers::ShmDriver::Config sc;
+        sc.path = f.memif + "." + std::to_string(ch.memif_id);
+        sc.server = true;
+        sc.mtu = ext->mtu();
+        if (!ext_cuts) sc.frame_max = 0;
+        try {
+          auto d = std::make_unique<drivers::ShmDriver>(name, sc, &loop);
+          if (Status st = steer->attach(n.id, static_cast<std::uint16_t>(q), *d, ch.node_mac); !st) {
+            undo();
+            return st;
+          }
+          made.push_back(std::move(d));
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "filterd: node %u (%s) queue %zu: %s\n", n.id, n.name.c_str(), q, e.what());
+          undo();
+          return Errc::no_memory;
+        }
+        continue;
+      }
       drivers::DpdkDriver::Config dc;
       dc.devargs = "net_memif" + std::to_string(ch.memif_id) + ",role=server,id=" + std::to_string(ch.memif_id) +
                    ",socket=" + f.memif;
@@ -344,11 +385,10 @@ int run(const Flags& f) {
       // MTU-sized segments steer has the external port cut -- if it can
       // (gso=off: MTU-sized ones only); to them, what the external port
       // coalesced. The channel itself never coalesces.
-      if (Result<LinkOffloads> o = ext->control(xk::ctl::GetOffloads{}); !o || !o->tx_tcp_seg) dc.frame_max = 0;
+      if (!ext_cuts) dc.frame_max = 0;
       dc.gro = false;
       try {
-        auto d = std::make_unique<drivers::DpdkDriver>(
-            "node" + std::to_string(n.id) + (q == 0 ? "" : "q" + std::to_string(q)), dc, &loop);
+        auto d = std::make_unique<drivers::DpdkDriver>(name, dc, &loop);
         if (Status st = steer->attach(n.id, static_cast<std::uint16_t>(q), *d, ch.node_mac); !st) {
           undo();
           return st;
@@ -361,12 +401,13 @@ int run(const Flags& f) {
       }
     }
     channels[n.id] = std::move(made);
+    const char* kind = f.shm ? "shm" : "memif";
     if (n.channels.size() == 1) {
-      std::printf("filterd: node %u (%s, pid %u) attached on memif id %u\n", n.id, n.name.c_str(), n.pid,
+      std::printf("filterd: node %u (%s, pid %u) attached on %s id %u\n", n.id, n.name.c_str(), n.pid, kind,
                   n.channels.front().memif_id);
     } else {
-      std::printf("filterd: node %u (%s, pid %u) attached with %zu queues on memif ids %u..%u\n", n.id, n.name.c_str(),
-                  n.pid, n.channels.size(), n.channels.front().memif_id, n.channels.back().memif_id);
+      std::printf("filterd: node %u (%s, pid %u) attached with %zu queues on %s ids %u..%u\n", n.id, n.name.c_str(),
+                  n.pid, n.channels.size(), kind, n.channels.front().memif_id, n.channels.back().memif_id);
     }
     std::fflush(stdout);
     return {};

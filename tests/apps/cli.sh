@@ -108,6 +108,11 @@ expect xk-ttcp 2 "^xk-ttcp: --port DEVARGS is required" -r --ip 192.0.2.1/24
 expect xk-ttcp 2 "^xk-ttcp: --ip: '300.1.1.1/24' is not an address/prefix" -r --port net_null0 --ip 300.1.1.1/24
 expect xk-ttcp 2 "^xk-ttcp: --csum: expected on or off, got 'maybe'" -r "${STACK[@]}" --csum maybe
 expect xk-ttcp 2 "--filterd gives the port and the address" -r --filterd /run/x.sock --ip 192.0.2.1/24
+# an shm port (docs/shm-driver.md): its own errors, named
+expect xk-ttcp 1 "shm 'net0': cannot build: shm: path must be 1..107 bytes" -r --port shm: --ip 192.0.2.1/24
+expect xk-ttcp 1 "shm 'net0': role=boss: expected one of server\|client" -r --port shm:/tmp/x.sock,role=boss --ip 192.0.2.1/24
+expect xk-ttcp 1 "shm: bind /nonexistent/x.sock: No such file or directory" -r --port shm:/nonexistent/x.sock,role=server \
+  --ip 192.0.2.1/24
 expect xk-ttcp 2 "transmit: --peer A.B.C.D:PORT is required" transmit "${STACK[@]}"
 expect xk-ttcp 2 "--peer port: '0' is not a number in 1..65535" -t "${STACK[@]}" --peer 192.0.2.2:0
 expect xk-ttcp 2 "--peer: '192.0.2' is not an IPv4 address" -t "${STACK[@]}" --peer 192.0.2:5

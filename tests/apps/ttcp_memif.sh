@@ -4,6 +4,7 @@
 #
 #   ttcp_memif.sh XK_TTCP                 standalone: receiver <-memif-> transmitter
 #   ttcp_memif.sh XK_TTCP FILTERD         3 transmit nodes behind filterd
+#   ttcp_memif.sh XK_TTCP FILTERD shm     ... over shm channels (--channels shm)
 #
 # standalone: (1) 16m in 64k writes: both ends print the same sha256 and
 # byte count, sane numbers, the aggregate line, STATS only where --stats was
@@ -25,7 +26,9 @@
 set -euo pipefail
 TTCP=$(readlink -f "${1:?usage: ttcp_memif.sh XK_TTCP [FILTERD]}")
 FD=${2:+$(readlink -f "$2")}
+CHANNELS=${3:-memif}
 if [ -n "$FD" ]; then TEST_NAME=ttcp_filterd; else TEST_NAME=ttcp_memif; fi
+[ "$CHANNELS" = memif ] || TEST_NAME=ttcp_filterd_$CHANNELS
 source "$(dirname "$0")/../integration/lib.sh"
 OUT=$PWD/$TEST_NAME.out
 rm -rf "$OUT"
@@ -198,7 +201,7 @@ else
   CTL=$OUT/filterd.sock
   step "filterd (external port: memif server on $EXT)"
   "$FD" --port "net_memif0,role=server,id=0,socket=$EXT" --ip 192.0.2.10/24 --control "$CTL" \
-    --memif-socket "$OUT/nodes.sock" --resync-grace 0 > "$OUT/filterd.log" 2>&1 &
+    --memif-socket "$OUT/nodes.sock" --channels "$CHANNELS" --resync-grace 0 > "$OUT/filterd.log" 2>&1 &
   FDPID=$!
   PIDS+=("$FDPID")
   wait_for "$OUT/filterd.log" "ready" "$FDPID" 30
@@ -212,7 +215,7 @@ else
   TX=()
   for i in 1 2 3; do
     "$TTCP" -t --filterd "$CTL" --csum off --peer 192.0.2.1:5001 --bytes 4m --seed "$i" --idle sleep \
-      --label "node$i" > "$OUT/tx$i.log" 2>&1 &
+      --label "node$i" --stats > "$OUT/tx$i.log" 2>&1 &
     TX+=($!)
     PIDS+=($!)
   done
@@ -235,5 +238,13 @@ else
   [ "$(sed -n 's/.* sha256=\([0-9a-f]*\).*/\1/p' "$OUT/rx.log" | sort -u | wc -l)" -eq 3 ] || die "streams not distinct"
   [ "$(sed -n 's/.* peer=\([0-9.:]*\).*/\1/p' "$OUT/rx.log" | sort -u | wc -l)" -eq 3 ] || die "ports not distinct"
   aggregate rx.log 3 $((3 * 4194304))
+  # The nodes' channels were what filterd offered.
+  grep -q "attached on $CHANNELS id" "$OUT/filterd.log" || die "filterd attached no node on a $CHANNELS channel"
+  if [ "$CHANNELS" = shm ]; then
+    for i in 1 2 3; do
+      refs=$(awk '$1 == "net0" && $2 == "tx_refs" { v = $3 } END { print v + 0 }' "$OUT/tx$i.log")
+      [ "$refs" -gt 0 ] || die "node $i: tx_refs=$refs: its payload did not cross to filterd by reference"
+    done
+  fi
   stop "$FDPID" || die "filterd did not exit cleanly"
 fi

@@ -773,6 +773,11 @@ std::string FilterdClient::graph_spec(const std::string& tcp_opts, std::uint16_t
     g << "dpdk net0 devargs=" << spec_value(options_.node_port) << " mtu=" << hello_.mtu
       << " mac=" << to_string(ch.node_mac);
     if (!options_.node_port_opts.empty()) g << " " << options_.node_port_opts;
+  } else if (shm_channels()) {
+    // filterd's shm link for this queue listens on PATH.<id> (docs/shm-driver.md).
+    g << "shm net0 path=" << spec_value(hello_.memif_socket.substr(4) + "." + std::to_string(ch.memif_id))
+      << " mtu=" << hello_.mtu;
+    if (!options_.node_port_opts.empty()) g << " " << options_.node_port_opts;
   } else {
     g << "dpdk net0 devargs="
       << spec_value("net_memif" + std::to_string(queue) + ",role=client,id=" + std::to_string(ch.memif_id) +
@@ -781,10 +786,12 @@ std::string FilterdClient::graph_spec(const std::string& tcp_opts, std::uint16_t
     if (!options_.node_port_opts.empty()) g << " " << options_.node_port_opts;
   }
   const auto given = [&](const char* key) { return options_.node_port_opts.find(key) != std::string::npos; };
-  // Central mode: relay frames are never dropped (a full ring waits).
-  if (hello_.central && !given("tx_keep=")) g << " tx_keep=on";
-  // TCP's checksums off: receive coalescing does not check them either.
-  {
+  // (The dpdk kind's own: an shm link never coalesces, and filterd offers
+  // shm channels in steer mode only.)
+  if (!shm_channels()) {
+    // Central mode: relay frames are never dropped (a full ring waits).
+    if (hello_.central && !given("tx_keep=")) g << " tx_keep=on";
+    // TCP's checksums off: receive coalescing does not check them either.
     std::istringstream words(tcp_opts);
     bool csum_off = false;
     for (std::string w; words >> w;) csum_off = csum_off || w == "csum=off";

@@ -161,6 +161,9 @@ class FilterdClient final : public PortAuthority, public Pollable {
   const filterd::ctl::HelloReply& hello() const noexcept { return hello_; }
   // On filterd's node port (its own DPDK port), not a memif channel.
   bool ethernet() const noexcept { return !options_.node_port.empty(); }
+  // filterd gives its channels as shm links (its memif socket says "shm:PATH";
+  // queue q's link is PATH.<its id>), not memif interfaces.
+  bool shm_channels() const noexcept { return !ethernet() && hello_.memif_socket.rfind("shm:", 0) == 0; }
   State state() const noexcept { return state_; }
   const Stats& stats() const noexcept { return stats_; }
   // Ports leased to stack `queue`, and those of them no connection uses.
