@@ -69,8 +69,7 @@ every frame to the compute node that owns its flow (docs/filterd.md).
   --memif-socket PATH   where the nodes' channels meet (default /run/xk/filterd.memif; shm
                         channels: one socket each, PATH.<id>)
   --channels memif|shm  the nodes' channels: net_memif (default) or xk's own shared-memory
-                        link, whose payload crosses by reference (docs/shm-driver.md; steer
-                        mode only)
+                        link, whose payload crosses by reference (docs/shm-driver.md)
   --secret HEX32        the nodes' ISN and SYN-cookie key (default: random at start); give the
                         same one to a filterd that restarts, so resumed nodes and new ones agree
   --rules-file PATH     keep the user rules (xkctl rule add) in this file, so a filterd that
@@ -219,9 +218,6 @@ Flags parse(int argc, char** argv) {
   }
   if (f.control_tcp.empty() && !f.control_token.empty()) throw std::invalid_argument("--control-token goes with --control-tcp");
   if (!f.node_port_opts.empty() && f.node_port.empty()) throw std::invalid_argument("--node-port-opts goes with --node-port");
-  // Central mode relays byte streams, whose frames must never be dropped:
-  // its memif channels wait when full (tx_keep); shm links drop.
-  if (f.shm && f.central) throw std::invalid_argument("--channels shm: steer mode only (central relays over memif)");
   return f;
 }
 

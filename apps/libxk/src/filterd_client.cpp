@@ -786,8 +786,8 @@ std::string FilterdClient::graph_spec(const std::string& tcp_opts, std::uint16_t
     if (!options_.node_port_opts.empty()) g << " " << options_.node_port_opts;
   }
   const auto given = [&](const char* key) { return options_.node_port_opts.find(key) != std::string::npos; };
-  // (The dpdk kind's own: an shm link never coalesces, and filterd offers
-  // shm channels in steer mode only.)
+  // (The dpdk kind's own: an shm link never coalesces, and refuses what its
+  // ring cannot take at once, which the relay keeps.)
   if (!shm_channels()) {
     // Central mode: relay frames are never dropped (a full ring waits).
     if (hello_.central && !given("tx_keep=")) g << " tx_keep=on";
