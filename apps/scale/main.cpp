@@ -74,6 +74,8 @@ each run:
                         other on a small machine; yield: spin giving the core away)
   --peer-idle busy|sleep|yield  how an xk receiver idles (default sleep)
   --filterd-idle spin|busy|yield  filterd's --idle (default spin)
+  --channels memif|shm  the nodes' channels to filterd (its --channels; default memif):
+                        shm is xk's own link, payload by reference (docs/shm-driver.md)
   --timeout SEC         the longest one run may take (default 600)
   --progress SEC        print the receiver's throughput every SEC seconds
 
@@ -127,6 +129,7 @@ struct Args {
   std::string tcp_opts;
   bool verify = false;
   std::string idle = "sleep", peer_idle = "sleep", filterd_idle = "spin";
+  std::string channels = "memif";  // the nodes' channels to filterd
   double timeout_s = 600;
   std::optional<double> progress_s;
   Launcher launcher = Launcher::local;
@@ -238,6 +241,8 @@ Args parse_args(int argc, char** argv) {
       a.peer_idle = choice(n, f.value(), {"busy", "sleep", "yield"});
     } else if (n == "--filterd-idle") {
       a.filterd_idle = choice(n, f.value(), {"spin", "busy", "yield"});
+    } else if (n == "--channels") {
+      a.channels = choice(n, f.value(), {"memif", "shm"});
     } else if (n == "--timeout") {
       a.timeout_s = xk::apps::parse_seconds(n, f.value());
     } else if (n == "--progress") {
@@ -645,7 +650,8 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
   std::unique_ptr<Child> filterd;
   if (!standalone) {
     std::vector<std::string> fd{a_.filterd, "--mode", p.mode, "--ip", std::string(kSharedIp) + "/24", "--control", ctl,
-                                "--memif-socket", node_memif, "--csum", csum, "--idle", a_.filterd_idle};
+                                "--memif-socket", node_memif, "--channels", a_.channels, "--csum", csum,
+                                "--idle", a_.filterd_idle};
     fd.insert(fd.end(), port.begin(), port.end());
     if (!a_.tcp_opts.empty()) fd.insert(fd.end(), {"--tcp-opts", a_.tcp_opts});
     if (a_.remote_nodes()) {
@@ -769,7 +775,8 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
   r.n = p.n;
   r.repeat = p.repeat;
   r.launcher = a_.launcher == Launcher::local ? "local" : "mpirun";
-  r.node_link = a_.remote_nodes() && !standalone ? "ethernet" : "memif";
+  // A standalone node sits on the external link itself (memif to the peer).
+  r.node_link = standalone ? "memif" : a_.remote_nodes() ? "ethernet" : a_.channels;
   r.remote = a_.remote == Remote::xk ? "xk" : a_.remote == Remote::linux ? "linux" : "xk-filterd";
   r.mtu = a_.mtu;
   r.wall_seconds = wall;

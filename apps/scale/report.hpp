@@ -21,7 +21,7 @@ struct Row {
   double filterd_cpu_s = 0, nodes_cpu_s = 0, peer_cpu_s = 0;
   double filterd_s_per_gb = 0, nodes_s_per_gb = 0, peer_s_per_gb = 0;
   std::string launcher, remote;
-  std::string node_link = "memif";  // how the nodes reach filterd: memif | ethernet
+  std::string node_link = "memif";  // how the nodes reach filterd: memif | shm | ethernet
   unsigned mtu = 1500;
   double wall_seconds = 0;  // the run, from the first process to the last exit
 };

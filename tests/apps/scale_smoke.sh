@@ -6,7 +6,7 @@
 #     the header and all 8 rows, every figure positive and the bytes exact;
 #     the three plots are PNG files (signature, IHDR, a sane size); nothing
 #     is left behind (no process, no memif socket, no temporary folder);
-# (2) the mpirun path: N=2 as one `mpirun -np 2` job (steer, checksum on),
+# (2) the mpirun path: N=2 as one `mpirun -np 2` job (steer, checksum on, shm channels),
 #     each rank a node with its own label;
 # (3) SIGINT in the middle of a run: xk-scale exits 130 within seconds and
 #     stops every process it started;
@@ -138,12 +138,14 @@ for c in on off; do
 done
 no_leftovers "$SCALE_PID"
 
-step "(2) mpirun: N=2 as one mpirun job"
-start_scale "$OUT/mpirun.log" --n 2 --modes steer --csum on --launcher mpirun --results "$OUT/mpirun" "${COMMON[@]}"
+step "(2) mpirun: N=2 as one mpirun job, over shm channels"
+start_scale "$OUT/mpirun.log" --n 2 --modes steer --csum on --launcher mpirun --channels shm --results "$OUT/mpirun" \
+  "${COMMON[@]}"
 wait "$SCALE_PID" || { cat "$OUT/mpirun.log" >&2; die "(2): xk-scale --launcher mpirun failed"; }
 PIDS=()
 sed 's/^/   /' "$OUT/mpirun.log"
-check_csv "$OUT/mpirun/scale.csv" 1 mpirun
+check_csv "$OUT/mpirun/scale.csv" 1 mpirun xk shm
+grep -q "attached on shm" "$OUT/mpirun/runs/steer-csumon-n2/filterd.log" || die "(2): no node attached on an shm channel"
 MLOG=$OUT/mpirun/runs/steer-csumon-n2/mpirun.log
 for r in 0 1; do
   grep -q "^\[1,$r\]<stdout>:RESULT role=transmitter .*label=rank$r" "$MLOG" \
