@@ -348,8 +348,9 @@ int run(const Flags& f) {
     // Large frames from the nodes only if the external port can cut them.
     const Result<LinkOffloads> ext_offloads = ext->control(xk::ctl::GetOffloads{});
     const bool ext_cuts = ext_offloads && ext_offloads->tx_tcp_seg;
-    for (std::size_t q = 0; q < n.channels.size(); ++q) {
-      const filterd::ctl::Channel& ch = n.channels[q];
+    // One queue's channel: the server end of a memif interface or an shm
+    // link. Throws (DPDK's or the socket's reason) if it cannot be made.
+    auto make_channel = [&](std::size_t q, const filterd::ctl::Channel& ch) -> std::unique_ptr<Protocol> {
       const std::string name = "node" + std::to_string(n.id) + (q == 0 ? "" : "q" + std::to_string(q));
       if (f.shm) {
         drivers::ShmDriver::Config sc;
@@ -357,19 +358,7 @@ int run(const Flags& f) {
         sc.server = true;
         sc.mtu = ext->mtu();
         if (!ext_cuts) sc.frame_max = 0;
-        try {
-          auto d = std::make_unique<drivers::ShmDriver>(name, sc, &loop);
-          if (Status st = steer->attach(n.id, static_cast<std::uint16_t>(q), *d, ch.node_mac); !st) {
-            undo();
-            return st;
-          }
-          made.push_back(std::move(d));
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "filterd: node %u (%s) queue %zu: %s\n", n.id, n.name.c_str(), q, e.what());
-          undo();
-          return Errc::no_memory;
-        }
-        continue;
+        return std::make_unique<drivers::ShmDriver>(name, sc, &loop);
       }
       drivers::DpdkDriver::Config dc;
       dc.devargs = "net_memif" + std::to_string(ch.memif_id) + ",role=server,id=" + std::to_string(ch.memif_id) +
@@ -383,8 +372,12 @@ int run(const Flags& f) {
       // coalesced. The channel itself never coalesces.
       if (!ext_cuts) dc.frame_max = 0;
       dc.gro = false;
+      return std::make_unique<drivers::DpdkDriver>(name, dc, &loop);
+    };
+    for (std::size_t q = 0; q < n.channels.size(); ++q) {
+      const filterd::ctl::Channel& ch = n.channels[q];
       try {
-        auto d = std::make_unique<drivers::DpdkDriver>(name, dc, &loop);
+        std::unique_ptr<Protocol> d = make_channel(q, ch);
         if (Status st = steer->attach(n.id, static_cast<std::uint16_t>(q), *d, ch.node_mac); !st) {
           undo();
           return st;
