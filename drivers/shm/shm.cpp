@@ -303,6 +303,10 @@ ShmDriver::ShmDriver(std::string name, Config config, EventLoop* loop)
     if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) fail("epoll_ctl");
   };
   watch(wake_fd_);
+  // A client's next connection attempt; either end's deadline for a hello.
+  timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (timer_fd_ < 0) fail("timerfd_create");
+  watch(timer_fd_);
   socklen_t len = 0;
   sockaddr_un sa = socket_address(config_.path, len);
   if (config_.server) {
@@ -313,9 +317,6 @@ ShmDriver::ShmDriver(std::string name, Config config, EventLoop* loop)
     if (listen(listen_fd_, 4) != 0) fail("listen");
     watch(listen_fd_);
   } else {
-    timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (timer_fd_ < 0) fail("timerfd_create");
-    watch(timer_fd_);
     try_connect();
   }
   if (loop_ != nullptr) loop_->add(*this);
@@ -381,12 +382,17 @@ void ShmDriver::try_connect() {
   sockaddr_un sa = socket_address(config_.path, len);
   if (connect(fd, reinterpret_cast<sockaddr*>(&sa), len) != 0) {
     close(fd);  // no server yet (or its backlog is full): later
-    itimerspec t{};
-    t.it_value.tv_nsec = static_cast<long>(std::chrono::nanoseconds(config_.retry).count());
-    (void)timerfd_settime(timer_fd_, 0, &t, nullptr);
+    arm_timer(config_.retry);
     return;
   }
   start_hello(fd);
+}
+
+void ShmDriver::arm_timer(std::chrono::milliseconds after) noexcept {
+  itimerspec t{};
+  t.it_value.tv_sec = static_cast<time_t>(after.count() / 1000);
+  t.it_value.tv_nsec = static_cast<long>(after.count() % 1000 * 1'000'000);
+  (void)timerfd_settime(timer_fd_, 0, &t, nullptr);
 }
 
 void ShmDriver::try_accept() {
@@ -407,6 +413,10 @@ void ShmDriver::try_accept() {
 void ShmDriver::start_hello(int fd) {
   sock_ = fd;
   state_ = State::hello;
+  // A peer that connects and says nothing must not hold the link: it goes
+  // at the deadline, and the socket is free for the next.
+  hello_deadline_ = std::chrono::steady_clock::now() + config_.hello_timeout;
+  arm_timer(config_.hello_timeout);
   try {
     mine_size_ = Region::bytes(static_cast<std::uint32_t>(config_.ring));
     region_fd_ = make_memfd("xk-shm-ring", mine_size_);
@@ -560,11 +570,9 @@ void ShmDriver::link_down(const char* /*why*/) {
   tx_tail_ = published_ = 0;
   unflushed_bytes_ = 0;
   peer_frame_max_ = 0;
-  if (timer_fd_ >= 0) {
+  if (!config_.server) {
     next_try_ = std::chrono::steady_clock::now() + config_.retry;
-    itimerspec t{};
-    t.it_value.tv_nsec = static_cast<long>(std::chrono::nanoseconds(config_.retry).count());
-    (void)timerfd_settime(timer_fd_, 0, &t, nullptr);
+    arm_timer(config_.retry);
   }
 }
 
@@ -593,7 +601,13 @@ std::size_t ShmDriver::poll(std::size_t budget) {
       try_connect();
     }
   }
-  if (state_ == State::hello) read_hello();
+  if (state_ == State::hello) {
+    read_hello();
+    if (state_ == State::hello && std::chrono::steady_clock::now() >= hello_deadline_) {
+      ++rx_bad_;
+      link_down("no hello in time");
+    }
+  }
   if (state_ != State::up) return 0;
   if (++polls_since_check_ >= 1024) {
     polls_since_check_ = 0;
@@ -916,7 +930,9 @@ Status ShmDriver::transmit_segmented(const Msg& frame) {
 
 bool ShmDriver::before_sleep() noexcept {
   flush();
-  if (state_ != State::up) return state_ == State::down;  // a hello in flight: keep looking
+  // Down or in the hello: the listening socket, the peer's socket or the
+  // timer wakes us.
+  if (state_ != State::up) return true;
   mine_->asleep.v.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (peer_->tx_tail.v.load(std::memory_order_acquire) != mine_->rx_head.v.load(std::memory_order_relaxed)) {
@@ -932,9 +948,7 @@ void ShmDriver::after_sleep() noexcept {
   std::uint64_t v;
   while (read(wake_fd_, &v, sizeof v) == sizeof v) {
   }
-  if (timer_fd_ >= 0) {
-    while (read(timer_fd_, &v, sizeof v) == sizeof v) {
-    }
+  while (read(timer_fd_, &v, sizeof v) == sizeof v) {
   }
   polls_since_check_ = 1024;  // the socket may be what woke us
 }

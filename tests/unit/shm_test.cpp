@@ -401,6 +401,21 @@ TEST(Shm, AHelloThatFailsACheckIsRefusedAndCounted) {
   EXPECT_EQ(server.counters().value("links_up"), 1u);
 }
 
+TEST(Shm, APeerThatSaysNothingIsDroppedAtTheHelloDeadlineAndTheNextIsTaken) {
+  const std::string path = link_name();
+  ShmDriver::Config sc = end(path, true);
+  sc.hello_timeout = std::chrono::milliseconds(100);
+  ShmDriver server("s0", sc);
+  Sink sink;
+  enable(server, sink);
+  FakePeer silent(path);  // connects, never says hello
+  ASSERT_TRUE(poll_until({&server}, [&] { return server.counters().value("rx_bad") == 1; }));
+  EXPECT_FALSE(server.up());
+  ShmDriver client("c0", end(path, false));
+  EXPECT_TRUE(poll_until({&server, &client}, [&] { return server.up() && client.up(); }))
+      << "the silent peer still holds the link";
+}
+
 TEST(Shm, DescriptorsThatLieAreDroppedAndCountedAndTheLinkGoesOn) {
   const std::string path = link_name();
   ShmDriver server("s0", end(path, true));

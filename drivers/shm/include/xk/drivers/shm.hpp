@@ -133,6 +133,7 @@ class ShmDriver final : public Protocol, public Pollable {
     std::size_t arena_mb = 512;    // the process's arena (the first driver's size counts)
     std::size_t burst = 32;        // frames delivered per poll
     std::chrono::milliseconds retry{20};  // a client's connection attempts
+    std::chrono::milliseconds hello_timeout{2000};  // a peer silent this long after connecting goes
   };
 
   // Opens the socket (a server binds and listens at once; a client tries on
@@ -175,6 +176,7 @@ class ShmDriver final : public Protocol, public Pollable {
   enum class State : std::uint8_t { down, hello, up };
   struct Builder;
   void try_connect();
+  void arm_timer(std::chrono::milliseconds after) noexcept;
   void try_accept();
   void start_hello(int fd);
   void read_hello();
@@ -199,8 +201,9 @@ class ShmDriver final : public Protocol, public Pollable {
   int sock_ = -1;
   int wake_fd_ = -1;       // our eventfd: the peer writes it to wake us
   int epoll_fd_ = -1;      // wake_fd_, the socket, the retry timer
-  int timer_fd_ = -1;      // a client's next connection attempt
+  int timer_fd_ = -1;      // a client's next connection attempt, a hello's deadline
   std::chrono::steady_clock::time_point next_try_{};
+  std::chrono::steady_clock::time_point hello_deadline_{};
   std::uint32_t polls_since_check_ = 0;
 
   // Ours (read-write) and the peer's (read-only), per connection.
