@@ -1,5 +1,7 @@
 #include "xk/msg.hpp"
 
+#include "xk/copy.hpp"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -529,6 +531,25 @@ TEST(Msg, BulkChunksComeFromAnInstalledSourceAndGoBackToIt) {
   }
   EXPECT_EQ(source->given, 1) << "the chunk went back when its last reference dropped";
   Buf::set_chunk_source(nullptr);
+}
+
+TEST(Copy, LargeCopiesMatchMemcpyAtEverySizeAndAlignment) {
+  // The vector loop and its memcpy tail, around the 2 KiB switch and the
+  // 128-byte step, from and to every alignment in a cache line.
+  std::vector<unsigned char> src(70000), dst(70000 + 64), want(70000 + 64);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 7 + (i >> 9));
+  for (std::size_t n : {0ul, 1ul, 2047ul, 2048ul, 2049ul, 2175ul, 2176ul, 4096ul, 65536ul, 65535ul, 69999ul}) {
+    for (std::size_t so : {0ul, 1ul, 31ul}) {
+      for (std::size_t d_off : {0ul, 5ul, 63ul}) {
+        if (so + n > src.size()) continue;
+        std::fill(dst.begin(), dst.end(), 0xee);
+        want = dst;
+        std::memcpy(want.data() + d_off, src.data() + so, n);
+        copy_bytes(dst.data() + d_off, src.data() + so, n);
+        ASSERT_EQ(dst, want) << "n=" << n << " src+" << so << " dst+" << d_off;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "xk/msg.hpp"
 
+#include "xk/copy.hpp"
+
 #include <utility>
 
 #include <algorithm>
@@ -334,7 +336,7 @@ Status Msg::copy_out(std::size_t off, std::span<std::byte> dst) const {
       continue;
     }
     std::size_t take = std::min<std::size_t>(need, f.len - off);
-    std::memcpy(out, f.data() + off, take);
+    copy_bytes(out, f.data() + off, take);
     out += take;
     need -= take;
     off = 0;
@@ -443,7 +445,7 @@ Status Msg::append(std::span<const std::byte> bytes) {
     std::uint32_t end = f.off + f.len;
     bool ours = b->refs() == 1 || end == b->tail_mark_;
     if (ours && !b->external_ && b->capacity() - end >= bytes.size()) {
-      std::memcpy(b->data() + end, bytes.data(), bytes.size());
+      copy_bytes(b->data() + end, bytes.data(), bytes.size());
       f.len += static_cast<std::uint32_t>(bytes.size());
       b->tail_mark_ = f.off + f.len;
       size_ += bytes.size();
@@ -452,7 +454,7 @@ Status Msg::append(std::span<const std::byte> bytes) {
   }
   Buf* b = Buf::allocate(bytes.size());
   if (b == nullptr) return Errc::no_memory;
-  std::memcpy(b->data(), bytes.data(), bytes.size());
+  copy_bytes(b->data(), bytes.data(), bytes.size());
   Frag f = claim(b, 0, bytes.size());
   if (Status s = push_back_frag(f); !s) {
     b->unref();
