@@ -21,20 +21,20 @@
 #include "xk/address.hpp"
 #include "xk/clock.hpp"
 #include "xk/protocols/tcp_seq.hpp"
+#include "xk/siphash.hpp"
 
 namespace xk::tcp {
 
 // A 128-bit SipHash key. Stacks that share an IP address must share the ISN
 // secret, or their ISNs for the same 4-tuple would not move forward together.
-using Secret = std::array<std::byte, 16>;
+using Secret = SipKey;
 
 // 16 bytes from getrandom(). Start-up only: throws std::system_error when the
 // kernel cannot supply them.
 Secret random_secret();
 
-// SipHash-2-4 of `msg` under `key`; key and output as the paper defines them
-// (the key's bytes read as two little-endian 64-bit words).
-std::uint64_t siphash24(const Secret& key, std::span<const std::byte> msg) noexcept;
+// SipHash-2-4 (xk/siphash.hpp).
+using xk::siphash24;
 
 // A connection's addresses seen from this end.
 struct FourTuple {
