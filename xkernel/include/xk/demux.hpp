@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "xk/hash.hpp"
 #include "xk/protocol.hpp"
 
 namespace xk {
@@ -47,15 +48,7 @@ struct KeyHash {
     }
     return h;
   }
-  // A 64-bit finalizer (multiply-xorshift): every input bit affects every output bit.
-  static std::uint64_t mix(std::uint64_t x) noexcept {
-    x ^= x >> 32;
-    x *= 0xd6e8feb86659fd93ull;
-    x ^= x >> 32;
-    x *= 0xd6e8feb86659fd93ull;
-    x ^= x >> 32;
-    return x;
-  }
+  static std::uint64_t mix(std::uint64_t x) noexcept { return mix64(x); }
 };
 
 template <class K, class V, class Hash = KeyHash<K>>

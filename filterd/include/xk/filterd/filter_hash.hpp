@@ -8,17 +8,17 @@
 #include <cstdint>
 #include <span>
 
-#include "xk/siphash.hpp"
+#include "xk/hash.hpp"
 
 namespace xk::filterd {
 
-// A 128-bit SipHash key (xk/siphash.hpp).
+// A 128-bit SipHash key (xk/hash.hpp).
 using HashKey = SipKey;
 
 // 16 bytes from std::random_device. Configuration time only (may throw).
 HashKey random_hash_key();
 
-// SipHash-2-4 and the 64-bit finalizer, shared with TCP (xk/siphash.hpp).
+// SipHash-2-4 and the 64-bit finalizer, shared with TCP (xk/hash.hpp).
 using xk::mix64;
 using xk::siphash24;
 

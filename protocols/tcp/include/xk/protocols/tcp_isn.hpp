@@ -21,7 +21,7 @@
 #include "xk/address.hpp"
 #include "xk/clock.hpp"
 #include "xk/protocols/tcp_seq.hpp"
-#include "xk/siphash.hpp"
+#include "xk/hash.hpp"
 
 namespace xk::tcp {
 
@@ -33,7 +33,7 @@ using Secret = SipKey;
 // kernel cannot supply them.
 Secret random_secret();
 
-// SipHash-2-4 (xk/siphash.hpp).
+// SipHash-2-4 (xk/hash.hpp).
 using xk::siphash24;
 
 // A connection's addresses seen from this end.

@@ -1,4 +1,4 @@
-#include "xk/siphash.hpp"
+#include "xk/hash.hpp"
 
 #include <bit>
 #include <cstring>
