@@ -86,17 +86,6 @@ class QuietEthdevLog {
 
 std::size_t dpdk_pools_leaked() noexcept { return g_pools_leaked.load(std::memory_order_relaxed); }
 
-class DpdkSession final : public Session {
- public:
-  DpdkSession(DpdkDriver& driver, Protocol* upper) : Session(driver, upper), driver_(driver) {}
-  Status push(Msg msg) override { return driver_.transmit(msg); }
-  // Nothing sits below a driver.
-  Status pop(Session&, Msg) override { return Errc::unsupported; }
-
- private:
-  DpdkDriver& driver_;
-};
-
 namespace {
 
 // The value of `key=` in devargs, or "".
@@ -146,7 +135,7 @@ void release_attached(void*, void* buf) { static_cast<Buf*>(buf)->unref(); }
 }  // namespace
 
 DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
-    : Protocol(std::move(name), "dpdk"),
+    : Driver(std::move(name), "dpdk"),
       config_(std::move(config)),
       loop_(loop),
       rx_frames_(counters().add("rx_frames")),
@@ -466,24 +455,6 @@ void DpdkDriver::release() noexcept {
   pool_ring_ = nullptr;
 }
 
-Result<SessionRef> DpdkDriver::open(Protocol& upper, Participants&) {
-  return SessionRef(make_ref<DpdkSession>(*this, &upper));
-}
-
-Status DpdkDriver::open_enable(Protocol& upper, Participants&) {
-  if (receiver_ != nullptr && receiver_ != &upper) return Errc::exists;
-  receiver_ = &upper;
-  rx_session_ = make_ref<DpdkSession>(*this, &upper);
-  return {};
-}
-
-Status DpdkDriver::open_disable(Protocol& upper, Participants&) {
-  if (receiver_ != &upper) return Errc::not_found;
-  receiver_ = nullptr;
-  rx_session_ = nullptr;
-  return {};
-}
-
 Result<ControlReply> DpdkDriver::control_any(const ControlQuery& query) {
   if (std::holds_alternative<ctl::GetMtu>(query)) return ControlReply{mtu_ + kEthHeader};
   if (std::holds_alternative<ctl::GetFrameMax>(query)) return ControlReply{std::max(mtu_ + kEthHeader, tx_frame_max())};
@@ -631,7 +602,7 @@ void DpdkDriver::deliver(rte_mbuf* head) {
     ++drop_wrap_;
     return;
   }
-  if (receiver_ == nullptr) {
+  if (!receiving()) {
     ++drop_no_receiver_;
     return;
   }
@@ -656,9 +627,7 @@ void DpdkDriver::deliver(rte_mbuf* head) {
   }
   ++rx_frames_;
   rx_bytes_.inc(frame_len);
-  // Keep the session alive across the upcall even if the upper disables us.
-  SessionRef rx = rx_session_;
-  (void)receiver_->demux(*rx, std::move(frame));
+  (void)deliver_up(std::move(frame));
 }
 
 Status DpdkDriver::transmit(const Msg& frame) {

@@ -2,19 +2,8 @@
 
 namespace xk::drivers {
 
-class LoopbackSession final : public Session {
- public:
-  LoopbackSession(Loopback& lo, Protocol* upper) : Session(lo, upper), lo_(lo) {}
-  Status push(Msg msg) override { return lo_.transmit(std::move(msg)); }
-  // Nothing sits below a driver.
-  Status pop(Session&, Msg) override { return Errc::unsupported; }
-
- private:
-  Loopback& lo_;
-};
-
 Loopback::Loopback(std::string name, Config config, EventLoop* loop)
-    : Protocol(std::move(name), "loopback"),
+    : Driver(std::move(name), "loopback"),
       config_(config),
       loop_(loop),
       tx_frames_(counters().add("tx_frames")),
@@ -29,31 +18,13 @@ Loopback::~Loopback() {
   if (loop_ != nullptr) loop_->remove(*this);
 }
 
-Result<SessionRef> Loopback::open(Protocol& upper, Participants&) {
-  return SessionRef(make_ref<LoopbackSession>(*this, &upper));
-}
-
-Status Loopback::open_enable(Protocol& upper, Participants&) {
-  if (receiver_ != nullptr && receiver_ != &upper) return Errc::exists;
-  receiver_ = &upper;
-  rx_session_ = make_ref<LoopbackSession>(*this, &upper);
-  return {};
-}
-
-Status Loopback::open_disable(Protocol& upper, Participants&) {
-  if (receiver_ != &upper) return Errc::not_found;
-  receiver_ = nullptr;
-  rx_session_ = nullptr;
-  return {};
-}
-
 Result<ControlReply> Loopback::control_any(const ControlQuery& query) {
   if (std::holds_alternative<ctl::GetMtu>(query)) return ControlReply{config_.mtu};
   if (std::holds_alternative<ctl::GetHeaderRoom>(query)) return ControlReply{std::size_t{0}};
   return Protocol::control_any(query);
 }
 
-Status Loopback::transmit(Msg msg) {
+Status Loopback::send(Msg msg) {
   if (msg.size() > config_.mtu) {
     ++drop_too_big_;
     return Errc::too_large;
@@ -73,14 +44,12 @@ std::size_t Loopback::poll(std::size_t budget) {
     Msg msg = std::move(queue_.front());
     queue_.pop_front();
     ++done;
-    if (receiver_ == nullptr) {
+    if (!receiving()) {
       ++drop_no_receiver_;
       continue;
     }
     ++rx_frames_;
-    // Keep the session alive across the upcall even if the upper disables us.
-    SessionRef rx = rx_session_;
-    (void)receiver_->demux(*rx, std::move(msg));
+    (void)deliver_up(std::move(msg));
   }
   return done;
 }

@@ -2,19 +2,8 @@
 
 namespace xk::drivers {
 
-class MemDevSession final : public Session {
- public:
-  MemDevSession(MemDev& dev, Protocol* upper) : Session(dev, upper), dev_(dev) {}
-  Status push(Msg msg) override { return dev_.transmit(std::move(msg)); }
-  // Nothing sits below a driver.
-  Status pop(Session&, Msg) override { return Errc::unsupported; }
-
- private:
-  MemDev& dev_;
-};
-
 MemDev::MemDev(std::string name, Config config, EventLoop* loop)
-    : Protocol(std::move(name), "memdev"),
+    : Driver(std::move(name), "memdev"),
       config_(config),
       loop_(loop),
       tx_frames_(counters().add("tx_frames", "frames the stack sent (taken or waiting)")),
@@ -29,24 +18,6 @@ MemDev::MemDev(std::string name, Config config, EventLoop* loop)
 
 MemDev::~MemDev() {
   if (loop_ != nullptr) loop_->remove(*this);
-}
-
-Result<SessionRef> MemDev::open(Protocol& upper, Participants&) {
-  return SessionRef(make_ref<MemDevSession>(*this, &upper));
-}
-
-Status MemDev::open_enable(Protocol& upper, Participants&) {
-  if (receiver_ != nullptr && receiver_ != &upper) return Errc::exists;
-  receiver_ = &upper;
-  rx_session_ = make_ref<MemDevSession>(*this, &upper);
-  return {};
-}
-
-Status MemDev::open_disable(Protocol& upper, Participants&) {
-  if (receiver_ != &upper) return Errc::not_found;
-  receiver_ = nullptr;
-  rx_session_ = nullptr;
-  return {};
 }
 
 Result<ControlReply> MemDev::control_any(const ControlQuery& query) {
@@ -83,7 +54,7 @@ std::optional<MemDev::Sent> MemDev::take_sent() {
   return s;
 }
 
-Status MemDev::transmit(Msg frame) {
+Status MemDev::send(Msg frame) {
   if (frame.size() > config_.mtu) {
     ++drop_tx_too_big_;
     return Errc::too_large;
@@ -103,14 +74,12 @@ std::size_t MemDev::poll(std::size_t budget) {
     Msg frame = std::move(inbox_.front());
     inbox_.pop_front();
     ++done;
-    if (receiver_ == nullptr) {
+    if (!receiving()) {
       ++drop_no_receiver_;
       continue;
     }
     ++rx_frames_;
-    // Keep the session alive across the upcall even if the upper disables us.
-    SessionRef rx = rx_session_;
-    (void)receiver_->demux(*rx, std::move(frame));
+    (void)deliver_up(std::move(frame));
   }
   return done;
 }

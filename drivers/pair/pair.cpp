@@ -9,17 +9,6 @@
 
 namespace xk::drivers {
 
-class PairSession final : public Session {
- public:
-  PairSession(PairDriver& d, Protocol* upper) : Session(d, upper), d_(d) {}
-  Status push(Msg msg) override { return d_.transmit(std::move(msg)); }
-  // Nothing sits below a driver.
-  Status pop(Session&, Msg) override { return Errc::unsupported; }
-
- private:
-  PairDriver& d_;
-};
-
 // ---- link and hub -------------------------------------------------------
 
 PairLink::~PairLink() {
@@ -46,7 +35,7 @@ PairLink* PairHub::find(const std::string& name) const noexcept {
 // ---- driver -------------------------------------------------------------
 
 PairDriver::PairDriver(std::string name, PairLink& link, Config config, EventLoop* loop)
-    : Protocol(std::move(name), "pair"),
+    : Driver(std::move(name), "pair"),
       config_(config),
       link_(&link),
       loop_(loop),
@@ -77,24 +66,6 @@ PairDriver::~PairDriver() {
     link_->ends_[end_].inbox.clear();
     link_->ends_[end_].driver = nullptr;
   }
-}
-
-Result<SessionRef> PairDriver::open(Protocol& upper, Participants&) {
-  return SessionRef(make_ref<PairSession>(*this, &upper));
-}
-
-Status PairDriver::open_enable(Protocol& upper, Participants&) {
-  if (receiver_ != nullptr && receiver_ != &upper) return Errc::exists;
-  receiver_ = &upper;
-  rx_session_ = make_ref<PairSession>(*this, &upper);
-  return {};
-}
-
-Status PairDriver::open_disable(Protocol& upper, Participants&) {
-  if (receiver_ != &upper) return Errc::not_found;
-  receiver_ = nullptr;
-  rx_session_ = nullptr;
-  return {};
 }
 
 Result<ControlReply> PairDriver::control_any(const ControlQuery& query) {
@@ -188,7 +159,7 @@ void PairDriver::flag_verified_checksums(Msg& frame) {
   if (sum && csum::fold(*sum) == 0xffff) frame.offload().flags |= Offload::rx_l4_good;
 }
 
-Status PairDriver::transmit(Msg msg) {
+Status PairDriver::send(Msg msg) {
   if (msg.size() > config_.mtu) {
     ++drop_too_big_;
     return Errc::too_large;
@@ -225,15 +196,13 @@ std::size_t PairDriver::poll(std::size_t budget) {
     Msg msg = std::move(inbox.front());
     inbox.pop_front();
     ++done;
-    if (receiver_ == nullptr) {
+    if (!receiving()) {
       ++drop_no_receiver_;
       continue;
     }
     ++rx_frames_;
     if (config_.csum_offload) flag_verified_checksums(msg);
-    // Keep the session alive across the upcall even if the upper disables us.
-    SessionRef rx = rx_session_;
-    (void)receiver_->demux(*rx, std::move(msg));
+    (void)deliver_up(std::move(msg));
   }
   return done;
 }

@@ -247,18 +247,8 @@ struct ShmDriver::Builder {
 
 // ---- the driver ------------------------------------------------------------
 
-class ShmSession final : public Session {
- public:
-  ShmSession(ShmDriver& d, Protocol* upper) : Session(d, upper), d_(d) {}
-  Status push(Msg msg) override { return d_.transmit(msg); }
-  Status pop(Session&, Msg) override { return Errc::unsupported; }
-
- private:
-  ShmDriver& d_;
-};
-
 ShmDriver::ShmDriver(std::string name, Config config, EventLoop* loop)
-    : Protocol(std::move(name), "shm"),
+    : Driver(std::move(name), "shm"),
       config_(std::move(config)),
       loop_(loop),
       arena_(shm::arena(config_.arena_mb << 20)),
@@ -330,24 +320,6 @@ ShmDriver::~ShmDriver() {
     if (fd >= 0) close(fd);
   }
   if (config_.server && config_.path[0] != '@') (void)unlink(config_.path.c_str());
-}
-
-Result<SessionRef> ShmDriver::open(Protocol& upper, Participants&) {
-  return SessionRef(make_ref<ShmSession>(*this, &upper));
-}
-
-Status ShmDriver::open_enable(Protocol& upper, Participants&) {
-  if (receiver_ != nullptr && receiver_ != &upper) return Errc::exists;
-  receiver_ = &upper;
-  rx_session_ = make_ref<ShmSession>(*this, &upper);
-  return {};
-}
-
-Status ShmDriver::open_disable(Protocol& upper, Participants&) {
-  if (receiver_ != &upper) return Errc::not_found;
-  receiver_ = nullptr;
-  rx_session_ = nullptr;
-  return {};
 }
 
 std::size_t ShmDriver::tx_frame_max() const noexcept {
@@ -692,7 +664,7 @@ void ShmDriver::deliver(const Desc& d) {
     total += r.len;
   }
   ok = ok && total == d.frame_len && total >= kEthHeader && total <= rx_max;
-  if (!ok || receiver_ == nullptr) {
+  if (!ok || !receiving()) {
     ++(ok ? drop_no_receiver_ : rx_bad_);
     drop_tokens(d);
     return;
@@ -721,8 +693,7 @@ void ShmDriver::deliver(const Desc& d) {
   }
   ++rx_frames_;
   rx_bytes_.inc(d.frame_len);
-  SessionRef rx = rx_session_;
-  (void)receiver_->demux(*rx, std::move(frame));
+  (void)deliver_up(std::move(frame));
 }
 
 // A piece of payload: by reference when it lies in our arena and is worth

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "xk/drivers/doorbell.hpp"
+#include "xk/driver.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
 #include "xk/protocol.hpp"
@@ -99,7 +100,7 @@ struct DpdkLink {
   bool full_duplex = false;
 };
 
-class DpdkDriver final : public Protocol, public Pollable {
+class DpdkDriver final : public Driver, public Pollable {
  public:
   struct Config {
     // The device: a vdev spec ("net_af_packet0,iface=veth0"), probed (and
@@ -183,10 +184,6 @@ class DpdkDriver final : public Protocol, public Pollable {
   // so those Msgs stay valid, and counted in dpdk_pools_leaked()).
   ~DpdkDriver() override;
 
-  Result<SessionRef> open(Protocol& upper, Participants& parts) override;
-  // The receiver: every frame goes to upper->demux(rx_session, frame).
-  Status open_enable(Protocol& upper, Participants& parts) override;
-  Status open_disable(Protocol& upper, Participants& parts) override;
   // GetMtu: largest frame without FCS (MTU + 14); GetLocalAddr: {MacAddr};
   // GetHeaderRoom: 0; GetOffloads: the checksum offloads turned on;
   // GetFrameMax: the larger of GetMtu and tx_frame_max().
@@ -206,6 +203,8 @@ class DpdkDriver final : public Protocol, public Pollable {
   // is cut into MTU-sized frames (segmentation offload in software), or
   // large ones of whole segments where the peer takes them.
   Status transmit(const Msg& frame);
+  // What a session above pushes: transmit().
+  Status send(Msg frame) override { return transmit(frame); }
   // Send the queued frames now. Frames the tx ring has no room for are freed
   // and counted in tx_drop_full. Returns how many were sent.
   std::size_t flush();
@@ -320,8 +319,6 @@ class DpdkDriver final : public Protocol, public Pollable {
   std::size_t pool_check_every_ = 1;
   std::size_t until_pool_check_ = 1;
 
-  Protocol* receiver_ = nullptr;
-  SessionRef rx_session_;
   std::vector<rte_mbuf*> tx_queue_;
 
   Counter& rx_frames_;

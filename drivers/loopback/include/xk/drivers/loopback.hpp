@@ -8,13 +8,14 @@
 #include <cstddef>
 #include <deque>
 
+#include "xk/driver.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
 #include "xk/protocol.hpp"
 
 namespace xk::drivers {
 
-class Loopback final : public Protocol, public Pollable {
+class Loopback final : public Driver, public Pollable {
  public:
   struct Config {
     std::size_t mtu = 1500;
@@ -25,12 +26,9 @@ class Loopback final : public Protocol, public Pollable {
   Loopback(std::string name, Config config, EventLoop* loop = nullptr);
   ~Loopback() override;
 
-  // Any upper may open a session to send through.
-  Result<SessionRef> open(Protocol& upper, Participants& parts) override;
-  // The upper that receives what comes back. One at a time.
-  Status open_enable(Protocol& upper, Participants& parts) override;
-  Status open_disable(Protocol& upper, Participants& parts) override;
   Result<ControlReply> control_any(const ControlQuery& query) override;
+  // Queued for the next poll(), which hands it back up.
+  Status send(Msg msg) override;
 
   // Deliver up to `budget` queued frames upward; returns how many were handled.
   std::size_t poll(std::size_t budget) override;
@@ -40,14 +38,9 @@ class Loopback final : public Protocol, public Pollable {
   std::size_t queued() const noexcept { return queue_.size(); }
 
  private:
-  friend class LoopbackSession;
-  Status transmit(Msg msg);
-
   Config config_;
   EventLoop* loop_;
   std::deque<Msg> queue_;
-  Protocol* receiver_ = nullptr;
-  SessionRef rx_session_;  // the session frames arrive on
   Counter& tx_frames_;
   Counter& rx_frames_;
   Counter& drop_queue_full_;

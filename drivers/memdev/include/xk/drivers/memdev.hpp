@@ -18,13 +18,14 @@
 #include <span>
 
 #include "xk/clock.hpp"
+#include "xk/driver.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
 #include "xk/protocol.hpp"
 
 namespace xk::drivers {
 
-class MemDev final : public Protocol, public Pollable {
+class MemDev final : public Driver, public Pollable {
  public:
   struct Config {
     std::size_t mtu = 1500;          // largest frame either way
@@ -42,12 +43,9 @@ class MemDev final : public Protocol, public Pollable {
   MemDev(std::string name, Config config, EventLoop* loop = nullptr);
   ~MemDev() override;
 
-  // Any upper may open a session to send through.
-  Result<SessionRef> open(Protocol& upper, Participants& parts) override;
-  // The one upper that receives injected frames.
-  Status open_enable(Protocol& upper, Participants& parts) override;
-  Status open_disable(Protocol& upper, Participants& parts) override;
   Result<ControlReply> control_any(const ControlQuery& query) override;
+  // A frame the stack sends: kept for take_sent().
+  Status send(Msg frame) override;
 
   // Queue a frame for the stack: too_large over the MTU, would_block when
   // `queue` frames already wait (both counted).
@@ -66,15 +64,10 @@ class MemDev final : public Protocol, public Pollable {
   bool before_sleep() noexcept override { return inbox_.empty(); }
 
  private:
-  friend class MemDevSession;
-  Status transmit(Msg frame);
-
   Config config_;
   EventLoop* loop_;
   std::deque<Msg> inbox_;
   std::deque<Sent> sent_;
-  Protocol* receiver_ = nullptr;
-  SessionRef rx_session_;
   Counter& tx_frames_;
   Counter& rx_frames_;
   Counter& drop_tx_too_big_;

@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "xk/driver.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
 #include "xk/protocol.hpp"
@@ -68,7 +69,7 @@ class PairHub {
   std::map<std::string, std::unique_ptr<PairLink>, std::less<>> links_;
 };
 
-class PairDriver final : public Protocol, public Pollable {
+class PairDriver final : public Driver, public Pollable {
  public:
   struct Config {
     MacAddr mac;                     // answered to GetLocalAddr
@@ -86,12 +87,9 @@ class PairDriver final : public Protocol, public Pollable {
   PairDriver(std::string name, PairLink& link, Config config, EventLoop* loop = nullptr);
   ~PairDriver() override;
 
-  // Any upper may open a session to send through.
-  Result<SessionRef> open(Protocol& upper, Participants& parts) override;
-  // The one upper that receives what arrives (exists if another holds it).
-  Status open_enable(Protocol& upper, Participants& parts) override;
-  Status open_disable(Protocol& upper, Participants& parts) override;
   Result<ControlReply> control_any(const ControlQuery& query) override;
+  // Into the other end's inbox (copied nothing), or a counted drop.
+  Status send(Msg msg) override;
 
   // Deliver up to `budget` frames waiting at this end; returns how many were handled.
   std::size_t poll(std::size_t budget) override;
@@ -104,9 +102,7 @@ class PairDriver final : public Protocol, public Pollable {
   std::size_t end() const noexcept { return end_; }
 
  private:
-  friend class PairSession;
   friend class PairLink;
-  Status transmit(Msg msg);
   Status fill_requested_checksums(Msg& frame);
   void flag_verified_checksums(Msg& frame);
 
@@ -114,8 +110,6 @@ class PairDriver final : public Protocol, public Pollable {
   PairLink* link_;
   std::size_t end_ = 0;
   EventLoop* loop_;
-  Protocol* receiver_ = nullptr;
-  SessionRef rx_session_;
   Counter& tx_frames_;
   Counter& rx_frames_;
   Counter& drop_too_big_;

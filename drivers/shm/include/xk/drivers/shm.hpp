@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "xk/driver.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
 #include "xk/protocol.hpp"
@@ -121,7 +122,7 @@ struct Hello {
 
 }  // namespace shm
 
-class ShmDriver final : public Protocol, public Pollable {
+class ShmDriver final : public Driver, public Pollable {
  public:
   struct Config {
     std::string path;              // the set-up socket (a file; "@name" for an abstract one)
@@ -141,9 +142,6 @@ class ShmDriver final : public Protocol, public Pollable {
   ShmDriver(std::string name, Config config, EventLoop* loop = nullptr);
   ~ShmDriver() override;
 
-  Result<SessionRef> open(Protocol& upper, Participants& parts) override;
-  Status open_enable(Protocol& upper, Participants& parts) override;
-  Status open_disable(Protocol& upper, Participants& parts) override;
   // GetMtu: MTU + 14; GetLocalAddr: {MacAddr}; GetHeaderRoom: 0;
   // GetOffloads: segmentation (done here, into large frames); GetFrameMax:
   // the peer's largest frame once up.
@@ -158,6 +156,8 @@ class ShmDriver final : public Protocol, public Pollable {
   // at once past 32 KiB). Link down: the frame is lost, as on a wire
   // without carrier. would_block: the ring or the tokens are full.
   Status transmit(const Msg& frame);
+  // What a session above pushes: transmit().
+  Status send(Msg frame) override { return transmit(frame); }
   // Publish the queued descriptors and wake the peer if it sleeps.
   void flush() noexcept;
 
@@ -228,8 +228,6 @@ class ShmDriver final : public Protocol, public Pollable {
   Buf* copy_chunk_ = nullptr;  // where payload outside the arena is copied
   std::size_t copy_fill_ = 0;
 
-  Protocol* receiver_ = nullptr;
-  SessionRef rx_session_;
 
   Counter& rx_frames_;
   Counter& rx_bytes_;

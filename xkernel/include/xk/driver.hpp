@@ -1,0 +1,40 @@
+#pragma once
+// The bottom of a graph: what every driver (dpdk, shm, pair, loopback,
+// memdev) has in common. Any upper may open a session to send through it;
+// one upper at a time -- the one that enabled it -- receives what arrives.
+// A driver says how a frame leaves (send) and hands what arrives to
+// deliver_up().
+
+#include <string>
+
+#include "xk/msg.hpp"
+#include "xk/protocol.hpp"
+
+namespace xk {
+
+class Driver : public Protocol {
+ public:
+  Driver(std::string name, std::string kind) : Protocol(std::move(name), std::move(kind)) {}
+
+  // A session whose push() is send().
+  Result<SessionRef> open(Protocol& upper, Participants& parts) override;
+  // The receiver: every frame goes to upper->demux(session, frame). One at
+  // a time (exists if another holds it).
+  Status open_enable(Protocol& upper, Participants& parts) override;
+  Status open_disable(Protocol& upper, Participants& parts) override;
+
+  // One frame from a session above.
+  virtual Status send(Msg frame) = 0;
+
+ protected:
+  bool receiving() const noexcept { return receiver_ != nullptr; }
+  // Hands a received frame up; false (the frame dropped, for the driver to
+  // count) when no upper is enabled.
+  bool deliver_up(Msg frame);
+
+ private:
+  Protocol* receiver_ = nullptr;
+  SessionRef rx_session_;  // what frames arrive on
+};
+
+}  // namespace xk
