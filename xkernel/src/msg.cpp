@@ -1,12 +1,11 @@
 #include "xk/msg.hpp"
 
-#include "xk/copy.hpp"
-
-#include <utility>
-
 #include <algorithm>
 #include <cstdlib>
 #include <new>
+#include <utility>
+
+#include "xk/copy.hpp"
 
 namespace xk {
 
@@ -100,20 +99,14 @@ Buf* Buf::allocate(std::size_t capacity) {
     ChunkSource* source = g_chunk_source.load(std::memory_order_acquire);
     std::byte* chunk = source != nullptr ? source->take() : nullptr;
     if (chunk != nullptr) {
-      void* head = t_wrap_blocks.take();
-      if (head == nullptr) head = std::aligned_alloc(kBufAlign, kWrapBlock);
-      if (head == nullptr) {
+      // A bare Buf over it, as for external storage -- but the storage is
+      // the stack's own: appended to like any other.
+      Buf* b = wrap(chunk, capacity, BufDeleter{&give_chunk, source});
+      if (b == nullptr) {
         source->give(chunk);
         return nullptr;
       }
-      Buf* b = new (head) Buf();
-      b->capacity_ = static_cast<std::uint32_t>(capacity);
-      b->data_ = chunk;
-      b->deleter_ = BufDeleter{&give_chunk, source};
-      b->head_mark_ = b->capacity_;
-      b->tail_mark_ = 0;
-      live_.fetch_add(1, std::memory_order_relaxed);
-      created_.fetch_add(1, std::memory_order_relaxed);
+      b->external_ = false;
       return b;
     }
   }

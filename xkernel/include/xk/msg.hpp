@@ -56,11 +56,6 @@ class Buf {
   // The source must outlive every buffer it gave; chunks it has none of
   // come from the heap.
   static void set_chunk_source(ChunkSource* source) noexcept;
-  // Whether this buffer's storage is a chunk `source` gave (it is then
-  // internal: appended to like any other).
-  bool from(const ChunkSource* source) const noexcept {
-    return deleter_.fn == &give_chunk && deleter_.ctx == source;
-  }
 
   std::byte* data() const noexcept { return data_; }
   std::uint32_t capacity() const noexcept { return capacity_; }
