@@ -19,6 +19,7 @@
 
 #include "xk/byteorder.hpp"
 #include "xk/checksum.hpp"
+#include "xk/copy.hpp"
 #include "xk/segment.hpp"
 
 namespace xk::drivers {
@@ -139,10 +140,6 @@ class Arena final : public ChunkSource {
   std::size_t size() const noexcept { return size_; }
   std::byte* base() const noexcept { return base_; }
   bool contains(const std::byte* p) const noexcept { return p >= base_ && p < base_ + size_; }
-  std::size_t free_chunks() noexcept {
-    std::lock_guard g(lock_);
-    return free_.size();
-  }
 
  private:
   std::byte* take_above(std::size_t keep) noexcept {
@@ -186,11 +183,12 @@ struct ShmDriver::PeerArena {
 
   const std::byte* base;
   std::size_t size;
-  SpinLock lock;
+  SpinLock lock;                   // guards mine and theirs, and the return ring
   Region* mine = nullptr;          // our region: returns go on its ring (null once down)
   const Region* theirs = nullptr;  // the peer's: how far it took them
-  std::uint32_t refs = 1;          // the link's, and one per buffer handed up
-  std::atomic<std::uint32_t> held{0};
+  // The link's reference and one per buffer handed up: the mapping goes
+  // with the last.
+  std::atomic<std::uint32_t> refs{1};
   std::atomic<std::uint64_t> lost{0};  // returns with no room: the peer gave a token twice
   std::array<Rec, shm::kTokens> recs;
 
@@ -206,17 +204,12 @@ struct ShmDriver::PeerArena {
     mine->ret_tail.v.store(tail + 1, std::memory_order_release);
   }
   // A buffer over the peer's memory: one more reference to the mapping.
-  void hold() noexcept {
-    lock.lock();
-    ++refs;
-    lock.unlock();
-    held.fetch_add(1, std::memory_order_relaxed);
-  }
+  void hold() noexcept { refs.fetch_add(1, std::memory_order_relaxed); }
+  // Buffers handed up and not yet given back.
+  std::uint32_t held() const noexcept { return refs.load(std::memory_order_relaxed) - 1; }
   // Drop one reference; the last unmaps.
-  void unref_locked_and_unlock() noexcept {
-    const bool last = --refs == 0;
-    lock.unlock();
-    if (last) {
+  void unref() noexcept {
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       munmap(const_cast<std::byte*>(base), size);
       delete this;
     }
@@ -225,17 +218,18 @@ struct ShmDriver::PeerArena {
   static void give_back(void* ctx, std::byte*) {
     auto* rec = static_cast<Rec*>(ctx);
     PeerArena* a = rec->owner;
-    a->held.fetch_sub(1, std::memory_order_relaxed);
     a->lock.lock();
     a->push(static_cast<std::uint32_t>(rec - a->recs.data()));
-    a->unref_locked_and_unlock();
+    a->lock.unlock();
+    a->unref();
   }
   // The link went down: nothing goes back any more.
   void detach() noexcept {
     lock.lock();
     mine = nullptr;
     theirs = nullptr;
-    unref_locked_and_unlock();
+    lock.unlock();
+    unref();
   }
 };
 
@@ -269,6 +263,7 @@ ShmDriver::ShmDriver(std::string name, Config config, EventLoop* loop)
       drop_offload_(counters().add("drop_offload", "a checksum offload asked of a link without it, or a bad segment")),
       drop_no_receiver_(counters().add("drop_no_receiver", "arrived with no upper enabled")),
       bad_returns_(counters().add("bad_returns", "tokens the peer gave back that were not out")),
+      returns_lost_(counters().add("returns_lost", "buffers of the peer's given back with no room on the ring")),
       links_up_(counters().add("links_up", "peers connected")),
       links_down_(counters().add("links_down", "peers gone")),
       refused_(counters().add("refused", "connections refused: a peer was connected already")),
@@ -500,7 +495,6 @@ void ShmDriver::read_hello() {
   peer_wake_fd_ = fds[2];
   peer_ring_ = h.ring;
   peer_frame_max_ = h.frame_max;
-  std::memcpy(peer_mac_.bytes.data(), h.mac, 6);
   if (peer_->magic != shm::kMagic || peer_->ring != h.ring) {
     munmap(arena, h.arena_size);
     ++rx_bad_;
@@ -520,13 +514,12 @@ void ShmDriver::link_down(const char* /*why*/) {
   state_ = State::down;
   // The peer reads nothing of ours any more: every buffer it held is ours again.
   for (std::uint32_t t = 0; t < shm::kTokens; ++t) {
-    if (tokens_[t] != nullptr) tokens_[t]->unref();
-    tokens_[t] = nullptr;
+    if (tokens_[t] != nullptr) give_token(t);
   }
-  free_tokens_.clear();
-  for (std::uint32_t t = shm::kTokens; t-- > 0;) free_tokens_.push_back(t);
-  tokens_used_ = 0;
-  if (peer_arena_ != nullptr) peer_arena_->detach();  // buffers handed up keep its mapping
+  if (peer_arena_ != nullptr) {
+    returns_lost_.inc(peer_arena_->lost.exchange(0, std::memory_order_relaxed));
+    peer_arena_->detach();  // buffers handed up keep its mapping
+  }
   peer_arena_ = nullptr;
   if (peer_ != nullptr) munmap(const_cast<Region*>(peer_), peer_size_);
   peer_ = nullptr;
@@ -583,6 +576,7 @@ std::size_t ShmDriver::poll(std::size_t budget) {
   if (state_ != State::up) return 0;
   if (++polls_since_check_ >= 1024) {
     polls_since_check_ = 0;
+    returns_lost_.inc(peer_arena_->lost.exchange(0, std::memory_order_relaxed));
     check_socket();
     if (state_ != State::up) return 0;
   }
@@ -608,10 +602,7 @@ std::size_t ShmDriver::take_returns() {
       ++bad_returns_;
       continue;
     }
-    tokens_[t]->unref();
-    tokens_[t] = nullptr;
-    free_tokens_.push_back(t);
-    --tokens_used_;
+    give_token(t);
   }
   if (n != 0) mine_->ret_head.v.store(head, std::memory_order_release);
   return n;
@@ -688,7 +679,7 @@ void ShmDriver::deliver(const Desc& d) {
     frame.join(std::move(*piece));
   }
   // The peer's references running out: layers that keep a frame copy it.
-  if (peer_arena_->held.load(std::memory_order_relaxed) > shm::kTokens / 4 * 3) {
+  if (peer_arena_->held() > shm::kTokens / 4 * 3) {
     frame.offload().flags |= Offload::rx_scarce;
   }
   ++rx_frames_;
@@ -711,11 +702,7 @@ bool ShmDriver::add_piece(Builder& b, Buf* buf, const std::byte* p, std::size_t 
   }
   // The last reference is kept for copies.
   if (n >= kMinRef && std::size_t{d.nref} + 1 < shm::kMaxRefs && arena_.contains(p) && !free_tokens_.empty()) {
-    const std::uint32_t t = free_tokens_.back();
-    free_tokens_.pop_back();
-    ++tokens_used_;
-    buf->ref();
-    tokens_[t] = buf;
+    const std::uint32_t t = take_token(buf);
     d.refs[d.nref++] = Desc::Ref{t, static_cast<std::uint32_t>(p - arena_.base()), static_cast<std::uint32_t>(n)};
     ++tx_refs_;
     return true;
@@ -725,7 +712,7 @@ bool ShmDriver::add_piece(Builder& b, Buf* buf, const std::byte* p, std::size_t 
     Desc::Ref& last = d.refs[d.nref - 1];
     const auto fill = static_cast<std::uint32_t>(copy_chunk_->data() - arena_.base() + copy_fill_);
     if (tokens_[last.token] == copy_chunk_ && last.off + last.len == fill && copy_fill_ + n <= kChunk) {
-      std::memcpy(copy_chunk_->data() + copy_fill_, p, n);
+      copy_bytes(copy_chunk_->data() + copy_fill_, p, n);
       copy_fill_ += n;
       last.len += static_cast<std::uint32_t>(n);
       return true;
@@ -755,12 +742,8 @@ bool ShmDriver::add_piece(Builder& b, Buf* buf, const std::byte* p, std::size_t 
     copy_chunk_ = fresh;
     copy_fill_ = 0;
   }
-  const std::uint32_t t = free_tokens_.back();
-  free_tokens_.pop_back();
-  ++tokens_used_;
-  copy_chunk_->ref();
-  tokens_[t] = copy_chunk_;
-  std::memcpy(copy_chunk_->data() + copy_fill_, p, n);
+  const std::uint32_t t = take_token(copy_chunk_);
+  copy_bytes(copy_chunk_->data() + copy_fill_, p, n);
   d.refs[d.nref++] = Desc::Ref{t, static_cast<std::uint32_t>(copy_chunk_->data() - arena_.base() + copy_fill_),
                                static_cast<std::uint32_t>(n)};
   copy_fill_ += n;
@@ -768,14 +751,22 @@ bool ShmDriver::add_piece(Builder& b, Buf* buf, const std::byte* p, std::size_t 
   return true;
 }
 
+std::uint32_t ShmDriver::take_token(Buf* buf) noexcept {
+  const std::uint32_t t = free_tokens_.back();
+  free_tokens_.pop_back();
+  buf->ref();
+  tokens_[t] = buf;
+  return t;
+}
+
+void ShmDriver::give_token(std::uint32_t t) noexcept {
+  tokens_[t]->unref();
+  tokens_[t] = nullptr;
+  free_tokens_.push_back(t);
+}
+
 void ShmDriver::release(Builder& b) noexcept {
-  for (std::size_t i = 0; i < b.d.nref; ++i) {
-    const std::uint32_t t = b.d.refs[i].token;
-    tokens_[t]->unref();
-    tokens_[t] = nullptr;
-    free_tokens_.push_back(t);
-    --tokens_used_;
-  }
+  for (std::size_t i = 0; i < b.d.nref; ++i) give_token(b.d.refs[i].token);
   b.d.nref = 0;
 }
 

@@ -166,7 +166,7 @@ class ShmDriver final : public Driver, public Pollable {
   // The largest frame the peer takes now (0 while down).
   std::size_t tx_frame_max() const noexcept;
   // References the peer holds now (our buffers it has not given back).
-  std::size_t tokens_out() const noexcept { return tokens_used_; }
+  std::size_t tokens_out() const noexcept { return shm::kTokens - free_tokens_.size(); }
 
   struct PeerArena;
 
@@ -188,6 +188,9 @@ class ShmDriver final : public Driver, public Pollable {
   Status transmit_segmented(const Msg& frame);
   bool add_piece(Builder& b, Buf* buf, const std::byte* p, std::size_t n, std::size_t rest);
   bool add_range(Builder& b, const Msg& frame, std::size_t off, std::size_t len);
+  // A free token for a reference to `buf` (which it holds), and back.
+  std::uint32_t take_token(Buf* buf) noexcept;
+  void give_token(std::uint32_t t) noexcept;
   void release(Builder& b) noexcept;
   Status post(Builder& b);
   void drop_tokens(const Desc& d) noexcept;
@@ -216,7 +219,6 @@ class ShmDriver final : public Driver, public Pollable {
   PeerArena* peer_arena_ = nullptr;
   std::uint32_t peer_ring_ = 0;
   std::size_t peer_frame_max_ = 0;
-  MacAddr peer_mac_{};
 
   // Descriptors written, not yet published; tokens we have out.
   std::uint32_t tx_tail_ = 0;
@@ -224,7 +226,6 @@ class ShmDriver final : public Driver, public Pollable {
   std::size_t unflushed_bytes_ = 0;
   std::vector<Buf*> tokens_;
   std::vector<std::uint32_t> free_tokens_;
-  std::size_t tokens_used_ = 0;
   Buf* copy_chunk_ = nullptr;  // where payload outside the arena is copied
   std::size_t copy_fill_ = 0;
 
@@ -246,6 +247,7 @@ class ShmDriver final : public Driver, public Pollable {
   Counter& drop_offload_;
   Counter& drop_no_receiver_;
   Counter& bad_returns_;
+  Counter& returns_lost_;
   Counter& links_up_;
   Counter& links_down_;
   Counter& refused_;
