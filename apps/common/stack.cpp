@@ -20,6 +20,7 @@
 #include <pthread.h>
 
 #include "xk/counters.hpp"
+#include "xk/driver.hpp"
 #include "xk/drivers/dpdk.hpp"
 #include "xk/drivers/shm.hpp"
 #include "xk/protocols/arp.hpp"
@@ -362,12 +363,10 @@ const char* SignalSource::signal_name() const noexcept {
 }
 
 bool wait_for_link(EventLoop& loop, Graph& graph, std::chrono::milliseconds limit) {
-  auto* net = graph.find_as<drivers::DpdkDriver>("net0");
-  auto* shm = graph.find_as<drivers::ShmDriver>("net0");
-  if (net == nullptr && shm == nullptr) return true;
-  auto up = [&] { return net != nullptr ? net->link().up : shm->up(); };
+  auto* net = graph.find_as<Driver>("net0");
+  if (net == nullptr) return true;
   auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!up()) {
+  while (net->link_state() == Driver::Link::down) {
     if (std::chrono::steady_clock::now() >= deadline) return false;
     // Keep the stack running meanwhile (a memif peer's connect is handled by
     // DPDK's interrupt thread; anything that arrives is delivered as usual).

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "xk/driver.hpp"
 #include "xk/drivers/loopback.hpp"
 #include "xk/drivers/memdev.hpp"
 #include "xk/drivers/shm.hpp"
@@ -237,24 +238,12 @@ std::unique_ptr<Stack> Stack::build(StackConfig config, std::shared_ptr<FilterdC
     s->attached_ = true;
   }
 #endif
-  auto* shm = s->graph_->find_as<drivers::ShmDriver>("net0");
-#ifdef XK_HAVE_DPDK
-  auto* net = s->graph_->find_as<drivers::DpdkDriver>("net0");
-#else
-  void* net = nullptr;
-#endif
-  if (net != nullptr || shm != nullptr) {
+  if (auto* net = s->graph_->find_as<Driver>("net0"); net != nullptr && net->link_state() != Driver::Link::none) {
     // A memif peer connects through DPDK's interrupt thread, a shm peer
     // through the loop; keep the stack running meanwhile so whatever
     // arrives is handled as usual.
-    auto up = [&] {
-#ifdef XK_HAVE_DPDK
-      if (net != nullptr) return net->link().up;
-#endif
-      return shm->up();
-    };
     auto deadline = std::chrono::steady_clock::now() + s->config_.link_wait;
-    while (!up()) {
+    while (net->link_state() == Driver::Link::down) {
       if (std::chrono::steady_clock::now() >= deadline) {
         throw std::runtime_error("the link of port net0 stayed down for " +
                                  std::to_string(s->config_.link_wait.count()) + " ms");

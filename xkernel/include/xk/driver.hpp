@@ -5,6 +5,7 @@
 // A driver says how a frame leaves (send) and hands what arrives to
 // deliver_up().
 
+#include <cstdint>
 #include <string>
 
 #include "xk/msg.hpp"
@@ -25,6 +26,12 @@ class Driver : public Protocol {
 
   // One frame from a session above.
   virtual Status send(Msg frame) = 0;
+  // Whether frames can leave now: a port's carrier, a peer connected (up or
+  // down), or `none` for a driver with no link to wait for (in-process
+  // ones). A program waits for `up` before it starts, and then announces
+  // its address (what it sent while down reached nobody).
+  enum class Link : std::uint8_t { none, down, up };
+  virtual Link link_state() { return Link::none; }
 
  protected:
   bool receiving() const noexcept { return receiver_ != nullptr; }

@@ -205,6 +205,7 @@ class DpdkDriver final : public Driver, public Pollable {
   Status transmit(const Msg& frame);
   // What a session above pushes: transmit().
   Status send(Msg frame) override { return transmit(frame); }
+  Link link_state() override { return link().up ? Link::up : Link::down; }
   // Send the queued frames now. Frames the tx ring has no room for are freed
   // and counted in tx_drop_full. Returns how many were sent.
   std::size_t flush();

@@ -158,6 +158,7 @@ class ShmDriver final : public Driver, public Pollable {
   Status transmit(const Msg& frame);
   // What a session above pushes: transmit().
   Status send(Msg frame) override { return transmit(frame); }
+  Link link_state() override { return up() ? Link::up : Link::down; }
   // Publish the queued descriptors and wake the peer if it sleeps.
   void flush() noexcept;
 
