@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <ctime>
 #include <sstream>
@@ -66,13 +67,13 @@ std::string compose_graph(const SimpleGraph& g) {
   if (g.port.rfind("shm:", 0) == 0) {
     // Our own shared-memory link to another xk process: shm:PATH[,K=V...]
     // (docs/shm-driver.md).
-    std::string rest = g.port.substr(4);
+    const std::string rest = g.port.substr(4);
     const std::size_t comma = rest.find(',');
     s << "shm     net0  path=" << spec_value(rest.substr(0, comma));
-    for (std::size_t at = comma; at != std::string::npos;) {
-      const std::size_t next = rest.find(',', at + 1);
-      s << " " << rest.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1);
-      at = next;
+    if (comma != std::string::npos) {
+      std::string opts = rest.substr(comma);
+      std::replace(opts.begin(), opts.end(), ',', ' ');
+      s << opts;
     }
   } else {
     s << "dpdk    net0  devargs=" << spec_value(g.port);
