@@ -39,10 +39,7 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 install_cleanup
 
-# key LINE NAME: the value of NAME=... in LINE.
-key() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<< "$1"; }
-# positive NAME VALUE: VALUE is a number > 0.
-positive() { awk -v v="$2" 'BEGIN { exit !(v + 0 > 0) }' || die "$1=$2 is not a positive number"; }
+source "$(dirname "$0")/ttcp_lib.sh"
 # receiver LOG ARGS... (background; its pid in RX): memif server on $SOCK,
 # waiting for its link (the transmitter, a memif client, brings it up).
 receiver() {
@@ -68,26 +65,6 @@ wait_rx() {
   for p in "${PIDS[@]}"; do [ "$p" = "$RX" ] || left+=("$p"); done
   PIDS=("${left[@]+"${left[@]}"}")
   return $rc
-}
-# same_stream TX_LOG RX_LOG BYTES: one connection's RESULT lines agree.
-same_stream() {
-  local tx rx
-  tx=$(grep '^RESULT role=transmitter ' "$OUT/$1" || true)
-  rx=$(grep '^RESULT role=receiver conn=0 ' "$OUT/$2" || true)
-  [ -n "$tx" ] || die "$1: no transmitter RESULT line"
-  [ -n "$rx" ] || die "$2: no receiver RESULT line for conn 0"
-  echo "   $tx"
-  echo "   $rx"
-  for k in bytes seconds gbps cpu_s cpu_s_per_gb sha256; do [ -n "$(key "$tx" $k)" ] || die "$1: no $k="; done
-  for k in peer bytes seconds gbps sha256; do [ -n "$(key "$rx" $k)" ] || die "$2: no $k="; done
-  [ "$(key "$tx" sha256)" = "$(key "$rx" sha256)" ] || die "sha256 differs: $1 vs $2"
-  [ "$(key "$tx" bytes)" = "$(key "$rx" bytes)" ] || die "byte counts differ: $1 vs $2"
-  [ -z "${3:-}" ] || [ "$(key "$tx" bytes)" = "$3" ] || die "$1: bytes=$(key "$tx" bytes), want $3"
-  for k in seconds gbps cpu_s cpu_s_per_gb; do positive "$k" "$(key "$tx" $k)"; done
-  for k in seconds gbps; do positive "$k" "$(key "$rx" $k)"; done
-  # gbps is 8 * bytes / seconds (to the 3 decimals printed).
-  awk -v b="$(key "$tx" bytes)" -v s="$(key "$tx" seconds)" -v g="$(key "$tx" gbps)" \
-    'BEGIN { exit !((8 * b / s / 1e9 - g) ^ 2 < 1e-6) }' || die "$1: gbps does not match bytes and seconds"
 }
 # aggregate LOG CONNS BYTES: the receiver's total line.
 aggregate() {
@@ -188,8 +165,6 @@ GRAPH
     || { cat "$OUT/tx5.log" >&2; die "(5): the transmitter failed"; }
   wait_rx || { cat "$OUT/rx5.log" >&2; die "(5): the receiver failed"; }
   same_stream tx5.log rx5.log 67108864
-  # counter OWNER NAME LOG: a value from the counters table at the end.
-  counter() { awk -v o="$1" -v n="$2" '$1 == o && $2 == n { v = $3 } END { print v + 0 }' "$OUT/$3"; }
   large=$(counter net0 tx_large_frames tx5.log)
   [ "$large" -gt 1000 ] || die "(5): tx_large_frames=$large: the transmitter sent no large frames"
   big=$(counter net0 rx_multi_seg rx5.log)

@@ -22,9 +22,8 @@ mkdir -p "$OUT"
 install_cleanup
 SOCK=$OUT/shm.sock
 
-key() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<< "$1"; }
-# counter OWNER NAME LOG: a value from the counters table at the end.
-counter() { awk -v o="$1" -v n="$2" '$1 == o && $2 == n { v = $3 } END { print v + 0 }' "$OUT/$3"; }
+source "$(dirname "$0")/ttcp_lib.sh"
+
 receiver() {  # log args... (background; pid in RX)
   local log=$1
   shift
@@ -39,18 +38,6 @@ transmitter() {  # log args...
   timeout 120 "$TTCP" transmit --port "shm:$SOCK" --ip 192.0.2.11/24 --idle sleep --stats \
     --peer 192.0.2.10:5001 "$@" > "$OUT/$log" 2>&1
 }
-same_stream() {  # TX_LOG RX_LOG BYTES
-  local tx rx
-  tx=$(grep '^RESULT role=transmitter ' "$OUT/$1" || true)
-  rx=$(grep '^RESULT role=receiver conn=0 ' "$OUT/$2" || true)
-  echo "   $tx"
-  echo "   $rx"
-  [ -n "$tx" ] && [ -n "$rx" ] || die "no RESULT lines in $1 / $2"
-  [ -n "$(key "$tx" sha256)" ] || die "$1: no sha256"
-  [ "$(key "$tx" sha256)" = "$(key "$rx" sha256)" ] || die "sha256 differs: $1 vs $2"
-  [ "$(key "$tx" bytes)" = "$3" ] && [ "$(key "$rx" bytes)" = "$3" ] || die "byte counts: want $3"
-}
-
 step "(1) 64m over shm"
 receiver rx1.log --port "shm:$SOCK,role=server" --ip 192.0.2.10/24
 transmitter tx1.log --bytes 64m || { cat "$OUT/tx1.log" >&2; die "(1): the transmitter failed"; }
