@@ -450,6 +450,7 @@ void TcpConnection::process_data(const Header& h, Msg payload) {
         deliver(std::move(more));
       }
     }
+    const bool had_fin = fin_received_;
     if (fin_at && *fin_at == rcv_nxt_) {
       process_fin();
     } else if (fin_at) {
@@ -458,6 +459,9 @@ void TcpConnection::process_data(const Header& h, Msg payload) {
       fin_seq_pending_.reset();
       process_fin();
     }
+    // A FIN taken here was ACKed at once, and may have moved us to TIME-WAIT,
+    // which releases the connection; an upcall may have aborted it too.
+    if (fin_received_ != had_fin || proto_ == nullptr) return;
     // RFC 5681 4.2: ACK at once when a hole is filled; else every second
     // full-sized segment, or after the delayed-ACK timeout.
     if (filled || !reasm_.empty() || past_window) {

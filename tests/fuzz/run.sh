@@ -43,7 +43,9 @@ for bin in "${harnesses[@]}"; do
     echo "  $name ok: ${runs:-?} inputs in ${seconds} s, ${cov:-cov: ?}, corpus $(ls "$corpus" | wc -l) files"
   else
     echo "  $name FAILED (log: $log):"
-    grep -E 'ERROR|SUMMARY|Test unit written|^    #[0-9]+ ' "$log" | head -30
+    # awk, not grep | head: under pipefail a head that stops reading kills
+    # grep with SIGPIPE, and set -e then ends the script before the summary.
+    awk '/runtime error|ERROR|SUMMARY|Test unit written|^    #[0-9]+ / && n++ < 30' "$log"
     failed+=("$name")
   fi
 done

@@ -1481,6 +1481,35 @@ TEST_F(TcpScript, AfterShutdownWriteWeKeepReceiving) {
   expect_nothing();
 }
 
+// Data and FIN in one segment: the FIN's ACK covers the data too, with no
+// delayed ACK after it -- and in FIN-WAIT-2 the FIN ends the connection in
+// TIME-WAIT, which must not then be asked to schedule anything (fuzz find).
+TEST_F(TcpScript, DataWithFinGetsOneAck) {
+  start();
+  passive_open(Offer());
+  inject(fin_ack().seq(1).ack(1).len(1000));
+  expect(ack().seq(1).ack(1002));
+  EXPECT_EQ(sock.state(), State::close_wait);
+  advance(500ms);
+  expect_nothing();
+  expect_read(1000);
+}
+
+TEST_F(TcpScript, DataWithFinInFinWait2EntersTimeWait) {
+  start();
+  passive_open(Offer());
+  ASSERT_TRUE(sock.shutdown_write().ok());
+  expect(fin_ack().seq(1).ack(1));
+  inject(ack().seq(1).ack(2));
+  EXPECT_EQ(sock.state(), State::fin_wait_2);
+  inject(fin_ack().seq(1).ack(2).len(1460));
+  expect(ack().seq(2).ack(1462));
+  EXPECT_EQ(sock.state(), State::time_wait);
+  advance(500ms);
+  expect_nothing();
+  expect_read(1460);
+}
+
 TEST_F(TcpScript, AfterThePeersFinWeKeepSending) {
   start();
   passive_open(Offer());
