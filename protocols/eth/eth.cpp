@@ -117,25 +117,14 @@ Status EthProtocol::open_enable(Protocol& upper, Participants& parts) {
   Result<ProtoNum> type = parts.local.pop<ProtoNum>();
   if (!type) return type.error();
   if (type->value < kMinEtherType || type->value > 0xffff) return Errc::invalid_argument;
-  TypeKey key{static_cast<std::uint16_t>(type->value)};
-  if (Enable* e = passive_.find(key)) {
-    if (e->upper != &upper) return Errc::exists;
-    ++e->count;
-    return {};
-  }
-  passive_.insert(key, Enable{&upper});
-  return {};
+  return passive_.enable(TypeKey{static_cast<std::uint16_t>(type->value)}, upper);
 }
 
 Status EthProtocol::open_disable(Protocol& upper, Participants& parts) {
   Result<ProtoNum> type = parts.local.pop<ProtoNum>();
   if (!type) return type.error();
   if (type->value > 0xffff) return Errc::invalid_argument;
-  TypeKey key{static_cast<std::uint16_t>(type->value)};
-  Enable* e = passive_.find(key);
-  if (e == nullptr || e->upper != &upper) return Errc::not_found;
-  if (--e->count == 0) passive_.erase(key);
-  return {};
+  return passive_.disable(TypeKey{static_cast<std::uint16_t>(type->value)}, upper);
 }
 
 Status EthProtocol::join_multicast(MacAddr group) {
@@ -204,15 +193,15 @@ Status EthProtocol::demux(Session& lower, Msg msg) {
 
   // Padding (to 60 bytes) is left on: only the upper layer knows its length.
   Key key{h.src, type};
-  Enable* listener = passive_.find(TypeKey{type});
+  Protocol* listener = passive_.upper(TypeKey{type});
   if (SessionRef* found = active_.find(key)) {
     SessionRef keep = *found;  // the upcall may close the session
     auto& s = static_cast<EthSession&>(*keep);
-    if (listener != nullptr && listener->upper != s.upper()) {
+    if (listener != nullptr && listener != s.upper()) {
       // Opened by a protocol that only sends this type (arp for ipv4): the
       // one that enabled the type receives it from now on.
       Protocol* previous = s.upper();
-      Protocol* upper = listener->upper;
+      Protocol* upper = listener;
       s.set_upper(upper);
       Participants parts;
       parts.remote.push(h.src);
@@ -233,15 +222,14 @@ Status EthProtocol::demux(Session& lower, Msg msg) {
       ++drop_session_limit_;
       return Errc::no_memory;
     }
-    Protocol* upper = listener->upper;
-    SessionRef s = make_ref<EthSession>(*this, upper, h.src, type, lower_);
+    SessionRef s = make_ref<EthSession>(*this, listener, h.src, type, lower_);
     active_.insert(key, s);
     Participants parts;
     parts.remote.push(h.src);
     parts.remote.push(ProtoNum{type});
     parts.local.push(mac_);
     parts.local.push(ProtoNum{type});
-    if (Status st = upper->open_done(*this, *s, parts); !st) {
+    if (Status st = listener->open_done(*this, *s, parts); !st) {
       active_.erase(key);
       ++drops_no_session();
       return st;

@@ -200,24 +200,13 @@ Status Ipv4Protocol::open_enable(Protocol& upper, Participants& parts) {
   Result<ProtoNum> proto = parts.local.pop<ProtoNum>();
   if (!proto) return proto.error();
   if (proto->value > 0xff) return Errc::invalid_argument;
-  ProtoKey key{proto->value};
-  if (Enable* e = passive_.find(key)) {
-    if (e->upper != &upper) return Errc::exists;
-    ++e->count;
-    return {};
-  }
-  passive_.insert(key, Enable{&upper});
-  return {};
+  return passive_.enable(ProtoKey{proto->value}, upper);
 }
 
 Status Ipv4Protocol::open_disable(Protocol& upper, Participants& parts) {
   Result<ProtoNum> proto = parts.local.pop<ProtoNum>();
   if (!proto) return proto.error();
-  ProtoKey key{proto->value};
-  Enable* e = passive_.find(key);
-  if (e == nullptr || e->upper != &upper) return Errc::not_found;
-  if (--e->count == 0) passive_.erase(key);
-  return {};
+  return passive_.disable(ProtoKey{proto->value}, upper);
 }
 
 Status Ipv4Protocol::demux(Session& lower, Msg msg) { return receive(&lower, std::move(msg), verify_rx()); }
@@ -296,8 +285,7 @@ Status Ipv4Protocol::deliver(Session* lower, const Header& h, Msg packet, bool b
   SessionRef s;
   if (SessionRef* found = active_.find(key)) {
     s = *found;  // the upcall may close it
-  } else if (Enable* e = passive_.find(ProtoKey{h.protocol})) {
-    Protocol* upper = e->upper;
+  } else if (Protocol* upper = passive_.upper(ProtoKey{h.protocol})) {
     s = make_ref<Ipv4Session>(*this, upper, h.src, h.protocol);
     active_.insert(key, s);
     Participants parts;
@@ -658,11 +646,9 @@ void Ipv4Protocol::drain_loopback() {
 // ---- errors and control -------------------------------------------------
 
 Status Ipv4Protocol::deliver_error(const ctl::NetError& err) {
-  Protocol* owner = nullptr;
-  if (Enable* e = passive_.find(ProtoKey{err.protocol})) {
-    owner = e->upper;
-  } else if (SessionRef* s = active_.find(Key{err.remote.value, err.protocol})) {
-    owner = (*s)->upper();
+  Protocol* owner = passive_.upper(ProtoKey{err.protocol});
+  if (owner == nullptr) {
+    if (SessionRef* s = active_.find(Key{err.remote.value, err.protocol})) owner = (*s)->upper();
   }
   if (owner == nullptr) {
     ++drop_error_no_owner_;

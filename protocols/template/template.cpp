@@ -90,24 +90,16 @@ Status TemplateProtocol::open_enable(Protocol& upper, Participants& parts) {
   if (!tag) return tag.error();
   if (tag->value > 0xffff) return Errc::invalid_argument;
   Key key{static_cast<std::uint16_t>(tag->value)};
-  if (Enable* e = passive_.find(key)) {
-    if (e->upper != &upper) return Errc::exists;
-    ++e->count;
-    return {};
+  if (passive_.upper(key) == nullptr) {
+    if (Result<SessionRef> lower = lower_session(); !lower) return lower.error();
   }
-  if (Result<SessionRef> lower = lower_session(); !lower) return lower.error();
-  passive_.insert(key, Enable{&upper});
-  return {};
+  return passive_.enable(key, upper);
 }
 
 Status TemplateProtocol::open_disable(Protocol& upper, Participants& parts) {
   Result<ProtoNum> tag = parts.local.pop<ProtoNum>();
   if (!tag) return tag.error();
-  Key key{static_cast<std::uint16_t>(tag->value)};
-  Enable* e = passive_.find(key);
-  if (e == nullptr || e->upper != &upper) return Errc::not_found;
-  if (--e->count == 0) passive_.erase(key);
-  return {};
+  return passive_.disable(Key{static_cast<std::uint16_t>(tag->value)}, upper);
 }
 
 Status TemplateProtocol::demux(Session& lower, Msg msg) {
@@ -130,8 +122,7 @@ Status TemplateProtocol::demux(Session& lower, Msg msg) {
     SessionRef keep = *s;  // the upcall may close the session
     return keep->pop(lower, std::move(msg));
   }
-  if (Enable* e = passive_.find(key)) {
-    Protocol* upper = e->upper;
+  if (Protocol* upper = passive_.upper(key)) {
     SessionRef s = make_ref<TemplateSession>(*this, upper, key.tag, lower_);
     active_.insert(key, s);
     Participants parts;

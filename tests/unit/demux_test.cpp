@@ -147,14 +147,29 @@ TEST(ActiveMap, HoldsSessionReferencesUntilErased) {
   EXPECT_EQ(Session::live(), live);
 }
 
-TEST(PassiveMap, EnableCountsRepeatedEnables) {
+TEST(EnableTable, CountsRepeatedEnablesAndRefusesASecondProtocol) {
   Protocol upper("up0", "test");
-  PassiveMap<std::uint16_t> passive;
-  passive.insert(80, Enable{&upper});
-  Enable* e = passive.find(80);
-  ASSERT_NE(e, nullptr);
-  EXPECT_EQ(e->upper, &upper);
-  EXPECT_EQ(e->count, 1u);
+  Protocol other("up1", "test");
+  EnableTable<std::uint16_t> passive;
+  EXPECT_EQ(passive.upper(80), nullptr);
+  ASSERT_TRUE(passive.enable(80, upper).ok());
+  EXPECT_EQ(passive.upper(80), &upper);
+  EXPECT_EQ(passive.count(80), 1u);
+  ASSERT_TRUE(passive.enable(80, upper).ok());
+  EXPECT_EQ(passive.count(80), 2u);
+  Status taken = passive.enable(80, other);
+  ASSERT_FALSE(taken.ok());
+  EXPECT_EQ(taken.error(), Errc::exists);
+  Status not_its = passive.disable(80, other);
+  ASSERT_FALSE(not_its.ok());
+  EXPECT_EQ(not_its.error(), Errc::not_found);
+  ASSERT_TRUE(passive.disable(80, upper).ok());
+  EXPECT_EQ(passive.upper(80), &upper) << "one enable is left";
+  ASSERT_TRUE(passive.disable(80, upper).ok());
+  EXPECT_EQ(passive.upper(80), nullptr);
+  EXPECT_EQ(passive.size(), 0u);
+  EXPECT_EQ(passive.disable(80, upper).error(), Errc::not_found);
+  ASSERT_TRUE(passive.enable(80, other).ok()) << "a freed key can be taken by another";
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 
 #include "xk/hash.hpp"
 #include "xk/protocol.hpp"
+#include "xk/result.hpp"
 
 namespace xk {
 
@@ -222,17 +223,50 @@ class FlatMap {
   std::size_t size_ = 0;
 };
 
-// What a passive open leaves behind: who to tell, and how many times it was
-// enabled (open_enable may be called more than once for the same key).
-struct Enable {
-  Protocol* upper = nullptr;
-  std::uint32_t count = 1;
-};
-
 template <class K, class Hash = KeyHash<K>>
 using ActiveMap = FlatMap<K, SessionRef, Hash>;
 
+// The passive map: who is told of what a key's first message opens. A key is
+// held by one upper protocol and counted, since open_enable may come more than
+// once for it (each listener of a shared port enables it again); the last
+// open_disable frees it. Every layer with passive opens keeps one of these.
 template <class K, class Hash = KeyHash<K>>
-using PassiveMap = FlatMap<K, Enable, Hash>;
+class EnableTable {
+ public:
+  // Errc::exists when another protocol holds the key.
+  Status enable(const K& key, Protocol& upper) {
+    if (Entry* e = map_.find(key)) {
+      if (e->upper != &upper) return Errc::exists;
+      ++e->count;
+      return {};
+    }
+    map_.insert(key, Entry{&upper, 1});
+    return {};
+  }
+  // Errc::not_found unless `upper` holds the key.
+  Status disable(const K& key, Protocol& upper) {
+    Entry* e = map_.find(key);
+    if (e == nullptr || e->upper != &upper) return Errc::not_found;
+    if (--e->count == 0) map_.erase(key);
+    return {};
+  }
+  // The protocol that enabled key, or nullptr.
+  Protocol* upper(const K& key) const noexcept {
+    const Entry* e = map_.find(key);
+    return e != nullptr ? e->upper : nullptr;
+  }
+  std::uint32_t count(const K& key) const noexcept {
+    const Entry* e = map_.find(key);
+    return e != nullptr ? e->count : 0;
+  }
+  std::size_t size() const noexcept { return map_.size(); }
+
+ private:
+  struct Entry {
+    Protocol* upper;
+    std::uint32_t count;
+  };
+  FlatMap<K, Entry, Hash> map_;
+};
 
 }  // namespace xk

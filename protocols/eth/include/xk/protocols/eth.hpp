@@ -106,7 +106,7 @@ class EthProtocol final : public Protocol {
   SessionRef lower_;
   bool enabled_ = false;
   ActiveMap<Key> active_;
-  PassiveMap<TypeKey> passive_;
+  EnableTable<TypeKey> passive_;
   std::vector<Group> groups_;
   std::size_t driver_mtu_ = 0;
   Counter& rx_frames_;

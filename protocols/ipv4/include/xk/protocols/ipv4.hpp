@@ -194,7 +194,7 @@ class Ipv4Protocol final : public Protocol {
   const RxInfo* rx_info_ = nullptr;
   std::uint16_t next_id_;
   ActiveMap<Key> active_;
-  PassiveMap<ProtoKey> passive_;
+  EnableTable<ProtoKey> passive_;
   FlatMap<ReasmKey, std::unique_ptr<Datagram>> reasm_;
   std::size_t reasm_mem_used_ = 0;
   std::uint64_t reasm_serial_ = 0;

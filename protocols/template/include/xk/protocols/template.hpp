@@ -63,7 +63,7 @@ class TemplateProtocol final : public Protocol {
   SessionRef lower_;  // one session on the lower protocol carries every tag
   bool lower_enabled_ = false;
   ActiveMap<Key> active_;
-  PassiveMap<Key> passive_;
+  EnableTable<Key> passive_;
   Counter& rx_msgs_;
   Counter& tx_msgs_;
   Counter& drop_malformed_;
