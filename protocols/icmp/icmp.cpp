@@ -71,14 +71,15 @@ Status IcmpProtocol::open_done(Protocol&, Session&, Participants&) { return {}; 
 
 Status IcmpProtocol::demux(Session& lower, Msg msg) {
   ++rx_msgs_;
-  Status st = handle(ip_.rx_info(), msg);
+  Result<RxInfo> info = lower.control(ctl::GetRxInfo{});
+  Status st = handle(info ? &*info : nullptr, msg);
   // No state per peer: forget the session ipv4 made for this message (it
   // keeps its own reference until the upcall returns).
   (void)lower.close();
   return st;
 }
 
-Status IcmpProtocol::handle(const ipv4::RxInfo* info, Msg& msg) {
+Status IcmpProtocol::handle(const RxInfo* info, Msg& msg) {
   if (msg.size() < Header::kSize) {
     ++drop_truncated_;
     return Errc::malformed;

@@ -68,6 +68,10 @@ Status Ipv4Session::close() {
 
 Result<ControlReply> Ipv4Session::control_any(const ControlQuery& query) {
   if (std::holds_alternative<ctl::GetPeerAddr>(query)) return ControlReply{Participant{peer_}};
+  if (const auto* df = std::get_if<ctl::SetDontFragment>(&query)) {
+    df_ = df->df;
+    return ControlReply{std::monostate{}};
+  }
   return proto_.control_any(query);
 }
 
@@ -665,6 +669,10 @@ Result<ControlReply> Ipv4Protocol::control_any(const ControlQuery& query) {
     return ControlReply{(room ? *room : std::size_t{0}) + Header::kMinSize};
   }
   if (std::holds_alternative<ctl::GetLocalAddr>(query)) return ControlReply{Participant{address()}};
+  if (std::holds_alternative<ctl::GetRxInfo>(query)) {
+    if (rx_info_ == nullptr) return Errc::bad_state;  // asked outside a delivery
+    return ControlReply{*rx_info_};
+  }
   if (std::holds_alternative<ctl::GetOffloads>(query)) return ControlReply{offloads_};
   if (std::holds_alternative<ctl::GetChecksum>(query)) return ControlReply{config_.csum};
   if (const auto* set = std::get_if<ctl::SetChecksum>(&query)) {

@@ -46,14 +46,8 @@ Errc errc_of(const ctl::NetError& e) noexcept {
 
 // ---- the protocol ---------------------------------------------------------------
 
-void TcpProtocol::set_dont_fragment(Session& ip, bool df) noexcept {
-  // Only ipv4's own sessions carry the bit. Through a micro-protocol (fault,
-  // capture) between them, segments go without DF and IP may fragment them.
-  if (auto* s = dynamic_cast<ipv4::Ipv4Session*>(&ip)) s->set_dont_fragment(df);
-}
-
 void TcpProtocol::allow_fragments(Ipv4Addr peer) noexcept {
-  if (IpPeer* p = peers_.find(PeerKey{peer.value})) set_dont_fragment(*p->session, false);
+  if (IpPeer* p = peers_.find(PeerKey{peer.value})) (void)p->session->control(ctl::SetDontFragment{false});
 }
 
 void TcpProtocol::icmp_error(const ctl::NetError& err) {

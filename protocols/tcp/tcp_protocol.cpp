@@ -180,7 +180,6 @@ TcpProtocol::~TcpProtocol() {
   authority_ = nullptr;
   peers_.for_each([](const PeerKey&, IpPeer& p) { (void)p.session->close(); });
   peers_.clear();
-  peer_of_.clear();
   if (enabled_) {
     Participants parts;
     parts.local.push(ProtoNum{kIpProtocol});
@@ -214,8 +213,7 @@ Result<TcpProtocol::IpPeer*> TcpProtocol::ip_for(Ipv4Addr peer, Session* known) 
   Result<Ipv4Addr> local_addr = local ? local->peek<Ipv4Addr>() : Result<Ipv4Addr>(local.error());
   if (!local_addr) return Errc::bad_state;
   // RFC 1191 3: our segments may not be fragmented; routers tell us the MTU.
-  set_dont_fragment(*s, true);
-  peer_of_.insert(SessionKey{reinterpret_cast<std::uintptr_t>(s.get())}, peer.value);
+  (void)s->control(ctl::SetDontFragment{true});
   auto [p, inserted] = peers_.insert(PeerKey{peer.value}, IpPeer{std::move(s), *local_addr, peer, 0});
   (void)inserted;
   return p;
@@ -229,7 +227,6 @@ void TcpProtocol::drop_ip_user(Ipv4Addr peer) noexcept {
     // ipv4 keeps a session until its upper closes it: close the idle ones.
     SessionRef s = std::move(p->session);
     peers_.erase(PeerKey{peer.value});
-    peer_of_.erase(SessionKey{reinterpret_cast<std::uintptr_t>(s.get())});
     (void)s->close();
   }
 }
@@ -414,16 +411,9 @@ void TcpProtocol::send_reset_for(IpPeer& ip, const Header& h, std::size_t seg_le
 
 Status TcpProtocol::demux(Session& lower, Msg msg) {
   ++c_.rx_segments;
-  // Which peer: remembered by IP session; asked of the session the first time.
-  Result<Ipv4Addr> peer = Errc::not_found;
-  if (std::uint32_t* known = peer_of_.find(SessionKey{reinterpret_cast<std::uintptr_t>(&lower)})) {
-    peer = Ipv4Addr{*known};
-  } else {
-    Result<Participant> pa = lower.control(ctl::GetPeerAddr{});
-    peer = pa ? pa->peek<Ipv4Addr>() : Result<Ipv4Addr>(pa.error());
-    if (!peer) return peer.error();
-  }
-  Result<IpPeer*> ipr = ip_for(*peer, &lower);
+  Result<RxInfo> rx = lower.control(ctl::GetRxInfo{});
+  if (!rx) return rx.error();
+  Result<IpPeer*> ipr = ip_for(rx->src, &lower);
   if (!ipr) return ipr.error();
   IpPeer* ip = *ipr;
 
@@ -518,9 +508,9 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
     }
   }
   // A peer nobody talks to any more keeps no IP session.
-  if (IpPeer* p = peers_.find(PeerKey{peer->value}); p != nullptr && p->users == 0) {
+  if (IpPeer* p = peers_.find(PeerKey{rx->src.value}); p != nullptr && p->users == 0) {
     ++p->users;
-    drop_ip_user(*peer);
+    drop_ip_user(rx->src);
   }
   return {};
 }

@@ -430,10 +430,12 @@ Result<SessionRef> UdpProtocol::open(Protocol& upper, Participants& parts) {
 }
 
 Status UdpProtocol::demux(Session& lower, Msg msg) {
-  Result<IpPeer*> ip = learn(lower, false);
-  if (!ip) {
+  // Whom it came from and where it went: ipv4's facts about this packet (the
+  // destination may be a broadcast address, not the session's local one).
+  Result<RxInfo> rx = lower.control(ctl::GetRxInfo{});
+  if (!rx) {
     ++drops_no_session();
-    return ip.error();
+    return rx.error();
   }
   Result<std::span<const std::byte>> raw = msg.peek(Header::kSize);
   if (!raw) {
@@ -455,15 +457,15 @@ Status UdpProtocol::demux(Session& lower, Msg msg) {
   } else if (verifies(config_.csum) && msg.offload().has(Offload::rx_l4_good)) {
     ++rx_csum_by_port_;
   } else if (verifies(config_.csum)) {
-    std::uint32_t sum = csum::pseudo_header_v4((*ip)->peer, (*ip)->local, kIpProtocol, h.length);
+    std::uint32_t sum = csum::pseudo_header_v4(rx->src, rx->dst, kIpProtocol, h.length);
     if (csum::fold(csum::partial(msg, sum)) != 0xffff) {
       ++drop_bad_csum_;
       return Errc::malformed;
     }
   }
   (void)msg.trim_front(Header::kSize);
-  Endpoint from{(*ip)->peer, Port{h.src_port}};
-  Ipv4Addr dst = (*ip)->local;
+  Endpoint from{rx->src, Port{h.src_port}};
+  const Ipv4Addr dst = rx->dst;
   SessionRef found;
   if (SessionRef* s = connected_.find(ConnKey{dst.value, from.addr.value, h.dst_port, h.src_port})) {
     found = *s;

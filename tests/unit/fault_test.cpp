@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "fake_ip.hpp"
 #include "xk/drivers/loopback.hpp"
 #include "xk/protocols/udp.hpp"
+#include "xk/protocols/udp_wire.hpp"
 
 namespace xk {
 namespace {
@@ -433,43 +435,10 @@ TEST(FaultGraph, OptionsAndLoopRequirement) {
 
 // ---- udp over fault ------------------------------------------------------------
 
-// Just enough of the ipv4 contract for udp (see udp_test.cpp for the full fake).
-class MiniIp final : public Protocol {
- public:
-  MiniIp() : Protocol("ip0", "mini-ip") {}
-  class S final : public Session {
-   public:
-    S(MiniIp& ip, Protocol* up, Ipv4Addr peer) : Session(ip, up), ip_(ip), peer_(peer) {}
-    Status push(Msg m) override {
-      ip_.sent.push_back(std::move(m));
-      return {};
-    }
-    Status pop(Session&, Msg) override { return Errc::unsupported; }
-    Result<ControlReply> control_any(const ControlQuery& q) override {
-      if (std::holds_alternative<ctl::GetLocalAddr>(q)) return ControlReply{Participant{Ipv4Addr{0x0a000001}}};
-      if (std::holds_alternative<ctl::GetPeerAddr>(q)) return ControlReply{Participant{peer_}};
-      return Session::control_any(q);
-    }
-
-   private:
-    MiniIp& ip_;
-    Ipv4Addr peer_;
-  };
-  Result<SessionRef> open(Protocol& up, Participants& parts) override {
-    if (!parts.remote.pop<ProtoNum>()) return Errc::invalid_argument;
-    Result<Ipv4Addr> peer = parts.remote.pop<Ipv4Addr>();
-    if (!peer) return peer.error();
-    session = make_ref<S>(*this, &up, *peer);
-    return session;
-  }
-  Status open_enable(Protocol&, Participants&) override { return {}; }
-  Status open_disable(Protocol&, Participants&) override { return {}; }
-  std::vector<Msg> sent;
-  SessionRef session;
-};
+using test::FakeIp;
 
 TEST(FaultUnderUdp, DatagramsCrossTheFaultBothWays) {
-  MiniIp ip0;
+  FakeIp ip0(Ipv4Addr{0x0a000001}, udp::kIpProtocol);
   FaultConfig c;
   c.duplicate = 1.0;
   FaultProtocol f0("f0", ip0, c);
@@ -479,11 +448,9 @@ TEST(FaultUnderUdp, DatagramsCrossTheFaultBothWays) {
   ASSERT_TRUE(s.send(bytes_of("echo")).ok());
   ASSERT_EQ(ip0.sent.size(), 2u) << "duplicated on the way down";
   // The peer echoes the datagram back: swap the ports; the checksum holds.
-  Msg back = Msg::copy_of(bytes_of(text_of(ip0.sent[0])));
-  std::vector<std::byte> raw(back.size());
-  ASSERT_TRUE(back.copy_out(0, raw).ok());
+  std::vector<std::byte> raw = ip0.sent[0].bytes;
   std::swap_ranges(raw.begin(), raw.begin() + 2, raw.begin() + 2);
-  ASSERT_TRUE(ip0.session->upper()->demux(*ip0.session, Msg::copy_of(raw)).ok());
+  ASSERT_TRUE(ip0.receive(Ipv4Addr{0x0a000002}, raw).ok());
   ASSERT_EQ(s.queued_datagrams(), 2u) << "duplicated on the way up";
   EXPECT_EQ(text_of(s.recvfrom()->payload), "echo");
   EXPECT_EQ(u0.counters().value("drop_bad_csum"), 0u);

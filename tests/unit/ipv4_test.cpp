@@ -164,11 +164,11 @@ class Transport final : public Protocol {
   struct Delivery {
     Session* session;
     std::string text;
-    std::optional<ipv4::RxInfo> info;
+    std::optional<RxInfo> info;
   };
   Status demux(Session& lower, Msg msg) override {
-    std::optional<ipv4::RxInfo> info;
-    if (ip != nullptr && ip->rx_info() != nullptr) info = *ip->rx_info();
+    std::optional<RxInfo> info;
+    if (Result<RxInfo> r = lower.control(ctl::GetRxInfo{})) info = *r;
     received.push_back({&lower, text_of(msg), info});
     return answer;
   }
@@ -297,7 +297,9 @@ TEST_F(Ipv4Test, PassiveOpenDeliversPayloadAndNamesTheParticipants) {
   EXPECT_EQ(tp.received[0].info->src, kPeer);
   EXPECT_EQ(tp.received[0].info->dst, kUs);
   EXPECT_FALSE(tp.received[0].info->broadcast);
-  EXPECT_EQ(ip->rx_info(), nullptr) << "only valid during the upcall";
+  Result<RxInfo> after = tp.opened[0]->control(ctl::GetRxInfo{});
+  ASSERT_FALSE(after.ok()) << "only valid during the upcall";
+  EXPECT_EQ(after.error(), Errc::bad_state);
   // open_done parts: remote {Ipv4Addr peer, ProtoNum} (top last), local {Ipv4Addr dst}.
   EXPECT_EQ(*tp.last_parts.remote.pop<ProtoNum>(), ProtoNum{17});
   EXPECT_EQ(*tp.last_parts.remote.pop<Ipv4Addr>(), kPeer);
@@ -643,14 +645,14 @@ TEST_F(Ipv4Test, DontFragmentAndSizeLimits) {
   ASSERT_TRUE(s.ok());
   auto* ips = dynamic_cast<ipv4::Ipv4Session*>(s->get());
   ASSERT_NE(ips, nullptr);
-  ips->set_dont_fragment(true);
+  ASSERT_TRUE(ips->control(ctl::SetDontFragment{true}).ok());
   EXPECT_EQ(*(*s)->control(ctl::GetMtu{}), 1480u);
   ASSERT_TRUE((*s)->push(Msg::alloc(1480)).ok());
   EXPECT_TRUE(header_of(link.sent[0]).df());
   EXPECT_EQ((*s)->push(Msg::alloc(1481)).error(), Errc::too_large);
   EXPECT_EQ(count("drop_tx_too_large"), 1u);
   EXPECT_EQ(link.sent.size(), 1u);
-  ips->set_dont_fragment(false);
+  ASSERT_TRUE(ips->control(ctl::SetDontFragment{false}).ok());
   EXPECT_EQ((*s)->push(Msg::alloc(65516)).error(), Errc::too_large);
   EXPECT_EQ(count("drop_tx_too_large"), 2u);
   ASSERT_TRUE((*s)->close().ok());

@@ -1719,7 +1719,11 @@ TEST_F(TcpScript, AFragNeededWithoutAnMtuTakesThePlateauBelow) {
   EXPECT_EQ(sock.stats().mss, 966);
   expect(ack().seq(1).ack(1).len(966));
   expect(psh_ack().seq(967).ack(1).len(494));
-  // Not below 576, however small the report: the MSS stays at 536.
+  // RFC 1191 3: our segments carry don't-fragment, asked of IP by a typed
+  // query (ctl::SetDontFragment) that micro-protocols between pass down ...
+  auto& ips = static_cast<FakeIp::S&>(*ip.sessions.at(kPeer.value));
+  EXPECT_TRUE(ips.dont_fragment);
+  // Not below 576, however small the report: the MSS stays at 536 ...
   deliver_icmp(icmp(3, 4, 1, 300));
   EXPECT_EQ(sock.stats().pmtu, 576);
   EXPECT_EQ(sock.stats().mss, 536);
@@ -1728,6 +1732,8 @@ TEST_F(TcpScript, AFragNeededWithoutAnMtuTakesThePlateauBelow) {
   expect(psh_ack().seq(1073).ack(1).len(388));
   expect_nothing();
   EXPECT_EQ(stats().pmtu_updates.value(), 3u);
+  // ... and below it the segments go without DF, for routers to fragment.
+  EXPECT_FALSE(ips.dont_fragment);
 }
 
 TEST_F(TcpScript, TheFallbackPlateauIsBelowThePacketsWeReallySend) {

@@ -1,15 +1,15 @@
 // UDP and its socket API over a fake IP layer that keeps the ipv4 contract of
-// docs/layers.md: sessions per peer opened with remote {Ipv4Addr, ProtoNum 17},
-// passive opens on ProtoNum 17 announced with open_done, GetLocalAddr /
-// GetPeerAddr / GetMtu answered by its sessions, and what is pushed recorded.
+// docs/layers.md (tests/unit/support/fake_ip.hpp).
 #include "xk/protocols/udp.hpp"
 
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "fake_ip.hpp"
 #include "xk/checksum.hpp"
 #include "xk/protocols/udp_wire.hpp"
 
@@ -55,98 +55,7 @@ std::string hex_of(const Msg& m) {
   return s;
 }
 
-class FakeIp final : public Protocol {
- public:
-  explicit FakeIp(Ipv4Addr local) : Protocol("ip0", "fake-ipv4"), local_(local) {}
-
-  class S final : public Session {
-   public:
-    S(FakeIp& ip, Protocol* up, Ipv4Addr peer) : Session(ip, up), ip_(ip), peer_(peer) {}
-    Status push(Msg m) override {
-      ip_.sent.push_back(Sent{peer_, std::move(m)});
-      return {};
-    }
-    Status pop(Session&, Msg) override { return Errc::unsupported; }
-    Status close() override {
-      ip_.sessions.erase(peer_.value);
-      return {};
-    }
-    Result<ControlReply> control_any(const ControlQuery& q) override {
-      if (std::holds_alternative<ctl::GetLocalAddr>(q)) return ControlReply{Participant{ip_.local_}};
-      if (std::holds_alternative<ctl::GetPeerAddr>(q)) return ControlReply{Participant{peer_}};
-      return Session::control_any(q);
-    }
-    Ipv4Addr peer() const { return peer_; }
-
-   private:
-    FakeIp& ip_;
-    Ipv4Addr peer_;
-  };
-
-  Result<SessionRef> open(Protocol& up, Participants& parts) override {
-    Result<ProtoNum> proto = parts.remote.pop<ProtoNum>();
-    if (!proto) return proto.error();
-    if (proto->value != 17) return Errc::invalid_argument;
-    Result<Ipv4Addr> peer = parts.remote.pop<Ipv4Addr>();
-    if (!peer) return peer.error();
-    // Like ipv4: one session per (peer, protocol).
-    if (sessions.contains(peer->value)) return Errc::exists;
-    ++opens;
-    SessionRef s = make_ref<S>(*this, &up, *peer);
-    sessions[peer->value] = s;
-    return s;
-  }
-  Status open_enable(Protocol& up, Participants& parts) override {
-    Result<ProtoNum> proto = parts.local.pop<ProtoNum>();
-    if (!proto) return proto.error();
-    if (proto->value != 17) return Errc::invalid_argument;
-    enabled = &up;
-    return {};
-  }
-  Status open_disable(Protocol&, Participants&) override {
-    enabled = nullptr;
-    ++disables;
-    return {};
-  }
-  Result<ControlReply> control_any(const ControlQuery& q) override {
-    if (std::holds_alternative<ctl::GetMtu>(q)) return ControlReply{std::size_t{1480}};
-    if (std::holds_alternative<ctl::GetHeaderRoom>(q)) return ControlReply{std::size_t{34}};
-    return Protocol::control_any(q);
-  }
-
-  // A packet from `peer` for protocol 17, delivered as ipv4 would: a new peer
-  // is announced with open_done first.
-  Status receive(Ipv4Addr peer, Msg m) {
-    if (enabled == nullptr) return Errc::proto_unreachable;
-    auto it = sessions.find(peer.value);
-    if (it == sessions.end()) {
-      SessionRef s = make_ref<S>(*this, enabled, peer);
-      sessions[peer.value] = s;
-      Participants parts;
-      parts.local.push(local_);
-      parts.remote.push(peer);
-      parts.remote.push(ProtoNum{17});
-      if (Status st = enabled->open_done(*this, *s, parts); !st) return st;
-      it = sessions.find(peer.value);
-    }
-    SessionRef s = it->second;
-    return s->upper()->demux(*s, std::move(m));
-  }
-  Status receive(Ipv4Addr peer, std::span<const std::byte> bytes) { return receive(peer, Msg::copy_of(bytes)); }
-
-  struct Sent {
-    Ipv4Addr peer;
-    Msg msg;
-  };
-  std::vector<Sent> sent;
-  std::map<std::uint32_t, SessionRef> sessions;
-  Protocol* enabled = nullptr;
-  int opens = 0;
-  int disables = 0;
-
- private:
-  Ipv4Addr local_;
-};
+using test::FakeIp;
 
 // A datagram as a peer would send it, with a checksum from xk::csum (itself
 // checked against scapy in checksum_test) or none.
@@ -190,7 +99,7 @@ const Golden kGolden[] = {
 
 TEST(UdpGolden, SendMatchesScapy) {
   for (const Golden& g : kGolden) {
-    FakeIp fip(ip(g.src));
+    FakeIp fip(ip(g.src), udp::kIpProtocol);
     UdpProtocol u0("u0", fip);
     UdpSocket sock = u0.socket();
     ASSERT_TRUE(sock.bind(Ipv4Addr{}, Port{g.sport}).ok());
@@ -203,7 +112,7 @@ TEST(UdpGolden, SendMatchesScapy) {
 
 TEST(UdpGolden, ReceiveAcceptsScapyDatagrams) {
   for (const Golden& g : kGolden) {
-    FakeIp fip(ip(g.dst));
+    FakeIp fip(ip(g.dst), udp::kIpProtocol);
     UdpProtocol u0("u0", fip);
     UdpSocket sock = u0.socket();
     ASSERT_TRUE(sock.bind(Ipv4Addr{}, Port{g.dport}).ok());
@@ -224,7 +133,7 @@ const Ipv4Addr kPeer = ip("192.0.2.1");
 const Ipv4Addr kOther = ip("192.0.2.77");
 
 struct Udp : ::testing::Test {
-  FakeIp fip{kLocal};
+  FakeIp fip{kLocal, udp::kIpProtocol};
   UdpProtocol u0{"u0", fip};
 
   Status from_peer(std::uint16_t sport, std::uint16_t dport, std::string_view payload, Ipv4Addr src = kPeer) {
@@ -352,6 +261,27 @@ TEST_F(Udp, DemuxPrefersConnectedThenBoundThenWildcard) {
   EXPECT_EQ(u0.counters().value("drop_no_session"), 2u);
 }
 
+// The checksum and the socket lookup use the packet's destination, as IP
+// delivered it: a broadcast datagram (checksummed over the broadcast address)
+// reaches a wildcard-bound socket, not one bound to the unicast address.
+TEST_F(Udp, BroadcastDatagramsReachWildcardSockets) {
+  const Ipv4Addr bcast = ip("255.255.255.255");
+  SocketOptions reuse;
+  reuse.reuse_addr = true;
+  UdpSocket any = u0.socket(reuse);
+  UdpSocket bound = u0.socket(reuse);
+  ASSERT_TRUE(any.bind(Ipv4Addr{}, Port{67}).ok());
+  ASSERT_TRUE(bound.bind(kLocal, Port{67}).ok());
+  ASSERT_TRUE(fip.receive(kPeer, datagram(kPeer, bcast, 68, 67, "discover"), bcast).ok());
+  EXPECT_EQ(u0.counters().value("drop_bad_csum"), 0u);
+  ASSERT_TRUE(any.readable());
+  EXPECT_EQ(text_of(any.recvfrom()->payload), "discover");
+  EXPECT_FALSE(bound.readable());
+  // Checksummed over our unicast address instead: damage, as on the wire.
+  EXPECT_EQ(fip.receive(kPeer, datagram(kPeer, kLocal, 68, 67, "x"), bcast).error(), Errc::malformed);
+  EXPECT_EQ(u0.counters().value("drop_bad_csum"), 1u);
+}
+
 TEST_F(Udp, NoListenerIsPortUnreachable) {
   // No socket at all: still a closed port, never protocol unreachable.
   EXPECT_EQ(from_peer(1, 2, "x").error(), Errc::port_unreachable);
@@ -424,7 +354,11 @@ TEST_F(Udp, ChecksumRules) {
 TEST(UdpConfigured, ChecksumOffFromTheGraph) {
   Registry reg;
   reg.add(KindSpec("fakeip", "test IP").with_factory(
-      [](const BuildArgs&) -> std::unique_ptr<Protocol> { return std::make_unique<FakeIp>(kLocal); }));
+      [](const BuildArgs&) -> std::unique_ptr<Protocol> {
+        auto ip = std::make_unique<FakeIp>(kLocal, udp::kIpProtocol);
+        ip->header_room = 34;  // Ethernet and IPv4
+        return ip;
+      }));
   udp::register_udp(reg);
   Graph g = Graph::build("fakeip ip0\nudp u0 below=ip0 csum=off ephemeral_min=50000 ephemeral_max=50000\n", reg);
   auto* u0 = g.find_as<UdpProtocol>("u0");
@@ -568,7 +502,7 @@ TEST_F(Udp, MovedSocketKeepsItsBinding) {
 }
 
 TEST(UdpLifetime, SocketOutlivingItsProtocolIsClosed) {
-  FakeIp fip(kLocal);
+  FakeIp fip(kLocal, udp::kIpProtocol);
   UdpSocket s;
   {
     UdpProtocol u0("u0", fip);

@@ -57,6 +57,7 @@
 #include <utility>
 #include <vector>
 
+#include "fake_ip.hpp"
 #include "xk/byteorder.hpp"
 #include "xk/clock.hpp"
 #include "xk/event_loop.hpp"
@@ -96,102 +97,10 @@ inline std::uint16_t reference_checksum(Ipv4Addr src, Ipv4Addr dst, std::span<co
 
 // ---- the fake IPv4 layer ----------------------------------------------------
 
-struct Sent {
-  Ipv4Addr peer;
-  std::vector<std::byte> bytes;
-  Offload offload;  // what TCP asked of the port (segmentation offload, checksums)
-};
-
-// Stands where ipv4 stands: sessions per peer (remote {Ipv4Addr, ProtoNum 6}),
-// a passive open on ProtoNum 6, GetLocalAddr / GetPeerAddr / GetMtu, and
-// GetOffloads (`offloads`: none unless a test sets some before start()). What
-// TCP pushes is copied out and kept in `sent`.
-class FakeIp final : public Protocol {
- public:
-  explicit FakeIp(Ipv4Addr local) : Protocol("ip0", "fake-ipv4"), local_(local) {}
-
-  class S final : public Session {
-   public:
-    S(FakeIp& ip, Protocol* up, Ipv4Addr peer) : Session(ip, up), ip_(ip), peer_(peer) {}
-    Status push(Msg m) override {
-      std::vector<std::byte> b(m.size());
-      if (!m.copy_out(0, b).ok()) return Errc::malformed;
-      ip_.sent.push_back(Sent{peer_, std::move(b), m.offload()});
-      return {};
-    }
-    Status pop(Session&, Msg) override { return Errc::unsupported; }
-    Status close() override {
-      ip_.sessions.erase(peer_.value);
-      return {};
-    }
-    Result<ControlReply> control_any(const ControlQuery& q) override {
-      if (std::holds_alternative<ctl::GetLocalAddr>(q)) return ControlReply{Participant{ip_.local_}};
-      if (std::holds_alternative<ctl::GetPeerAddr>(q)) return ControlReply{Participant{peer_}};
-      if (std::holds_alternative<ctl::GetMtu>(q)) return ControlReply{kIpMtu};
-      return Session::control_any(q);
-    }
-
-   private:
-    FakeIp& ip_;
-    Ipv4Addr peer_;
-  };
-
-  Result<SessionRef> open(Protocol& up, Participants& parts) override {
-    Result<ProtoNum> proto = parts.remote.pop<ProtoNum>();
-    if (!proto) return proto.error();
-    if (proto->value != kIpProtocol) return Errc::invalid_argument;
-    Result<Ipv4Addr> peer = parts.remote.pop<Ipv4Addr>();
-    if (!peer) return peer.error();
-    if (sessions.contains(peer->value)) return Errc::exists;  // like ipv4
-    SessionRef s = make_ref<S>(*this, &up, *peer);
-    sessions[peer->value] = s;
-    return s;
-  }
-  Status open_enable(Protocol& up, Participants& parts) override {
-    Result<ProtoNum> proto = parts.local.pop<ProtoNum>();
-    if (!proto) return proto.error();
-    if (proto->value != kIpProtocol) return Errc::invalid_argument;
-    enabled = &up;
-    return {};
-  }
-  Status open_disable(Protocol&, Participants&) override {
-    enabled = nullptr;
-    return {};
-  }
-  Result<ControlReply> control_any(const ControlQuery& q) override {
-    if (std::holds_alternative<ctl::GetMtu>(q)) return ControlReply{kIpMtu};
-    if (std::holds_alternative<ctl::GetOffloads>(q)) return ControlReply{offloads};
-    return Protocol::control_any(q);
-  }
-
-  // A packet from `peer`, handed up as ipv4 would: a new peer is announced
-  // with open_done first, then the payload goes to tcp.demux.
-  Status receive(Ipv4Addr peer, Msg m) {
-    if (enabled == nullptr) return Errc::proto_unreachable;
-    auto it = sessions.find(peer.value);
-    if (it == sessions.end()) {
-      SessionRef s = make_ref<S>(*this, enabled, peer);
-      sessions[peer.value] = s;
-      Participants parts;
-      parts.local.push(local_);
-      parts.remote.push(peer);
-      parts.remote.push(ProtoNum{kIpProtocol});
-      if (Status st = enabled->open_done(*this, *s, parts); !st) return st;
-      it = sessions.find(peer.value);
-      if (it == sessions.end()) return Errc::closed;
-    }
-    SessionRef s = it->second;
-    return enabled->demux(*s, std::move(m));
-  }
-
-  std::deque<Sent> sent;
-  LinkOffloads offloads;
-  std::map<std::uint32_t, SessionRef> sessions;
-  Protocol* enabled = nullptr;
-
- private:
-  Ipv4Addr local_;
-};
+// Stands where ipv4 stands (tests/unit/support/fake_ip.hpp); what TCP pushes
+// is kept in ip.sent.
+using test::FakeIp;
+using Sent = FakeIp::Sent;
 
 // ---- a segment, to inject or to expect --------------------------------------
 
@@ -312,7 +221,7 @@ class Script : public ::testing::Test {
   int port_held_ = 0;
   ManualClock clock{Time(std::chrono::seconds(1000))};
   EventLoop loop{clock};
-  FakeIp ip{kLocal};
+  FakeIp ip{kLocal, kIpProtocol, kIpMtu};
   std::unique_ptr<TcpProtocol> tcp;
   TcpListener listener;
   TcpSocket sock;

@@ -98,6 +98,18 @@ struct LinkOffloads {
   friend bool operator==(const LinkOffloads&, const LinkOffloads&) = default;
 };
 
+// Facts about the IPv4 packet being delivered: the one way a transport learns
+// whom a packet came from and where it went (ctl::GetRxInfo).
+struct RxInfo {
+  Ipv4Addr src;
+  Ipv4Addr dst;
+  std::uint8_t protocol = 0;
+  std::uint8_t ttl = 0;
+  std::uint8_t tos = 0;
+  bool broadcast = false;    // limited or subnet-directed broadcast destination
+  bool reassembled = false;  // built from fragments
+};
+
 namespace ctl {
 // Largest message an upper layer may push through this layer in one go.
 struct GetMtu {
@@ -155,13 +167,25 @@ struct DeliverError {
   NetError error;
   using Reply = std::monostate;
 };
+// Asked of the session a packet came up through, inside the demux upcall:
+// ipv4 answers for the packet it is delivering (Errc::bad_state outside an
+// upcall); micro-protocols between pass it down.
+struct GetRxInfo {
+  using Reply = RxInfo;
+};
+// RFC 1191: whether the session's packets carry IPv4's don't-fragment bit
+// (ipv4 sessions answer; micro-protocols between pass it down).
+struct SetDontFragment {
+  bool df = true;
+  using Reply = std::monostate;
+};
 }  // namespace ctl
 
 using ControlQuery = std::variant<ctl::GetMtu, ctl::GetHeaderRoom, ctl::GetLocalAddr, ctl::GetPeerAddr,
                                   ctl::GetChecksum, ctl::SetChecksum, ctl::GetCounters, ctl::DeliverError,
-                                  ctl::GetOffloads, ctl::GetFrameMax>;
+                                  ctl::GetOffloads, ctl::GetFrameMax, ctl::GetRxInfo, ctl::SetDontFragment>;
 using ControlReply =
-    std::variant<std::monostate, std::size_t, Participant, ChecksumMode, const CounterSet*, LinkOffloads>;
+    std::variant<std::monostate, std::size_t, Participant, ChecksumMode, const CounterSet*, LinkOffloads, RxInfo>;
 
 namespace detail {
 template <class Q>

@@ -46,7 +46,7 @@ class IcmpProtocol final : public Protocol, public ipv4::IcmpErrorSink {
   Status send_dest_unreachable(std::uint8_t code, const Msg& original, std::uint16_t next_hop_mtu) override;
 
  private:
-  Status handle(const ipv4::RxInfo* info, Msg& msg);
+  Status handle(const RxInfo* info, Msg& msg);
   Status handle_error(const Header& h, Msg& msg);
   bool take_token() noexcept;
 

@@ -57,18 +57,6 @@ struct Config {
   std::size_t loopback_queue = 64;                     // packets to ourselves waiting for delivery
 };
 
-// Per-packet facts an upper layer may ask for during its demux upcall (ICMP
-// uses them to ignore broadcast echo requests and to answer from the right
-// address). Valid only inside the upcall; rx_info() is null otherwise.
-struct RxInfo {
-  Ipv4Addr src;
-  Ipv4Addr dst;
-  std::uint8_t protocol = 0;
-  std::uint8_t ttl = 0;
-  std::uint8_t tos = 0;
-  bool broadcast = false;    // limited or subnet-directed broadcast destination
-  bool reassembled = false;  // built from fragments
-};
 
 class Ipv4Session final : public Session {
  public:
@@ -83,7 +71,6 @@ class Ipv4Session final : public Session {
   std::uint8_t protocol_number() const noexcept { return protocol_; }
   // Set DF on what this session sends: a payload that does not fit the MTU is
   // then refused with too_large instead of fragmented (RFC 1191 hosts).
-  void set_dont_fragment(bool df) noexcept { df_ = df; }
   bool dont_fragment() const noexcept { return df_; }
 
  private:
@@ -121,7 +108,6 @@ class Ipv4Protocol final : public Protocol {
   Status deliver_error(const ctl::NetError& err);
 
   void attach_icmp(IcmpErrorSink* icmp) noexcept { icmp_ = icmp; }
-  const RxInfo* rx_info() const noexcept { return rx_info_; }
 
   const Config& config() const noexcept { return config_; }
   Ipv4Addr address() const noexcept { return config_.addr.addr; }

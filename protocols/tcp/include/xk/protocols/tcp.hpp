@@ -608,10 +608,6 @@ class TcpProtocol final : public Protocol {
     std::uint32_t addr;
     friend bool operator==(const PeerKey&, const PeerKey&) = default;
   };
-  struct SessionKey {
-    std::uintptr_t session;
-    friend bool operator==(const SessionKey&, const SessionKey&) = default;
-  };
   struct IpPeer {
     SessionRef session;
     Ipv4Addr local;
@@ -646,7 +642,6 @@ class TcpProtocol final : public Protocol {
   bool segmentation_offload() const noexcept { return offloads_.tx_tcp_seg && config_.gso; }
   // ---- ICMP and the IP sessions' DF bit (tcp_icmp.cpp) ----
   void icmp_error(const ctl::NetError& err);
-  static void set_dont_fragment(Session& ip, bool df) noexcept;
   void allow_fragments(Ipv4Addr peer) noexcept;
   std::uint8_t our_wscale(std::size_t rcvbuf_max) const noexcept;
 
@@ -714,10 +709,6 @@ class TcpProtocol final : public Protocol {
   // its older entry skipped.
   std::deque<std::pair<Time, ConnKey>> time_wait_queue_;
   Timer time_wait_timer_;
-
-  // The peer behind each IP session we hold, so a segment's demux asks no
-  // control (a Participant would allocate) per segment.
-  FlatMap<SessionKey, std::uint32_t> peer_of_;
   Time challenge_window_start_{};
   std::uint32_t challenge_acks_in_window_ = 0;
 
