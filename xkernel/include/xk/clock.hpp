@@ -1,7 +1,7 @@
 #pragma once
-// Time for the framework comes from an injected Clock (STYLE.md), so tests and
-// fuzzers drive it: production code uses MonotonicClock, tests a ManualClock
-// they move by hand.
+// Time for the framework comes from an injected Clock (docs/style.md), so
+// tests and fuzzers drive it: production code uses MonotonicClock, tests a
+// ManualClock they move by hand.
 //
 // Time is a point on the steady clock with nanosecond resolution; durations are
 // plain std::chrono durations. The whole signed 64-bit range is valid, so a

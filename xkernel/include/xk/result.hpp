@@ -1,7 +1,7 @@
 #pragma once
-// Error values for the data path: no exceptions there (STYLE.md). A Status says
-// whether an operation worked; a Result<T> carries a value or the reason it is
-// missing. Exceptions are for start-up and configuration only.
+// Error values for the data path: no exceptions there (docs/style.md). A
+// Status says whether an operation worked; a Result<T> carries a value or the
+// reason it is missing. Exceptions are for start-up and configuration only.
 
 #include <cstdint>
 #include <optional>

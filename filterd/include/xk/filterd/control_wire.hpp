@@ -1,6 +1,6 @@
 #pragma once
 // Wire format of the filterd control protocol, version 1: numbers and limits
-// only, apart from the codec (STYLE.md). docs/control-protocol.md is the
+// only, apart from the codec (docs/style.md). docs/control-protocol.md is the
 // specification; every constant here is listed there.
 //
 // A frame is a 16-byte header and a body of TLVs, all integers big-endian:

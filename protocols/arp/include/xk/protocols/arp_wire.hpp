@@ -1,6 +1,6 @@
 #pragma once
 // The ARP packet (RFC 826) for Ethernet hardware and IPv4 protocol
-// addresses, apart from the protocol logic (STYLE.md). 28 bytes:
+// addresses, apart from the protocol logic (docs/style.md). 28 bytes:
 //
 //   0       2       4   5   6       8
 //   +-------+-------+---+---+-------+

@@ -1,6 +1,6 @@
 #pragma once
 // Ethernet II framing (IEEE 802.3 with an EtherType) and the 802.1Q tag,
-// apart from the protocol logic (STYLE.md).
+// apart from the protocol logic (docs/style.md).
 //
 //   0               6               12      14
 //   +---------------+---------------+-------+------------- - -

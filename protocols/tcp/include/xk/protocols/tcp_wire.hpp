@@ -1,6 +1,6 @@
 #pragma once
 // Wire format of TCP (RFC 9293 section 3.1) and its options, apart from the
-// protocol's logic (STYLE.md).
+// protocol's logic (docs/style.md).
 //
 //    0                   1                   2                   3
 //    0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1

@@ -1,5 +1,5 @@
 #pragma once
-// Wire format of UDP (RFC 768), apart from its logic (STYLE.md).
+// Wire format of UDP (RFC 768), apart from its logic (docs/style.md).
 //
 //   0               1               2               3
 //   +-------------------------------+-------------------------------+

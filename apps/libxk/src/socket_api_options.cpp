@@ -1,0 +1,290 @@
+// The C API's socket options and names: setsockopt, getsockopt,
+// getsockname, getpeername, and xk_get_tcp_info.
+
+#include <netinet/tcp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "socket_api_internal.hpp"
+
+using namespace xk;
+using namespace xk::capi;
+
+// ---- options ------------------------------------------------------------------------
+
+namespace {
+template <class T>
+bool opt_in(const void* value, socklen_t len, T& out) {
+  if (value == nullptr || len < static_cast<socklen_t>(sizeof(T))) return false;
+  std::memcpy(&out, value, sizeof(T));
+  return true;
+}
+template <class T>
+int opt_out(void* value, socklen_t* len, const T& v) {
+  if (value == nullptr || len == nullptr) return fail(EFAULT, "getsockopt: no buffer");
+  std::memcpy(value, &v, std::min<std::size_t>(*len, sizeof(T)));
+  *len = static_cast<socklen_t>(std::min<std::size_t>(*len, sizeof(T)));
+  return 0;
+}
+std::int64_t timeval_ns(const timeval& tv) { return std::int64_t{tv.tv_sec} * 1'000'000'000 + std::int64_t{tv.tv_usec} * 1000; }
+timeval ns_timeval(std::int64_t ns) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+  tv.tv_usec = static_cast<suseconds_t>((ns % 1'000'000'000) / 1000);
+  return tv;
+}
+}  // namespace
+
+extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, socklen_t len) {
+  auto s = get_sock(fd);
+  if (!s) return -1;
+  int iv = 0;
+  if (level == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO)) {
+    timeval tv{};
+    if (!opt_in(value, len, tv) || tv.tv_sec < 0 || tv.tv_usec < 0 || tv.tv_usec >= 1'000'000) {
+      return fail(EINVAL, "setsockopt: a struct timeval");
+    }
+    (name == SO_RCVTIMEO ? s->rcvtimeo_ns : s->sndtimeo_ns).store(timeval_ns(tv));
+    return 0;
+  }
+  linger lg{};
+  if (level == SOL_SOCKET && name == SO_LINGER) {
+    if (!opt_in(value, len, lg) || lg.l_linger < 0) return fail(EINVAL, "setsockopt: a struct linger");
+  } else if (!opt_in(value, len, iv)) {
+    return fail(EINVAL, "setsockopt: an int");
+  }
+  return guarded("setsockopt", [&] {
+    int err = s->stack->call([&]() -> int {
+      if (s->closed.load()) return EBADF;
+      const bool stream = s->type == SOCK_STREAM;
+      tcp::StreamEndpoint* c = stream ? s->conn.endpoint() : nullptr;
+      auto buf_size = [&] { return static_cast<std::size_t>(std::clamp(iv, 2048, 64 << 20)); };
+      if (level == SOL_SOCKET) {
+        switch (name) {
+          case SO_REUSEADDR:
+            s->reuse_addr = iv != 0;
+            if (!stream) {
+              udp::SocketOptions o = s->udp.session()->options();
+              o.reuse_addr = s->reuse_addr;
+              if (!s->udp.set_options(o)) return EINVAL;  // after bind()
+            }
+            return 0;
+          case SO_REUSEPORT:
+            // Nodes sharing an address through filterd: listen as one of a
+            // group that new connections are spread over.
+            if (s->listening) return EINVAL;
+            s->reuse_port = iv != 0;
+            return 0;
+          case SO_KEEPALIVE:
+            if (!stream) return ENOPROTOOPT;
+            s->keepalive = iv != 0;
+            if (c != nullptr) s->conn.set_keepalive(s->keepalive);
+            return 0;
+          case SO_SNDBUF:
+            s->sndbuf = buf_size();
+            if (c != nullptr) s->conn.set_sndbuf(s->sndbuf);
+            return 0;  // a datagram socket sends without a buffer: recorded only
+          case SO_RCVBUF:
+            s->rcvbuf = buf_size();
+            if (c != nullptr) s->conn.set_rcvbuf(s->rcvbuf);
+            if (!stream) {
+              udp::SocketOptions o = s->udp.session()->options();
+              o.rcvbuf_bytes = s->rcvbuf;
+              (void)s->udp.set_options(o);
+            }
+            return 0;
+          case SO_LINGER:
+            s->linger = Linger{lg.l_onoff != 0, lg.l_linger};
+            return 0;
+          default:
+            return ENOPROTOOPT;
+        }
+      }
+      if (level == IPPROTO_TCP && stream) {
+        switch (name) {
+          case TCP_NODELAY:
+            s->nodelay = iv != 0;
+            if (c != nullptr) s->conn.set_nodelay(s->nodelay);
+            return 0;
+          case TCP_CORK:
+            s->cork = iv != 0;
+            if (c != nullptr) s->conn.set_cork(s->cork);
+            return 0;
+          case XK_TCP_CHECKSUM:
+            if (iv < 0 || iv > 3) return EINVAL;
+            s->csum = static_cast<ChecksumMode>(iv);
+            if (c != nullptr) s->conn.set_checksum(*s->csum);
+            if (s->listening) s->listener.set_checksum(*s->csum);
+            return 0;
+          default:
+            return ENOPROTOOPT;
+        }
+      }
+      return ENOPROTOOPT;
+    });
+    if (err != 0) return fail(err, "setsockopt: option " + std::to_string(level) + "/" + std::to_string(name));
+    return 0;
+  });
+}
+
+extern "C" int xk_getsockopt(int fd, int level, int name, void* value, socklen_t* len) {
+  auto s = get_sock(fd);
+  if (!s) return -1;
+  if (level == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO)) {
+    return opt_out(value, len, ns_timeval((name == SO_RCVTIMEO ? s->rcvtimeo_ns : s->sndtimeo_ns).load()));
+  }
+  return guarded("getsockopt", [&] {
+    struct Answer {
+      int err = 0;
+      int iv = 0;
+      linger lg{};
+      bool is_linger = false;
+    };
+    Answer a = s->stack->call([&]() -> Answer {
+      Answer r;
+      if (s->closed.load()) return Answer{EBADF};
+      const bool stream = s->type == SOCK_STREAM;
+      tcp::StreamEndpoint* c = stream ? s->conn.endpoint() : nullptr;
+      if (level == SOL_SOCKET) {
+        switch (name) {
+          case SO_TYPE: r.iv = s->type; return r;
+          case SO_ACCEPTCONN: r.iv = s->listening ? 1 : 0; return r;
+          case SO_REUSEADDR: r.iv = s->reuse_addr ? 1 : 0; return r;
+          case SO_REUSEPORT: r.iv = s->reuse_port ? 1 : 0; return r;
+          case SO_KEEPALIVE: r.iv = s->keepalive ? 1 : 0; return r;
+          case SO_SNDBUF:
+            r.iv = static_cast<int>(s->sndbuf != 0 ? s->sndbuf : s->stack->tcp() ? s->stack->tcp()->config().sndbuf : 0);
+            return r;
+          case SO_RCVBUF:
+            if (!stream) {
+              r.iv = static_cast<int>(s->udp.session()->options().rcvbuf_bytes);
+            } else {
+              r.iv = static_cast<int>(s->rcvbuf != 0 ? s->rcvbuf : s->stack->tcp()->config().rcvbuf);
+            }
+            return r;
+          case SO_LINGER:
+            r.is_linger = true;
+            r.lg.l_onoff = s->linger.on ? 1 : 0;
+            r.lg.l_linger = s->linger.seconds;
+            return r;
+          case SO_ERROR: {
+            Errc e = stream ? (c != nullptr ? c->take_error() : Errc::ok) : s->udp.take_error();
+            r.iv = errno_of(e);
+            refresh(*s, false);
+            return r;
+          }
+          default: return Answer{ENOPROTOOPT};
+        }
+      }
+      if (level == IPPROTO_TCP && stream) {
+        switch (name) {
+          case TCP_NODELAY: r.iv = s->nodelay ? 1 : 0; return r;
+          case TCP_CORK: r.iv = s->cork ? 1 : 0; return r;
+          case TCP_MAXSEG: r.iv = c != nullptr ? c->stats().mss : 536; return r;
+          case XK_TCP_CHECKSUM:
+            r.iv = static_cast<int>(s->csum.value_or(s->stack->tcp()->checksum_mode()));
+            return r;
+          default: return Answer{ENOPROTOOPT};
+        }
+      }
+      return Answer{ENOPROTOOPT};
+    });
+    if (a.err != 0) return fail(a.err, "getsockopt: option " + std::to_string(level) + "/" + std::to_string(name));
+    if (a.is_linger) return opt_out(value, len, a.lg);
+    return opt_out(value, len, a.iv);
+  });
+}
+
+extern "C" int xk_getsockname(int fd, struct sockaddr* addr, socklen_t* len) {
+  auto s = get_sock(fd);
+  if (!s) return -1;
+  if (addr == nullptr || len == nullptr) return fail(EFAULT, "getsockname: no buffer");
+  return guarded("getsockname", [&] {
+    std::pair<Ipv4Addr, Port> ep = s->stack->call([&]() -> std::pair<Ipv4Addr, Port> {
+      if (s->type == SOCK_DGRAM) {
+        Result<udp::Endpoint> e = s->udp.local_endpoint();
+        if (!e) return {};
+        return {e->addr, e->port};
+      }
+      if (s->listening) return {s->bind_addr, s->listener.port()};
+      if (s->connected) {
+        tcp::FourTuple t = s->conn.tuple();
+        return {t.local_addr, Port{t.local_port}};
+      }
+      return {s->bind_addr, s->bind_port};
+    });
+    write_sockaddr(ep.first, ep.second, addr, len);
+    return 0;
+  });
+}
+
+extern "C" int xk_getpeername(int fd, struct sockaddr* addr, socklen_t* len) {
+  auto s = get_sock(fd);
+  if (!s) return -1;
+  if (addr == nullptr || len == nullptr) return fail(EFAULT, "getpeername: no buffer");
+  return guarded("getpeername", [&] {
+    std::optional<std::pair<Ipv4Addr, Port>> ep = s->stack->call([&]() -> std::optional<std::pair<Ipv4Addr, Port>> {
+      if (s->type == SOCK_DGRAM) {
+        Result<udp::Endpoint> e = s->udp.remote_endpoint();
+        if (!e) return std::nullopt;
+        return std::pair{e->addr, e->port};
+      }
+      if (!s->connected || s->listening) return std::nullopt;
+      tcp::State st = s->conn.state();
+      if (st == tcp::State::syn_sent || st == tcp::State::closed) return std::nullopt;
+      tcp::FourTuple t = s->conn.tuple();
+      return std::pair{t.remote_addr, Port{t.remote_port}};
+    });
+    if (!ep) return fail(ENOTCONN, "getpeername: not connected");
+    write_sockaddr(ep->first, ep->second, addr, len);
+    return 0;
+  });
+}
+
+extern "C" int xk_get_tcp_info(int fd, struct xk_tcp_info* info) {
+  auto s = get_sock(fd);
+  if (!s) return -1;
+  if (info == nullptr) return fail(EFAULT, "xk_get_tcp_info: no buffer");
+  if (s->type != SOCK_STREAM) return fail(EOPNOTSUPP, "xk_get_tcp_info: not a TCP socket");
+  return guarded("xk_get_tcp_info", [&] {
+    tcp::ConnStats st = s->stack->call([&] {
+      if (s->listening) {
+        tcp::ConnStats l;
+        l.state = tcp::State::listen;
+        return l;
+      }
+      return s->conn.stats();
+    });
+    auto us = [](Duration d) {
+      return static_cast<std::uint32_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+    };
+    *info = xk_tcp_info{};
+    info->state = static_cast<std::uint8_t>(st.state);
+    info->snd_wscale = st.snd_wscale;
+    info->rcv_wscale = st.rcv_wscale;
+    info->sack = st.sack ? 1 : 0;
+    info->timestamps = st.timestamps ? 1 : 0;
+    info->mss = st.mss;
+    info->srtt_us = us(st.srtt);
+    info->rttvar_us = us(st.rttvar);
+    info->rto_us = us(st.rto);
+    info->cwnd = st.cwnd;
+    info->ssthresh = st.ssthresh;
+    info->snd_wnd = st.snd_wnd;
+    info->rcv_wnd = st.rcv_wnd;
+    info->bytes_sent = st.bytes_sent;
+    info->bytes_acked = st.bytes_acked;
+    info->bytes_received = st.bytes_received;
+    info->segs_out = st.segs_out;
+    info->segs_in = st.segs_in;
+    info->retransmits = st.retransmits;
+    info->rto_expiries = st.rto_expiries;
+    info->fast_retransmits = st.fast_retransmits;
+    info->sack_blocks_in = st.sack_blocks_in;
+    info->sack_blocks_out = st.sack_blocks_out;
+    info->dup_acks_in = st.dup_acks_in;
+    info->ooo_segments = st.ooo_segments;
+    return 0;
+  });
+}
