@@ -1,17 +1,40 @@
 #include "xk/protocols/capture.hpp"
 
-#include <pcap/pcap.h>
-
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <stdexcept>
 
 #include "xk/event_loop.hpp"
 
 namespace xk::capture {
+namespace {
 
-void CaptureProtocol::PcapCloser::operator()(pcap* p) const noexcept { pcap_close(p); }
-void CaptureProtocol::DumperCloser::operator()(pcap_dumper* d) const noexcept { pcap_dump_close(d); }
+// pcap-savefile(5): the magic number that says "nanosecond timestamps",
+// written in our byte order (readers detect it), version 2.4.
+constexpr std::uint32_t kMagicNanoseconds = 0xa1b23c4d;
+constexpr std::uint32_t kLinktypeEthernet = 1;
+constexpr std::uint32_t kLinktypeRaw = 101;  // the packet starts with its IP header
+
+struct FileHeader {
+  std::uint32_t magic;
+  std::uint16_t version_major;
+  std::uint16_t version_minor;
+  std::int32_t thiszone;
+  std::uint32_t sigfigs;
+  std::uint32_t snaplen;
+  std::uint32_t linktype;
+};
+struct RecordHeader {
+  std::uint32_t ts_sec;
+  std::uint32_t ts_nsec;
+  std::uint32_t caplen;
+  std::uint32_t len;
+};
+static_assert(sizeof(FileHeader) == 24 && sizeof(RecordHeader) == 16);
+
+}  // namespace
 
 CaptureProtocol::CaptureProtocol(std::string name, Protocol& below, CaptureConfig config, const Clock* clock)
     : PassThrough(std::move(name), "capture", below),
@@ -19,27 +42,26 @@ CaptureProtocol::CaptureProtocol(std::string name, Protocol& below, CaptureConfi
       clock_(clock),
       tx_captured_(counters().add("tx_captured", "messages going down written to the file")),
       rx_captured_(counters().add("rx_captured", "messages going up written to the file")),
-      write_errors_(counters().add("write_errors", "flushes that failed")) {
+      write_errors_(counters().add("write_errors", "writes or flushes that failed")) {
   if (config_.snaplen == 0) throw std::invalid_argument("capture: snaplen must be > 0");
-  int dlt = config_.linktype == LinkType::ether ? DLT_EN10MB : DLT_RAW;
-  pcap_.reset(pcap_open_dead_with_tstamp_precision(dlt, static_cast<int>(config_.snaplen),
-                                                   PCAP_TSTAMP_PRECISION_NANO));
-  if (!pcap_) throw std::runtime_error("capture: pcap_open_dead failed");
-  dumper_.reset(pcap_dump_open(pcap_.get(), config_.file.c_str()));
-  if (!dumper_) {
-    throw std::runtime_error("capture: cannot write '" + config_.file + "': " + pcap_geterr(pcap_.get()));
+  file_.reset(std::fopen(config_.file.c_str(), "wb"));
+  if (!file_) throw std::runtime_error("capture: cannot write '" + config_.file + "': " + std::strerror(errno));
+  const FileHeader h{kMagicNanoseconds, 2, 4, 0, 0, config_.snaplen,
+                     config_.linktype == LinkType::ether ? kLinktypeEthernet : kLinktypeRaw};
+  if (std::fwrite(&h, sizeof h, 1, file_.get()) != 1 || std::fflush(file_.get()) != 0) {
+    throw std::runtime_error("capture: cannot write '" + config_.file + "': " + std::strerror(errno));
   }
   scratch_.resize(config_.snaplen);
 }
 
-CaptureProtocol::~CaptureProtocol() {
-  // Closing the dumper flushes it; the pcap handle goes after it.
-  dumper_.reset();
-  pcap_.reset();
-}
+CaptureProtocol::~CaptureProtocol() = default;  // closing the file flushes it
 
 void CaptureProtocol::flush() {
-  if (dumper_ && pcap_dump_flush(dumper_.get()) != 0) ++write_errors_;
+  if (file_ && std::fflush(file_.get()) != 0) ++write_errors_;
+}
+
+void CaptureProtocol::write(const void* data, std::size_t n) {
+  if (n > 0 && std::fwrite(data, n, 1, file_.get()) != 1) ++write_errors_;
 }
 
 void CaptureProtocol::record(const Msg& msg, Counter& count) {
@@ -50,19 +72,18 @@ void CaptureProtocol::record(const Msg& msg, Counter& count) {
     ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
              .count();
   }
-  std::size_t caplen = std::min<std::size_t>(msg.size(), config_.snaplen);
-  (void)msg.copy_out(0, std::span(scratch_).first(caplen));
-  pcap_pkthdr hdr{};
-  // With nanosecond precision the "usec" field carries nanoseconds.
-  hdr.ts.tv_sec = static_cast<decltype(hdr.ts.tv_sec)>(ns / 1'000'000'000);
-  hdr.ts.tv_usec = static_cast<decltype(hdr.ts.tv_usec)>(ns % 1'000'000'000);
-  if (ns < 0 && hdr.ts.tv_usec != 0) {
-    hdr.ts.tv_sec -= 1;
-    hdr.ts.tv_usec += 1'000'000'000;
+  std::int64_t sec = ns / 1'000'000'000;
+  std::int64_t frac = ns % 1'000'000'000;
+  if (frac < 0) {
+    sec -= 1;
+    frac += 1'000'000'000;
   }
-  hdr.caplen = static_cast<bpf_u_int32>(caplen);
-  hdr.len = static_cast<bpf_u_int32>(msg.size());
-  pcap_dump(reinterpret_cast<u_char*>(dumper_.get()), &hdr, reinterpret_cast<const u_char*>(scratch_.data()));
+  const std::size_t caplen = std::min<std::size_t>(msg.size(), config_.snaplen);
+  (void)msg.copy_out(0, std::span(scratch_).first(caplen));
+  const RecordHeader r{static_cast<std::uint32_t>(sec), static_cast<std::uint32_t>(frac),
+                       static_cast<std::uint32_t>(caplen), static_cast<std::uint32_t>(msg.size())};
+  write(&r, sizeof r);
+  write(scratch_.data(), caplen);
   ++count;
   if (config_.flush_each) flush();
 }

@@ -1,6 +1,6 @@
 #pragma once
 // capture: a pass-through that writes every message crossing its edge, in both
-// directions, to a pcap file (libpcap), for Wireshark/tshark:
+// directions, to a pcap file, for Wireshark/tshark:
 //
 //   capture c0 below=net0 file=/tmp/eth0.pcap              # Ethernet frames
 //   capture c1 below=ip0  file=/tmp/ip.pcap linktype=raw   # bare IPv4 packets
@@ -12,8 +12,14 @@
 // record is flushed to the file as it is written unless flush=off; the file is
 // always flushed and closed with the protocol. The classic pcap format has no
 // field for the direction, so dir=tx|rx can limit a capture to one.
+//
+// The file is written here, not through libpcap: the format is a 24-byte
+// file header and a 16-byte header per record (pcap-savefile(5)), and a
+// library that only wrote it would put libpcap under every program linking
+// libxk.
 
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,9 +27,6 @@
 #include "xk/clock.hpp"
 #include "xk/graph.hpp"
 #include "xk/protocols/passthrough.hpp"
-
-struct pcap;
-struct pcap_dumper;
 
 namespace xk::capture {
 
@@ -54,18 +57,15 @@ class CaptureProtocol final : public fault::PassThrough {
   Status on_rx(fault::PassSession& s, Msg msg) override;
 
  private:
-  struct PcapCloser {
-    void operator()(pcap* p) const noexcept;
-  };
-  struct DumperCloser {
-    void operator()(pcap_dumper* d) const noexcept;
+  struct FileCloser {
+    void operator()(std::FILE* f) const noexcept { (void)std::fclose(f); }
   };
   void record(const Msg& msg, Counter& count);
+  void write(const void* data, std::size_t n);
 
   CaptureConfig config_;
   const Clock* clock_;
-  std::unique_ptr<pcap, PcapCloser> pcap_;
-  std::unique_ptr<pcap_dumper, DumperCloser> dumper_;
+  std::unique_ptr<std::FILE, FileCloser> file_;
   std::vector<std::byte> scratch_;
   Counter& tx_captured_;
   Counter& rx_captured_;
