@@ -31,10 +31,8 @@
 #include "xk/protocols/tcp.hpp"
 #include "xk/protocols/udp.hpp"
 #include "xk/stack.hpp"
-#ifdef XK_HAVE_FILTERD
 #include "xk/filterd/token.hpp"
 #include "xk/filterd_client.hpp"
-#endif
 #ifdef XK_HAVE_CAPTURE
 #include "xk/protocols/capture.hpp"
 #endif
@@ -234,11 +232,7 @@ void StackFlags::set(std::string_view flag, std::string_view v) {
 namespace {
 // filterd over TCP (a node on another host), as FilterdClient::is_tcp says.
 bool filterd_remote(const std::string& where) {
-#ifdef XK_HAVE_FILTERD
   return FilterdClient::is_tcp(where);
-#else
-  return where.rfind("tcp:", 0) == 0;
-#endif
 }
 }  // namespace
 
@@ -415,7 +409,6 @@ AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle)
       signals_(loop_) {
   StackSpec spec;
   if (!flags.filterd.empty()) {
-#ifdef XK_HAVE_FILTERD
     FilterdClient::Options options = FilterdClient::options_from_env();
     options.wait_like(idle, EventLoopConfig{}.spin);
     if (!flags.filterd_token.empty()) options.token = filterd::read_token_file(flags.filterd_token);
@@ -425,9 +418,6 @@ AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle)
     auto client = FilterdClient::connect(flags.filterd, prog, options);
     spec = StackSpec{client->graph_spec(flags.tcp_opts + (flags.csum ? "" : " csum=off")), "filterd"};
     authority_ = std::move(client);
-#else
-    throw std::runtime_error("--filterd: this build has no filterd support (libpcap was not found)");
-#endif
   } else {
     spec = stack_spec(flags);
   }
@@ -447,10 +437,8 @@ AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle)
     auto* u = graph_->find_as<udp::UdpProtocol>("udp0");
     if (t != nullptr) t->set_port_authority(authority_.get());
     if (u != nullptr) u->set_port_authority(authority_.get());
-#ifdef XK_HAVE_FILTERD
     // filterd may restart under us: reconnect, and declare what we hold.
     attach_node(static_cast<FilterdClient&>(*authority_), loop_, t, u, graph_->find("net0"));
-#endif
   }
 }
 
@@ -465,7 +453,6 @@ AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle, Fil
       signals_(loop_),
       shared_(&client),
       queue_(queue) {
-#ifdef XK_HAVE_FILTERD
   StackSpec spec{client.graph_spec(flags.tcp_opts + (flags.csum ? "" : " csum=off"), queue),
                  "filterd (stack " + std::to_string(queue) + ")"};
   register_all(registry_);
@@ -479,17 +466,11 @@ AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle, Fil
   if (t != nullptr) t->set_port_authority(&client.queue(queue));
   if (u != nullptr) u->set_port_authority(&client.queue(queue));
   attach_node(client, loop_, t, u, graph_->find("net0"), queue);
-#else
-  (void)flags;
-  throw std::runtime_error("--stacks: this build has no filterd support (libpcap was not found)");
-#endif
 }
 
 AppStack::~AppStack() {
   if (signals_added_) loop_.remove(signals_);
-#ifdef XK_HAVE_FILTERD
   if (shared_ != nullptr) shared_->detach_queue(queue_);
-#endif
   graph_.reset();
 }
 
@@ -529,7 +510,6 @@ int app_main(const char* prog, const std::function<void()>& parse, const std::fu
 // ---- AppNode ------------------------------------------------------------------
 
 AppNode::AppNode(const char* prog, const StackFlags& flags, IdleMode idle) : prog_(prog), flags_(flags) {
-#ifdef XK_HAVE_FILTERD
   FilterdClient::Options o = FilterdClient::options_from_env();
   o.queues = static_cast<std::uint16_t>(flags.stacks);
   o.wait_like(idle, EventLoopConfig{}.spin);
@@ -540,10 +520,6 @@ AppNode::AppNode(const char* prog, const StackFlags& flags, IdleMode idle) : pro
   for (std::uint16_t q = 0; q < flags.stacks; ++q) {
     stacks_.push_back(std::make_unique<AppStack>(prog, flags, idle, *client_, q));
   }
-#else
-  (void)idle;
-  throw std::runtime_error("--filterd: this build has no filterd support (libpcap was not found)");
-#endif
 }
 
 AppNode::~AppNode() {

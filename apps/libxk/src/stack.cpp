@@ -31,9 +31,7 @@
 #ifdef XK_HAVE_CAPTURE
 #include "xk/protocols/capture.hpp"
 #endif
-#ifdef XK_HAVE_FILTERD
 #include "xk/filterd_client.hpp"
-#endif
 
 namespace xk {
 
@@ -163,7 +161,6 @@ bool WaitPoint::wait(std::uint32_t seen, std::optional<std::chrono::steady_clock
 
 Stack::Stack(StackConfig config) : config_(std::move(config)), loop_(config_.clock, config_.loop) {}
 
-#ifdef XK_HAVE_FILTERD
 namespace {
 // The control connection of a node of `queues` stacks. Over TCP the node is
 // on another host, with one port of its own (and so one stack).
@@ -184,7 +181,6 @@ std::shared_ptr<FilterdClient> connect_node(const StackConfig& config, std::uint
   return FilterdClient::connect(config.filterd, config.node_name, options);
 }
 }  // namespace
-#endif
 
 std::unique_ptr<Stack> Stack::create(StackConfig config) {
   if (config.filterd.empty()) return build(std::move(config), nullptr, 0);
@@ -196,7 +192,6 @@ std::vector<std::unique_ptr<Stack>> Stack::create_node(StackConfig config, std::
   if (config.filterd.empty()) {
     throw std::invalid_argument("several stacks sharing one address need filterd (a standalone port is one stack's)");
   }
-#ifdef XK_HAVE_FILTERD
   std::shared_ptr<FilterdClient> node = connect_node(config, static_cast<std::uint16_t>(count));
   std::vector<std::unique_ptr<Stack>> stacks;
   for (std::size_t q = 0; q < count; ++q) {
@@ -209,27 +204,21 @@ std::vector<std::unique_ptr<Stack>> Stack::create_node(StackConfig config, std::
     stacks.push_back(build(std::move(c), node, static_cast<std::uint16_t>(q)));
   }
   return stacks;
-#else
-  throw std::invalid_argument("this build has no filterd support (libpcap was missing)");
-#endif
 }
 
 std::unique_ptr<Stack> Stack::build(StackConfig config, std::shared_ptr<FilterdClient> node, std::uint16_t queue) {
   if (config.loop.name == "loop") config.loop.name = "stack";
   std::unique_ptr<Stack> s(new Stack(std::move(config)));
   register_all_kinds(s->registry_);
-#ifdef XK_HAVE_FILTERD
   if (node != nullptr) {
     s->config_.graph = node->graph_spec(s->config_.tcp_opts, queue);
     s->config_.source = node->queues() > 1 ? "filterd (stack " + std::to_string(queue) + ")" : "filterd";
     s->node_ = std::move(node);
     s->queue_ = queue;
   }
-#endif
   s->graph_.emplace(Graph::build(s->config_.graph, s->registry_, &s->loop_, s->config_.source));
   s->tcp_ = s->graph_->find_as<tcp::TcpProtocol>(s->config_.tcp);
   s->udp_ = s->graph_->find_as<udp::UdpProtocol>(s->config_.udp);
-#ifdef XK_HAVE_FILTERD
   if (s->node_) {
     PortAuthority& authority = s->node_->queue(queue);
     if (s->tcp_ != nullptr) s->tcp_->set_port_authority(&authority);
@@ -238,7 +227,6 @@ std::unique_ptr<Stack> Stack::build(StackConfig config, std::shared_ptr<FilterdC
     attach_node(*s->node_, s->loop_, s->tcp_, s->udp_, s->graph_->find("net0"), queue);
     s->attached_ = true;
   }
-#endif
   if (auto* net = s->graph_->find_as<Driver>("net0"); net != nullptr && net->link_state() != Driver::Link::none) {
     // A memif peer connects through DPDK's interrupt thread, a shm peer
     // through the loop; keep the stack running meanwhile so whatever
@@ -272,10 +260,8 @@ Stack::~Stack() {
     loop_.stop();
     loop_.join();
   }
-#ifdef XK_HAVE_FILTERD
   // The loop is stopped: nothing of this stack runs for the node any more.
   if (attached_) node_->detach_queue(queue_);
-#endif
   graph_.reset();  // protocols go before the loop they registered with (and the node's ports)
   node_.reset();   // the last stack of a node closes its control connection
 }
