@@ -231,15 +231,22 @@ std::unique_ptr<FilterdClient> FilterdClient::connect(const std::string& path, c
                              "channel)");
   }
   if (tcp && options.token.empty()) {
-    throw std::runtime_error("filterd: over TCP, HELLO carries filterd's token: give it (--filterd-token FILE, "
-                             "XK_FILTERD_TOKEN=FILE)");
+    throw std::runtime_error("filterd: over TCP, the node proves it knows filterd's token: give it (--filterd-token "
+                             "FILE, XK_FILTERD_TOKEN=FILE)");
   }
   std::unique_ptr<FilterdClient> c(new FilterdClient(path, name.substr(0, fc::kMaxNodeName), options));
   if (c->name_.empty()) c->name_ = "node";
   int err = 0;
   c->fd_ = tcp ? dial_tcp(path, options.connect_timeout, err) : dial(path, err);
   if (c->fd_ < 0) throw std::runtime_error("filterd: cannot connect to " + path + ": " + std::strerror(err));
-  Result<fc::Message> r = c->request(c->make_hello());
+  fc::Hello hello = c->make_hello();
+  if (tcp) {
+    std::lock_guard<std::mutex> lock(c->mu_);
+    if (std::string why = c->prove_token_locked(options.timeout, hello.proof); !why.empty()) {
+      throw std::runtime_error("filterd: " + why);
+    }
+  }
+  Result<fc::Message> r = c->request(hello);
   if (!r) throw std::runtime_error(std::string("filterd: no answer to HELLO: ") + to_string(r.error()));
   if (const auto* e = std::get_if<fc::Error>(&r->body)) {
     throw std::runtime_error(std::string("filterd refused us: ") + fc::to_string(e->code) + ": " + e->text);
@@ -264,9 +271,26 @@ fc::Hello FilterdClient::make_hello() const {
   h.queues = options_.queues;
   h.version_min = fc::kProtocolVersionMin;
   h.version_max = fc::kProtocolVersion;  // 3: LEASE
-  h.token = options_.token;
   if (ethernet()) h.ethernet = options_.node_mac.value_or(MacAddr{});
   return h;
+}
+
+std::string FilterdClient::prove_token_locked(std::chrono::milliseconds timeout, std::optional<fc::Proof>& proof) {
+  const fc::Nonce ours = fc::fresh_nonce();
+  Result<fc::Message> r = request_locked(fc::Auth{ours}, timeout);
+  if (!r) return std::string("no answer to AUTH: ") + to_string(r.error());
+  if (const auto* e = std::get_if<fc::Error>(&r->body)) {
+    return std::string("filterd refused us: ") + fc::to_string(e->code) + ": " + e->text;
+  }
+  const auto* a = std::get_if<fc::AuthReply>(&r->body);
+  if (a == nullptr) return "AUTH answered with something else";
+  // filterd proves it first: a peer that does not know the token learns
+  // nothing from us but a nonce.
+  if (!fc::proofs_equal(a->proof, fc::server_proof(options_.token, ours, a->nonce))) {
+    return "filterd did not prove it knows the token (another token, or not our filterd)";
+  }
+  proof = fc::node_proof(options_.token, ours, a->nonce);
+  return {};
 }
 
 FilterdClient::~FilterdClient() {
@@ -468,7 +492,13 @@ bool FilterdClient::reconnect_now() {
       h.resume = fc::Resume{hello_.node_id, hello_.channels};
       // The same channel: the same MAC on the node port.
       if (h.ethernet) h.ethernet = hello_.channels.front().node_mac;
-      Result<fc::Message> r = request_locked(h, kReconnectTimeout);
+      Result<fc::Message> r = Errc::closed;
+      if (std::string why = is_tcp(path_) ? prove_token_locked(kReconnectTimeout, h.proof) : std::string();
+          !why.empty()) {
+        std::fprintf(stderr, "filterd: %s\n", why.c_str());  // the next attempt may meet the right filterd
+      } else {
+        r = request_locked(h, kReconnectTimeout);
+      }
       if (r) {
         if (const auto* e = std::get_if<fc::Error>(&r->body)) {
           // Someone has our id or a channel, or filterd does not take us

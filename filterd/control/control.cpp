@@ -33,6 +33,8 @@ const char* tag_name(std::uint16_t tag) noexcept {
     case Tag::resume: return "resume";
     case Tag::token: return "token";
     case Tag::ethernet: return "ethernet";
+    case Tag::nonce: return "nonce";
+    case Tag::proof: return "proof";
     case Tag::proto: return "proto";
     case Tag::local_port: return "local_port";
     case Tag::group: return "group";
@@ -346,6 +348,8 @@ Check check(const RuleDel& m) {
 Check check(const Stats&) { return std::nullopt; }
 Check check(const Bye&) { return std::nullopt; }
 Check check(const Ping&) { return std::nullopt; }
+Check check(const Auth&) { return std::nullopt; }
+Check check(const AuthReply&) { return std::nullopt; }
 Check check(const Ok&) { return std::nullopt; }
 
 Check check(const HelloReply& m) {
@@ -456,6 +460,7 @@ void put(Writer& w, const Hello& m) {
     store_be16(r.data() + 2, m.resume->node_id);
   }
   if (!m.token.empty()) w.bytes(Tag::token, m.token);
+  if (m.proof) w.bytes(Tag::proof, *m.proof);
   if (m.resume) put_channels(w, m.resume->channels);
   if (m.ethernet) w.mac(Tag::ethernet, *m.ethernet);
 }
@@ -551,6 +556,11 @@ void put(Writer& w, const RuleDel& m) { w.u32(Tag::rule_id, m.rule_id); }
 void put(Writer&, const Stats&) {}
 void put(Writer&, const Bye&) {}
 void put(Writer&, const Ping&) {}
+void put(Writer& w, const Auth& m) { w.bytes(Tag::nonce, m.nonce); }
+void put(Writer& w, const AuthReply& m) {
+  w.bytes(Tag::nonce, m.nonce);
+  w.bytes(Tag::proof, m.proof);
+}
 void put(Writer&, const Ok&) {}
 
 void put(Writer& w, const HelloReply& m) {
@@ -806,7 +816,10 @@ using P = Presence;
 constexpr FieldSpec kHelloFields[] = {{Tag::name, P::required},     {Tag::pid, P::required},
                                       {Tag::queues, P::required},   {Tag::versions, P::required},
                                       {Tag::resume, P::optional},   {Tag::channel, P::repeated, kMaxQueues},
-                                      {Tag::token, P::optional},    {Tag::ethernet, P::optional}};
+                                      {Tag::token, P::optional},    {Tag::ethernet, P::optional},
+                                      {Tag::proof, P::optional}};
+constexpr FieldSpec kAuthFields[] = {{Tag::nonce, P::required}};
+constexpr FieldSpec kAuthReplyFields[] = {{Tag::nonce, P::required}, {Tag::proof, P::required}};
 constexpr FieldSpec kListenFields[] = {
     {Tag::proto, P::required}, {Tag::local_port, P::required}, {Tag::group, P::optional}, {Tag::queue, P::required}};
 constexpr FieldSpec kUnlistenFields[] = {
@@ -881,6 +894,7 @@ Body take(Decoder& d, Hello) {
     m.version_max = static_cast<std::uint8_t>((*v)[1]);
   }
   if (auto t = d.bytes(Tag::token, kMaxToken)) m.token.assign(t->begin(), t->end());
+  if (auto p = d.fixed(Tag::proof, kProofSize)) std::memcpy(m.proof.emplace().data(), p->data(), kProofSize);
   if (d.present(Tag::ethernet)) m.ethernet = d.mac(Tag::ethernet);
   const auto& channels = d.list(Tag::channel);
   std::optional<std::span<const std::byte>> r = d.record(Tag::resume, kResumeRecord);
@@ -1203,6 +1217,17 @@ Body take(Decoder& d, Lease) {
 }
 
 Body take(Decoder& d, LeaseReply) { return LeaseReply{take_ports(d)}; }
+Body take(Decoder& d, Auth) {
+  Auth m;
+  if (auto n = d.fixed(Tag::nonce, kNonceSize)) std::memcpy(m.nonce.data(), n->data(), kNonceSize);
+  return m;
+}
+Body take(Decoder& d, AuthReply) {
+  AuthReply m;
+  if (auto n = d.fixed(Tag::nonce, kNonceSize)) std::memcpy(m.nonce.data(), n->data(), kNonceSize);
+  if (auto p = d.fixed(Tag::proof, kProofSize)) std::memcpy(m.proof.data(), p->data(), kProofSize);
+  return m;
+}
 Body take(Decoder& d, RuleAddReply) { return RuleAddReply{d.u32(Tag::rule_id)}; }
 
 Body take(Decoder& d, StatsReply) {
@@ -1273,6 +1298,7 @@ const char* to_string(MsgType type) noexcept {
     case MsgType::flows: return "FLOWS";
     case MsgType::rules: return "RULES";
     case MsgType::lease: return "LEASE";
+    case MsgType::auth: return "AUTH";
     case MsgType::ok: return "OK";
     case MsgType::hello_reply: return "HELLO_REPLY";
     case MsgType::listen_reply: return "LISTEN_REPLY";
@@ -1284,6 +1310,7 @@ const char* to_string(MsgType type) noexcept {
     case MsgType::flows_reply: return "FLOWS_REPLY";
     case MsgType::rules_reply: return "RULES_REPLY";
     case MsgType::lease_reply: return "LEASE_REPLY";
+    case MsgType::auth_reply: return "AUTH_REPLY";
     case MsgType::error: return "ERROR";
   }
   return "?";
@@ -1326,6 +1353,7 @@ MsgType reply_type(MsgType request) noexcept {
     case MsgType::flows: return MsgType::flows_reply;
     case MsgType::rules: return MsgType::rules_reply;
     case MsgType::lease: return MsgType::lease_reply;
+    case MsgType::auth: return MsgType::auth_reply;
     case MsgType::unlisten:
     case MsgType::release:
     case MsgType::resync:
@@ -1422,11 +1450,13 @@ std::variant<Body, Problem> decode_body(std::uint8_t type, std::span<const std::
     case MsgType::flows: return decode_as<Flows>(kFlowsFields, body);
     case MsgType::rules: return decode_as<Rules>(kPageFields, body);
     case MsgType::lease: return decode_as<Lease>(kLeaseFields, body);
+    case MsgType::auth: return decode_as<Auth>(kAuthFields, body);
     case MsgType::nodes_reply: return decode_as<NodesReply>(kNodesReplyFields, body);
     case MsgType::ports_reply: return decode_as<PortsReply>(kPortsReplyFields, body);
     case MsgType::flows_reply: return decode_as<FlowsReply>(kFlowsReplyFields, body);
     case MsgType::rules_reply: return decode_as<RulesReply>(kRulesReplyFields, body);
     case MsgType::lease_reply: return decode_as<LeaseReply>(kLeaseReplyFields, body);
+    case MsgType::auth_reply: return decode_as<AuthReply>(kAuthReplyFields, body);
     case MsgType::ok: return decode_as<Ok>({}, body);
     case MsgType::hello_reply: return decode_as<HelloReply>(kHelloReplyFields, body);
     case MsgType::listen_reply: return decode_as<ListenReply>(kPortFields, body);

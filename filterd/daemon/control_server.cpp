@@ -51,7 +51,8 @@ ControlServer::ControlServer(EventLoop& loop, NodeRegistry& registry, Config con
       closed_(counters_.add("closed")),
       tcp_accepted_(counters_.add("tcp_accepted", "TCP control connections accepted")),
       refused_peer_limit_(counters_.add("refused_peer_limit", "TCP connections over the per-address limit")),
-      refused_token_(counters_.add("refused_token", "TCP connections closed for a missing or wrong token")),
+      refused_token_(counters_.add("refused_token", "TCP connections closed for no proof, a wrong one, or a token sent in clear")),
+      refused_replay_(counters_.add("refused_replay", "TCP connections closed for replaying a node's earlier proof")),
       auth_timeouts_(counters_.add("auth_timeouts", "TCP connections closed for saying no HELLO in time")),
       heartbeat_lost_(counters_.add("heartbeat_lost", "TCP connections silent for three heartbeats")),
       dropped_nodes_(counters_.add("dropped_nodes", "connections closed because the node's channel went down")) {
@@ -260,16 +261,43 @@ void ControlServer::on_readable(Conn& c) {
   flush(c);
 }
 
-bool ControlServer::token_ok(std::span<const std::byte> token) const noexcept {
-  // Constant time in the token's contents: every byte of ours is looked at
-  // whatever the first difference.
-  const std::vector<std::byte>& want = config_.token;
-  unsigned diff = token.size() == want.size() ? 0u : 1u;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    const std::byte got = i < token.size() ? token[i] : std::byte{0};
-    diff |= static_cast<unsigned>(got ^ want[i]);
+namespace {
+constexpr std::size_t kRememberedProofs = 1024;
+}  // namespace
+
+bool ControlServer::seen_proof(const ctl::Proof& p) const noexcept {
+  for (const ctl::Proof& q : accepted_proofs_) {
+    if (ctl::proofs_equal(p, q)) return true;
   }
-  return !want.empty() && diff == 0;
+  return false;
+}
+
+void ControlServer::remember_proof(const ctl::Proof& p) {
+  if (accepted_proofs_.size() == kRememberedProofs) accepted_proofs_.pop_front();
+  accepted_proofs_.push_back(p);
+}
+
+ControlServer::Refusal ControlServer::authenticate(Conn& c, const ctl::Message& m) {
+  if (const auto* a = std::get_if<ctl::Auth>(&m.body); a != nullptr && !c.our_nonce) {
+    // Our answer proves we know the token too, over the node's nonce, so a
+    // node cannot be fooled by a filterd that does not.
+    c.node_nonce = a->nonce;
+    c.our_nonce = ctl::fresh_nonce();
+    const ctl::AuthReply reply{*c.our_nonce, ctl::server_proof(config_.token, *c.node_nonce, *c.our_nonce)};
+    (void)ctl::encode_into(ctl::Message{m.request_id, reply}, c.out);
+    return {};
+  }
+  const auto* h = std::get_if<ctl::Hello>(&m.body);
+  if (h == nullptr) return {c.our_nonce ? "after AUTH, HELLO with the proof" : "over TCP the first request is AUTH"};
+  if (!h->token.empty()) return {"the token is never sent: prove it with AUTH and HELLO's proof"};
+  if (!c.our_nonce) return {"over TCP, AUTH comes before HELLO"};
+  if (!h->proof) return {"no proof: over TCP, HELLO must carry the proof of the token"};
+  if (!ctl::proofs_equal(*h->proof, ctl::node_proof(config_.token, *c.node_nonce, *c.our_nonce))) {
+    if (seen_proof(*h->proof)) return {"replayed proof", true};
+    return {"wrong proof"};
+  }
+  remember_proof(*h->proof);
+  return {};
 }
 
 void ControlServer::process(Conn& c) {
@@ -293,18 +321,17 @@ void ControlServer::process(Conn& c) {
     const ctl::Message& m = r.message();
     if (std::holds_alternative<ctl::Ping>(m.body)) c.pinged = true;
     if (!c.authed) {
-      // TCP: nothing but a HELLO with the token, and nothing at all after a
-      // bad one (the peer may try again on a new connection).
-      const auto* h = std::get_if<ctl::Hello>(&m.body);
-      if (h == nullptr || !token_ok(h->token)) {
-        ++refused_token_;
-        const char* why = h == nullptr        ? "over TCP the first request is HELLO with filterd's token"
-                          : h->token.empty() ? "no token: over TCP, HELLO must carry filterd's token"
-                                             : "wrong token";
-        (void)ctl::encode_into(ctl::make_error(m.request_id, ctl::ErrorCode::permission_denied, why), c.out);
+      // TCP: AUTH, then a HELLO with the right proof; nothing else, and
+      // nothing at all after a bad one (the peer may try again on a new
+      // connection, with new nonces).
+      const bool is_auth = std::holds_alternative<ctl::Auth>(m.body) && !c.our_nonce;
+      if (const Refusal no = authenticate(c, m); no.why != nullptr) {
+        ++(no.replay ? refused_replay_ : refused_token_);
+        (void)ctl::encode_into(ctl::make_error(m.request_id, ctl::ErrorCode::permission_denied, no.why), c.out);
         c.closing = true;
         break;
       }
+      if (is_auth) continue;
     }
     ctl::Message reply = registry_.handle(m, c.node, c.tcp ? 0 : static_cast<std::uint32_t>(c.pid));
     if (c.node != 0) c.authed = true;

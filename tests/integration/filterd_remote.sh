@@ -26,7 +26,8 @@
 #     intact (SHA-256); and :5002, served by the local memif node: intact.
 # (2) a remote node connects out to Linux, and a local memif node after it:
 #     both streams arrive intact (their throughputs are printed).
-# (3) a HELLO without the token, and one with a wrong token, get ERROR
+# (3) a HELLO without a proof of the token, with the token in clear, or with a
+#     proof made with a wrong token, gets ERROR
 #     permission_denied and the connection closed.
 # (4) a remote forger (xk-test-node, registered with its own MAC) sends RSTs
 #     on a held connection's 4-tuple and UDP from a port it does not own:
@@ -189,14 +190,20 @@ for log in client local-client; do
 done
 sed 's/^/   /' "$OUT/linux-sink.log"
 
-step "(3) a HELLO without the token, and with a wrong one, is refused"
+step "(3) no proof of the token, the token itself in clear, or a proof made with a wrong one: refused"
 ip netns exec "$NSC" "$PY" "$HERE/ctl_hello.py" --connect "$CTL_IP:$CTL_PORT" > "$OUT/no-token.log" 2>&1 \
-  || { cat "$OUT/no-token.log" >&2; die "(3): a HELLO without the token was not refused"; }
-ip netns exec "$NSC" "$PY" "$HERE/ctl_hello.py" --connect "$CTL_IP:$CTL_PORT" --token "$WRONG" \
-  > "$OUT/wrong-token.log" 2>&1 || { cat "$OUT/wrong-token.log" >&2; die "(3): a wrong token was not refused"; }
-cat "$OUT/no-token.log" "$OUT/wrong-token.log" | sed 's/^/   /'
+  || { cat "$OUT/no-token.log" >&2; die "(3): a HELLO without a proof was not refused"; }
+ip netns exec "$NSC" "$PY" "$HERE/ctl_hello.py" --connect "$CTL_IP:$CTL_PORT" --token "$TOKEN" \
+  > "$OUT/clear-token.log" 2>&1 || { cat "$OUT/clear-token.log" >&2; die "(3): the token in clear was not refused"; }
+ip netns exec "$NSC" "$PY" "$HERE/ctl_hello.py" --connect "$CTL_IP:$CTL_PORT" --prove "$WRONG" \
+  > "$OUT/wrong-token.log" 2>&1 || { cat "$OUT/wrong-token.log" >&2; die "(3): a proof with a wrong token was not refused"; }
+cat "$OUT/no-token.log" "$OUT/clear-token.log" "$OUT/wrong-token.log" | sed 's/^/   /'
 refused=$(xkctl counters --json | jq_py "j['counters']['control']['refused_token']")
-[ "$refused" -eq 2 ] || die "(3): control.refused_token is $refused, not 2"
+[ "$refused" -eq 3 ] || die "(3): control.refused_token is $refused, not 3"
+# Python's hmac, not ours, makes the right proof and checks filterd's.
+ip netns exec "$NSC" "$PY" "$HERE/ctl_hello.py" --connect "$CTL_IP:$CTL_PORT" --prove "$TOKEN" --expect-ok \
+  > "$OUT/proof.log" 2>&1 || { cat "$OUT/proof.log" >&2; die "(3): the right proof (Python's HMAC) was not taken"; }
+sed 's/^/   /' "$OUT/proof.log"
 
 step "(4) a remote forger: $FORGED_TCP RSTs on a held connection's 4-tuple, $FORGED_UDP datagrams from a port not its own"
 ip netns exec "$NSA" "$PY" "$HERE/admin_peer.py" hold --peer "$SHARED" --port 5001 --go "$OUT/go" \

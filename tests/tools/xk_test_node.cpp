@@ -8,7 +8,7 @@
 //                     tcp|udp:LOCAL_PORT:REMOTE_ADDR:REMOTE_PORT:COUNT (TCP
 //                     segments are RSTs, so one that got out would break the
 //                     connection it names). "SENT n=N" when they are out.
-// As a node on another host it registers over TCP with filterd's token and
+// As a node on another host it registers over TCP, proving filterd's token, and
 // its MAC, on its own port (filterd's node port at the other end); with
 // --forge-from its forged frames carry a source MAC no node has.
 // It runs until SIGTERM or SIGINT. Test-only: tests/CMakeLists.txt builds it.
@@ -241,7 +241,18 @@ int run(int argc, char** argv) {
   ctl::Hello hello;
   hello.name = name;
   hello.pid = static_cast<std::uint32_t>(::getpid());
-  if (!token_file.empty()) hello.token = xk::filterd::read_token_file(token_file);
+  if (!token_file.empty()) {
+    // Over TCP the token is proved, never sent (docs/control-protocol.md).
+    const std::vector<std::byte> token = xk::filterd::read_token_file(token_file);
+    const ctl::Nonce ours = ctl::fresh_nonce();
+    ctl::Message a = c.ask(ctl::Auth{ours});
+    const auto* ar = std::get_if<ctl::AuthReply>(&a.body);
+    if (ar == nullptr) throw std::runtime_error("AUTH refused");
+    if (!ctl::proofs_equal(ar->proof, ctl::server_proof(token, ours, ar->nonce))) {
+      throw std::runtime_error("filterd did not prove it knows the token");
+    }
+    hello.proof = ctl::node_proof(token, ours, ar->nonce);
+  }
   // On the node port: its MAC (its port's is left alone: it only sends).
   if (!port.empty()) hello.ethernet = mac.value_or(xk::MacAddr{});
   ctl::Message r = c.ask(hello);

@@ -1,5 +1,6 @@
-// filterd's control socket over TCP (xk/filterd/control_server.hpp): only a
-// HELLO with the token registers, anything else is refused and closed; a
+// filterd's control socket over TCP (xk/filterd/control_server.hpp): only
+// AUTH then a HELLO with the proof of the token registers (the token itself,
+// a wrong or replayed proof, anything else is refused and closed); a
 // hostile peer (garbage, a flood of connections, silence) disturbs no
 // other node; a connection that closes, falls silent past its heartbeats,
 // or whose channel went down (drop_node) takes its node with it. The server
@@ -114,6 +115,21 @@ class ControlServerTcpTest : public ::testing::Test {
     h.ethernet = MacAddr{{0x02, 0, 0, 0, 0x0c, mac_last}};
     return h;
   }
+  // AUTH with a fresh nonce, filterd's proof checked, then HELLO with the
+  // node's proof made with `token`: filterd's answer to the HELLO (or to
+  // the AUTH, if that was refused).
+  std::optional<Message> join(int fd, std::uint8_t mac_last = 1, const std::vector<std::byte>& token = kToken) {
+    const ctl::Nonce ours = ctl::fresh_nonce();
+    std::optional<Message> a = ask(fd, Message{1, ctl::Auth{ours}});
+    if (!a) return a;
+    const auto* ar = std::get_if<ctl::AuthReply>(&a->body);
+    if (ar == nullptr) return a;
+    EXPECT_TRUE(ctl::proofs_equal(ar->proof, ctl::server_proof(kToken, ours, ar->nonce))) << "filterd's own proof";
+    ctl::Hello h = remote_hello({}, mac_last);
+    h.proof = ctl::node_proof(token, ours, ar->nonce);
+    last_proof = *h.proof;
+    return ask(fd, Message{2, h});
+  }
   static ErrorCode code(const std::optional<Message>& m) {
     if (!m) return ErrorCode{};
     const auto* e = std::get_if<ctl::Error>(&m->body);
@@ -127,15 +143,16 @@ class ControlServerTcpTest : public ::testing::Test {
   std::optional<NodeRegistry> registry;
   std::optional<ControlServer> server;
   std::vector<NodeId> gone;
+  ctl::Proof last_proof{};  // the node proof join() sent last
   std::vector<int> fds;
   std::map<int, ctl::FrameReader> readers;
 };
 
-TEST_F(ControlServerTcpTest, AHelloWithTheTokenRegistersWithoutAPidCheck) {
+TEST_F(ControlServerTcpTest, AHelloWithTheProofRegistersWithoutAPidCheck) {
   start();
   ASSERT_NE(server->tcp_port(), 0);
   int fd = dial();
-  std::optional<Message> r = ask(fd, Message{1, remote_hello(kToken)});
+  std::optional<Message> r = join(fd);
   ASSERT_TRUE(r.has_value());
   const auto* h = std::get_if<ctl::HelloReply>(&r->body);
   ASSERT_NE(h, nullptr);
@@ -155,7 +172,7 @@ TEST_F(ControlServerTcpTest, AHelloWithTheTokenRegistersWithoutAPidCheck) {
 TEST_F(ControlServerTcpTest, AQuietServerLooksLessOftenAndABusyOneEveryPass) {
   start();
   int fd = dial();
-  ASSERT_TRUE(ask(fd, Message{1, remote_hello(kToken)}).has_value());
+  ASSERT_TRUE(join(fd).has_value());
   std::uint32_t id = 2;
   // Passes from sending a PING to its reply being there (loopback TCP: the
   // reply is readable as soon as the pass that answers it is over).
@@ -183,21 +200,47 @@ TEST_F(ControlServerTcpTest, AQuietServerLooksLessOftenAndABusyOneEveryPass) {
   EXPECT_EQ(passes_to_answer(), 1) << "after a sleep: at once";
 }
 
-TEST_F(ControlServerTcpTest, NoTokenAWrongOneOrAnythingButHelloIsRefusedAndClosed) {
+TEST_F(ControlServerTcpTest, NoProofAWrongOneTheTokenInClearOrAnythingButAuthIsRefusedAndClosed) {
   start();
-  int a = dial(), b = dial(), c = dial(), d = dial();
-  EXPECT_EQ(code(ask(a, Message{1, remote_hello({})})), ErrorCode::permission_denied);
-  EXPECT_EQ(code(ask(b, Message{1, remote_hello(std::vector<std::byte>(32, std::byte{0x41}))})),
-            ErrorCode::permission_denied);
-  // One byte short of the token: still no.
-  EXPECT_EQ(code(ask(c, Message{1, remote_hello(std::vector<std::byte>(31, std::byte{0x42}))})),
-            ErrorCode::permission_denied);
-  // Admin requests are for the Unix socket only.
-  EXPECT_EQ(code(ask(d, Message{1, ctl::Nodes{}})), ErrorCode::permission_denied);
-  for (int fd : {a, b, c, d}) EXPECT_TRUE(closed_by_server(fd));
-  EXPECT_EQ(counter("refused_token"), 4u);
+  int a = dial(), b = dial(), c = dial(), d = dial(), e = dial(), f = dial();
+  // The token itself, even the right one: it must never cross the network.
+  EXPECT_EQ(code(ask(a, Message{1, remote_hello(kToken)})), ErrorCode::permission_denied);
+  // HELLO without AUTH first, and HELLO without a proof after it.
+  EXPECT_EQ(code(ask(b, Message{1, remote_hello({})})), ErrorCode::permission_denied);
+  ASSERT_TRUE(std::holds_alternative<ctl::AuthReply>(ask(c, Message{1, ctl::Auth{ctl::fresh_nonce()}})->body));
+  EXPECT_EQ(code(ask(c, Message{2, remote_hello({})})), ErrorCode::permission_denied);
+  // A proof made with another token (one byte off).
+  std::vector<std::byte> near = kToken;
+  near.back() ^= std::byte{1};
+  EXPECT_EQ(code(join(d, 1, near)), ErrorCode::permission_denied);
+  // Admin requests are for the Unix socket only; a second AUTH is refused.
+  EXPECT_EQ(code(ask(e, Message{1, ctl::Nodes{}})), ErrorCode::permission_denied);
+  ASSERT_TRUE(std::holds_alternative<ctl::AuthReply>(ask(f, Message{1, ctl::Auth{ctl::fresh_nonce()}})->body));
+  EXPECT_EQ(code(ask(f, Message{2, ctl::Auth{ctl::fresh_nonce()}})), ErrorCode::permission_denied);
+  for (int fd : {a, b, c, d, e, f}) EXPECT_TRUE(closed_by_server(fd));
+  EXPECT_EQ(counter("refused_token"), 6u);
+  EXPECT_EQ(counter("refused_replay"), 0u);
   EXPECT_EQ(registry->node_count(), 0u);
   EXPECT_EQ(server->connections(), 0u);
+}
+
+// Someone who recorded a node's AUTH and HELLO cannot play them again: the
+// new connection gets a new filterd nonce, so the old proof does not fit.
+TEST_F(ControlServerTcpTest, AReplayedProofIsRefusedAndCounted) {
+  start();
+  int node = dial();
+  ASSERT_TRUE(std::holds_alternative<ctl::HelloReply>(join(node)->body));
+  const ctl::Proof recorded = last_proof;
+  int thief = dial();
+  std::optional<Message> a = ask(thief, Message{1, ctl::Auth{ctl::fresh_nonce()}});
+  ASSERT_TRUE(a.has_value());
+  ctl::Hello h = remote_hello({}, 2);
+  h.proof = recorded;
+  EXPECT_EQ(code(ask(thief, Message{2, h})), ErrorCode::permission_denied);
+  EXPECT_TRUE(closed_by_server(thief));
+  EXPECT_EQ(counter("refused_replay"), 1u);
+  EXPECT_EQ(counter("refused_token"), 0u);
+  EXPECT_EQ(registry->node_count(), 1u);
 }
 
 TEST_F(ControlServerTcpTest, AHostilePeerDoesNotDisturbAnotherNode) {
@@ -205,7 +248,7 @@ TEST_F(ControlServerTcpTest, AHostilePeerDoesNotDisturbAnotherNode) {
   cc.max_per_peer = 6;
   start(cc);
   int good = dial();
-  ASSERT_TRUE(std::holds_alternative<ctl::HelloReply>(ask(good, Message{1, remote_hello(kToken)})->body));
+  ASSERT_TRUE(std::holds_alternative<ctl::HelloReply>(join(good)->body));
   // Garbage: random bytes, then a frame that claims a 1 GiB body.
   int junk = dial();
   std::mt19937_64 rng(5);
@@ -238,7 +281,7 @@ TEST_F(ControlServerTcpTest, AHostilePeerDoesNotDisturbAnotherNode) {
 TEST_F(ControlServerTcpTest, ANodeWhoseConnectionClosesIsGoneWithItsPorts) {
   start();
   int fd = dial();
-  ASSERT_TRUE(ask(fd, Message{1, remote_hello(kToken)}).has_value());
+  ASSERT_TRUE(join(fd).has_value());
   ASSERT_TRUE(std::holds_alternative<ctl::ListenReply>(
       ask(fd, Message{2, ctl::Listen{ctl::Proto::tcp, 5001, false, 0}})->body));
   ::close(fd);
@@ -250,7 +293,7 @@ TEST_F(ControlServerTcpTest, ANodeWhoseConnectionClosesIsGoneWithItsPorts) {
   EXPECT_FALSE(filter->listener(Proto::tcp, 5001).has_value());
   // Its MAC and port are free for the next.
   int again = dial();
-  ASSERT_TRUE(std::holds_alternative<ctl::HelloReply>(ask(again, Message{1, remote_hello(kToken)})->body));
+  ASSERT_TRUE(std::holds_alternative<ctl::HelloReply>(join(again)->body));
   EXPECT_TRUE(std::holds_alternative<ctl::ListenReply>(
       ask(again, Message{2, ctl::Listen{ctl::Proto::tcp, 5001, false, 0}})->body));
 }
@@ -266,7 +309,7 @@ TEST_F(ControlServerTcpTest, SilenceAndADownChannelEndTheNode) {
   EXPECT_EQ(counter("auth_timeouts"), 1u);
   // Registered but not pinging yet (its stack is starting): not held to it.
   int quiet = dial();
-  ASSERT_TRUE(std::holds_alternative<ctl::HelloReply>(ask(quiet, Message{1, remote_hello(kToken)})->body));
+  ASSERT_TRUE(std::holds_alternative<ctl::HelloReply>(join(quiet)->body));
   EXPECT_FALSE(closed_by_server(quiet, 400ms));
   // It pinged once, then fell silent past three heartbeats: its host is gone.
   ASSERT_TRUE(ask(quiet, Message{2, ctl::Ping{}}).has_value());
@@ -275,7 +318,7 @@ TEST_F(ControlServerTcpTest, SilenceAndADownChannelEndTheNode) {
   ASSERT_EQ(gone.size(), 1u);
   // One that pings stays; drop_node (its channel's link went down) ends it.
   int alive = dial();
-  ASSERT_TRUE(std::holds_alternative<ctl::HelloReply>(ask(alive, Message{1, remote_hello(kToken, 2)})->body));
+  ASSERT_TRUE(std::holds_alternative<ctl::HelloReply>(join(alive, 2)->body));
   NodeId id = 0;
   for (int i = 0; i < 8; ++i) {
     std::this_thread::sleep_for(25ms);

@@ -199,6 +199,16 @@ std::vector<Message> samples() {
   v.push_back({12, RuleDel{.rule_id = 17}});
   v.push_back({13, Stats{}});
   v.push_back({14, Bye{}});
+  {
+    Nonce n{};
+    for (std::size_t k = 0; k < n.size(); ++k) n[k] = std::byte(static_cast<unsigned char>(k * 7 + 1));
+    v.push_back({40, Auth{n}});
+    AuthReply ar{n, server_proof(std::as_bytes(std::span("token")), n, n)};
+    v.push_back({40, ar});
+    Hello hp{.name = "remote", .pid = 1, .queues = 1, .version_min = 1, .version_max = 3};
+    hp.proof = node_proof(std::as_bytes(std::span("token")), n, n);
+    v.push_back({41, hp});
+  }
   v.push_back({15, Ping{}});
   v.push_back({1, HelloReply(sample_hello_reply(4))});
   v.push_back({2, ListenReply{.port = 8080}});
@@ -1231,6 +1241,52 @@ TEST(ControlHelpers, SplitResync) {
   EXPECT_EQ(none[0], Resync{});
 }
 
+std::string hex_of(const Proof& p) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (std::byte b : p) {
+    out += digits[std::to_integer<unsigned>(b) >> 4];
+    out += digits[std::to_integer<unsigned>(b) & 15];
+  }
+  return out;
+}
+
+// RFC 4231's HMAC-SHA-256 test cases 1, 2 and 6 (a key longer than a block).
+TEST(ControlAuth, HmacSha256MatchesRfc4231) {
+  const Bytes key1(20, std::byte{0x0b});
+  const std::string_view data1 = "Hi There";
+  EXPECT_EQ(hex_of(hmac_sha256(key1, {std::as_bytes(std::span(data1.data(), data1.size()))})),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  const std::string_view key2 = "Jefe";
+  const std::string_view data2a = "what do ya want ";
+  const std::string_view data2b = "for nothing?";
+  EXPECT_EQ(hex_of(hmac_sha256(std::as_bytes(std::span(key2.data(), key2.size())),
+                               {std::as_bytes(std::span(data2a.data(), data2a.size())),
+                                std::as_bytes(std::span(data2b.data(), data2b.size()))})),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+      << "parts hash as their concatenation";
+  const Bytes key6(131, std::byte{0xaa});
+  const std::string_view data6 = "Test Using Larger Than Block-Size Key - Hash Key First";
+  EXPECT_EQ(hex_of(hmac_sha256(key6, {std::as_bytes(std::span(data6.data(), data6.size()))})),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+
+// Each side's proof is bound to both nonces and to who makes it.
+TEST(ControlAuth, ProofsDependOnTokenNoncesAndSide) {
+  const Bytes token(32, std::byte{0x42});
+  const Nonce a = fresh_nonce();
+  const Nonce b = fresh_nonce();
+  EXPECT_NE(a, b) << "fresh nonces differ";
+  const Proof node = node_proof(token, a, b);
+  EXPECT_TRUE(proofs_equal(node, node_proof(token, a, b)));
+  EXPECT_FALSE(proofs_equal(node, server_proof(token, a, b))) << "a node's proof is not filterd's";
+  EXPECT_FALSE(proofs_equal(node, node_proof(token, a, fresh_nonce())));
+  EXPECT_FALSE(proofs_equal(node, node_proof(token, b, a)));
+  Bytes other = token;
+  other[0] ^= std::byte{1};
+  EXPECT_FALSE(proofs_equal(node, node_proof(other, a, b)));
+}
+
 TEST(ControlHelpers, ReplyTypes) {
   EXPECT_EQ(reply_type(MsgType::hello), MsgType::hello_reply);
   EXPECT_EQ(reply_type(MsgType::listen), MsgType::listen_reply);
@@ -1244,6 +1300,9 @@ TEST(ControlHelpers, ReplyTypes) {
   EXPECT_EQ(reply_type(MsgType::lease), MsgType::lease_reply);
   EXPECT_STREQ(to_string(MsgType::lease), "LEASE");
   EXPECT_STREQ(to_string(MsgType::lease_reply), "LEASE_REPLY");
+  EXPECT_EQ(reply_type(MsgType::auth), MsgType::auth_reply);
+  EXPECT_STREQ(to_string(MsgType::auth), "AUTH");
+  EXPECT_STREQ(to_string(MsgType::auth_reply), "AUTH_REPLY");
   for (MsgType t : {MsgType::unlisten, MsgType::release, MsgType::resync, MsgType::rule_del, MsgType::bye,
                     MsgType::ping})
     EXPECT_EQ(reply_type(t), MsgType::ok);

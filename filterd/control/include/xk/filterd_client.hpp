@@ -85,7 +85,7 @@ class FilterdClient final : public PortAuthority, public Pollable {
     std::chrono::milliseconds backoff_min{20};
     std::chrono::milliseconds backoff_max{500};
     std::uint16_t queues = 1;  // stacks the node runs (1..64): a channel each
-    // What a TCP control connection's HELLO carries (token.hpp); from
+    // The token a TCP node proves it knows (token.hpp; never sent); from
     // XK_FILTERD_TOKEN=FILE in options_from_env.
     std::vector<std::byte> token;
     // The node's own port, for a node on filterd's node port (plain
@@ -236,6 +236,10 @@ class FilterdClient final : public PortAuthority, public Pollable {
   Status send_all(const std::vector<std::byte>& bytes);
   // With mu_ held.
   Result<filterd::ctl::Message> request_locked(filterd::ctl::Body body, std::chrono::milliseconds timeout);
+  // With mu_ held, over TCP before HELLO: AUTH with a fresh nonce, filterd's
+  // proof checked, and the node's proof for HELLO put in `proof`. Empty, or
+  // why it failed (docs/control-protocol.md, "Proving the token").
+  std::string prove_token_locked(std::chrono::milliseconds timeout, std::optional<filterd::ctl::Proof>& proof);
   // With mu_ held: sends without waiting for the reply, which the next
   // request (it skips replies to other ids) or poll() reads and drops.
   Status notify_locked(filterd::ctl::Body body);

@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <memory>
@@ -100,7 +101,10 @@ class ControlServer final : public Pollable {
     NodeId node = 0;
     pid_t pid = 0;
     bool tcp = false;
-    bool authed = false;     // Unix: always; TCP: after a HELLO with the token
+    bool authed = false;     // Unix: always; TCP: after a HELLO with the right proof
+    // TCP: the nonces of this connection's AUTH exchange (docs/control-protocol.md).
+    std::optional<ctl::Nonce> node_nonce;
+    std::optional<ctl::Nonce> our_nonce;
     bool pinged = false;     // has sent PING: held to the heartbeat from now on
     std::uint32_t peer = 0;  // TCP: the peer's IPv4 address
     Time opened{};
@@ -118,7 +122,17 @@ class ControlServer final : public Pollable {
   // Answers every whole request the reader holds (a refused TCP peer: the
   // ERROR, then closing).
   void process(Conn& c);
-  bool token_ok(std::span<const std::byte> token) const noexcept;
+  // A TCP peer's request before registration: AUTH is answered here, then
+  // only a HELLO with the right proof is let through; anything else is
+  // refused, saying why.
+  struct Refusal {
+    const char* why = nullptr;  // null: not refused
+    bool replay = false;        // a proof some earlier connection used
+  };
+  Refusal authenticate(Conn& c, const ctl::Message& m);
+  // Node proofs accepted lately, to tell a replayed one from a forged one.
+  bool seen_proof(const ctl::Proof& p) const noexcept;
+  void remember_proof(const ctl::Proof& p);
   void housekeeping();
   void flush(Conn& c);
   void close_conn(int fd);
@@ -135,6 +149,7 @@ class ControlServer final : public Pollable {
   int epoll_fd_ = -1;
   std::map<int, std::unique_ptr<Conn>> conns_;
   std::map<std::uint32_t, std::size_t> per_peer_;  // TCP connections by address
+  std::deque<ctl::Proof> accepted_proofs_;          // the last kRememberedProofs
   std::optional<Timer> housekeeping_;
   CounterSet counters_{"control"};
   Counter& accepted_;
@@ -146,6 +161,7 @@ class ControlServer final : public Pollable {
   Counter& tcp_accepted_;
   Counter& refused_peer_limit_;
   Counter& refused_token_;
+  Counter& refused_replay_;
   Counter& auth_timeouts_;
   Counter& heartbeat_lost_;
   Counter& dropped_nodes_;

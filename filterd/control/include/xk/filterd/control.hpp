@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "xk/address.hpp"
+#include "xk/filterd/auth.hpp"
 #include "xk/filterd/control_wire.hpp"
 #include "xk/result.hpp"
 
@@ -59,6 +60,8 @@ struct Hello {
   // Over TCP: the shared secret filterd was configured with (1..256 bytes;
   // empty: absent). The Unix socket needs none.
   std::vector<std::byte> token = {};
+  // Over TCP: node_proof() over the nonces of this connection's AUTH exchange.
+  std::optional<Proof> proof = std::nullopt;
   // A node on another host, on filterd's node port (plain Ethernet) instead
   // of a memif channel: its MAC there, or 00:00:00:00:00:00 for "pick one".
   std::optional<MacAddr> ethernet = std::nullopt;
@@ -179,6 +182,13 @@ struct Ping {
   friend bool operator==(const Ping&, const Ping&) = default;
 };
 
+// Over TCP, the first request: the node's fresh nonce (xk/filterd/auth.hpp).
+struct Auth {
+  static constexpr MsgType kType = MsgType::auth;
+  Nonce nonce{};
+  friend bool operator==(const Auth&, const Auth&) = default;
+};
+
 // ---- administration (version 2; any connection, no HELLO needed) -----------
 //
 // Each asks for one page of a list. `cursor` is empty for the first page;
@@ -256,6 +266,14 @@ struct ConnectReply {
 // The ports leased: up to `count` of them (fewer when the ephemeral range
 // runs short; none is an ERROR no_ports), or those of `ports` that were
 // free (others may have taken some while filterd was away).
+// filterd's fresh nonce, and server_proof() over both nonces.
+struct AuthReply {
+  static constexpr MsgType kType = MsgType::auth_reply;
+  Nonce nonce{};
+  Proof proof{};
+  friend bool operator==(const AuthReply&, const AuthReply&) = default;
+};
+
 struct LeaseReply {
   static constexpr MsgType kType = MsgType::lease_reply;
   std::vector<std::uint16_t> ports = {};  // at most kMaxLeasePorts
@@ -363,8 +381,9 @@ struct Error {
 };
 
 using Body = std::variant<Hello, Listen, Unlisten, Connect, Release, Resync, RuleAdd, RuleDel, Stats, Bye,
-                          Ping, Nodes, Ports, Flows, Rules, Lease, Ok, HelloReply, ListenReply, ConnectReply,
-                          RuleAddReply, StatsReply, NodesReply, PortsReply, FlowsReply, RulesReply, LeaseReply, Error>;
+                          Ping, Nodes, Ports, Flows, Rules, Lease, Auth, Ok, HelloReply, ListenReply, ConnectReply,
+                          RuleAddReply, StatsReply, NodesReply, PortsReply, FlowsReply, RulesReply, LeaseReply,
+                          AuthReply, Error>;
 
 struct Message {
   std::uint32_t request_id = 0;  // a reply echoes its request's id

@@ -81,6 +81,7 @@ enum class MsgType : std::uint8_t {
   flows = 0x0E,
   rules = 0x0F,
   lease = 0x10,  // version 3
+  auth = 0x11,   // over TCP, before HELLO (xk/filterd/auth.hpp)
   ok = 0x80,
   hello_reply = 0x81,
   listen_reply = 0x82,
@@ -92,6 +93,7 @@ enum class MsgType : std::uint8_t {
   flows_reply = 0x8E,
   rules_reply = 0x8F,
   lease_reply = 0x90,
+  auth_reply = 0x91,
   error = 0xFF,
 };
 
@@ -126,10 +128,12 @@ enum class Tag : std::uint16_t {
   versions = 0x0004,      // u8 min, u8 max
   version = 0x0005,       // u8
   resume = 0x0006,        // record: format u8, flags u8, node id u16 (HELLO after a filterd restart)
-  token = 0x0007,         // bytes 1..256: the shared secret of a TCP control connection
+  token = 0x0007,         // bytes 1..256: the token itself; refused over TCP since AUTH (never sent by xk)
   // critical: a filterd that cannot give the node an Ethernet channel must
   // not register it on a memif one it cannot reach
   ethernet = 0x8008,      // 6 bytes: the node's MAC on filterd's node port (0: filterd picks one)
+  nonce = 0x0009,         // 32 bytes: a fresh random nonce (AUTH, AUTH_REPLY)
+  proof = 0x000A,         // 32 bytes: HMAC-SHA256 keyed with the token (AUTH_REPLY, HELLO)
   proto = 0x0010,         // u8: 6 tcp, 17 udp; 1 icmp in flows
   local_port = 0x0011,    // u16
   group = 0x0012,         // u8 bool
