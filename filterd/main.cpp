@@ -21,10 +21,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -36,6 +34,7 @@
 #include "xk/drivers/shm.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/filterd/central.hpp"
+#include "xk/filterd/channels.hpp"
 #include "xk/filterd/control_server.hpp"
 #include "xk/filterd/registry.hpp"
 #include "xk/filterd/steer.hpp"
@@ -314,98 +313,18 @@ int run(const Flags& f) {
     central = std::make_unique<Central>(*graph.find_as<tcp::TcpProtocol>("tcp0"), *steer, &loop, cc);
   }
 
-  // The channel socket outlives node churn: an interface that never gets a
-  // client holds it (DPDK's memif would otherwise leave it listening, but
-  // unusable, once the last node is gone -- dpdk::probe_vdev). Its id is past
-  // any node's (node id * 64 + queue < 2^22).
-  if (!f.shm) drivers::dpdk::probe_vdev("net_memif_anchor,role=server,id=2147483647,socket=" + f.memif);
-
   // Each node's channels: a server end per queue (one per stack the node
-  // runs) -- a hot-plugged memif interface, or an shm link listening on
-  // PATH.<id>.
-  std::map<NodeId, std::vector<std::unique_ptr<Protocol>>> channels;
+  // runs), or its place on the node port (docs/filterd.md).
+  ChannelManager::Config chc;
+  chc.kind = f.shm ? ChannelManager::Kind::shm : ChannelManager::Kind::memif;
+  chc.socket = f.memif;
+  chc.central = f.central;
+  ChannelManager channels(loop, *steer, *ext, node_port, chc);
   NodeRegistry::Hooks hooks;
-  std::set<NodeId> remote_nodes;  // on the node port
-  hooks.attach = [&](const NodeInfo& n) -> Status {
-    if (n.ethernet) {
-      // One queue, on the shared node port (the registry refuses more).
-      const filterd::ctl::Channel& ch = n.channels.front();
-      if (node_port == nullptr) return Errc::not_found;
-      if (!node_port->link().up) return Errc::no_route;  // it would hear nothing
-      if (Status st = steer->attach_ethernet(n.id, ch.node_mac); !st) return st;
-      remote_nodes.insert(n.id);
-      std::printf("filterd: node %u (%s, pid %u) attached on the node port, MAC %s\n", n.id, n.name.c_str(), n.pid,
-                  to_string(ch.node_mac).c_str());
-      std::fflush(stdout);
-      return {};
-    }
-    if (f.central && n.channels.size() > 1) return Errc::unsupported;  // the bridge relays to one queue
-    std::vector<std::unique_ptr<Protocol>> made;
-    auto undo = [&] {
-      steer->detach(n.id);
-      made.clear();
-    };
-    // Large frames from the nodes only if the external port can cut them.
-    const Result<LinkOffloads> ext_offloads = ext->control(xk::ctl::GetOffloads{});
-    const bool ext_cuts = ext_offloads && ext_offloads->tx_tcp_seg;
-    // One queue's channel: the server end of a memif interface or an shm
-    // link. Throws (DPDK's or the socket's reason) if it cannot be made.
-    auto make_channel = [&](std::size_t q, const filterd::ctl::Channel& ch) -> std::unique_ptr<Protocol> {
-      const std::string name = "node" + std::to_string(n.id) + (q == 0 ? "" : "q" + std::to_string(q));
-      if (f.shm) {
-        drivers::ShmDriver::Config sc;
-        sc.path = f.memif + "." + std::to_string(ch.memif_id);
-        sc.server = true;
-        sc.mtu = ext->mtu();
-        if (!ext_cuts) sc.frame_max = 0;
-        return std::make_unique<drivers::ShmDriver>(name, sc, &loop);
-      }
-      drivers::DpdkDriver::Config dc;
-      dc.devargs = "net_memif" + std::to_string(ch.memif_id) + ",role=server,id=" + std::to_string(ch.memif_id) +
-                   ",socket=" + f.memif;
-      dc.mtu = ext->mtu();
-      dc.mbufs = 4095;  // per channel: enough for its rings and bursts
-      dc.tx_keep = f.central;  // relay frames are never dropped: a full ring waits
-      // Large frames both ways (docs/filterd.md): from the nodes, whole
-      // MTU-sized segments steer has the external port cut -- if it can
-      // (gso=off: MTU-sized ones only); to them, what the external port
-      // coalesced. The channel itself never coalesces.
-      if (!ext_cuts) dc.frame_max = 0;
-      dc.gro = false;
-      return std::make_unique<drivers::DpdkDriver>(name, dc, &loop);
-    };
-    for (std::size_t q = 0; q < n.channels.size(); ++q) {
-      const filterd::ctl::Channel& ch = n.channels[q];
-      try {
-        std::unique_ptr<Protocol> d = make_channel(q, ch);
-        if (Status st = steer->attach(n.id, static_cast<std::uint16_t>(q), *d, ch.node_mac); !st) {
-          undo();
-          return st;
-        }
-        made.push_back(std::move(d));
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "filterd: node %u (%s) queue %zu: %s\n", n.id, n.name.c_str(), q, e.what());
-        undo();
-        return Errc::no_memory;
-      }
-    }
-    channels[n.id] = std::move(made);
-    const char* kind = f.shm ? "shm" : "memif";
-    if (n.channels.size() == 1) {
-      std::printf("filterd: node %u (%s, pid %u) attached on %s id %u\n", n.id, n.name.c_str(), n.pid, kind,
-                  n.channels.front().memif_id);
-    } else {
-      std::printf("filterd: node %u (%s, pid %u) attached with %zu queues on %s ids %u..%u\n", n.id, n.name.c_str(),
-                  n.pid, n.channels.size(), kind, n.channels.front().memif_id, n.channels.back().memif_id);
-    }
-    std::fflush(stdout);
-    return {};
-  };
+  hooks.attach = [&](const NodeInfo& n) { return channels.attach(n); };
   hooks.detach = [&](NodeId id) {
     if (central) central->node_gone(id);
-    steer->detach(id);
-    channels.erase(id);
-    remote_nodes.erase(id);
+    channels.detach(id);
     std::printf("filterd: node %u gone\n", id);
     std::fflush(stdout);
   };
@@ -440,28 +359,7 @@ int run(const Flags& f) {
 
   // The node port's link: when it goes down, its nodes are gone as if they
   // had died (their control connections are closed, so they notice).
-  struct LinkWatch {
-    drivers::DpdkDriver* port;
-    ControlServer* control;
-    std::set<NodeId>* nodes;
-    bool up = true;
-  } watch{node_port, &control, &remote_nodes};
-  std::optional<Timer> link_timer;
-  if (node_port != nullptr) {
-    watch.up = node_port->link().up;
-    link_timer.emplace(loop.timers(), [w = &watch, t = &link_timer] {
-      const bool up = w->port->link().up;
-      if (w->up && !up) {
-        std::printf("filterd: the node port's link is down: %zu remote nodes go\n", w->nodes->size());
-        std::fflush(stdout);
-        const std::set<NodeId> gone = *w->nodes;
-        for (NodeId id : gone) w->control->drop_node(id);
-      }
-      w->up = up;
-      (*t)->arm_after(std::chrono::milliseconds(200));
-    });
-    link_timer->arm_after(std::chrono::milliseconds(200));
-  }
+  channels.watch_node_port(control);
 
   // RFC 9293 3.4.3 ("knowing when to keep quiet") for a restarted host, in
   // filterd's terms: answer nothing for flows it may simply not know yet.
@@ -500,9 +398,7 @@ int run(const Flags& f) {
   // Relayed connections go first (RST to their peers), then the channels
   // (detached from steer first).
   central.reset();
-  for (auto& [id, d] : channels) steer->detach(id);
   channels.clear();
-  link_timer.reset();
   steer->detach_node_port();
   return 0;
 }
