@@ -472,7 +472,31 @@ class Experiment {
     unsigned n;
     unsigned repeat;
   };
+  // One run's names, places and processes (destroyed -- killed, reaped --
+  // on every way out).
+  struct Run {
+    Point p;
+    std::size_t index = 0;
+    std::string dir, id, ctl, ext_memif, node_memif, csum, timeout, peer_ip;
+    bool standalone = false;
+    double t_start = 0, deadline = 0;
+    std::unique_ptr<Child> peer;       // the receiver
+    std::unique_ptr<Child> remote_fd;  // --remote xk-filterd: the remote machine's filterd
+    std::unique_ptr<Child> filterd;
+    std::vector<std::unique_ptr<Child>> nodes;
+  };
   Row run_one(const Point& p, std::size_t index);
+  Run plan(const Point& p, std::size_t index) const;
+  void start_receiver(Run& run);
+  std::vector<std::string> external_port(const Run& run) const;
+  void start_filterd(Run& run, const std::vector<std::string>& port);
+  std::vector<std::string> node_argv(const Run& run, const std::vector<std::string>& port) const;
+  void start_nodes(Run& run, const std::vector<std::string>& tx);
+  void show_progress(Run& run) const;
+  void wait_for_nodes(Run& run);
+  void wait_for_receiver(Run& run);
+  double stop_filterds(Run& run);
+  Row row_of(const Run& run, double filterd_cpu_s, double remote_fd_cpu) const;
   void setup_linux();
   void set_linux_csum(bool csum);
   void teardown();
@@ -576,99 +600,129 @@ void Experiment::teardown() {
   }
 }
 
+// One run, in the order its processes start: the receiver's side, filterd,
+// the nodes; then waiting for them, and the row from what they printed.
 Row Experiment::run_one(const Point& p, std::size_t index) {
+  Run run = plan(p, index);
+  start_receiver(run);
+  const std::vector<std::string> port = external_port(run);
+  start_filterd(run, port);
+  const auto fd_cpu0 = run.standalone ? std::optional<double>(0) : process_cpu_seconds(run.filterd->pid());
+  if (!fd_cpu0) throw RunFailure{"filterd is gone before the nodes started; " + run.filterd->log()};
+  start_nodes(run, node_argv(run, port));
+  wait_for_nodes(run);
+  const auto fd_cpu1 = run.standalone ? std::optional<double>(0) : process_cpu_seconds(run.filterd->pid());
+  if (!fd_cpu1) throw RunFailure{"filterd is gone at the end of the run; " + run.filterd->log()};
+  wait_for_receiver(run);
+  const double remote_fd_cpu = stop_filterds(run);
+  return row_of(run, *fd_cpu1 - *fd_cpu0, remote_fd_cpu);
+}
+
+Experiment::Run Experiment::plan(const Point& p, std::size_t index) const {
+  Run run;
+  run.p = p;
   const std::string label = p.mode + "-csum" + (p.csum ? "on" : "off") + "-n" + std::to_string(p.n) +
                             (a_.repeat > 1 ? "-r" + std::to_string(p.repeat) : "");
-  const std::string dir = runs_ + "/" + label;
-  fs::create_directories(dir);
-  const std::string id = std::to_string(getpid()) + "-" + std::to_string(index);
-  const std::string ctl = tmp_ + "/ctl-" + std::to_string(index) + ".sock";
+  run.dir = runs_ + "/" + label;
+  fs::create_directories(run.dir);
+  run.index = index;
+  run.id = std::to_string(getpid()) + "-" + std::to_string(index);
+  run.ctl = tmp_ + "/ctl-" + std::to_string(index) + ".sock";
   // memif sockets in the abstract namespace (DPDK's default): no file to leave.
-  const std::string ext_memif = "/run/xk-scale-" + id + ".ext";
-  const std::string node_memif = "/run/xk-scale-" + id + ".nodes";
-  const std::string csum = p.csum ? "on" : "off";
-  const std::string timeout = fmt("%.0f", std::min(a_.timeout_s, 120.0));
-  std::vector<std::unique_ptr<Child>> keep;  // destroyed (killed, reaped) on every way out
-  const double t_start = now_seconds();
-  const double deadline = t_start + a_.timeout_s;
+  run.ext_memif = "/run/xk-scale-" + run.id + ".ext";
+  run.node_memif = "/run/xk-scale-" + run.id + ".nodes";
+  run.csum = p.csum ? "on" : "off";
+  run.timeout = fmt("%.0f", std::min(a_.timeout_s, 120.0));
+  run.standalone = p.mode == "standalone";
+  run.t_start = now_seconds();
+  run.deadline = run.t_start + a_.timeout_s;
+  return run;
+}
 
-  // The remote side, then filterd: the receiver (a memif server) waits for
-  // its link, which comes up when filterd's external port connects.
-  std::unique_ptr<Child> peer;
-  std::unique_ptr<Child> remote_fd;  // --remote xk-filterd: the remote machine's filterd
-  std::string peer_ip;
+// The remote side first: its receiver (a memif server) waits for its link,
+// which comes up when filterd's external port connects.
+void Experiment::start_receiver(Run& run) {
+  const Point& p = run.p;
   if (a_.remote == Remote::xk_filterd) {
     // Another xk machine: its filterd owns the external link (the memif
     // server this time) and the receiver is a node attached to it.
-    peer_ip = kXkPeerIp;
-    const std::string rctl = tmp_ + "/remote-ctl-" + std::to_string(index) + ".sock";
-    std::vector<std::string> rfd{a_.filterd, "--mode", "steer", "--ip", peer_ip + "/24", "--control", rctl,
-                                 "--memif-socket", "/run/xk-scale-" + id + ".remote-nodes", "--csum", csum,
+    run.peer_ip = kXkPeerIp;
+    const std::string rctl = tmp_ + "/remote-ctl-" + std::to_string(run.index) + ".sock";
+    std::vector<std::string> rfd{a_.filterd, "--mode", "steer", "--ip", run.peer_ip + "/24", "--control", rctl,
+                                 "--memif-socket", "/run/xk-scale-" + run.id + ".remote-nodes", "--csum", run.csum,
                                  "--idle", a_.filterd_idle,
-                                 "--port", "net_memif0,role=server,id=0,socket=" + ext_memif};
+                                 "--port", "net_memif0,role=server,id=0,socket=" + run.ext_memif};
     if (a_.mtu != 1500) rfd.insert(rfd.end(), {"--port-opts", "mtu=" + std::to_string(a_.mtu)});
     if (!a_.tcp_opts.empty()) rfd.insert(rfd.end(), {"--tcp-opts", a_.tcp_opts});
-    remote_fd = std::make_unique<Child>("the remote filterd", rfd, dir + "/remote-filterd.log");
-    wait_for_text(*remote_fd, "ready", 60);
+    run.remote_fd = std::make_unique<Child>("the remote filterd", rfd, run.dir + "/remote-filterd.log");
+    wait_for_text(*run.remote_fd, "ready", 60);
     std::vector<std::string> argv{a_.program, "receive", "--filterd", rctl, "--tcp-port", kPeerPort,
-                                  "--connections", std::to_string(p.n), "--csum", csum,
-                                  "--verify", a_.verify ? "on" : "off", "--idle", a_.peer_idle, "--timeout", timeout};
+                                  "--connections", std::to_string(p.n), "--csum", run.csum,
+                                  "--verify", a_.verify ? "on" : "off", "--idle", a_.peer_idle, "--timeout",
+                                  run.timeout};
     if (!a_.tcp_opts.empty()) argv.insert(argv.end(), {"--tcp-opts", a_.tcp_opts});
     if (a_.progress_s) argv.insert(argv.end(), {"--progress", fmt("%g", *a_.progress_s)});
-    peer = std::make_unique<Child>("the receiver", argv, dir + "/peer.log");
-    wait_for_text(*peer, "ready", 60);
+    run.peer = std::make_unique<Child>("the receiver", argv, run.dir + "/peer.log");
+    wait_for_text(*run.peer, "ready", 60);
   } else if (a_.remote == Remote::xk) {
-    peer_ip = kXkPeerIp;
+    run.peer_ip = kXkPeerIp;
     std::vector<std::string> argv{a_.program, "receive", "--port",
-                                  "net_memif0,role=server,id=0,socket=" + ext_memif, "--ip", peer_ip + "/24",
-                                  "--tcp-port", kPeerPort, "--connections", std::to_string(p.n), "--csum", csum,
-                                  "--verify", a_.verify ? "on" : "off", "--idle", a_.peer_idle, "--timeout", timeout};
+                                  "net_memif0,role=server,id=0,socket=" + run.ext_memif, "--ip", run.peer_ip + "/24",
+                                  "--tcp-port", kPeerPort, "--connections", std::to_string(p.n), "--csum", run.csum,
+                                  "--verify", a_.verify ? "on" : "off", "--idle", a_.peer_idle, "--timeout",
+                                  run.timeout};
     if (a_.mtu != 1500) argv.insert(argv.end(), {"--port-opts", "mtu=" + std::to_string(a_.mtu)});
     if (!a_.tcp_opts.empty()) argv.insert(argv.end(), {"--tcp-opts", a_.tcp_opts});
     if (a_.progress_s) argv.insert(argv.end(), {"--progress", fmt("%g", *a_.progress_s)});
-    peer = std::make_unique<Child>("the receiver", argv, dir + "/peer.log");
-    wait_for_text(*peer, "waiting for the link", 60);
+    run.peer = std::make_unique<Child>("the receiver", argv, run.dir + "/peer.log");
+    wait_for_text(*run.peer, "waiting for the link", 60);
   } else {
-    peer_ip = kLinuxIp;
+    run.peer_ip = kLinuxIp;
     set_linux_csum(p.csum);
-    peer = std::make_unique<Child>("the Linux receiver",
-                                   std::vector<std::string>{"ip", "netns", "exec", nsa_, "python3", "-c",
-                                                            kLinuxReceiver, peer_ip, kPeerPort, std::to_string(p.n),
-                                                            timeout},
-                                   dir + "/peer.log");
+    run.peer = std::make_unique<Child>("the Linux receiver",
+                                       std::vector<std::string>{"ip", "netns", "exec", nsa_, "python3", "-c",
+                                                                kLinuxReceiver, run.peer_ip, kPeerPort,
+                                                                std::to_string(p.n), run.timeout},
+                                       run.dir + "/peer.log");
   }
-  // The external link, as filterd (or a standalone node) takes it.
+}
+
+// The external link, as filterd (or a standalone node) takes it.
+std::vector<std::string> Experiment::external_port(const Run& run) const {
   std::vector<std::string> port;
   if (a_.remote != Remote::linux) {
-    port = {"--port", "net_memif1,role=client,id=0,socket=" + ext_memif};
+    port = {"--port", "net_memif1,role=client,id=0,socket=" + run.ext_memif};
     if (a_.mtu != 1500) port.insert(port.end(), {"--port-opts", "mtu=" + std::to_string(a_.mtu)});
   } else {
     port = {"--port", "net_af_packet0,iface=" + xkif_ + ",framecnt=4096", "--port-opts",
             "mbufs=16383" + (a_.mtu != 1500 ? " mtu=" + std::to_string(a_.mtu) : std::string())};
   }
-  const bool standalone = p.mode == "standalone";
-  std::unique_ptr<Child> filterd;
-  if (!standalone) {
-    std::vector<std::string> fd{a_.filterd, "--mode", p.mode, "--ip", std::string(kSharedIp) + "/24", "--control", ctl,
-                                "--memif-socket", node_memif, "--channels", a_.channels, "--csum", csum,
-                                "--idle", a_.filterd_idle};
-    fd.insert(fd.end(), port.begin(), port.end());
-    if (!a_.tcp_opts.empty()) fd.insert(fd.end(), {"--tcp-opts", a_.tcp_opts});
-    if (a_.remote_nodes()) {
-      fd.insert(fd.end(), {"--node-port", a_.node_port, "--control-tcp", a_.node_control, "--control-token", token_});
-      if (!a_.node_port_opts.empty()) fd.insert(fd.end(), {"--node-port-opts", a_.node_port_opts});
-    }
-    filterd = std::make_unique<Child>("filterd", in_xk_ns(fd), dir + "/filterd.log");
-    wait_for_text(*filterd, "ready", 60);
-    if (a_.remote != Remote::xk_filterd) wait_for_text(*peer, "ready", 60);
-  }
+  return port;
+}
 
-  // The nodes: each sends one stream to the receiver; a standalone node
-  // owns the external link and the address filterd would have.
-  std::vector<std::string> tx{a_.program, "transmit", "--peer", peer_ip + ":" + kPeerPort,
-                              "--csum", csum, "--verify", a_.verify ? "on" : "off", "--idle", a_.idle,
-                              "--timeout", timeout};
-  if (standalone) {
+void Experiment::start_filterd(Run& run, const std::vector<std::string>& port) {
+  if (run.standalone) return;
+  std::vector<std::string> fd{a_.filterd, "--mode", run.p.mode, "--ip", std::string(kSharedIp) + "/24", "--control",
+                              run.ctl, "--memif-socket", run.node_memif, "--channels", a_.channels, "--csum", run.csum,
+                              "--idle", a_.filterd_idle};
+  fd.insert(fd.end(), port.begin(), port.end());
+  if (!a_.tcp_opts.empty()) fd.insert(fd.end(), {"--tcp-opts", a_.tcp_opts});
+  if (a_.remote_nodes()) {
+    fd.insert(fd.end(), {"--node-port", a_.node_port, "--control-tcp", a_.node_control, "--control-token", token_});
+    if (!a_.node_port_opts.empty()) fd.insert(fd.end(), {"--node-port-opts", a_.node_port_opts});
+  }
+  run.filterd = std::make_unique<Child>("filterd", in_xk_ns(fd), run.dir + "/filterd.log");
+  wait_for_text(*run.filterd, "ready", 60);
+  if (a_.remote != Remote::xk_filterd) wait_for_text(*run.peer, "ready", 60);
+}
+
+// What every node runs: one stream to the receiver; a standalone node owns
+// the external link and the address filterd would have.
+std::vector<std::string> Experiment::node_argv(const Run& run, const std::vector<std::string>& port) const {
+  std::vector<std::string> tx{a_.program, "transmit", "--peer", run.peer_ip + ":" + kPeerPort,
+                              "--csum", run.csum, "--verify", a_.verify ? "on" : "off", "--idle", a_.idle,
+                              "--timeout", run.timeout};
+  if (run.standalone) {
     tx.insert(tx.end(), port.begin(), port.end());
     tx.insert(tx.end(), {"--ip", std::string(kSharedIp) + "/24"});
   } else if (a_.remote_nodes()) {
@@ -677,7 +731,7 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
     tx.insert(tx.end(), {"--filterd", "tcp:" + a_.node_control, "--filterd-token", token_, "--port", a_.rank_port});
     if (!a_.rank_port_opts.empty()) tx.insert(tx.end(), {"--port-opts", a_.rank_port_opts});
   } else {
-    tx.insert(tx.end(), {"--filterd", ctl});
+    tx.insert(tx.end(), {"--filterd", run.ctl});
   }
   if (a_.seconds) {
     tx.insert(tx.end(), {"--seconds", fmt("%g", *a_.seconds)});
@@ -686,89 +740,106 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
   }
   if (a_.buflen) tx.insert(tx.end(), {"--buflen", std::to_string(*a_.buflen)});
   if (!a_.tcp_opts.empty()) tx.insert(tx.end(), {"--tcp-opts", a_.tcp_opts});
+  return tx;
+}
 
-  const auto fd_cpu0 = standalone ? std::optional<double>(0) : process_cpu_seconds(filterd->pid());
-  if (!fd_cpu0) throw RunFailure{"filterd is gone before the nodes started; " + filterd->log()};
-  std::vector<std::unique_ptr<Child>> nodes;
+void Experiment::start_nodes(Run& run, const std::vector<std::string>& tx) {
   if (a_.launcher == Launcher::local) {
-    for (unsigned i = 0; i < p.n; ++i) {
+    for (unsigned i = 0; i < run.p.n; ++i) {
       auto argv = tx;
       for (auto& w : argv) w = with_rank(w, i);
       argv.insert(argv.end(), {"--seed", std::to_string(i + 1), "--label", "node" + std::to_string(i)});
-      nodes.push_back(std::make_unique<Child>("node " + std::to_string(i), in_xk_ns(argv),
-                                              dir + "/node" + std::to_string(i) + ".log"));
+      run.nodes.push_back(std::make_unique<Child>("node " + std::to_string(i), in_xk_ns(argv),
+                                                  run.dir + "/node" + std::to_string(i) + ".log"));
     }
-  } else {
-    std::vector<std::string> argv{a_.mpirun, "-np", std::to_string(p.n), "--oversubscribe", "--bind-to", "none",
-                                  "--tag-output"};
-    if (geteuid() == 0) argv.push_back("--allow-run-as-root");
-    argv.insert(argv.end(), a_.mpirun_args.begin(), a_.mpirun_args.end());
-    argv.insert(argv.end(), {self_, "rank", "--"});
-    argv.insert(argv.end(), tx.begin(), tx.end());
-    nodes.push_back(std::make_unique<Child>("mpirun", in_xk_ns(argv), dir + "/mpirun.log"));
+    return;
   }
+  std::vector<std::string> argv{a_.mpirun, "-np", std::to_string(run.p.n), "--oversubscribe", "--bind-to", "none",
+                                "--tag-output"};
+  if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+  argv.insert(argv.end(), a_.mpirun_args.begin(), a_.mpirun_args.end());
+  argv.insert(argv.end(), {self_, "rank", "--"});
+  argv.insert(argv.end(), tx.begin(), tx.end());
+  run.nodes.push_back(std::make_unique<Child>("mpirun", in_xk_ns(argv), run.dir + "/mpirun.log"));
+}
 
-  // Until every node is done; the receiver's PROGRESS lines shown as they come.
-  auto show_progress = [&] {
-    if (!a_.progress_s) return;
-    for (const auto& l : peer->new_lines()) {
-      if (auto at = l.find("PROGRESS "); at != std::string::npos) std::printf("      %s\n", l.c_str() + at);
-    }
-    std::fflush(stdout);
-  };
+// The receiver's PROGRESS lines, shown as they come.
+void Experiment::show_progress(Run& run) const {
+  if (!a_.progress_s) return;
+  for (const auto& l : run.peer->new_lines()) {
+    if (auto at = l.find("PROGRESS "); at != std::string::npos) std::printf("      %s\n", l.c_str() + at);
+  }
+  std::fflush(stdout);
+}
+
+// Until every node is done; a node that fails, a filterd that dies, a signal
+// or the deadline ends the run.
+void Experiment::wait_for_nodes(Run& run) {
   for (;;) {
     if (g_stop_signal.load() != 0) throw RunFailure{"stopped by signal"};
     bool any = false;
-    for (auto& n : nodes) {
+    for (auto& n : run.nodes) {
       if (n->running()) {
         any = true;
       } else if (n->status() != 0) {
         throw RunFailure{n->name() + " " + n->describe_status() + "; " + n->log() + " ends:\n" + n->log_tail()};
       }
     }
-    if (!any) break;
-    for (Child* f : {filterd.get(), remote_fd.get()}) {
+    if (!any) return;
+    for (Child* f : {run.filterd.get(), run.remote_fd.get()}) {
       if (f != nullptr && !f->running()) {
         throw RunFailure{f->name() + " " + f->describe_status() + " during the run; " + f->log() + " ends:\n" +
                          f->log_tail()};
       }
     }
-    if (now_seconds() > deadline) {
-      throw RunFailure{"the run took longer than --timeout " + fmt("%.0f", a_.timeout_s) + " s; logs in " + dir};
+    if (now_seconds() > run.deadline) {
+      throw RunFailure{"the run took longer than --timeout " + fmt("%.0f", a_.timeout_s) + " s; logs in " + run.dir};
     }
-    show_progress();
+    show_progress(run);
     sleep_ms(20);
   }
-  const auto fd_cpu1 = standalone ? std::optional<double>(0) : process_cpu_seconds(filterd->pid());
-  if (!fd_cpu1) throw RunFailure{"filterd is gone at the end of the run; " + filterd->log()};
-  while (peer->running()) {
+}
+
+void Experiment::wait_for_receiver(Run& run) {
+  while (run.peer->running()) {
     if (g_stop_signal.load() != 0) throw RunFailure{"stopped by signal"};
-    if (now_seconds() > deadline) {
-      throw RunFailure{"the receiver did not finish after every node had; " + peer->log() + " ends:\n" +
-                       peer->log_tail()};
+    if (now_seconds() > run.deadline) {
+      throw RunFailure{"the receiver did not finish after every node had; " + run.peer->log() + " ends:\n" +
+                       run.peer->log_tail()};
     }
-    show_progress();
+    show_progress(run);
     sleep_ms(20);
   }
-  show_progress();
-  if (peer->status() != 0) {
-    throw RunFailure{peer->name() + " " + peer->describe_status() + "; " + peer->log() + " ends:\n" + peer->log_tail()};
+  show_progress(run);
+  if (run.peer->status() != 0) {
+    throw RunFailure{run.peer->name() + " " + run.peer->describe_status() + "; " + run.peer->log() + " ends:\n" +
+                     run.peer->log_tail()};
   }
-  // The remote machine's CPU is its receiver's and its filterd's.
+}
+
+// Stops filterd and the remote filterd; returns the remote filterd's CPU
+// seconds (the remote machine's CPU is its receiver's and its filterd's).
+double Experiment::stop_filterds(Run& run) {
   double remote_fd_cpu = 0;
-  if (remote_fd) {
-    const auto c = process_cpu_seconds(remote_fd->pid());
-    if (!c) throw RunFailure{"the remote filterd is gone at the end of the run; " + remote_fd->log()};
+  if (run.remote_fd) {
+    const auto c = process_cpu_seconds(run.remote_fd->pid());
+    if (!c) throw RunFailure{"the remote filterd is gone at the end of the run; " + run.remote_fd->log()};
     remote_fd_cpu = *c;
   }
-  for (Child* f : {filterd.get(), remote_fd.get()}) {
+  for (Child* f : {run.filterd.get(), run.remote_fd.get()}) {
     if (f != nullptr && !f->stop()) {
       throw RunFailure{f->name() + " " + f->describe_status() + " when stopped; " + f->log() + " ends:\n" +
                        f->log_tail()};
     }
   }
-  const double wall = now_seconds() - t_start;
+  return remote_fd_cpu;
+}
 
+// The row, from the receiver's and the nodes' RESULT lines, checked against
+// each other and against what was asked.
+Row Experiment::row_of(const Run& run, double filterd_cpu_s, double remote_fd_cpu) const {
+  const Point& p = run.p;
+  const std::string& dir = run.dir;
   Row r;
   r.mode = p.mode;
   r.csum = p.csum;
@@ -776,16 +847,16 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
   r.repeat = p.repeat;
   r.launcher = a_.launcher == Launcher::local ? "local" : "mpirun";
   // A standalone node sits on the external link itself (memif to the peer).
-  r.node_link = standalone ? "memif" : a_.remote_nodes() ? "ethernet" : a_.channels;
+  r.node_link = run.standalone ? "memif" : a_.remote_nodes() ? "ethernet" : a_.channels;
   r.remote = a_.remote == Remote::xk ? "xk" : a_.remote == Remote::linux ? "linux" : "xk-filterd";
   r.mtu = a_.mtu;
-  r.wall_seconds = wall;
+  r.wall_seconds = now_seconds() - run.t_start;
   Fields total;
-  for (auto& f : result_lines(peer->log_text(), "receiver")) {
+  for (auto& f : result_lines(run.peer->log_text(), "receiver")) {
     if (f.count("total") != 0) total = f;
   }
-  if (total.empty()) throw RunFailure{"the receiver printed no 'RESULT role=receiver total=1' line; " + peer->log()};
-  const std::string who = "the receiver (" + peer->log() + ")";
+  if (total.empty()) throw RunFailure{"the receiver printed no 'RESULT role=receiver total=1' line; " + run.peer->log()};
+  const std::string who = "the receiver (" + run.peer->log() + ")";
   if (number(total, "connections", who) != p.n) {
     throw RunFailure{who + " counted " + total.at("connections") + " connections, not " + std::to_string(p.n)};
   }
@@ -798,7 +869,7 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
   const double gb = static_cast<double>(r.bytes) / 1e9;
 
   std::vector<Fields> sent;
-  for (auto& n : nodes) {
+  for (const auto& n : run.nodes) {
     auto lines = result_lines(n->log_text(), "transmitter");
     sent.insert(sent.end(), lines.begin(), lines.end());
   }
@@ -826,7 +897,7 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
     throw RunFailure{"the receiver got " + std::to_string(r.bytes) + " bytes, not " + std::to_string(p.n) + " x " +
                      std::to_string(a_.bytes) + "; logs in " + dir};
   }
-  r.filterd_cpu_s = *fd_cpu1 - *fd_cpu0;
+  r.filterd_cpu_s = filterd_cpu_s;
   r.filterd_s_per_gb = r.filterd_cpu_s / gb;
   r.nodes_s_per_gb = r.nodes_cpu_s / gb;
   r.peer_s_per_gb = r.peer_cpu_s / gb;
