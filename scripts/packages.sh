@@ -11,6 +11,7 @@ XK_PACKAGES=(
   dpdk-dev                                              # dpdk-testpmd: the bare forwarder of forward_floor.sh
   iproute2 ethtool iputils-ping                         # network namespaces, veth offloads, ping (integration)
   gnuplot-nox openmpi-bin file                          # xk-scale's plots, its mpirun launcher; PNG checks
+  libssl-dev                                            # the apps' stream digests (OpenSSL's SHA-256)
 )
 
 xk_install_packages() {

@@ -27,12 +27,12 @@
 #include <vector>
 
 #include "xk/apps/servers.hpp"
+#include "xk/apps/digest.hpp"
 #include "xk/apps/stack.hpp"
 #include "xk/apps/stream.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
 #include "xk/protocols/tcp.hpp"
-#include "xk/sha256.hpp"
 
 namespace {
 
@@ -213,7 +213,7 @@ class Server final : public xk::Pollable {
  private:
   struct Conn {
     xk::tcp::TcpSocket sock;
-    xk::Sha256 sha;
+    xk::apps::StreamDigest sha;
     std::uint64_t bytes = 0;
     Clock::time_point start{};
     double cpu0 = 0;  // the process's CPU seconds when it was accepted
@@ -290,7 +290,7 @@ class Server final : public xk::Pollable {
       std::printf("RESULT role=server conn=%llu bytes=%llu sha256=%s seconds=%.6f gbps=%.3f eof=%d cpu_s=%.3f "
                   "xfer_cpu_s=%.3f\n",
                   static_cast<unsigned long long>(finished_), static_cast<unsigned long long>(c.bytes),
-                  a_.verify ? xk::Sha256::hex(c.sha.digest()).c_str() : "off", secs,
+                  a_.verify ? c.sha.hex().c_str() : "off", secs,
                   secs > 0 ? static_cast<double>(c.bytes) * 8 / secs / 1e9 : 0.0, eof ? 1 : 0, cpu, cpu - c.cpu0);
     }
     print_conn_stats("server", c.sock);
@@ -453,7 +453,7 @@ class Client final : public xk::Pollable {
     const double cpu = xk::apps::process_cpu_seconds();
     std::printf("RESULT role=client bytes=%llu sha256=%s seconds=%.6f gbps=%.3f send_seconds=%.6f cpu_s=%.3f "
                 "xfer_cpu_s=%.3f\n",
-                static_cast<unsigned long long>(sent_), a_.verify ? xk::Sha256::hex(sha_.digest()).c_str() : "off", secs,
+                static_cast<unsigned long long>(sent_), a_.verify ? sha_.hex().c_str() : "off", secs,
                 secs > 0 ? static_cast<double>(sent_) * 8 / secs / 1e9 : 0.0, seconds_between(start_, sent_done_), cpu,
                 cpu - cpu0_);
     print_conn_stats("client", s_);
@@ -483,7 +483,7 @@ class Client final : public xk::Pollable {
   xk::EventLoop& loop_;
   const Args& a_;
   std::vector<std::byte> block_;
-  xk::Sha256 sha_;
+  xk::apps::StreamDigest sha_;
   std::uint64_t sent_ = 0;
   bool connected_ = false;
   bool shut_ = false;

@@ -26,11 +26,11 @@
 #include <vector>
 
 #include "xk/apps/servers.hpp"
+#include "xk/apps/digest.hpp"
 #include "xk/apps/stack.hpp"
 #include "xk/apps/stream.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/protocols/tcp.hpp"
-#include "xk/sha256.hpp"
 #include "xk/timer.hpp"
 
 namespace {
@@ -262,7 +262,7 @@ class Receiver final : public xk::Pollable {
  private:
   struct Conn {
     xk::tcp::TcpSocket sock;
-    xk::Sha256 sha;
+    xk::apps::StreamDigest sha;
     std::uint32_t id = 0;
     std::uint64_t bytes = 0;
     Clock::time_point start{};
@@ -310,7 +310,7 @@ class Receiver final : public xk::Pollable {
       double secs = seconds_between(c.start, now);
       std::printf("RESULT role=receiver conn=%u peer=%s bytes=%llu seconds=%.6f gbps=%.3f", c.id, peer(c).c_str(),
                   static_cast<unsigned long long>(c.bytes), secs, gbps(c.bytes, secs));
-      if (a_.verify) std::printf(" sha256=%s", xk::Sha256::hex(c.sha.digest()).c_str());
+      if (a_.verify) std::printf(" sha256=%s", c.sha.hex().c_str());
       std::printf("\n");
     }
     if (a_.stats) xk::apps::print_conn_stats("receiver", c.sock);
@@ -463,7 +463,7 @@ class Transmitter final : public xk::Pollable {
   bool ok() const noexcept { return done_ && !failed_; }
   std::uint64_t sent() const noexcept { return sent_; }
   double seconds() const noexcept { return seconds_between(start_, end_); }
-  std::string sha256() { return xk::Sha256::hex(sha_.digest()); }
+  std::string sha256() { return sha_.hex(); }
 
  private:
   bool more_to_send() const noexcept { return a_.seconds > 0 ? !time_up_ : sent_ < a_.bytes; }
@@ -500,7 +500,7 @@ class Transmitter final : public xk::Pollable {
   const Args& a_;
   std::vector<std::byte> block_;
   xk::Timer tick_;
-  xk::Sha256 sha_;
+  xk::apps::StreamDigest sha_;
   std::uint64_t sent_ = 0;
   bool connected_ = false, shut_ = false, time_up_ = false, done_ = false, failed_ = false;
   Clock::time_point start_{}, end_{}, last_progress_{};
