@@ -3,6 +3,7 @@
 // packets, expiry and re-resolution, retries and the failed hold-down, static
 // entries, gratuitous ARP, malformed packets and storms. A tiny fake upper
 // stands in for ipv4: it enables 0x0800 on eth and records what arrives.
+#include "doubles.hpp"
 #include "xk/protocols/arp.hpp"
 
 #include <gtest/gtest.h>
@@ -92,36 +93,12 @@ class Raw final : public Protocol {
 
 // ---- exact bytes over a capturing driver ------------------------------------
 
-class CaptureDriver final : public Protocol {
- public:
-  CaptureDriver() : Protocol("cap0", "capture") {}
-  class S final : public Session {
-   public:
-    S(CaptureDriver& d, Protocol* up) : Session(d, up), d_(d) {}
-    Status push(Msg m) override {
-      d_.sent.push_back(text_of(m));
-      return {};
-    }
-    Status pop(Session&, Msg) override { return Errc::unsupported; }
-
-   private:
-    CaptureDriver& d_;
-  };
-  Result<SessionRef> open(Protocol& up, Participants&) override { return SessionRef(make_ref<S>(*this, &up)); }
-  Status open_enable(Protocol&, Participants&) override { return {}; }
-  Status open_disable(Protocol&, Participants&) override { return {}; }
-  Result<ControlReply> control_any(const ControlQuery& q) override {
-    if (std::holds_alternative<ctl::GetLocalAddr>(q)) return ControlReply{Participant{kMacA}};
-    if (std::holds_alternative<ctl::GetMtu>(q)) return ControlReply{std::size_t{1514}};
-    return Protocol::control_any(q);
-  }
-  std::vector<std::string> sent;
-};
+using test::CaptureDriver;
 
 TEST(ArpWire, RequestAndGratuitousBytesAreExact) {
   ManualClock clock;
   EventLoop loop(clock);
-  CaptureDriver cap;
+  CaptureDriver cap{CaptureDriver::Config{.mac = kMacA, .mtu = 1514, .header_room = std::nullopt}};
   eth::EthProtocol e0("eth0", cap);
   ArpProtocol a0("arp0", e0, loop);
   a0.add_local_address(kIpA);
@@ -135,7 +112,7 @@ TEST(ArpWire, RequestAndGratuitousBytesAreExact) {
       "\x02\x00\x00\x00\x00\x0a\x0a\x00\x00\x01"
       "\x00\x00\x00\x00\x00\x00\x0a\x00\x00\x01",
       42) + std::string(18, '\0');
-  EXPECT_EQ(cap.sent[0], gratuitous);
+  EXPECT_EQ(cap.sent_text(0), gratuitous);
   ASSERT_TRUE(a0.send_to(kIpB, packet("ip")).ok());
   ASSERT_EQ(cap.sent.size(), 2u);
   const std::string request = std::string(
@@ -144,14 +121,14 @@ TEST(ArpWire, RequestAndGratuitousBytesAreExact) {
       "\x02\x00\x00\x00\x00\x0a\x0a\x00\x00\x01"
       "\x00\x00\x00\x00\x00\x00\x0a\x00\x00\x02",
       42) + std::string(18, '\0');
-  EXPECT_EQ(cap.sent[1], request);
+  EXPECT_EQ(cap.sent_text(1), request);
   EXPECT_EQ(a0.counters().value("tx_requests"), 1u);
   EXPECT_EQ(a0.counters().value("tx_gratuitous"), 1u);
   // Once the link is up (libxk's Stack, after waiting for it): the same
   // announcement again, for neighbours that heard nothing the first time.
   a0.announce();
   ASSERT_EQ(cap.sent.size(), 3u);
-  EXPECT_EQ(cap.sent[2], gratuitous);
+  EXPECT_EQ(cap.sent_text(2), gratuitous);
   EXPECT_EQ(a0.counters().value("tx_gratuitous"), 2u);
 }
 

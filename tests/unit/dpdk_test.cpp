@@ -7,6 +7,7 @@
 //   net_af_packet on a veth pair whose other end is in a network namespace
 //               (root): frames both ways between xk and the Linux kernel.
 // The EAL is initialized once per process; every test shares it.
+#include "doubles.hpp"
 #include "xk/drivers/dpdk.hpp"
 #include "xk/drivers/doorbell.hpp"
 #include "xk/drivers/fault_fence.hpp"
@@ -94,15 +95,7 @@ Msg fragmented(const Bytes& f, std::size_t piece) {
 }
 
 // The top of the graph: keeps what arrives.
-class Sink final : public Protocol {
- public:
-  Sink() : Protocol("sink0", "sink") {}
-  Status demux(Session&, Msg msg) override {
-    received.push_back(std::move(msg));
-    return {};
-  }
-  std::vector<Msg> received;
-};
+using test::Sink;
 
 // ---- pcap files, written and read by hand (the classic format) ----------
 

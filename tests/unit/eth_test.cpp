@@ -1,6 +1,7 @@
 // eth: scripted frames through a capturing fake driver (exact bytes sent,
 // padding, MAC filter, VLAN tags, multicast groups, malformed input counted),
 // session sharing and hand-over, then two stacks over the pair driver.
+#include "doubles.hpp"
 #include "xk/protocols/eth.hpp"
 
 #include <gtest/gtest.h>
@@ -34,42 +35,7 @@ const MacAddr kPeer = mac(2);
 const MacAddr kGroup{{0x01, 0x00, 0x5e, 0x00, 0x00, 0xfb}};  // 224.0.0.251
 
 // Bottom of the graph for scripted tests: records every frame pushed into it.
-class CaptureDriver final : public Protocol {
- public:
-  explicit CaptureDriver(std::optional<MacAddr> m = kUs) : Protocol("cap0", "capture"), mac_(m) {}
-  class S final : public Session {
-   public:
-    S(CaptureDriver& d, Protocol* up) : Session(d, up), d_(d) {}
-    Status push(Msg m) override {
-      d_.sent.push_back(std::move(m));
-      return {};
-    }
-    Status pop(Session&, Msg) override { return Errc::unsupported; }
-
-   private:
-    CaptureDriver& d_;
-  };
-  Result<SessionRef> open(Protocol& up, Participants&) override { return SessionRef(make_ref<S>(*this, &up)); }
-  Status open_enable(Protocol& up, Participants&) override {
-    receiver = &up;
-    return {};
-  }
-  Status open_disable(Protocol&, Participants&) override {
-    receiver = nullptr;
-    return {};
-  }
-  Result<ControlReply> control_any(const ControlQuery& q) override {
-    if (std::holds_alternative<ctl::GetMtu>(q)) return ControlReply{std::size_t{1514}};
-    if (std::holds_alternative<ctl::GetHeaderRoom>(q)) return ControlReply{std::size_t{0}};
-    if (std::holds_alternative<ctl::GetLocalAddr>(q) && mac_) return ControlReply{Participant{*mac_}};
-    return Protocol::control_any(q);
-  }
-  std::vector<Msg> sent;
-  Protocol* receiver = nullptr;
-
- private:
-  std::optional<MacAddr> mac_;
-};
+using test::CaptureDriver;
 
 // Top of the graph: records what reaches it and the sessions it was given.
 class App final : public Protocol {
@@ -123,7 +89,7 @@ Participants type_key(std::uint32_t type) {
 }
 
 struct Scripted : ::testing::Test {
-  CaptureDriver cap;
+  CaptureDriver cap{CaptureDriver::Config{.mac = kUs}};
   EthProtocol e0{"eth0", cap};
   App app;
   SessionRef rx() {
@@ -171,7 +137,7 @@ TEST_F(Scripted, MtuIsTheDriversMinusTheHeader) {
 }
 
 TEST(EthConfig, PaddingCanBeTurnedOffAndMacOverridden) {
-  CaptureDriver cap;
+  CaptureDriver cap{CaptureDriver::Config{.mac = kUs}};
   EthProtocol::Config c;
   c.pad = false;
   c.mac = mac(9);
@@ -187,7 +153,7 @@ TEST(EthConfig, PaddingCanBeTurnedOffAndMacOverridden) {
 }
 
 TEST(EthConfig, NoMacAnywhereIsAConfigurationError) {
-  CaptureDriver cap(std::nullopt);
+  CaptureDriver cap{CaptureDriver::Config{.mac = std::nullopt}};
   EXPECT_THROW(EthProtocol("eth0", cap), std::invalid_argument);
   EthProtocol::Config c;
   c.mac = kGroup;
@@ -337,7 +303,7 @@ TEST_F(Scripted, EnableIsCountedAndOwnedByOneUpper) {
 }
 
 TEST_F(Scripted, PassiveSessionsAreBoundedByMaxSessions) {
-  CaptureDriver cap2;
+  CaptureDriver cap2{CaptureDriver::Config{.mac = kUs}};
   EthProtocol::Config c;
   c.max_sessions = 3;
   EthProtocol small("eth1", cap2, c);

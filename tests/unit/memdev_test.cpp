@@ -3,6 +3,7 @@
 // with its time on the loop's clock, both queues are bounded with counted
 // drops -- and ipv4 sits on it directly (bare IP: no eth, no arp), which is
 // how the packetdrill adapter composes its graph.
+#include "doubles.hpp"
 #include "xk/drivers/memdev.hpp"
 
 #include <gtest/gtest.h>
@@ -34,16 +35,7 @@ std::vector<std::uint8_t> bytes_out(const Msg& m) {
   return v;
 }
 
-class Sink final : public Protocol {
- public:
-  Sink() : Protocol("sink0", "sink") {}
-  Status demux(Session&, Msg msg) override {
-    std::vector<std::uint8_t> b = bytes_out(msg);
-    texts.emplace_back(b.begin(), b.end());
-    return {};
-  }
-  std::vector<std::string> texts;
-};
+using test::Sink;
 
 TEST(MemDev, InjectedFramesGoUpWhenPolledInOrder) {
   ManualClock clock(Time(std::chrono::seconds(5)));

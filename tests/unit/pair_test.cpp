@@ -1,5 +1,6 @@
 // The pair driver: two ends of one in-process link, frames crossing in order,
 // bounded queues, counted drops, controls, graph specs and event loops.
+#include "doubles.hpp"
 #include "xk/drivers/pair.hpp"
 
 #include <gtest/gtest.h>
@@ -20,12 +21,6 @@ std::vector<std::byte> bytes_of(std::string_view s) {
   return v;
 }
 
-std::string text_of(const Msg& m) {
-  std::string s(m.size(), '\0');
-  EXPECT_TRUE(m.copy_out(0, std::as_writable_bytes(std::span(s))).ok());
-  return s;
-}
-
 MacAddr mac(std::uint8_t last) { return MacAddr{{0x02, 0, 0, 0, 0, last}}; }
 
 PairDriver::Config config(std::uint8_t last, std::size_t queue = 1024, std::size_t mtu = 1514) {
@@ -37,17 +32,7 @@ PairDriver::Config config(std::uint8_t last, std::size_t queue = 1024, std::size
 }
 
 // Records what the driver delivers.
-class Sink final : public Protocol {
- public:
-  Sink() : Protocol("sink0", "sink") {}
-  Status demux(Session& lower, Msg msg) override {
-    texts.push_back(text_of(msg));
-    sessions.push_back(&lower);
-    return {};
-  }
-  std::vector<std::string> texts;
-  std::vector<Session*> sessions;
-};
+using test::Sink;
 
 SessionRef open_on(Protocol& driver, Protocol& upper) {
   Participants none;

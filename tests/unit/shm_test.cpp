@@ -3,6 +3,7 @@
 // back when the receiver lets go; segments leave as large frames with their
 // checksums; a peer that leaves gives everything back; a peer that lies in
 // its hello or its descriptors is counted, never followed.
+#include "doubles.hpp"
 #include "xk/drivers/shm.hpp"
 
 #include <fcntl.h>
@@ -54,15 +55,7 @@ Bytes bytes_of(const Msg& m) {
   return b;
 }
 
-class Sink final : public Protocol {
- public:
-  Sink() : Protocol("sink0", "sink") {}
-  Status demux(Session&, Msg msg) override {
-    got.push_back(std::move(msg));
-    return {};
-  }
-  std::vector<Msg> got;
-};
+using test::Sink;
 
 void enable(Protocol& driver, Protocol& upper) {
   Participants none;
@@ -117,12 +110,12 @@ TEST(Shm, FramesCrossInlineByReferenceOrCopiedOnceAndReferencesComeBack) {
   Bytes head = pattern(14, 3), body = pattern(20000, 4);
   ASSERT_TRUE(l.client.transmit(chunk_frame(head, body)).ok());
   l.client.flush();
-  ASSERT_TRUE(poll_until({&l.server}, [&] { return l.sink_s.got.size() == 3; }));
-  EXPECT_EQ(bytes_of(l.sink_s.got[0]), small);
-  EXPECT_EQ(bytes_of(l.sink_s.got[1]), heap);
+  ASSERT_TRUE(poll_until({&l.server}, [&] { return l.sink_s.received.size() == 3; }));
+  EXPECT_EQ(bytes_of(l.sink_s.received[0]), small);
+  EXPECT_EQ(bytes_of(l.sink_s.received[1]), heap);
   Bytes whole = head;
   whole.insert(whole.end(), body.begin(), body.end());
-  EXPECT_EQ(bytes_of(l.sink_s.got[2]), whole);
+  EXPECT_EQ(bytes_of(l.sink_s.received[2]), whole);
   const CounterSet& c = l.client.counters();
   EXPECT_EQ(c.value("tx_refs"), 1u);
   EXPECT_EQ(c.value("tx_copied"), 1u);
@@ -131,7 +124,7 @@ TEST(Shm, FramesCrossInlineByReferenceOrCopiedOnceAndReferencesComeBack) {
   // The receiver holds two references (the copy and the chunk) until it
   // lets go; then they come back to the sender.
   EXPECT_EQ(l.client.tokens_out(), 2u);
-  l.sink_s.got.clear();
+  l.sink_s.received.clear();
   EXPECT_TRUE(poll_until({&l.client}, [&] { return l.client.tokens_out() == 0; }));
   EXPECT_EQ(l.client.counters().value("bad_returns"), 0u);
 
@@ -142,14 +135,14 @@ TEST(Shm, FramesCrossInlineByReferenceOrCopiedOnceAndReferencesComeBack) {
       if (i % 32 == 31) (void)l.client.poll(64);
     }
     l.server.flush();
-    ASSERT_TRUE(poll_until({&l.client}, [&] { return l.sink_c.got.size() == 500; }));
+    ASSERT_TRUE(poll_until({&l.client}, [&] { return l.sink_c.received.size() == 500; }));
     for (unsigned i = 0; i < 500; i += 97) {
       Bytes want = pattern(14, i);
       Bytes p = pattern(1000 + i, i);
       want.insert(want.end(), p.begin(), p.end());
-      EXPECT_EQ(bytes_of(l.sink_c.got[i]), want);
+      EXPECT_EQ(bytes_of(l.sink_c.received[i]), want);
     }
-    l.sink_c.got.clear();
+    l.sink_c.received.clear();
     EXPECT_TRUE(poll_until({&l.server}, [&] { return l.server.tokens_out() == 0; }));
   }
   EXPECT_EQ(l.server.counters().value("drop_ring_full"), 0u);
@@ -190,11 +183,11 @@ TEST(Shm, SegmentsLeaveAsLargeFramesOfWholeSegmentsWithTheirChecksums) {
   Bytes payload = pattern(100000, 9);
   ASSERT_TRUE(l.client.transmit(tso_frame(payload, 1460)).ok());
   l.client.flush();
-  ASSERT_TRUE(poll_until({&l.server}, [&] { return l.sink_s.got.size() == 2; }));
+  ASSERT_TRUE(poll_until({&l.server}, [&] { return l.sink_s.received.size() == 2; }));
   Bytes joined;
   std::uint32_t seq = 1000;
   for (std::size_t i = 0; i < 2; ++i) {
-    Bytes f = bytes_of(l.sink_s.got[i]);
+    Bytes f = bytes_of(l.sink_s.received[i]);
     ASSERT_GT(f.size(), 54u);
     const std::byte* ip = f.data() + 14;
     EXPECT_EQ(load_be16(ip + 2), f.size() - 14);
@@ -213,7 +206,7 @@ TEST(Shm, SegmentsLeaveAsLargeFramesOfWholeSegmentsWithTheirChecksums) {
   EXPECT_EQ(l.client.counters().value("tx_large_frames"), 2u);
   EXPECT_EQ(l.client.counters().value("tx_refs"), 3u) << "the two chunks; the second piece straddles them";
   EXPECT_EQ(l.client.counters().value("tx_copied"), 0u);
-  l.sink_s.got.clear();
+  l.sink_s.received.clear();
   EXPECT_TRUE(poll_until({&l.client}, [&] { return l.client.tokens_out() == 0; }));
 }
 
@@ -230,7 +223,7 @@ TEST(Shm, APeerThatLeavesGivesEverythingBackAndHeldBuffersStayReadable) {
   ASSERT_TRUE(server->transmit(chunk_frame(head, body)).ok());
   client->flush();
   server->flush();
-  ASSERT_TRUE(poll_until({server.get(), client.get()}, [&] { return ss.got.size() == 1 && sc.got.size() == 1; }));
+  ASSERT_TRUE(poll_until({server.get(), client.get()}, [&] { return ss.received.size() == 1 && sc.received.size() == 1; }));
   EXPECT_EQ(server->tokens_out(), 1u);
   // The client goes while the server holds its buffer, and holds one of
   // the server's: the server takes its own back, and what it received
@@ -241,10 +234,10 @@ TEST(Shm, APeerThatLeavesGivesEverythingBackAndHeldBuffersStayReadable) {
   EXPECT_EQ(server->counters().value("links_down"), 1u);
   Bytes whole = head;
   whole.insert(whole.end(), body.begin(), body.end());
-  EXPECT_EQ(bytes_of(ss.got[0]), whole);
-  EXPECT_EQ(bytes_of(sc.got[0]), whole);
-  ss.got.clear();
-  sc.got.clear();  // its return goes nowhere: the link it came on is gone
+  EXPECT_EQ(bytes_of(ss.received[0]), whole);
+  EXPECT_EQ(bytes_of(sc.received[0]), whole);
+  ss.received.clear();
+  sc.received.clear();  // its return goes nowhere: the link it came on is gone
   // Sending meanwhile is a frame lost on a dead wire, not an error.
   EXPECT_TRUE(server->transmit(Msg::copy_of(pattern(60, 1))).ok());
   EXPECT_EQ(server->counters().value("drop_link_down"), 1u);
@@ -254,8 +247,8 @@ TEST(Shm, APeerThatLeavesGivesEverythingBackAndHeldBuffersStayReadable) {
   ASSERT_TRUE(poll_until({server.get(), client.get()}, [&] { return server->up() && client->up(); }));
   ASSERT_TRUE(client->transmit(Msg::copy_of(pattern(60, 2))).ok());
   client->flush();
-  ASSERT_TRUE(poll_until({server.get()}, [&] { return ss.got.size() == 1; }));
-  EXPECT_EQ(bytes_of(ss.got[0]), pattern(60, 2));
+  ASSERT_TRUE(poll_until({server.get()}, [&] { return ss.received.size() == 1; }));
+  EXPECT_EQ(bytes_of(ss.received[0]), pattern(60, 2));
 }
 
 // ---- a peer that lies --------------------------------------------------------
@@ -456,9 +449,9 @@ TEST(Shm, DescriptorsThatLieAreDroppedAndCountedAndTheLinkGoesOn) {
   lies.push_back(ref_desc(6, 0, 70000));                           // larger than any frame
   for (const shm::Desc& d : lies) peer.post(d);
   peer.post(inline_desc(100));  // and one honest frame
-  ASSERT_TRUE(poll_until({&server}, [&] { return sink.got.size() == 1; }));
+  ASSERT_TRUE(poll_until({&server}, [&] { return sink.received.size() == 1; }));
   EXPECT_EQ(server.counters().value("rx_bad"), lies.size());
-  EXPECT_EQ(bytes_of(sink.got[0]), pattern(100, 11));
+  EXPECT_EQ(bytes_of(sink.received[0]), pattern(100, 11));
   EXPECT_TRUE(server.up());
   // The tokens of the lies that named real ones went back (1, 2, 3, 4
   // and 6; not one out of range, none of a descriptor of 200 pieces).
@@ -478,7 +471,7 @@ TEST(Shm, DescriptorsThatLieAreDroppedAndCountedAndTheLinkGoesOn) {
   // An index that jumps beyond the ring: the link goes down, nothing read.
   peer.region->tx_tail.v.store(peer.region->tx_tail.v.load() + 1000);
   ASSERT_TRUE(poll_until({&server}, [&] { return !server.up(); }));
-  EXPECT_EQ(sink.got.size(), 1u);
+  EXPECT_EQ(sink.received.size(), 1u);
 }
 
 TEST(Shm, GraphKindBuildsALinkAndRefusesBadOptions) {

@@ -1,6 +1,7 @@
 // The template protocol end to end: over a capturing fake driver (to see the
 // exact bytes it sends and feed it hand-made frames) and over the loopback
 // driver (a round trip through a real bottom protocol).
+#include "doubles.hpp"
 #include "xk/protocols/template.hpp"
 
 #include <gtest/gtest.h>
@@ -27,31 +28,7 @@ std::string text_of(const Msg& m) {
 }
 
 // Bottom of the graph for scripted tests: records every frame pushed into it.
-class CaptureDriver final : public Protocol {
- public:
-  CaptureDriver() : Protocol("cap0", "capture") {}
-  class S final : public Session {
-   public:
-    S(CaptureDriver& d, Protocol* up) : Session(d, up), d_(d) {}
-    Status push(Msg m) override {
-      d_.sent.push_back(std::move(m));
-      return {};
-    }
-    Status pop(Session&, Msg) override { return Errc::unsupported; }
-
-   private:
-    CaptureDriver& d_;
-  };
-  Result<SessionRef> open(Protocol& up, Participants&) override { return SessionRef(make_ref<S>(*this, &up)); }
-  Status open_enable(Protocol&, Participants&) override { return {}; }
-  Status open_disable(Protocol&, Participants&) override { return {}; }
-  Result<ControlReply> control_any(const ControlQuery& q) override {
-    if (std::holds_alternative<ctl::GetMtu>(q)) return ControlReply{std::size_t{1500}};
-    if (std::holds_alternative<ctl::GetHeaderRoom>(q)) return ControlReply{std::size_t{14}};
-    return Protocol::control_any(q);
-  }
-  std::vector<Msg> sent;
-};
+using test::CaptureDriver;
 
 // Top of the graph: an application protocol that records what reaches it.
 class App final : public Protocol {
@@ -98,7 +75,7 @@ Participants local_tag(std::uint32_t tag) {
 }
 
 struct Scripted : ::testing::Test {
-  CaptureDriver cap;
+  CaptureDriver cap{CaptureDriver::Config{.mac = std::nullopt, .mtu = 1500, .header_room = std::size_t{14}}};
   tmpl::TemplateProtocol t0{"t0", cap};
   App app;
   SessionRef lower_session() {
