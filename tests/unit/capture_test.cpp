@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "doubles.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/protocols/capture.hpp"
 
@@ -37,43 +38,9 @@ const char* kEtherUdp =
 // The same frame from the IP header on.
 const char* kIpUdp = "45000021000100004011f6bfc0000201c000020a04d2162e000d1cf668656c6c6f";
 
-class FakeLink final : public Protocol {
- public:
-  FakeLink() : Protocol("net0", "fake-link") {}
-  class S final : public Session {
-   public:
-    S(FakeLink& l, Protocol* up) : Session(l, up), l_(l) {}
-    Status push(Msg m) override {
-      l_.sent.push_back(std::move(m));
-      return {};
-    }
-    Status pop(Session&, Msg) override { return Errc::unsupported; }
+using test::FakeLink;
 
-   private:
-    FakeLink& l_;
-  };
-  Result<SessionRef> open(Protocol& up, Participants&) override { return SessionRef(make_ref<S>(*this, &up)); }
-  Status open_enable(Protocol& up, Participants&) override {
-    receiver = &up;
-    rx = make_ref<S>(*this, &up);
-    return {};
-  }
-  Status open_disable(Protocol&, Participants&) override { return {}; }
-  Status deliver(Msg m) { return receiver->demux(*rx, std::move(m)); }
-  std::vector<Msg> sent;
-  Protocol* receiver = nullptr;
-  SessionRef rx;
-};
-
-class App final : public Protocol {
- public:
-  App() : Protocol("app0", "app") {}
-  Status demux(Session&, Msg) override {
-    ++received;
-    return {};
-  }
-  int received = 0;
-};
+using test::App;
 
 std::string temp_file(const std::string& stem) {
   return (std::filesystem::temp_directory_path() /
@@ -121,7 +88,7 @@ bool have_tshark() { return std::system("command -v tshark >/dev/null 2>&1") == 
 TEST(Capture, BothDirectionsAreWrittenAndReadBack) {
   std::string path = temp_file("ether");
   ManualClock clock(Time(std::chrono::seconds(1'700'000'000)));
-  FakeLink link;
+  FakeLink link("net0");
   App app;
   {
     CaptureConfig c;
@@ -135,7 +102,7 @@ TEST(Capture, BothDirectionsAreWrittenAndReadBack) {
     clock.advance(std::chrono::nanoseconds(1'500'000'123));
     ASSERT_TRUE(link.deliver(Msg::copy_of(from_hex(kEtherUdp))).ok());
     EXPECT_EQ(link.sent.size(), 1u);
-    EXPECT_EQ(app.received, 1);
+    EXPECT_EQ(app.received.size(), 1u);
     EXPECT_EQ(c0.counters().value("tx_captured"), 1u);
     EXPECT_EQ(c0.counters().value("rx_captured"), 1u);
     // Flushed per record: readable while the capture is still open.
@@ -164,7 +131,7 @@ TEST(Capture, BothDirectionsAreWrittenAndReadBack) {
 
 TEST(Capture, RawLinkTypeAndSnaplen) {
   std::string path = temp_file("raw");
-  FakeLink link;
+  FakeLink link("net0");
   App app;
   {
     CaptureConfig c;
@@ -200,7 +167,7 @@ TEST(CaptureGraph, OptionsAndErrors) {
   EventLoop loop(clock);
   Registry reg;
   reg.add(KindSpec("fakelink", "test link").with_factory([](const BuildArgs&) -> std::unique_ptr<Protocol> {
-    return std::make_unique<FakeLink>();
+    return std::make_unique<FakeLink>("net0");
   }));
   capture::register_capture(reg);
   {

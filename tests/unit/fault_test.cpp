@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "doubles.hpp"
 #include "fake_ip.hpp"
 #include "xk/drivers/loopback.hpp"
 #include "xk/protocols/udp.hpp"
@@ -34,97 +35,9 @@ std::string text_of(const Msg& m) {
 
 Msg msg_of(std::string_view s) { return Msg::copy_of(bytes_of(s)); }
 
-// The layer below: records pushes, and delivers upward like a driver (one
-// receiver, a receive session) or like ipv4 (per-session upcalls, passive
-// opens announced with open_done).
-class FakeLink final : public Protocol {
- public:
-  FakeLink() : Protocol("link0", "fake-link") {}
-  class S final : public Session {
-   public:
-    S(FakeLink& l, Protocol* up) : Session(l, up), l_(l) {}
-    Status push(Msg m) override {
-      l_.sent.push_back(std::move(m));
-      return {};
-    }
-    Status pop(Session&, Msg) override { return Errc::unsupported; }
-    Status close() override {
-      ++l_.closes;
-      return {};
-    }
-    Result<ControlReply> control_any(const ControlQuery& q) override {
-      if (std::holds_alternative<ctl::GetPeerAddr>(q)) return ControlReply{Participant{Ipv4Addr{0x0a000002}}};
-      return Session::control_any(q);
-    }
+using test::FakeLink;
 
-   private:
-    FakeLink& l_;
-  };
-  Result<SessionRef> open(Protocol& up, Participants&) override {
-    SessionRef s = make_ref<S>(*this, &up);
-    opened.push_back(s);
-    return s;
-  }
-  Status open_enable(Protocol& up, Participants&) override {
-    receiver = &up;
-    rx_session = make_ref<S>(*this, &up);
-    return {};
-  }
-  Status open_disable(Protocol&, Participants&) override {
-    receiver = nullptr;
-    return {};
-  }
-  Result<ControlReply> control_any(const ControlQuery& q) override {
-    if (std::holds_alternative<ctl::GetMtu>(q)) return ControlReply{std::size_t{1500}};
-    return Protocol::control_any(q);
-  }
-  // As a driver: every frame to the one receiver.
-  Status deliver(Msg m) { return receiver->demux(*rx_session, std::move(m)); }
-  // As ipv4: a message on one of the sessions.
-  Status deliver_on(Session& s, Msg m) { return s.upper()->demux(s, std::move(m)); }
-  // As ipv4's passive open: a new session announced to the receiver.
-  Result<SessionRef> announce() {
-    SessionRef s = make_ref<S>(*this, receiver);
-    opened.push_back(s);
-    Participants parts;
-    parts.remote.push(Ipv4Addr{0x0a000002});
-    if (Status st = receiver->open_done(*this, *s, parts); !st) return st.error();
-    return s;
-  }
-
-  std::vector<Msg> sent;
-  std::vector<SessionRef> opened;
-  Protocol* receiver = nullptr;
-  SessionRef rx_session;
-  int closes = 0;
-};
-
-class App final : public Protocol {
- public:
-  App() : Protocol("app0", "app") {}
-  Status demux(Session& lower, Msg msg) override {
-    received.push_back({&lower, text_of(msg)});
-    return {};
-  }
-  Status open_done(Protocol&, Session& s, Participants&) override {
-    opened.push_back(SessionRef(&s));
-    return {};
-  }
-  Result<ControlReply> control_any(const ControlQuery& q) override {
-    if (std::holds_alternative<ctl::DeliverError>(q)) {
-      ++errors;
-      return ControlReply{std::monostate{}};
-    }
-    return Protocol::control_any(q);
-  }
-  struct Delivery {
-    Session* session;
-    std::string text;
-  };
-  std::vector<Delivery> received;
-  std::vector<SessionRef> opened;
-  int errors = 0;
-};
+using test::App;
 
 SessionRef open_through(Protocol& p, Protocol& upper) {
   Participants none;

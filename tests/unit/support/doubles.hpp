@@ -5,7 +5,10 @@
 //                    what its configuration says about itself (MTU, header
 //                    room, MAC), and remembers who enabled it;
 //   Sink          -- the top of a graph: keeps what arrives, its text, and
-//                    the session it came up through.
+//                    the session it came up through;
+//   FakeLink      -- below a micro-protocol: records pushes, delivers upward
+//                    as a driver or as ipv4 would;
+//   App           -- the top of a graph for layers that open sessions.
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -87,6 +90,100 @@ class Sink final : public Protocol {
   std::vector<Msg> received;
   std::vector<std::string> texts;
   std::vector<Session*> sessions;
+};
+
+// The layer below: records pushes, and delivers upward like a driver (one
+// receiver, a receive session) or like ipv4 (per-session upcalls, passive
+// opens announced with open_done).
+class FakeLink final : public Protocol {
+ public:
+  explicit FakeLink(std::string name = "link0") : Protocol(std::move(name), "fake-link") {}
+  class S final : public Session {
+   public:
+    S(FakeLink& l, Protocol* up) : Session(l, up), l_(l) {}
+    Status push(Msg m) override {
+      l_.sent.push_back(std::move(m));
+      return {};
+    }
+    Status pop(Session&, Msg) override { return Errc::unsupported; }
+    Status close() override {
+      ++l_.closes;
+      return {};
+    }
+    Result<ControlReply> control_any(const ControlQuery& q) override {
+      if (std::holds_alternative<ctl::GetPeerAddr>(q)) return ControlReply{Participant{Ipv4Addr{0x0a000002}}};
+      return Session::control_any(q);
+    }
+
+   private:
+    FakeLink& l_;
+  };
+  Result<SessionRef> open(Protocol& up, Participants&) override {
+    SessionRef s = make_ref<S>(*this, &up);
+    opened.push_back(s);
+    return s;
+  }
+  Status open_enable(Protocol& up, Participants&) override {
+    receiver = &up;
+    rx_session = make_ref<S>(*this, &up);
+    return {};
+  }
+  Status open_disable(Protocol&, Participants&) override {
+    receiver = nullptr;
+    return {};
+  }
+  Result<ControlReply> control_any(const ControlQuery& q) override {
+    if (std::holds_alternative<ctl::GetMtu>(q)) return ControlReply{std::size_t{1500}};
+    return Protocol::control_any(q);
+  }
+  // As a driver: every frame to the one receiver.
+  Status deliver(Msg m) { return receiver->demux(*rx_session, std::move(m)); }
+  // As ipv4: a message on one of the sessions.
+  Status deliver_on(Session& s, Msg m) { return s.upper()->demux(s, std::move(m)); }
+  // As ipv4's passive open: a new session announced to the receiver.
+  Result<SessionRef> announce() {
+    SessionRef s = make_ref<S>(*this, receiver);
+    opened.push_back(s);
+    Participants parts;
+    parts.remote.push(Ipv4Addr{0x0a000002});
+    if (Status st = receiver->open_done(*this, *s, parts); !st) return st.error();
+    return s;
+  }
+
+  std::vector<Msg> sent;
+  std::vector<SessionRef> opened;
+  Protocol* receiver = nullptr;
+  SessionRef rx_session;
+  int closes = 0;
+};
+
+// The top of a graph, for layers that open sessions: records deliveries (and
+// the session each came up through), sessions announced to it, and errors.
+class App final : public Protocol {
+ public:
+  App() : Protocol("app0", "app") {}
+  Status demux(Session& lower, Msg msg) override {
+    received.push_back({&lower, text_of_msg(msg)});
+    return {};
+  }
+  Status open_done(Protocol&, Session& s, Participants&) override {
+    opened.push_back(SessionRef(&s));
+    return {};
+  }
+  Result<ControlReply> control_any(const ControlQuery& q) override {
+    if (std::holds_alternative<ctl::DeliverError>(q)) {
+      ++errors;
+      return ControlReply{std::monostate{}};
+    }
+    return Protocol::control_any(q);
+  }
+  struct Delivery {
+    Session* session;
+    std::string text;
+  };
+  std::vector<Delivery> received;
+  std::vector<SessionRef> opened;
+  int errors = 0;
 };
 
 }  // namespace xk::test
