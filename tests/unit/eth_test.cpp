@@ -37,29 +37,8 @@ const MacAddr kGroup{{0x01, 0x00, 0x5e, 0x00, 0x00, 0xfb}};  // 224.0.0.251
 // Bottom of the graph for scripted tests: records every frame pushed into it.
 using test::CaptureDriver;
 
-// Top of the graph: records what reaches it and the sessions it was given.
-class App final : public Protocol {
- public:
-  explicit App(std::string name = "app0") : Protocol(std::move(name), "app") {}
-  Status demux(Session& lower, Msg msg) override {
-    received.push_back({&lower, text_of(msg)});
-    return {};
-  }
-  Status open_done(Protocol&, Session& s, Participants& parts) override {
-    if (refuse) return Errc::bad_state;
-    opened.push_back(SessionRef(&s));
-    last_parts = parts;
-    return {};
-  }
-  struct Delivery {
-    Session* session;
-    std::string text;
-  };
-  std::vector<Delivery> received;
-  std::vector<SessionRef> opened;
-  Participants last_parts;
-  bool refuse = false;
-};
+
+using test::App;
 
 std::string wire(const MacAddr& dst, const MacAddr& src, std::uint16_t type, std::string_view payload) {
   std::string s(eth::Header::kSize, '\0');

@@ -30,29 +30,14 @@ std::string text_of(const Msg& m) {
 // Bottom of the graph for scripted tests: records every frame pushed into it.
 using test::CaptureDriver;
 
-// Top of the graph: an application protocol that records what reaches it.
-class App final : public Protocol {
- public:
-  App() : Protocol("app0", "app") {}
-  Status demux(Session& lower, Msg msg) override {
-    received.push_back({&lower, text_of(msg)});
-    return {};
-  }
-  Status open_done(Protocol&, Session& s, Participants& parts) override {
-    if (refuse) return Errc::bad_state;
-    opened.push_back(SessionRef(&s));
-    auto tag = parts.remote.peek<ProtoNum>();
-    EXPECT_TRUE(tag.ok());
-    return {};
-  }
-  struct Delivery {
-    Session* session;
-    std::string text;
-  };
-  std::vector<Delivery> received;
-  std::vector<SessionRef> opened;
-  bool refuse = false;
-};
+
+using test::App;
+
+// Every open_done a template session makes carries its tag.
+void expect_tag(Participants& parts) {
+  auto tag = parts.remote.peek<ProtoNum>();
+  EXPECT_TRUE(tag.ok());
+}
 
 Msg frame(std::uint16_t tag, std::uint16_t length, std::string_view payload) {
   Msg m = Msg::copy_of(bytes_of(payload));
@@ -78,6 +63,7 @@ struct Scripted : ::testing::Test {
   CaptureDriver cap{CaptureDriver::Config{.mac = std::nullopt, .mtu = 1500, .header_room = std::size_t{14}}};
   tmpl::TemplateProtocol t0{"t0", cap};
   App app;
+  Scripted() { app.on_open = expect_tag; }
   SessionRef lower_session() {
     Participants none;
     return *cap.open(t0, none);
@@ -174,6 +160,7 @@ TEST_F(Scripted, OpenDisableStopsPassiveOpens) {
 
 TEST_F(Scripted, OtherUpperCannotStealAnEnabledTag) {
   App other;
+  other.on_open = expect_tag;
   auto en = local_tag(9);
   ASSERT_TRUE(t0.open_enable(app, en).ok());
   auto en2 = local_tag(9);
@@ -229,6 +216,7 @@ TEST(TemplateOverLoopback, RoundTripThroughTheDriver) {
   drivers::Loopback lo("lo0", {.mtu = 100, .queue_limit = 8});
   tmpl::TemplateProtocol t0("t0", lo);
   App app;
+  app.on_open = expect_tag;
   auto parts = remote_tag(5);
   auto s = t0.open(app, parts);
   ASSERT_TRUE(s.ok());
@@ -274,6 +262,7 @@ TEST(TemplateGraph, BuiltFromSpecRoundTrips) {
   ASSERT_NE(t0, nullptr);
   EXPECT_EQ(*t0->control(ctl::GetMtu{}), 252u);
   App app;
+  app.on_open = expect_tag;
   auto parts = remote_tag(42);
   auto s = t0->open(app, parts);
   ASSERT_TRUE(s.ok());
@@ -316,6 +305,7 @@ TEST(TemplateGraph, EventLoopMovesFramesThroughTheGraph) {
   auto* t0 = graph.find_as<tmpl::TemplateProtocol>("t0");
   ASSERT_NE(t0, nullptr);
   App app;
+  app.on_open = expect_tag;
   auto parts = remote_tag(1);
   auto s = t0->open(app, parts);
   ASSERT_TRUE(s.ok());

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "doubles.hpp"
 #include "fake_ip.hpp"
 #include "xk/checksum.hpp"
 #include "xk/protocols/udp_wire.hpp"
@@ -515,20 +516,8 @@ TEST(UdpLifetime, SocketOutlivingItsProtocolIsClosed) {
   EXPECT_EQ(s.sendto(bytes_of("x"), kPeer, Port{1}).error(), Errc::closed);
 }
 
-// Another protocol on top, through the uniform interface.
-class App final : public Protocol {
- public:
-  App() : Protocol("app0", "app") {}
-  Status demux(Session& lower, Msg msg) override {
-    received.push_back({&lower, text_of(msg)});
-    return {};
-  }
-  struct Delivery {
-    Session* session;
-    std::string text;
-  };
-  std::vector<Delivery> received;
-};
+
+using test::App;
 
 TEST_F(Udp, OpenGivesAConnectedSessionToAnUpperProtocol) {
   App app;

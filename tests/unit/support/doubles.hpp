@@ -10,6 +10,7 @@
 //                    as a driver or as ipv4 would;
 //   App           -- the top of a graph for layers that open sessions.
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -161,13 +162,16 @@ class FakeLink final : public Protocol {
 // the session each came up through), sessions announced to it, and errors.
 class App final : public Protocol {
  public:
-  App() : Protocol("app0", "app") {}
+  explicit App(std::string name = "app0") : Protocol(std::move(name), "app") {}
   Status demux(Session& lower, Msg msg) override {
     received.push_back({&lower, text_of_msg(msg)});
     return {};
   }
-  Status open_done(Protocol&, Session& s, Participants&) override {
+  Status open_done(Protocol&, Session& s, Participants& parts) override {
+    if (refuse) return Errc::bad_state;
+    if (on_open) on_open(parts);
     opened.push_back(SessionRef(&s));
+    last_parts = parts;
     return {};
   }
   Result<ControlReply> control_any(const ControlQuery& q) override {
@@ -183,7 +187,10 @@ class App final : public Protocol {
   };
   std::vector<Delivery> received;
   std::vector<SessionRef> opened;
+  Participants last_parts;
   int errors = 0;
+  bool refuse = false;                           // open_done says no
+  std::function<void(Participants&)> on_open;  // a suite's checks of what open_done is given
 };
 
 }  // namespace xk::test
