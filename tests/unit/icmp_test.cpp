@@ -1,6 +1,7 @@
 // icmp over ipv4 over a capturing fake link carrying bare IP packets. Echo
 // and unreachable messages are checked byte for byte against packets scapy
 // built (tests/golden/ip_vectors.txt, from gen_ip_vectors.py).
+#include "doubles.hpp"
 #include "xk/protocols/icmp.hpp"
 
 #include <gtest/gtest.h>
@@ -95,30 +96,10 @@ std::vector<std::byte> icmp_message(std::uint8_t type, std::uint8_t code, std::u
   return m;
 }
 
-class CaptureLink final : public Protocol {
- public:
-  CaptureLink() : Protocol("cap0", "capture") {}
-  class S final : public Session {
-   public:
-    S(CaptureLink& d, Protocol* up) : Session(d, up), d_(d) {}
-    Status push(Msg m) override {
-      d_.sent.push_back(std::move(m));
-      return {};
-    }
-    Status pop(Session&, Msg) override { return Errc::unsupported; }
+using test::CaptureDriver;
 
-   private:
-    CaptureLink& d_;
-  };
-  Result<SessionRef> open(Protocol& up, Participants&) override { return SessionRef(make_ref<S>(*this, &up)); }
-  Status open_enable(Protocol&, Participants&) override { return {}; }
-  Status open_disable(Protocol&, Participants&) override { return {}; }
-  Result<ControlReply> control_any(const ControlQuery& q) override {
-    if (std::holds_alternative<ctl::GetMtu>(q)) return ControlReply{std::size_t{1500}};
-    return Protocol::control_any(q);
-  }
-  std::vector<Msg> sent;
-};
+// The link under ipv4: a 1500-byte MTU, nothing else said.
+CaptureDriver::Config link_config() { return {.mac = std::nullopt, .mtu = 1500, .header_room = std::nullopt}; }
 
 // A transport: answers port_unreachable when told, records NetErrors.
 class Transport final : public Protocol {
@@ -147,7 +128,7 @@ class Transport final : public Protocol {
 struct IcmpTest : ::testing::Test {
   ManualClock clock;
   EventLoop loop{clock};
-  CaptureLink link;
+  CaptureDriver link{link_config()};
   std::unique_ptr<ipv4::Ipv4Protocol> ip;
   std::unique_ptr<icmp::IcmpProtocol> icmp0;
   Transport tp;
