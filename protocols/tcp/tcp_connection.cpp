@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "xk/protocols/tcp.hpp"
+#include "tcb.hpp"
 
 namespace xk::tcp {
 

@@ -9,6 +9,7 @@
 
 #include "xk/protocols/ipv4.hpp"
 #include "xk/protocols/tcp.hpp"
+#include "tcb.hpp"
 
 namespace xk::tcp {
 

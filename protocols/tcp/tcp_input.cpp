@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "xk/protocols/tcp.hpp"
+#include "tcb.hpp"
 
 namespace xk::tcp {
 

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "xk/protocols/tcp.hpp"
+#include "tcb.hpp"
 
 namespace xk::tcp {
 

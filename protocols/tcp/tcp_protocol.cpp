@@ -10,6 +10,7 @@
 #include "xk/event_loop.hpp"
 #include "xk/options.hpp"
 #include "xk/protocols/tcp.hpp"
+#include "tcb.hpp"
 
 namespace xk::tcp {
 

@@ -11,6 +11,7 @@
 // connections, thousands a second of them were most of its memory traffic.
 
 #include "xk/protocols/tcp.hpp"
+#include "tcb.hpp"
 
 namespace xk::tcp {
 

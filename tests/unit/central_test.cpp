@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tcb.hpp"
 #include "xk/drivers/pair.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/filterd/central.hpp"

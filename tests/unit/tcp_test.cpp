@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tcb.hpp"
 #include "xk/clock.hpp"
 #include "xk/drivers/pair.hpp"
 #include "xk/event_loop.hpp"

@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "fake_ip.hpp"
+#include "tcb.hpp"
 #include "xk/byteorder.hpp"
 #include "xk/clock.hpp"
 #include "xk/event_loop.hpp"

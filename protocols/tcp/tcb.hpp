@@ -1,0 +1,251 @@
+#pragma once
+// The TCB of a TCP connection (RFC 9293 3.3.1) and a listener's state: the
+// protocol's internals, apart from the public face in xk/protocols/tcp.hpp
+// (TcpSocket, TcpListener, StreamEndpoint, TcpProtocol). Included by
+// protocols/tcp/*.cpp and by the white-box tests (tcp_script, tcp); not
+// installed.
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+
+#include "xk/protocols/tcp.hpp"
+
+namespace xk::tcp {
+
+// The TCB: one connection (RFC 9293 3.3.1). A Session, so another protocol can
+// sit on it; applications use it through TcpSocket.
+class TcpConnection final : public StreamEndpoint {
+ public:
+  TcpConnection(TcpProtocol& proto, Protocol* upper);
+  ~TcpConnection() override;
+
+  // Session interface: push() sends `msg` as stream bytes (all or would_block).
+  Status push(Msg msg) override;
+  Status pop(Session& lower, Msg msg) override;
+  Status close() override;
+  Result<ControlReply> control_any(const ControlQuery& query) override;
+
+  // ---- the user calls (RFC 9293 3.10.1 - 3.10.6) --------------------------
+  // From an ephemeral port, or from `local_port` (and `local_addr`, which must
+  // be the address the stack reaches `addr` from) when the socket was bound.
+  Status connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr = {}, Port local_port = {}) override;
+  // Copies what fits in the send buffer; would_block when nothing does.
+  Result<std::size_t> write(std::span<const std::byte> bytes) override;
+  Status write_msg(Msg& msg) override;
+  // Copies out what has arrived; 0 at end of stream; would_block when empty.
+  Result<std::size_t> read(std::span<std::byte> dst) override;
+  Result<Msg> read_msg(std::size_t max) override;
+  // No more writes: a FIN follows the queued data.
+  Status shutdown_write() override;
+  // Graceful close: FIN after the data (RFC 9293 3.10.4); the connection lives
+  // on in the stack until the handshake ends.
+  Status close_gracefully() override;
+  // RST and forget (RFC 9293 3.10.5).
+  void abort() override;
+
+  void set_nodelay(bool on) noexcept override;
+  void set_cork(bool on) noexcept override;
+  void set_keepalive(bool on) noexcept override;
+  void set_sndbuf(std::size_t bytes) noexcept override;
+  void set_rcvbuf(std::size_t bytes) noexcept override;
+  // Whether this connection computes checksums on send and verifies them on
+  // receive; the stack's mode (csum=) until set. Off means off at both ends.
+  void set_checksum(ChecksumMode mode) noexcept override { csum_ = mode; }
+  ChecksumMode checksum_mode() const noexcept override;
+
+  State state() const noexcept override { return state_; }
+  std::uint32_t events() const noexcept override;
+  // Called on the stack's thread whenever events() may have changed.
+  void set_on_event(std::function<void()> fn) override { on_event_ = std::move(fn); }
+  Errc pending_error() const noexcept override { return error_; }
+  Errc take_error() noexcept override { return std::exchange(error_, Errc::ok); }
+  // The last ICMP soft error (RFC 1122 4.2.3.9): reported only if the
+  // connection times out, forgotten when the peer acknowledges something.
+  Errc soft_error() const noexcept override { return soft_error_; }
+  ConnStats stats() const noexcept override;
+  FourTuple tuple() const noexcept override { return tuple_; }
+  std::size_t rcv_queued() const noexcept override { return rcvbuf_.size(); }
+  std::size_t snd_queued() const noexcept override { return sndbuf_.size(); }
+  bool detached() const noexcept override { return proto_ == nullptr; }
+  TcpConnection* tcb() noexcept override { return this; }
+
+ private:
+  friend class TcpProtocol;
+  friend class ListenSession;
+
+  // ---- input (tcp_input.cpp) -------------------------------------------------
+  void segment_arrives(Header h, const Options& opts, Msg payload);
+  void input_syn_sent(const Header& h, const Options& opts, Msg payload);
+  bool check_paws(const Header& h, const Options& opts);
+  bool acceptable(const Header& h, std::size_t len) const noexcept;
+  void process_rst(const Header& h);
+  bool process_ack(const Header& h, const Options& opts, std::size_t len);
+  void new_ack(const Header& h, const Options& opts, std::uint32_t acked);
+  void duplicate_ack(const Header& h);
+  void update_window(const Header& h);
+  void process_data(const Header& h, Msg payload);
+  void process_fin();
+  void deliver(Msg data);
+  // ---- ICMP errors (tcp_icmp.cpp) ---------------------------------------------
+  // The IPv4 and TCP fixed headers: a segment of MSS bytes is a packet of MSS + 40.
+  static constexpr std::uint16_t kIpTcpHeaders = 40;
+  // The smallest path MTU we believe: 576, so the MSS never drops below 536
+  // (RFC 9293 3.7.1's default) however small a forged frag-needed says.
+  static constexpr std::uint16_t kMinPathMtu = 576;
+  void icmp_error(const ctl::NetError& err);
+  void frag_needed(std::uint16_t next_hop_mtu);
+  void resend_outstanding();
+  std::uint16_t path_mtu() const noexcept;
+  Errc timeout_error() const noexcept { return soft_error_ != Errc::ok ? soft_error_ : Errc::timed_out; }
+  void window_opened();
+  void take_options(const Options& opts, bool syn);
+  void challenge_ack();
+
+  // ---- output (tcp_output.cpp) -------------------------------------------------
+  void output();
+  bool send_new_data();
+  bool send_recovery();
+  Status send_segment(SeqNum seq, std::uint32_t len, std::uint8_t flags, bool retransmit);
+  void send_syn();
+  void send_ack_now();
+  void send_rst_and_close();
+  void send_reset(SeqNum seq, SeqNum ack, std::uint8_t flags);
+  void schedule_ack(std::uint32_t full_segments);
+  std::uint32_t advertised_window();
+  std::uint32_t rcv_space() const noexcept;
+  std::uint32_t payload_mss() const noexcept;
+  std::size_t unsent_bytes() const noexcept;
+  void arm_rtx() noexcept;
+  void on_rtx_timeout();
+  void on_delack_timeout();
+  void on_persist_timeout();
+  void arm_persist();
+  void on_keepalive_timeout();
+  void on_time_wait_timeout();
+  void enter_time_wait();
+  void leave_for_time_wait();
+  void enter_state(State s);
+  void fail(Errc e);
+  void release();
+  void notify();
+  std::uint32_t tsval_now() const noexcept;
+  void start_rtt_timing(SeqNum seq);
+
+  TcpProtocol* proto_;  // null once released
+  State state_ = State::closed;
+  FourTuple tuple_{};
+  SessionRef ip_;
+  ListenSession* listener_ = nullptr;  // a passive open not yet accepted
+  bool accepted_ = false;
+  bool passive_ = false;  // made by a listener from a SYN (or a cookie's ACK)
+  bool claimed_ = false;  // the local port came from the PortAuthority: give it back on release
+  bool user_closed_ = false;  // no handle any more: free at CLOSED
+  Errc error_ = Errc::ok;
+  std::function<void()> on_event_;
+
+  // Send sequence space (RFC 9293 3.3.1).
+  SeqNum iss_, snd_una_, snd_nxt_, snd_max_;
+  SeqNum snd_wl1_, snd_wl2_;
+  std::uint32_t snd_wnd_ = 0;
+  std::uint32_t max_snd_wnd_ = 0;
+  // Receive sequence space.
+  SeqNum irs_, rcv_nxt_, rcv_adv_;  // rcv_adv_: the right edge we advertised
+  SeqNum last_ack_sent_;            // RFC 7323 4.3
+  std::uint8_t snd_wscale_ = 0;     // the peer's shift (applied to its windows)
+  std::uint8_t rcv_wscale_ = 0;     // ours
+  bool sack_ok_ = false;
+  bool ts_ok_ = false;
+  std::uint32_t ts_recent_ = 0;
+  Time ts_recent_age_{};
+  std::uint16_t peer_mss_ = 536;  // RFC 9293 3.7.1 default
+  std::uint16_t mss_ = 536;       // our sending MSS (before options)
+  std::uint16_t pmtu_ = 0;        // learnt from ICMP (RFC 1191); 0: the link's
+  Errc soft_error_ = Errc::ok;    // RFC 1122 4.2.3.9
+  std::optional<ChecksumMode> csum_;  // unset: the stack's
+
+  SendBuffer sndbuf_;
+  RecvBuffer rcvbuf_;
+  std::size_t rcvbuf_limit_;
+  Reassembly reasm_;
+  std::optional<SackBlock> dsack_;  // to report in the next ACK (RFC 2883)
+  bool write_shut_ = false;  // FIN queued after the data
+  bool fin_sent_ = false;
+  bool fin_received_ = false;
+  std::optional<SeqNum> fin_seq_pending_;  // a FIN beyond a hole
+
+  bool nodelay_ = false;
+  bool cork_ = false;
+  // write() copies and sends a large write in pieces of this many bytes.
+  static constexpr std::size_t kWritePiece = 64 * 1024;
+  bool sws_override_ = false;  // the persist timer lets a short segment go (RFC 1122 4.2.3.4 (4))
+  bool keepalive_ = false;
+  bool ack_pending_ = false;
+  unsigned unacked_segs_ = 0;  // full segments received since our last ACK
+
+  RtoEstimator rto_;
+  std::unique_ptr<CongestionControl> cc_;
+  SackScoreboard sb_;
+  unsigned dupacks_ = 0;
+  bool in_recovery_ = false;
+  SeqNum recover_;  // RFC 6582 / 6675: the recovery point
+  bool recover_set_ = false;
+  bool rtt_timing_ = false;
+  SeqNum rtt_seq_;
+  Time rtt_start_{};
+  unsigned retries_ = 0;  // consecutive RTO expiries
+  unsigned keepalive_sent_ = 0;
+  Duration persist_interval_{0};  // doubles with each zero-window probe
+  Time last_recv_{};
+
+  Timer rtx_timer_;
+  Timer delack_timer_;
+  Timer persist_timer_;
+  Timer keepalive_timer_;
+  Timer time_wait_timer_;
+  ConnStats stats_;
+};
+
+// A passive open: a port (and address) that accepts connections.
+class ListenSession final : public ListenEndpoint {
+ public:
+  ListenSession(TcpProtocol& proto, Ipv4Addr addr, Port port, std::size_t backlog, bool group = false);
+  ~ListenSession() override;
+  Status push(Msg) override { return Errc::unsupported; }
+  Status pop(Session&, Msg) override { return Errc::unsupported; }
+  Status close() override;
+
+  // The oldest established connection, or would_block.
+  Result<Ref<TcpConnection>> accept();
+  Result<Ref<StreamEndpoint>> accept_stream() override;
+  std::size_t pending() const noexcept override { return accept_q_.size(); }
+  std::uint32_t events() const noexcept override { return accept_q_.empty() ? 0u : std::uint32_t{ev_acceptable}; }
+  void set_on_event(std::function<void()> fn) override { on_event_ = std::move(fn); }
+  // The checksum mode of the SYNs it takes and of the connections it makes
+  // (TcpConnection::set_checksum); the stack's until set.
+  void set_checksum(ChecksumMode mode) noexcept override { csum_ = mode; }
+  Ipv4Addr addr() const noexcept override { return addr_; }
+  Port port() const noexcept override { return port_; }
+  bool group() const noexcept { return group_; }
+  bool detached() const noexcept override { return proto_ == nullptr; }
+
+ private:
+  friend class TcpProtocol;
+  friend class TcpConnection;
+  void established(TcpConnection& c);
+  void forget(TcpConnection& c) noexcept;
+
+  TcpProtocol* proto_;
+  Ipv4Addr addr_;
+  Port port_;
+  std::size_t backlog_;
+  bool group_;
+  std::size_t half_open_ = 0;
+  std::deque<Ref<TcpConnection>> accept_q_;
+  std::function<void()> on_event_;
+  std::optional<ChecksumMode> csum_;
+};
+
+}  // namespace xk::tcp
