@@ -19,7 +19,21 @@ namespace xk::tcp {
 // sit on it; applications use it through TcpSocket.
 class TcpConnection final : public StreamEndpoint {
  public:
-  TcpConnection(TcpProtocol& proto, Protocol* upper);
+  // The three ways a connection comes to be.
+  // An active open's TCB: CLOSED until connect(); data goes to `upper`, or
+  // to the socket when null.
+  static Ref<TcpConnection> active(TcpProtocol& proto, Protocol* upper);
+  // A passive open from a SYN that listener `l` takes (RFC 9293 3.10.7.2),
+  // on IP session `ip` (whose user count it takes): the state SYN-RECEIVED
+  // starts from, before the SYN-ACK. `iss`: our initial sequence number.
+  static Ref<TcpConnection> from_syn(TcpProtocol& proto, ListenSession& l, TcpProtocol::IpPeer& ip,
+                                     const FourTuple& t, const Header& h, const Options& opts, SeqNum iss);
+  // The third segment of a SYN-cookie handshake (RFC 4987): what our SYN-ACK
+  // offered, rebuilt from the cookie -- `mss` -- and from the options its
+  // timestamp carried; the state ESTABLISHED starts from.
+  static Ref<TcpConnection> from_cookie(TcpProtocol& proto, ListenSession& l, TcpProtocol::IpPeer& ip,
+                                        const FourTuple& t, const Header& h, const Options& opts,
+                                        std::uint16_t mss, Time now);
   ~TcpConnection() override;
 
   // Session interface: push() sends `msg` as stream bytes (all or would_block).
@@ -73,6 +87,7 @@ class TcpConnection final : public StreamEndpoint {
   TcpConnection* tcb() noexcept override { return this; }
 
  private:
+  TcpConnection(TcpProtocol& proto, Protocol* upper);
   friend class TcpProtocol;
   friend class ListenSession;
 

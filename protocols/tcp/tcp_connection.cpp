@@ -39,6 +39,73 @@ TcpConnection::TcpConnection(TcpProtocol& proto, Protocol* upper)
 
 TcpConnection::~TcpConnection() = default;
 
+Ref<TcpConnection> TcpConnection::active(TcpProtocol& proto, Protocol* upper) {
+  return Ref<TcpConnection>(new TcpConnection(proto, upper));
+}
+
+Ref<TcpConnection> TcpConnection::from_syn(TcpProtocol& proto, ListenSession& l, TcpProtocol::IpPeer& ip,
+                                           const FourTuple& t, const Header& h, const Options& opts, SeqNum iss) {
+  Ref<TcpConnection> c(new TcpConnection(proto, nullptr));
+  c->passive_ = true;
+  c->tuple_ = t;
+  c->csum_ = l.csum_;
+  c->ip_ = ip.session;
+  ++ip.users;
+  c->listener_ = &l;
+  ++l.half_open_;
+  c->irs_ = h.seq;
+  c->rcv_nxt_ = c->rcv_adv_ = h.seq + 1;
+  c->iss_ = iss;
+  c->snd_una_ = c->snd_nxt_ = c->snd_max_ = c->iss_;
+  c->snd_wl1_ = h.seq;
+  c->take_options(opts, true);
+  c->snd_wnd_ = h.window;  // never scaled in a SYN (RFC 7323 2.2)
+  c->max_snd_wnd_ = c->snd_wnd_;
+  return c;
+}
+
+Ref<TcpConnection> TcpConnection::from_cookie(TcpProtocol& proto, ListenSession& l, TcpProtocol::IpPeer& ip,
+                                              const FourTuple& t, const Header& h, const Options& opts,
+                                              std::uint16_t mss, Time now) {
+  const TcpConfig& cfg = proto.config();
+  Ref<TcpConnection> c(new TcpConnection(proto, nullptr));
+  c->passive_ = true;
+  c->tuple_ = t;
+  c->csum_ = l.csum_;
+  c->ip_ = ip.session;
+  ++ip.users;
+  c->iss_ = h.ack - 1;
+  c->irs_ = h.seq - 1;
+  c->snd_una_ = c->snd_nxt_ = c->snd_max_ = h.ack;
+  c->rcv_nxt_ = h.seq;
+  // Our SYN-ACK offered 65535 bytes, unscaled, and acknowledged h.seq.
+  c->rcv_adv_ = h.seq + 65535;
+  c->last_ack_sent_ = h.seq;
+  c->snd_wl1_ = h.seq;
+  c->snd_wl2_ = h.ack;
+  c->peer_mss_ = mss;
+  c->mss_ = std::min(mss, proto.path_mss(*ip.session));
+  if (opts.timestamps) {
+    // Our SYN-ACK's TSval carried its options (tcp_syncookie.hpp).
+    CookieOptions co = decode_cookie_tsecr(opts.timestamps->tsecr);
+    c->ts_ok_ = cfg.timestamps;
+    c->ts_recent_ = opts.timestamps->tsval;
+    c->ts_recent_age_ = now;
+    c->sack_ok_ = cfg.sack && co.sack_permitted;
+    if (co.wscale && cfg.wscale > 0) {
+      c->snd_wscale_ = *co.wscale;
+      c->rcv_wscale_ = proto.our_wscale(cfg.buf_max);
+    }
+  }
+  c->snd_wnd_ = std::uint32_t{h.window} << c->snd_wscale_;
+  c->max_snd_wnd_ = c->snd_wnd_;
+  c->sb_.set_smss(c->payload_mss());
+  c->cc_->set_mss(c->payload_mss());
+  c->listener_ = &l;
+  ++l.half_open_;
+  return c;
+}
+
 Status TcpConnection::push(Msg msg) { return write_msg(msg); }
 
 Status TcpConnection::pop(Session&, Msg) { return Errc::unsupported; }  // input arrives through segment_arrives

@@ -531,41 +531,7 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
           return;
         }
         ++c_.syncookies_ok;
-        Ref<TcpConnection> c = make_ref<TcpConnection>(*this, nullptr);
-        c->passive_ = true;
-        c->tuple_ = t;
-        c->csum_ = l.csum_;
-        c->ip_ = ip.session;
-        ++ip.users;
-        c->iss_ = h.ack - 1;
-        c->irs_ = h.seq - 1;
-        c->snd_una_ = c->snd_nxt_ = c->snd_max_ = h.ack;
-        c->rcv_nxt_ = h.seq;
-        // Our SYN-ACK offered 65535 bytes, unscaled, and acknowledged h.seq.
-        c->rcv_adv_ = h.seq + 65535;
-        c->last_ack_sent_ = h.seq;
-        c->snd_wl1_ = h.seq;
-        c->snd_wl2_ = h.ack;
-        c->peer_mss_ = *mss;
-        c->mss_ = std::min(*mss, path_mss(*ip.session));
-        if (opts.timestamps) {
-          // Our SYN-ACK's TSval carried its options (tcp_syncookie.hpp).
-          CookieOptions co = decode_cookie_tsecr(opts.timestamps->tsecr);
-          c->ts_ok_ = config_.timestamps;
-          c->ts_recent_ = opts.timestamps->tsval;
-          c->ts_recent_age_ = now;
-          c->sack_ok_ = config_.sack && co.sack_permitted;
-          if (co.wscale && config_.wscale > 0) {
-            c->snd_wscale_ = *co.wscale;
-            c->rcv_wscale_ = our_wscale(config_.buf_max);
-          }
-        }
-        c->snd_wnd_ = std::uint32_t{h.window} << c->snd_wscale_;
-        c->max_snd_wnd_ = c->snd_wnd_;
-        c->sb_.set_smss(c->payload_mss());
-        c->cc_->set_mss(c->payload_mss());
-        c->listener_ = &l;
-        ++l.half_open_;
+        Ref<TcpConnection> c = TcpConnection::from_cookie(*this, l, ip, t, h, opts, *mss, now);
         if (!insert(*c)) return;
         c->enter_state(State::established);  // passive_opens counted the SYN
         if (!payload.empty() || h.has(kFin)) c->segment_arrives(h, opts, std::move(payload));
@@ -608,23 +574,9 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
     ++c_.passive_opens;
     return;
   }
-  Ref<TcpConnection> c = make_ref<TcpConnection>(*this, nullptr);
-  c->passive_ = true;
-  c->tuple_ = t;
-  c->csum_ = l.csum_;
-  c->ip_ = ip.session;
-  ++ip.users;
-  c->listener_ = &l;
-  ++l.half_open_;
-  c->irs_ = h.seq;
-  c->rcv_nxt_ = c->rcv_adv_ = h.seq + 1;
-  c->iss_ = isn_.isn(t, now);
-  if (iss_floor && c->iss_ < *iss_floor) c->iss_ = *iss_floor;
-  c->snd_una_ = c->snd_nxt_ = c->snd_max_ = c->iss_;
-  c->snd_wl1_ = h.seq;
-  c->take_options(opts, true);
-  c->snd_wnd_ = h.window;  // never scaled in a SYN (RFC 7323 2.2)
-  c->max_snd_wnd_ = c->snd_wnd_;
+  SeqNum iss = isn_.isn(t, now);
+  if (iss_floor && iss < *iss_floor) iss = *iss_floor;
+  Ref<TcpConnection> c = TcpConnection::from_syn(*this, l, ip, t, h, opts, iss);
   if (!insert(*c)) {
     l.forget(*c);
     c->listener_ = nullptr;
@@ -640,7 +592,7 @@ Result<SessionRef> TcpProtocol::open(Protocol& upper, Participants& parts) {
   if (!rport) return rport.error();
   Result<Ipv4Addr> raddr = parts.remote.pop<Ipv4Addr>();
   if (!raddr) return raddr.error();
-  Ref<TcpConnection> c = make_ref<TcpConnection>(*this, &upper);
+  Ref<TcpConnection> c = TcpConnection::active(*this, &upper);
   if (Status st = c->connect(*raddr, *rport); !st) return st.error();
   return SessionRef(c);
 }
@@ -707,7 +659,7 @@ std::vector<TcpProtocol::ConnectionInfo> TcpProtocol::connections() const {
 
 TcpSocket TcpProtocol::socket() {
   if (backend_ != nullptr) return TcpSocket(backend_->make_stream());
-  return TcpSocket(make_ref<TcpConnection>(*this, nullptr));
+  return TcpSocket(TcpConnection::active(*this, nullptr));
 }
 
 Result<TcpListener> TcpProtocol::listen(Ipv4Addr addr, Port port, std::size_t backlog, bool group) {
