@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "tcb.hpp"
+#include "run_until.hpp"
 #include "xk/drivers/pair.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/filterd/central.hpp"
@@ -142,12 +143,7 @@ class CentralTest : public ::testing::Test {
 
   template <class F>
   bool run_until(F&& done, std::chrono::milliseconds limit = 10000ms) {
-    auto end = std::chrono::steady_clock::now() + limit;
-    while (!done()) {
-      if (std::chrono::steady_clock::now() > end) return false;
-      loop.run_once();
-    }
-    return true;
+    return test::run_until(loop, std::forward<F>(done), limit);
   }
   void run_passes(int n) {
     for (int i = 0; i < n; ++i) loop.run_once();

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "run_until.hpp"
 #include "xk/drivers/loopback.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
@@ -83,12 +84,7 @@ class PortAuthorityTest : public ::testing::Test {
   // Runs the loop until `done`, at most 2 s.
   template <class Pred>
   bool run_until(Pred done) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while (!done()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      if (loop.run_once() == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    return true;
+    return test::run_until(loop, std::move(done), std::chrono::seconds(2));
   }
 
   Registry registry;

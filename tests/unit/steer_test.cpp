@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "tcb.hpp"
+#include "run_until.hpp"
 #include "xk/drivers/pair.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/filterd/steer.hpp"
@@ -129,12 +130,7 @@ class SteerTest : public ::testing::Test {
 
   template <class F>
   bool run_until(F&& done, std::chrono::milliseconds limit = 5000ms) {
-    auto end = std::chrono::steady_clock::now() + limit;
-    while (!done()) {
-      if (std::chrono::steady_clock::now() > end) return false;
-      loop.run_once();
-    }
-    return true;
+    return test::run_until(loop, std::forward<F>(done), limit);
   }
 
   EventLoop loop;
@@ -468,12 +464,7 @@ class SteerQueuesTest : public ::testing::Test {
   std::uint64_t steer_counter(const char* name) { return steer->counters().value(name); }
   template <class F>
   bool run_until(F&& done, std::chrono::milliseconds limit = 10000ms) {
-    auto end = std::chrono::steady_clock::now() + limit;
-    while (!done()) {
-      if (std::chrono::steady_clock::now() > end) return false;
-      loop.run_once();
-    }
-    return true;
+    return test::run_until(loop, std::forward<F>(done), limit);
   }
 
   EventLoop loop;
