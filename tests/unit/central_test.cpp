@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "tcb.hpp"
+#include "filterd_fixture.hpp"
 #include "run_until.hpp"
 #include "xk/drivers/pair.hpp"
 #include "xk/event_loop.hpp"
@@ -37,8 +38,8 @@ using namespace std::chrono_literals;
 
 constexpr Ipv4Addr kPeer{0xC0000201};    // 192.0.2.1
 constexpr Ipv4Addr kShared{0xC000020A};  // 192.0.2.10
-const MacAddr kNode1{{0x02, 0, 0, 0, 1, 1}};
-const MacAddr kNode2{{0x02, 0, 0, 0, 1, 2}};
+using test::kNode1;
+using test::kNode2;
 
 std::string node_stack(const std::string& link, const std::string& mac) {
   return "pair  net0 link=" + link + " mac=" + mac + " queue=16\n"
@@ -85,41 +86,19 @@ class CentralAuthority final : public PortAuthority {
   std::map<std::uint16_t, bool> groups_;
 };
 
-class CentralTest : public ::testing::Test {
+class CentralTest : public test::FilterdWithNodes {
  public:
   void SetUp() override {
-    drivers::register_pair(registry, hub);
-    eth::register_eth(registry);
-    arp::register_arp(registry);
-    ipv4::register_ipv4(registry);
-    icmp::register_icmp(registry);
-    udp::register_udp(registry);
-    tcp::register_tcp(registry);
-    relay::register_relay(registry);
-    register_steer(registry);
-    peer.emplace(Graph::build("pair net0 link=ext mac=02:00:00:00:00:01 queue=4096\n"
-                              "eth  eth0 below=net0\narp  arp0 below=eth0\n"
-                              "ipv4 ip0  below=eth0,arp0 addr=192.0.2.1/24\n"
-                              "tcp  tcp0 below=ip0 rto_min_ms=10\n",
-                              registry, &loop, "peer"));
-    filterd.emplace(Graph::build(
-        "pair  net0 link=ext mac=02:00:00:00:00:10 queue=4096\n"
-        "pair  ch1  link=node1 mac=02:78:6b:00:00:01 queue=16\n"
-        "pair  ch2  link=node2 mac=02:78:6b:00:00:01 queue=16\n"
-        "steer st0  below=net0 addr=192.0.2.10/24\n"
-        "eth   eth0 below=st0\n"
-        "arp   arp0 below=eth0\n"
-        "ipv4  ip0  below=eth0,arp0 addr=192.0.2.10/24\n"
-        "icmp  icmp0 below=ip0\n"
-        "udp   udp0 below=ip0\n"
-        "tcp   tcp0 below=ip0 rto_min_ms=10\n",
-        registry, &loop, "filterd"));
-    node1.emplace(Graph::build(node_stack("node1", "02:00:00:00:01:01"), registry, &loop, "node1"));
-    node2.emplace(Graph::build(node_stack("node2", "02:00:00:00:01:02"), registry, &loop, "node2"));
-    steer = filterd->find_as<Steer>("st0");
-    steer->set_resolver(filterd->find_as<arp::ArpProtocol>("arp0"));
-    ASSERT_TRUE(steer->attach(1, *filterd->find("ch1"), kNode1).ok());
-    ASSERT_TRUE(steer->attach(2, *filterd->find("ch2"), kNode2).ok());
+    Setup s;
+    s.peer_stack = "pair net0 link=ext mac=02:00:00:00:00:01 queue=4096\n"
+                   "eth  eth0 below=net0\narp  arp0 below=eth0\n"
+                   "ipv4 ip0  below=eth0,arp0 addr=192.0.2.1/24\n"
+                   "tcp  tcp0 below=ip0 rto_min_ms=10\n";
+    s.channel_queue = 16;
+    s.filterd_tcp = "rto_min_ms=10";
+    s.node_stack = node_stack;
+    build(s);
+    if (HasFatalFailure()) return;
     CentralConfig cc;
     cc.sndbuf = 128 * 1024;
     cc.rcvbuf = 128 * 1024;
@@ -134,17 +113,10 @@ class CentralTest : public ::testing::Test {
     node2.reset();
     node1.reset();
     central.reset();
-    filterd.reset();
-    peer.reset();
+    tear_down();
   }
-  static tcp::TcpProtocol& tcp_of(Graph& g) { return *g.find_as<tcp::TcpProtocol>("tcp0"); }
   static relay::RelayProtocol& relay_of(Graph& g) { return *g.find_as<relay::RelayProtocol>("relay0"); }
   std::uint64_t central_counter(const char* name) { return central->counters().value(name); }
-
-  template <class F>
-  bool run_until(F&& done, std::chrono::milliseconds limit = 10000ms) {
-    return test::run_until(loop, std::forward<F>(done), limit);
-  }
   void run_passes(int n) {
     for (int i = 0; i < n; ++i) loop.run_once();
   }
@@ -160,11 +132,6 @@ class CentralTest : public ::testing::Test {
     return s;
   }
 
-  EventLoop loop;
-  drivers::PairHub hub;
-  Registry registry;
-  std::optional<Graph> peer, filterd, node1, node2;
-  Steer* steer = nullptr;
   std::unique_ptr<Central> central;
   std::unique_ptr<CentralAuthority> auth1, auth2;
 };

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "tcb.hpp"
+#include "filterd_fixture.hpp"
 #include "run_until.hpp"
 #include "xk/drivers/pair.hpp"
 #include "xk/event_loop.hpp"
@@ -37,8 +38,8 @@ using namespace std::chrono_literals;
 
 constexpr Ipv4Addr kPeer{0xC0000201};    // 192.0.2.1
 constexpr Ipv4Addr kShared{0xC000020A};  // 192.0.2.10
-const MacAddr kNode1{{0x02, 0, 0, 0, 1, 1}};
-const MacAddr kNode2{{0x02, 0, 0, 0, 1, 2}};
+using test::kNode1;
+using test::kNode2;
 
 std::string stack(const std::string& link, const std::string& mac, const std::string& addr) {
   return "pair net0 link=" + link + " mac=" + mac + " queue=4096\n"
@@ -79,65 +80,22 @@ class DirectAuthority final : public PortAuthority {
   std::uint16_t next_ = 50000;
 };
 
-class SteerTest : public ::testing::Test {
+class SteerTest : public test::FilterdWithNodes {
  public:
   void SetUp() override {
-    drivers::register_pair(registry, hub);
-    eth::register_eth(registry);
-    arp::register_arp(registry);
-    ipv4::register_ipv4(registry);
-    icmp::register_icmp(registry);
-    udp::register_udp(registry);
-    tcp::register_tcp(registry);
-    register_steer(registry);
-    peer.emplace(Graph::build(stack("ext", "02:00:00:00:00:01", "192.0.2.1/24"), registry, &loop, "peer"));
-    filterd.emplace(Graph::build(
-        "pair  net0 link=ext mac=02:00:00:00:00:10 queue=4096\n"
-        // The channels before steer: built first, destroyed after it.
-        "pair  ch1  link=node1 mac=02:78:6b:00:00:01 queue=4096\n"
-        "pair  ch2  link=node2 mac=02:78:6b:00:00:01 queue=4096\n"
-        // The node port: nodes on other hosts, known by their MACs.
-        "pair  np0  link=nodeport mac=02:78:6b:00:00:99 queue=4096\n"
-        "steer st0  below=net0 addr=192.0.2.10/24\n"
-        "eth   eth0 below=st0\n"
-        "arp   arp0 below=eth0\n"
-        "ipv4  ip0  below=eth0,arp0 addr=192.0.2.10/24\n"
-        "icmp  icmp0 below=ip0\n"
-        "udp   udp0 below=ip0\n"
-        "tcp   tcp0 below=ip0\n",
-        registry, &loop, "filterd"));
-    node1.emplace(Graph::build(stack("node1", "02:00:00:00:01:01", "192.0.2.10/24"), registry, &loop, "node1"));
-    node2.emplace(Graph::build(stack("node2", "02:00:00:00:01:02", "192.0.2.10/24"), registry, &loop, "node2"));
-    steer = filterd->find_as<Steer>("st0");
-    steer->set_resolver(filterd->find_as<arp::ArpProtocol>("arp0"));
-    ASSERT_TRUE(steer->attach(1, *filterd->find("ch1"), kNode1).ok());
-    ASSERT_TRUE(steer->attach(2, *filterd->find("ch2"), kNode2).ok());
+    Setup s;
+    s.peer_stack = stack("ext", "02:00:00:00:00:01", "192.0.2.1/24");
+    s.node_port = true;
+    s.node_stack = [](const std::string& link, const std::string& mac) { return stack(link, mac, "192.0.2.10/24"); };
+    build(s);
+    if (HasFatalFailure()) return;
     auth1 = std::make_unique<DirectAuthority>(steer->filter(), 1);
     auth2 = std::make_unique<DirectAuthority>(steer->filter(), 2);
     tcp_of(*node1).set_port_authority(auth1.get());
     tcp_of(*node2).set_port_authority(auth2.get());
     udp_of(*node2).set_port_authority(auth2.get());
   }
-  void TearDown() override {
-    node2.reset();
-    node1.reset();
-    filterd.reset();
-    peer.reset();
-  }
-  static tcp::TcpProtocol& tcp_of(Graph& g) { return *g.find_as<tcp::TcpProtocol>("tcp0"); }
-  static udp::UdpProtocol& udp_of(Graph& g) { return *g.find_as<udp::UdpProtocol>("udp0"); }
-  std::uint64_t steer_counter(const char* name) { return steer->counters().value(name); }
-
-  template <class F>
-  bool run_until(F&& done, std::chrono::milliseconds limit = 5000ms) {
-    return test::run_until(loop, std::forward<F>(done), limit);
-  }
-
-  EventLoop loop;
-  drivers::PairHub hub;
-  Registry registry;
-  std::optional<Graph> peer, filterd, node1, node2;
-  Steer* steer = nullptr;
+  void TearDown() override { tear_down(); }
   std::unique_ptr<DirectAuthority> auth1, auth2;
 };
 

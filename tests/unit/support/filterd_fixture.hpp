@@ -1,0 +1,101 @@
+#pragma once
+// filterd's data path with two nodes behind it, all over pair links on one
+// event loop (steer_test, central_test): a peer on the external link,
+// filterd's graph (steer under its own stack, a channel per node -- and a
+// node port if asked), and the two nodes' stacks, with their channels
+// attached to steer. What the nodes run and how ports are agreed is the
+// suite's own.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "run_until.hpp"
+#include "xk/drivers/pair.hpp"
+#include "xk/event_loop.hpp"
+#include "xk/filterd/steer.hpp"
+#include "xk/graph.hpp"
+#include "xk/protocols/arp.hpp"
+#include "xk/protocols/eth.hpp"
+#include "xk/protocols/icmp.hpp"
+#include "xk/protocols/ipv4.hpp"
+#include "xk/protocols/relay.hpp"
+#include "xk/protocols/tcp.hpp"
+#include "xk/protocols/udp.hpp"
+
+namespace xk::test {
+
+inline const MacAddr kNode1{{0x02, 0, 0, 0, 1, 1}};
+inline const MacAddr kNode2{{0x02, 0, 0, 0, 1, 2}};
+
+class FilterdWithNodes : public ::testing::Test {
+ public:
+  struct Setup {
+    std::string peer_stack;      // the graph on the external link ("link=ext")
+    std::size_t channel_queue = 4096;
+    bool node_port = false;      // np0: nodes on other hosts, known by their MACs
+    std::string filterd_tcp;     // options of filterd's tcp0
+    // A node's graph, on pair link `link` with MAC `mac`.
+    std::function<std::string(const std::string& link, const std::string& mac)> node_stack;
+  };
+
+  void build(const Setup& s) {
+    drivers::register_pair(registry, hub);
+    eth::register_eth(registry);
+    arp::register_arp(registry);
+    ipv4::register_ipv4(registry);
+    icmp::register_icmp(registry);
+    udp::register_udp(registry);
+    tcp::register_tcp(registry);
+    relay::register_relay(registry);
+    xk::filterd::register_steer(registry);
+    peer.emplace(Graph::build(s.peer_stack, registry, &loop, "peer"));
+    const std::string q = " queue=" + std::to_string(s.channel_queue) + "\n";
+    filterd.emplace(Graph::build(
+        "pair  net0 link=ext mac=02:00:00:00:00:10 queue=4096\n"
+        // The channels before steer: built first, destroyed after it.
+        "pair  ch1  link=node1 mac=02:78:6b:00:00:01" + q +
+        "pair  ch2  link=node2 mac=02:78:6b:00:00:01" + q +
+        (s.node_port ? "pair  np0  link=nodeport mac=02:78:6b:00:00:99 queue=4096\n" : "") +
+        "steer st0  below=net0 addr=192.0.2.10/24\n"
+        "eth   eth0 below=st0\n"
+        "arp   arp0 below=eth0\n"
+        "ipv4  ip0  below=eth0,arp0 addr=192.0.2.10/24\n"
+        "icmp  icmp0 below=ip0\n"
+        "udp   udp0 below=ip0\n"
+        "tcp   tcp0 below=ip0" + (s.filterd_tcp.empty() ? "" : " " + s.filterd_tcp) + "\n",
+        registry, &loop, "filterd"));
+    node1.emplace(Graph::build(s.node_stack("node1", "02:00:00:00:01:01"), registry, &loop, "node1"));
+    node2.emplace(Graph::build(s.node_stack("node2", "02:00:00:00:01:02"), registry, &loop, "node2"));
+    steer = filterd->find_as<xk::filterd::Steer>("st0");
+    steer->set_resolver(filterd->find_as<arp::ArpProtocol>("arp0"));
+    ASSERT_TRUE(steer->attach(1, *filterd->find("ch1"), kNode1).ok());
+    ASSERT_TRUE(steer->attach(2, *filterd->find("ch2"), kNode2).ok());
+  }
+  // The nodes first, then filterd, then the peer.
+  void tear_down() {
+    node2.reset();
+    node1.reset();
+    filterd.reset();
+    peer.reset();
+  }
+
+  static tcp::TcpProtocol& tcp_of(Graph& g) { return *g.find_as<tcp::TcpProtocol>("tcp0"); }
+  static udp::UdpProtocol& udp_of(Graph& g) { return *g.find_as<udp::UdpProtocol>("udp0"); }
+  std::uint64_t steer_counter(const char* name) { return steer->counters().value(name); }
+  template <class F>
+  bool run_until(F&& done, std::chrono::milliseconds limit = std::chrono::milliseconds(10000)) {
+    return test::run_until(loop, std::forward<F>(done), limit);
+  }
+
+  EventLoop loop;
+  drivers::PairHub hub;
+  Registry registry;
+  std::optional<Graph> peer, filterd, node1, node2;
+  xk::filterd::Steer* steer = nullptr;
+};
+
+}  // namespace xk::test
