@@ -277,22 +277,21 @@ void ControlServer::remember_proof(const ctl::Proof& p) {
   accepted_proofs_.push_back(p);
 }
 
-ControlServer::Refusal ControlServer::authenticate(Conn& c, const ctl::Message& m) {
-  if (const auto* a = std::get_if<ctl::Auth>(&m.body); a != nullptr && !c.our_nonce) {
+ControlServer::Verdict ControlServer::authenticate(Conn& c, const ctl::Message& m) {
+  if (const auto* a = std::get_if<ctl::Auth>(&m.body); a != nullptr && !c.nonces) {
     // Our answer proves we know the token too, over the node's nonce, so a
     // node cannot be fooled by a filterd that does not.
-    c.node_nonce = a->nonce;
-    c.our_nonce = ctl::fresh_nonce();
-    const ctl::AuthReply reply{*c.our_nonce, ctl::server_proof(config_.token, *c.node_nonce, *c.our_nonce)};
+    const Conn::Nonces& n = c.nonces.emplace(Conn::Nonces{a->nonce, ctl::fresh_nonce()});
+    const ctl::AuthReply reply{n.ours, ctl::server_proof(config_.token, n.node, n.ours)};
     (void)ctl::encode_into(ctl::Message{m.request_id, reply}, c.out);
-    return {};
+    return {.answered = true};
   }
   const auto* h = std::get_if<ctl::Hello>(&m.body);
-  if (h == nullptr) return {c.our_nonce ? "after AUTH, HELLO with the proof" : "over TCP the first request is AUTH"};
+  if (h == nullptr) return {c.nonces ? "after AUTH, HELLO with the proof" : "over TCP the first request is AUTH"};
   if (!h->token.empty()) return {"the token is never sent: prove it with AUTH and HELLO's proof"};
-  if (!c.our_nonce) return {"over TCP, AUTH comes before HELLO"};
+  if (!c.nonces) return {"over TCP, AUTH comes before HELLO"};
   if (!h->proof) return {"no proof: over TCP, HELLO must carry the proof of the token"};
-  if (!ctl::proofs_equal(*h->proof, ctl::node_proof(config_.token, *c.node_nonce, *c.our_nonce))) {
+  if (!ctl::proofs_equal(*h->proof, ctl::node_proof(config_.token, c.nonces->node, c.nonces->ours))) {
     if (seen_proof(*h->proof)) return {"replayed proof", true};
     return {"wrong proof"};
   }
@@ -324,14 +323,14 @@ void ControlServer::process(Conn& c) {
       // TCP: AUTH, then a HELLO with the right proof; nothing else, and
       // nothing at all after a bad one (the peer may try again on a new
       // connection, with new nonces).
-      const bool is_auth = std::holds_alternative<ctl::Auth>(m.body) && !c.our_nonce;
-      if (const Refusal no = authenticate(c, m); no.why != nullptr) {
-        ++(no.replay ? refused_replay_ : refused_token_);
-        (void)ctl::encode_into(ctl::make_error(m.request_id, ctl::ErrorCode::permission_denied, no.why), c.out);
+      const Verdict v = authenticate(c, m);
+      if (v.refused != nullptr) {
+        ++(v.replay ? refused_replay_ : refused_token_);
+        (void)ctl::encode_into(ctl::make_error(m.request_id, ctl::ErrorCode::permission_denied, v.refused), c.out);
         c.closing = true;
         break;
       }
-      if (is_auth) continue;
+      if (v.answered) continue;
     }
     ctl::Message reply = registry_.handle(m, c.node, c.tcp ? 0 : static_cast<std::uint32_t>(c.pid));
     if (c.node != 0) c.authed = true;

@@ -103,8 +103,11 @@ class ControlServer final : public Pollable {
     bool tcp = false;
     bool authed = false;     // Unix: always; TCP: after a HELLO with the right proof
     // TCP: the nonces of this connection's AUTH exchange (docs/control-protocol.md).
-    std::optional<ctl::Nonce> node_nonce;
-    std::optional<ctl::Nonce> our_nonce;
+    struct Nonces {
+      ctl::Nonce node;
+      ctl::Nonce ours;
+    };
+    std::optional<Nonces> nonces;
     bool pinged = false;     // has sent PING: held to the heartbeat from now on
     std::uint32_t peer = 0;  // TCP: the peer's IPv4 address
     Time opened{};
@@ -125,11 +128,12 @@ class ControlServer final : public Pollable {
   // A TCP peer's request before registration: AUTH is answered here, then
   // only a HELLO with the right proof is let through; anything else is
   // refused, saying why.
-  struct Refusal {
-    const char* why = nullptr;  // null: not refused
-    bool replay = false;        // a proof some earlier connection used
+  struct Verdict {
+    const char* refused = nullptr;  // why, or null
+    bool replay = false;            // refused: a proof some earlier connection used
+    bool answered = false;          // an AUTH, answered here
   };
-  Refusal authenticate(Conn& c, const ctl::Message& m);
+  Verdict authenticate(Conn& c, const ctl::Message& m);
   // Node proofs accepted lately, to tell a replayed one from a forged one.
   bool seen_proof(const ctl::Proof& p) const noexcept;
   void remember_proof(const ctl::Proof& p);
