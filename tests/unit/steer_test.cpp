@@ -375,14 +375,7 @@ class SteerQueuesTest : public ::testing::Test {
     return i < 3 ? Target{1, static_cast<std::uint16_t>(i)} : Target{2, static_cast<std::uint16_t>(i - 3)};
   }
   void SetUp() override {
-    drivers::register_pair(registry, hub);
-    eth::register_eth(registry);
-    arp::register_arp(registry);
-    ipv4::register_ipv4(registry);
-    icmp::register_icmp(registry);
-    udp::register_udp(registry);
-    tcp::register_tcp(registry);
-    register_steer(registry);
+    test::register_filterd_kinds(registry, hub);
     peer.emplace(Graph::build(stack("ext", "02:00:00:00:00:01", "192.0.2.1/24"), registry, &loop, "peer"));
     std::string spec = "pair  net0 link=ext mac=02:00:00:00:00:10 queue=4096\n";
     for (std::size_t i = 0; i < kStacks; ++i) {

@@ -31,6 +31,19 @@ namespace xk::test {
 inline const MacAddr kNode1{{0x02, 0, 0, 0, 1, 1}};
 inline const MacAddr kNode2{{0x02, 0, 0, 0, 1, 2}};
 
+// Every kind a filterd-and-nodes world over pair links uses.
+inline void register_filterd_kinds(Registry& registry, drivers::PairHub& hub) {
+  drivers::register_pair(registry, hub);
+  eth::register_eth(registry);
+  arp::register_arp(registry);
+  ipv4::register_ipv4(registry);
+  icmp::register_icmp(registry);
+  udp::register_udp(registry);
+  tcp::register_tcp(registry);
+  relay::register_relay(registry);
+  xk::filterd::register_steer(registry);
+}
+
 class FilterdWithNodes : public ::testing::Test {
  public:
   struct Setup {
@@ -43,15 +56,7 @@ class FilterdWithNodes : public ::testing::Test {
   };
 
   void build(const Setup& s) {
-    drivers::register_pair(registry, hub);
-    eth::register_eth(registry);
-    arp::register_arp(registry);
-    ipv4::register_ipv4(registry);
-    icmp::register_icmp(registry);
-    udp::register_udp(registry);
-    tcp::register_tcp(registry);
-    relay::register_relay(registry);
-    xk::filterd::register_steer(registry);
+    register_filterd_kinds(registry, hub);
     peer.emplace(Graph::build(s.peer_stack, registry, &loop, "peer"));
     const std::string q = " queue=" + std::to_string(s.channel_queue) + "\n";
     filterd.emplace(Graph::build(
