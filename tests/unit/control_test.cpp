@@ -244,6 +244,8 @@ std::vector<Message> samples() {
                               1000000,
                               Cursor(11, std::byte{1})}});
   v.push_back({24, FlowsReply{}});
+  // A node_flow holds a flow record as RESYNC has it, accepted flag and all.
+  v.push_back({24, FlowsReply{{{2, {Proto::tcp, 5001, {0xC0000201}, 40000, 0, /*accepted=*/true}}}, 1, {}}});
   v.push_back({25, RulesReply{{{.id = 4, .node = 2, .queue = 0, .priority = -3, .hits = 12, .expression = "udp"},
                                {.id = 1, .node = 1, .queue = 5, .priority = 0, .hits = 0,
                                 .expression = "tcp dst port 9000 and src net 10.0.0.0/8"}},
@@ -1097,7 +1099,7 @@ TEST(ControlTlv, BadValuesReject) {
       {"node flow short", MsgType::flows_reply,
        tlv(Tag::total, be32(1)) + tlv(Tag::node_flow, bytes({0, 1, 6, 0, 0, 80, 10, 0, 0, 1, 0, 80, 0}))},
       {"node flow flags", MsgType::flows_reply,
-       tlv(Tag::total, be32(1)) + tlv(Tag::node_flow, bytes({0, 1, 6, 1, 0, 80, 10, 0, 0, 1, 0, 80, 0, 0}))},
+       tlv(Tag::total, be32(1)) + tlv(Tag::node_flow, bytes({0, 1, 6, 2, 0, 80, 10, 0, 0, 1, 0, 80, 0, 0}))},
       {"node flow queue 64", MsgType::flows_reply,
        tlv(Tag::total, be32(1)) + tlv(Tag::node_flow, bytes({0, 1, 6, 0, 0, 80, 10, 0, 0, 1, 0, 80, 0, 64}))},
       {"rule expression longer than its record", MsgType::rules_reply,
