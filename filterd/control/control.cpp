@@ -536,7 +536,13 @@ template <class... Ms>
 std::optional<std::variant<Body, Problem>> decode_one_of(std::type_identity<std::variant<Ms...>>, std::uint8_t type,
                                                          std::span<const std::byte> body) {
   std::optional<std::variant<Body, Problem>> out;
-  ((static_cast<std::uint8_t>(Ms::kType) == type ? (out = decode_as<Ms>(body), true) : false) || ...);
+  const auto try_one = [&](auto m) {
+    using M = decltype(m);
+    if (static_cast<std::uint8_t>(M::kType) != type) return false;
+    out = decode_as<M>(body);
+    return true;
+  };
+  (void)(try_one(Ms{}) || ...);
   return out;
 }
 
