@@ -86,13 +86,45 @@ class TcpConnection final : public StreamEndpoint {
   bool detached() const noexcept override { return proto_ == nullptr; }
   TcpConnection* tcb() noexcept override { return this; }
 
+  // ---- what TcpProtocol asks of a connection ----------------------------------
+  // A segment of this connection's 4-tuple (RFC 9293 3.10.7).
+  void segment_arrives(Header h, const Options& opts, Msg payload);
+  // An ICMP error about this connection that passed TcpProtocol's checks.
+  void icmp_error(const ctl::NetError& err);
+  // After from_syn() and insertion: SYN-RECEIVED, and the SYN-ACK goes out.
+  void answer_syn();
+  // After from_cookie() and insertion: ESTABLISHED, and the third segment's
+  // data or FIN is taken.
+  void take_cookie_ack(const Header& h, const Options& opts, Msg payload);
+  // After from_syn() or from_cookie() when the 4-tuple could not be
+  // inserted: the listener forgets the connection.
+  void abandon_passive_open() noexcept;
+  // What a TIME-WAIT record keeps of this connection, ending at `expires`
+  // (RCV.ADV moves as for the ACK it would send).
+  TimeWaitRecord time_wait_record(Time expires) noexcept;
+  // A SYN reopens this TIME-WAIT connection's 4-tuple (RFC 6191): the new
+  // incarnation takes the flow over, so this one goes without giving it back.
+  void yield_to_new_incarnation();
+  TcpProtocol::ConnectionInfo info() const noexcept;
+  // A passive open of listener `l`, not accepted yet.
+  bool opened_by(const ListenSession& l) const noexcept { return listener_ == &l; }
+  // Its listener closed before accept(): RST (RFC 9293 3.10.4, like ABORT).
+  void listener_closed() {
+    listener_ = nullptr;
+    abort();
+  }
+  // accept() took it: the application owns it now.
+  void accepted() noexcept {
+    listener_ = nullptr;
+    accepted_ = true;
+  }
+  // The stack lets go of the connection (the stack is going away).
+  void release();
+
  private:
   TcpConnection(TcpProtocol& proto, Protocol* upper);
-  friend class TcpProtocol;
-  friend class ListenSession;
 
   // ---- input (tcp_input.cpp) -------------------------------------------------
-  void segment_arrives(Header h, const Options& opts, Msg payload);
   void input_syn_sent(const Header& h, const Options& opts, Msg payload);
   bool check_paws(const Header& h, const Options& opts);
   bool acceptable(const Header& h, std::size_t len) const noexcept;
@@ -110,7 +142,6 @@ class TcpConnection final : public StreamEndpoint {
   // The smallest path MTU we believe: 576, so the MSS never drops below 536
   // (RFC 9293 3.7.1's default) however small a forged frag-needed says.
   static constexpr std::uint16_t kMinPathMtu = 576;
-  void icmp_error(const ctl::NetError& err);
   void frag_needed(std::uint16_t next_hop_mtu);
   void resend_outstanding();
   std::uint16_t path_mtu() const noexcept;
@@ -144,7 +175,6 @@ class TcpConnection final : public StreamEndpoint {
   void leave_for_time_wait();
   void enter_state(State s);
   void fail(Errc e);
-  void release();
   void notify();
   std::uint32_t tsval_now() const noexcept;
   void start_rtt_timing(SeqNum seq);
@@ -246,11 +276,21 @@ class ListenSession final : public ListenEndpoint {
   bool group() const noexcept { return group_; }
   bool detached() const noexcept override { return proto_ == nullptr; }
 
- private:
-  friend class TcpProtocol;
-  friend class TcpConnection;
+  // ---- what TcpProtocol and its connections ask of a listener --------------
+  bool accept_queue_full() const noexcept { return accept_q_.size() >= backlog_; }
+  std::size_t half_open() const noexcept { return half_open_; }
+  // The mode set_checksum() chose, if it did.
+  std::optional<ChecksumMode> checksum_override() const noexcept { return csum_; }
+  // A connection of ours in the handshake (from_syn, from_cookie)...
+  void opening(TcpConnection&) noexcept { ++half_open_; }
+  // ...that reached ESTABLISHED: it waits for accept().
   void established(TcpConnection& c);
+  // ...or that went away before accept().
   void forget(TcpConnection& c) noexcept;
+  // The stack goes away: what waits for accept() goes with it.
+  void detach() noexcept;
+
+ private:
 
   TcpProtocol* proto_;
   Ipv4Addr addr_;

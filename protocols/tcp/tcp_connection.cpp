@@ -48,11 +48,11 @@ Ref<TcpConnection> TcpConnection::from_syn(TcpProtocol& proto, ListenSession& l,
   Ref<TcpConnection> c(new TcpConnection(proto, nullptr));
   c->passive_ = true;
   c->tuple_ = t;
-  c->csum_ = l.csum_;
+  c->csum_ = l.checksum_override();
   c->ip_ = ip.session;
   ++ip.users;
   c->listener_ = &l;
-  ++l.half_open_;
+  l.opening(*c);
   c->irs_ = h.seq;
   c->rcv_nxt_ = c->rcv_adv_ = h.seq + 1;
   c->iss_ = iss;
@@ -71,7 +71,7 @@ Ref<TcpConnection> TcpConnection::from_cookie(TcpProtocol& proto, ListenSession&
   Ref<TcpConnection> c(new TcpConnection(proto, nullptr));
   c->passive_ = true;
   c->tuple_ = t;
-  c->csum_ = l.csum_;
+  c->csum_ = l.checksum_override();
   c->ip_ = ip.session;
   ++ip.users;
   c->iss_ = h.ack - 1;
@@ -102,7 +102,7 @@ Ref<TcpConnection> TcpConnection::from_cookie(TcpProtocol& proto, ListenSession&
   c->sb_.set_smss(c->payload_mss());
   c->cc_->set_mss(c->payload_mss());
   c->listener_ = &l;
-  ++l.half_open_;
+  l.opening(*c);
   return c;
 }
 
@@ -468,6 +468,52 @@ void TcpConnection::release() {
   sndbuf_.clear();
   reasm_.clear();
   if (state_ != State::time_wait) state_ = State::closed;
+}
+
+// ---- what TcpProtocol asks ----------------------------------------------------
+
+void TcpConnection::answer_syn() {
+  enter_state(State::syn_received);
+  send_syn();
+}
+
+void TcpConnection::take_cookie_ack(const Header& h, const Options& opts, Msg payload) {
+  enter_state(State::established);
+  if (!payload.empty() || h.has(kFin)) segment_arrives(h, opts, std::move(payload));
+}
+
+void TcpConnection::abandon_passive_open() noexcept {
+  if (listener_ == nullptr) return;
+  listener_->forget(*this);
+  listener_ = nullptr;
+}
+
+TimeWaitRecord TcpConnection::time_wait_record(Time expires) noexcept {
+  TimeWaitRecord tw;
+  tw.window = static_cast<std::uint16_t>(advertised_window());
+  tw.snd_nxt = snd_max_;
+  tw.rcv_nxt = rcv_nxt_;
+  tw.rcv_wnd = static_cast<std::uint32_t>(rcv_adv_ - rcv_nxt_);
+  tw.max_snd_wnd = max_snd_wnd_;
+  tw.ts_recent = ts_recent_;
+  tw.ts_recent_age = ts_recent_age_;
+  tw.expires = expires;
+  tw.csum = checksum_mode();
+  tw.ts_ok = ts_ok_;
+  tw.sack_ok = sack_ok_;
+  tw.passive = passive_;
+  tw.claimed = claimed_;
+  return tw;
+}
+
+void TcpConnection::yield_to_new_incarnation() {
+  claimed_ = passive_ = false;
+  state_ = State::closed;
+  release();
+}
+
+TcpProtocol::ConnectionInfo TcpConnection::info() const noexcept {
+  return TcpProtocol::ConnectionInfo{tuple_, state_, passive_, claimed_};
 }
 
 void TcpConnection::notify() {

@@ -47,20 +47,14 @@ Status ListenSession::close() {
   // Connections nobody will accept are reset (RFC 9293 3.10.4: like ABORT).
   std::deque<Ref<TcpConnection>> q;
   q.swap(accept_q_);
-  for (Ref<TcpConnection>& c : q) {
-    c->listener_ = nullptr;
-    c->abort();
-  }
+  for (Ref<TcpConnection>& c : q) c->listener_closed();
   // Half-open ones still point at us: they die with a RST too.
   std::vector<Ref<TcpConnection>> half;
   p->conns_.for_each([&](const TcpProtocol::ConnKey&, SessionRef& s) {
     auto* c = static_cast<TcpConnection*>(s.get());
-    if (c->listener_ == this) half.emplace_back(c);
+    if (c->opened_by(*this)) half.emplace_back(c);
   });
-  for (Ref<TcpConnection>& c : half) {
-    c->listener_ = nullptr;
-    c->abort();
-  }
+  for (Ref<TcpConnection>& c : half) c->listener_closed();
   half_open_ = 0;
   return {};
 }
@@ -70,8 +64,7 @@ Result<Ref<TcpConnection>> ListenSession::accept() {
   if (accept_q_.empty()) return Errc::would_block;
   Ref<TcpConnection> c = std::move(accept_q_.front());
   accept_q_.pop_front();
-  c->listener_ = nullptr;
-  c->accepted_ = true;
+  c->accepted();
   return c;
 }
 
@@ -94,6 +87,11 @@ void ListenSession::forget(TcpConnection& c) noexcept {
   } else if (half_open_ > 0) {
     --half_open_;
   }
+}
+
+void ListenSession::detach() noexcept {
+  accept_q_.clear();
+  proto_ = nullptr;
 }
 
 // ---- protocol ---------------------------------------------------------------
@@ -164,10 +162,7 @@ TcpProtocol::~TcpProtocol() {
   // Handles may outlive us: their connections become closed, and nothing is sent.
   std::vector<Ref<ListenSession>> ls;
   listeners_.for_each([&](const ListenKey&, ListenSession*& l) { ls.emplace_back(l); });
-  for (auto& l : ls) {
-    l->accept_q_.clear();
-    l->proto_ = nullptr;
-  }
+  for (auto& l : ls) l->detach();
   listeners_.clear();
   std::vector<Ref<TcpConnection>> cs;
   conns_.for_each([&](const ConnKey&, SessionRef& s) { cs.emplace_back(static_cast<TcpConnection*>(s.get())); });
@@ -302,13 +297,13 @@ bool TcpProtocol::local_port_used(Ipv4Addr addr, std::uint16_t port) {
 void TcpProtocol::release_port(Ipv4Addr addr, Port port) noexcept { reserved_.erase(ListenKey{addr.value, port.value}); }
 
 Status TcpProtocol::insert(TcpConnection& c) {
-  auto [slot, inserted] = conns_.insert(key_of(c.tuple_), SessionRef(&c));
+  auto [slot, inserted] = conns_.insert(key_of(c.tuple()), SessionRef(&c));
   (void)slot;
   return inserted ? Status{} : Status{Errc::exists};
 }
 
 void TcpProtocol::remove(TcpConnection& c) noexcept {
-  ConnKey k = key_of(c.tuple_);
+  ConnKey k = key_of(c.tuple());
   if (SessionRef* s = conns_.find(k); s != nullptr && s->get() == &c) conns_.erase(k);
 }
 
@@ -388,14 +383,13 @@ Status TcpProtocol::send_raw(IpPeer& ip, std::uint16_t sport, std::uint16_t dpor
 // RFC 6191 2 / RFC 9293 3.6.1: a new SYN may end a TIME-WAIT early when its
 // timestamp (if both incarnations use them), else its sequence number, is
 // past what the old connection saw.
-bool TcpProtocol::syn_reopens(const Header& h, const Options& opts, bool ts_ok, std::uint32_t ts_recent,
-                              SeqNum rcv_nxt) const noexcept {
+bool TcpProtocol::syn_reopens(const Header& h, const Options& opts, const TimeWaitRecord& tw) const noexcept {
   if (!h.has(kSyn) || h.has(kAck)) return false;
-  if (ts_ok && opts.timestamps && config_.timestamps) {
-    const auto d = static_cast<std::int32_t>(opts.timestamps->tsval - ts_recent);
-    return d > 0 || (d == 0 && h.seq > rcv_nxt);
+  if (tw.ts_ok && opts.timestamps && config_.timestamps) {
+    const auto d = static_cast<std::int32_t>(opts.timestamps->tsval - tw.ts_recent);
+    return d > 0 || (d == 0 && h.seq > tw.rcv_nxt);
   }
-  return h.seq > rcv_nxt;
+  return h.seq > tw.rcv_nxt;
 }
 
 // RFC 9293 3.10.7.1: a segment for no connection gets a RST, unless it is one.
@@ -437,14 +431,14 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
     return nullptr;
   };
   SessionRef* s = conns_.find(key);
-  TimeWait* tw = s == nullptr ? time_waits_.find(key) : nullptr;
+  TimeWaitRecord* tw = s == nullptr ? time_waits_.find(key) : nullptr;
   ChecksumMode csum_mode = config_.csum;
   if (s != nullptr) {
     csum_mode = static_cast<TcpConnection*>(s->get())->checksum_mode();
   } else if (tw != nullptr) {
     csum_mode = tw->csum;
   } else if (ListenSession* to = listener_for()) {
-    csum_mode = to->csum_.value_or(config_.csum);
+    csum_mode = to->checksum_override().value_or(config_.csum);
   }
   if (csum_mode == ChecksumMode::on || csum_mode == ChecksumMode::rx_only) {
     if (msg.offload().has(Offload::rx_l4_good)) {
@@ -475,24 +469,24 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
   std::optional<SeqNum> iss_floor;
   if (s != nullptr) {
     Ref<TcpConnection> c(static_cast<TcpConnection*>(s->get()));
-    if (c->state_ != State::time_wait || !syn_reopens(h, *opts, c->ts_ok_, c->ts_recent_, c->rcv_nxt_)) {
+    const std::optional<TimeWaitRecord> old =
+        c->state() == State::time_wait ? std::optional(c->time_wait_record({})) : std::nullopt;
+    if (!old || !syn_reopens(h, *opts, *old)) {
       c->segment_arrives(h, *opts, std::move(payload));
       return {};
     }
     ++c_.time_wait_reused;
     // RFC 9293 3.6.1 (1): the new ISS lies above all the old one used.
-    iss_floor = c->snd_max_;
+    iss_floor = old->snd_nxt;
     // The old incarnation's IP session goes on serving the new one: keep the
     // peer (and `ip`) alive across the release; so does the authority's flow
     // of the 4-tuple (a RELEASE now would reach filterd after the new
     // SYN-ACK and take the new connection's flow).
     ++ip->users;
-    c->claimed_ = c->passive_ = false;
-    c->state_ = State::closed;
-    c->release();
+    c->yield_to_new_incarnation();
     --ip->users;
   }
-  if (tw != nullptr && !syn_reopens(h, *opts, tw->ts_ok, tw->ts_recent, tw->rcv_nxt)) {
+  if (tw != nullptr && !syn_reopens(h, *opts, *tw)) {
     time_wait_input(key, *tw, *ip, h, *opts, payload.size());
   } else {
     if (tw != nullptr) {
@@ -526,15 +520,17 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
     // Second: an ACK. Only a SYN cookie's third segment is acceptable here.
     if (config_.syncookies && !h.has(kFin)) {
       if (Result<std::uint16_t> mss = cookies_.check_ack(t, h.seq, h.ack, now)) {
-        if (l.accept_q_.size() >= l.backlog_) {
+        if (l.accept_queue_full()) {
           ++c_.drop_accept_queue;
           return;
         }
         ++c_.syncookies_ok;
         Ref<TcpConnection> c = TcpConnection::from_cookie(*this, l, ip, t, h, opts, *mss, now);
-        if (!insert(*c)) return;
-        c->enter_state(State::established);  // passive_opens counted the SYN
-        if (!payload.empty() || h.has(kFin)) c->segment_arrives(h, opts, std::move(payload));
+        if (!insert(*c)) {
+          c->abandon_passive_open();
+          return;
+        }
+        c->take_cookie_ack(h, opts, std::move(payload));  // passive_opens counted the SYN
         return;
       }
       ++c_.syncookies_bad;
@@ -544,11 +540,11 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
   }
   if (!h.has(kSyn)) return;  // fourth: anything else is dropped
   // Third: a SYN.
-  if (l.accept_q_.size() >= l.backlog_) {
+  if (l.accept_queue_full()) {
     ++c_.drop_accept_queue;
     return;
   }
-  if (l.half_open_ >= config_.syn_backlog) {
+  if (l.half_open() >= config_.syn_backlog) {
     if (!config_.syncookies) {
       ++c_.drop_syn_queue;
       return;
@@ -570,7 +566,7 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
       if (co.wscale) o.wscale = our_wscale(config_.buf_max);
     }
     SeqNum cookie = cookies_.make_isn(t, h.seq, std::min(their_mss, my_mss), now);
-    (void)send_raw(ip, h.dst_port, h.src_port, cookie, h.seq + 1, kSyn | kAck, 65535, &o, l.csum_.value_or(config_.csum));
+    (void)send_raw(ip, h.dst_port, h.src_port, cookie, h.seq + 1, kSyn | kAck, 65535, &o, l.checksum_override().value_or(config_.csum));
     ++c_.passive_opens;
     return;
   }
@@ -578,13 +574,11 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
   if (iss_floor && iss < *iss_floor) iss = *iss_floor;
   Ref<TcpConnection> c = TcpConnection::from_syn(*this, l, ip, t, h, opts, iss);
   if (!insert(*c)) {
-    l.forget(*c);
-    c->listener_ = nullptr;
+    c->abandon_passive_open();
     return;
   }
   ++c_.passive_opens;
-  c->enter_state(State::syn_received);
-  c->send_syn();
+  c->answer_syn();
 }
 
 Result<SessionRef> TcpProtocol::open(Protocol& upper, Participants& parts) {
@@ -647,10 +641,9 @@ std::vector<TcpProtocol::ConnectionInfo> TcpProtocol::connections() const {
   std::vector<ConnectionInfo> out;
   // Only inserted connections are in the map: each has its 4-tuple.
   const_cast<ActiveMap<ConnKey>&>(conns_).for_each([&](const ConnKey&, SessionRef& s) {
-    const auto* c = static_cast<const TcpConnection*>(s.get());
-    out.push_back(ConnectionInfo{c->tuple_, c->state_, c->passive_, c->claimed_});
+    out.push_back(static_cast<const TcpConnection*>(s.get())->info());
   });
-  const_cast<FlatMap<ConnKey, TimeWait>&>(time_waits_).for_each([&](const ConnKey& k, TimeWait& tw) {
+  const_cast<FlatMap<ConnKey, TimeWaitRecord>&>(time_waits_).for_each([&](const ConnKey& k, TimeWaitRecord& tw) {
     const FourTuple t{Ipv4Addr{k.local_addr}, k.local_port, Ipv4Addr{k.remote_addr}, k.remote_port};
     out.push_back(ConnectionInfo{t, State::time_wait, tw.passive, tw.claimed});
   });

@@ -20,21 +20,8 @@ bool TcpProtocol::park_time_wait(TcpConnection& c) {
     ++c_.time_wait_overflow;
     return false;
   }
-  TimeWait tw;
-  tw.window = static_cast<std::uint16_t>(c.advertised_window());
-  tw.snd_nxt = c.snd_max_;
-  tw.rcv_nxt = c.rcv_nxt_;
-  tw.rcv_wnd = static_cast<std::uint32_t>(c.rcv_adv_ - c.rcv_nxt_);
-  tw.max_snd_wnd = c.max_snd_wnd_;
-  tw.ts_recent = c.ts_recent_;
-  tw.ts_recent_age = c.ts_recent_age_;
-  tw.expires = timers_.clock().now() + 2 * config_.msl;
-  tw.csum = c.checksum_mode();
-  tw.ts_ok = c.ts_ok_;
-  tw.sack_ok = c.sack_ok_;
-  tw.passive = c.passive_;
-  tw.claimed = c.claimed_;
-  const ConnKey key = key_of(c.tuple_);
+  const TimeWaitRecord tw = c.time_wait_record(timers_.clock().now() + 2 * config_.msl);
+  const ConnKey key = key_of(c.tuple());
   if (!time_waits_.insert(key, tw).second) return false;  // cannot be: the connection held the 4-tuple
   time_wait_queue_.emplace_back(tw.expires, key);
   if (!time_wait_timer_.armed()) time_wait_timer_.arm(tw.expires);
@@ -42,7 +29,7 @@ bool TcpProtocol::park_time_wait(TcpConnection& c) {
 }
 
 void TcpProtocol::end_time_wait(const ConnKey& key, bool release_flow) noexcept {
-  TimeWait* tw = time_waits_.find(key);
+  TimeWaitRecord* tw = time_waits_.find(key);
   if (tw == nullptr) return;
   if (release_flow && (tw->claimed || tw->passive) && authority_ != nullptr) {
     defer_release(FourTuple{Ipv4Addr{key.local_addr}, key.local_port, Ipv4Addr{key.remote_addr}, key.remote_port});
@@ -56,12 +43,12 @@ void TcpProtocol::expire_time_waits() {
     const auto [when, key] = time_wait_queue_.front();
     time_wait_queue_.pop_front();
     // Restarted (queued again, later) or already ended: not this entry's turn.
-    if (const TimeWait* tw = time_waits_.find(key); tw != nullptr && tw->expires == when) end_time_wait(key);
+    if (const TimeWaitRecord* tw = time_waits_.find(key); tw != nullptr && tw->expires == when) end_time_wait(key);
   }
   if (!time_wait_queue_.empty()) time_wait_timer_.arm(time_wait_queue_.front().first);
 }
 
-void TcpProtocol::time_wait_ack(const ConnKey& key, const TimeWait& tw, IpPeer& ip, std::optional<SackBlock> dsack) {
+void TcpProtocol::time_wait_ack(const ConnKey& key, const TimeWaitRecord& tw, IpPeer& ip, std::optional<SackBlock> dsack) {
   Options o;
   if (tw.ts_ok) o.timestamps = Timestamps{tsval(), tw.ts_recent};
   if (tw.sack_ok && dsack) (void)o.add_sack(*dsack);  // RFC 2883
@@ -71,7 +58,7 @@ void TcpProtocol::time_wait_ack(const ConnKey& key, const TimeWait& tw, IpPeer& 
 // RFC 9293 3.10.7.4 in TIME-WAIT, with what TcpConnection::segment_arrives
 // does there: the same checks in the same order, on the record. demux()
 // has taken a SYN that reopens the 4-tuple (syn_reopens) already.
-void TcpProtocol::time_wait_input(const ConnKey& key, TimeWait& tw, IpPeer& ip, const Header& h, const Options& opts,
+void TcpProtocol::time_wait_input(const ConnKey& key, TimeWaitRecord& tw, IpPeer& ip, const Header& h, const Options& opts,
                                   std::size_t payload) {
   const Time now = timers_.clock().now();
   // PAWS (RFC 7323 5.3) before the acceptability test.

@@ -29,7 +29,7 @@
 #include "xk/graph.hpp"
 #include "xk/protocol.hpp"
 #include "xk/protocols/relay_wire.hpp"
-#include "xk/protocols/tcp.hpp"
+#include "xk/protocols/tcp_socket.hpp"
 
 namespace xk::relay {
 

@@ -1,0 +1,226 @@
+#pragma once
+// The socket face of TCP: what applications, the central-mode relay and
+// libxk use to drive a byte stream, apart from the protocol that runs it
+// (xk/protocols/tcp.hpp) and the connection's internals (protocols/tcp/tcb.hpp,
+// private).
+//
+//   TcpSocket, TcpListener   move-only handles used on the stack's thread
+//   StreamEndpoint           what a TcpSocket drives: this stack's TCB, or a
+//   ListenEndpoint           backend's stream (the relay); and the listeners
+//   StreamBackend            a provider of both (TcpProtocol's backend=)
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "xk/clock.hpp"
+#include "xk/port_authority.hpp"
+#include "xk/protocol.hpp"
+#include "xk/protocols/tcp_isn.hpp"  // FourTuple
+
+namespace xk::tcp {
+
+class TcpConnection;
+
+// RFC 9293 3.3.2.
+enum class State : std::uint8_t {
+  closed,
+  listen,
+  syn_sent,
+  syn_received,
+  established,
+  fin_wait_1,
+  fin_wait_2,
+  close_wait,
+  closing,
+  last_ack,
+  time_wait,
+};
+const char* to_string(State s) noexcept;
+
+// What one connection did (TCP_INFO-like).
+struct ConnStats {
+  State state = State::closed;
+  Duration srtt{0};
+  Duration rttvar{0};
+  Duration rto{0};
+  std::uint32_t cwnd = 0;
+  std::uint32_t ssthresh = 0;
+  std::uint32_t snd_wnd = 0;
+  std::uint32_t rcv_wnd = 0;
+  std::uint16_t mss = 0;             // our sending MSS (RFC 6691: options come out of it)
+  std::uint16_t pmtu = 0;            // the path MTU we believe in, IP header included (RFC 1191)
+  std::uint8_t snd_wscale = 0;
+  std::uint8_t rcv_wscale = 0;
+  bool sack = false;
+  bool timestamps = false;
+  std::uint64_t bytes_sent = 0;      // payload bytes handed to IP, retransmissions included
+  std::uint64_t bytes_acked = 0;
+  std::uint64_t bytes_received = 0;  // in-order payload bytes accepted
+  std::uint64_t segs_out = 0;
+  std::uint64_t segs_in = 0;
+  std::uint64_t retransmits = 0;     // segments sent again
+  std::uint64_t rto_expiries = 0;
+  std::uint64_t fast_retransmits = 0;
+  std::uint64_t sack_blocks_in = 0;
+  std::uint64_t sack_blocks_out = 0;
+  std::uint64_t dup_acks_in = 0;
+  std::uint64_t ooo_segments = 0;    // arrived out of order
+  std::uint64_t icmp_errors = 0;     // ICMP errors about this connection that passed RFC 5927's check
+  std::uint64_t pmtu_updates = 0;    // frag-needed messages that lowered the path MTU
+};
+
+// Readiness, as poll() would report it.
+enum Event : std::uint32_t {
+  ev_readable = 1,   // data, a FIN, or a pending error
+  ev_writable = 2,   // room in the send buffer (connected)
+  ev_error = 4,      // an error is pending (refused, reset, timed out)
+  ev_hangup = 8,     // the peer closed its side (FIN) or the connection is gone
+  ev_acceptable = 16,  // a listener has a connection to accept
+};
+
+// What a TcpSocket drives: the TCB of a connection this stack runs
+// (TcpConnection), or a byte stream some other backend carries -- e.g. the
+// central-mode relay, where filterd runs TCP and the node only sees the
+// stream (protocols/relay). The calls mean what TcpConnection's say.
+class StreamEndpoint : public Session {
+ public:
+  using Session::Session;
+
+  virtual Status connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr = {}, Port local_port = {}) = 0;
+  virtual Result<std::size_t> write(std::span<const std::byte> bytes) = 0;
+  virtual Status write_msg(Msg& msg) = 0;
+  virtual Result<std::size_t> read(std::span<std::byte> dst) = 0;
+  virtual Result<Msg> read_msg(std::size_t max) = 0;
+  virtual Status shutdown_write() = 0;
+  virtual Status close_gracefully() = 0;
+  virtual void abort() = 0;
+
+  virtual void set_nodelay(bool on) noexcept = 0;
+  virtual void set_cork(bool on) noexcept = 0;
+  virtual void set_keepalive(bool on) noexcept = 0;
+  virtual void set_sndbuf(std::size_t bytes) noexcept = 0;
+  virtual void set_rcvbuf(std::size_t bytes) noexcept = 0;
+  virtual void set_checksum(ChecksumMode mode) noexcept = 0;
+  virtual ChecksumMode checksum_mode() const noexcept = 0;
+
+  virtual State state() const noexcept = 0;
+  virtual std::uint32_t events() const noexcept = 0;
+  virtual void set_on_event(std::function<void()> fn) = 0;
+  virtual Errc pending_error() const noexcept = 0;
+  virtual Errc take_error() noexcept = 0;
+  virtual Errc soft_error() const noexcept = 0;
+  virtual ConnStats stats() const noexcept = 0;
+  virtual FourTuple tuple() const noexcept = 0;
+  virtual std::size_t rcv_queued() const noexcept = 0;
+  virtual std::size_t snd_queued() const noexcept = 0;
+  virtual bool detached() const noexcept = 0;
+  // The TCB, when this stack runs TCP for the stream (null for a relay).
+  virtual TcpConnection* tcb() noexcept { return nullptr; }
+};
+
+// What a TcpListener drives: a ListenSession, or a backend's listener.
+class ListenEndpoint : public Session {
+ public:
+  using Session::Session;
+  virtual Result<Ref<StreamEndpoint>> accept_stream() = 0;
+  virtual std::size_t pending() const noexcept = 0;
+  virtual std::uint32_t events() const noexcept = 0;
+  virtual void set_on_event(std::function<void()> fn) = 0;
+  virtual void set_checksum(ChecksumMode mode) noexcept = 0;
+  virtual Ipv4Addr addr() const noexcept = 0;
+  virtual Port port() const noexcept = 0;
+  virtual bool detached() const noexcept = 0;
+};
+
+// A TcpProtocol configured with `backend=...` hands its sockets and
+// listeners to this (the port was already agreed with the PortAuthority).
+class StreamBackend {
+ public:
+  virtual ~StreamBackend() = default;
+  virtual Ref<StreamEndpoint> make_stream() = 0;
+  // `authority`: to give the port back to when the listener closes (or null).
+  virtual Result<Ref<ListenEndpoint>> make_listener(Ipv4Addr addr, Port port, std::size_t backlog,
+                                                    PortAuthority* authority) = 0;
+  virtual std::size_t stream_count() const noexcept = 0;
+};
+
+// The TCB (TcpConnection) and a listener's state (ListenSession) are the
+// protocol's own: protocols/tcp/tcb.hpp, not installed. Applications reach a
+// connection through TcpSocket and StreamEndpoint.
+
+// ---- the socket API ---------------------------------------------------------
+// Move-only RAII handles, used on the stack's thread. Errors are Errc values:
+// would_block (nothing now), closed (handle closed), not_connected, refused,
+// reset, timed_out, exists (address in use), invalid_argument.
+
+class TcpSocket {
+ public:
+  TcpSocket() noexcept = default;
+  explicit TcpSocket(Ref<StreamEndpoint> c) noexcept : c_(std::move(c)) {}
+  TcpSocket(TcpSocket&&) noexcept = default;
+  TcpSocket& operator=(TcpSocket&& other) noexcept;
+  TcpSocket(const TcpSocket&) = delete;
+  TcpSocket& operator=(const TcpSocket&) = delete;
+  ~TcpSocket();
+
+  bool is_open() const noexcept { return c_ && !c_->detached(); }
+  // Starts the handshake; the socket becomes writable when it is done. A
+  // local port (from TcpProtocol::reserve_port) may be given.
+  Status connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr = {}, Port local_port = {});
+  Result<std::size_t> write(std::span<const std::byte> bytes);
+  Status write(Msg& msg);
+  Result<std::size_t> read(std::span<std::byte> dst);
+  Result<Msg> read_msg(std::size_t max = SIZE_MAX);
+  Status shutdown_write();
+  // Graceful close; the stack finishes the handshake on its own.
+  Status close();
+  // RST now (SO_LINGER with a zero timeout).
+  void abort();
+
+  void set_nodelay(bool on) noexcept;
+  void set_cork(bool on) noexcept;
+  void set_keepalive(bool on) noexcept;
+  void set_sndbuf(std::size_t bytes) noexcept;
+  void set_rcvbuf(std::size_t bytes) noexcept;
+  void set_checksum(ChecksumMode mode) noexcept;
+  void set_on_event(std::function<void()> fn);
+
+  std::uint32_t events() const noexcept;
+  State state() const noexcept { return c_ ? c_->state() : State::closed; }
+  ConnStats stats() const noexcept { return c_ ? c_->stats() : ConnStats{}; }
+  FourTuple tuple() const noexcept { return c_ ? c_->tuple() : FourTuple{}; }
+  // The TCB (null when no socket, or when a backend such as the relay
+  // carries the stream); endpoint() is whatever carries it.
+  TcpConnection* connection() const noexcept { return c_ ? c_->tcb() : nullptr; }
+  StreamEndpoint* endpoint() const noexcept { return c_.get(); }
+
+ private:
+  Ref<StreamEndpoint> c_;
+};
+
+class TcpListener {
+ public:
+  TcpListener() noexcept = default;
+  explicit TcpListener(Ref<ListenEndpoint> l) noexcept : l_(std::move(l)) {}
+  TcpListener(TcpListener&&) noexcept = default;
+  TcpListener& operator=(TcpListener&& other) noexcept;
+  TcpListener(const TcpListener&) = delete;
+  TcpListener& operator=(const TcpListener&) = delete;
+  ~TcpListener();
+
+  bool is_open() const noexcept { return l_ && !l_->detached(); }
+  Result<TcpSocket> accept();
+  std::uint32_t events() const noexcept { return l_ ? l_->events() : 0u; }
+  void set_on_event(std::function<void()> fn);
+  // For the SYNs it takes and the connections it accepts.
+  void set_checksum(ChecksumMode mode) noexcept;
+  Port port() const noexcept { return l_ ? l_->port() : Port{}; }
+  Status close();
+
+ private:
+  Ref<ListenEndpoint> l_;
+};
+
+}  // namespace xk::tcp
