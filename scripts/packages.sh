@@ -12,6 +12,7 @@ XK_PACKAGES=(
   iproute2 ethtool iputils-ping                         # network namespaces, veth offloads, ping (integration)
   gnuplot-nox openmpi-bin file                          # xk-scale's plots, its mpirun launcher; PNG checks
   libssl-dev                                            # the apps' stream digests (OpenSSL's SHA-256)
+  nlohmann-json3-dev                                    # xkctl's --json, and reading JSON back in tests
 )
 
 xk_install_packages() {

@@ -2,6 +2,8 @@
 
 #include "xkctl.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -304,62 +306,17 @@ std::string proto_name(ctl::Proto p) { return ctl::to_string(p); }
 
 std::string flow_remote(const ctl::FlowEntry& f) { return to_string(f.remote_addr) + ":" + u(f.remote_port); }
 
-// A tiny JSON writer: objects and arrays of scalars, written in order.
-class Json {
- public:
-  Json& open(char c) {
-    comma();
-    out_ += c;
-    first_ = true;
-    return *this;
-  }
-  Json& close(char c) {
-    out_ += c;
-    first_ = false;
-    return *this;
-  }
-  Json& key(std::string_view k) {
-    comma();
-    out_ += json_string(k);
-    out_ += ':';
-    first_ = true;
-    return *this;
-  }
-  Json& str(std::string_view v) {
-    comma();
-    out_ += json_string(v);
-    return *this;
-  }
-  Json& num(std::int64_t v) {
-    comma();
-    out_ += std::to_string(v);
-    return *this;
-  }
-  Json& unum(std::uint64_t v) {
-    comma();
-    out_ += std::to_string(v);
-    return *this;
-  }
-  Json& boolean(bool v) {
-    comma();
-    out_ += v ? "true" : "false";
-    return *this;
-  }
-  std::string done() { return out_ + "\n"; }
+// JSON documents keep their keys in the order written (nlohmann's
+// ordered_json). Every string came through the codec's UTF-8 check; a bad
+// byte would still be replaced rather than thrown over.
+using Json = nlohmann::ordered_json;
 
- private:
-  void comma() {
-    if (!first_) out_ += ',';
-    first_ = false;
-  }
-  std::string out_;
-  bool first_ = true;
-};
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n"; }
 
 void node_counts(Json& j, const ctl::NodeRecord& n) {
-  j.key("rx_frames").unum(n.rx_frames);
-  j.key("egress_allowed").unum(n.egress_allowed);
-  j.key("egress_denied").unum(n.egress_denied);
+  j["rx_frames"] = n.rx_frames;
+  j["egress_allowed"] = n.egress_allowed;
+  j["egress_denied"] = n.egress_denied;
 }
 
 }  // namespace
@@ -392,47 +349,23 @@ std::string Table::render() const {
   return out;
 }
 
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20 || c == 0x7F) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += ch;
-        }
-    }
-  }
-  return out + "\"";
-}
+std::string json_string(std::string_view s) { return Json(std::string(s)).dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 std::string format_nodes(const std::vector<ctl::NodeRecord>& nodes, bool json) {
   if (json) {
-    Json j;
-    j.open('{').key("nodes").open('[');
+    Json list = Json::array();
     for (const auto& n : nodes) {
-      j.open('{');
-      j.key("id").unum(n.id).key("name").str(n.name).key("pid").unum(n.pid).key("queues").unum(n.queues);
+      Json& j = list.emplace_back(Json{{"id", n.id}, {"name", n.name}, {"pid", n.pid}, {"queues", n.queues}});
       // A node on another host is on the node port, known by its MAC.
-      j.key("channel").str(n.ethernet ? "ethernet" : "memif");
-      if (n.ethernet) j.key("mac").str(to_string(n.mac));
-      j.key("memif_id").unum(n.memif_id).key("listeners").unum(n.listeners).key("flows").unum(n.flows);
-      j.key("rules").unum(n.rules);
+      j["channel"] = n.ethernet ? "ethernet" : "memif";
+      if (n.ethernet) j["mac"] = to_string(n.mac);
+      j["memif_id"] = n.memif_id;
+      j["listeners"] = n.listeners;
+      j["flows"] = n.flows;
+      j["rules"] = n.rules;
       node_counts(j, n);
-      j.close('}');
     }
-    return j.close(']').close('}').done();
+    return dump(Json{{"nodes", std::move(list)}});
   }
   Table t({"ID", "NAME", "PID", "QUEUES", "CHANNEL", "LISTENERS", "FLOWS", "RULES", "RX", "TX", "DENIED"});
   for (const auto& n : nodes) {
@@ -445,14 +378,16 @@ std::string format_nodes(const std::vector<ctl::NodeRecord>& nodes, bool json) {
 
 std::string format_ports(const std::vector<ctl::PortRecord>& ports, bool json) {
   if (json) {
-    Json j;
-    j.open('{').key("ports").open('[');
+    Json list = Json::array();
     for (const auto& p : ports) {
-      j.open('{').key("proto").str(proto_name(p.proto)).key("port").unum(p.port);
-      j.key("use").str(p.listen ? "listen" : p.lease ? "lease" : "connection").key("group").boolean(p.group);
-      j.key("node").unum(p.node).key("queue").unum(p.queue).close('}');
+      list.push_back({{"proto", proto_name(p.proto)},
+                      {"port", p.port},
+                      {"use", p.listen ? "listen" : p.lease ? "lease" : "connection"},
+                      {"group", p.group},
+                      {"node", p.node},
+                      {"queue", p.queue}});
     }
-    return j.close(']').close('}').done();
+    return dump(Json{{"ports", std::move(list)}});
   }
   Table t({"PROTO", "PORT", "USE", "GROUP", "NODE", "QUEUE"});
   for (const auto& p : ports) {
@@ -464,14 +399,16 @@ std::string format_ports(const std::vector<ctl::PortRecord>& ports, bool json) {
 
 std::string format_flows(const std::vector<ctl::NodeFlow>& flows, std::uint32_t total, bool json) {
   if (json) {
-    Json j;
-    j.open('{').key("total").unum(total).key("flows").open('[');
+    Json list = Json::array();
     for (const auto& f : flows) {
-      j.open('{').key("node").unum(f.node).key("queue").unum(f.flow.queue).key("proto").str(proto_name(f.flow.proto));
-      j.key("local_port").unum(f.flow.local_port).key("remote_addr").str(to_string(f.flow.remote_addr));
-      j.key("remote_port").unum(f.flow.remote_port).close('}');
+      list.push_back({{"node", f.node},
+                      {"queue", f.flow.queue},
+                      {"proto", proto_name(f.flow.proto)},
+                      {"local_port", f.flow.local_port},
+                      {"remote_addr", to_string(f.flow.remote_addr)},
+                      {"remote_port", f.flow.remote_port}});
     }
-    return j.close(']').close('}').done();
+    return dump(Json{{"total", total}, {"flows", std::move(list)}});
   }
   Table t({"NODE", "QUEUE", "PROTO", "LOCAL", "REMOTE"});
   for (const auto& f : flows) {
@@ -484,13 +421,16 @@ std::string format_flows(const std::vector<ctl::NodeFlow>& flows, std::uint32_t 
 
 std::string format_rules(const std::vector<ctl::RuleRecord>& rules, bool json) {
   if (json) {
-    Json j;
-    j.open('{').key("rules").open('[');
+    Json list = Json::array();
     for (const auto& r : rules) {
-      j.open('{').key("id").unum(r.id).key("node").unum(r.node).key("queue").unum(r.queue);
-      j.key("priority").num(r.priority).key("hits").unum(r.hits).key("expression").str(r.expression).close('}');
+      list.push_back({{"id", r.id},
+                      {"node", r.node},
+                      {"queue", r.queue},
+                      {"priority", r.priority},
+                      {"hits", r.hits},
+                      {"expression", r.expression}});
     }
-    return j.close(']').close('}').done();
+    return dump(Json{{"rules", std::move(list)}});
   }
   Table t({"ID", "NODE", "QUEUE", "PRIORITY", "HITS", "EXPRESSION"});
   for (const auto& r : rules) {
@@ -501,10 +441,9 @@ std::string format_rules(const std::vector<ctl::RuleRecord>& rules, bool json) {
 
 std::string format_stats(const std::vector<ctl::Counter>& counters, bool json) {
   if (json) {
-    Json j;
-    j.open('{').key("counters").open('{');
-    for (const auto& c : counters) j.key(c.name).unum(c.value);
-    return j.close('}').close('}').done();
+    Json values = Json::object();
+    for (const auto& c : counters) values[c.name] = c.value;
+    return dump(Json{{"counters", std::move(values)}});
   }
   Table t({"COUNTER", "VALUE"});
   for (const auto& c : counters) t.add({printable(c.name), u(c.value)});
@@ -524,20 +463,14 @@ std::string format_counters(const std::vector<ctl::Counter>& counters, const std
     by_owner[owner].emplace_back(std::move(name), c.value);
   }
   if (json) {
-    Json j;
-    j.open('{').key("counters").open('{');
+    Json groups = Json::object();
     for (const auto& o : owners) {
-      j.key(o).open('{');
-      for (const auto& [name, value] : by_owner[o]) j.key(name).unum(value);
-      j.close('}');
+      Json& group = groups[o] = Json::object();
+      for (const auto& [name, value] : by_owner[o]) group[name] = value;
     }
-    j.close('}').key("nodes").open('[');
-    for (const auto& n : nodes) {
-      j.open('{').key("id").unum(n.id).key("name").str(n.name);
-      node_counts(j, n);
-      j.close('}');
-    }
-    return j.close(']').close('}').done();
+    Json list = Json::array();
+    for (const auto& n : nodes) node_counts(list.emplace_back(Json{{"id", n.id}, {"name", n.name}}), n);
+    return dump(Json{{"counters", std::move(groups)}, {"nodes", std::move(list)}});
   }
   Table t({"OWNER", "COUNTER", "VALUE"});
   for (const auto& o : owners) {
@@ -551,12 +484,12 @@ std::string format_counters(const std::vector<ctl::Counter>& counters, const std
 }
 
 std::string format_rule_added(std::uint32_t id, bool json) {
-  if (json) return Json().open('{').key("rule_id").unum(id).close('}').done();
+  if (json) return dump(Json{{"rule_id", id}});
   return "rule " + u(id) + " added\n";
 }
 
 std::string format_rule_deleted(std::uint32_t id, bool json) {
-  if (json) return Json().open('{').key("deleted").unum(id).close('}').done();
+  if (json) return dump(Json{{"deleted", id}});
   return "rule " + u(id) + " deleted\n";
 }
 

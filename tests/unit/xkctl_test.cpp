@@ -5,6 +5,7 @@
 #include "xkctl.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <string>
@@ -137,8 +138,12 @@ TEST(XkctlFormat, TablesAlignColumnsAndRightAlignNumbers) {
 TEST(XkctlFormat, JsonStringsAreEscaped) {
   EXPECT_EQ(json_string("plain"), "\"plain\"");
   EXPECT_EQ(json_string("a\"b\\c"), "\"a\\\"b\\\\c\"");
-  EXPECT_EQ(json_string("t\tn\nr\r\x01\x7F"), "\"t\\tn\\nr\\r\\u0001\\u007f\"");
+  // RFC 8259 7: control characters escaped; DEL (0x7F) may stay as it is.
+  EXPECT_EQ(json_string("t\tn\nr\r\x01"), "\"t\\tn\\nr\\r\\u0001\"");
   EXPECT_EQ(json_string("\xC3\xA9"), "\"\xC3\xA9\"");
+  // Whatever goes in reads back the same through a JSON parser.
+  for (std::string_view s : {"t\tn\nr\r\x01\x7F", "\"\\/", "\xE2\x9C\x93 ok"})
+    EXPECT_EQ(nlohmann::json::parse(json_string(s)).get<std::string>(), s);
 }
 
 ctl::NodeRecord sample_node() {
@@ -333,6 +338,10 @@ TEST_F(XkctlServer, ListsAddsAndDeletesThroughTheSocket) {
   ASSERT_EQ(xkctl({"counters", "--json"}, out, err), kExitOk) << err;
   EXPECT_NE(out.find("\"registry\":{\"hellos\":2"), std::string::npos) << out;
   EXPECT_NE(out.find("\"nodes\":[{\"id\":1,\"name\":\"alpha\""), std::string::npos) << out;
+  const nlohmann::json counters = nlohmann::json::parse(out);
+  EXPECT_EQ(counters["counters"]["registry"]["hellos"], 2);
+  EXPECT_EQ(counters["nodes"][0]["name"], "alpha");
+  EXPECT_EQ(counters["nodes"].size(), 2u);
   ASSERT_EQ(xkctl({"ports"}, out, err), kExitOk) << err;
   EXPECT_NE(out.find("tcp    5001  listen"), std::string::npos) << out;
   stop();
