@@ -146,17 +146,19 @@ std::size_t write_options(const Options& opts, std::span<std::byte> out) noexcep
     store_be32(p + 4, opts.timestamps->tsecr);
     p += 8;
   }
-  if (opts.wscale) {
-    put(kOptNop);
-    put(kOptWscale);
-    put(kOptWscaleLen);
-    put(*opts.wscale);
-  }
+  // Without timestamps, SACK-permitted goes before the window scale: the
+  // order every common stack writes (mss, nop, nop, sackOK, nop, wscale).
   if (opts.sack_permitted && !opts.timestamps) {
     put(kOptNop);
     put(kOptNop);
     put(kOptSackPermitted);
     put(kOptSackPermittedLen);
+  }
+  if (opts.wscale) {
+    put(kOptNop);
+    put(kOptWscale);
+    put(kOptWscaleLen);
+    put(*opts.wscale);
   }
   if (std::size_t blocks = sack_blocks_fitting(opts); blocks > 0) {
     put(kOptNop);

@@ -58,9 +58,10 @@ CASES = [
      [("MSS", 1440), ("SAckOK", b""), ("Timestamp", (0xA0B0C0D0, 0x01020304)), NOP, ("WScale", 9)], 0),
     # SYN with the MSS alone (RFC 9293 3.7.1).
     ("xk", PEER, US, dict(sport=1024, dport=22, seq=1, flags="S", window=8192), [("MSS", 536)], 0),
-    # SYN without timestamps: SACK-permitted needs its own two NOPs.
+    # SYN without timestamps: SACK-permitted, with its own two NOPs, before
+    # the window scale (the order Linux, the BSDs and Windows write).
     ("xk", PEER, US, dict(sport=50000, dport=443, seq=0x80000000, flags="S", window=29200),
-     [("MSS", 1460), NOP, ("WScale", 14), NOP, NOP, ("SAckOK", b"")], 0),
+     [("MSS", 1460), NOP, NOP, ("SAckOK", b""), NOP, ("WScale", 14)], 0),
     # SYN with timestamps but no SACK-permitted: NOP NOP before them.
     ("xk", PEER, FAR, dict(sport=33333, dport=8080, seq=0x7FFFFFFF, flags="S", window=1024),
      [("MSS", 8960), NOP, NOP, ("Timestamp", (0xFFFFFFFF, 0)), NOP, ("WScale", 0)], 0),

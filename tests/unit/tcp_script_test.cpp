@@ -76,6 +76,30 @@ TEST_F(TcpScript, SynAckOffersOnlyWhatTheSynOffered) {
   EXPECT_EQ(tcp->connection_count(), 5u);
 }
 
+// The order of a SYN-ACK's options is the one Linux, the BSDs and Windows
+// write, so captures compare byte for byte: with timestamps, mss, sackOK,
+// TS, nop, wscale; without, mss, nop, nop, sackOK, nop, wscale.
+TEST_F(TcpScript, SynAckOptionsComeInTheCommonOrder) {
+  start();
+  listen();
+  irs = SeqNum(0x30000000);
+  pport = 41000;
+  inject(offer_syn(Offer().mss(1200).ws(3).sack(), 777));
+  Got g = expect(syn_ack().ack(1).win(65535).mss(1460).ws(11).sackok());
+  EXPECT_EQ(g.raw_options, (std::vector<std::byte>{std::byte{2}, std::byte{4}, std::byte{0x05}, std::byte{0xb4},
+                                                   std::byte{1}, std::byte{1}, std::byte{4}, std::byte{2},
+                                                   std::byte{1}, std::byte{3}, std::byte{3}, std::byte{11}}));
+  pport = 41001;
+  inject(offer_syn(Offer().mss(1200).ws(3).sack().ts(), 777));
+  g = expect(syn_ack().ack(1).win(65535).mss(1460).ws(11).sackok().ts(now_ms(), 777));
+  ASSERT_EQ(g.raw_options.size(), 20u);
+  EXPECT_EQ(g.raw_options[4], std::byte{4}) << "sackOK right after the MSS";
+  EXPECT_EQ(g.raw_options[6], std::byte{8}) << "then the timestamps";
+  EXPECT_EQ(g.raw_options[16], std::byte{1}) << "then nop, wscale";
+  EXPECT_EQ(g.raw_options[17], std::byte{3});
+  expect_nothing();
+}
+
 TEST_F(TcpScript, ActiveOpenOffersEverythingAndUsesOnlyWhatTheSynAckGives) {
   start();
   sock = tcp->socket();

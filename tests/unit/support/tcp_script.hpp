@@ -193,6 +193,7 @@ struct Offer {
 struct Got {
   Header h;
   Options opts;
+  std::vector<std::byte> raw_options;  // as they were on the wire, in their order
   std::vector<std::byte> payload;
 };
 
@@ -510,6 +511,8 @@ class Script : public ::testing::Test {
     Result<Options> o = parse_options(std::span(out.bytes).subspan(Header::kMinSize, h->options_length()));
     if (!o) fail("the stack sent malformed options");
     else g.opts = *o;
+    g.raw_options.assign(out.bytes.begin() + static_cast<std::ptrdiff_t>(Header::kMinSize),
+                         out.bytes.begin() + static_cast<std::ptrdiff_t>(h->header_length()));
     g.payload.assign(out.bytes.begin() + static_cast<std::ptrdiff_t>(h->header_length()), out.bytes.end());
     std::vector<std::byte> zeroed = out.bytes;
     zeroed[Header::kChecksumOffset] = zeroed[Header::kChecksumOffset + 1] = std::byte{0};
@@ -604,7 +607,9 @@ class Script : public ::testing::Test {
       if (Result<Options> o = parse_options(std::span(out.bytes).subspan(Header::kMinSize, h->options_length()))) {
         g.opts = *o;
       }
-      g.payload.assign(out.bytes.begin() + static_cast<std::ptrdiff_t>(h->header_length()), out.bytes.end());
+      g.raw_options.assign(out.bytes.begin() + static_cast<std::ptrdiff_t>(Header::kMinSize),
+                         out.bytes.begin() + static_cast<std::ptrdiff_t>(h->header_length()));
+    g.payload.assign(out.bytes.begin() + static_cast<std::ptrdiff_t>(h->header_length()), out.bytes.end());
       m += "\n  " + describe(g);
     }
     ADD_FAILURE_AT(loc.file_name(), static_cast<int>(loc.line())) << m;
