@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "xk/protocols/tcp.hpp"
 
@@ -216,6 +217,13 @@ class TcpConnection final : public StreamEndpoint {
   std::size_t rcvbuf_limit_;
   Reassembly reasm_;
   std::optional<SackBlock> dsack_;  // to report in the next ACK (RFC 2883)
+  // Where each write not yet sent in full ends: the segment that carries a
+  // write's last byte gets PSH (as Linux marks the tail of every write),
+  // also when later writes keep the buffer from emptying. Empty (no
+  // allocation) while nothing waits; at most kPushMarks, the oldest dropped.
+  std::vector<SeqNum> push_marks_;
+  static constexpr std::size_t kPushMarks = 64;
+  void mark_push();
   bool write_shut_ = false;  // FIN queued after the data
   bool fin_sent_ = false;
   bool fin_received_ = false;

@@ -204,6 +204,7 @@ Result<std::size_t> TcpConnection::write(std::span<const std::byte> bytes) {
     total += n;
     const bool more = n == piece && total < bytes.size();
     cork_ = corked || more;
+    if (!more && total > 0) mark_push();  // the write's last byte
     if (n > 0) output();
     if (!more) break;
   }
@@ -220,8 +221,18 @@ Status TcpConnection::write_msg(Msg& msg) {
     return state_ == State::closed && proto_ != nullptr ? Errc::not_connected : Errc::closed;
   }
   if (Status st = sndbuf_.write(msg); !st) return st;
+  mark_push();
   output();
   return {};
+}
+
+void TcpConnection::mark_push() {
+  // The sequence number after the last byte queued (a SYN not yet
+  // acknowledged takes one before the data).
+  const SeqNum end = snd_una_ + static_cast<std::uint32_t>(sndbuf_.size()) + (snd_una_ == iss_ ? 1u : 0u);
+  if (!push_marks_.empty() && push_marks_.back() == end) return;
+  if (push_marks_.size() == kPushMarks) push_marks_.erase(push_marks_.begin());
+  push_marks_.push_back(end);
 }
 
 Result<std::size_t> TcpConnection::read(std::span<std::byte> dst) {
@@ -466,6 +477,7 @@ void TcpConnection::release() {
     p->drop_ip_user(tuple_.remote_addr);
   }
   sndbuf_.clear();
+  push_marks_ = {};
   reasm_.clear();
   if (state_ != State::time_wait) state_ = State::closed;
 }

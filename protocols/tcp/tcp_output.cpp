@@ -345,7 +345,17 @@ bool TcpConnection::send_new_data() {
     }
     std::uint8_t flags = kAck;
     const bool last = all && static_cast<std::size_t>(seq_span(snd_una_, snd_nxt_)) + len >= sndbuf_.size();
-    if (last) flags |= kPsh;
+    // PSH on the segment with a write's last byte, and on the one that
+    // empties the buffer. Marks at or before SND.NXT are spent.
+    bool pushed = last;
+    const SeqNum end = snd_nxt_ + len;
+    std::size_t spent = 0;
+    while (spent < push_marks_.size() && push_marks_[spent] <= end) {
+      if (push_marks_[spent] > snd_nxt_) pushed = true;
+      ++spent;
+    }
+    if (spent != 0) push_marks_.erase(push_marks_.begin(), push_marks_.begin() + static_cast<std::ptrdiff_t>(spent));
+    if (pushed) flags |= kPsh;
     if (last && write_shut_) flags |= kFin;
     const bool rexmit = snd_nxt_ < snd_max_;
     if (!send_segment(snd_nxt_, len, flags, rexmit)) break;

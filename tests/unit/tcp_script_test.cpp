@@ -307,6 +307,25 @@ TEST_F(TcpScript, AScaledPeerWindowLimitsWhatWeSend) {
   expect_nothing();
 }
 
+// PSH goes on the segment that carries the last byte of each write (as
+// Linux marks the tail of every write), not only on the one that empties
+// the buffer: here a second write keeps the buffer from emptying.
+TEST_F(TcpScript, PshMarksTheLastSegmentOfEveryWrite) {
+  start();
+  passive_open(Offer());
+  sock.set_nodelay(true);
+  inject(ack().seq(1).ack(1).win(1000));
+  write(1500);  // ends at 1501
+  expect(ack().seq(1).ack(1).len(1000));
+  expect_nothing();  // the window is full
+  write(1500);  // ends at 3001
+  expect_nothing();
+  inject(ack().seq(1).ack(1001).win(3000));
+  expect(psh_ack().seq(1001).ack(1).len(1000));  // it carries the first write's last byte
+  expect(psh_ack().seq(2001).ack(1).len(1000));
+  expect_nothing();
+}
+
 // ---- timestamps: PAWS and TS.Recent (RFC 7323 4.3, 5) ------------------------------
 
 TEST_F(TcpScript, PawsDropsOldTimestampsAndTsRecentFollowsTheRules) {
