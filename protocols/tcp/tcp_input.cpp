@@ -84,14 +84,6 @@ void TcpConnection::segment_arrives(Header h, const Options& opts, Msg payload) 
     }
     return;
   }
-  // RFC 7323 4.3 (3): remember the timestamp of a segment that covers
-  // Last.ACK.sent; a SYN or RST never updates it.
-  if (ts_ok_ && opts.timestamps && h.seq <= last_ack_sent_ && !h.has(kRst) && !h.has(kSyn) &&
-      static_cast<std::int32_t>(opts.timestamps->tsval - ts_recent_) >= 0) {
-    ts_recent_ = opts.timestamps->tsval;
-    ts_recent_age_ = last_recv_;
-  }
-
   // Second: RST (RFC 5961 3.2: only an exact match resets; the rest of the
   // window earns a challenge ACK).
   if (h.has(kRst)) {
@@ -260,6 +252,16 @@ bool TcpConnection::process_ack(const Header& h, const Options& opts, std::size_
     ++proto_->c_.drop_ack_unacceptable;
     challenge_ack();
     return false;
+  }
+  // RFC 7323 4.3 (3): remember the timestamp of a segment that covers
+  // Last.ACK.sent -- only now, when its ACK is acceptable too: a segment
+  // dropped for acknowledging what we never sent must not move TS.Recent
+  // (one forged segment with a huge TSval would make PAWS drop every
+  // honest one after it). A SYN or RST never updates it.
+  if (ts_ok_ && opts.timestamps && h.seq <= last_ack_sent_ && !h.has(kRst) && !h.has(kSyn) &&
+      static_cast<std::int32_t>(opts.timestamps->tsval - ts_recent_) >= 0) {
+    ts_recent_ = opts.timestamps->tsval;
+    ts_recent_age_ = last_recv_;
   }
 
   std::span<const SackBlock> blocks;

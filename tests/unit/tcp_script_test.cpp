@@ -365,6 +365,23 @@ TEST_F(TcpScript, PawsDropsOldTimestampsAndTsRecentFollowsTheRules) {
   expect_nothing();
 }
 
+// A segment whose ACK acknowledges data never sent is dropped (RFC 9293
+// 3.10.7.4 fifth, RFC 5961 5.2) and must leave TS.Recent alone: else one
+// forged segment with a huge TSval makes PAWS drop every honest one after it.
+TEST_F(TcpScript, AnUnacceptableAckDoesNotMoveTsRecent) {
+  start();
+  passive_open(Offer().ts());  // TS.Recent = 5000
+  inject(ack().seq(1).ack(1000).len(10).ts(0x7fff0000, last_tsval_));
+  expect(ack().seq(1).ack(1).ecr(5000));  // ACK and drop
+  EXPECT_EQ(stats().drop_ack_unacceptable.value(), 1u);
+  inject(ack().seq(1).ack(1).len(100).ts(5010, last_tsval_));
+  advance(40ms);
+  expect(ack().seq(1).ack(101).ecr(5010));
+  expect_read(100);
+  EXPECT_EQ(stats().drop_paws.value(), 0u);
+  expect_nothing();
+}
+
 // ---- SACK blocks we send (RFC 2018 4, RFC 2883) -----------------------------------
 
 TEST_F(TcpScript, SackBlocksMostRecentFirstAndDsack) {
