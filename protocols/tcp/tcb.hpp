@@ -237,6 +237,12 @@ class TcpConnection final : public StreamEndpoint {
   bool keepalive_ = false;
   bool ack_pending_ = false;
   unsigned unacked_segs_ = 0;  // full segments received since our last ACK
+  unsigned quickacks_ = 0;     // segments still ACKed at once (quick-ACK mode)
+  Time last_data_in_{};        // when in-order data last arrived
+  // Whether in-order data of `full` segments is ACKed at once: quick-ACK
+  // mode, entered when the connection is established and after an idle
+  // period longer than the RTO (as Linux does).
+  bool quickack(std::size_t full);
 
   RtoEstimator rto_;
   std::unique_ptr<CongestionControl> cc_;

@@ -404,6 +404,7 @@ void TcpConnection::enter_state(State s) {
   if (s == State::established && old != State::established) {
     ++proto_->c_.established;
     retries_ = 0;
+    quickacks_ = proto_->config().quickacks;
     if (keepalive_) keepalive_timer_.arm_after(proto_->config().keepalive_idle);
     if (listener_ != nullptr) listener_->established(*this);
   }

@@ -465,9 +465,10 @@ void TcpConnection::process_data(const Header& h, Msg payload) {
     // A FIN taken here was ACKed at once, and may have moved us to TIME-WAIT,
     // which releases the connection; an upcall may have aborted it too.
     if (fin_received_ != had_fin || proto_ == nullptr) return;
-    // RFC 5681 4.2: ACK at once when a hole is filled; else every second
-    // full-sized segment, or after the delayed-ACK timeout.
-    if (filled || !reasm_.empty() || past_window) {
+    // RFC 5681 4.2: ACK at once when a hole is filled (or one is left), in
+    // quick-ACK mode, or past the window; else every second full-sized
+    // segment, or after the delayed-ACK timeout.
+    if (filled || !reasm_.empty() || past_window || (n > 0 && quickack(n / payload_mss()))) {
       send_ack_now();
     } else if (n > 0) {
       // A coalesced segment, or one large frame from an xk peer, counts as
@@ -486,6 +487,18 @@ void TcpConnection::process_data(const Header& h, Msg payload) {
   }
   if (fin_at) fin_seq_pending_ = fin_at;
   send_ack_now();
+}
+
+bool TcpConnection::quickack(std::size_t full) {
+  const Time now = last_recv_;  // this segment's arrival
+  // Idle longer than an RTO: the peer's congestion window may have been
+  // reset (RFC 5681 4.1), so its slow start must not wait for our ACKs.
+  if (last_data_in_ != Time{} && now - last_data_in_ > rto_.rto()) quickacks_ = proto_->config().quickacks;
+  last_data_in_ = now;
+  if (quickacks_ == 0) return false;
+  const auto used = static_cast<unsigned>(std::clamp<std::size_t>(full, 1, quickacks_));
+  quickacks_ -= used;
+  return true;
 }
 
 // In-order data goes to the protocol above, or waits for the application;

@@ -67,7 +67,18 @@ void TcpConnection::window_opened() {
   const std::uint32_t grow = static_cast<std::uint32_t>(edge - rcv_adv_);
   // RFC 1122 4.2.3.3: at least min(half the buffer, one MSS); twice the MSS
   // keeps window updates from doubling the ACK rate.
-  if (grow >= std::min<std::uint32_t>(static_cast<std::uint32_t>(rcvbuf_limit_ / 2), 2u * mss_)) send_ack_now();
+  if (grow >= std::min<std::uint32_t>(static_cast<std::uint32_t>(rcvbuf_limit_ / 2), 2u * mss_)) {
+    send_ack_now();
+    return;
+  }
+  // A window that had shrunk to half the buffer or less and at least
+  // doubles with this read is news at once too (as Linux's
+  // tcp_cleanup_rbuf): the peer may be waiting on it.
+  const auto now_wnd = static_cast<std::uint32_t>(std::max<std::int32_t>(0, rcv_adv_ - rcv_nxt_));
+  const auto new_wnd = static_cast<std::uint32_t>(edge - rcv_nxt_);
+  if (2 * std::uint64_t{now_wnd} <= rcvbuf_limit_ && new_wnd >= mss_ && new_wnd >= 2 * std::uint64_t{now_wnd}) {
+    send_ack_now();
+  }
 }
 
 std::size_t TcpConnection::unsent_bytes() const noexcept {

@@ -823,6 +823,9 @@ void register_tcp(Registry& registry) {
           .with_option(OptionSpec::real("rto_max_ms", 0.01, 3.6e6, "largest retransmission timeout").defaults_to("60000"))
           .with_option(OptionSpec::real("rto_initial_ms", 0.01, 3.6e6, "before any RTT sample").defaults_to("1000"))
           .with_option(OptionSpec::real("delack_ms", 0.01, 500, "delayed-ACK timeout (RFC 1122: < 500)").defaults_to("40"))
+          .with_option(OptionSpec::integer("quickacks", 0, 1024,
+                                           "segments ACKed at once while young or after idling (0: off)")
+                           .defaults_to("16"))
           .with_option(OptionSpec::boolean("ack_per_burst", "ACK every second full segment at the end of the input burst")
                            .defaults_to("on"))
           .with_option(OptionSpec::size("ack_burst_max", 0, std::size_t{1} << 30,
@@ -861,6 +864,7 @@ void register_tcp(Registry& registry) {
             c.rto_max = ms("rto_max_ms");
             c.rto_initial = ms("rto_initial_ms");
             c.delack = ms("delack_ms");
+            c.quickacks = static_cast<unsigned>(o.get_int("quickacks"));
             c.ack_per_burst = o.get_bool("ack_per_burst");
             c.ack_burst_max = static_cast<std::uint32_t>(o.get_size("ack_burst_max"));
             c.gso = o.get_bool("gso");

@@ -346,6 +346,9 @@ class Adapter : public ::testing::Test {
 };
 
 TEST_F(Adapter, PassiveOpenDataBothWaysAndClose) {
+  // Quick-ACK mode off: this run shows the delayed-ACK timer on virtual time
+  // (FirstDataIsAckedAtOnceInQuickAckMode has the default).
+  open("local_ip=192.168.0.1 prefix=16 tcp.quickacks=0");
   const int lfd = listener(8080);
   const std::uint32_t riss = 1000;
   const std::uint32_t iss = handshake(40000, 8080, riss);
@@ -461,7 +464,11 @@ TEST_F(Adapter, ActiveOpenThroughEpollRecvmsgSendmsgShutdown) {
   EXPECT_EQ(std::string(r2, 6), "456789");
   EXPECT_EQ(rm.msg_controllen, 0u);
 
-  // shutdown(SHUT_WR): our FIN, with the pending ACK of the data riding on it.
+  // A young connection ACKs the data at once (quick-ACK mode, as Linux).
+  Sent quick = expect_sent();
+  EXPECT_EQ(quick.seg.flags, kAck);
+  EXPECT_EQ(quick.seg.ack, 7011u);
+  // shutdown(SHUT_WR): our FIN.
   ASSERT_EQ(ifc_.shutdown(ifc_.userdata, fd, SHUT_WR), 0);
   Sent fin = expect_sent();
   EXPECT_EQ(fin.seg.flags, kFin | kAck);
@@ -472,6 +479,21 @@ TEST_F(Adapter, ActiveOpenThroughEpollRecvmsgSendmsgShutdown) {
   EXPECT_EQ(ifc_.close(ifc_.userdata, ep), 0);
   EXPECT_EQ(ifc_.pipe(ifc_.userdata, nullptr), -1);
   EXPECT_EQ(errno, ENOSYS);
+}
+
+// The default: a young connection's first data is ACKed at once, as Linux
+// does (quick-ACK mode), not after the 40 ms delayed-ACK timer.
+TEST_F(Adapter, FirstDataIsAckedAtOnceInQuickAckMode) {
+  const int lfd = listener(8080);
+  const std::uint32_t riss = 1000;
+  const std::uint32_t iss = handshake(40000, 8080, riss);
+  const long long t_in = now();
+  inject(Seg{40000, 8080, riss + 1, iss + 1, kAck | kPsh, 1024, opt_ts(102, tsecr_), std::string(100, 'q')});
+  Sent ack = expect_sent();
+  EXPECT_EQ(ack.seg.flags, kAck);
+  EXPECT_EQ(ack.seg.ack, riss + 101);
+  EXPECT_LT(ack.at - t_in, 1'000) << "at once, not after the delayed-ACK timer";
+  EXPECT_EQ(ifc_.close(ifc_.userdata, lfd), 0);
 }
 
 TEST_F(Adapter, UdpBothWays) {

@@ -220,10 +220,17 @@ TEST_F(TcpScript, SynReceivedAnswersABadAckWithRstAndARstWithListen) {
   EXPECT_EQ(stats().resets_received.value(), 1u);
 }
 
+// A config with quick-ACK mode off, for the tests of what comes after it:
+// the delayed-ACK algorithm, and ACK cadences they count on.
+TcpConfig no_quickack(TcpConfig c = {}) {
+  c.quickacks = 0;
+  return c;
+}
+
 // ---- our receive window (RFC 9293 3.8.6.2, 3.10.7.4; RFC 1122 4.2.3.3) ---------------------
 
 TEST_F(TcpScript, OurWindowFillsClosesAndReopens) {
-  TcpConfig c;
+  TcpConfig c = no_quickack();
   c.rcvbuf = 4096;
   start(c);
   passive_open(Offer());  // no window scale: the window is in bytes
@@ -239,9 +246,11 @@ TEST_F(TcpScript, OurWindowFillsClosesAndReopens) {
   // A zero-window probe with one byte of data: not acceptable, but answered.
   inject(ack().seq(4097).ack(1).len(1));
   expect(ack().seq(1).ack(4097).win(0));
-  // The application reads: the window reopens by a worthwhile amount.
+  // The application reads: a window that had shrunk (to half the buffer or
+  // less) and at least doubles -- here from 0 to an MSS -- is news at once
+  // (as Linux's tcp_cleanup_rbuf), the peer may be waiting on it.
   expect_read(1000);
-  expect_nothing();  // 1000 bytes: under min(half the buffer, 2 MSS)
+  expect(ack().seq(1).ack(4097).win(1000));
   expect_read(1000);
   expect(ack().seq(1).ack(4097).win(2000));
   expect_read(2096);
@@ -729,7 +738,7 @@ TEST_F(TcpScript, RtoFromRttSamplesAndBackoffDoubling) {
 // SND.UNA would be below its RCV.NXT, unacceptable, dropped. With both ends
 // in that state each dropped the other's ACKs for ever (the soak test).
 TEST_F(TcpScript, ABareAckDuringRtoRecoveryCarriesTheHighestSequenceSent) {
-  start();
+  start(no_quickack());
   passive_open(Offer().rtt(100ms));
   write(3000);
   expect(ack().seq(1).ack(1).len(1000));
@@ -815,8 +824,51 @@ TEST_F(TcpScript, NodelaySendsSmallSegmentsAtOnce) {
 
 // ---- delayed ACK (RFC 1122 4.2.3.2, RFC 5681 4.2) ----------------------------------------
 
+// Quick-ACK mode: a young connection ACKs its first `quickacks` segments at
+// once, so the peer's slow start is not held back by 40 ms waits; then the
+// delayed-ACK rules apply. An idle period longer than the RTO starts it
+// again (the peer's window may have been reset, RFC 5681 4.1).
+TEST_F(TcpScript, QuickAckModeAcksAYoungConnectionsFirstSegmentsAtOnce) {
+  TcpConfig c;
+  c.quickacks = 3;
+  start(c);
+  passive_open(Offer());
+  inject(ack().seq(1).ack(1).len(100));
+  expect(ack().seq(1).ack(101));  // at once, not after 40 ms
+  inject(ack().seq(101).ack(1).len(100));
+  expect(ack().seq(1).ack(201));
+  inject(ack().seq(201).ack(1).len(100));
+  expect(ack().seq(1).ack(301));
+  inject(ack().seq(301).ack(1).len(100));
+  expect_nothing();  // the mode is spent: the delayed ACK
+  advance(40ms);
+  expect(ack().seq(1).ack(401));
+  // Idle longer than the RTO (1 s before any sample): quick again.
+  advance(std::chrono::seconds(2));
+  inject(ack().seq(401).ack(1).len(100));
+  expect(ack().seq(1).ack(501));
+  expect_nothing();
+  expect_read(500);
+}
+
+TEST_F(TcpScript, QuickAcksCountTheFullSegmentsTheyCover) {
+  TcpConfig c;
+  c.quickacks = 4;
+  start(c);
+  passive_open(Offer());
+  inject(ack().seq(1).ack(1).len(3000));  // a coalesced segment: 3 of the 4
+  expect(ack().seq(1).ack(3001));
+  inject(ack().seq(3001).ack(1).len(1000));  // the fourth
+  expect(ack().seq(1).ack(4001));
+  inject(ack().seq(4001).ack(1).len(1000));
+  expect_nothing();
+  advance(40ms);
+  expect(ack().seq(1).ack(5001));
+  expect_read(5000);
+}
+
 TEST_F(TcpScript, DelayedAckEverySecondFullSegmentOrAfter40ms) {
-  start();
+  start(no_quickack());
   passive_open(Offer());
   inject(ack().seq(1).ack(1).len(1000));
   expect_nothing();
@@ -842,7 +894,7 @@ TEST_F(TcpScript, DelayedAckEverySecondFullSegmentOrAfter40ms) {
 // One burst of full segments gets one ACK at its end (ack_per_burst, the
 // default): for the whole burst, not for each second segment.
 TEST_F(TcpScript, AckPerBurstCoversTheWholeBurstOnce) {
-  start();
+  start(no_quickack());
   passive_open(Offer());
   inject_burst({ack().seq(1).ack(1).len(1000), ack().seq(1001).ack(1).len(1000), ack().seq(2001).ack(1).len(1000),
                 ack().seq(3001).ack(1).len(1000), ack().seq(4001).ack(1).len(1000)});
@@ -869,7 +921,7 @@ TEST_F(TcpScript, AckPerBurstCoversTheWholeBurstOnce) {
 // in one burst: one ACK at the burst's end, the same number and window; a
 // single MSS is still left to the timer; one past a hole is acked at once.
 TEST_F(TcpScript, ACoalescedSegmentIsAckedAsTheSegmentsItHolds) {
-  start();
+  start(no_quickack());
   passive_open(Offer());
   inject_burst({ack().seq(1).ack(1).len(5000)});
   expect(ack().seq(1).ack(5001));
@@ -896,7 +948,7 @@ TEST_F(TcpScript, ACoalescedSegmentIsAckedAsTheSegmentsItHolds) {
 // ack_burst_max: a burst ACK covers at most that many bytes; past them the
 // ACK leaves at once, in the middle of the burst.
 TEST_F(TcpScript, AckPerBurstCoversAtMostAckBurstMaxBytes) {
-  TcpConfig cfg;
+  TcpConfig cfg = no_quickack();
   cfg.ack_burst_max = 2000;
   start(cfg);
   passive_open(Offer());
@@ -915,7 +967,7 @@ TEST_F(TcpScript, AckPerBurstCoversAtMostAckBurstMaxBytes) {
 
 // ack_per_burst=off: the ACK for every second full segment leaves at once.
 TEST_F(TcpScript, WithoutAckPerBurstEverySecondSegmentIsAckedAtOnce) {
-  TcpConfig cfg;
+  TcpConfig cfg = no_quickack();
   cfg.ack_per_burst = false;
   start(cfg);
   passive_open(Offer());
@@ -1517,7 +1569,7 @@ TEST_F(TcpScript, SimultaneousCloseGoesThroughClosing) {
 // ---- half-close (RFC 9293 3.6) --------------------------------------------------------------
 
 TEST_F(TcpScript, AfterShutdownWriteWeKeepReceiving) {
-  start();
+  start(no_quickack());
   passive_open(Offer());
   ASSERT_TRUE(sock.shutdown_write().ok());
   expect(fin_ack().seq(1).ack(1));

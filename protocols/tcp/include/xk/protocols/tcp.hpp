@@ -71,6 +71,11 @@ struct TcpConfig {
   Duration rto_max = std::chrono::seconds(60);
   Duration rto_initial = std::chrono::seconds(1);  // RFC 6298 2.1
   Duration delack = std::chrono::milliseconds(40);  // RFC 1122 4.2.3.2: under 500 ms
+  // Quick-ACK mode (docs/tcp.md, "When we ACK"): while a connection is young,
+  // and again after it was idle longer than an RTO, this many received
+  // segments are ACKed at once rather than delayed, so the peer's slow start
+  // is not held back by our delayed ACKs. 0: off.
+  unsigned quickacks = 16;
   // The ACK owed for every second full segment goes out at the end of the
   // input burst (one ACK for the burst) rather than at once (docs/tcp.md).
   bool ack_per_burst = true;
@@ -347,7 +352,7 @@ class TcpProtocol final : public Protocol {
 
 // Make the kind `tcp` available to graph specs:
 //   tcp t0 below=ip0 [csum=on|off] [mss=0] [wscale=14] [sack=on] [ts=on] [cc=cubic|newreno]
-//       [rto_min_ms=200] [rto_max_ms=60000] [rto_initial_ms=1000] [delack_ms=40] [msl_ms=30000]
+//       [rto_min_ms=200] [rto_max_ms=60000] [rto_initial_ms=1000] [delack_ms=40] [quickacks=16] [msl_ms=30000]
 //       [time_wait_max=262144] [sndbuf=1m] [rcvbuf=1m] [syncookies=on] [secret=<32 hex digits>]
 void register_tcp(Registry& registry);
 
