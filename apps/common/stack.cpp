@@ -356,20 +356,6 @@ const char* SignalSource::signal_name() const noexcept {
   }
 }
 
-bool wait_for_link(EventLoop& loop, Graph& graph, std::chrono::milliseconds limit) {
-  auto* net = graph.find_as<Driver>("net0");
-  if (net == nullptr) return true;
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (net->link_state() == Driver::Link::down) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    // Keep the stack running meanwhile (a memif peer's connect is handled by
-    // DPDK's interrupt thread; anything that arrives is delivered as usual).
-    for (int i = 0; i < 100; ++i) loop.run_once();
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
-
 std::string describe_stack(Graph& graph) {
   auto* ip = graph.find_as<ipv4::Ipv4Protocol>("ip0");
   std::string where = ip != nullptr ? to_string(ip->config().addr) : std::string("?");
@@ -399,87 +385,61 @@ double process_cpu_seconds() {
 
 namespace xk::apps {
 
-AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle)
-    : prog_(prog),
-      loop_([idle] {
-        EventLoopConfig c;
-        c.idle = idle;
-        return c;
-      }()),
-      signals_(loop_) {
-  StackSpec spec;
-  if (!flags.filterd.empty()) {
-    FilterdClient::Options options = FilterdClient::options_from_env();
-    options.wait_like(idle, EventLoopConfig{}.spin);
-    if (!flags.filterd_token.empty()) options.token = filterd::read_token_file(flags.filterd_token);
-    options.node_port = flags.port;  // a node on another host: its own port
-    options.node_port_opts = flags.port_opts;
-    options.node_mac = flags.mac;
-    auto client = FilterdClient::connect(flags.filterd, prog, options);
-    spec = StackSpec{client->graph_spec(flags.tcp_opts + (flags.csum ? "" : " csum=off")), "filterd"};
-    authority_ = std::move(client);
-  } else {
-    spec = stack_spec(flags);
+StackConfig stack_config(const char* prog, const StackFlags& flags, IdleMode idle) {
+  StackConfig c;
+  c.mode = StackMode::inline_calls;  // the app runs the loop
+  c.loop.idle = idle;
+  c.wait_link = false;
+  c.node_name = prog;
+  if (flags.filterd.empty()) {
+    StackSpec spec = stack_spec(flags);
+    c.graph = std::move(spec.text);
+    c.source = std::move(spec.source);
+    return c;
   }
-  register_all(registry_);
+  c.filterd = flags.filterd;
+  c.filterd_token = flags.filterd_token;
+  c.node_port = flags.port;  // a node on another host: its own port
+  c.node_port_opts = flags.port_opts;
+  if (flags.mac) c.node_mac = to_string(*flags.mac);
+  c.tcp_opts = flags.tcp_opts + (flags.csum ? "" : " csum=off");
+  return c;
+}
+
+namespace {
+// Builds the stacks, saying which part of the graph was wrong.
+template <class Build>
+auto building(Build&& build) {
   // Before the EAL starts its threads (in the graph's dpdk driver), so they
   // inherit the mask and the signals reach our signalfd.
   SignalSource::block();
   try {
-    graph_.emplace(Graph::build(spec.text, registry_, &loop_, spec.source));
-  } catch (const std::exception& e) {
+    return build();
+  } catch (const GraphError& e) {
     throw std::runtime_error(std::string("cannot build the stack:\n") + e.what());
   }
-  loop_.add(signals_);
+}
+}  // namespace
+
+AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle)
+    : AppStack(prog, building([&] { return Stack::create(stack_config(prog, flags, idle)); })) {
+  loop().add(signals_);
   signals_added_ = true;
-  if (authority_) {
-    auto* t = graph_->find_as<tcp::TcpProtocol>("tcp0");
-    auto* u = graph_->find_as<udp::UdpProtocol>("udp0");
-    if (t != nullptr) t->set_port_authority(authority_.get());
-    if (u != nullptr) u->set_port_authority(authority_.get());
-    // filterd may restart under us: reconnect, and declare what we hold.
-    attach_node(static_cast<FilterdClient&>(*authority_), loop_, t, u, graph_->find("net0"));
-  }
 }
 
-AppStack::AppStack(const char* prog, const StackFlags& flags, IdleMode idle, FilterdClient& client,
-                   std::uint16_t queue)
-    : prog_(prog),
-      loop_([idle] {
-        EventLoopConfig c;
-        c.idle = idle;
-        return c;
-      }()),
-      signals_(loop_),
-      shared_(&client),
-      queue_(queue) {
-  StackSpec spec{client.graph_spec(flags.tcp_opts + (flags.csum ? "" : " csum=off"), queue),
-                 "filterd (stack " + std::to_string(queue) + ")"};
-  register_all(registry_);
-  try {
-    graph_.emplace(Graph::build(spec.text, registry_, &loop_, spec.source));
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("cannot build stack ") + std::to_string(queue) + ":\n" + e.what());
-  }
-  auto* t = graph_->find_as<tcp::TcpProtocol>("tcp0");
-  auto* u = graph_->find_as<udp::UdpProtocol>("udp0");
-  if (t != nullptr) t->set_port_authority(&client.queue(queue));
-  if (u != nullptr) u->set_port_authority(&client.queue(queue));
-  attach_node(client, loop_, t, u, graph_->find("net0"), queue);
-}
+AppStack::AppStack(const char* prog, std::unique_ptr<Stack> stack)
+    : prog_(prog), stack_(std::move(stack)), signals_(stack_->loop()) {}
 
 AppStack::~AppStack() {
-  if (signals_added_) loop_.remove(signals_);
-  if (shared_ != nullptr) shared_->detach_queue(queue_);
-  graph_.reset();
+  if (signals_added_) loop().remove(signals_);
 }
 
 void AppStack::wait_for_link(double seconds, bool announce) {
   if (announce) {
-    std::printf("%s: stack %s built, waiting for the link\n", prog_, describe_stack(*graph_).c_str());
+    std::printf("%s: stack %s built, waiting for the link\n", prog_, describe_stack(graph()).c_str());
     std::fflush(stdout);
   }
-  if (!apps::wait_for_link(loop_, *graph_, std::chrono::milliseconds(static_cast<long long>(seconds * 1000)))) {
+  if (!stack_->wait_for_link(std::chrono::milliseconds(static_cast<long long>(seconds * 1000)))) {
     char msg[96];
     std::snprintf(msg, sizeof msg, "the link of net0 is still down after %.1f s", seconds);
     throw std::runtime_error(msg);
@@ -488,7 +448,7 @@ void AppStack::wait_for_link(double seconds, bool announce) {
 
 void AppStack::report_signal(bool always_counters) {
   if (signals_.signal() != 0) std::printf("%s: stopped by %s\n", prog_, signals_.signal_name());
-  if (always_counters || signals_.signal() != 0) print_counters(*graph_, loop_);
+  if (always_counters || signals_.signal() != 0) print_counters(graph(), loop());
   std::fflush(stdout);
 }
 
@@ -510,23 +470,14 @@ int app_main(const char* prog, const std::function<void()>& parse, const std::fu
 // ---- AppNode ------------------------------------------------------------------
 
 AppNode::AppNode(const char* prog, const StackFlags& flags, IdleMode idle) : prog_(prog), flags_(flags) {
-  FilterdClient::Options o = FilterdClient::options_from_env();
-  o.queues = static_cast<std::uint16_t>(flags.stacks);
-  o.wait_like(idle, EventLoopConfig{}.spin);
-  client_ = FilterdClient::connect(flags.filterd, prog, o);
-  // Before the EAL starts its threads, so they and ours inherit the mask:
-  // the signals are read by run(), on this thread.
-  SignalSource::block();
-  for (std::uint16_t q = 0; q < flags.stacks; ++q) {
-    stacks_.push_back(std::make_unique<AppStack>(prog, flags, idle, *client_, q));
+  // The signals are read by run(), on this thread.
+  for (std::unique_ptr<Stack>& s :
+       building([&] { return Stack::create_node(stack_config(prog, flags, idle), flags.stacks); })) {
+    stacks_.push_back(std::unique_ptr<AppStack>(new AppStack(prog, std::move(s))));
   }
 }
 
-AppNode::~AppNode() {
-  // The stacks (their loops stopped) go before the connection they share.
-  while (!stacks_.empty()) stacks_.pop_back();
-  client_.reset();
-}
+AppNode::~AppNode() = default;
 
 int AppNode::cpu(std::size_t q) const noexcept {
   return flags_.cpus.empty() ? -1 : flags_.cpus[q % flags_.cpus.size()];

@@ -31,6 +31,7 @@
 #ifdef XK_HAVE_CAPTURE
 #include "xk/protocols/capture.hpp"
 #endif
+#include "xk/filterd/token.hpp"
 #include "xk/filterd_client.hpp"
 
 namespace xk {
@@ -169,6 +170,8 @@ std::shared_ptr<FilterdClient> connect_node(const StackConfig& config, std::uint
   FilterdClient::Options options = FilterdClient::options_from_env();
   options.queues = queues;
   options.wait_like(config.loop.idle, config.loop.spin);
+  if (!config.filterd_token.empty()) options.token = filterd::read_token_file(config.filterd_token);
+  options.node_port_opts = config.node_port_opts;
   if (FilterdClient::is_tcp(config.filterd)) {
     if (queues > 1) throw std::invalid_argument("a node on another host (filterd over TCP) runs one stack on its own port");
     options.node_port = config.node_port;  // a node on this host has its memif channel
@@ -227,29 +230,9 @@ std::unique_ptr<Stack> Stack::build(StackConfig config, std::shared_ptr<FilterdC
     attach_node(*s->node_, s->loop_, s->tcp_, s->udp_, s->graph_->find("net0"), queue);
     s->attached_ = true;
   }
-  if (auto* net = s->graph_->find_as<Driver>("net0"); net != nullptr && net->link_state() != Driver::Link::none) {
-    // A memif peer connects through DPDK's interrupt thread, a shm peer
-    // through the loop; keep the stack running meanwhile so whatever
-    // arrives is handled as usual.
-    auto deadline = std::chrono::steady_clock::now() + s->config_.link_wait;
-    while (net->link_state() == Driver::Link::down) {
-      if (std::chrono::steady_clock::now() >= deadline) {
-        throw std::runtime_error("the link of port net0 stayed down for " +
-                                 std::to_string(s->config_.link_wait.count()) + " ms");
-      }
-      for (int i = 0; i < 100; ++i) s->loop_.run_once();
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    // What ARP announced while the link was down (a memif client's, always)
-    // reached nobody; a neighbour may still map our address to the MAC of
-    // the process that had it before us. (Not a node's: its address is
-    // filterd's, which answers for it.)
-    if (s->config_.filterd.empty()) {
-      for (Protocol* p : s->graph_->protocols()) {
-        if (auto* arp = dynamic_cast<arp::ArpProtocol*>(p)) arp->announce();
-      }
-      (void)s->loop_.run_once();  // out now
-    }
+  if (s->config_.wait_link && !s->wait_for_link(s->config_.link_wait)) {
+    throw std::runtime_error("the link of port net0 stayed down for " + std::to_string(s->config_.link_wait.count()) +
+                             " ms");
   }
   if (s->config_.mode == StackMode::service_thread) s->loop_.start_thread(s->config_.thread);
   return s;
@@ -352,6 +335,31 @@ bool Stack::wait(const WaitPoint& ready, std::uint32_t seen,
     }
     idle_since.reset();
   }
+}
+
+bool Stack::wait_for_link(std::chrono::milliseconds limit) {
+  auto* net = graph_->find_as<Driver>("net0");
+  if (net == nullptr || net->link_state() == Driver::Link::none) return true;
+  // A memif peer connects through DPDK's interrupt thread, a shm peer
+  // through the loop; keep the stack running meanwhile so whatever arrives
+  // is handled as usual.
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (net->link_state() == Driver::Link::down) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    for (int i = 0; i < 100; ++i) loop_.run_once();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // What ARP announced while the link was down (a memif client's, always)
+  // reached nobody; a neighbour may still map our address to the MAC of the
+  // process that had it before us. (Not a node's: its address is filterd's,
+  // which answers for it.)
+  if (config_.filterd.empty()) {
+    for (Protocol* p : graph_->protocols()) {
+      if (auto* arp = dynamic_cast<arp::ArpProtocol*>(p)) arp->announce();
+    }
+    (void)loop_.run_once();  // out now
+  }
+  return true;
 }
 
 std::size_t Stack::poll() {

@@ -56,6 +56,9 @@ struct StackConfig {
   EventLoopConfig loop;            // idle policy (busy_poll / spin_then_sleep), spin
   ThreadOptions thread;            // service mode: CPU pinning and name
   std::chrono::milliseconds link_wait{5000};  // for a DPDK port named net0
+  // Whether create() waits for that link; false: the caller does, with
+  // Stack::wait_for_link() (the apps say "waiting for the link" first).
+  bool wait_link = true;
   std::string tcp = "tcp0";        // the instances the socket API uses (may be absent)
   std::string udp = "udp0";
   // Attach to filterd through this control socket (docs/filterd.md): the
@@ -67,6 +70,10 @@ struct StackConfig {
   // filterd's node port; the token comes from XK_FILTERD_TOKEN=FILE.
   std::string node_port;
   std::string node_mac;
+  // Extra dpdk options for the node's channel: its memif, or its own port.
+  std::string node_port_opts;
+  // The token file (docs/control-protocol.md); empty: XK_FILTERD_TOKEN=FILE.
+  std::string filterd_token;
   std::string tcp_opts;
   std::string node_name = "xk";    // how filterd and xkctl name this node
   // The clock the stack's timers read (it must outlive the stack); null: the
@@ -162,6 +169,13 @@ class Stack {
 
   // Inline: one pass in the calling thread; service: 0.
   std::size_t poll();
+
+  // Runs the stack until the link of net0 is up (a DPDK or shm port whose
+  // peer connects), at most `limit`; then a standalone stack announces its
+  // address (ARP). True at once for a graph without such a port. For
+  // config.wait_link = false, before the service thread would start: call it
+  // on an inline stack.
+  bool wait_for_link(std::chrono::milliseconds limit);
 
  private:
   explicit Stack(StackConfig config);

@@ -21,6 +21,7 @@
 #include "xk/graph.hpp"
 #include "xk/options.hpp"
 #include "xk/port_authority.hpp"
+#include "xk/stack.hpp"
 
 namespace xk {
 class FilterdClient;
@@ -210,11 +211,6 @@ class SignalSource final : public Pollable {
   unsigned passes_ = kCheckEvery;
 };
 
-// Runs the loop until the graph's driver `net0` reports its link up (a memif
-// peer connected), at most `limit`. True when up (or when net0 is not a DPDK
-// port, which has no link to wait for).
-bool wait_for_link(EventLoop& loop, Graph& graph, std::chrono::milliseconds limit);
-
 // "192.0.2.10/24 on port 0 (aa:bb:.., mtu 1500)"
 std::string describe_stack(Graph& graph);
 
@@ -224,27 +220,27 @@ void print_counters(const Graph& graph, EventLoop& loop);
 // CPU seconds this process has used (user + system).
 double process_cpu_seconds();
 
-// What every standalone app runs on: the graph the flags describe, on an
-// event loop of its own clock, with SIGINT/SIGTERM stopping the loop.
+// What every standalone app runs on: the graph the flags describe, as a
+// libxk Stack (xk/stack.hpp) driven inline by the app's own loop, with
+// SIGINT/SIGTERM stopping the loop. The flags are turned into a StackConfig
+// (stack_config()), so the apps and the library build stacks one way.
 // Construction throws std::runtime_error saying what failed.
 class AppStack {
  public:
   AppStack(const char* prog, const StackFlags& flags, IdleMode idle);
-  // Stack `queue` of a node of several (AppNode): its graph on its own
-  // channel, its ports through `client`'s queue. SIGINT/SIGTERM are the
-  // AppNode's to read, not this loop's.
-  AppStack(const char* prog, const StackFlags& flags, IdleMode idle, FilterdClient& client, std::uint16_t queue);
   ~AppStack();
   AppStack(const AppStack&) = delete;
   AppStack& operator=(const AppStack&) = delete;
 
-  EventLoop& loop() noexcept { return loop_; }
-  Graph& graph() noexcept { return *graph_; }
+  EventLoop& loop() noexcept { return stack_->loop(); }
+  Graph& graph() noexcept { return stack_->graph(); }
+  // SIGINT/SIGTERM as this stack's loop read them (an AppNode's stacks read
+  // none: the node does).
   const SignalSource& signals() const noexcept { return signals_; }
   // The instance `name` of type T, or a runtime_error naming what is missing.
   template <class T>
   T& require(std::string_view name) {
-    if (T* p = graph_->find_as<T>(name)) return *p;
+    if (T* p = graph().find_as<T>(name)) return *p;
     throw std::runtime_error("the graph has no " + std::string(name) + " of the kind this program needs");
   }
   // Says "stack ... built, waiting for the link" and waits; throws when the
@@ -254,21 +250,26 @@ class AppStack {
   void report_signal(bool always_counters = false);
 
  private:
+  friend class AppNode;
+  // Stack `q` of an AppNode: SIGINT/SIGTERM are the node's to read.
+  AppStack(const char* prog, std::unique_ptr<Stack> stack);
+
   const char* prog_;
-  Registry registry_;
-  EventLoop loop_;
+  std::unique_ptr<Stack> stack_;
   SignalSource signals_;
-  std::unique_ptr<PortAuthority> authority_;  // filterd's control connection, or null
-  FilterdClient* shared_ = nullptr;           // an AppNode's connection (not ours)
-  std::uint16_t queue_ = 0;
-  bool signals_added_ = false;
-  std::optional<Graph> graph_;
+  bool signals_added_ = false;  // a standalone stack's loop reads them
 };
 
+// The StackConfig the flags describe: a graph of its own (stack_spec), or
+// filterd's; inline mode, the node named after the program, and no wait for
+// the link in create() (AppStack::wait_for_link says it waits first).
+StackConfig stack_config(const char* prog, const StackFlags& flags, IdleMode idle);
+
 // A node of several stacks behind filterd (--stacks K): one control
-// connection (HELLO with queues=K), K AppStacks, each with its own channel,
-// event loop and thread, pinned to its CPU (--cpus). run() starts the
-// threads and waits for SIGINT/SIGTERM or `done()`, then stops them all.
+// connection (HELLO with queues=K), K AppStacks -- Stack::create_node's --
+// each with its own channel, event loop and thread, pinned to its CPU
+// (--cpus). run() starts the threads and waits for SIGINT/SIGTERM or
+// `done()`, then stops them all.
 class AppNode {
  public:
   AppNode(const char* prog, const StackFlags& flags, IdleMode idle);
@@ -290,8 +291,7 @@ class AppNode {
  private:
   const char* prog_;
   StackFlags flags_;
-  std::unique_ptr<FilterdClient> client_;
-  std::vector<std::unique_ptr<AppStack>> stacks_;
+  std::vector<std::unique_ptr<AppStack>> stacks_;  // they share the control connection
   int signal_ = 0;
 };
 
