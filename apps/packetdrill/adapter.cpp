@@ -419,7 +419,11 @@ int pd_ioctl(void*, int fd, unsigned long request, ...) {
     if (fl < 0) return -1;
     return xk_fcntl(fd, F_SETFL, *on != 0 ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK)) < 0 ? -1 : 0;
   }
-  return Adapter::fail(ENOTTY);
+  va_list ap;
+  va_start(ap, request);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  return xk_ioctl(fd, request, arg);  // SIOCINQ, SIOCOUTQ, SIOCOUTQNSD
 }
 
 int pd_close(void*, int fd) { return xk_close(fd); }

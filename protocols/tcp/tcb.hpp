@@ -69,6 +69,7 @@ class TcpConnection final : public StreamEndpoint {
   // Whether this connection computes checksums on send and verifies them on
   // receive; the stack's mode (csum=) until set. Off means off at both ends.
   void set_checksum(ChecksumMode mode) noexcept override { csum_ = mode; }
+  Status tune(const Tuning& t) override;
   ChecksumMode checksum_mode() const noexcept override;
 
   State state() const noexcept override { return state_; }
@@ -238,6 +239,14 @@ class TcpConnection final : public StreamEndpoint {
   bool ack_pending_ = false;
   unsigned unacked_segs_ = 0;  // full segments received since our last ACK
   unsigned quickacks_ = 0;     // segments still ACKed at once (quick-ACK mode)
+  // What tune() changed (allocated only then: most connections keep the
+  // stack's settings), and what it reads through.
+  std::unique_ptr<Tuning> tuning_;
+  Duration keepalive_idle() const noexcept;
+  Duration keepalive_interval() const noexcept;
+  unsigned keepalive_probes() const noexcept;
+  Duration user_timeout() const noexcept;  // zero: none
+  Time rtx_since_{};  // about when the data the RTO repeats was first sent (user timeout)
   Time last_data_in_{};        // when in-order data last arrived
   // Whether in-order data of `full` segments is ACKed at once: quick-ACK
   // mode, entered when the connection is established and after an idle

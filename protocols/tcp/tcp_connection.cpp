@@ -343,7 +343,7 @@ void TcpConnection::set_keepalive(bool on) noexcept {
   keepalive_ = on;
   if (proto_ == nullptr) return;
   if (on && state_ == State::established) {
-    keepalive_timer_.arm_after(proto_->config().keepalive_idle);
+    keepalive_timer_.arm_after(keepalive_idle());
   } else if (!on) {
     keepalive_timer_.cancel();
   }
@@ -379,6 +379,8 @@ std::uint32_t TcpConnection::events() const noexcept {
 ConnStats TcpConnection::stats() const noexcept {
   ConnStats s = stats_;
   s.state = state_;
+  s.unacked = static_cast<std::uint32_t>(seq_span(snd_una_, snd_max_));
+  s.notsent = static_cast<std::uint32_t>(unsent_bytes());
   s.srtt = rto_.srtt();
   s.rttvar = rto_.rttvar();
   s.rto = rto_.rto();
@@ -405,7 +407,7 @@ void TcpConnection::enter_state(State s) {
     ++proto_->c_.established;
     retries_ = 0;
     quickacks_ = proto_->config().quickacks;
-    if (keepalive_) keepalive_timer_.arm_after(proto_->config().keepalive_idle);
+    if (keepalive_) keepalive_timer_.arm_after(keepalive_idle());
     if (listener_ != nullptr) listener_->established(*this);
   }
 }
@@ -481,6 +483,47 @@ void TcpConnection::release() {
   push_marks_ = {};
   reasm_.clear();
   if (state_ != State::time_wait) state_ = State::closed;
+}
+
+// ---- per-connection settings (setsockopt) -----------------------------------------
+
+Status TcpConnection::tune(const Tuning& t) {
+  const auto positive = [](const std::optional<Duration>& d) { return !d || *d > Duration{0}; };
+  if (!positive(t.keepalive_idle) || !positive(t.keepalive_interval)) return Errc::invalid_argument;
+  if (t.keepalive_probes && *t.keepalive_probes == 0) return Errc::invalid_argument;
+  if (t.user_timeout && *t.user_timeout < Duration{0}) return Errc::invalid_argument;
+  if (t.max_segment && (*t.max_segment < 88 || *t.max_segment > 65495)) return Errc::invalid_argument;
+  if (!tuning_) tuning_ = std::make_unique<Tuning>();
+  Tuning& k = *tuning_;
+  if (t.keepalive_idle) k.keepalive_idle = t.keepalive_idle;
+  if (t.keepalive_interval) k.keepalive_interval = t.keepalive_interval;
+  if (t.keepalive_probes) k.keepalive_probes = t.keepalive_probes;
+  if (t.user_timeout) k.user_timeout = t.user_timeout;
+  // Used by the handshake (our SYN's offer, and the MSS we send with).
+  if (t.max_segment) k.max_segment = t.max_segment;
+  if (proto_ == nullptr) return {};
+  // A new idle time counts from the last segment received, as Linux's does.
+  if (t.keepalive_idle && keepalive_ && state_ == State::established && keepalive_sent_ == 0) {
+    keepalive_timer_.arm(std::max(proto_->timers().clock().now(), last_recv_ + keepalive_idle()));
+  }
+  if (t.quickack) {
+    quickacks_ = *t.quickack ? std::max(proto_->config().quickacks, 16u) : 0;
+    if (*t.quickack && ack_pending_) send_ack_now();
+  }
+  return {};
+}
+
+Duration TcpConnection::keepalive_idle() const noexcept {
+  return tuning_ && tuning_->keepalive_idle ? *tuning_->keepalive_idle : proto_->config().keepalive_idle;
+}
+Duration TcpConnection::keepalive_interval() const noexcept {
+  return tuning_ && tuning_->keepalive_interval ? *tuning_->keepalive_interval : proto_->config().keepalive_interval;
+}
+unsigned TcpConnection::keepalive_probes() const noexcept {
+  return tuning_ && tuning_->keepalive_probes ? *tuning_->keepalive_probes : proto_->config().keepalive_probes;
+}
+Duration TcpConnection::user_timeout() const noexcept {
+  return tuning_ && tuning_->user_timeout ? *tuning_->user_timeout : Duration{0};
 }
 
 // ---- what TcpProtocol asks ----------------------------------------------------

@@ -16,6 +16,7 @@ void TcpConnection::take_options(const Options& opts, bool syn) {
   const TcpConfig& cfg = proto_->config();
   peer_mss_ = opts.mss.value_or(536);  // RFC 9293 3.7.1: 536 when absent
   mss_ = std::min(peer_mss_, proto_->path_mss(*ip_));
+  if (tuning_ && tuning_->max_segment) mss_ = std::min(mss_, *tuning_->max_segment);  // TCP_MAXSEG
   // A path MTU learnt during the handshake (RFC 1191) holds too.
   if (pmtu_ != 0) mss_ = std::min<std::uint16_t>(mss_, static_cast<std::uint16_t>(pmtu_ - kIpTcpHeaders));
   if (mss_ < 64) mss_ = 64;  // RFC 9293 3.7.1 leaves the floor to us; a tiny MSS is a DoS tool

@@ -170,6 +170,7 @@ void TcpConnection::send_syn() {
   const bool synack = state_ == State::syn_received;
   Options o;
   o.mss = proto_->path_mss(*ip_);
+  if (tuning_ && tuning_->max_segment) o.mss = std::min(*o.mss, *tuning_->max_segment);  // TCP_MAXSEG
   // RFC 7323 2.2 / RFC 2018 2: a SYN-ACK offers only what the SYN did.
   if (cfg.wscale > 0 && (!synack || rcv_wscale_ > 0 || snd_wscale_ > 0)) {
     o.wscale = proto_->our_wscale(cfg.buf_max);
@@ -408,7 +409,12 @@ void TcpConnection::on_rtx_timeout() {
     return;
   }
   if (snd_una_ == snd_max_) return;  // nothing outstanding
-  if (retries_ > proto_->config().max_retries) {
+  // About when the data now repeated was first sent: one RTO before its
+  // first expiry.
+  if (retries_ == 1) rtx_since_ = now - rto_.rto();
+  // TCP_USER_TIMEOUT, when set, decides instead of the retry count.
+  const Duration user = user_timeout();
+  if (user > Duration{0} ? now - rtx_since_ >= user : retries_ > proto_->config().max_retries) {
     ++proto_->c_.timeouts;
     fail(timeout_error());
     return;
@@ -484,13 +490,14 @@ void TcpConnection::on_persist_timeout() {
 void TcpConnection::on_keepalive_timeout() {
   Ref<TcpConnection> keep(this);
   if (proto_ == nullptr || !keepalive_) return;
-  const TcpConfig& cfg = proto_->config();
   const Time now = proto_->timers().clock().now();
-  if (now - last_recv_ < cfg.keepalive_idle && keepalive_sent_ == 0) {
-    keepalive_timer_.arm(last_recv_ + cfg.keepalive_idle);
+  if (now - last_recv_ < keepalive_idle() && keepalive_sent_ == 0) {
+    keepalive_timer_.arm(last_recv_ + keepalive_idle());
     return;
   }
-  if (keepalive_sent_ >= cfg.keepalive_probes) {
+  // TCP_USER_TIMEOUT also bounds how long probes go unanswered (as Linux).
+  const Duration user = user_timeout();
+  if (user > Duration{0} ? keepalive_sent_ > 0 && now - last_recv_ >= user : keepalive_sent_ >= keepalive_probes()) {
     ++proto_->c_.timeouts;
     fail(timeout_error());
     return;
@@ -498,7 +505,7 @@ void TcpConnection::on_keepalive_timeout() {
   ++keepalive_sent_;
   ++proto_->c_.keepalive_probes;
   (void)send_segment(snd_una_ - 1, 0, kAck, false);
-  keepalive_timer_.arm_after(cfg.keepalive_interval);
+  keepalive_timer_.arm_after(keepalive_interval());
 }
 
 }  // namespace xk::tcp

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <net/if.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -412,7 +413,10 @@ TEST_F(Adapter, ActiveOpenThroughEpollRecvmsgSendmsgShutdown) {
   int on = 1;
   ASSERT_EQ(ifc_.ioctl(ifc_.userdata, fd, FIONBIO, &on), 0);
   EXPECT_NE(ifc_.fcntl(ifc_.userdata, fd, F_GETFL) & O_NONBLOCK, 0) << "FIONBIO set O_NONBLOCK";
-  EXPECT_EQ(ifc_.ioctl(ifc_.userdata, fd, FIONREAD, &on), -1);
+  int queued = -1;
+  EXPECT_EQ(ifc_.ioctl(ifc_.userdata, fd, FIONREAD, &queued), 0) << "SIOCINQ";
+  EXPECT_EQ(queued, 0);
+  EXPECT_EQ(ifc_.ioctl(ifc_.userdata, fd, SIOCGIFMTU, &queued), -1);
   EXPECT_EQ(errno, ENOTTY);
   const int ep = ifc_.epoll_create(ifc_.userdata, 1);
   ASSERT_GE(ep, 0);

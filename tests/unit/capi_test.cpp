@@ -6,8 +6,12 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <linux/sockios.h>
 #include <netinet/tcp.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -669,7 +673,7 @@ TEST_P(CApi, OptionsRoundTrip) {
   v = 1 << 22;
   ASSERT_EQ(xk_setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v), 0);
   ASSERT_EQ(xk_getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, &len), 0);
-  EXPECT_EQ(v, 1 << 22);
+  EXPECT_EQ(v, 1 << 23) << "read back doubled, as Linux does";
   v = 0;
   ASSERT_EQ(xk_setsockopt(fd, IPPROTO_TCP, XK_TCP_CHECKSUM, &v, sizeof v), 0);
   v = 3;
@@ -693,6 +697,139 @@ TEST_P(CApi, OptionsRoundTrip) {
   EXPECT_EQ(tv.tv_sec, 1);
   EXPECT_EQ(tv.tv_usec, 500000);
   xk_close(fd);
+}
+
+// The TCP options programs set (issue 23): each reads back what was set
+// (or the stack's default before), and out-of-range values are EINVAL.
+TEST_P(CApi, TcpOptionsRoundTripAndRefuseBadValues) {
+  int fd = tcp();
+  auto get = [&](int name) {
+    int v = -1;
+    socklen_t len = sizeof v;
+    EXPECT_EQ(xk_getsockopt(fd, IPPROTO_TCP, name, &v, &len), 0) << name << ": " << xk_last_error();
+    return v;
+  };
+  auto set = [&](int name, int v) { return xk_setsockopt(fd, IPPROTO_TCP, name, &v, sizeof v); };
+  EXPECT_EQ(get(TCP_KEEPIDLE), 7200) << "the stack's 2 h";
+  EXPECT_EQ(get(TCP_KEEPINTVL), 75);
+  EXPECT_EQ(get(TCP_KEEPCNT), 9);
+  EXPECT_EQ(get(TCP_USER_TIMEOUT), 0);
+  EXPECT_EQ(get(TCP_QUICKACK), 1);
+  EXPECT_EQ(get(TCP_DEFER_ACCEPT), 0);
+  ASSERT_EQ(set(TCP_KEEPIDLE, 30), 0);
+  ASSERT_EQ(set(TCP_KEEPINTVL, 5), 0);
+  ASSERT_EQ(set(TCP_KEEPCNT, 4), 0);
+  ASSERT_EQ(set(TCP_USER_TIMEOUT, 2500), 0);
+  ASSERT_EQ(set(TCP_MAXSEG, 1200), 0);
+  ASSERT_EQ(set(TCP_QUICKACK, 0), 0);
+  ASSERT_EQ(set(TCP_DEFER_ACCEPT, 10), 0);
+  EXPECT_EQ(get(TCP_KEEPIDLE), 30);
+  EXPECT_EQ(get(TCP_KEEPINTVL), 5);
+  EXPECT_EQ(get(TCP_KEEPCNT), 4);
+  EXPECT_EQ(get(TCP_USER_TIMEOUT), 2500);
+  EXPECT_EQ(get(TCP_MAXSEG), 1200) << "before connect: what was asked";
+  EXPECT_EQ(get(TCP_QUICKACK), 0);
+  EXPECT_EQ(get(TCP_DEFER_ACCEPT), 10);
+  for (auto [name, bad] : {std::pair{TCP_KEEPIDLE, 0}, std::pair{TCP_KEEPINTVL, 40000}, std::pair{TCP_KEEPCNT, 0},
+                           std::pair{TCP_KEEPCNT, 128}, std::pair{TCP_USER_TIMEOUT, -1}, std::pair{TCP_MAXSEG, 50},
+                           std::pair{TCP_MAXSEG, 40000}}) {
+    EXPECT_EQ(set(name, bad), -1) << name << " = " << bad;
+    EXPECT_EQ(errno, EINVAL);
+  }
+  EXPECT_EQ(set(TCP_MAXSEG, 0), 0) << "0 takes TCP_MAXSEG back";
+  EXPECT_EQ(get(TCP_MAXSEG), 536);
+  xk_close(fd);
+}
+
+// A connection's TCP_MAXSEG holds on the wire, and its keepalive settings
+// are inherited by what a listener accepts.
+TEST_P(CApi, MaxSegmentSetBeforeConnectIsTheMssInUse) {
+  int l = listener(5013);
+  int idle = 45;
+  ASSERT_EQ(xk_setsockopt(l, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle), 0);
+  int c = tcp();
+  int mss = 700;
+  ASSERT_EQ(xk_setsockopt(c, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof mss), 0);
+  sockaddr_in a = addr("192.0.2.1", 5013);
+  std::thread t([&] { EXPECT_EQ(xk_connect(c, sa(a), sizeof a), 0) << xk_last_error(); });
+  int s = xk_accept(l, nullptr, nullptr);
+  t.join();
+  ASSERT_GE(s, 0);
+  int v = 0;
+  socklen_t len = sizeof v;
+  ASSERT_EQ(xk_getsockopt(c, IPPROTO_TCP, TCP_MAXSEG, &v, &len), 0);
+  EXPECT_EQ(v, 700);
+  ASSERT_EQ(xk_getsockopt(s, IPPROTO_TCP, TCP_MAXSEG, &v, &len), 0);
+  EXPECT_EQ(v, 700) << "the server sends no more than the client offered";
+  ASSERT_EQ(xk_getsockopt(s, IPPROTO_TCP, TCP_KEEPIDLE, &v, &len), 0);
+  EXPECT_EQ(v, 45);
+  xk_close(c);
+  xk_close(s);
+  xk_close(l);
+}
+
+// getsockopt(TCP_INFO) fills Linux's struct tcp_info: glibc's part of it
+// (what <netinet/tcp.h> declares) and the fields after it.
+TEST_P(CApi, TcpInfoInLinuxLayout) {
+  auto [c, s] = pair(5014);
+  auto data = pattern(100000, 6);
+  EXPECT_EQ(pump(c, s, data), data);
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  ASSERT_EQ(xk_getsockopt(s, IPPROTO_TCP, TCP_INFO, &ti, &len), 0) << xk_last_error();
+  EXPECT_EQ(len, sizeof ti);
+  EXPECT_EQ(ti.tcpi_state, 8) << "CLOSE-WAIT, in Linux's numbering (the client shut down)";
+  EXPECT_EQ(ti.tcpi_options & (TCPI_OPT_SACK | TCPI_OPT_TIMESTAMPS | TCPI_OPT_WSCALE),
+            TCPI_OPT_SACK | TCPI_OPT_TIMESTAMPS | TCPI_OPT_WSCALE);
+  EXPECT_GT(ti.tcpi_snd_mss, 500u);
+  EXPECT_GT(ti.tcpi_rto, 0u);
+  // Past glibc's struct: Linux's tcpi_bytes_received (a u64 at offset 128).
+  std::array<unsigned char, 512> whole{};
+  len = sizeof whole;
+  ASSERT_EQ(xk_getsockopt(s, IPPROTO_TCP, TCP_INFO, whole.data(), &len), 0);
+  EXPECT_GT(len, sizeof ti);
+  EXPECT_LT(len, sizeof whole);
+  std::uint64_t received = 0;
+  std::memcpy(&received, whole.data() + 128, sizeof received);
+  EXPECT_EQ(received, data.size());
+  len = 8;  // a short buffer gets the first bytes
+  ASSERT_EQ(xk_getsockopt(c, IPPROTO_TCP, TCP_INFO, whole.data(), &len), 0);
+  EXPECT_EQ(len, 8u);
+  xk_close(c);
+  xk_close(s);
+}
+
+TEST_P(CApi, IoctlQueueSizes) {
+  auto [c, s] = pair(5015);
+  auto data = pattern(1000, 7);
+  ASSERT_EQ(xk_write(c, data.data(), data.size()), 1000) << xk_last_error();
+  pollfd p{s, POLLIN, 0};
+  ASSERT_EQ(xk_poll(&p, 1, 2000), 1);
+  int n = -1;
+  ASSERT_EQ(xk_ioctl(s, FIONREAD, &n), 0) << xk_last_error();
+  EXPECT_EQ(n, 1000);
+  ASSERT_EQ(xk_ioctl(c, SIOCOUTQNSD, &n), 0);
+  EXPECT_EQ(n, 0) << "all sent";
+  ASSERT_EQ(xk_ioctl(c, SIOCOUTQ, &n), 0);
+  EXPECT_GE(n, 0);
+  EXPECT_LE(n, 1000);
+  EXPECT_EQ(xk_ioctl(c, SIOCGIFMTU, &n), -1);
+  EXPECT_EQ(errno, ENOTTY);
+  // A datagram socket's FIONREAD is the next datagram's size.
+  int a = xk_socket(stack_, AF_INET, SOCK_DGRAM, 0);
+  int b = xk_socket(stack_, AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in ba = addr("192.0.2.1", 6001);
+  ASSERT_EQ(xk_bind(b, sa(ba), sizeof ba), 0);
+  ASSERT_EQ(xk_sendto(a, data.data(), 300, 0, sa(ba), sizeof ba), 300);
+  ASSERT_EQ(xk_sendto(a, data.data(), 200, 0, sa(ba), sizeof ba), 200);
+  p = pollfd{b, POLLIN, 0};
+  ASSERT_EQ(xk_poll(&p, 1, 2000), 1);
+  ASSERT_EQ(xk_ioctl(b, FIONREAD, &n), 0);
+  EXPECT_EQ(n, 300);
+  xk_close(a);
+  xk_close(b);
+  xk_close(c);
+  xk_close(s);
 }
 
 TEST_P(CApi, ConnectionsWithChecksumsOffStillCarryData) {

@@ -1069,6 +1069,119 @@ TEST_F(TcpScript, KeepaliveProbesAndTheDropAfterUnansweredOnes) {
   EXPECT_EQ(tcp->connection_count(), 0u);
 }
 
+// ---- per-connection settings (TcpSocket::tune: setsockopt's TCP options) ----------------
+
+// TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT on one connection, over the
+// stack's 2 h / 75 s / 9; a new idle time re-arms the timer at once.
+TEST_F(TcpScript, PerConnectionKeepaliveTimings) {
+  start();
+  passive_open(Offer());
+  sock.set_keepalive(true);
+  Tuning t;
+  t.keepalive_idle = 10s;
+  t.keepalive_interval = 1s;
+  t.keepalive_probes = 2;
+  ASSERT_TRUE(sock.tune(t).ok());
+  advance(9999ms);
+  expect_nothing();
+  advance(1ms);
+  expect(ack().seq(0).ack(1));
+  advance(1s);
+  expect(ack().seq(0).ack(1));
+  advance(999ms);
+  expect_nothing();
+  EXPECT_EQ(sock.state(), State::established);
+  advance(1ms);
+  EXPECT_EQ(sock.state(), State::closed);
+  EXPECT_EQ(read_error(sock), Errc::timed_out);
+  EXPECT_EQ(stats().keepalive_probes.value(), 2u);
+}
+
+// TCP_USER_TIMEOUT: data unacknowledged that long ends the connection,
+// whatever max_retries (15 here) would allow.
+TEST_F(TcpScript, UserTimeoutEndsAConnectionWhoseDataStaysUnacknowledged) {
+  start();
+  passive_open(Offer().rtt(100ms));  // RTO 300 ms
+  Tuning t;
+  t.user_timeout = 1s;
+  ASSERT_TRUE(sock.tune(t).ok());
+  write(1000);
+  expect(psh_ack().seq(1).ack(1).len(1000));
+  advance(300ms);
+  expect(ack().seq(1).ack(1).len(1000));
+  advance(600ms);  // 900 ms since it was sent
+  expect(ack().seq(1).ack(1).len(1000));
+  EXPECT_EQ(sock.state(), State::established);
+  advance(1200ms);  // the next expiry, 2.1 s after: past the user timeout
+  expect_nothing();
+  EXPECT_EQ(sock.state(), State::closed);
+  EXPECT_EQ(read_error(sock), Errc::timed_out);
+  EXPECT_EQ(stats().timeouts.value(), 1u);
+}
+
+// TCP_MAXSEG before connect(): our SYN offers it and we send no more, even
+// when the peer offers more.
+TEST_F(TcpScript, MaxSegmentCapsOurOfferAndWhatWeSend) {
+  start();
+  pport = 80;
+  sock = tcp->socket();
+  Tuning t;
+  t.max_segment = 600;
+  ASSERT_TRUE(sock.tune(t).ok());
+  ASSERT_TRUE(sock.connect(kPeer, Port{80}).ok());
+  expect(syn().win(65535).mss(600).ws(our_wscale()).sackok().ts(now_ms(), 0));
+  irs = SeqNum(0x20000000);
+  inject(syn_ack().seq(0).ack(1).mss(1460));
+  expect(ack().seq(1).ack(1));
+  EXPECT_EQ(sock.stats().mss, 600);
+  sock.set_nodelay(true);
+  write(1500);
+  expect(ack().seq(1).ack(1).len(600));
+  expect(ack().seq(601).ack(1).len(600));
+  expect(psh_ack().seq(1201).ack(1).len(300));
+  expect_nothing();
+}
+
+// TCP_QUICKACK: a delayed ACK that is pending leaves at once, and the next
+// segments are ACKed at once too; false ends the mode.
+TEST_F(TcpScript, QuickAckOptionSendsThePendingAckNow) {
+  start(no_quickack());
+  passive_open(Offer());
+  inject(ack().seq(1).ack(1).len(100));
+  expect_nothing();  // delayed
+  Tuning on;
+  on.quickack = true;
+  ASSERT_TRUE(sock.tune(on).ok());
+  expect(ack().seq(1).ack(101));
+  inject(ack().seq(101).ack(1).len(100));
+  expect(ack().seq(1).ack(201));
+  Tuning off;
+  off.quickack = false;
+  ASSERT_TRUE(sock.tune(off).ok());
+  inject(ack().seq(201).ack(1).len(100));
+  expect_nothing();
+  advance(40ms);
+  expect(ack().seq(1).ack(301));
+}
+
+TEST_F(TcpScript, TuneRefusesValuesOutOfRange) {
+  start();
+  passive_open(Offer());
+  Tuning idle0;
+  idle0.keepalive_idle = Duration{0};
+  EXPECT_EQ(sock.tune(idle0).error(), Errc::invalid_argument);
+  Tuning probes0;
+  probes0.keepalive_probes = 0u;
+  EXPECT_EQ(sock.tune(probes0).error(), Errc::invalid_argument);
+  Tuning mss;
+  mss.max_segment = std::uint16_t{87};
+  EXPECT_EQ(sock.tune(mss).error(), Errc::invalid_argument);
+  Tuning negative;
+  negative.user_timeout = -1ms;
+  EXPECT_EQ(sock.tune(negative).error(), Errc::invalid_argument);
+  expect_nothing();
+}
+
 // ---- TIME-WAIT (RFC 9293 3.6.1, 3.10.7.4; RFC 6191) -------------------------------------
 
 // We close first; the peer's FIN takes us to TIME-WAIT. The application has

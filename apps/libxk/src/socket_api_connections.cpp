@@ -15,6 +15,7 @@ void apply_conn_options(Sock& s) {
   if (s.sndbuf != 0) s.conn.set_sndbuf(s.sndbuf);
   if (s.rcvbuf != 0) s.conn.set_rcvbuf(s.rcvbuf);
   if (s.csum) s.conn.set_checksum(*s.csum);
+  (void)s.conn.tune(s.tuning);  // a relay's stream takes none of it
 }
 
 }  // namespace
@@ -79,6 +80,7 @@ extern "C" int xk_accept4(int fd, struct sockaddr* addr, socklen_t* len, int fla
       child->rcvbuf = s->rcvbuf;
       child->csum = s->csum;
       child->linger = s->linger;
+      child->tuning = s->tuning;
       apply_conn_options(*child);
       tuple = child->conn.tuple();
       watch(*child);

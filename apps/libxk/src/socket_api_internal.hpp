@@ -133,6 +133,9 @@ struct Sock final : File {
   bool cork = false;
   std::size_t sndbuf = 0;  // 0: the stack's default
   std::size_t rcvbuf = 0;
+  tcp::Tuning tuning;      // TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT, TCP_USER_TIMEOUT, TCP_MAXSEG
+  bool quickack = true;    // TCP_QUICKACK as getsockopt reads it
+  int defer_accept = 0;    // TCP_DEFER_ACCEPT: kept and read back, no effect
   std::optional<ChecksumMode> csum;
   Linger linger;
   bool shut_rd = false;

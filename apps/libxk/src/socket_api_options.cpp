@@ -1,12 +1,15 @@
 // The C API's socket options and names: setsockopt, getsockopt,
-// getsockname, getpeername, and xk_get_tcp_info.
+// getsockname, getpeername, ioctl, and xk_get_tcp_info.
 
+#include <linux/sockios.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "socket_api_internal.hpp"
+#include "socket_api_tcp_info.hpp"
 
 using namespace xk;
 using namespace xk::capi;
@@ -34,6 +37,8 @@ timeval ns_timeval(std::int64_t ns) {
   tv.tv_usec = static_cast<suseconds_t>((ns % 1'000'000'000) / 1000);
   return tv;
 }
+// What getsockopt says of a buffer size a program set (see SO_SNDBUF).
+int doubled(std::size_t bytes) { return static_cast<int>(std::min<std::size_t>(2 * bytes, INT32_MAX)); }
 }  // namespace
 
 extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, socklen_t len) {
@@ -81,6 +86,9 @@ extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, soc
             s->keepalive = iv != 0;
             if (c != nullptr) s->conn.set_keepalive(s->keepalive);
             return 0;
+          // Linux doubles the value it is given (for its bookkeeping) and
+          // reads back the double; xk keeps the value and reads back twice
+          // it, so programs that check what they set see what they expect.
           case SO_SNDBUF:
             s->sndbuf = buf_size();
             if (c != nullptr) s->conn.set_sndbuf(s->sndbuf);
@@ -111,6 +119,54 @@ extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, soc
             s->cork = iv != 0;
             if (c != nullptr) s->conn.set_cork(s->cork);
             return 0;
+          case TCP_KEEPIDLE:
+          case TCP_KEEPINTVL:
+          case TCP_KEEPCNT:
+          case TCP_USER_TIMEOUT:
+          case TCP_MAXSEG:
+          case TCP_QUICKACK: {
+            tcp::Tuning t;
+            using std::chrono::seconds, std::chrono::milliseconds;
+            if (name == TCP_KEEPIDLE || name == TCP_KEEPINTVL) {
+              if (iv < 1 || iv > 32767) return EINVAL;  // Linux's bounds, in seconds
+              (name == TCP_KEEPIDLE ? t.keepalive_idle : t.keepalive_interval) = seconds(iv);
+            } else if (name == TCP_KEEPCNT) {
+              if (iv < 1 || iv > 127) return EINVAL;
+              t.keepalive_probes = static_cast<unsigned>(iv);
+            } else if (name == TCP_USER_TIMEOUT) {
+              if (iv < 0) return EINVAL;
+              t.user_timeout = milliseconds(iv);
+            } else if (name == TCP_MAXSEG) {
+              // 0 takes the option back; else 88..32767 (Linux's bounds).
+              if (iv != 0 && (iv < 88 || iv > 32767)) return EINVAL;
+              if (iv == 0) {
+                s->tuning.max_segment.reset();
+                return 0;
+              }
+              t.max_segment = static_cast<std::uint16_t>(iv);
+            } else {
+              t.quickack = iv != 0;
+              s->quickack = iv != 0;
+            }
+            if (c != nullptr) {
+              if (Status st = s->conn.tune(t); !st && st.error() != Errc::unsupported) return EINVAL;
+            }
+            // Remembered for the connections a listener accepts (quick-ACK
+            // mode is a moment's state, not inherited).
+            t.quickack.reset();
+            if (t.keepalive_idle) s->tuning.keepalive_idle = t.keepalive_idle;
+            if (t.keepalive_interval) s->tuning.keepalive_interval = t.keepalive_interval;
+            if (t.keepalive_probes) s->tuning.keepalive_probes = t.keepalive_probes;
+            if (t.user_timeout) s->tuning.user_timeout = t.user_timeout;
+            if (t.max_segment) s->tuning.max_segment = t.max_segment;
+            return 0;
+          }
+          case TCP_DEFER_ACCEPT:
+            // Accepted for programs that set it (nginx); connections are
+            // handed to accept() once established, data or not.
+            if (iv < 0) return EINVAL;
+            s->defer_accept = iv;
+            return 0;
           case XK_TCP_CHECKSUM:
             if (iv < 0 || iv > 3) return EINVAL;
             s->csum = static_cast<ChecksumMode>(iv);
@@ -134,6 +190,22 @@ extern "C" int xk_getsockopt(int fd, int level, int name, void* value, socklen_t
   if (level == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO)) {
     return opt_out(value, len, ns_timeval((name == SO_RCVTIMEO ? s->rcvtimeo_ns : s->sndtimeo_ns).load()));
   }
+  if (level == IPPROTO_TCP && name == TCP_INFO) {
+    if (s->type != SOCK_STREAM) return fail(ENOPROTOOPT, "getsockopt: TCP_INFO of a datagram socket");
+    if (value == nullptr || len == nullptr) return fail(EFAULT, "getsockopt: no buffer");
+    return guarded("getsockopt", [&] {
+      const tcp::ConnStats st = s->stack->call([&] {
+        if (s->listening) {
+          tcp::ConnStats l;
+          l.state = tcp::State::listen;
+          return l;
+        }
+        return s->conn.stats();
+      });
+      *len = static_cast<socklen_t>(linux_tcp_info(st, value, *len));
+      return 0;
+    });
+  }
   return guarded("getsockopt", [&] {
     struct Answer {
       int err = 0;
@@ -154,13 +226,14 @@ extern "C" int xk_getsockopt(int fd, int level, int name, void* value, socklen_t
           case SO_REUSEPORT: r.iv = s->reuse_port ? 1 : 0; return r;
           case SO_KEEPALIVE: r.iv = s->keepalive ? 1 : 0; return r;
           case SO_SNDBUF:
-            r.iv = static_cast<int>(s->sndbuf != 0 ? s->sndbuf : s->stack->tcp() ? s->stack->tcp()->config().sndbuf : 0);
+            r.iv = s->sndbuf != 0 ? doubled(s->sndbuf)
+                                  : static_cast<int>(s->stack->tcp() ? s->stack->tcp()->config().sndbuf : 0);
             return r;
           case SO_RCVBUF:
             if (!stream) {
-              r.iv = static_cast<int>(s->udp.session()->options().rcvbuf_bytes);
+              r.iv = s->rcvbuf != 0 ? doubled(s->rcvbuf) : static_cast<int>(s->udp.session()->options().rcvbuf_bytes);
             } else {
-              r.iv = static_cast<int>(s->rcvbuf != 0 ? s->rcvbuf : s->stack->tcp()->config().rcvbuf);
+              r.iv = s->rcvbuf != 0 ? doubled(s->rcvbuf) : static_cast<int>(s->stack->tcp()->config().rcvbuf);
             }
             return r;
           case SO_LINGER:
@@ -181,7 +254,34 @@ extern "C" int xk_getsockopt(int fd, int level, int name, void* value, socklen_t
         switch (name) {
           case TCP_NODELAY: r.iv = s->nodelay ? 1 : 0; return r;
           case TCP_CORK: r.iv = s->cork ? 1 : 0; return r;
-          case TCP_MAXSEG: r.iv = c != nullptr ? c->stats().mss : 536; return r;
+          case TCP_MAXSEG: {
+            // Connected: the MSS in use; before: what was asked, or the default.
+            const tcp::State st = c != nullptr ? c->state() : tcp::State::closed;
+            if (st != tcp::State::closed && st != tcp::State::listen && st != tcp::State::syn_sent) {
+              r.iv = c->stats().mss;
+            } else {
+              r.iv = s->tuning.max_segment ? *s->tuning.max_segment : 536;
+            }
+            return r;
+          }
+          case TCP_KEEPIDLE:
+          case TCP_KEEPINTVL: {
+            const tcp::TcpConfig& cfg = s->stack->tcp()->config();
+            const auto& set = name == TCP_KEEPIDLE ? s->tuning.keepalive_idle : s->tuning.keepalive_interval;
+            const Duration d = set ? *set : name == TCP_KEEPIDLE ? cfg.keepalive_idle : cfg.keepalive_interval;
+            r.iv = static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(d).count());
+            return r;
+          }
+          case TCP_KEEPCNT:
+            r.iv = static_cast<int>(s->tuning.keepalive_probes.value_or(s->stack->tcp()->config().keepalive_probes));
+            return r;
+          case TCP_USER_TIMEOUT:
+            r.iv = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        s->tuning.user_timeout.value_or(Duration{0}))
+                                        .count());
+            return r;
+          case TCP_QUICKACK: r.iv = s->quickack ? 1 : 0; return r;
+          case TCP_DEFER_ACCEPT: r.iv = s->defer_accept; return r;
           case XK_TCP_CHECKSUM:
             r.iv = static_cast<int>(s->csum.value_or(s->stack->tcp()->checksum_mode()));
             return r;
@@ -238,6 +338,46 @@ extern "C" int xk_getpeername(int fd, struct sockaddr* addr, socklen_t* len) {
     });
     if (!ep) return fail(ENOTCONN, "getpeername: not connected");
     write_sockaddr(ep->first, ep->second, addr, len);
+    return 0;
+  });
+}
+
+extern "C" int xk_ioctl(int fd, unsigned long request, void* arg) {
+  auto s = get_sock(fd);
+  if (!s) return -1;
+  if (arg == nullptr) return fail(EFAULT, "ioctl: no argument");
+  if (request == FIONBIO) {
+    int on = 0;
+    std::memcpy(&on, arg, sizeof on);
+    s->nonblock.store(on != 0);
+    return 0;
+  }
+  if (request != FIONREAD && request != SIOCOUTQ && request != SIOCOUTQNSD) {
+    return fail(ENOTTY, "ioctl: request " + std::to_string(request) + " is not one a socket takes here");
+  }
+  return guarded("ioctl", [&] {
+    struct Answer {
+      int err = 0;
+      int bytes = 0;
+    };
+    const Answer a = s->stack->call([&]() -> Answer {
+      if (s->closed.load()) return Answer{EBADF};
+      auto clamp = [](std::size_t n) { return static_cast<int>(std::min<std::size_t>(n, INT32_MAX)); };
+      if (s->type == SOCK_DGRAM) {
+        // FIONREAD: the next datagram's size, as on Linux; the others are
+        // a stream's.
+        if (request != FIONREAD) return Answer{EOPNOTSUPP};
+        return Answer{0, clamp(s->udp.next_datagram_size())};
+      }
+      if (s->listening) return Answer{EINVAL};
+      tcp::StreamEndpoint* c = s->conn.endpoint();
+      if (c == nullptr) return Answer{0, 0};
+      if (request == FIONREAD) return Answer{0, clamp(c->rcv_queued())};  // SIOCINQ
+      if (request == SIOCOUTQ) return Answer{0, clamp(c->snd_queued())};  // sent or not, not acknowledged
+      return Answer{0, static_cast<int>(c->stats().notsent)};             // SIOCOUTQNSD: not sent
+    });
+    if (a.err != 0) return fail(a.err, "ioctl");
+    std::memcpy(arg, &a.bytes, sizeof a.bytes);
     return 0;
   });
 }

@@ -175,7 +175,14 @@ int xk_epoll_wait(int epfd, struct epoll_event* events, int maxevents, int timeo
 /* Like poll(2), for xk descriptors of one stack. */
 int xk_poll(struct pollfd* fds, nfds_t nfds, int timeout_ms);
 
-/* TCP_INFO-like statistics of a connection. */
+/* ioctl(2) for sockets: FIONBIO; FIONREAD (SIOCINQ: bytes to read, or the
+ * next datagram's size); SIOCOUTQ (bytes not yet acknowledged) and
+ * SIOCOUTQNSD (bytes not yet sent) of a stream. `arg` points to an int.
+ * Anything else: ENOTTY. */
+int xk_ioctl(int fd, unsigned long request, void* arg);
+
+/* TCP_INFO-like statistics of a connection (getsockopt TCP_INFO gives
+ * Linux's struct tcp_info). */
 struct xk_tcp_info {
   uint8_t state; /* RFC 9293 order: 0 CLOSED, 1 LISTEN, 2 SYN-SENT, ... 10 TIME-WAIT */
   uint8_t snd_wscale, rcv_wscale, sack, timestamps;

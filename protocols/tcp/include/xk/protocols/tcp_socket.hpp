@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 
 #include "xk/clock.hpp"
@@ -69,6 +70,27 @@ struct ConnStats {
   std::uint64_t ooo_segments = 0;    // arrived out of order
   std::uint64_t icmp_errors = 0;     // ICMP errors about this connection that passed RFC 5927's check
   std::uint64_t pmtu_updates = 0;    // frag-needed messages that lowered the path MTU
+  std::uint32_t unacked = 0;         // bytes sent and not acknowledged
+  std::uint32_t notsent = 0;         // bytes queued and not sent yet (SIOCOUTQNSD)
+};
+
+// Per-connection settings a program may change (setsockopt's TCP options):
+// each field that is set is applied; unset ones keep what was there (the
+// stack's TcpConfig until changed).
+struct Tuning {
+  std::optional<Duration> keepalive_idle;      // TCP_KEEPIDLE
+  std::optional<Duration> keepalive_interval;  // TCP_KEEPINTVL
+  std::optional<unsigned> keepalive_probes;    // TCP_KEEPCNT
+  // TCP_USER_TIMEOUT: how long sent data may stay unacknowledged (and
+  // keepalive probes unanswered) before the connection fails with
+  // timed_out; zero: the retry counts decide, as without it.
+  std::optional<Duration> user_timeout;
+  // TCP_MAXSEG: the largest segment we offer and send (before the handshake;
+  // 88..65495, and never above what the path allows).
+  std::optional<std::uint16_t> max_segment;
+  // TCP_QUICKACK: true enters quick-ACK mode now (a pending ACK leaves at
+  // once); false leaves it.
+  std::optional<bool> quickack;
 };
 
 // Readiness, as poll() would report it.
@@ -118,6 +140,9 @@ class StreamEndpoint : public Session {
   virtual bool detached() const noexcept = 0;
   // The TCB, when this stack runs TCP for the stream (null for a relay).
   virtual TcpConnection* tcb() noexcept { return nullptr; }
+  // Per-connection settings (Tuning); a backend that runs no TCP of its
+  // own here (the relay) takes none: unsupported.
+  virtual Status tune(const Tuning&) { return Errc::unsupported; }
 };
 
 // What a TcpListener drives: a ListenSession, or a backend's listener.
@@ -186,6 +211,7 @@ class TcpSocket {
   void set_rcvbuf(std::size_t bytes) noexcept;
   void set_checksum(ChecksumMode mode) noexcept;
   void set_on_event(std::function<void()> fn);
+  Status tune(const Tuning& t) { return c_ ? c_->tune(t) : Status{Errc::closed}; }
 
   std::uint32_t events() const noexcept;
   State state() const noexcept { return c_ ? c_->state() : State::closed; }

@@ -92,6 +92,8 @@ class UdpSession final : public Session {
   bool readable() const noexcept { return !rxq_.empty() || error_ != Errc::ok; }
   std::size_t queued_datagrams() const noexcept { return rxq_.size(); }
   std::size_t queued_bytes() const noexcept { return rxq_bytes_; }
+  // The payload bytes of the next datagram (FIONREAD), 0 if none.
+  std::size_t next_datagram_size() const noexcept { return rxq_.empty() ? 0 : rxq_.front().payload.size(); }
   std::uint64_t rx_dropped() const noexcept { return rx_dropped_; }
   // The error an ICMP message reported, returned once by the next send or receive.
   Errc pending_error() const noexcept { return error_; }
@@ -162,6 +164,7 @@ class UdpSocket {
   Result<Endpoint> remote_endpoint() const;
   std::size_t queued_datagrams() const noexcept { return s_ ? s_->queued_datagrams() : 0; }
   std::size_t queued_bytes() const noexcept { return s_ ? s_->queued_bytes() : 0; }
+  std::size_t next_datagram_size() const noexcept { return s_ ? s_->next_datagram_size() : 0; }
   std::uint64_t rx_dropped() const noexcept { return s_ ? s_->rx_dropped() : 0; }
   UdpSession* session() const noexcept { return s_.get(); }
   // The pending ICMP-reported error, taken (SO_ERROR); ok if none.
