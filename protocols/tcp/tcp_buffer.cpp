@@ -102,6 +102,17 @@ std::size_t RecvBuffer::read(std::span<std::byte> dst) {
   return done;
 }
 
+std::size_t RecvBuffer::peek(std::span<std::byte> dst) const {
+  std::size_t done = 0;
+  for (const Msg& m : q_) {
+    if (done == dst.size()) break;
+    const std::size_t take = std::min(dst.size() - done, m.size());
+    (void)m.copy_out(0, dst.subspan(done, take));
+    done += take;
+  }
+  return done;
+}
+
 Msg RecvBuffer::read_msg(std::size_t max) {
   Msg out;
   std::size_t left = max;

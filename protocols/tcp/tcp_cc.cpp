@@ -304,6 +304,18 @@ void Cubic::set_mss(std::uint32_t smss) noexcept {
   epoch_valid_ = false;  // K is in units of SMSS
 }
 
+void CongestionControl::adopt_state(const CongestionControl& from) noexcept {
+  cwnd_ = from.cwnd_;
+  ssthresh_ = from.ssthresh_;
+  smss_ = from.smss_;
+  bytes_acked_ = from.bytes_acked_;
+  in_recovery_ = from.in_recovery_;
+  after_rto_ = from.after_rto_;
+  rto_unacked_ = from.rto_unacked_;
+  fresh_ = from.fresh_;
+  cfg_.smss = from.smss_;
+}
+
 // ---- factory -------------------------------------------------------------------
 
 std::span<const std::string_view> congestion_control_names() noexcept { return kNames; }

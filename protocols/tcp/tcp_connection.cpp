@@ -247,6 +247,14 @@ Result<std::size_t> TcpConnection::read(std::span<std::byte> dst) {
   return Errc::would_block;
 }
 
+Result<std::size_t> TcpConnection::peek(std::span<std::byte> dst) {
+  if (!rcvbuf_.empty()) return rcvbuf_.peek(dst);
+  if (error_ != Errc::ok) return error_;  // left pending, as Linux's MSG_PEEK leaves it
+  if (fin_received_ || (proto_ == nullptr && state_ == State::closed)) return std::size_t{0};
+  if (state_ == State::closed) return Errc::not_connected;
+  return Errc::would_block;
+}
+
 Result<Msg> TcpConnection::read_msg(std::size_t max) {
   if (!rcvbuf_.empty()) {
     Msg m = rcvbuf_.read_msg(max);
@@ -501,6 +509,12 @@ Status TcpConnection::tune(const Tuning& t) {
   if (t.user_timeout) k.user_timeout = t.user_timeout;
   // Used by the handshake (our SYN's offer, and the MSS we send with).
   if (t.max_segment) k.max_segment = t.max_segment;
+  if (t.congestion) {
+    Result<std::unique_ptr<CongestionControl>> cc = make_congestion_control(*t.congestion, cc_->config());
+    if (!cc) return cc.error();  // not_found: no such algorithm
+    (*cc)->adopt_state(*cc_);
+    cc_ = std::move(*cc);
+  }
   if (proto_ == nullptr) return {};
   // A new idle time counts from the last segment received, as Linux's does.
   if (t.keepalive_idle && keepalive_ && state_ == State::established && keepalive_sent_ == 0) {

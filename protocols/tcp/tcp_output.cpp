@@ -342,7 +342,9 @@ bool TcpConnection::send_new_data() {
     }
     const bool all = len == avail;
     if (len < smss) {
-      if (cork_) break;
+      // Corked: hold the short tail -- unless the FIN follows it (shutdown or
+      // close): nothing will join it any more (as Linux pushes at close).
+      if (cork_ && !write_shut_) break;
       // RFC 1122 4.2.3.4: send a short segment only when it is all we have
       // (and Nagle allows: nothing unacknowledged, or TCP_NODELAY), or when
       // it is at least half the largest window the peer offered.

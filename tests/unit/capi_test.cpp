@@ -832,6 +832,120 @@ TEST_P(CApi, IoctlQueueSizes) {
   xk_close(s);
 }
 
+TEST_P(CApi, MsgPeekLeavesTheData) {
+  auto [c, s] = pair(5016);
+  ASSERT_EQ(xk_write(c, "hello", 5), 5);
+  pollfd p{s, POLLIN, 0};
+  ASSERT_EQ(xk_poll(&p, 1, 2000), 1);
+  char buf[16] = {};
+  ASSERT_EQ(xk_recv(s, buf, 3, MSG_PEEK), 3) << xk_last_error();
+  EXPECT_EQ(std::string(buf, 3), "hel");
+  ASSERT_EQ(xk_recv(s, buf, sizeof buf, MSG_PEEK), 5);
+  ASSERT_EQ(xk_recv(s, buf, sizeof buf, 0), 5);
+  EXPECT_EQ(std::string(buf, 5), "hello");
+  EXPECT_EQ(xk_recv(s, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  // A datagram peeked stays first in line.
+  int a = xk_socket(stack_, AF_INET, SOCK_DGRAM, 0);
+  int b = xk_socket(stack_, AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in ba = addr("192.0.2.1", 6002);
+  ASSERT_EQ(xk_bind(b, sa(ba), sizeof ba), 0);
+  ASSERT_EQ(xk_sendto(a, "one", 3, 0, sa(ba), sizeof ba), 3);
+  ASSERT_EQ(xk_sendto(a, "two", 3, 0, sa(ba), sizeof ba), 3);
+  p = pollfd{b, POLLIN, 0};
+  ASSERT_EQ(xk_poll(&p, 1, 2000), 1);
+  ASSERT_EQ(xk_recv(b, buf, sizeof buf, MSG_PEEK), 3);
+  EXPECT_EQ(std::string(buf, 3), "one");
+  ASSERT_EQ(xk_recv(b, buf, sizeof buf, 0), 3);
+  EXPECT_EQ(std::string(buf, 3), "one");
+  ASSERT_EQ(xk_recv(b, buf, sizeof buf, 0), 3);
+  EXPECT_EQ(std::string(buf, 3), "two");
+  xk_close(a);
+  xk_close(b);
+  xk_close(c);
+  xk_close(s);
+}
+
+// MSG_MORE holds a short tail until a send without it; MSG_EOR is taken.
+TEST_P(CApi, MsgMoreHoldsTheTailUntilASendWithoutIt) {
+  auto [c, s] = pair(5017);
+  int one = 1;
+  ASSERT_EQ(xk_setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one), 0);
+  ASSERT_EQ(xk_send(c, "head-", 5, MSG_MORE), 5) << xk_last_error();
+  pollfd p{s, POLLIN, 0};
+  EXPECT_EQ(xk_poll(&p, 1, 200), 0) << "held, Nagle off or not";
+  ASSERT_EQ(xk_send(c, "tail", 4, MSG_EOR), 4) << xk_last_error();
+  ASSERT_EQ(xk_poll(&p, 1, 2000), 1);
+  char buf[16] = {};
+  std::size_t got = 0;
+  while (got < 9) {
+    ASSERT_EQ(xk_poll(&p, 1, 2000), 1);
+    const ssize_t n = xk_recv(s, buf + got, sizeof buf - got, 0);
+    ASSERT_GT(n, 0);
+    got += static_cast<std::size_t>(n);
+  }
+  EXPECT_EQ(std::string(buf, 9), "head-tail");
+  EXPECT_EQ(xk_send(c, "x", 1, MSG_OOB), -1);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  xk_close(c);
+  xk_close(s);
+}
+
+TEST_P(CApi, RcvLowatHoldsReadinessUntilEnoughArrived) {
+  auto [c, s] = pair(5018);
+  int lowat = 1000;
+  ASSERT_EQ(xk_setsockopt(s, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof lowat), 0);
+  int v = 0;
+  socklen_t len = sizeof v;
+  ASSERT_EQ(xk_getsockopt(s, SOL_SOCKET, SO_RCVLOWAT, &v, &len), 0);
+  EXPECT_EQ(v, 1000);
+  auto data = pattern(1500, 8);
+  ASSERT_EQ(xk_write(c, data.data(), 500), 500);
+  pollfd p{s, POLLIN, 0};
+  EXPECT_EQ(xk_poll(&p, 1, 200), 0) << "500 bytes: under the low-water mark";
+  int queued = 0;
+  ASSERT_EQ(xk_ioctl(s, FIONREAD, &queued), 0);
+  EXPECT_EQ(queued, 500);
+  ASSERT_EQ(xk_write(c, data.data() + 500, 1000), 1000);
+  ASSERT_EQ(xk_poll(&p, 1, 2000), 1);
+  std::vector<unsigned char> got(1500);
+  std::size_t n = 0;
+  while (n < 1500) {
+    const ssize_t r = xk_recv(s, got.data() + n, got.size() - n, 0);
+    ASSERT_GT(r, 0);
+    n += static_cast<std::size_t>(r);
+  }
+  EXPECT_EQ(got, data);
+  xk_close(c);
+  xk_close(s);
+}
+
+TEST_P(CApi, CongestionControlAndNotsentLowatPerSocket) {
+  auto [c, s] = pair(5019);
+  char name[16] = {};
+  socklen_t len = sizeof name;
+  ASSERT_EQ(xk_getsockopt(c, IPPROTO_TCP, TCP_CONGESTION, name, &len), 0);
+  EXPECT_STREQ(name, "cubic");
+  ASSERT_EQ(xk_setsockopt(c, IPPROTO_TCP, TCP_CONGESTION, "reno", 4), 0) << xk_last_error();
+  len = sizeof name;
+  ASSERT_EQ(xk_getsockopt(c, IPPROTO_TCP, TCP_CONGESTION, name, &len), 0);
+  EXPECT_STREQ(name, "reno");
+  EXPECT_EQ(xk_setsockopt(c, IPPROTO_TCP, TCP_CONGESTION, "bbr", 3), -1);
+  EXPECT_EQ(errno, ENOENT);
+  int lowat = 16384;
+  ASSERT_EQ(xk_setsockopt(c, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat), 0);
+  int v = 0;
+  len = sizeof v;
+  ASSERT_EQ(xk_getsockopt(c, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, &len), 0);
+  EXPECT_EQ(v, 16384);
+  pollfd p{c, POLLOUT, 0};
+  EXPECT_EQ(xk_poll(&p, 1, 1000), 1) << "nothing waits unsent: writable";
+  auto data = pattern(200000, 9);
+  EXPECT_EQ(pump(c, s, data), data) << "a reno connection carries data";
+  xk_close(c);
+  xk_close(s);
+}
+
 TEST_P(CApi, ConnectionsWithChecksumsOffStillCarryData) {
   int l = listener(5012);
   int off = 0;

@@ -1069,6 +1069,35 @@ TEST_F(TcpScript, KeepaliveProbesAndTheDropAfterUnansweredOnes) {
   EXPECT_EQ(tcp->connection_count(), 0u);
 }
 
+// TCP_CORK holds a short tail -- but not once the FIN follows it: shutdown
+// (or close) sends the tail with the FIN, as Linux pushes at close.
+TEST_F(TcpScript, ACorkedTailLeavesWithTheFin) {
+  start();
+  passive_open(Offer());
+  sock.set_cork(true);
+  write(100);
+  expect_nothing();
+  ASSERT_TRUE(sock.shutdown_write().ok());
+  expect(Seg(kFin | kPsh | kAck).seq(1).ack(1).len(100));  // PSH: the write's last byte
+  expect_nothing();
+}
+
+// TCP_CONGESTION mid-connection: the new algorithm takes the window over.
+TEST_F(TcpScript, CongestionControlChangesMidConnectionKeepingTheWindow) {
+  start();
+  passive_open(Offer());
+  const std::uint32_t cwnd = sock.stats().cwnd;
+  Tuning t;
+  t.congestion = "newreno";
+  ASSERT_TRUE(sock.tune(t).ok());
+  EXPECT_EQ(sock.connection()->stats().cwnd, cwnd);
+  t.congestion = "bbr";
+  EXPECT_EQ(sock.tune(t).error(), Errc::not_found);
+  write(1000);
+  expect(psh_ack().seq(1).ack(1).len(1000));
+  expect_nothing();
+}
+
 // ---- per-connection settings (TcpSocket::tune: setsockopt's TCP options) ----------------
 
 // TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT on one connection, over the

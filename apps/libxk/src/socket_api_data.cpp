@@ -17,13 +17,44 @@ ssize_t stream_recv(Sock& s, const iovec* iov, int iovcnt, int flags) {
   std::size_t want = 0;
   for (int i = 0; i < iovcnt; ++i) want += iov[i].iov_len;
   const bool may_block = !(flags & MSG_DONTWAIT) && !s.nonblock.load(std::memory_order_relaxed);
-  const bool waitall = (flags & MSG_WAITALL) != 0;
+  const bool waitall = (flags & MSG_WAITALL) != 0 && (flags & MSG_PEEK) == 0;
+  if (flags & MSG_PEEK) {
+    // What a read would return, left in place: one buffer's worth.
+    std::vector<std::byte> tmp(want);
+    Outcome o = blocking(s, may_block, deadline_after_ns(s.rcvtimeo_ns.load(std::memory_order_relaxed)),
+                         [&]() -> Outcome {
+                           if (s.listening || !s.connected) return Outcome::error(Errc::not_connected);
+                           if (s.shut_rd) return Outcome::ok(0);
+                           Result<std::size_t> r = s.conn.peek(tmp);
+                           return r ? Outcome::ok(*r) : Outcome::error(r.error());
+                         });
+    if (o.err == Errc::unsupported) return fail(EOPNOTSUPP, "recv: MSG_PEEK on a relayed stream");
+    if (o.err == Errc::closed) return fail(EBADF, "recv: the socket was closed");
+    if (o.err != Errc::ok) return fail(o.err, "recv");
+    std::size_t off = 0;
+    for (int i = 0; i < iovcnt && off < o.n; ++i) {
+      const std::size_t part = std::min(iov[i].iov_len, o.n - off);
+      std::memcpy(iov[i].iov_base, tmp.data() + off, part);
+      off += part;
+    }
+    return static_cast<ssize_t>(o.n);
+  }
   const Deadline deadline = deadline_after_ns(s.rcvtimeo_ns.load(std::memory_order_relaxed));
   std::size_t done = 0;
   for (;;) {
     Outcome o = blocking(s, may_block, deadline, [&]() -> Outcome {
       if (s.listening || !s.connected) return Outcome::error(Errc::not_connected);
       if (s.shut_rd) return Outcome::ok(0);
+      // SO_RCVLOWAT: a blocking read waits for that many bytes (or what the
+      // buffer asks for, if less), unless the stream ends or fails first.
+      if (may_block && s.rcvlowat > 1 && done == 0) {
+        const tcp::StreamEndpoint* c = s.conn.endpoint();
+        const std::size_t queued = c != nullptr ? c->rcv_queued() : 0;
+        if (queued != 0 && queued < std::min(s.rcvlowat, want) && (c->events() & tcp::ev_hangup) == 0 &&
+            c->pending_error() == Errc::ok) {
+          return Outcome::error(Errc::would_block);
+        }
+      }
       std::size_t got = 0, skip = done;
       for (int i = 0; i < iovcnt; ++i) {
         std::size_t len = iov[i].iov_len;
@@ -63,6 +94,13 @@ ssize_t stream_send(Sock& s, const iovec* iov, int iovcnt, int flags) {
     Outcome o = blocking(s, may_block, deadline, [&]() -> Outcome {
       if (s.listening || !s.connected) return Outcome::error(Errc::not_connected);
       if (s.shut_wr) return Outcome::error(Errc::closed);
+      // MSG_MORE: more follows, so the short tail waits (as corked) until a
+      // send without it, or the FIN.
+      if ((flags & MSG_MORE) != 0 && !s.more) {
+        s.more = true;
+        if (!s.cork) s.conn.set_cork(true);
+      }
+      const bool uncork = (flags & MSG_MORE) == 0 && s.more;
       std::size_t put = 0, skip = done;
       for (int i = 0; i < iovcnt; ++i) {
         std::size_t len = iov[i].iov_len;
@@ -79,6 +117,10 @@ ssize_t stream_send(Sock& s, const iovec* iov, int iovcnt, int flags) {
         }
         put += *r;
         if (*r < len) break;  // the send buffer is full
+      }
+      if (uncork && (put != 0 || want == done)) {
+        s.more = false;
+        if (!s.cork) s.conn.set_cork(false);  // what was held goes now
       }
       if (put == 0 && want != done) return Outcome::error(Errc::would_block);
       return Outcome::ok(put);
@@ -103,6 +145,20 @@ ssize_t dgram_recv(Sock& s, void* buf, std::size_t len, int flags, sockaddr* fro
   Ipv4Addr src;
   Port sport;
   Outcome o = blocking(s, may_block, deadline, [&]() -> Outcome {
+    if (flags & MSG_PEEK) {
+      const udp::Datagram* f = s.udp.front();
+      if (f == nullptr) {
+        if (Errc e = s.udp.session()->pending_error(); e != Errc::ok) return Outcome::error(e);
+        return Outcome::error(s.udp.is_open() ? Errc::would_block : Errc::closed);
+      }
+      const std::size_t n = std::min(len, f->payload.size());
+      if (Status st = f->payload.copy_out(0, std::span<std::byte>(static_cast<std::byte*>(buf), n)); !st) {
+        return Outcome::error(st.error());
+      }
+      src = f->from;
+      sport = f->from_port;
+      return Outcome::ok(n);
+    }
     Result<udp::Datagram> d = s.udp.recvfrom();
     if (!d) return Outcome::error(d.error());
     std::size_t n = std::min(len, d->payload.size());
@@ -157,7 +213,9 @@ ssize_t recv_any(int fd, const iovec* iov, int iovcnt, int flags, const char* wh
   auto s = get_sock(fd);
   if (!s) return -1;
   if (iovcnt < 0 || iovcnt > IOV_MAX) return fail(EINVAL, std::string(what) + ": bad iovcnt");
-  if (flags & ~(MSG_DONTWAIT | MSG_WAITALL | MSG_NOSIGNAL)) return fail(EOPNOTSUPP, std::string(what) + ": unsupported flags");
+  if (flags & ~(MSG_DONTWAIT | MSG_WAITALL | MSG_NOSIGNAL | MSG_PEEK)) {
+    return fail(EOPNOTSUPP, std::string(what) + ": unsupported flags");
+  }
   return guarded(what, [&]() -> ssize_t {
     if (s->type == SOCK_DGRAM) {
       if (iovcnt == 1) return dgram_recv(*s, iov[0].iov_base, iov[0].iov_len, flags, nullptr, nullptr);
@@ -170,7 +228,11 @@ ssize_t send_any(int fd, const iovec* iov, int iovcnt, int flags, const char* wh
   auto s = get_sock(fd);
   if (!s) return -1;
   if (iovcnt < 0 || iovcnt > IOV_MAX) return fail(EINVAL, std::string(what) + ": bad iovcnt");
-  if (flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE)) return fail(EOPNOTSUPP, std::string(what) + ": unsupported flags");
+  // MSG_EOR: a stream has no records; taken as a plain send (as Linux's TCP
+  // takes it: the data is not merged with what a later send adds).
+  if (flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE | MSG_EOR)) {
+    return fail(EOPNOTSUPP, std::string(what) + ": unsupported flags");
+  }
   return guarded(what, [&]() -> ssize_t {
     if (s->type == SOCK_DGRAM) {
       if (iovcnt == 1) return dgram_send(*s, iov[0].iov_base, iov[0].iov_len, nullptr, 0);
@@ -209,7 +271,7 @@ extern "C" ssize_t xk_recvfrom(int fd, void* buf, size_t len, int flags, struct 
     if (n >= 0 && fromlen != nullptr) *fromlen = 0;  // a stream has no per-read source (as on Linux)
     return n;
   }
-  if (flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL)) return fail(EOPNOTSUPP, "recvfrom: unsupported flags");
+  if (flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL | MSG_PEEK)) return fail(EOPNOTSUPP, "recvfrom: unsupported flags");
   return guarded("recvfrom", [&] { return dgram_recv(*s, buf, len, flags, from, fromlen); });
 }
 

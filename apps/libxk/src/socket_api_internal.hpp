@@ -135,6 +135,10 @@ struct Sock final : File {
   std::size_t rcvbuf = 0;
   tcp::Tuning tuning;      // TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT, TCP_USER_TIMEOUT, TCP_MAXSEG
   bool quickack = true;    // TCP_QUICKACK as getsockopt reads it
+  std::string congestion;  // TCP_CONGESTION set ("" : the stack's)
+  std::size_t rcvlowat = 1;               // SO_RCVLOWAT
+  std::size_t notsent_lowat = SIZE_MAX;   // TCP_NOTSENT_LOWAT (none)
+  bool more = false;       // a send with MSG_MORE left the connection corked
   int defer_accept = 0;    // TCP_DEFER_ACCEPT: kept and read back, no effect
   std::optional<ChecksumMode> csum;
   Linger linger;

@@ -53,6 +53,30 @@ extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, soc
     (name == SO_RCVTIMEO ? s->rcvtimeo_ns : s->sndtimeo_ns).store(timeval_ns(tv));
     return 0;
   }
+  if (level == IPPROTO_TCP && name == TCP_CONGESTION) {
+    // A name, not an int: "cubic", or "reno"/"newreno" (Linux's reno is
+    // NewReno, RFC 6582, as xk's is).
+    if (value == nullptr || len == 0) return fail(EINVAL, "setsockopt: TCP_CONGESTION takes a name");
+    std::string want(static_cast<const char*>(value), strnlen(static_cast<const char*>(value), len));
+    if (want == "reno") want = "newreno";
+    if (s->type != SOCK_STREAM) return fail(ENOPROTOOPT, "setsockopt: TCP_CONGESTION of a datagram socket");
+    return guarded("setsockopt", [&] {
+      const int err = s->stack->call([&]() -> int {
+        if (s->closed.load()) return EBADF;
+        const auto names = tcp::congestion_control_names();
+        if (std::find(names.begin(), names.end(), want) == names.end()) return ENOENT;  // as Linux
+        tcp::Tuning t;
+        t.congestion = want;
+        if (s->conn.endpoint() != nullptr) {
+          if (Status st = s->conn.tune(t); !st && st.error() != Errc::unsupported) return EINVAL;
+        }
+        s->congestion = want;
+        return 0;
+      });
+      if (err != 0) return fail(err, "setsockopt: TCP_CONGESTION " + want);
+      return 0;
+    });
+  }
   linger lg{};
   if (level == SOL_SOCKET && name == SO_LINGER) {
     if (!opt_in(value, len, lg) || lg.l_linger < 0) return fail(EINVAL, "setsockopt: a struct linger");
@@ -104,6 +128,12 @@ extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, soc
             return 0;
           case SO_LINGER:
             s->linger = Linger{lg.l_onoff != 0, lg.l_linger};
+            return 0;
+          case SO_RCVLOWAT:
+            // Readable (and a blocking read satisfied) from this many bytes.
+            if (iv < 0) return EINVAL;
+            s->rcvlowat = static_cast<std::size_t>(std::max(iv, 1));
+            refresh(*s, false);
             return 0;
           default:
             return ENOPROTOOPT;
@@ -161,6 +191,12 @@ extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, soc
             if (t.max_segment) s->tuning.max_segment = t.max_segment;
             return 0;
           }
+          case TCP_NOTSENT_LOWAT:
+            // Writable only while fewer bytes than this wait unsent (0: none may).
+            if (iv < 0) return EINVAL;
+            s->notsent_lowat = static_cast<std::size_t>(iv);
+            refresh(*s, false);
+            return 0;
           case TCP_DEFER_ACCEPT:
             // Accepted for programs that set it (nginx); connections are
             // handed to accept() once established, data or not.
@@ -189,6 +225,22 @@ extern "C" int xk_getsockopt(int fd, int level, int name, void* value, socklen_t
   if (!s) return -1;
   if (level == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO)) {
     return opt_out(value, len, ns_timeval((name == SO_RCVTIMEO ? s->rcvtimeo_ns : s->sndtimeo_ns).load()));
+  }
+  if (level == IPPROTO_TCP && name == TCP_CONGESTION) {
+    if (s->type != SOCK_STREAM) return fail(ENOPROTOOPT, "getsockopt: TCP_CONGESTION of a datagram socket");
+    if (value == nullptr || len == nullptr) return fail(EFAULT, "getsockopt: no buffer");
+    return guarded("getsockopt", [&] {
+      std::string name_now = s->stack->call([&] {
+        return s->congestion.empty() ? s->stack->tcp()->config().cc : s->congestion;
+      });
+      if (name_now == "newreno") name_now = "reno";  // Linux's name for it
+      char buf[16] = {};  // TCP_CA_NAME_MAX
+      std::memcpy(buf, name_now.data(), std::min(name_now.size(), sizeof buf - 1));
+      const std::size_t n = std::min<std::size_t>(*len, sizeof buf);
+      std::memcpy(value, buf, n);
+      *len = static_cast<socklen_t>(n);
+      return 0;
+    });
   }
   if (level == IPPROTO_TCP && name == TCP_INFO) {
     if (s->type != SOCK_STREAM) return fail(ENOPROTOOPT, "getsockopt: TCP_INFO of a datagram socket");
@@ -241,6 +293,7 @@ extern "C" int xk_getsockopt(int fd, int level, int name, void* value, socklen_t
             r.lg.l_onoff = s->linger.on ? 1 : 0;
             r.lg.l_linger = s->linger.seconds;
             return r;
+          case SO_RCVLOWAT: r.iv = static_cast<int>(s->rcvlowat); return r;
           case SO_ERROR: {
             Errc e = stream ? (c != nullptr ? c->take_error() : Errc::ok) : s->udp.take_error();
             r.iv = errno_of(e);
@@ -281,6 +334,9 @@ extern "C" int xk_getsockopt(int fd, int level, int name, void* value, socklen_t
                                         .count());
             return r;
           case TCP_QUICKACK: r.iv = s->quickack ? 1 : 0; return r;
+          case TCP_NOTSENT_LOWAT:
+            r.iv = s->notsent_lowat == SIZE_MAX ? 0 : static_cast<int>(std::min<std::size_t>(s->notsent_lowat, INT32_MAX));
+            return r;
           case TCP_DEFER_ACCEPT: r.iv = s->defer_accept; return r;
           case XK_TCP_CHECKSUM:
             r.iv = static_cast<int>(s->csum.value_or(s->stack->tcp()->checksum_mode()));

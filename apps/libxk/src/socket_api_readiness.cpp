@@ -39,8 +39,14 @@ std::uint32_t compute_events(Sock& s) {
   if (c == nullptr) return EPOLLHUP;
   const std::uint32_t t = c->events();
   const bool gone = c->detached();
-  if (t & tcp::ev_readable) ev |= EPOLLIN | EPOLLRDNORM;
-  if (t & tcp::ev_writable) ev |= EPOLLOUT | EPOLLWRNORM;
+  // SO_RCVLOWAT: data short of it is not yet "readable" (an end of stream
+  // or an error still is: nothing queued then).
+  const bool below_lowat = s.rcvlowat > 1 && c->rcv_queued() != 0 && c->rcv_queued() < s.rcvlowat &&
+                           (t & (tcp::ev_hangup | tcp::ev_error)) == 0;
+  if ((t & tcp::ev_readable) && !below_lowat) ev |= EPOLLIN | EPOLLRDNORM;
+  // TCP_NOTSENT_LOWAT: writable only while less than it waits unsent.
+  const bool over_lowat = s.notsent_lowat != SIZE_MAX && c->stats().notsent >= s.notsent_lowat;
+  if ((t & tcp::ev_writable) && !over_lowat) ev |= EPOLLOUT | EPOLLWRNORM;
   if (t & tcp::ev_error) ev |= EPOLLERR;
   if (t & tcp::ev_hangup) ev |= EPOLLRDHUP | EPOLLIN | EPOLLRDNORM;
   // Hung up: both directions done, or the connection is gone. A write then

@@ -139,7 +139,9 @@ ssize_t xk_read(int fd, void* buf, size_t len);
 ssize_t xk_write(int fd, const void* buf, size_t len);
 ssize_t xk_readv(int fd, const struct iovec* iov, int iovcnt);
 ssize_t xk_writev(int fd, const struct iovec* iov, int iovcnt);
-/* flags: MSG_DONTWAIT, MSG_WAITALL (stream receive), MSG_NOSIGNAL (always). */
+/* flags: MSG_DONTWAIT, MSG_WAITALL (stream receive), MSG_PEEK (receive:
+ * the data stays), MSG_MORE (stream send: the short tail waits for a send
+ * without it, or the FIN), MSG_EOR (taken), MSG_NOSIGNAL (always). */
 ssize_t xk_recv(int fd, void* buf, size_t len, int flags);
 ssize_t xk_send(int fd, const void* buf, size_t len, int flags);
 ssize_t xk_recvfrom(int fd, void* buf, size_t len, int flags, struct sockaddr* from, socklen_t* fromlen);
@@ -148,11 +150,15 @@ int xk_shutdown(int fd, int how);
 /* Graceful close (FIN after the queued data; SO_LINGER as in socket(7)). */
 int xk_close(int fd);
 
-/* SOL_SOCKET: SO_RCVBUF, SO_SNDBUF, SO_KEEPALIVE, SO_LINGER, SO_REUSEADDR,
- * SO_REUSEPORT (a node behind filterd listens as one of a group),
- * SO_RCVTIMEO, SO_SNDTIMEO, SO_ERROR and SO_TYPE (get only), SO_ACCEPTCONN
- * (get only). IPPROTO_TCP: TCP_NODELAY, TCP_CORK, TCP_MAXSEG (get only),
- * XK_TCP_CHECKSUM. Anything else: ENOPROTOOPT. */
+/* SOL_SOCKET: SO_RCVBUF, SO_SNDBUF (read back doubled, as on Linux),
+ * SO_KEEPALIVE, SO_LINGER, SO_REUSEADDR, SO_REUSEPORT (a node behind
+ * filterd listens as one of a group), SO_RCVTIMEO, SO_SNDTIMEO, SO_RCVLOWAT,
+ * SO_ERROR and SO_TYPE (get only), SO_ACCEPTCONN (get only). IPPROTO_TCP:
+ * TCP_NODELAY, TCP_CORK, TCP_MAXSEG, TCP_KEEPIDLE, TCP_KEEPINTVL,
+ * TCP_KEEPCNT, TCP_USER_TIMEOUT, TCP_QUICKACK, TCP_CONGESTION ("cubic",
+ * "reno"), TCP_NOTSENT_LOWAT, TCP_DEFER_ACCEPT (no effect), TCP_INFO (get
+ * only: Linux's struct tcp_info), XK_TCP_CHECKSUM. Anything else:
+ * ENOPROTOOPT (docs/api.md, "Options"). */
 int xk_setsockopt(int fd, int level, int name, const void* value, socklen_t len);
 int xk_getsockopt(int fd, int level, int name, void* value, socklen_t* len);
 int xk_getsockname(int fd, struct sockaddr* addr, socklen_t* len);

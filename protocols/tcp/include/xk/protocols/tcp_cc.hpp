@@ -107,6 +107,11 @@ class CongestionControl {
   // A new SMSS. Before anything was acknowledged or lost the window is
   // still the initial one and is recomputed for the new SMSS (RFC 6928).
   virtual void set_mss(std::uint32_t smss) noexcept;
+  // Takes over from another algorithm mid-connection (TCP_CONGESTION):
+  // its window, threshold, SMSS and recovery state; this algorithm's own
+  // state starts afresh from them.
+  void adopt_state(const CongestionControl& from) noexcept;
+  const CcConfig& config() const noexcept { return cfg_; }
 
  protected:
   explicit CongestionControl(const CcConfig& cfg) noexcept;

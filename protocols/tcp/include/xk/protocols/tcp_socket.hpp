@@ -14,6 +14,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <string>
 
 #include "xk/clock.hpp"
 #include "xk/port_authority.hpp"
@@ -91,6 +92,9 @@ struct Tuning {
   // TCP_QUICKACK: true enters quick-ACK mode now (a pending ACK leaves at
   // once); false leaves it.
   std::optional<bool> quickack;
+  // TCP_CONGESTION: "cubic" or "newreno" from now on; the window and
+  // threshold carry over (as Linux's switch keeps them).
+  std::optional<std::string> congestion;
 };
 
 // Readiness, as poll() would report it.
@@ -143,6 +147,9 @@ class StreamEndpoint : public Session {
   // Per-connection settings (Tuning); a backend that runs no TCP of its
   // own here (the relay) takes none: unsupported.
   virtual Status tune(const Tuning&) { return Errc::unsupported; }
+  // What read() would return, left in place (MSG_PEEK); unsupported for a
+  // backend without it.
+  virtual Result<std::size_t> peek(std::span<std::byte>) { return Errc::unsupported; }
 };
 
 // What a TcpListener drives: a ListenSession, or a backend's listener.
@@ -212,6 +219,7 @@ class TcpSocket {
   void set_checksum(ChecksumMode mode) noexcept;
   void set_on_event(std::function<void()> fn);
   Status tune(const Tuning& t) { return c_ ? c_->tune(t) : Status{Errc::closed}; }
+  Result<std::size_t> peek(std::span<std::byte> dst) { return c_ ? c_->peek(dst) : Result<std::size_t>{Errc::closed}; }
 
   std::uint32_t events() const noexcept;
   State state() const noexcept { return c_ ? c_->state() : State::closed; }

@@ -92,6 +92,8 @@ class UdpSession final : public Session {
   bool readable() const noexcept { return !rxq_.empty() || error_ != Errc::ok; }
   std::size_t queued_datagrams() const noexcept { return rxq_.size(); }
   std::size_t queued_bytes() const noexcept { return rxq_bytes_; }
+  // The next datagram, left queued (MSG_PEEK): null when none.
+  const Datagram* front() const noexcept { return rxq_.empty() ? nullptr : &rxq_.front(); }
   // The payload bytes of the next datagram (FIONREAD), 0 if none.
   std::size_t next_datagram_size() const noexcept { return rxq_.empty() ? 0 : rxq_.front().payload.size(); }
   std::uint64_t rx_dropped() const noexcept { return rx_dropped_; }
@@ -165,6 +167,7 @@ class UdpSocket {
   std::size_t queued_datagrams() const noexcept { return s_ ? s_->queued_datagrams() : 0; }
   std::size_t queued_bytes() const noexcept { return s_ ? s_->queued_bytes() : 0; }
   std::size_t next_datagram_size() const noexcept { return s_ ? s_->next_datagram_size() : 0; }
+  const Datagram* front() const noexcept { return s_ ? s_->front() : nullptr; }
   std::uint64_t rx_dropped() const noexcept { return s_ ? s_->rx_dropped() : 0; }
   UdpSession* session() const noexcept { return s_.get(); }
   // The pending ICMP-reported error, taken (SO_ERROR); ok if none.
