@@ -36,7 +36,8 @@ Status SendBuffer::write(Msg& msg) {
 Result<Msg> SendBuffer::slice(std::size_t off, std::size_t len) const {
   if (off > size_ || len > size_ - off) return Errc::out_of_range;
   Msg out;
-  for (const Msg& c : chunks_) {
+  for (std::size_t i = 0; i < chunks_.size(); ++i) {
+    const Msg& c = chunks_[i];
     if (len == 0) break;
     if (off >= c.size()) {
       off -= c.size();
@@ -104,7 +105,8 @@ std::size_t RecvBuffer::read(std::span<std::byte> dst) {
 
 std::size_t RecvBuffer::peek(std::span<std::byte> dst) const {
   std::size_t done = 0;
-  for (const Msg& m : q_) {
+  for (std::size_t i = 0; i < q_.size(); ++i) {
+    const Msg& m = q_[i];
     if (done == dst.size()) break;
     const std::size_t take = std::min(dst.size() - done, m.size());
     (void)m.copy_out(0, dst.subspan(done, take));

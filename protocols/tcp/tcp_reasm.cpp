@@ -14,8 +14,9 @@ constexpr std::size_t kMaxSegment = std::size_t{1} << 30;
 
 Reassembly::Reassembly(const ReassemblyConfig& cfg) : cfg_(cfg) {
   cfg_.max_blocks = std::max<std::size_t>(cfg_.max_blocks, 1);
-  // Grown on demand, never shrunk: after warm-up no insert allocates here.
-  blocks_.reserve(std::min<std::size_t>(cfg_.max_blocks, 16));
+  // Grown on demand (from the first out-of-order segment: an idle or
+  // in-order connection holds nothing here), never shrunk: after warm-up no
+  // insert allocates.
 }
 
 std::size_t Reassembly::find(SeqNum seq) const noexcept {
@@ -160,6 +161,7 @@ Reassembly::InsertResult Reassembly::insert(SeqNum seq, Msg data, SeqNum rcv_nxt
     }
     r.queued += static_cast<std::uint32_t>(m.size());
     queued_bytes_ += m.size();
+    if (blocks_.capacity() == 0) blocks_.reserve(std::min<std::size_t>(cfg_.max_blocks, 16));  // the first hole
     blocks_.insert(blocks_.begin() + static_cast<std::ptrdiff_t>(idx), Block{cur, std::move(m)});
     break;
   }

@@ -1,6 +1,7 @@
 #include "xk/protocols/tcp_sack.hpp"
 
 #include <algorithm>
+#include <new>
 
 namespace xk::tcp {
 
@@ -8,9 +9,8 @@ SackScoreboard::SackScoreboard(const SackScoreboardConfig& cfg) : cfg_(cfg) {
   cfg_.max_ranges = std::max<std::size_t>(cfg_.max_ranges, 1);
   cfg_.smss = std::max<std::uint32_t>(cfg_.smss, 1);
   cfg_.dup_thresh = std::max<std::uint32_t>(cfg_.dup_thresh, 1);
-  // One spare slot: add() may hold max_ranges + 1 before evicting. Reserved
-  // once, so no ACK ever allocates.
-  ranges_.reserve(cfg_.max_ranges + 1);
+  // Nothing reserved here: most connections never see a SACK block, and an
+  // idle one should cost no scoreboard (add() reserves on the first).
 }
 
 SackScoreboard::UpdateResult SackScoreboard::update(SeqNum snd_una, SeqNum snd_max,
@@ -86,6 +86,19 @@ std::uint32_t SackScoreboard::add(SeqNum start, SeqNum end) noexcept {
     ++last;
   }
   std::uint32_t fresh = merged.size() - already;
+  if (first == last && ranges_.capacity() == 0) {
+    // The first SACK block of the connection: room for all of them (one
+    // spare: add() may hold max_ranges + 1 before evicting), once, so no
+    // later ACK allocates. Out of memory: the block is not recorded (loss
+    // recovery goes on with what the cumulative ACKs say).
+    const std::ptrdiff_t at = first - ranges_.begin();
+    try {
+      ranges_.reserve(cfg_.max_ranges + 1);
+    } catch (const std::bad_alloc&) {
+      return 0;
+    }
+    first = last = ranges_.begin() + at;  // both moved with the storage
+  }
   if (first == last) {
     ranges_.insert(first, merged);  // capacity reserved: no allocation
   } else {

@@ -13,13 +13,65 @@
 // handed over whole.
 
 #include <cstddef>
-#include <deque>
+#include <memory>
 #include <span>
+#include <utility>
 
 #include "xk/msg.hpp"
 #include "xk/result.hpp"
 
 namespace xk::tcp {
+
+// A FIFO of Msgs in one ring that grows by doubling: it holds no memory until
+// the first push (an idle connection's two queues cost their 32 bytes, where
+// two std::deque held a 512-byte node and a map each from construction on),
+// and keeps what it grew to until cleared, so a busy connection does not
+// allocate per message.
+class MsgQueue {
+ public:
+  MsgQueue() noexcept = default;
+  MsgQueue(MsgQueue&&) noexcept = default;
+  MsgQueue& operator=(MsgQueue&&) noexcept = default;
+  ~MsgQueue() { clear(); }
+
+  bool empty() const noexcept { return count_ == 0; }
+  std::size_t size() const noexcept { return count_; }
+  Msg& front() noexcept { return slots_[head_]; }
+  const Msg& front() const noexcept { return slots_[head_]; }
+  Msg& back() noexcept { return slots_[(head_ + count_ - 1) & (cap_ - 1)]; }
+  const Msg& operator[](std::size_t i) const noexcept { return slots_[(head_ + i) & (cap_ - 1)]; }
+
+  void push_back(Msg m) {
+    if (count_ == cap_) grow();
+    slots_[(head_ + count_) & (cap_ - 1)] = std::move(m);
+    ++count_;
+  }
+  void pop_front() noexcept {
+    slots_[head_] = Msg();
+    head_ = (head_ + 1) & (cap_ - 1);
+    --count_;
+  }
+  // Empties the queue and gives its memory back.
+  void clear() noexcept {
+    slots_.reset();
+    cap_ = head_ = count_ = 0;
+  }
+
+ private:
+  void grow() {
+    const std::size_t cap = cap_ == 0 ? 4 : 2 * cap_;
+    auto slots = std::make_unique<Msg[]>(cap);
+    for (std::size_t i = 0; i < count_; ++i) slots[i] = std::move(slots_[(head_ + i) & (cap_ - 1)]);
+    slots_ = std::move(slots);
+    cap_ = cap;
+    head_ = 0;
+  }
+
+  std::unique_ptr<Msg[]> slots_;
+  std::size_t cap_ = 0;  // a power of two
+  std::size_t head_ = 0;
+  std::size_t count_ = 0;
+};
 
 class SendBuffer {
  public:
@@ -45,7 +97,7 @@ class SendBuffer {
   void clear() noexcept;
 
  private:
-  std::deque<Msg> chunks_;
+  MsgQueue chunks_;
   std::size_t size_ = 0;
   std::size_t limit_;
   bool tail_open_ = false;  // the last chunk is ours and may be appended to
@@ -65,7 +117,7 @@ class RecvBuffer {
   void clear() noexcept;
 
  private:
-  std::deque<Msg> q_;
+  MsgQueue q_;
   std::size_t size_ = 0;
 };
 
