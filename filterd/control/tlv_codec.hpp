@@ -467,17 +467,6 @@ constexpr Nested<R, T, Parts...> nested(std::size_t off, T R::*member, Record<T,
   return {off, member, inner};
 }
 
-// Formats are used through these, so a Record (an object with its parts) and
-// the stateless formats (types) look the same to a field.
-template <class F, class T>
-std::size_t size_of(const F& f, const T& v) { return f.size(v); }
-template <class F, class T>
-void write_to(const F& f, std::byte* p, const T& v) { f.write(p, v); }
-template <class F, class T>
-Fault read_from(const F& f, std::span<const std::byte> b, T& v) { return f.read(b, v); }
-template <class F, class T>
-Check check_of(const F& f, const T& v, std::string_view what) { return f.check(v, what); }
-
 // ---- the TLVs of one body -------------------------------------------------------------
 
 class Writer {
@@ -486,12 +475,12 @@ class Writer {
 
   template <class F, class T>
   void put(Tag t, const F& format, const T& v) {
-    const std::size_t n = size_of(format, v);
+    const std::size_t n = format.size(v);
     const std::size_t at = out_.size();
     out_.resize(at + kTlvHeaderSize + n);
     store_be16(out_.data() + at, static_cast<std::uint16_t>(t));
     store_be16(out_.data() + at + 2, static_cast<std::uint16_t>(n));
-    write_to(format, out_.data() + at + kTlvHeaderSize, v);
+    format.write(out_.data() + at + kTlvHeaderSize, v);
   }
 
  private:
@@ -588,7 +577,7 @@ struct One {
     const auto v = d.one(tag);
     if (!v) return;
     T& out = *access.get(m);
-    if (Fault f = read_from(format, *v, out)) {
+    if (Fault f = format.read(*v, out)) {
       d.fail(describe(tag) + ": " + *f);
     } else if (omit == Omit::strictly && out == T{}) {
       d.fail(describe(tag) + ": the default value (leave the field out instead)");
@@ -596,7 +585,7 @@ struct One {
   }
   Check check(const M& m) const {
     const T& v = *access.get(m);
-    if (Check c = check_of(format, v, tag_name(tag))) return c;
+    if (Check c = format.check(v, tag_name(tag))) return c;
     return rule ? rule(v, tag_name(tag)) : std::nullopt;
   }
 };
@@ -616,12 +605,12 @@ struct Maybe {
   void take(Decoder& d, M& m) const {
     const auto v = d.one(tag);
     if (!v) return;
-    if (Fault f = read_from(format, *v, (m.*member).emplace())) d.fail(describe(tag) + ": " + *f);
+    if (Fault f = format.read(*v, (m.*member).emplace())) d.fail(describe(tag) + ": " + *f);
   }
   Check check(const M& m) const {
     const auto& v = m.*member;
     if (!v) return std::nullopt;
-    if (Check c = check_of(format, *v, tag_name(tag))) return c;
+    if (Check c = format.check(*v, tag_name(tag))) return c;
     return rule ? rule(*v, tag_name(tag)) : std::nullopt;
   }
 };
@@ -651,7 +640,7 @@ struct Many {
     }
     list->reserve(values.size());  // capped by the scan
     for (std::span<const std::byte> v : values) {
-      if (Fault f = read_from(format, v, list->emplace_back())) {
+      if (Fault f = format.read(v, list->emplace_back())) {
         d.fail(describe(tag) + ": " + *f);
         return;
       }
@@ -663,7 +652,7 @@ struct Many {
     if (list->size() > cap)
       return over(num(list->size()) + " " + tag_name(tag) + " records, over the limit of " + num(cap));
     for (std::size_t i = 0; i < list->size(); ++i)
-      if (Check c = check_of(format, (*list)[i], std::string(tag_name(tag)) + " " + num(i))) return c;
+      if (Check c = format.check((*list)[i], std::string(tag_name(tag)) + " " + num(i))) return c;
     return std::nullopt;
   }
 };
