@@ -10,7 +10,7 @@ SackScoreboard::SackScoreboard(const SackScoreboardConfig& cfg) : cfg_(cfg) {
   cfg_.smss = std::max<std::uint32_t>(cfg_.smss, 1);
   cfg_.dup_thresh = std::max<std::uint32_t>(cfg_.dup_thresh, 1);
   // Nothing reserved here: most connections never see a SACK block, and an
-  // idle one should cost no scoreboard (add() reserves on the first).
+  // idle one should cost no scoreboard (update() reserves on the first).
 }
 
 SackScoreboard::UpdateResult SackScoreboard::update(SeqNum snd_una, SeqNum snd_max,
@@ -28,6 +28,18 @@ SackScoreboard::UpdateResult SackScoreboard::update(SeqNum snd_una, SeqNum snd_m
   }
   if (high_rxt_ < snd_una_) high_rxt_ = snd_una_;
   drop_above(snd_max);
+  if (!blocks.empty() && ranges_.capacity() == 0) {
+    // The connection's first SACK blocks: room for all the ranges (one
+    // spare: add() may hold max_ranges + 1 before evicting), once, so no
+    // later ACK allocates. Out of memory: these blocks are not recorded
+    // (recovery goes on with what the cumulative ACKs say).
+    try {
+      ranges_.reserve(cfg_.max_ranges + 1);
+    } catch (const std::bad_alloc&) {
+      r.ignored += static_cast<std::uint32_t>(blocks.size());
+      blocks = {};
+    }
+  }
 
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const SackBlock& b = blocks[i];
@@ -86,19 +98,6 @@ std::uint32_t SackScoreboard::add(SeqNum start, SeqNum end) noexcept {
     ++last;
   }
   std::uint32_t fresh = merged.size() - already;
-  if (first == last && ranges_.capacity() == 0) {
-    // The first SACK block of the connection: room for all of them (one
-    // spare: add() may hold max_ranges + 1 before evicting), once, so no
-    // later ACK allocates. Out of memory: the block is not recorded (loss
-    // recovery goes on with what the cumulative ACKs say).
-    const std::ptrdiff_t at = first - ranges_.begin();
-    try {
-      ranges_.reserve(cfg_.max_ranges + 1);
-    } catch (const std::bad_alloc&) {
-      return 0;
-    }
-    first = last = ranges_.begin() + at;  // both moved with the storage
-  }
   if (first == last) {
     ranges_.insert(first, merged);  // capacity reserved: no allocation
   } else {
