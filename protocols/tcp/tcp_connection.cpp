@@ -502,19 +502,14 @@ Status TcpConnection::tune(const Tuning& t) {
   if (t.user_timeout && *t.user_timeout < Duration{0}) return Errc::invalid_argument;
   if (t.max_segment && (*t.max_segment < 88 || *t.max_segment > 65495)) return Errc::invalid_argument;
   if (!tuning_) tuning_ = std::make_unique<Tuning>();
-  Tuning& k = *tuning_;
-  if (t.keepalive_idle) k.keepalive_idle = t.keepalive_idle;
-  if (t.keepalive_interval) k.keepalive_interval = t.keepalive_interval;
-  if (t.keepalive_probes) k.keepalive_probes = t.keepalive_probes;
-  if (t.user_timeout) k.user_timeout = t.user_timeout;
-  // Used by the handshake (our SYN's offer, and the MSS we send with).
-  if (t.max_segment) k.max_segment = t.max_segment;
   if (t.congestion) {
     Result<std::unique_ptr<CongestionControl>> cc = make_congestion_control(*t.congestion, cc_->config());
     if (!cc) return cc.error();  // not_found: no such algorithm
     (*cc)->adopt_state(*cc_);
     cc_ = std::move(*cc);
   }
+  // max_segment is used by the handshake (our SYN's offer, the MSS we send with).
+  tuning_->update(t);
   if (proto_ == nullptr) return {};
   // A new idle time counts from the last segment received, as Linux's does.
   if (t.keepalive_idle && keepalive_ && state_ == State::established && keepalive_sent_ == 0) {

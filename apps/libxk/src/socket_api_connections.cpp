@@ -15,9 +15,7 @@ void apply_conn_options(Sock& s) {
   if (s.sndbuf != 0) s.conn.set_sndbuf(s.sndbuf);
   if (s.rcvbuf != 0) s.conn.set_rcvbuf(s.rcvbuf);
   if (s.csum) s.conn.set_checksum(*s.csum);
-  tcp::Tuning t = s.tuning;
-  if (!s.congestion.empty()) t.congestion = s.congestion;
-  (void)s.conn.tune(t);  // a relay's stream takes none of it
+  (void)s.conn.tune(s.tuning);  // a relay's stream takes none of it
 }
 
 }  // namespace
@@ -83,7 +81,6 @@ extern "C" int xk_accept4(int fd, struct sockaddr* addr, socklen_t* len, int fla
       child->csum = s->csum;
       child->linger = s->linger;
       child->tuning = s->tuning;
-      child->congestion = s->congestion;
       child->rcvlowat = s->rcvlowat;
       child->notsent_lowat = s->notsent_lowat;
       apply_conn_options(*child);

@@ -133,9 +133,8 @@ struct Sock final : File {
   bool cork = false;
   std::size_t sndbuf = 0;  // 0: the stack's default
   std::size_t rcvbuf = 0;
-  tcp::Tuning tuning;      // TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT, TCP_USER_TIMEOUT, TCP_MAXSEG
+  tcp::Tuning tuning;      // TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT, TCP_USER_TIMEOUT, TCP_MAXSEG, TCP_CONGESTION
   bool quickack = true;    // TCP_QUICKACK as getsockopt reads it
-  std::string congestion;  // TCP_CONGESTION set ("" : the stack's)
   std::size_t rcvlowat = 1;               // SO_RCVLOWAT
   std::size_t notsent_lowat = SIZE_MAX;   // TCP_NOTSENT_LOWAT (none)
   bool more = false;       // a send with MSG_MORE left the connection corked

@@ -70,7 +70,7 @@ extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, soc
         if (s->conn.endpoint() != nullptr) {
           if (Status st = s->conn.tune(t); !st && st.error() != Errc::unsupported) return EINVAL;
         }
-        s->congestion = want;
+        s->tuning.update(t);
         return 0;
       });
       if (err != 0) return fail(err, "setsockopt: TCP_CONGESTION " + want);
@@ -183,12 +183,7 @@ extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, soc
             }
             // Remembered for the connections a listener accepts (quick-ACK
             // mode is a moment's state, not inherited).
-            t.quickack.reset();
-            if (t.keepalive_idle) s->tuning.keepalive_idle = t.keepalive_idle;
-            if (t.keepalive_interval) s->tuning.keepalive_interval = t.keepalive_interval;
-            if (t.keepalive_probes) s->tuning.keepalive_probes = t.keepalive_probes;
-            if (t.user_timeout) s->tuning.user_timeout = t.user_timeout;
-            if (t.max_segment) s->tuning.max_segment = t.max_segment;
+            s->tuning.update(t);
             return 0;
           }
           case TCP_NOTSENT_LOWAT:
@@ -231,7 +226,7 @@ extern "C" int xk_getsockopt(int fd, int level, int name, void* value, socklen_t
     if (value == nullptr || len == nullptr) return fail(EFAULT, "getsockopt: no buffer");
     return guarded("getsockopt", [&] {
       std::string name_now = s->stack->call([&] {
-        return s->congestion.empty() ? s->stack->tcp()->config().cc : s->congestion;
+        return s->tuning.congestion.value_or(s->stack->tcp()->config().cc);
       });
       if (name_now == "newreno") name_now = "reno";  // Linux's name for it
       char buf[16] = {};  // TCP_CA_NAME_MAX

@@ -95,6 +95,16 @@ struct Tuning {
   // TCP_CONGESTION: "cubic" or "newreno" from now on; the window and
   // threshold carry over (as Linux's switch keeps them).
   std::optional<std::string> congestion;
+
+  // Takes the settings `t` makes (quickack, a moment's request, excepted).
+  void update(const Tuning& t) {
+    if (t.keepalive_idle) keepalive_idle = t.keepalive_idle;
+    if (t.keepalive_interval) keepalive_interval = t.keepalive_interval;
+    if (t.keepalive_probes) keepalive_probes = t.keepalive_probes;
+    if (t.user_timeout) user_timeout = t.user_timeout;
+    if (t.max_segment) max_segment = t.max_segment;
+    if (t.congestion) congestion = t.congestion;
+  }
 };
 
 // Readiness, as poll() would report it.
