@@ -52,7 +52,7 @@ class TcpConnection final : public StreamEndpoint {
   Status write_msg(Msg& msg) override;
   // Copies out what has arrived; 0 at end of stream; would_block when empty.
   Result<std::size_t> read(std::span<std::byte> dst) override;
-  Result<std::size_t> peek(std::span<std::byte> dst) override;
+  Result<std::size_t> peek(std::span<std::byte> dst, std::size_t skip) override;
   Result<Msg> read_msg(std::size_t max) override;
   // No more writes: a FIN follows the queued data.
   Status shutdown_write() override;

@@ -103,14 +103,18 @@ std::size_t RecvBuffer::read(std::span<std::byte> dst) {
   return done;
 }
 
-std::size_t RecvBuffer::peek(std::span<std::byte> dst) const {
+std::size_t RecvBuffer::peek(std::span<std::byte> dst, std::size_t skip) const {
   std::size_t done = 0;
-  for (std::size_t i = 0; i < q_.size(); ++i) {
+  for (std::size_t i = 0; i < q_.size() && done < dst.size(); ++i) {
     const Msg& m = q_[i];
-    if (done == dst.size()) break;
-    const std::size_t take = std::min(dst.size() - done, m.size());
-    (void)m.copy_out(0, dst.subspan(done, take));
+    if (skip >= m.size()) {
+      skip -= m.size();
+      continue;
+    }
+    const std::size_t take = std::min(dst.size() - done, m.size() - skip);
+    (void)m.copy_out(skip, dst.subspan(done, take));
     done += take;
+    skip = 0;
   }
   return done;
 }

@@ -247,8 +247,8 @@ Result<std::size_t> TcpConnection::read(std::span<std::byte> dst) {
   return Errc::would_block;
 }
 
-Result<std::size_t> TcpConnection::peek(std::span<std::byte> dst) {
-  if (!rcvbuf_.empty()) return rcvbuf_.peek(dst);
+Result<std::size_t> TcpConnection::peek(std::span<std::byte> dst, std::size_t skip) {
+  if (!rcvbuf_.empty()) return rcvbuf_.peek(dst, skip);
   if (error_ != Errc::ok) return error_;  // left pending, as Linux's MSG_PEEK leaves it
   if (fin_received_ || (proto_ == nullptr && state_ == State::closed)) return std::size_t{0};
   if (state_ == State::closed) return Errc::not_connected;

@@ -17,28 +17,9 @@ ssize_t stream_recv(Sock& s, const iovec* iov, int iovcnt, int flags) {
   std::size_t want = 0;
   for (int i = 0; i < iovcnt; ++i) want += iov[i].iov_len;
   const bool may_block = !(flags & MSG_DONTWAIT) && !s.nonblock.load(std::memory_order_relaxed);
-  const bool waitall = (flags & MSG_WAITALL) != 0 && (flags & MSG_PEEK) == 0;
-  if (flags & MSG_PEEK) {
-    // What a read would return, left in place: one buffer's worth.
-    std::vector<std::byte> tmp(want);
-    Outcome o = blocking(s, may_block, deadline_after_ns(s.rcvtimeo_ns.load(std::memory_order_relaxed)),
-                         [&]() -> Outcome {
-                           if (s.listening || !s.connected) return Outcome::error(Errc::not_connected);
-                           if (s.shut_rd) return Outcome::ok(0);
-                           Result<std::size_t> r = s.conn.peek(tmp);
-                           return r ? Outcome::ok(*r) : Outcome::error(r.error());
-                         });
-    if (o.err == Errc::unsupported) return fail(EOPNOTSUPP, "recv: MSG_PEEK on a relayed stream");
-    if (o.err == Errc::closed) return fail(EBADF, "recv: the socket was closed");
-    if (o.err != Errc::ok) return fail(o.err, "recv");
-    std::size_t off = 0;
-    for (int i = 0; i < iovcnt && off < o.n; ++i) {
-      const std::size_t part = std::min(iov[i].iov_len, o.n - off);
-      std::memcpy(iov[i].iov_base, tmp.data() + off, part);
-      off += part;
-    }
-    return static_cast<ssize_t>(o.n);
-  }
+  // MSG_PEEK: what a read would return, left in place (once: no WAITALL).
+  const bool peek = (flags & MSG_PEEK) != 0;
+  const bool waitall = (flags & MSG_WAITALL) != 0 && !peek;
   const Deadline deadline = deadline_after_ns(s.rcvtimeo_ns.load(std::memory_order_relaxed));
   std::size_t done = 0;
   for (;;) {
@@ -63,7 +44,8 @@ ssize_t stream_recv(Sock& s, const iovec* iov, int iovcnt, int flags) {
           continue;
         }
         auto* base = static_cast<std::byte*>(iov[i].iov_base) + skip;
-        Result<std::size_t> r = s.conn.read(std::span<std::byte>(base, len - skip));
+        const std::span<std::byte> dst(base, len - skip);
+        Result<std::size_t> r = peek ? s.conn.peek(dst, got) : s.conn.read(dst);
         skip = 0;
         if (!r) {
           if (got != 0) break;
@@ -76,6 +58,7 @@ ssize_t stream_recv(Sock& s, const iovec* iov, int iovcnt, int flags) {
     });
     if (o.err != Errc::ok) {
       if (done != 0) return static_cast<ssize_t>(done);
+      if (o.err == Errc::unsupported) return fail(EOPNOTSUPP, "recv: MSG_PEEK on a relayed stream");
       if (o.err == Errc::closed) return fail(EBADF, "recv: the socket was closed");
       return fail(o.err, "recv");
     }

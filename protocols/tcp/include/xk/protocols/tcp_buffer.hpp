@@ -110,8 +110,8 @@ class RecvBuffer {
   void append(Msg data);
   // Copies up to dst.size() bytes out and consumes them; returns how many.
   std::size_t read(std::span<std::byte> dst);
-  // Copies up to dst.size() bytes out and leaves them (MSG_PEEK).
-  std::size_t peek(std::span<std::byte> dst) const;
+  // Copies up to dst.size() bytes, from `skip` bytes in, and leaves them (MSG_PEEK).
+  std::size_t peek(std::span<std::byte> dst, std::size_t skip = 0) const;
   // Hands over up to `max` bytes as a Msg (zero-copy).
   Msg read_msg(std::size_t max);
   void clear() noexcept;

@@ -157,9 +157,9 @@ class StreamEndpoint : public Session {
   // Per-connection settings (Tuning); a backend that runs no TCP of its
   // own here (the relay) takes none: unsupported.
   virtual Status tune(const Tuning&) { return Errc::unsupported; }
-  // What read() would return, left in place (MSG_PEEK); unsupported for a
-  // backend without it.
-  virtual Result<std::size_t> peek(std::span<std::byte>) { return Errc::unsupported; }
+  // What read() would return after the first `skip` bytes, left in place
+  // (MSG_PEEK); unsupported for a backend without it.
+  virtual Result<std::size_t> peek(std::span<std::byte>, std::size_t /*skip*/) { return Errc::unsupported; }
 };
 
 // What a TcpListener drives: a ListenSession, or a backend's listener.
@@ -229,7 +229,9 @@ class TcpSocket {
   void set_checksum(ChecksumMode mode) noexcept;
   void set_on_event(std::function<void()> fn);
   Status tune(const Tuning& t) { return c_ ? c_->tune(t) : Status{Errc::closed}; }
-  Result<std::size_t> peek(std::span<std::byte> dst) { return c_ ? c_->peek(dst) : Result<std::size_t>{Errc::closed}; }
+  Result<std::size_t> peek(std::span<std::byte> dst, std::size_t skip = 0) {
+    return c_ ? c_->peek(dst, skip) : Result<std::size_t>{Errc::closed};
+  }
 
   std::uint32_t events() const noexcept;
   State state() const noexcept { return c_ ? c_->state() : State::closed; }
