@@ -78,12 +78,12 @@ bool FaultProtocol::chance(double p) noexcept {
 }
 
 Status FaultProtocol::on_tx(PassSession& s, Msg msg) {
-  if (!applies(kTx)) return deliver(kTx, s, std::move(msg));
+  if (!applies(kTx)) return deliver(kTx, s, std::move(msg), std::nullopt);
   return process(kTx, s, std::move(msg));
 }
 
 Status FaultProtocol::on_rx(PassSession& s, Msg msg) {
-  if (!applies(kRx)) return deliver(kRx, s, std::move(msg));
+  if (!applies(kRx)) return deliver(kRx, s, std::move(msg), std::nullopt);
   return process(kRx, s, std::move(msg));
 }
 
@@ -116,12 +116,12 @@ Status FaultProtocol::process(Dir d, PassSession& s, Msg msg) {
 Status FaultProtocol::reorder_stage(Dir d, PassSession& s, Msg msg) {
   if (!held_[d] && chance(config_.reorder)) {
     ++*dir_counters_[d].reordered;
-    held_[d] = Held{Ref<PassSession>(&s), std::move(msg)};
+    held_[d] = Held{Ref<PassSession>(&s), std::move(msg), rx_info_now(d, s)};
     std::optional<Timer>& t = d == kTx ? hold_timer_tx_ : hold_timer_rx_;
     if (t && config_.reorder_hold.count() > 0) t->arm_after(config_.reorder_hold);
     return {};
   }
-  Status st = delay_stage(d, s, std::move(msg));
+  Status st = delay_stage(d, s, std::move(msg), rx_info_now(d, s));
   // The held message goes out behind this one: the two are swapped.
   if (held_[d]) release_held(d);
   return st;
@@ -133,11 +133,19 @@ void FaultProtocol::release_held(Dir d) {
   held_[d].reset();
   std::optional<Timer>& t = d == kTx ? hold_timer_tx_ : hold_timer_rx_;
   if (t) t->cancel();
-  (void)delay_stage(d, *h.session, std::move(h.msg));
+  (void)delay_stage(d, *h.session, std::move(h.msg), std::move(h.rx));
 }
 
-Status FaultProtocol::delay_stage(Dir d, PassSession& s, Msg msg) {
-  if (config_.delay.count() == 0 && config_.jitter.count() == 0) return deliver(d, s, std::move(msg));
+std::optional<RxInfo> FaultProtocol::rx_info_now(Dir d, PassSession& s) {
+  if (d != kRx) return std::nullopt;
+  Result<ControlReply> r = s.control_any(ctl::GetRxInfo{});
+  if (!r) return std::nullopt;
+  if (const RxInfo* info = std::get_if<RxInfo>(&*r)) return *info;
+  return std::nullopt;
+}
+
+Status FaultProtocol::delay_stage(Dir d, PassSession& s, Msg msg, std::optional<RxInfo> rx) {
+  if (config_.delay.count() == 0 && config_.jitter.count() == 0) return deliver(d, s, std::move(msg), rx);
   Duration extra{0};
   if (config_.jitter.count() > 0) {
     extra = Duration(static_cast<Duration::rep>(uniform() * static_cast<double>(config_.jitter.count())));
@@ -146,7 +154,7 @@ Status FaultProtocol::delay_stage(Dir d, PassSession& s, Msg msg) {
   // Keep the queue sorted by due time; equal times stay in arrival order.
   auto at = std::upper_bound(delayed_.begin(), delayed_.end(), due,
                              [](Time t, const Pending& p) { return t < p.due; });
-  delayed_.insert(at, Pending{due, d, Ref<PassSession>(&s), std::move(msg)});
+  delayed_.insert(at, Pending{due, d, Ref<PassSession>(&s), std::move(msg), std::move(rx)});
   ++*dir_counters_[d].delayed;
   arm_delay_timer();
   return {};
@@ -167,15 +175,16 @@ void FaultProtocol::on_delay_timer() {
   while (!delayed_.empty() && delayed_.front().due <= now) {
     Pending p = std::move(delayed_.front());
     delayed_.pop_front();
-    (void)deliver(p.dir, *p.session, std::move(p.msg));
+    (void)deliver(p.dir, *p.session, std::move(p.msg), p.rx);
   }
   arm_delay_timer();
 }
 
-Status FaultProtocol::deliver(Dir d, PassSession& s, Msg msg) {
+Status FaultProtocol::deliver(Dir d, PassSession& s, Msg msg, const std::optional<RxInfo>& rx) {
   if (s.is_closed()) return Errc::closed;
   ++*dir_counters_[d].passed;
-  return d == kTx ? s.send_down(std::move(msg)) : s.deliver_up(std::move(msg));
+  if (d == kTx) return s.send_down(std::move(msg));
+  return rx ? deliver_with(s, std::move(msg), *rx) : s.deliver_up(std::move(msg));
 }
 
 bool FaultProtocol::within_rate(Dir d, std::size_t bytes) noexcept {

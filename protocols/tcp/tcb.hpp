@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "xk/protocols/tcp.hpp"
+#include "xk/protocols/tcp_rack.hpp"
 
 namespace xk::tcp {
 
@@ -160,6 +161,9 @@ class TcpConnection final : public StreamEndpoint {
   Status send_segment(SeqNum seq, std::uint32_t len, std::uint8_t flags, bool retransmit);
   void send_syn();
   void send_ack_now();
+  // Sends [start, end) of what was sent before again (the FIN too, when
+  // the range holds it); false when nothing went.
+  bool retransmit(SeqNum start, SeqNum end);
   void send_rst_and_close();
   void send_reset(SeqNum seq, SeqNum ack, std::uint8_t flags);
   void schedule_ack(std::uint32_t full_segments);
@@ -167,9 +171,26 @@ class TcpConnection final : public StreamEndpoint {
   std::uint32_t rcv_space() const noexcept;
   std::uint32_t payload_mss() const noexcept;
   std::size_t unsent_bytes() const noexcept;
+  // The retransmission timer, which also serves RACK's reordering timer
+  // and the tail loss probe (RFC 8985 allows one timer for the three; only
+  // one is pending at a time): arm_rtx() arms the RTO unless one of them is
+  // already armed, arm_rto() (re)starts the RTO.
   void arm_rtx() noexcept;
+  void arm_rto() noexcept;
   void on_rtx_timeout();
   void on_delack_timeout();
+  // ---- RACK-TLP and PRR (RFC 8985, RFC 6937; recovery=rack) ----------------------
+  // Loss recovery by RACK: made when a SACK connection first sends data.
+  bool rack_on() const noexcept { return rack_ != nullptr; }
+  void rack_after_ack(const Rack::AckResult& ra, const Header& h, const SackScoreboard::UpdateResult& sr,
+                      bool pure_dupack);
+  void rack_detect(Time now);
+  void enter_rack_recovery(Time now);
+  void prr_update(std::uint32_t delivered);
+  bool send_recovery_rack();
+  bool schedule_probe();  // false: no probe now
+  void on_probe_timeout();
+  void on_reorder_timeout();
   void on_persist_timeout();
   void arm_persist();
   void on_keepalive_timeout();
@@ -257,6 +278,16 @@ class TcpConnection final : public StreamEndpoint {
   RtoEstimator rto_;
   std::unique_ptr<CongestionControl> cc_;
   SackScoreboard sb_;
+  struct RackTlp {
+    Rack rack;
+    Tlp tlp;
+    Prr prr;
+    Time rto_due{};  // when the RTO, last armed, would fire (a probe comes no later)
+  };
+  std::unique_ptr<RackTlp> rack_;
+  enum class RtxTimer : std::uint8_t { rto, reorder, probe };
+  RtxTimer rtx_kind_ = RtxTimer::rto;
+  bool probe_one_ = false;  // the probe sends one new segment whatever cwnd says
   unsigned dupacks_ = 0;
   bool in_recovery_ = false;
   SeqNum recover_;  // RFC 6582 / 6675: the recovery point

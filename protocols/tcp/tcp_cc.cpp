@@ -107,6 +107,17 @@ void CongestionControl::exit_recovery(Time, std::uint32_t flight_size) noexcept 
   set_cwnd(std::min<std::uint64_t>(ssthresh_, w));
 }
 
+void CongestionControl::set_recovery_window(std::uint32_t bytes) noexcept {
+  if (in_recovery_) set_cwnd(std::max(bytes, smss_));
+}
+
+void CongestionControl::end_reduction(Time) noexcept {
+  if (!in_recovery_) return;
+  in_recovery_ = false;
+  bytes_acked_ = 0;
+  set_cwnd(ssthresh_);
+}
+
 void CongestionControl::on_idle_restart(Time) noexcept {
   // RFC 5681 4.1: RW = min(IW, cwnd); cwnd = min(RW, cwnd).
   cwnd_ = std::min(initial_window(), cwnd_);
@@ -292,6 +303,11 @@ void Cubic::on_rto(Time, std::uint32_t flight_size) noexcept {
 void Cubic::exit_recovery(Time now, std::uint32_t flight_size) noexcept {
   CongestionControl::exit_recovery(now, flight_size);
   epoch_valid_ = false;  // the stage starts with the first ACK after recovery
+}
+
+void Cubic::end_reduction(Time now) noexcept {
+  CongestionControl::end_reduction(now);
+  epoch_valid_ = false;
 }
 
 void Cubic::on_idle_restart(Time now) noexcept {

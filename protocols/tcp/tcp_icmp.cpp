@@ -184,8 +184,17 @@ void TcpConnection::resend_outstanding() {
   recover_ = snd_max_;
   recover_set_ = true;
   rtt_timing_ = false;  // Karn
-  snd_nxt_ = snd_una_;
   rtx_timer_.cancel();  // restarted, not backed off, by the first resent segment
+  if (rack_ != nullptr && !rack_->rack.empty()) {
+    // RACK: all of it is lost; output() sends it again in order, in
+    // segments of the new size, as far as cwnd allows.
+    rack_->rack.on_rto();
+    rack_->tlp.reset();
+    output();
+    arm_rtx();
+    return;
+  }
+  snd_nxt_ = snd_una_;
 
   // Go back to SND.UNA. Unlike new data, resent data is not held by Nagle.
   const SeqNum data_end = snd_una_ + static_cast<std::uint32_t>(sndbuf_.size());

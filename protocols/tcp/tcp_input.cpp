@@ -274,6 +274,17 @@ bool TcpConnection::process_ack(const Header& h, const Options& opts, std::size_
   if (sack_ok_ && (!blocks.empty() || sb_.range_count() != 0 || sb_.in_recovery())) {
     sr = sb_.update(seq_max(h.ack, snd_una_), snd_max_, blocks);
   }
+  // RACK (RFC 8985 6.2): what this ACK delivered, by transmission.
+  Rack::AckResult ra{};
+  const bool pure_dupack = h.ack == snd_una_ && len == 0 && blocks.empty() && !h.has(kFin);
+  if (rack_ != nullptr) {
+    std::span<const SackBlock> sacks = blocks;
+    if (sr.dsack) sacks = sacks.subspan(1);
+    std::optional<std::uint32_t> tsecr;
+    if (ts_ok_ && opts.timestamps) tsecr = opts.timestamps->tsecr;
+    ra = rack_->rack.on_ack(seq_max(h.ack, snd_una_), sacks, sr.dsack, tsecr, snd_max_,
+                            proto_->timers().clock().now());
+  }
 
   if (h.ack > snd_una_) {
     new_ack(h, opts, static_cast<std::uint32_t>(h.ack - snd_una_));
@@ -284,6 +295,7 @@ bool TcpConnection::process_ack(const Header& h, const Options& opts, std::size_
     duplicate_ack(h);
   }
   update_window(h);
+  if (rack_ != nullptr) rack_after_ack(ra, h, sr, pure_dupack);
 
   // Our FIN: it is acknowledged when SND.UNA passes it.
   const bool fin_acked = fin_sent_ && snd_una_ == snd_max_;
@@ -339,7 +351,12 @@ void TcpConnection::new_ack(const Header& h, const Options& opts, std::uint32_t 
   if (in_recovery_) {
     if (h.ack >= recover_) {
       in_recovery_ = false;
-      cc_->exit_recovery(now, in_flight);
+      if (rack_ != nullptr) {
+        cc_->end_reduction(now);  // PRR (RFC 6937 3): cwnd = ssthresh
+        rack_->rack.recovery_ended();
+      } else {
+        cc_->exit_recovery(now, in_flight);
+      }
       if (sack_ok_) sb_.exit_recovery();
     } else if (!sack_ok_) {
       // RFC 6582 3.2 step 5: a partial ACK; send the next hole at once.
@@ -360,13 +377,14 @@ void TcpConnection::new_ack(const Header& h, const Options& opts, std::uint32_t 
   if (snd_una_ == snd_max_) {
     rtx_timer_.cancel();
   } else {
-    rtx_timer_.arm_after(rto_.rto());
+    arm_rto();
   }
 }
 
 void TcpConnection::duplicate_ack(const Header&) {
   ++dupacks_;
   ++stats_.dup_acks_in;
+  if (rack_ != nullptr) return;  // RACK finds the losses (rack_after_ack)
   const Time now = proto_->timers().clock().now();
   const std::uint32_t flight = static_cast<std::uint32_t>(snd_max_ - snd_una_);
   if (in_recovery_) {
@@ -395,7 +413,7 @@ void TcpConnection::duplicate_ack(const Header&) {
     (void)send_segment(snd_una_, std::min<std::uint32_t>(payload_mss(), static_cast<std::uint32_t>(sndbuf_.size())),
                        kAck, true);
   }
-  rtx_timer_.arm_after(rto_.rto());
+  arm_rto();
 }
 
 // RFC 9293 3.10.7.4 fifth, the send window update.

@@ -93,8 +93,14 @@ void TcpConnection::start_rtt_timing(SeqNum end) {
   rtt_start_ = proto_->timers().clock().now();
 }
 
+void TcpConnection::arm_rto() noexcept {
+  rtx_kind_ = RtxTimer::rto;
+  rtx_timer_.arm_after(rto_.rto());
+  if (rack_) rack_->rto_due = rtx_timer_.deadline();
+}
+
 void TcpConnection::arm_rtx() noexcept {
-  if (!rtx_timer_.armed()) rtx_timer_.arm_after(rto_.rto());
+  if (!rtx_timer_.armed()) arm_rto();
 }
 
 // One segment: [seq, seq + len) of the send buffer (or none), with `flags`.
@@ -158,6 +164,17 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
     start_rtt_timing(seq + len);
   }
   const SeqNum end = seq + len + ((flags & kSyn) ? 1u : 0u) + ((flags & kFin) ? 1u : 0u);
+  if (!(flags & kSyn) && end != seq) {
+    // RACK logs every transmission of data (or of the FIN) with its time.
+    if (rack_ == nullptr && sack_ok_ && proto_->config().recovery == TcpConfig::Recovery::rack) {
+      rack_ = std::make_unique<RackTlp>();
+      if (rto_.has_sample()) rack_->rack.rtt_sample(rto_.srtt(), proto_->timers().clock().now());
+    }
+    if (rack_ != nullptr) {
+      rack_->rack.on_send(seq, end, proto_->timers().clock().now());
+      if (in_recovery_) rack_->prr.on_sent(len + ((flags & kFin) ? 1u : 0u));
+    }
+  }
   if (end > snd_max_) snd_max_ = end;
   if (end != seq) arm_rtx();
   return proto_->transmit(*ip_, tuple_.local_addr, tuple_.remote_addr, std::move(payload), checksum_mode());
@@ -270,6 +287,14 @@ void TcpConnection::output() {
     default:
       return;  // SYNs go out from send_syn() and the retransmission timer
   }
+  if (sack_ok_ && proto_->config().recovery == TcpConfig::Recovery::rack) {
+    // RACK: what it found lost goes first (in recovery and after a
+    // timeout alike), then new data as the window allows. (The first data
+    // sent makes rack_.)
+    if (rack_ != nullptr && rack_->rack.lost_bytes() > 0) (void)send_recovery_rack();
+    if (send_new_data() && !in_recovery_ && rack_ != nullptr) schedule_probe();
+    return;
+  }
   if (in_recovery_ && sack_ok_) (void)send_recovery();
   (void)send_new_data();
 }
@@ -321,11 +346,19 @@ bool TcpConnection::send_new_data() {
       }
       break;
     }
-    const std::uint32_t in_flight = seq_span(snd_una_, snd_nxt_);
-    // RFC 3042 limited transmit: one more segment for each of the first two
-    // duplicate ACKs.
+    std::uint32_t in_flight = seq_span(snd_una_, snd_nxt_);
     std::uint32_t cwnd = cc_->cwnd();
-    if (!in_recovery_ && dupacks_ > 0 && dupacks_ < 3) cwnd += dupacks_ * smss;
+    if (rack_ != nullptr) {
+      // RACK: bytes SACKed or found lost have left the network (RFC 6675's
+      // pipe); the sender may fill the window again as SACKs arrive.
+      if (snd_nxt_ == snd_max_) in_flight = rack_->rack.pipe();
+      // A tail loss probe sends one segment whatever cwnd says (RFC 8985 7.3).
+      if (probe_one_) cwnd = std::max(cwnd, in_flight + smss);
+    } else if (!in_recovery_ && dupacks_ > 0 && dupacks_ < 3) {
+      // RFC 3042 limited transmit: one more segment for each of the first
+      // two duplicate ACKs.
+      cwnd += dupacks_ * smss;
+    }
     const std::uint32_t wnd = std::min(cwnd, snd_wnd_);
     if (in_flight >= wnd) {
       // A zero window with nothing in flight: probe it (persist).
@@ -334,7 +367,7 @@ bool TcpConnection::send_new_data() {
     }
     const std::uint32_t usable = wnd - in_flight;
     std::uint32_t len = static_cast<std::uint32_t>(std::min<std::size_t>({avail, smss, usable}));
-    if (len == smss && proto_->segmentation_offload()) {
+    if (len == smss && proto_->segmentation_offload() && !probe_one_) {
       // Segmentation offload: every full segment the windows allow goes
       // down as one, up to what one IPv4 datagram holds; the port cuts it.
       const std::size_t full = std::min<std::size_t>(avail, usable) / smss;
@@ -380,6 +413,7 @@ bool TcpConnection::send_new_data() {
     }
     if (snd_max_ < snd_nxt_) snd_max_ = snd_nxt_;
     sent = true;
+    if (probe_one_) break;
   }
   return sent;
 }
@@ -391,6 +425,15 @@ bool TcpConnection::send_new_data() {
 void TcpConnection::on_rtx_timeout() {
   Ref<TcpConnection> keep(this);
   if (proto_ == nullptr) return;
+  if (rtx_kind_ != RtxTimer::rto) {
+    const RtxTimer kind = std::exchange(rtx_kind_, RtxTimer::rto);
+    if (kind == RtxTimer::probe) {
+      on_probe_timeout();
+    } else {
+      on_reorder_timeout();
+    }
+    return;
+  }
   const Time now = proto_->timers().clock().now();
   ++retries_;
   if (state_ == State::syn_sent || state_ == State::syn_received) {
@@ -423,8 +466,11 @@ void TcpConnection::on_rtx_timeout() {
   }
   ++stats_.rto_expiries;
   ++proto_->c_.rto_expiries;
+  proto_->c_.rto_wait_us.inc(
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(rto_.rto()).count()));
   rto_.backoff();
   cc_->on_rto(now, seq_span(snd_una_, snd_max_));
+  const bool was_recovering = in_recovery_;
   in_recovery_ = false;
   dupacks_ = 0;
   recover_ = snd_max_;  // RFC 6582 4.1: no fast retransmit for what was already sent
@@ -434,8 +480,19 @@ void TcpConnection::on_rtx_timeout() {
     sb_.clear();  // RFC 6675 5.1 allows forgetting SACK information after a timeout
   }
   rtt_timing_ = false;
+  if (rack_ != nullptr && !rack_->rack.empty()) {
+    // RACK (RFC 8985 6.3): everything outstanding is presumed lost -- SACKed
+    // data too, as the scoreboard was forgotten (the receiver may have
+    // reneged) -- and goes again in order as the window (1 SMSS now) grows.
+    if (was_recovering) rack_->rack.recovery_ended();
+    rack_->rack.on_rto();
+    rack_->tlp.reset();
+    arm_rto();
+    (void)send_recovery_rack();
+    return;
+  }
   snd_nxt_ = snd_una_;  // go back: resend from the first unacknowledged byte
-  rtx_timer_.arm_after(rto_.rto());
+  arm_rto();
   std::uint32_t len = std::min<std::uint32_t>(payload_mss(), static_cast<std::uint32_t>(unsent_bytes()));
   if (len > 0) {
     std::uint8_t flags = kAck;

@@ -130,6 +130,11 @@ TcpProtocol::TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, 
          counters().add("rto_expiries"),
          counters().add("fast_retransmits"),
          counters().add("sack_recoveries"),
+         counters().add("loss_probes", "tail loss probes sent (RFC 8985 7)"),
+         counters().add("loss_probe_repairs", "probes that repaired a loss (window reduced, RFC 8985 7.4)"),
+         counters().add("reorder_timeouts", "RACK reordering timers that expired (RFC 8985 6.2)"),
+         counters().add("rack_lost_bytes", "bytes RACK marked lost"),
+         counters().add("rto_wait_us", "time spent waiting for retransmission timeouts that expired"),
          counters().add("ooo_segments", "segments that arrived out of order"),
          counters().add("delayed_acks", "ACKs sent by the delayed-ACK timer"),
          counters().add("burst_acks", "ACKs for two or more full segments, sent at the end of an input burst"),
@@ -823,6 +828,13 @@ void register_tcp(Registry& registry) {
           .with_option(OptionSpec::real("rto_max_ms", 0.01, 3.6e6, "largest retransmission timeout").defaults_to("60000"))
           .with_option(OptionSpec::real("rto_initial_ms", 0.01, 3.6e6, "before any RTT sample").defaults_to("1000"))
           .with_option(OptionSpec::real("delack_ms", 0.01, 500, "delayed-ACK timeout (RFC 1122: < 500)").defaults_to("40"))
+          .with_option(OptionSpec::choice("recovery", {"rack", "rfc6675"},
+                                          "SACK loss recovery: RACK-TLP with PRR, or RFC 6675's dupthresh")
+                           .defaults_to("rack"))
+          .with_option(OptionSpec::boolean("tlp", "tail loss probes (RFC 8985 7), with recovery=rack").defaults_to("on"))
+          .with_option(OptionSpec::real("tlp_delack_ms", 0, 500, "a one-segment probe also waits this (WCDelAckT)")
+                           .defaults_to("200"))
+          .with_option(OptionSpec::real("tlp_min_ms", 0, 1000, "no tail loss probe sooner than this").defaults_to("2"))
           .with_option(OptionSpec::integer("quickacks", 0, 1024,
                                            "segments ACKed at once while young or after idling (0: off)")
                            .defaults_to("16"))
@@ -865,6 +877,10 @@ void register_tcp(Registry& registry) {
             c.rto_initial = ms("rto_initial_ms");
             c.delack = ms("delack_ms");
             c.quickacks = static_cast<unsigned>(o.get_int("quickacks"));
+            c.recovery = o.get_string("recovery") == "rack" ? TcpConfig::Recovery::rack : TcpConfig::Recovery::rfc6675;
+            c.tlp = o.get_bool("tlp");
+            c.tlp_delack = ms("tlp_delack_ms");
+            c.tlp_min = ms("tlp_min_ms");
             c.ack_per_burst = o.get_bool("ack_per_burst");
             c.ack_burst_max = static_cast<std::uint32_t>(o.get_size("ack_burst_max"));
             c.gso = o.get_bool("gso");

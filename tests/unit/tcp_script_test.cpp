@@ -591,6 +591,7 @@ TEST_F(TcpScript, DataSegmentsCarryOnlyTheSackBlocksTheMssLeavesRoomFor) {
 TEST_F(TcpScript, SackRecoveryRetransmitsWhatRfc6675Says) {
   TcpConfig c;
   c.cc = "newreno";
+  c.recovery = TcpConfig::Recovery::rfc6675;  // the RACK-TLP tests are below
   start(c);
   passive_open(Offer().sack());
   write(10000);
@@ -630,6 +631,228 @@ TEST_F(TcpScript, SackRecoveryRetransmitsWhatRfc6675Says) {
   EXPECT_EQ(stats().retransmits.value(), 4u);
   EXPECT_EQ(stats().rto_expiries.value(), 0u);
   EXPECT_EQ(sock.stats().dup_acks_in, 7u);
+}
+
+// ---- RACK-TLP (RFC 8985) and PRR (RFC 6937), recovery=rack ------------------------------
+
+// RFC 8985 7.2-7.3: a flight whose ACKs never come is probed after 2 SRTT
+// (the RTO is 200 ms) by sending its last segment again; the probe's SACK
+// shows what is missing and RACK marks it lost at once (an RTT has passed),
+// so the holes go out without a timeout. PRR lets the first one go on the
+// ACK that started recovery.
+TEST_F(TcpScript, ATailLossProbeAfterTwoSrttFindsTheLossInsteadOfTheRto) {
+  TcpConfig c;
+  c.cc = "newreno";
+  start(c);
+  passive_open(Offer().sack().rtt(10ms));
+  EXPECT_EQ(sock.stats().srtt, 10ms);
+  write(4000);
+  for (std::uint32_t i = 0; i < 4; ++i) expect((i == 3 ? psh_ack() : ack()).seq(1 + 1000 * i).ack(1).len(1000));
+  advance(19999us);
+  expect_nothing();
+  advance(1us);
+  expect(ack().seq(3001).ack(1).len(1000));  // PTO = 2 SRTT: the last segment again
+  EXPECT_EQ(stats().loss_probes.value(), 1u);
+  advance(10ms);
+  inject(ack().seq(1).ack(1).sack({{3001, 4001}}));
+  // Segments 1-3 were sent an RTT before the probe that arrived: lost.
+  // ssthresh 2000 and pipe 0: PRR-SSRB lets 2000 go (delivered + 1 SMSS).
+  expect(ack().seq(1).ack(1).len(1000));
+  expect(ack().seq(1001).ack(1).len(1000));
+  expect_nothing();
+  inject(ack().seq(1).ack(1001).sack({{3001, 4001}}));
+  expect(ack().seq(2001).ack(1).len(1000));
+  expect_nothing();
+  inject(ack().seq(1).ack(4001));
+  expect_nothing();
+  EXPECT_EQ(stats().rto_expiries.value(), 0u);
+  EXPECT_EQ(stats().fast_retransmits.value(), 1u);
+  EXPECT_EQ(sock.stats().retransmits, 4u);
+  EXPECT_EQ(sock.stats().cwnd, 2000u) << "PRR ends a recovery at ssthresh (RFC 6937 3)";
+}
+
+// RFC 8985 7.3: with unsent data the probe is new data, beyond what cwnd
+// allows; its ACK covering all is no loss (7.4), and the window stays.
+TEST_F(TcpScript, AProbeSendsNewDataWhenThereIsSome) {
+  start();
+  passive_open(Offer().sack().rtt(10ms));
+  write(12000);
+  for (std::uint32_t i = 0; i < 10; ++i) expect(ack().seq(1 + 1000 * i).ack(1).len(1000));
+  expect_nothing();  // IW10
+  advance(20ms);
+  expect(ack().seq(10001).ack(1).len(1000));
+  expect_nothing();
+  EXPECT_EQ(stats().loss_probes.value(), 1u);
+  const std::uint32_t cwnd = sock.stats().cwnd;
+  inject(ack().seq(1).ack(11001));
+  EXPECT_GE(sock.stats().cwnd, cwnd);
+  EXPECT_EQ(stats().loss_probe_repairs.value(), 0u);
+  expect(psh_ack().seq(11001).ack(1).len(1000));
+}
+
+// RFC 8985 7.2: a one-segment flight waits for the peer's delayed ACK too
+// (WCDelAckT, 200 ms), as long as the RTO is later still.
+TEST_F(TcpScript, AOneSegmentFlightIsProbedAfterTwoSrttPlusTheDelayedAck) {
+  TcpConfig c;
+  c.rto_min = 1s;
+  start(c);
+  passive_open(Offer().sack().rtt(10ms));
+  write(500);
+  expect(psh_ack().seq(1).ack(1).len(500));
+  advance(219999us);
+  expect_nothing();
+  advance(1us);
+  expect(ack().seq(1).ack(1).len(500));
+  inject(ack().seq(1).ack(501));
+  EXPECT_EQ(stats().loss_probe_repairs.value(), 0u) << "the original or the probe: not known yet";
+  // The probe repaired the loss: ACKed past it without a D-SACK (7.4).
+  write(100);
+  expect(psh_ack().seq(501).ack(1).len(100));
+  inject(ack().seq(1).ack(601));
+  EXPECT_EQ(stats().loss_probe_repairs.value(), 1u);
+  EXPECT_EQ(stats().rto_expiries.value(), 0u);
+}
+
+// RFC 8985 7.4: a D-SACK for the probe says the original arrived as well:
+// no loss, no reduction.
+TEST_F(TcpScript, ADsackOfTheProbeMeansNothingWasLost) {
+  TcpConfig c;
+  c.rto_min = 1s;
+  start(c);
+  passive_open(Offer().sack().rtt(10ms));
+  write(500);
+  expect(psh_ack().seq(1).ack(1).len(500));
+  advance(220ms);
+  expect(ack().seq(1).ack(1).len(500));
+  const std::uint32_t cwnd = sock.stats().cwnd;
+  inject(ack().seq(1).ack(501).sack({{1, 501}}));
+  write(100);
+  expect(psh_ack().seq(501).ack(1).len(100));
+  inject(ack().seq(1).ack(601));
+  EXPECT_EQ(stats().loss_probe_repairs.value(), 0u);
+  EXPECT_GE(sock.stats().cwnd, cwnd);
+}
+
+// RFC 8985 6.2: one SACKed segment is not yet a loss: the reordering window
+// (min RTT / 4) is waited out first, and the segment that was only late
+// costs nothing. A segment still missing when it ends is lost (the
+// reordering timer).
+TEST_F(TcpScript, RackWaitsOutTheReorderingWindowBeforeALoss) {
+  TcpConfig c;
+  c.cc = "newreno";
+  start(c);
+  passive_open(Offer().sack().rtt(8ms));
+  write(4000);
+  for (std::uint32_t i = 0; i < 4; ++i) expect((i == 3 ? psh_ack() : ack()).seq(1 + 1000 * i).ack(1).len(1000));
+  advance(8ms);
+  inject(ack().seq(1).ack(1).sack({{1001, 2001}}));
+  expect_nothing();  // reo_wnd = 8 ms / 4
+  advance(1ms);
+  inject(ack().seq(1).ack(2001));  // it was reordering: segment 1 came late
+  advance(5ms);
+  expect_nothing();
+  EXPECT_EQ(stats().reorder_timeouts.value(), 0u);
+  // Segment 3 is missing past the window: lost when the timer ends.
+  inject(ack().seq(1).ack(2001).sack({{3001, 4001}}));
+  advance(1999us);
+  expect_nothing();
+  advance(1us);
+  expect(ack().seq(2001).ack(1).len(1000));
+  EXPECT_EQ(stats().reorder_timeouts.value(), 1u);
+  EXPECT_EQ(stats().rack_lost_bytes.value(), 1000u);
+  inject(ack().seq(1).ack(4001));
+  expect_nothing();
+  EXPECT_EQ(stats().rto_expiries.value(), 0u);
+}
+
+// RFC 8985 6.2 step 3: once reordering was seen, three SACKed segments are
+// no proof of loss any more: the window is waited out for them too.
+TEST_F(TcpScript, AfterReorderingThreeSacksWaitForTheWindow) {
+  TcpConfig c;
+  c.cc = "newreno";
+  start(c);
+  passive_open(Offer().sack().rtt(8ms));
+  write(2000);
+  expect(ack().seq(1).ack(1).len(1000));
+  expect(psh_ack().seq(1001).ack(1).len(1000));
+  advance(8ms);
+  inject(ack().seq(1).ack(1).sack({{1001, 2001}}));
+  inject(ack().seq(1).ack(2001));  // the first came after the second
+  write(5000);
+  for (std::uint32_t i = 0; i < 5; ++i) expect((i == 4 ? psh_ack() : ack()).seq(2001 + 1000 * i).ack(1).len(1000));
+  advance(8ms);
+  inject(ack().seq(1).ack(2001).sack({{3001, 6001}}));
+  expect_nothing();  // three segments SACKed, but reordering was seen: wait
+  advance(2ms);
+  expect(ack().seq(2001).ack(1).len(1000));
+}
+
+// RFC 8985 6.2: a retransmission that is lost again is found the same way
+// (a segment sent after it was delivered), with no RTO.
+TEST_F(TcpScript, ALostRetransmissionIsFoundWithoutAnRto) {
+  TcpConfig c;
+  c.cc = "newreno";
+  start(c);
+  passive_open(Offer().sack().rtt(10ms));
+  write(5000);
+  for (std::uint32_t i = 0; i < 5; ++i) expect((i == 4 ? psh_ack() : ack()).seq(1 + 1000 * i).ack(1).len(1000));
+  advance(10ms);
+  inject(ack().seq(1).ack(1).sack({{1001, 4001}}));
+  expect(ack().seq(1).ack(1).len(1000));  // three SACKed: segment 1 lost
+  expect_nothing();
+  advance(10ms);
+  inject(ack().seq(1).ack(1).sack({{1001, 5001}}));
+  expect_nothing();
+  write(1000);
+  expect(psh_ack().seq(5001).ack(1).len(1000));
+  // The retransmission is lost too; a segment sent after it arrives.
+  advance(10ms);
+  inject(ack().seq(1).ack(1).sack({{1001, 6001}}));
+  expect(ack().seq(1).ack(1).len(1000));
+  inject(ack().seq(1).ack(6001));
+  expect_nothing();
+  EXPECT_EQ(stats().rto_expiries.value(), 0u);
+  EXPECT_EQ(sock.stats().retransmits, 2u);
+}
+
+// RFC 6937: during recovery PRR sends in proportion to what is delivered
+// (ssthresh / RecoverFS of it) while pipe is above ssthresh, then grows back
+// to ssthresh by at most one segment more than is delivered (PRR-SSRB);
+// RFC 6675 would send nothing until pipe fell below cwnd = ssthresh.
+TEST_F(TcpScript, PrrSpreadsTheReductionOverTheRecovery) {
+  TcpConfig c;
+  c.cc = "newreno";
+  start(c);
+  passive_open(Offer().sack().rtt(10ms));
+  write(10000);
+  for (std::uint32_t i = 0; i < 10; ++i) expect((i == 9 ? psh_ack() : ack()).seq(1 + 1000 * i).ack(1).len(1000));
+  advance(10ms);
+  // Segment 1 is lost; 2, 3, 4 arrive: loss (3 SACKed), ssthresh 5000, RecoverFS 10000.
+  inject(ack().seq(1).ack(1).sack({{1001, 2001}}));
+  inject(ack().seq(1).ack(1).sack({{1001, 3001}}));
+  expect_nothing();
+  inject(ack().seq(1).ack(1).sack({{1001, 4001}}));
+  expect(ack().seq(1).ack(1).len(1000));  // the first ACK of a recovery: the retransmission
+  expect_nothing();
+  write(10000);  // more to send: pipe 7000 = cwnd (6000 + the 1000 PRR allowed)
+  expect_nothing();
+  // Delivered 2000, pipe 6000: ceil(2000 * 5000 / 10000) - 1000 = 0.
+  inject(ack().seq(1).ack(1).sack({{1001, 5001}}));
+  expect_nothing();
+  // Delivered 3000, pipe 5000 (not above ssthresh): SSRB, ssthresh - pipe = 0.
+  inject(ack().seq(1).ack(1).sack({{1001, 6001}}));
+  expect_nothing();
+  // Delivered 4000, pipe 4000: min(5000 - 4000, 4000 - 1000 + 1000) = 1000.
+  inject(ack().seq(1).ack(1).sack({{1001, 7001}}));
+  expect(ack().seq(10001).ack(1).len(1000));
+  expect_nothing();
+  inject(ack().seq(1).ack(1).sack({{1001, 8001}}));
+  expect(ack().seq(11001).ack(1).len(1000));
+  expect_nothing();
+  EXPECT_EQ(sock.stats().cwnd, 5000u);
+  inject(ack().seq(1).ack(10001));
+  EXPECT_EQ(sock.stats().cwnd, 5000u) << "ssthresh at the end of recovery";
+  EXPECT_EQ(stats().rto_expiries.value(), 0u);
 }
 
 // RFC 6582 without SACK: fast retransmit on the third duplicate ACK, the next
@@ -1633,7 +1856,7 @@ TEST_F(TcpScript, AFullSynQueueFallsBackToCookies) {
 TEST_F(TcpScript, SequenceNumbersWrapAround) {
   start();
   clock.set(time_for_isn(FourTuple{kLocal, kListenPort, kPeer, kPeerPort}, 0xFFFFFF00));
-  passive_open(Offer().sack(), 0xFFFFFF80);
+  passive_open(Offer().sack().rtt(10ms), 0xFFFFFF80);
   EXPECT_EQ(iss.raw(), 0xFFFFFF00u);
   // A hole whose two sides lie on either side of the wrap.
   inject(ack().seq(201).ack(1).len(200));
@@ -1643,9 +1866,11 @@ TEST_F(TcpScript, SequenceNumbersWrapAround) {
   expect_read(400);
   expect_read_all();
   // Our data across the wrap: the first segment, which crosses it, is lost
-  // and SACK recovery (RFC 6675) repairs it.
+  // and SACK recovery repairs it (RACK: once three segments are SACKed,
+  // without waiting out the reordering window).
   write(4000);
   for (std::uint32_t i = 0; i < 4; ++i) expect((i == 3 ? psh_ack() : ack()).seq(1 + 1000 * i).ack(401).len(1000));
+  advance(10ms);
   inject(ack().seq(401).ack(1).sack({{1001, 2001}}));
   inject(ack().seq(401).ack(1).sack({{1001, 3001}}));
   expect_nothing();

@@ -73,15 +73,20 @@ class FaultProtocol final : public PassThrough {
     Counter* reordered;
     Counter* delayed;
   };
+  // A received message held back keeps what IP said about it (ctl::
+  // GetRxInfo answers only during IP's own upcall): it is told again when
+  // the message goes up.
   struct Held {
     Ref<PassSession> session;
     Msg msg;
+    std::optional<RxInfo> rx;
   };
   struct Pending {
     Time due;
     Dir dir;
     Ref<PassSession> session;
     Msg msg;
+    std::optional<RxInfo> rx;
   };
   struct Bucket {
     double tokens = 0;
@@ -94,8 +99,9 @@ class FaultProtocol final : public PassThrough {
   double uniform() noexcept { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
   Status process(Dir d, PassSession& s, Msg msg);
   Status reorder_stage(Dir d, PassSession& s, Msg msg);
-  Status delay_stage(Dir d, PassSession& s, Msg msg);
-  Status deliver(Dir d, PassSession& s, Msg msg);
+  Status delay_stage(Dir d, PassSession& s, Msg msg, std::optional<RxInfo> rx);
+  Status deliver(Dir d, PassSession& s, Msg msg, const std::optional<RxInfo>& rx);
+  static std::optional<RxInfo> rx_info_now(Dir d, PassSession& s);
   bool within_rate(Dir d, std::size_t bytes) noexcept;
   Msg corrupted_copy(const Msg& msg);
   void release_held(Dir d);

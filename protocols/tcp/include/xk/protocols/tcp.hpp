@@ -71,6 +71,17 @@ struct TcpConfig {
   Duration rto_max = std::chrono::seconds(60);
   Duration rto_initial = std::chrono::seconds(1);  // RFC 6298 2.1
   Duration delack = std::chrono::milliseconds(40);  // RFC 1122 4.2.3.2: under 500 ms
+  // Loss recovery of SACK connections (docs/tcp.md, "Loss recovery"):
+  // "rack" -- RACK-TLP (RFC 8985) finds losses, PRR (RFC 6937) paces the
+  // recovery; "rfc6675" -- the duplicate-ACK threshold and NextSeg of
+  // RFC 6675, no probes. Connections without SACK use RFC 6582 either way.
+  enum class Recovery : std::uint8_t { rack, rfc6675 };
+  Recovery recovery = Recovery::rack;
+  bool tlp = true;  // tail loss probes (RFC 8985 7), with recovery=rack
+  // The probe of a one-segment flight waits for the peer's delayed ACK too
+  // (RFC 8985 7.2's WCDelAckT), and no probe comes sooner than tlp_min.
+  Duration tlp_delack = std::chrono::milliseconds(200);
+  Duration tlp_min = std::chrono::milliseconds(2);
   // Quick-ACK mode (docs/tcp.md, "When we ACK"): while a connection is young,
   // and again after it was idle longer than an RTO, this many received
   // segments are ACKed at once rather than delayed, so the peer's slow start
@@ -324,6 +335,11 @@ class TcpProtocol final : public Protocol {
     Counter& rto_expiries;
     Counter& fast_retransmits;
     Counter& sack_recoveries;
+    Counter& loss_probes;
+    Counter& loss_probe_repairs;
+    Counter& reorder_timeouts;
+    Counter& rack_lost_bytes;
+    Counter& rto_wait_us;
     Counter& ooo_segments;
     Counter& delayed_acks;
     Counter& burst_acks;
@@ -352,7 +368,8 @@ class TcpProtocol final : public Protocol {
 
 // Make the kind `tcp` available to graph specs:
 //   tcp t0 below=ip0 [csum=on|off] [mss=0] [wscale=14] [sack=on] [ts=on] [cc=cubic|newreno]
-//       [rto_min_ms=200] [rto_max_ms=60000] [rto_initial_ms=1000] [delack_ms=40] [quickacks=16] [msl_ms=30000]
+//       [rto_min_ms=200] [rto_max_ms=60000] [rto_initial_ms=1000] [delack_ms=40] [quickacks=16]
+//       [recovery=rack|rfc6675] [tlp=on] [tlp_delack_ms=200] [tlp_min_ms=2] [msl_ms=30000]
 //       [time_wait_max=262144] [sndbuf=1m] [rcvbuf=1m] [syncookies=on] [secret=<32 hex digits>]
 void register_tcp(Registry& registry);
 

@@ -97,6 +97,11 @@ class CongestionControl {
   // cwnd = min(ssthresh, max(flight_size, SMSS) + SMSS), flight_size being
   // what is still outstanding after the ACK (avoids a burst).
   virtual void exit_recovery(Time now, std::uint32_t flight_size) noexcept;
+  // PRR (RFC 6937) sets the window on each ACK of a recovery: pipe plus
+  // what may be sent now. Only in recovery.
+  void set_recovery_window(std::uint32_t bytes) noexcept;
+  // PRR's end of recovery (RFC 6937 section 3): cwnd = ssthresh.
+  virtual void end_reduction(Time now) noexcept;
   // Retransmission timeout: ssthresh from flight_size (held if the previous
   // timeout saw no new data acknowledged since, RFC 5681 3.1 note on eq. 4),
   // cwnd = 1 SMSS (the loss window). Ends any recovery.
@@ -167,6 +172,7 @@ class Cubic final : public CongestionControl {
   // RFC 9438 4.8.
   void on_rto(Time now, std::uint32_t flight_size) noexcept override;
   void exit_recovery(Time now, std::uint32_t flight_size) noexcept override;
+  void end_reduction(Time now) noexcept override;
   void on_idle_restart(Time now) noexcept override;
   void set_mss(std::uint32_t smss) noexcept override;
 
