@@ -815,7 +815,7 @@ Secret parse_secret(const std::string& hex) {
 
 void register_tcp(Registry& registry) {
   registry.add(
-      KindSpec("tcp", "TCP over one IPv4 instance (RFC 9293, 7323, 2018, 6675, 5681, 9438)")
+      KindSpec("tcp", "TCP over one IPv4 instance (RFC 9293, 7323, 2018, 8985, 6937, 5681, 9438)")
           .with_below(1, 1)
           .with_option(OptionSpec::boolean("csum", "compute on send and verify on receive").defaults_to("on"))
           .with_option(OptionSpec::integer("mss", 0, 65495, "largest segment payload we announce (0: from the MTU)")
