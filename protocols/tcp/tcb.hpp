@@ -177,18 +177,19 @@ class TcpConnection final : public StreamEndpoint {
   // already armed, arm_rto() (re)starts the RTO.
   void arm_rtx() noexcept;
   void arm_rto() noexcept;
+  void arm_rto(Time now) noexcept;
   void on_rtx_timeout();
   void on_delack_timeout();
   // ---- RACK-TLP and PRR (RFC 8985, RFC 6937; recovery=rack) ----------------------
   // Loss recovery by RACK: made when a SACK connection first sends data.
   bool rack_on() const noexcept { return rack_ != nullptr; }
   void rack_after_ack(const Rack::AckResult& ra, const Header& h, const SackScoreboard::UpdateResult& sr,
-                      bool pure_dupack);
+                      bool pure_dupack, Time now);
   void rack_detect(Time now);
   void enter_rack_recovery(Time now);
   void prr_update(std::uint32_t delivered);
   bool send_recovery_rack();
-  bool schedule_probe();  // false: no probe now
+  bool schedule_probe(Time now);  // false: no probe now
   void on_probe_timeout();
   void on_reorder_timeout();
   void on_persist_timeout();
@@ -201,7 +202,7 @@ class TcpConnection final : public StreamEndpoint {
   void fail(Errc e);
   void notify();
   std::uint32_t tsval_now() const noexcept;
-  void start_rtt_timing(SeqNum seq);
+  void start_rtt_timing(SeqNum seq, Time now);
 
   TcpProtocol* proto_;  // null once released
   State state_ = State::closed;

@@ -277,13 +277,13 @@ bool TcpConnection::process_ack(const Header& h, const Options& opts, std::size_
   // RACK (RFC 8985 6.2): what this ACK delivered, by transmission.
   Rack::AckResult ra{};
   const bool pure_dupack = h.ack == snd_una_ && len == 0 && blocks.empty() && !h.has(kFin);
+  const Time now = rack_ != nullptr ? proto_->timers().clock().now() : Time{};
   if (rack_ != nullptr) {
     std::span<const SackBlock> sacks = blocks;
     if (sr.dsack) sacks = sacks.subspan(1);
     std::optional<std::uint32_t> tsecr;
     if (ts_ok_ && opts.timestamps) tsecr = opts.timestamps->tsecr;
-    ra = rack_->rack.on_ack(seq_max(h.ack, snd_una_), sacks, sr.dsack, tsecr, snd_max_,
-                            proto_->timers().clock().now());
+    ra = rack_->rack.on_ack(seq_max(h.ack, snd_una_), sacks, sr.dsack, tsecr, snd_max_, now);
   }
 
   if (h.ack > snd_una_) {
@@ -295,7 +295,7 @@ bool TcpConnection::process_ack(const Header& h, const Options& opts, std::size_
     duplicate_ack(h);
   }
   update_window(h);
-  if (rack_ != nullptr) rack_after_ack(ra, h, sr, pure_dupack);
+  if (rack_ != nullptr) rack_after_ack(ra, h, sr, pure_dupack, now);
 
   // Our FIN: it is acknowledged when SND.UNA passes it.
   const bool fin_acked = fin_sent_ && snd_una_ == snd_max_;
@@ -377,7 +377,7 @@ void TcpConnection::new_ack(const Header& h, const Options& opts, std::uint32_t 
   if (snd_una_ == snd_max_) {
     rtx_timer_.cancel();
   } else {
-    arm_rto();
+    arm_rto(now);
   }
 }
 
@@ -413,7 +413,7 @@ void TcpConnection::duplicate_ack(const Header&) {
     (void)send_segment(snd_una_, std::min<std::uint32_t>(payload_mss(), static_cast<std::uint32_t>(sndbuf_.size())),
                        kAck, true);
   }
-  arm_rto();
+  arm_rto(now);
 }
 
 // RFC 9293 3.10.7.4 fifth, the send window update.

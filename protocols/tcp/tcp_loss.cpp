@@ -29,8 +29,7 @@ bool TcpConnection::retransmit(SeqNum start, SeqNum end) {
 
 // RFC 8985 6.2 steps 4-5 and 7.4, and PRR, after an ACK was taken in.
 void TcpConnection::rack_after_ack(const Rack::AckResult& ra, const Header& h, const SackScoreboard::UpdateResult& sr,
-                                   bool pure_dupack) {
-  const Time now = proto_->timers().clock().now();
+                                   bool pure_dupack, Time now) {
   // Did a probe that repeated data repair a loss? Then the window comes
   // down as for a recovery, though nothing is left to send again.
   std::optional<SackBlock> dsack;
@@ -47,7 +46,7 @@ void TcpConnection::rack_after_ack(const Rack::AckResult& ra, const Header& h, c
   if (snd_una_ == snd_max_) return;  // new_ack() stopped the timer
   if (rtx_kind_ == RtxTimer::reorder && rtx_timer_.armed()) return;
   // A probe armed before must not fire in recovery: the RTO again then.
-  if ((ra.delivered > 0 || in_recovery_) && !schedule_probe() && rtx_kind_ == RtxTimer::probe) arm_rto();
+  if ((ra.delivered > 0 || in_recovery_) && !schedule_probe(now) && rtx_kind_ == RtxTimer::probe) arm_rto(now);
 }
 
 void TcpConnection::rack_detect(Time now) {
@@ -102,11 +101,10 @@ bool TcpConnection::send_recovery_rack() {
 
 // RFC 8985 7.2: after new data went out, or an ACK that delivered some,
 // arm the probe timer in place of the RTO.
-bool TcpConnection::schedule_probe() {
+bool TcpConnection::schedule_probe(Time now) {
   if (!proto_->config().tlp || in_recovery_ || rack_->tlp.in_flight()) return false;
   if (snd_una_ == snd_max_ || (recover_set_ && snd_una_ < recover_)) return false;  // nothing out, or an RTO's recovery
   if (rtx_kind_ == RtxTimer::reorder && rtx_timer_.armed()) return false;
-  const Time now = proto_->timers().clock().now();
   if (!rtx_timer_.armed() || rack_->rto_due < now) rack_->rto_due = now + rto_.rto();
   std::optional<Duration> srtt;
   if (rto_.has_sample()) srtt = rto_.srtt();
@@ -114,7 +112,10 @@ bool TcpConnection::schedule_probe() {
   const TcpConfig& cfg = proto_->config();
   const Duration pto = Tlp::pto(srtt, one_segment, cfg.tlp_delack, cfg.tlp_min, rack_->rto_due - now);
   rtx_kind_ = RtxTimer::probe;
-  rtx_timer_.arm_after(pto);
+  // A one-segment flight's probe mostly falls on the RTO's own deadline:
+  // the armed timer stays, only what it does changes.
+  const Time due = now + pto;
+  if (!rtx_timer_.armed() || rtx_timer_.deadline() != due) rtx_timer_.arm(due);
   return true;
 }
 

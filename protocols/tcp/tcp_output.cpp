@@ -87,17 +87,19 @@ std::size_t TcpConnection::unsent_bytes() const noexcept {
   return off >= sndbuf_.size() ? 0 : sndbuf_.size() - off;
 }
 
-void TcpConnection::start_rtt_timing(SeqNum end) {
+void TcpConnection::start_rtt_timing(SeqNum end, Time now) {
   rtt_timing_ = true;
   rtt_seq_ = end;
-  rtt_start_ = proto_->timers().clock().now();
+  rtt_start_ = now;
 }
 
-void TcpConnection::arm_rto() noexcept {
+void TcpConnection::arm_rto(Time now) noexcept {
   rtx_kind_ = RtxTimer::rto;
-  rtx_timer_.arm_after(rto_.rto());
+  rtx_timer_.arm(now + rto_.rto());
   if (rack_) rack_->rto_due = rtx_timer_.deadline();
 }
+
+void TcpConnection::arm_rto() noexcept { arm_rto(proto_->timers().clock().now()); }
 
 void TcpConnection::arm_rtx() noexcept {
   if (!rtx_timer_.armed()) arm_rto();
@@ -155,28 +157,30 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
   delack_timer_.cancel();
   stats_.segs_out += pieces;
   stats_.bytes_sent += len;
+  // One clock read for what follows; a bare ACK needs none.
+  const SeqNum end = seq + len + ((flags & kSyn) ? 1u : 0u) + ((flags & kFin) ? 1u : 0u);
+  const Time now = end != seq ? proto_->timers().clock().now() : Time{};
   if (retransmit) {
     stats_.retransmits += pieces;
     proto_->c_.retransmits.inc(pieces);
     // Karn: a retransmission inside the timed range spoils the measurement.
     if (rtt_timing_ && rtt_seq_ > seq) rtt_timing_ = false;
   } else if (len > 0 && !rtt_timing_) {
-    start_rtt_timing(seq + len);
+    start_rtt_timing(seq + len, now);
   }
-  const SeqNum end = seq + len + ((flags & kSyn) ? 1u : 0u) + ((flags & kFin) ? 1u : 0u);
   if (!(flags & kSyn) && end != seq) {
     // RACK logs every transmission of data (or of the FIN) with its time.
     if (rack_ == nullptr && sack_ok_ && proto_->config().recovery == TcpConfig::Recovery::rack) {
       rack_ = std::make_unique<RackTlp>();
-      if (rto_.has_sample()) rack_->rack.rtt_sample(rto_.srtt(), proto_->timers().clock().now());
+      if (rto_.has_sample()) rack_->rack.rtt_sample(rto_.srtt(), now);
     }
     if (rack_ != nullptr) {
-      rack_->rack.on_send(seq, end, proto_->timers().clock().now());
+      rack_->rack.on_send(seq, end, now);
       if (in_recovery_) rack_->prr.on_sent(len + ((flags & kFin) ? 1u : 0u));
     }
   }
   if (end > snd_max_) snd_max_ = end;
-  if (end != seq) arm_rtx();
+  if (end != seq && !rtx_timer_.armed()) arm_rto(now);
   return proto_->transmit(*ip_, tuple_.local_addr, tuple_.remote_addr, std::move(payload), checksum_mode());
 }
 
@@ -212,7 +216,7 @@ void TcpConnection::send_syn() {
   rcv_adv_ = rcv_nxt_ + (synack ? std::uint32_t{h.window} : 0u);
   h.write(*room);
   ++stats_.segs_out;
-  if (retries_ == 0) start_rtt_timing(iss_ + 1);
+  if (retries_ == 0) start_rtt_timing(iss_ + 1, proto_->timers().clock().now());
   snd_nxt_ = iss_ + 1;
   if (snd_max_ < snd_nxt_) snd_max_ = snd_nxt_;
   arm_rtx();
@@ -292,7 +296,7 @@ void TcpConnection::output() {
     // timeout alike), then new data as the window allows. (The first data
     // sent makes rack_.)
     if (rack_ != nullptr && rack_->rack.lost_bytes() > 0) (void)send_recovery_rack();
-    if (send_new_data() && !in_recovery_ && rack_ != nullptr) schedule_probe();
+    if (send_new_data() && !in_recovery_ && rack_ != nullptr) (void)schedule_probe(proto_->timers().clock().now());
     return;
   }
   if (in_recovery_ && sack_ok_) (void)send_recovery();
