@@ -23,7 +23,7 @@ FaultProtocol::FaultProtocol(std::string name, Protocol& below, FaultConfig conf
       clock_(loop != nullptr ? loop->clock() : own_clock_),
       rng_(config.seed) {
   if (!valid_probability(config_.loss) || !valid_probability(config_.duplicate) ||
-      !valid_probability(config_.reorder) || !valid_probability(config_.corrupt)) {
+      !valid_probability(config_.reorder) || !valid_probability(config_.corrupt) || !valid_probability(config_.ce)) {
     throw std::invalid_argument("fault: probabilities must be within 0..1");
   }
   if ((config_.delay.count() != 0 || config_.jitter.count() != 0) && loop_ == nullptr) {
@@ -41,6 +41,7 @@ FaultProtocol::FaultProtocol(std::string name, Protocol& below, FaultConfig conf
         &counters().add(p + "_lost", "dropped by loss="),
         &counters().add(p + "_rate_dropped", "dropped over rate="),
         &counters().add(p + "_corrupted", "one bit flipped by corrupt="),
+        &counters().add(p + "_ce_marked", "ECN-capable packets marked Congestion Experienced by ce="),
         &counters().add(p + "_duplicated", "sent twice by duplicate="),
         &counters().add(p + "_reordered", "held behind the next message by reorder="),
         &counters().add(p + "_delayed", "held for delay=/jitter="),
@@ -97,6 +98,12 @@ Status FaultProtocol::process(Dir d, PassSession& s, Msg msg) {
   if (chance(config_.loss)) {
     ++*c.lost;
     return {};
+  }
+  // A congested router marks what is ECN-capable (ECT(0) or ECT(1)).
+  const std::uint8_t ecn = msg.offload().tos & 0x03;
+  if (d == kTx && ecn != 0 && ecn != 0x03 && chance(config_.ce)) {
+    msg.offload().tos |= 0x03;
+    ++*c.ce_marked;
   }
   if (chance(config_.corrupt) && !msg.empty()) {
     msg = corrupted_copy(msg);
@@ -228,6 +235,8 @@ void register_fault(Registry& registry) {
           .with_option(OptionSpec::real("reorder", 0, 1, "probability of holding a message behind the next").defaults_to("0"))
           .with_option(OptionSpec::real("reorder_ms", 0, 60000, "longest hold of a reordered message (ms)").defaults_to("10"))
           .with_option(OptionSpec::real("corrupt", 0, 1, "probability of flipping one bit").defaults_to("0"))
+          .with_option(OptionSpec::real("ce", 0, 1, "probability of marking an ECN-capable packet CE (above ipv4, tx)")
+                           .defaults_to("0"))
           .with_option(OptionSpec::real("delay", 0, 60000, "added delay (ms)").defaults_to("0"))
           .with_option(OptionSpec::real("jitter", 0, 60000, "random extra delay 0..jitter (ms)").defaults_to("0"))
           .with_option(OptionSpec::size("rate", 0, std::uint64_t{1} << 40, "bytes per second; 0: no limit").defaults_to("0"))
@@ -243,6 +252,7 @@ void register_fault(Registry& registry) {
             c.reorder = o.get_real("reorder");
             c.reorder_hold = from_ms(o.get_real("reorder_ms"));
             c.corrupt = o.get_real("corrupt");
+            c.ce = o.get_real("ce");
             c.delay = from_ms(o.get_real("delay"));
             c.jitter = from_ms(o.get_real("jitter"));
             c.rate = o.get_size("rate");

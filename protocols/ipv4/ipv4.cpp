@@ -499,6 +499,7 @@ Status Ipv4Protocol::send(Ipv4Addr dst, std::uint8_t protocol, Msg payload, Send
   payload.offload().flags &= Offload::kTxMask | Offload::tx_tcp_seg;
   Header h;
   h.ttl = config_.ttl;
+  h.tos = payload.offload().tos;
   h.protocol = protocol;
   h.src = address();
   h.dst = dst;

@@ -92,7 +92,8 @@ class TcpConnection final : public StreamEndpoint {
 
   // ---- what TcpProtocol asks of a connection ----------------------------------
   // A segment of this connection's 4-tuple (RFC 9293 3.10.7).
-  void segment_arrives(Header h, const Options& opts, Msg payload);
+  // `ce`: its IP header was marked Congestion Experienced (RFC 3168).
+  void segment_arrives(Header h, const Options& opts, Msg payload, bool ce = false);
   // An ICMP error about this connection that passed TcpProtocol's checks.
   void icmp_error(const ctl::NetError& err);
   // After from_syn() and insertion: SYN-RECEIVED, and the SYN-ACK goes out.
@@ -153,6 +154,11 @@ class TcpConnection final : public StreamEndpoint {
   void window_opened();
   void take_options(const Options& opts, bool syn);
   void challenge_ack();
+  // RFC 3168 6.1.2: the peer echoed a congestion mark.
+  void ecn_echo(Time now);
+  // A loss-free reduction (an ECN echo, a loss a probe repaired): the
+  // congestion control's decrease at once, no recovery.
+  void reduce_window(Time now);
 
   // ---- output (tcp_output.cpp) -------------------------------------------------
   void output();
@@ -253,6 +259,14 @@ class TcpConnection final : public StreamEndpoint {
   bool fin_received_ = false;
   std::optional<SeqNum> fin_seq_pending_;  // a FIN beyond a hole
 
+  // ECN (RFC 3168): negotiated; CE seen and echoed in every ACK until the
+  // peer's CWR; our CWR owed on the next new data; one reduction per window.
+  bool ecn_ok_ = false;
+  bool ece_out_ = false;
+  bool cwr_out_ = false;
+  bool ecn_recover_set_ = false;
+  SeqNum ecn_recover_;
+  std::uint8_t tos_ = 0;  // IP_TOS: the DSCP bits of every packet (ECN's are ours)
   bool nodelay_ = false;
   bool cork_ = false;
   // write() copies and sends a large write in pieces of this many bytes.

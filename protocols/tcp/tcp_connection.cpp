@@ -61,6 +61,9 @@ Ref<TcpConnection> TcpConnection::from_syn(TcpProtocol& proto, ListenSession& l,
   c->take_options(opts, true);
   c->snd_wnd_ = h.window;  // never scaled in a SYN (RFC 7323 2.2)
   c->max_snd_wnd_ = c->snd_wnd_;
+  // RFC 3168 6.1.1: an ECN-setup SYN has ECE and CWR; our SYN-ACK says yes
+  // with ECE alone.
+  c->ecn_ok_ = proto.config().ecn != TcpConfig::Ecn::off && h.has(kEce) && h.has(kCwr);
   return c;
 }
 
@@ -402,6 +405,7 @@ ConnStats TcpConnection::stats() const noexcept {
   s.rcv_wscale = rcv_wscale_;
   s.sack = sack_ok_;
   s.timestamps = ts_ok_;
+  s.ecn = ecn_ok_;
   return s;
 }
 
@@ -510,6 +514,7 @@ Status TcpConnection::tune(const Tuning& t) {
   }
   // max_segment is used by the handshake (our SYN's offer, the MSS we send with).
   tuning_->update(t);
+  if (t.tos) tos_ = static_cast<std::uint8_t>(*t.tos & ~kEcnMask);
   if (proto_ == nullptr) return {};
   // A new idle time counts from the last segment received, as Linux's does.
   if (t.keepalive_idle && keepalive_ && state_ == State::established && keepalive_sent_ == 0) {

@@ -37,7 +37,7 @@ void TcpConnection::take_options(const Options& opts, bool syn) {
   cc_->set_mss(payload_mss());
 }
 
-void TcpConnection::segment_arrives(Header h, const Options& opts, Msg payload) {
+void TcpConnection::segment_arrives(Header h, const Options& opts, Msg payload, bool ce) {
   Ref<TcpConnection> keep(this);
   ++stats_.segs_in;
   if (proto_ == nullptr) return;
@@ -98,6 +98,17 @@ void TcpConnection::segment_arrives(Header h, const Options& opts, Msg payload) 
   }
   // Fifth: no ACK, no processing.
   if (!h.has(kAck)) return;
+  // RFC 3168 6.1.3: a CE mark is echoed (ECE) in every ACK until the
+  // peer's CWR says it reduced; the first one is ACKed at once.
+  bool ce_news = false;
+  if (ecn_ok_) {
+    if (h.has(kCwr)) ece_out_ = false;
+    if (ce) {
+      ++proto_->c_.ecn_ce_received;
+      ce_news = !ece_out_;
+      ece_out_ = true;
+    }
+  }
   if (!process_ack(h, opts, payload.size())) {
     notify();
     return;
@@ -118,6 +129,7 @@ void TcpConnection::segment_arrives(Header h, const Options& opts, Msg payload) 
       break;  // CLOSE-WAIT, CLOSING, LAST-ACK, TIME-WAIT: the peer already sent its FIN
   }
   if (proto_ != nullptr) output();
+  if (ce_news && proto_ != nullptr && ack_pending_) send_ack_now();
   notify();
 }
 
@@ -147,6 +159,8 @@ void TcpConnection::input_syn_sent(const Header& h, const Options& opts, Msg pay
     snd_una_ = h.ack;
     soft_error_ = Errc::ok;
     rtx_timer_.cancel();
+    // RFC 3168 6.1.1: ECN if we asked and the SYN-ACK has ECE without CWR.
+    ecn_ok_ = proto_->config().ecn == TcpConfig::Ecn::on && h.has(kEce) && !h.has(kCwr);
     if (rtt_timing_ && h.ack > rtt_seq_ - 1 && retries_ == 0) {
       rto_.on_rtt_sample(proto_->timers().clock().now() - rtt_start_);
     }
@@ -295,6 +309,7 @@ bool TcpConnection::process_ack(const Header& h, const Options& opts, std::size_
     duplicate_ack(h);
   }
   update_window(h);
+  if (ecn_ok_ && h.has(kEce)) ecn_echo(rack_ != nullptr ? now : proto_->timers().clock().now());
   if (rack_ != nullptr) rack_after_ack(ra, h, sr, pure_dupack, now);
 
   // Our FIN: it is acknowledged when SND.UNA passes it.

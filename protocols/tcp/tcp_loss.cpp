@@ -36,10 +36,7 @@ void TcpConnection::rack_after_ack(const Rack::AckResult& ra, const Header& h, c
   if (sr.dsack) dsack = sr.dsack_block;
   if (rack_->tlp.on_ack(h.ack, dsack, pure_dupack) == Tlp::Outcome::repaired) {
     ++proto_->c_.loss_probe_repairs;
-    if (!in_recovery_) {
-      cc_->enter_recovery(now, seq_span(snd_una_, snd_max_));
-      cc_->end_reduction(now);
-    }
+    if (!in_recovery_) reduce_window(now);
   }
   if (ra.advanced) rack_detect(now);
   if (in_recovery_) prr_update(ra.delivered);
@@ -47,6 +44,24 @@ void TcpConnection::rack_after_ack(const Rack::AckResult& ra, const Header& h, c
   if (rtx_kind_ == RtxTimer::reorder && rtx_timer_.armed()) return;
   // A probe armed before must not fire in recovery: the RTO again then.
   if ((ra.delivered > 0 || in_recovery_) && !schedule_probe(now) && rtx_kind_ == RtxTimer::probe) arm_rto(now);
+}
+
+void TcpConnection::reduce_window(Time now) {
+  cc_->enter_recovery(now, seq_span(snd_una_, snd_max_));
+  cc_->end_reduction(now);
+}
+
+// RFC 3168 6.1.2: an ECN-Echo is congestion without a loss: the window
+// comes down as for one, once per window of data (not again in a recovery,
+// nor while our CWR has not gone out: the peer is still echoing the same
+// mark), and the next new data carries CWR.
+void TcpConnection::ecn_echo(Time now) {
+  if (in_recovery_ || cwr_out_ || (ecn_recover_set_ && snd_una_ < ecn_recover_)) return;
+  reduce_window(now);
+  ++proto_->c_.ecn_reductions;
+  cwr_out_ = true;
+  ecn_recover_ = snd_max_;
+  ecn_recover_set_ = true;
 }
 
 void TcpConnection::rack_detect(Time now) {
@@ -110,7 +125,7 @@ bool TcpConnection::schedule_probe(Time now) {
   if (rto_.has_sample()) srtt = rto_.srtt();
   const bool one_segment = seq_span(snd_una_, snd_max_) <= payload_mss();
   const TcpConfig& cfg = proto_->config();
-  const Duration pto = Tlp::pto(srtt, one_segment, cfg.tlp_delack, cfg.tlp_min, rack_->rto_due - now);
+  const Duration pto = Tlp::pto(srtt, one_segment, cfg.tlp_delack, cfg.probe_floor(), rack_->rto_due - now);
   rtx_kind_ = RtxTimer::probe;
   // A one-segment flight's probe mostly falls on the RTO's own deadline:
   // the armed timer stays, only what it does changes.

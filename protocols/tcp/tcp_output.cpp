@@ -129,6 +129,21 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
     while (o.sack_count > 0 && std::min(len, payload_mss()) + options_size(o) > mss_) --o.sack_count;
     stats_.sack_blocks_out += o.sack_count;
   }
+  // RFC 3168 6.1: new data is ECN-capable (ECT(0)); retransmissions, pure
+  // ACKs and probes are not. ECE in every ACK while a CE mark waits for the
+  // peer's CWR; our CWR on the first new data after a reduction.
+  std::uint8_t tos = tos_;
+  if (ecn_ok_) {
+    if ((flags & kAck) && ece_out_) flags |= kEce;
+    if (len > 0 && !retransmit && seq != snd_una_ - 1) {
+      tos |= kEcnEct0;
+      if (cwr_out_) {
+        flags |= kCwr;
+        cwr_out_ = false;
+      }
+    }
+  }
+  payload.offload().tos = tos;
   Header h;
   auto room = push_header(payload, &o, h);
   if (!room) return room.status();
@@ -207,6 +222,11 @@ void TcpConnection::send_syn() {
   h.dst_port = tuple_.remote_port;
   h.seq = iss_;
   h.flags = synack ? (kSyn | kAck) : kSyn;
+  // RFC 3168 6.1.1: ask for ECN with ECE and CWR (not on a retransmitted
+  // SYN: a middlebox may drop ECN-setup SYNs, 6.1.1.1); accept with ECE.
+  if (synack && ecn_ok_) h.flags |= kEce;
+  if (!synack && cfg.ecn == TcpConfig::Ecn::on && retries_ == 0) h.flags |= kEce | kCwr;
+  m.offload().tos = tos_;
   if (synack) {
     h.ack = rcv_nxt_;
     last_ack_sent_ = rcv_nxt_;

@@ -135,6 +135,8 @@ TcpProtocol::TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, 
          counters().add("reorder_timeouts", "RACK reordering timers that expired (RFC 8985 6.2)"),
          counters().add("rack_lost_bytes", "bytes RACK marked lost"),
          counters().add("rto_wait_us", "time spent waiting for retransmission timeouts that expired"),
+         counters().add("ecn_ce_received", "segments that arrived marked Congestion Experienced (RFC 3168)"),
+         counters().add("ecn_reductions", "window reductions for an ECN-Echo (at most one per window)"),
          counters().add("ooo_segments", "segments that arrived out of order"),
          counters().add("delayed_acks", "ACKs sent by the delayed-ACK timer"),
          counters().add("burst_acks", "ACKs for two or more full segments, sent at the end of an input burst"),
@@ -477,7 +479,7 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
     const std::optional<TimeWaitRecord> old =
         c->state() == State::time_wait ? std::optional(c->time_wait_record({})) : std::nullopt;
     if (!old || !syn_reopens(h, *opts, *old)) {
-      c->segment_arrives(h, *opts, std::move(payload));
+      c->segment_arrives(h, *opts, std::move(payload), (rx->tos & kEcnMask) == kEcnCe);
       return {};
     }
     ++c_.time_wait_reused;
@@ -834,7 +836,10 @@ void register_tcp(Registry& registry) {
           .with_option(OptionSpec::boolean("tlp", "tail loss probes (RFC 8985 7), with recovery=rack").defaults_to("on"))
           .with_option(OptionSpec::real("tlp_delack_ms", 0, 500, "a one-segment probe also waits this (WCDelAckT)")
                            .defaults_to("200"))
-          .with_option(OptionSpec::real("tlp_min_ms", 0, 1000, "no tail loss probe sooner than this").defaults_to("2"))
+          .with_option(OptionSpec::real("tlp_min_ms", 0, 3.6e6, "no tail loss probe sooner than this (default: rto_min / 4)"))
+          .with_option(OptionSpec::choice("ecn", {"passive", "on", "off"},
+                                          "ECN (RFC 3168): accept when asked, also ask, or never")
+                           .defaults_to("passive"))
           .with_option(OptionSpec::integer("quickacks", 0, 1024,
                                            "segments ACKed at once while young or after idling (0: off)")
                            .defaults_to("16"))
@@ -879,8 +884,10 @@ void register_tcp(Registry& registry) {
             c.quickacks = static_cast<unsigned>(o.get_int("quickacks"));
             c.recovery = o.get_string("recovery") == "rack" ? TcpConfig::Recovery::rack : TcpConfig::Recovery::rfc6675;
             c.tlp = o.get_bool("tlp");
+            const std::string ecn = o.get_string("ecn");
+            c.ecn = ecn == "on" ? TcpConfig::Ecn::on : ecn == "off" ? TcpConfig::Ecn::off : TcpConfig::Ecn::passive;
             c.tlp_delack = ms("tlp_delack_ms");
-            c.tlp_min = ms("tlp_min_ms");
+            if (o.has("tlp_min_ms")) c.tlp_min = ms("tlp_min_ms");
             c.ack_per_burst = o.get_bool("ack_per_burst");
             c.ack_burst_max = static_cast<std::uint32_t>(o.get_size("ack_burst_max"));
             c.gso = o.get_bool("gso");

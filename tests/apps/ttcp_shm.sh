@@ -60,7 +60,7 @@ shm   net0 path=$SOCK role=server
 eth   eth0 below=net0
 arp   arp0 below=eth0
 ipv4  ip0  below=eth0,arp0 addr=192.0.2.10/24
-fault f0   below=ip0 dir=rx loss=0.002 duplicate=0.002 reorder=0.005 corrupt=0.002 seed=5
+fault f0   below=ip0 dir=rx loss=0.005 duplicate=0.01 reorder=0.005 corrupt=0.01 seed=5
 tcp   tcp0 below=f0
 udp   udp0 below=ip0
 GRAPH

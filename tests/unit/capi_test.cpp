@@ -946,6 +946,29 @@ TEST_P(CApi, CongestionControlAndNotsentLowatPerSocket) {
   xk_close(s);
 }
 
+// IP_TOS: the DSCP bits are kept (the ECN bits are the stack's, as on
+// Linux), before and after connect; the connection still carries data.
+TEST_P(CApi, IpTosKeepsTheDscpBits) {
+  int c = tcp();
+  int tos = 0xb9;  // EF (0xb8) with an ECN bit a program may not set
+  ASSERT_EQ(xk_setsockopt(c, IPPROTO_IP, IP_TOS, &tos, sizeof tos), 0) << xk_last_error();
+  int v = 0;
+  socklen_t len = sizeof v;
+  ASSERT_EQ(xk_getsockopt(c, IPPROTO_IP, IP_TOS, &v, &len), 0);
+  EXPECT_EQ(v, 0xb8);
+  xk_close(c);
+  auto [c2, s2] = pair(5021);
+  tos = 0x28;
+  ASSERT_EQ(xk_setsockopt(c2, IPPROTO_IP, IP_TOS, &tos, sizeof tos), 0);
+  len = sizeof v;
+  ASSERT_EQ(xk_getsockopt(c2, IPPROTO_IP, IP_TOS, &v, &len), 0);
+  EXPECT_EQ(v, 0x28);
+  auto data = pattern(100000, 4);
+  EXPECT_EQ(pump(c2, s2, data), data);
+  xk_close(c2);
+  xk_close(s2);
+}
+
 TEST_P(CApi, ConnectionsWithChecksumsOffStillCarryData) {
   int l = listener(5012);
   int off = 0;

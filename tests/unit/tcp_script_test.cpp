@@ -643,6 +643,7 @@ TEST_F(TcpScript, SackRecoveryRetransmitsWhatRfc6675Says) {
 TEST_F(TcpScript, ATailLossProbeAfterTwoSrttFindsTheLossInsteadOfTheRto) {
   TcpConfig c;
   c.cc = "newreno";
+  c.tlp_min = 2ms;  // RFC 8985's own floor, not a quarter of rto_min
   start(c);
   passive_open(Offer().sack().rtt(10ms));
   EXPECT_EQ(sock.stats().srtt, 10ms);
@@ -673,8 +674,23 @@ TEST_F(TcpScript, ATailLossProbeAfterTwoSrttFindsTheLossInsteadOfTheRto) {
 
 // RFC 8985 7.3: with unsent data the probe is new data, beyond what cwnd
 // allows; its ACK covering all is no loss (7.4), and the window stays.
-TEST_F(TcpScript, AProbeSendsNewDataWhenThereIsSome) {
+// And by default no probe comes before a quarter of rto_min.
+TEST_F(TcpScript, TheProbeWaitsAtLeastAQuarterOfRtoMinByDefault) {
   start();
+  passive_open(Offer().sack().rtt(10ms));
+  write(4000);
+  for (std::uint32_t i = 0; i < 4; ++i) expect((i == 3 ? psh_ack() : ack()).seq(1 + 1000 * i).ack(1).len(1000));
+  advance(49999us);
+  expect_nothing();
+  advance(1us);
+  expect(ack().seq(3001).ack(1).len(1000));
+  EXPECT_EQ(stats().loss_probes.value(), 1u);
+}
+
+TEST_F(TcpScript, AProbeSendsNewDataWhenThereIsSome) {
+  TcpConfig c;
+  c.tlp_min = 2ms;
+  start(c);
   passive_open(Offer().sack().rtt(10ms));
   write(12000);
   for (std::uint32_t i = 0; i < 10; ++i) expect(ack().seq(1 + 1000 * i).ack(1).len(1000));
@@ -695,6 +711,7 @@ TEST_F(TcpScript, AProbeSendsNewDataWhenThereIsSome) {
 TEST_F(TcpScript, AOneSegmentFlightIsProbedAfterTwoSrttPlusTheDelayedAck) {
   TcpConfig c;
   c.rto_min = 1s;
+  c.tlp_min = 2ms;  // RFC 8985's own floor, not a quarter of rto_min
   start(c);
   passive_open(Offer().sack().rtt(10ms));
   write(500);
@@ -718,6 +735,7 @@ TEST_F(TcpScript, AOneSegmentFlightIsProbedAfterTwoSrttPlusTheDelayedAck) {
 TEST_F(TcpScript, ADsackOfTheProbeMeansNothingWasLost) {
   TcpConfig c;
   c.rto_min = 1s;
+  c.tlp_min = 2ms;  // RFC 8985's own floor, not a quarter of rto_min
   start(c);
   passive_open(Offer().sack().rtt(10ms));
   write(500);
@@ -740,6 +758,7 @@ TEST_F(TcpScript, ADsackOfTheProbeMeansNothingWasLost) {
 TEST_F(TcpScript, RackWaitsOutTheReorderingWindowBeforeALoss) {
   TcpConfig c;
   c.cc = "newreno";
+  c.tlp_min = 2ms;  // RFC 8985's own floor, not a quarter of rto_min
   start(c);
   passive_open(Offer().sack().rtt(8ms));
   write(4000);
@@ -770,6 +789,7 @@ TEST_F(TcpScript, RackWaitsOutTheReorderingWindowBeforeALoss) {
 TEST_F(TcpScript, AfterReorderingThreeSacksWaitForTheWindow) {
   TcpConfig c;
   c.cc = "newreno";
+  c.tlp_min = 2ms;  // RFC 8985's own floor, not a quarter of rto_min
   start(c);
   passive_open(Offer().sack().rtt(8ms));
   write(2000);
@@ -792,6 +812,7 @@ TEST_F(TcpScript, AfterReorderingThreeSacksWaitForTheWindow) {
 TEST_F(TcpScript, ALostRetransmissionIsFoundWithoutAnRto) {
   TcpConfig c;
   c.cc = "newreno";
+  c.tlp_min = 2ms;  // RFC 8985's own floor, not a quarter of rto_min
   start(c);
   passive_open(Offer().sack().rtt(10ms));
   write(5000);
@@ -822,6 +843,7 @@ TEST_F(TcpScript, ALostRetransmissionIsFoundWithoutAnRto) {
 TEST_F(TcpScript, PrrSpreadsTheReductionOverTheRecovery) {
   TcpConfig c;
   c.cc = "newreno";
+  c.tlp_min = 2ms;  // RFC 8985's own floor, not a quarter of rto_min
   start(c);
   passive_open(Offer().sack().rtt(10ms));
   write(10000);
@@ -853,6 +875,110 @@ TEST_F(TcpScript, PrrSpreadsTheReductionOverTheRecovery) {
   inject(ack().seq(1).ack(10001));
   EXPECT_EQ(sock.stats().cwnd, 5000u) << "ssthresh at the end of recovery";
   EXPECT_EQ(stats().rto_expiries.value(), 0u);
+}
+
+// ---- ECN (RFC 3168) -----------------------------------------------------------------------
+
+// 6.1.1: an ECN-setup SYN (ECE and CWR) gets ECE alone in the SYN-ACK (the
+// harness checks it); new data then goes out ECT(0); pure ACKs and
+// retransmissions do not (6.1.4, 6.1.5).
+TEST_F(TcpScript, EcnIsAcceptedWhenAskedAndOnlyNewDataIsEcnCapable) {
+  start();
+  passive_open(Offer().ecn());
+  EXPECT_TRUE(sock.stats().ecn);
+  write(1000);
+  Got g = expect(psh_ack().seq(1).ack(1).len(1000));
+  EXPECT_EQ(g.tos, kEcnEct0);
+  inject(ack().seq(1).ack(1).len(100));
+  g = expect(ack().seq(1001).ack(101));
+  EXPECT_EQ(g.tos, 0) << "a pure ACK is not ECN-capable";
+  advance(1s);  // RTO
+  g = expect(ack().seq(1).ack(101).len(1000));
+  EXPECT_EQ(g.tos, 0) << "nor a retransmission";
+}
+
+// IP_TOS: every packet carries the DSCP bits; the ECN field stays the
+// stack's (ECT(0) on new data of an ECN connection).
+TEST_F(TcpScript, TosDscpBitsGoOnEveryPacketBesideEcn) {
+  start();
+  passive_open(Offer().ecn());
+  Tuning t;
+  t.tos = 0xb9;
+  ASSERT_TRUE(sock.tune(t).ok());
+  write(1000);
+  EXPECT_EQ(expect(psh_ack().seq(1).ack(1).len(1000)).tos, 0xb8 | kEcnEct0);
+  inject(ack().seq(1).ack(1001).len(100));
+  EXPECT_EQ(expect(ack().seq(1001).ack(101)).tos, 0xb8);
+}
+
+TEST_F(TcpScript, NoEcnUnlessBothAskOrWhenTurnedOff) {
+  start();
+  passive_open(Offer());
+  EXPECT_FALSE(sock.stats().ecn);
+  write(1000);
+  EXPECT_EQ(expect(psh_ack().seq(1).ack(1).len(1000)).tos, 0);
+}
+
+TEST_F(TcpScript, EcnOffRefusesAnEcnSetupSyn) {
+  TcpConfig c;
+  c.ecn = TcpConfig::Ecn::off;
+  start(c);
+  passive_open(Offer().ecn());  // the SYN-ACK has no ECE: checked by passive_open
+  EXPECT_FALSE(sock.stats().ecn);
+}
+
+// 6.1.1: with ecn=on our SYN asks for it; a SYN sent again does not (a
+// middlebox may drop ECN-setup SYNs, 6.1.1.1).
+TEST_F(TcpScript, AnActiveOpenAsksForEcnOnlyInItsFirstSyn) {
+  TcpConfig c;
+  c.ecn = TcpConfig::Ecn::on;
+  start(c);
+  sock = tcp->socket();
+  ASSERT_TRUE(sock.connect(kPeer, Port{80}).ok());
+  pport = 80;
+  expect(seg(kSyn | kEce | kCwr).win(65535).mss(1460).ws(11).sackok().ts(now_ms(), 0));
+  advance(1s);
+  expect(syn().win(65535).mss(1460).ws(11).sackok().ts(now_ms(), 0));
+}
+
+// 6.1.3: a CE mark is echoed with ECE on every ACK, the first at once,
+// until the peer's CWR.
+TEST_F(TcpScript, ACongestionMarkIsEchoedUntilThePeerSaysCwr) {
+  start();
+  passive_open(Offer().ecn());
+  inject(ack().seq(1).ack(1).len(1000).ce());
+  expect(seg(kAck | kEce).seq(1).ack(1001));
+  EXPECT_EQ(stats().ecn_ce_received.value(), 1u);
+  inject(ack().seq(1001).ack(1).len(1000));
+  expect(seg(kAck | kEce).seq(1).ack(2001));
+  inject(seg(kAck | kCwr).seq(2001).ack(1).len(1000));
+  expect(ack().seq(1).ack(3001));
+  expect_nothing();
+}
+
+// 6.1.2: an ECN-Echo reduces the window as a loss would, once per window of
+// data, and the next new data carries CWR.
+TEST_F(TcpScript, AnEcnEchoHalvesTheWindowOncePerWindowAndCwrFollows) {
+  TcpConfig c;
+  c.cc = "newreno";
+  start(c);
+  passive_open(Offer().ecn());
+  write(4000);
+  for (std::uint32_t i = 0; i < 4; ++i) expect((i == 3 ? psh_ack() : ack()).seq(1 + 1000 * i).ack(1).len(1000));
+  inject(seg(kAck | kEce).seq(1).ack(1001));
+  EXPECT_EQ(sock.stats().cwnd, 2000u) << "ssthresh = FlightSize / 2";
+  EXPECT_EQ(stats().ecn_reductions.value(), 1u);
+  inject(seg(kAck | kEce).seq(1).ack(2001));
+  EXPECT_EQ(stats().ecn_reductions.value(), 1u) << "the same mark, echoed until our CWR";
+  write(1000);
+  expect_nothing();  // 2000 in flight: cwnd is full
+  inject(ack().seq(1).ack(3001));
+  Got g = expect(seg(kAck | kPsh | kCwr).seq(4001).ack(1).len(1000));  // new data, with CWR
+  EXPECT_EQ(g.tos, kEcnEct0);
+  // A mark on data of the next window is a new congestion event.
+  inject(seg(kAck | kEce).seq(1).ack(4001));
+  EXPECT_EQ(stats().ecn_reductions.value(), 2u);
+  EXPECT_EQ(stats().retransmits.value(), 0u);
 }
 
 // RFC 6582 without SACK: fast retransmit on the third duplicate ACK, the next

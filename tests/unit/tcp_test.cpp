@@ -349,6 +349,24 @@ TEST_F(Tcp2, AStreamCrossesADelayedPath) {
   EXPECT_GE(c.stats().srtt, 10ms);
 }
 
+// ECN end to end (RFC 3168): A asks, B accepts; a congested hop (the fault
+// layer under A's TCP) marks 2 % of A's data CE instead of dropping it.
+// Every byte arrives with no retransmission, B echoes the marks, A cuts
+// its window for them.
+TEST_F(Tcp2, EcnMarksCutTheWindowWithoutALoss) {
+  build({.tcp = "ecn=on", .fault = "dir=tx ce=0.02 seed=3"}, {});
+  auto [c, s] = connected();
+  EXPECT_TRUE(c.stats().ecn);
+  EXPECT_TRUE(s.stats().ecn);
+  std::vector<std::byte> out = pattern(4 << 20, 5), in;
+  transfer(c, s, out, in);
+  EXPECT_EQ(in, out);
+  EXPECT_GT(counter(*a, "f0", "tx_ce_marked"), 0u);
+  EXPECT_EQ(counter(*b, "tcp0", "ecn_ce_received"), counter(*a, "f0", "tx_ce_marked"));
+  EXPECT_GT(counter(*a, "tcp0", "ecn_reductions"), 0u);
+  EXPECT_EQ(c.stats().retransmits, 0u);
+}
+
 // RACK-TLP against RFC 6675 on the same 1 % loss (same seeds, same bytes):
 // time-based detection repairs the lost retransmissions and the losses near
 // a flight's end that the duplicate-ACK rule leaves to the RTO. (The link

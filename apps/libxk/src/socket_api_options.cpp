@@ -139,6 +139,16 @@ extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, soc
             return ENOPROTOOPT;
         }
       }
+      if (level == IPPROTO_IP && name == IP_TOS && stream) {
+        // The DSCP bits of every packet the connection sends (the ECN bits
+        // are the stack's, as on Linux); remembered for what a listener
+        // accepts and for a connect to come.
+        tcp::Tuning t;
+        t.tos = static_cast<std::uint8_t>(iv & 0xfc);
+        if (c != nullptr) (void)s->conn.tune(t);
+        s->tuning.update(t);
+        return 0;
+      }
       if (level == IPPROTO_TCP && stream) {
         switch (name) {
           case TCP_NODELAY:
@@ -297,6 +307,10 @@ extern "C" int xk_getsockopt(int fd, int level, int name, void* value, socklen_t
           }
           default: return Answer{ENOPROTOOPT};
         }
+      }
+      if (level == IPPROTO_IP && name == IP_TOS && stream) {
+        r.iv = s->tuning.tos.value_or(0);
+        return r;
       }
       if (level == IPPROTO_TCP && stream) {
         switch (name) {

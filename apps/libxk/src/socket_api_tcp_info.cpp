@@ -42,7 +42,8 @@ std::size_t linux_tcp_info(const tcp::ConnStats& st, void* out, std::size_t len)
   tcp_info t{};
   t.tcpi_state = linux_state(st.state);
   t.tcpi_options = static_cast<std::uint8_t>((st.timestamps ? TCPI_OPT_TIMESTAMPS : 0) | (st.sack ? TCPI_OPT_SACK : 0) |
-                                             (st.snd_wscale != 0 || st.rcv_wscale != 0 ? TCPI_OPT_WSCALE : 0));
+                                             (st.snd_wscale != 0 || st.rcv_wscale != 0 ? TCPI_OPT_WSCALE : 0) |
+                                             (st.ecn ? TCPI_OPT_ECN : 0));
   t.tcpi_snd_wscale = st.snd_wscale & 0xf;
   t.tcpi_rcv_wscale = st.rcv_wscale & 0xf;
   t.tcpi_rto = us(st.rto);

@@ -124,6 +124,7 @@ class FakeIp final : public Protocol {
     info.dst = dst.value != 0 ? dst : local_;
     info.protocol = protocol_;
     info.broadcast = info.dst != local_;
+    info.tos = rx_tos;
     rx_ = info;
     Status st = s->upper()->demux(*s, std::move(m));
     rx_.reset();
@@ -134,6 +135,7 @@ class FakeIp final : public Protocol {
   }
 
   std::deque<Sent> sent;
+  std::uint8_t rx_tos = 0;  // the TOS byte of what receive() hands up (ECN marks)
   LinkOffloads offloads;     // GetOffloads: none unless a test sets some
   std::size_t header_room = 0;
   std::map<std::uint32_t, SessionRef> sessions;

@@ -137,6 +137,8 @@ class Seg {
   // field must be 0.
   Seg& no_csum() { no_csum_ = true; return *this; }
   Seg& cut(std::size_t n) { cut_ = n; return *this; }
+  // Inject: the IP header was marked Congestion Experienced (RFC 3168).
+  Seg& ce() { ce_ = true; return *this; }
 
  private:
   friend class Script;
@@ -161,6 +163,7 @@ class Seg {
   bool bad_csum_ = false;
   bool no_csum_ = false;
   std::optional<std::size_t> cut_;
+  bool ce_ = false;
 };
 
 inline Seg syn() { return Seg(kSyn); }
@@ -179,6 +182,7 @@ struct Offer {
   std::optional<std::uint8_t> ws_;
   bool sack_ = false;
   bool ts_ = false;
+  bool ecn_ = false;  // an ECN-setup SYN (ECE and CWR, RFC 3168 6.1.1)
   Duration rtt_{0};  // between our SYN-ACK and the peer's ACK (the first RTT sample)
 
   Offer& mss(std::uint16_t v) { mss_ = v; return *this; }
@@ -186,6 +190,7 @@ struct Offer {
   Offer& ws(std::uint8_t v) { ws_ = v; return *this; }
   Offer& sack() { sack_ = true; return *this; }
   Offer& ts() { ts_ = true; return *this; }
+  Offer& ecn() { ecn_ = true; return *this; }
   Offer& rtt(Duration d) { rtt_ = d; return *this; }
 };
 
@@ -195,6 +200,7 @@ struct Got {
   Options opts;
   std::vector<std::byte> raw_options;  // as they were on the wire, in their order
   std::vector<std::byte> payload;
+  std::uint8_t tos = 0;  // the IPv4 TOS byte TCP asked for (DSCP, ECN)
 };
 
 inline std::string flags_text(std::uint8_t f) {
@@ -382,7 +388,9 @@ class Script : public ::testing::Test {
   // The peer sends `s`; returns what tcp.demux said.
   Status try_inject(const Seg& s) {
     std::vector<std::byte> b = build(s);
+    ip.rx_tos = s.ce_ ? std::uint8_t{0x03} : std::uint8_t{0};
     Status st = ip.receive(kPeer, Msg::copy_of(b));
+    ip.rx_tos = 0;
     // The end of the event loop's pass (input before timers): what TCP left
     // for the end of the burst -- the ACK for two full segments -- goes now.
     (void)loop.timers().run_expired(clock.now());
@@ -501,6 +509,7 @@ class Script : public ::testing::Test {
     Sent out = std::move(ip.sent.front());
     ip.sent.pop_front();
     Got g;
+    g.tos = out.offload.tos;
     if (out.peer != kPeer) fail("sent to " + to_string(out.peer));
     Result<Header> h = parse_header(out.bytes);
     if (!h) {
@@ -664,6 +673,7 @@ class Script : public ::testing::Test {
     if (o.ws_) s.ws(*o.ws_);
     if (o.sack_) s.sackok();
     if (o.ts_) s.ts(tsval, 0);
+    if (o.ecn_) s.flags_ |= kEce | kCwr;
     return s;
   }
 
@@ -687,6 +697,7 @@ class Script : public ::testing::Test {
     if (o.sack_ && cfg.sack) sa.sackok();
     conn_ts = o.ts_ && cfg.timestamps;
     if (conn_ts) sa.ts(now_ms(), peer_tsval);
+    if (o.ecn_ && cfg.ecn != TcpConfig::Ecn::off) sa.flags_ |= kEce;
     expect(sa, loc);
     if (o.rtt_ > Duration::zero()) advance(o.rtt_);
     inject(ack().seq(1).ack(1));

@@ -139,6 +139,9 @@ struct Offload {
   std::uint8_t flags = 0;
   std::uint8_t l3_len = 0;  // IPv4 header bytes, for the tx requests
   std::uint16_t seg_size = 0;  // tx_tcp_seg, rx_coalesced: payload bytes per segment
+  // Sending: the IPv4 TOS byte a transport asks for this packet -- DSCP
+  // (IP_TOS) and the ECN field (RFC 3168: ECT(0) on a TCP data segment).
+  std::uint8_t tos = 0;
 
   bool has(Flag f) const noexcept { return (flags & f) != 0; }
 };

@@ -14,6 +14,8 @@
 // held and goes out after the next one in its direction, or after reorder_ms
 // when there is an event loop), delay (delay ms plus up to jitter ms, on the
 // event loop's timers). One deterministic PRNG per instance, from seed=.
+// ce=P marks ECN-capable packets going down Congestion Experienced (above
+// ipv4 only: it rewrites the TOS byte the transport asks IP for).
 
 #include <array>
 #include <chrono>
@@ -38,6 +40,11 @@ struct FaultConfig {
   double duplicate = 0;  // probability a message is sent twice
   double reorder = 0;    // probability a message is held back behind the next
   double corrupt = 0;    // probability one bit of a message is flipped
+  // Probability an ECN-capable packet going down is marked Congestion
+  // Experienced (RFC 3168), as a congested router would instead of dropping
+  // it: the IPv4 TOS byte the transport asked for (Offload::tos) becomes CE.
+  // Only for a fault layer above ipv4, in the tx direction.
+  double ce = 0;
   Duration delay{0};     // added to every message
   Duration jitter{0};    // plus a uniform random 0..jitter
   Duration reorder_hold = std::chrono::milliseconds(10);  // longest hold (with a loop)
@@ -69,6 +76,7 @@ class FaultProtocol final : public PassThrough {
     Counter* lost;
     Counter* rate_dropped;
     Counter* corrupted;
+    Counter* ce_marked;
     Counter* duplicated;
     Counter* reordered;
     Counter* delayed;
@@ -124,7 +132,7 @@ class FaultProtocol final : public PassThrough {
 
 // Make the kind `fault` available to graph specs:
 //   fault f0 below=X [dir=both|tx|rx] [loss=P] [duplicate=P] [reorder=P]
-//         [reorder_ms=MS] [corrupt=P] [delay=MS] [jitter=MS] [rate=BYTES/s]
+//         [reorder_ms=MS] [corrupt=P] [ce=P] [delay=MS] [jitter=MS] [rate=BYTES/s]
 //         [burst=BYTES] [seed=N]
 void register_fault(Registry& registry);
 

@@ -75,13 +75,22 @@ struct TcpConfig {
   // "rack" -- RACK-TLP (RFC 8985) finds losses, PRR (RFC 6937) paces the
   // recovery; "rfc6675" -- the duplicate-ACK threshold and NextSeg of
   // RFC 6675, no probes. Connections without SACK use RFC 6582 either way.
+  // ECN (RFC 3168): "on" asks for it on active opens and accepts it on
+  // passive ones; "passive" (Linux's default) only accepts; "off" neither.
+  enum class Ecn : std::uint8_t { off, passive, on };
+  Ecn ecn = Ecn::passive;
   enum class Recovery : std::uint8_t { rack, rfc6675 };
   Recovery recovery = Recovery::rack;
   bool tlp = true;  // tail loss probes (RFC 8985 7), with recovery=rack
   // The probe of a one-segment flight waits for the peer's delayed ACK too
-  // (RFC 8985 7.2's WCDelAckT), and no probe comes sooner than tlp_min.
+  // (RFC 8985 7.2's WCDelAckT), and no probe comes sooner than tlp_min:
+  // unset, a quarter of rto_min (docs/tcp.md, "Loss recovery": a host
+  // that shares its cores with filterd and its peers delivers ACKs
+  // milliseconds late, and a probe sooner than that is spurious; whoever
+  // sets rto_min has said how much slack the hosts need).
   Duration tlp_delack = std::chrono::milliseconds(200);
-  Duration tlp_min = std::chrono::milliseconds(2);
+  std::optional<Duration> tlp_min;
+  Duration probe_floor() const noexcept { return tlp_min ? *tlp_min : rto_min / 4; }
   // Quick-ACK mode (docs/tcp.md, "When we ACK"): while a connection is young,
   // and again after it was idle longer than an RTO, this many received
   // segments are ACKed at once rather than delayed, so the peer's slow start
@@ -340,6 +349,8 @@ class TcpProtocol final : public Protocol {
     Counter& reorder_timeouts;
     Counter& rack_lost_bytes;
     Counter& rto_wait_us;
+    Counter& ecn_ce_received;
+    Counter& ecn_reductions;
     Counter& ooo_segments;
     Counter& delayed_acks;
     Counter& burst_acks;
@@ -369,7 +380,7 @@ class TcpProtocol final : public Protocol {
 // Make the kind `tcp` available to graph specs:
 //   tcp t0 below=ip0 [csum=on|off] [mss=0] [wscale=14] [sack=on] [ts=on] [cc=cubic|newreno]
 //       [rto_min_ms=200] [rto_max_ms=60000] [rto_initial_ms=1000] [delack_ms=40] [quickacks=16]
-//       [recovery=rack|rfc6675] [tlp=on] [tlp_delack_ms=200] [tlp_min_ms=2] [msl_ms=30000]
+//       [recovery=rack|rfc6675] [tlp=on] [tlp_delack_ms=200] [tlp_min_ms=rto_min/4] [ecn=passive|on|off] [msl_ms=30000]
 //       [time_wait_max=262144] [sndbuf=1m] [rcvbuf=1m] [syncookies=on] [secret=<32 hex digits>]
 void register_tcp(Registry& registry);
 

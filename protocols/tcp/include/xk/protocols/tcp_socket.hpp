@@ -57,6 +57,7 @@ struct ConnStats {
   std::uint8_t rcv_wscale = 0;
   bool sack = false;
   bool timestamps = false;
+  bool ecn = false;                  // RFC 3168, negotiated
   std::uint64_t bytes_sent = 0;      // payload bytes handed to IP, retransmissions included
   std::uint64_t bytes_acked = 0;
   std::uint64_t bytes_received = 0;  // in-order payload bytes accepted
@@ -95,6 +96,9 @@ struct Tuning {
   // TCP_CONGESTION: "cubic" or "newreno" from now on; the window and
   // threshold carry over (as Linux's switch keeps them).
   std::optional<std::string> congestion;
+  // IP_TOS: the TOS byte of the connection's packets. Its ECN bits are the
+  // stack's (RFC 3168), as on Linux: only the DSCP bits (0xfc) are taken.
+  std::optional<std::uint8_t> tos;
 
   // Takes the settings `t` makes (quickack, a moment's request, excepted).
   void update(const Tuning& t) {
@@ -104,6 +108,7 @@ struct Tuning {
     if (t.user_timeout) user_timeout = t.user_timeout;
     if (t.max_segment) max_segment = t.max_segment;
     if (t.congestion) congestion = t.congestion;
+    if (t.tos) tos = t.tos;
   }
 };
 

@@ -48,6 +48,10 @@ inline constexpr std::uint8_t kAck = 0x10;
 inline constexpr std::uint8_t kUrg = 0x20;
 inline constexpr std::uint8_t kEce = 0x40;  // RFC 3168
 inline constexpr std::uint8_t kCwr = 0x80;  // RFC 3168
+// The ECN field of the IPv4 TOS byte (RFC 3168 section 5).
+inline constexpr std::uint8_t kEcnMask = 0x03;
+inline constexpr std::uint8_t kEcnEct0 = 0x02;
+inline constexpr std::uint8_t kEcnCe = 0x03;
 
 struct Header {
   static constexpr std::size_t kMinSize = 20;
