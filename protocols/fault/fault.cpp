@@ -128,7 +128,9 @@ Status FaultProtocol::reorder_stage(Dir d, PassSession& s, Msg msg) {
     if (t && config_.reorder_hold.count() > 0) t->arm_after(config_.reorder_hold);
     return {};
   }
-  Status st = delay_stage(d, s, std::move(msg), rx_info_now(d, s));
+  // Passing on now, inside IP's upcall: nothing to replay (delay_stage
+  // asks IP only if it holds the message back).
+  Status st = delay_stage(d, s, std::move(msg), std::nullopt);
   // The held message goes out behind this one: the two are swapped.
   if (held_[d]) release_held(d);
   return st;
@@ -153,6 +155,7 @@ std::optional<RxInfo> FaultProtocol::rx_info_now(Dir d, PassSession& s) {
 
 Status FaultProtocol::delay_stage(Dir d, PassSession& s, Msg msg, std::optional<RxInfo> rx) {
   if (config_.delay.count() == 0 && config_.jitter.count() == 0) return deliver(d, s, std::move(msg), rx);
+  if (!rx) rx = rx_info_now(d, s);  // a message arriving now: what IP says of it, for later
   Duration extra{0};
   if (config_.jitter.count() > 0) {
     extra = Duration(static_cast<Duration::rep>(uniform() * static_cast<double>(config_.jitter.count())));

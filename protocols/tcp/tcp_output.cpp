@@ -135,7 +135,7 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
   std::uint8_t tos = tos_;
   if (ecn_ok_) {
     if ((flags & kAck) && ece_out_) flags |= kEce;
-    if (len > 0 && !retransmit && seq != snd_una_ - 1) {
+    if (len > 0 && !retransmit) {
       tos |= kEcnEct0;
       if (cwr_out_) {
         flags |= kCwr;

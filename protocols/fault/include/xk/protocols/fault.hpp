@@ -107,6 +107,8 @@ class FaultProtocol final : public PassThrough {
   double uniform() noexcept { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
   Status process(Dir d, PassSession& s, Msg msg);
   Status reorder_stage(Dir d, PassSession& s, Msg msg);
+  // `rx`: what IP said of a message held back before; none for one that
+  // arrives now (asked of IP here if it is delayed).
   Status delay_stage(Dir d, PassSession& s, Msg msg, std::optional<RxInfo> rx);
   Status deliver(Dir d, PassSession& s, Msg msg, const std::optional<RxInfo>& rx);
   static std::optional<RxInfo> rx_info_now(Dir d, PassSession& s);
