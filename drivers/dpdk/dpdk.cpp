@@ -128,6 +128,53 @@ std::string memif_devargs(const std::string& devargs, std::optional<std::size_t>
   return out;
 }
 
+// DPDK 22.11's net_af_packet joins a PACKET_FANOUT group with
+// PACKET_FANOUT_FLAG_DEFRAG, so the kernel reassembles IPv4 fragments
+// before the PMD sees them: one frame of up to 64 KB per datagram. With the
+// PMD's own ring (framesz=2048) anything over 1982 bytes would be cut off,
+// so a ring the user did not size gets frames that hold a reassembled
+// datagram: framesz must divide blocksz (a whole number of pages), and the
+// PMD wants an mbuf data room of framesz - 32, at most 65535 less the
+// headroom -- 61440 is the largest size that meets both. 256 frames a ring
+// (15 MiB each way). The mbufs get that room (unless the user sized them),
+// and the pool at most 1023 of them (63 MB) so it fits the EAL's memory.
+constexpr std::size_t kAfPacketFrame = 61440;
+constexpr std::size_t kAfPacketFrames = 256;
+constexpr std::size_t kAfPacketRxOverhead = 32;  // the PMD's: framesz less what a frame may hold
+constexpr std::size_t kAfPacketMbufs = 1023;
+
+bool af_packet(const std::string& devargs) { return devargs.rfind("net_af_packet", 0) == 0; }
+
+std::string af_packet_devargs(const std::string& name, const std::string& devargs, DpdkDriver::Config& config) {
+  if (!af_packet(devargs)) return devargs;
+  std::string out = devargs;
+  std::size_t framesz = 2048;  // the PMD's default
+  if (const std::string f = devarg(devargs, "framesz"); !f.empty()) {
+    framesz = std::stoul(f);
+  } else if (devarg(devargs, "blocksz").empty()) {
+    framesz = kAfPacketFrame;
+    out += ",blocksz=" + std::to_string(kAfPacketFrame) + ",framesz=" + std::to_string(kAfPacketFrame);
+    if (devarg(devargs, "framecnt").empty()) out += ",framecnt=" + std::to_string(kAfPacketFrames);
+  }
+  const std::size_t holds = framesz > kAfPacketRxOverhead ? framesz - kAfPacketRxOverhead : 0;
+  const std::size_t mtu_frame = config.mtu.value_or(RTE_ETHER_MTU) + kEthHeader;
+  if (holds < mtu_frame) {
+    throw std::invalid_argument("dpdk " + name + ": af_packet framesz=" + std::to_string(framesz) + " holds frames of " +
+                                std::to_string(holds) + " bytes, less than the MTU's " + std::to_string(mtu_frame) +
+                                " (leave framesz out and the driver sizes the ring)");
+  }
+  if (config.mbuf_data) {
+    if (*config.mbuf_data < holds) {
+      throw std::invalid_argument("dpdk " + name + ": af_packet framesz=" + std::to_string(framesz) + " needs mbuf_data >= " +
+                                  std::to_string(holds) + " (the PMD copies a whole frame into one mbuf)");
+    }
+  } else if (holds > kDefaultMbufData) {
+    config.mbuf_data = holds;
+    config.mbufs = std::min(config.mbufs, kAfPacketMbufs);
+  }
+  return out;
+}
+
 // The external buffer of an attached mbuf goes back with its last mbuf:
 // the stack's reference to the buffer is dropped (tx_extbuf).
 void release_attached(void*, void* buf) { static_cast<Buf*>(buf)->unref(); }
@@ -181,7 +228,8 @@ DpdkDriver::DpdkDriver(std::string name, Config config, EventLoop* loop)
     device_name_ = device_name_of(config_.devargs);
     std::uint16_t port = 0;
     if (!find_port(device_name_, port)) {
-      const std::string devargs = memif_devargs(config_.devargs, config_.mtu, config_.frame_max);
+      const std::string devargs =
+          af_packet_devargs(this->name(), memif_devargs(config_.devargs, config_.mtu, config_.frame_max), config_);
       int rc = 0;
       dpdk::on_interrupt_thread([&] { rc = rte_dev_probe(devargs.c_str()); });
       if (rc != 0) fail(this->name(), "cannot probe '" + devargs + "'", rc);

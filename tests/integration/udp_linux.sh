@@ -76,13 +76,12 @@ wait_for "$OUT/tcpdump.log" "listening on" "$TCPDUMP" 20
 
 case "$PMD" in
   af_packet)
-    # DPDK's af_packet PMD joins a PACKET_FANOUT group with
-    # PACKET_FANOUT_FLAG_DEFRAG, so the kernel reassembles IPv4 fragments
-    # before xk sees them: frames up to 60 KB arrive. The ring's frames and the
-    # mbufs must hold them (framesz must divide blocksz, a page multiple; the
-    # mbuf data room at most 65535 - headroom).
-    XK_PORT="net_af_packet0,iface=$XKIF,blocksz=61440,framesz=61440,framecnt=128"
-    XK_PORT_OPTS="mbuf_data=61440 mbufs=2047"
+    # The form the apps' --help gives, default devargs: DPDK's af_packet PMD
+    # joins a PACKET_FANOUT group with PACKET_FANOUT_FLAG_DEFRAG, so the
+    # kernel reassembles IPv4 fragments before xk sees them (frames up to
+    # 60 KB); the driver sizes the ring and the mbufs for them.
+    XK_PORT="net_af_packet0,iface=$XKIF"
+    XK_PORT_OPTS=""
     ;;
   pcap)
     # libpcap on the veth: no fanout, no defrag; xk reassembles what Linux

@@ -995,6 +995,60 @@ TEST_F(DpdkTest, AfPacketOnVethExchangesFramesWithTheKernel) {
   ASSERT_TRUE(drv.open_disable(sink, parts).ok());
 }
 
+// The PMD's fanout reassembles IPv4 fragments (PACKET_FANOUT_FLAG_DEFRAG):
+// with default devargs the driver sizes the ring so the whole datagram
+// arrives -- a 4000-byte ping as one 4042-byte frame, not cut at 1982.
+TEST_F(DpdkTest, AfPacketWithDefaultDevargsReceivesReassembledDatagramsWhole) {
+  ASSERT_EQ(::geteuid(), 0u) << "this test needs root: network namespace and veth pair";
+  VethInNamespace veth;
+  ASSERT_TRUE(veth.ok()) << "could not set up the namespace and veth pair (is iproute2 installed?)";
+  DpdkDriver::Config c;
+  c.devargs = vdev("net_af_packet") + ",iface=" + veth.outer();
+  DpdkDriver drv("net0", c);
+  Sink sink;
+  Participants parts;
+  ASSERT_TRUE(drv.open_enable(sink, parts).ok());
+  // An address nobody answers for, with a static neighbour: the pings go
+  // out, fragmented by the namespace's stack, and reach the outer end.
+  ASSERT_EQ(run("ip netns exec xk-test-" + std::to_string(::getpid()) +
+                " ip neigh replace 192.0.2.99 lladdr 02:00:00:00:00:99 dev xkt" + std::to_string(::getpid()) + "b"),
+            0);
+  std::thread ping([&] {
+    run("ip netns exec xk-test-" + std::to_string(::getpid()) + " ping -n -c 3 -i 0.2 -W 1 -s 4000 192.0.2.99");
+  });
+  std::size_t largest = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (largest < 4042 && std::chrono::steady_clock::now() < deadline) {
+    if (drv.poll(32) == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    for (Msg& m : sink.received) largest = std::max(largest, m.size());
+    sink.received.clear();
+  }
+  ping.join();
+  EXPECT_EQ(largest, 14u + 20 + 8 + 4000) << "one Ethernet frame holding the reassembled echo request";
+  ASSERT_TRUE(drv.open_disable(sink, parts).ok());
+}
+
+// A ring the user sized is checked at start: too small for the MTU, or
+// larger than the mbufs hold, is refused with the reason.
+TEST_F(DpdkTest, AfPacketRingThatCannotWorkIsRefused) {
+  DpdkDriver::Config c;
+  c.devargs = vdev("net_af_packet") + ",iface=lo,blocksz=4096,framesz=1024";
+  try {
+    DpdkDriver drv("net0", c);
+    ADD_FAILURE() << "a 1024-byte frame ring was taken for a 1500-byte MTU";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("framesz=1024 holds frames of 992 bytes"), std::string::npos) << e.what();
+  }
+  c.devargs = vdev("net_af_packet") + ",iface=lo,blocksz=8192,framesz=8192";
+  c.mbuf_data = 2048;
+  try {
+    DpdkDriver drv("net0", c);
+    ADD_FAILURE() << "8 KB frames were taken into 2 KB mbufs";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("needs mbuf_data >= 8160"), std::string::npos) << e.what();
+  }
+}
+
 // A raw packet socket on an interface of this namespace.
 int packet_socket(const std::string& iface) {
   int s = ::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(ETH_P_ALL));
