@@ -131,11 +131,16 @@ stop_capture() {
 # expert error, and -- unless "lossy" (the test kills something mid-stream),
 # or tcpdump dropped frames (tshark's analysis then lacks some) -- on a
 # spurious retransmission sent by XK_IP (data the peer had acknowledged: on
-# a loss-free link, a protocol bug). Sets CAP_FRAMES, CAP_RETRANS,
+# a loss-free link, a protocol bug). A tail loss probe (RFC 8985 7.3: the
+# last segment sent, again, when its ACK is later than the probe timeout) is
+# spurious by design whenever the ACK was merely late -- a busy host, a peer
+# whose application reads slowly and so delays its ACK 40 ms -- and costs one
+# segment and no window reduction: those are counted apart and reported, not
+# judged (as Linux's own probes are in tcp_linux.sh). Sets CAP_FRAMES, CAP_RETRANS,
 # CAP_DROPPED, CAP_SYNS, CAP_SYNS_FULL (SYNs with window scale, SACK-permitted
 # and timestamps) for the caller's own checks.
 check_capture() {
-  local f=$1 xk=$2 mode=${3:-} good bad spurious xk_spurious
+  local f=$1 xk=$2 mode=${3:-} good bad spurious xk_spurious xk_probes
   [ -s "$f" ] || die "capture $f is missing or empty"
   # Checksum status: 0 bad, 1 good, 2 unverified. Severity 0x800000 is
   # Error. A TCP checksum of 0xffff where tshark computes 0x0000 is the same
@@ -147,12 +152,12 @@ check_capture() {
     -e _ws.expert.severity -e tcp.analysis.spurious_retransmission -e tcp.analysis.retransmission \
     -e tcp.analysis.fast_retransmission -e tcp.flags.syn -e tcp.options.wscale.shift -e tcp.options.sack_perm \
     -e tcp.options.timestamp.tsval -e udp.checksum.status -e tcp.checksum -e tcp.checksum_calculated -e ip.src \
-    -e icmp.checksum.status -e frame.len > "$f.fields" 2> "$f.tshark-err" \
+    -e icmp.checksum.status -e frame.len -e tcp.stream -e tcp.seq -e tcp.len > "$f.fields" 2> "$f.tshark-err" \
     || { cat "$f.tshark-err" >&2; die "tshark cannot read $f"; }
   # A link with an MTU carries no frame over it, whatever the stacks move
   # inside their own processes (large frames, coalesced segments).
   local max_frame=$(( ${CAP_MTU:-1500} + 14 ))
-  read -r CAP_FRAMES good bad spurious CAP_RETRANS CAP_SYNS CAP_SYNS_FULL xk_spurious oversize < <(awk -v xk="$xk" \
+  read -r CAP_FRAMES good bad spurious CAP_RETRANS CAP_SYNS CAP_SYNS_FULL xk_spurious oversize xk_probes < <(awk -v xk="$xk" \
     -v max="$max_frame" -F'\t' '
     { total++
       if ($18 + 0 > max) { oversize++; print $1 > "/dev/stderr" }
@@ -160,15 +165,23 @@ check_capture() {
       if ($2 == "1" || $13 == "1" || $17 == "1") good++
       sev = 0; n = split($5, s, ","); for (i = 1; i <= n; i++) if (s[i] + 0 >= 8388608) sev = 1
       if ($2 == "0" || $3 == "0" || $13 == "0" || $17 == "0" || $4 != "" || sev) { bad++; print $1 > "/dev/stderr" }
-      if ($6 != "") { spurious++; if ($16 == xk) xk_spurious++ }
+      # A tail probe: data ending where the highest data its sender sent on
+      # that connection ends.
+      probe = 0
+      if ($21 + 0 > 0) {
+        key = $19 "/" $16; end = $20 + $21
+        probe = ($6 != "" && end == hi[key]); if (end > hi[key]) hi[key] = end
+      }
+      if ($6 != "") { spurious++; if ($16 == xk) { if (probe) probes++; else xk_spurious++ } }
       if ($7 != "" || $8 != "") retrans++
       if ($9 == "1") { syns++; if ($10 != "" && $11 != "" && $12 != "") full++ } }
-    END { print total+0, good+0, bad+0, spurious+0, retrans+0, syns+0, full+0, xk_spurious+0, oversize+0 }' "$f.fields" \
+    END { print total+0, good+0, bad+0, spurious+0, retrans+0, syns+0, full+0, xk_spurious+0, oversize+0, probes+0 }' "$f.fields" \
     2> "$f.bad-frames")
   CAP_DROPPED=$(sed -n 's/^\([0-9]*\) packets dropped by kernel.*/\1/p' "$f.log" 2>/dev/null)
   CAP_DROPPED=${CAP_DROPPED:-0}
   echo "   $(basename "$f"): $CAP_FRAMES frames, $good with a verified good checksum, $bad bad or malformed," \
-       "$CAP_RETRANS retransmissions ($spurious spurious, $xk_spurious by $xk); tcpdump dropped $CAP_DROPPED;" \
+       "$CAP_RETRANS retransmissions ($spurious spurious: $xk_spurious by $xk, and $xk_probes tail loss probes of" \
+       "$xk that came before a late ACK); tcpdump dropped $CAP_DROPPED;" \
        "$oversize over $max_frame bytes"
   [ "$bad" -eq 0 ] || die "$f: $bad bad or malformed frames (frame numbers in $f.bad-frames)"
   [ "$oversize" -eq 0 ] || die "$f: $oversize frames longer than the MTU allows (frame numbers in $f.bad-frames)"
