@@ -26,8 +26,9 @@ FaultProtocol::FaultProtocol(std::string name, Protocol& below, FaultConfig conf
       !valid_probability(config_.reorder) || !valid_probability(config_.corrupt) || !valid_probability(config_.ce)) {
     throw std::invalid_argument("fault: probabilities must be within 0..1");
   }
-  if ((config_.delay.count() != 0 || config_.jitter.count() != 0) && loop_ == nullptr) {
-    throw std::invalid_argument("fault: delay and jitter need an event loop");
+  if ((config_.delay.count() != 0 || config_.jitter.count() != 0 || (config_.queue != 0 && config_.rate != 0)) &&
+      loop_ == nullptr) {
+    throw std::invalid_argument("fault: delay, jitter and queue need an event loop");
   }
   if (config_.delay.count() < 0 || config_.jitter.count() < 0 || config_.reorder_hold.count() < 0) {
     throw std::invalid_argument("fault: negative time");
@@ -91,7 +92,15 @@ Status FaultProtocol::on_rx(PassSession& s, Msg msg) {
 Status FaultProtocol::process(Dir d, PassSession& s, Msg msg) {
   DirCounters& c = dir_counters_[d];
   // A lossy link does not tell the sender: drops return success.
-  if (config_.rate != 0 && !within_rate(d, msg.size())) {
+  Duration queued{0};
+  if (config_.rate != 0 && config_.queue != 0) {
+    std::optional<Duration> wait = through_queue(d, msg.size());
+    if (!wait) {
+      ++*c.rate_dropped;
+      return {};
+    }
+    queued = *wait;
+  } else if (config_.rate != 0 && !within_rate(d, msg.size())) {
     ++*c.rate_dropped;
     return {};
   }
@@ -113,24 +122,24 @@ Status FaultProtocol::process(Dir d, PassSession& s, Msg msg) {
     ++*c.duplicated;
     Ref<PassSession> keep(&s);  // the first delivery may close the session
     Msg twin = msg.share();
-    Status st = reorder_stage(d, s, std::move(msg));
-    (void)reorder_stage(d, s, std::move(twin));
+    Status st = reorder_stage(d, s, std::move(msg), queued);
+    (void)reorder_stage(d, s, std::move(twin), queued);
     return st;
   }
-  return reorder_stage(d, s, std::move(msg));
+  return reorder_stage(d, s, std::move(msg), queued);
 }
 
-Status FaultProtocol::reorder_stage(Dir d, PassSession& s, Msg msg) {
+Status FaultProtocol::reorder_stage(Dir d, PassSession& s, Msg msg, Duration queued) {
   if (!held_[d] && chance(config_.reorder)) {
     ++*dir_counters_[d].reordered;
-    held_[d] = Held{Ref<PassSession>(&s), std::move(msg), rx_info_now(d, s)};
+    held_[d] = Held{Ref<PassSession>(&s), std::move(msg), rx_info_now(d, s), queued};
     std::optional<Timer>& t = d == kTx ? hold_timer_tx_ : hold_timer_rx_;
     if (t && config_.reorder_hold.count() > 0) t->arm_after(config_.reorder_hold);
     return {};
   }
   // Passing on now, inside IP's upcall: nothing to replay (delay_stage
   // asks IP only if it holds the message back).
-  Status st = delay_stage(d, s, std::move(msg), std::nullopt);
+  Status st = delay_stage(d, s, std::move(msg), std::nullopt, queued);
   // The held message goes out behind this one: the two are swapped.
   if (held_[d]) release_held(d);
   return st;
@@ -142,7 +151,7 @@ void FaultProtocol::release_held(Dir d) {
   held_[d].reset();
   std::optional<Timer>& t = d == kTx ? hold_timer_tx_ : hold_timer_rx_;
   if (t) t->cancel();
-  (void)delay_stage(d, *h.session, std::move(h.msg), std::move(h.rx));
+  (void)delay_stage(d, *h.session, std::move(h.msg), std::move(h.rx), h.queued);
 }
 
 std::optional<RxInfo> FaultProtocol::rx_info_now(Dir d, PassSession& s) {
@@ -153,12 +162,14 @@ std::optional<RxInfo> FaultProtocol::rx_info_now(Dir d, PassSession& s) {
   return std::nullopt;
 }
 
-Status FaultProtocol::delay_stage(Dir d, PassSession& s, Msg msg, std::optional<RxInfo> rx) {
-  if (config_.delay.count() == 0 && config_.jitter.count() == 0) return deliver(d, s, std::move(msg), rx);
+Status FaultProtocol::delay_stage(Dir d, PassSession& s, Msg msg, std::optional<RxInfo> rx, Duration queued) {
+  if (config_.delay.count() == 0 && config_.jitter.count() == 0 && queued.count() == 0) {
+    return deliver(d, s, std::move(msg), rx);
+  }
   if (!rx) rx = rx_info_now(d, s);  // a message arriving now: what IP says of it, for later
-  Duration extra{0};
+  Duration extra = queued;
   if (config_.jitter.count() > 0) {
-    extra = Duration(static_cast<Duration::rep>(uniform() * static_cast<double>(config_.jitter.count())));
+    extra += Duration(static_cast<Duration::rep>(uniform() * static_cast<double>(config_.jitter.count())));
   }
   Time due = saturating_add(clock_.now(), config_.delay + extra);
   // Keep the queue sorted by due time; equal times stay in arrival order.
@@ -213,6 +224,17 @@ bool FaultProtocol::within_rate(Dir d, std::size_t bytes) noexcept {
   return true;
 }
 
+std::optional<Duration> FaultProtocol::through_queue(Dir d, std::size_t bytes) noexcept {
+  const Time now = clock_.now();
+  Time& free = link_free_[d];
+  if (free < now) free = now;
+  const auto rate = static_cast<double>(config_.rate);
+  const double backlog = std::chrono::duration<double>(free - now).count() * rate;  // bytes still queued
+  if (backlog + static_cast<double>(bytes) > static_cast<double>(config_.queue)) return std::nullopt;
+  free += std::chrono::duration_cast<Duration>(std::chrono::duration<double>(static_cast<double>(bytes) / rate));
+  return free - now;
+}
+
 Msg FaultProtocol::corrupted_copy(const Msg& msg) {
   // The bytes may be shared with the sender (a retransmission queue): flip
   // the bit in a copy of our own, never in place.
@@ -244,6 +266,9 @@ void register_fault(Registry& registry) {
           .with_option(OptionSpec::real("jitter", 0, 60000, "random extra delay 0..jitter (ms)").defaults_to("0"))
           .with_option(OptionSpec::size("rate", 0, std::uint64_t{1} << 40, "bytes per second; 0: no limit").defaults_to("0"))
           .with_option(OptionSpec::size("burst", 1, std::uint64_t{1} << 40, "token bucket size (bytes)").defaults_to("64k"))
+          .with_option(OptionSpec::size("queue", 0, std::uint64_t{1} << 40,
+                                        "with rate: a bottleneck queue of this many bytes (0: police with the bucket)")
+                           .defaults_to("0"))
           .with_option(OptionSpec::integer("seed", 0, std::numeric_limits<std::int64_t>::max(), "PRNG seed").defaults_to("1"))
           .with_factory([](const BuildArgs& args) -> std::unique_ptr<Protocol> {
             const Options& o = args.options;
@@ -260,6 +285,7 @@ void register_fault(Registry& registry) {
             c.jitter = from_ms(o.get_real("jitter"));
             c.rate = o.get_size("rate");
             c.burst = o.get_size("burst");
+            c.queue = o.get_size("queue");
             c.seed = static_cast<std::uint64_t>(o.get_int("seed"));
             return std::make_unique<FaultProtocol>(args.name, *args.below[0], c, args.loop);
           }));

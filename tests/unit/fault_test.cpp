@@ -320,6 +320,33 @@ TEST(Fault, RateLimitDropsTheExcess) {
   EXPECT_EQ(t.link.sent.size(), 12u) << "250 ms refill 250 bytes";
 }
 
+// queue=: a bottleneck link with a FIFO in front -- each message leaves once
+// what queued before it and its own bytes have gone at the rate; a full
+// queue drops (tail drop).
+TEST(Fault, QueueShapesToTheRateAndDropsOnlyWhenFull) {
+  ManualClock clock;
+  EventLoop loop(clock);
+  FaultConfig c;
+  c.rate = 1000;  // bytes per second: 100 ms per 100-byte message
+  c.queue = 300;
+  Faulty t(c, &loop);
+  t.push_n(4, 100);
+  EXPECT_EQ(t.f0.counters().value("tx_rate_dropped"), 1u) << "three fit the queue";
+  EXPECT_EQ(t.f0.held(), 3u);
+  for (std::size_t sent = 1; sent <= 3; ++sent) {
+    clock.advance(std::chrono::milliseconds(99));
+    loop.run_once();
+    EXPECT_EQ(t.link.sent.size(), sent - 1);
+    clock.advance(std::chrono::milliseconds(1));
+    loop.run_once();
+    EXPECT_EQ(t.link.sent.size(), sent) << "one more every 100 ms";
+  }
+  t.push_n(1, 100);  // an empty queue: 100 ms of serialization only
+  clock.advance(std::chrono::milliseconds(100));
+  loop.run_once();
+  EXPECT_EQ(t.link.sent.size(), 4u);
+}
+
 TEST(Fault, HeldMessagesAreReleasedOnDestruction) {
   ManualClock clock;
   EventLoop loop(clock);

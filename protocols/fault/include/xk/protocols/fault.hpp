@@ -50,6 +50,11 @@ struct FaultConfig {
   Duration reorder_hold = std::chrono::milliseconds(10);  // longest hold (with a loop)
   std::uint64_t rate = 0;       // bytes per second; 0: no limit
   std::uint64_t burst = 65536;  // bucket size in bytes
+  // With rate: 0 polices (a token bucket of `burst` drops what is over the
+  // rate); else a bottleneck link of that rate with a FIFO of this many
+  // bytes in front: a message waits its turn (its serialization and what
+  // queued before it) and is dropped only when the queue is full (tail drop).
+  std::uint64_t queue = 0;
   std::uint64_t seed = 1;
 };
 
@@ -88,6 +93,7 @@ class FaultProtocol final : public PassThrough {
     Ref<PassSession> session;
     Msg msg;
     std::optional<RxInfo> rx;
+    Duration queued{0};
   };
   struct Pending {
     Time due;
@@ -106,13 +112,17 @@ class FaultProtocol final : public PassThrough {
   bool chance(double p) noexcept;
   double uniform() noexcept { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
   Status process(Dir d, PassSession& s, Msg msg);
-  Status reorder_stage(Dir d, PassSession& s, Msg msg);
+  Status reorder_stage(Dir d, PassSession& s, Msg msg, Duration queued);
   // `rx`: what IP said of a message held back before; none for one that
-  // arrives now (asked of IP here if it is delayed).
-  Status delay_stage(Dir d, PassSession& s, Msg msg, std::optional<RxInfo> rx);
+  // arrives now (asked of IP here if it is delayed). `queued`: its wait in
+  // the bottleneck queue (queue=), added to the delay.
+  Status delay_stage(Dir d, PassSession& s, Msg msg, std::optional<RxInfo> rx, Duration queued);
   Status deliver(Dir d, PassSession& s, Msg msg, const std::optional<RxInfo>& rx);
   static std::optional<RxInfo> rx_info_now(Dir d, PassSession& s);
   bool within_rate(Dir d, std::size_t bytes) noexcept;
+  // queue=: how long a message of `bytes` waits until it has left the
+  // bottleneck link, or none when the queue is full.
+  std::optional<Duration> through_queue(Dir d, std::size_t bytes) noexcept;
   Msg corrupted_copy(const Msg& msg);
   void release_held(Dir d);
   void on_delay_timer();
@@ -126,6 +136,7 @@ class FaultProtocol final : public PassThrough {
   std::array<DirCounters, 2> dir_counters_{};
   std::array<std::optional<Held>, 2> held_;
   std::array<Bucket, 2> buckets_{};
+  std::array<Time, 2> link_free_{};  // queue=: when the link has sent all it holds
   std::deque<Pending> delayed_;  // by due time, FIFO among equals
   std::optional<Timer> delay_timer_;
   std::optional<Timer> hold_timer_tx_;
@@ -135,7 +146,7 @@ class FaultProtocol final : public PassThrough {
 // Make the kind `fault` available to graph specs:
 //   fault f0 below=X [dir=both|tx|rx] [loss=P] [duplicate=P] [reorder=P]
 //         [reorder_ms=MS] [corrupt=P] [ce=P] [delay=MS] [jitter=MS] [rate=BYTES/s]
-//         [burst=BYTES] [seed=N]
+//         [burst=BYTES] [queue=BYTES] [seed=N]
 void register_fault(Registry& registry);
 
 }  // namespace xk::fault
