@@ -55,6 +55,8 @@ class TcpConnection final : public StreamEndpoint {
   Result<std::size_t> read(std::span<std::byte> dst) override;
   Result<std::size_t> peek(std::span<std::byte> dst, std::size_t skip) override;
   Result<Msg> read_msg(std::size_t max) override;
+  Status mark_urgent(std::size_t ahead) override;
+  bool at_urgent_mark() const noexcept override;
   // No more writes: a FIN follows the queued data.
   Status shutdown_write() override;
   // Graceful close: FIN after the data (RFC 9293 3.10.4); the connection lives
@@ -245,6 +247,26 @@ class TcpConnection final : public StreamEndpoint {
   SendBuffer sndbuf_;
   RecvBuffer rcvbuf_;
   std::size_t rcvbuf_limit_;
+  // Buffer autotuning (docs/tcp.md, "Buffer autotuning"), made with the
+  // first data that arrives for the application: an idle connection holds
+  // none of it. Dynamic right-sizing: once per receiver RTT, the bytes the
+  // application read in that RTT; the buffer grows to hold two such RTTs.
+  struct RcvTune {
+    Time space_time{};        // when this measurement began
+    SeqNum space_seq;         // read_seq() then
+    std::uint32_t space = 0;  // the most bytes read in one RTT so far
+    Duration rtt{0};          // the receiver's RTT estimate (0: none yet)
+    SeqNum win_seq;           // RCV.NXT passing this ends a window-long sample...
+    Time win_time{};          // ...begun then
+  };
+  std::unique_ptr<RcvTune> rcv_tune_;
+  bool rcvbuf_locked_ = false;  // SO_RCVBUF set: not autotuned (as Linux)
+  bool sndbuf_locked_ = false;  // SO_SNDBUF set
+  bool autotunes_rcv() const noexcept;
+  void measure_rcv_rtt(const Options& opts);
+  void rcv_rtt_sample(Duration d) noexcept;
+  void autotune_rcvbuf();
+  void autotune_sndbuf();
   Reassembly reasm_;
   std::optional<SackBlock> dsack_;  // to report in the next ACK (RFC 2883)
   // Where each write not yet sent in full ends: the segment that carries a
@@ -267,6 +289,16 @@ class TcpConnection final : public StreamEndpoint {
   bool ecn_recover_set_ = false;
   SeqNum ecn_recover_;
   std::uint8_t tos_ = 0;  // IP_TOS: the DSCP bits of every packet (ECN's are ours)
+  // Urgent data (RFC 9293 3.8.5), delivered in line (RFC 6093): the pointer
+  // names the byte after the urgent one. SND.UP while ours is ahead of
+  // SND.UNA; RCV.UP while the peer's urgent byte has not been read.
+  bool urg_out_ = false;
+  bool urg_in_ = false;
+  SeqNum snd_up_;
+  SeqNum rcv_up_;
+  SeqNum read_seq() const noexcept;  // the next byte the application reads
+  std::size_t urgent_limit(std::size_t want) const noexcept;  // a read stops at the mark
+  void process_urgent(const Header& h);
   bool nodelay_ = false;
   bool cork_ = false;
   // write() copies and sends a large write in pieces of this many bytes.
@@ -279,6 +311,7 @@ class TcpConnection final : public StreamEndpoint {
   // What tune() changed (allocated only then: most connections keep the
   // stack's settings), and what it reads through.
   std::unique_ptr<Tuning> tuning_;
+  void inherit_max_segment(const ListenSession& l);
   Duration keepalive_idle() const noexcept;
   Duration keepalive_interval() const noexcept;
   unsigned keepalive_probes() const noexcept;
@@ -320,7 +353,7 @@ class TcpConnection final : public StreamEndpoint {
   Timer persist_timer_;
   Timer keepalive_timer_;
   Timer time_wait_timer_;
-  ConnStats stats_;
+  ConnCounters stats_;
 };
 
 // A passive open: a port (and address) that accepts connections.
@@ -341,6 +374,12 @@ class ListenSession final : public ListenEndpoint {
   // The checksum mode of the SYNs it takes and of the connections it makes
   // (TcpConnection::set_checksum); the stack's until set.
   void set_checksum(ChecksumMode mode) noexcept override { csum_ = mode; }
+  Status set_max_segment(std::optional<std::uint16_t> mss) override {
+    if (mss && (*mss < 88 || *mss > 65495)) return Errc::invalid_argument;
+    max_segment_ = mss;
+    return {};
+  }
+  std::optional<std::uint16_t> max_segment() const noexcept { return max_segment_; }
   Ipv4Addr addr() const noexcept override { return addr_; }
   Port port() const noexcept override { return port_; }
   bool group() const noexcept { return group_; }
@@ -371,6 +410,7 @@ class ListenSession final : public ListenEndpoint {
   std::deque<Ref<TcpConnection>> accept_q_;
   std::function<void()> on_event_;
   std::optional<ChecksumMode> csum_;
+  std::optional<std::uint16_t> max_segment_;  // TCP_MAXSEG
 };
 
 }  // namespace xk::tcp

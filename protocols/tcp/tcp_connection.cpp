@@ -58,6 +58,7 @@ Ref<TcpConnection> TcpConnection::from_syn(TcpProtocol& proto, ListenSession& l,
   c->iss_ = iss;
   c->snd_una_ = c->snd_nxt_ = c->snd_max_ = c->iss_;
   c->snd_wl1_ = h.seq;
+  c->inherit_max_segment(l);
   c->take_options(opts, true);
   c->snd_wnd_ = h.window;  // never scaled in a SYN (RFC 7323 2.2)
   c->max_snd_wnd_ = c->snd_wnd_;
@@ -65,6 +66,13 @@ Ref<TcpConnection> TcpConnection::from_syn(TcpProtocol& proto, ListenSession& l,
   // with ECE alone.
   c->ecn_ok_ = proto.config().ecn != TcpConfig::Ecn::off && h.has(kEce) && h.has(kCwr);
   return c;
+}
+
+// TCP_MAXSEG set on the listener holds for its connections from the SYN on.
+void TcpConnection::inherit_max_segment(const ListenSession& l) {
+  if (!l.max_segment()) return;
+  if (!tuning_) tuning_ = std::make_unique<Tuning>();
+  tuning_->max_segment = l.max_segment();
 }
 
 Ref<TcpConnection> TcpConnection::from_cookie(TcpProtocol& proto, ListenSession& l, TcpProtocol::IpPeer& ip,
@@ -88,6 +96,8 @@ Ref<TcpConnection> TcpConnection::from_cookie(TcpProtocol& proto, ListenSession&
   c->snd_wl2_ = h.ack;
   c->peer_mss_ = mss;
   c->mss_ = std::min(mss, proto.path_mss(*ip.session));
+  c->inherit_max_segment(l);
+  if (c->tuning_ && c->tuning_->max_segment) c->mss_ = std::min(c->mss_, *c->tuning_->max_segment);
   if (opts.timestamps) {
     // Our SYN-ACK's TSval carried its options (tcp_syncookie.hpp).
     CookieOptions co = decode_cookie_tsecr(opts.timestamps->tsecr);
@@ -240,8 +250,12 @@ void TcpConnection::mark_push() {
 
 Result<std::size_t> TcpConnection::read(std::span<std::byte> dst) {
   if (!rcvbuf_.empty()) {
-    std::size_t n = rcvbuf_.read(dst);
-    if (proto_ != nullptr) window_opened();
+    std::size_t n = rcvbuf_.read(dst.first(urgent_limit(dst.size())));
+    if (urg_in_ && read_seq() >= rcv_up_) urg_in_ = false;  // the urgent byte was read
+    if (proto_ != nullptr) {
+      autotune_rcvbuf();
+      window_opened();
+    }
     return n;
   }
   if (error_ != Errc::ok) return take_error();
@@ -260,14 +274,68 @@ Result<std::size_t> TcpConnection::peek(std::span<std::byte> dst, std::size_t sk
 
 Result<Msg> TcpConnection::read_msg(std::size_t max) {
   if (!rcvbuf_.empty()) {
-    Msg m = rcvbuf_.read_msg(max);
-    if (proto_ != nullptr) window_opened();
+    Msg m = rcvbuf_.read_msg(urgent_limit(max));
+    if (urg_in_ && read_seq() >= rcv_up_) urg_in_ = false;
+    if (proto_ != nullptr) {
+      autotune_rcvbuf();
+      window_opened();
+    }
     return m;
   }
   if (error_ != Errc::ok) return take_error();
   if (fin_received_ || (proto_ == nullptr && state_ == State::closed)) return Msg();
   if (state_ == State::closed) return Errc::not_connected;
   return Errc::would_block;
+}
+
+// ---- urgent data (RFC 9293 3.8.5, in line as RFC 6093 asks) ------------------
+
+SeqNum TcpConnection::read_seq() const noexcept {
+  return rcv_nxt_ - static_cast<std::uint32_t>(rcvbuf_.size()) - (fin_received_ ? 1u : 0u);
+}
+
+// A read stops before the urgent byte when bytes come before it (as BSD and
+// Linux do), so the application can tell the mark (SIOCATMARK); at the mark
+// it reads on.
+std::size_t TcpConnection::urgent_limit(std::size_t want) const noexcept {
+  if (!urg_in_) return want;
+  const SeqNum mark = rcv_up_ - 1u;
+  const SeqNum at = read_seq();
+  if (mark <= at) return want;
+  return std::min<std::size_t>(want, seq_span(at, mark));
+}
+
+bool TcpConnection::at_urgent_mark() const noexcept { return urg_in_ && read_seq() == rcv_up_ - 1u; }
+
+// The byte `ahead` bytes past the end of the queue is urgent (MSG_OOB: the
+// last byte of the send, set before its data is queued so every segment of
+// it carries the pointer). SND.UP only moves forward.
+Status TcpConnection::mark_urgent(std::size_t ahead) {
+  if (write_shut_ || (state_ != State::syn_sent && state_ != State::syn_received && state_ != State::established &&
+                      state_ != State::close_wait)) {
+    return Errc::not_connected;
+  }
+  const SeqNum end = snd_una_ + static_cast<std::uint32_t>(sndbuf_.size() + ahead) + (snd_una_ == iss_ ? 1u : 0u);
+  if (end == snd_una_ + (snd_una_ == iss_ ? 1u : 0u)) return Errc::invalid_argument;  // no byte to mark
+  if (urg_out_ && end <= snd_up_) return {};
+  if (!urg_out_ || end != snd_up_) ++proto_->c_.urgent_out;
+  snd_up_ = end;
+  urg_out_ = true;
+  return {};
+}
+
+// RFC 9293 3.10.7.4 sixth, the URG bit: RCV.UP moves forward, and the
+// application learns of it (ev_urgent, POLLPRI) until it reads the urgent
+// byte. A pointer that does not advance, or names a byte already read, is
+// no news (a retransmission, or the pointer the sender repeats).
+void TcpConnection::process_urgent(const Header& h) {
+  if (h.urgent == 0 || upper() != nullptr || user_closed_) return;
+  const SeqNum up = h.seq + h.urgent;
+  if (urg_in_ && up <= rcv_up_) return;
+  if (up - 1u < read_seq()) return;
+  rcv_up_ = up;
+  urg_in_ = true;
+  ++proto_->c_.urgent_in;
 }
 
 // RFC 9293 3.10.4 for one direction: FIN after the queued data.
@@ -360,14 +428,101 @@ void TcpConnection::set_keepalive(bool on) noexcept {
   }
 }
 
+// A size the program sets is kept: no autotuning of that buffer (as Linux).
 void TcpConnection::set_sndbuf(std::size_t bytes) noexcept {
   std::size_t max = proto_ != nullptr ? proto_->config().buf_max : bytes;
   sndbuf_.set_limit(std::clamp<std::size_t>(bytes, 2048, max));
+  sndbuf_locked_ = true;
 }
 
 void TcpConnection::set_rcvbuf(std::size_t bytes) noexcept {
   std::size_t max = proto_ != nullptr ? proto_->config().buf_max : bytes;
   rcvbuf_limit_ = std::clamp<std::size_t>(bytes, 2048, max);
+  rcvbuf_locked_ = true;
+  rcv_tune_.reset();
+}
+
+// ---- buffer autotuning ------------------------------------------------------------
+
+bool TcpConnection::autotunes_rcv() const noexcept {
+  return !rcvbuf_locked_ && proto_ != nullptr && proto_->config().autotune && upper() == nullptr && !user_closed_;
+}
+
+// Per in-order data segment: the receiver's RTT, from the timestamp the
+// peer echoes (1 ms ticks), and from how long one window takes to arrive
+// (an upper bound, and all there is without timestamps or under a tick).
+void TcpConnection::measure_rcv_rtt(const Options& opts) {
+  const Time now = last_recv_;
+  if (!rcv_tune_) {
+    rcv_tune_ = std::make_unique<RcvTune>();
+    rcv_tune_->space_time = now;
+    rcv_tune_->space_seq = read_seq();
+    rcv_tune_->space = 10u * mss_;  // what an initial window brings (RFC 6928)
+    rcv_tune_->win_seq = rcv_adv_;
+    rcv_tune_->win_time = now;
+  }
+  RcvTune& t = *rcv_tune_;
+  if (ts_ok_ && opts.timestamps && opts.timestamps->tsecr != 0) {
+    const auto now_ms = static_cast<std::uint32_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count());
+    const std::uint32_t d = now_ms - opts.timestamps->tsecr;
+    if (d != 0 && d < 60'000) rcv_rtt_sample(std::chrono::milliseconds(d));
+  }
+  if (rcv_nxt_ >= t.win_seq) {
+    rcv_rtt_sample(now - t.win_time);
+    t.win_seq = rcv_nxt_ + std::max<std::uint32_t>(static_cast<std::uint32_t>(rcv_adv_ - rcv_nxt_), mss_);
+    t.win_time = now;
+  }
+}
+
+// A lower sample is taken at once, a higher one slowly: the estimate leans
+// to the path's RTT, not to the queues' (as Linux's receiver estimate does).
+void TcpConnection::rcv_rtt_sample(Duration d) noexcept {
+  if (d <= Duration::zero()) return;
+  Duration& rtt = rcv_tune_->rtt;
+  if (rtt == Duration::zero() || d < rtt) {
+    rtt = d;
+  } else {
+    rtt += (d - rtt) / 8;
+  }
+}
+
+// After a read: once per receiver RTT, if the application read more than
+// in any RTT before, the buffer grows to hold two RTTs of it, and, while
+// that is growing (the peer's slow start), as much again as it grew.
+void TcpConnection::autotune_rcvbuf() {
+  if (!rcv_tune_ || rcvbuf_locked_) return;
+  RcvTune& t = *rcv_tune_;
+  Duration rtt = t.rtt;
+  if (rto_.has_sample() && rto_.srtt() > Duration::zero() && (rtt == Duration::zero() || rto_.srtt() < rtt)) {
+    rtt = rto_.srtt();
+  }
+  if (rtt <= Duration::zero() || last_recv_ - t.space_time < rtt) return;
+  const SeqNum at = read_seq();
+  const std::uint32_t copied = seq_span(t.space_seq, at);
+  if (copied > t.space) {
+    std::uint64_t want = 2 * std::uint64_t{copied} + 16 * std::uint64_t{mss_};
+    want += want * (copied - t.space) / t.space;
+    want = std::min<std::uint64_t>(want, proto_->config().autotune_max);
+    if (want > rcvbuf_limit_) {
+      rcvbuf_limit_ = static_cast<std::size_t>(want);
+      ++proto_->c_.rcvbuf_grown;
+    }
+    t.space = copied;
+  }
+  t.space_seq = at;
+  t.space_time = last_recv_;
+}
+
+// After an ACK: room for twice the congestion window, so the window is
+// never short of data to send (as Linux's tcp_sndbuf_expand).
+void TcpConnection::autotune_sndbuf() {
+  if (sndbuf_locked_ || !proto_->config().autotune) return;
+  const std::uint64_t want = std::min<std::uint64_t>(2 * std::uint64_t{cc_->cwnd()}, proto_->config().autotune_max);
+  if (want > sndbuf_.limit()) {
+    sndbuf_.set_limit(static_cast<std::size_t>(want));
+    ++proto_->c_.sndbuf_grown;
+  }
 }
 
 ChecksumMode TcpConnection::checksum_mode() const noexcept {
@@ -384,14 +539,22 @@ std::uint32_t TcpConnection::events() const noexcept {
   }
   if (error_ != Errc::ok) e |= ev_error;
   if (fin_received_ || gone) e |= ev_hangup;
+  if (urg_in_) e |= ev_urgent;
   return e;
 }
 
 ConnStats TcpConnection::stats() const noexcept {
-  ConnStats s = stats_;
+  ConnStats s;
+  static_cast<ConnCounters&>(s) = stats_;
   s.state = state_;
   s.unacked = static_cast<std::uint32_t>(seq_span(snd_una_, snd_max_));
   s.notsent = static_cast<std::uint32_t>(unsent_bytes());
+  s.sndbuf = static_cast<std::uint32_t>(sndbuf_.limit());
+  s.rcvbuf = static_cast<std::uint32_t>(rcvbuf_limit_);
+  if (rcv_tune_) {
+    s.rcv_rtt_us = static_cast<std::uint32_t>(std::chrono::duration_cast<std::chrono::microseconds>(rcv_tune_->rtt).count());
+    s.rcv_space = rcv_tune_->space;
+  }
   s.srtt = rto_.srtt();
   s.rttvar = rto_.rttvar();
   s.rto = rto_.rto();

@@ -118,12 +118,18 @@ void TcpConnection::segment_arrives(Header h, const Options& opts, Msg payload, 
     return;
   }
 
-  // Seventh: segment text (RFC 9293 3.10.7.4), and eighth: FIN.
+  // Sixth: the URG bit; seventh: segment text (RFC 9293 3.10.7.4), and eighth: FIN.
   switch (state_) {
     case State::established:
     case State::fin_wait_1:
     case State::fin_wait_2:
-      process_data(h, std::move(payload));
+      if (h.has(kUrg)) process_urgent(h);
+      if (!payload.empty() && h.seq == rcv_nxt_ && autotunes_rcv()) {
+        process_data(h, std::move(payload));
+        if (proto_ != nullptr) measure_rcv_rtt(opts);
+      } else {
+        process_data(h, std::move(payload));
+      }
       break;
     default:
       break;  // CLOSE-WAIT, CLOSING, LAST-ACK, TIME-WAIT: the peer already sent its FIN
@@ -387,6 +393,7 @@ void TcpConnection::new_ack(const Header& h, const Options& opts, std::uint32_t 
     ev.rtt = rtt;
     ev.in_flight = flight_before;
     cc_->on_ack(ev);
+    autotune_sndbuf();
   }
   // RFC 6298 5.2 / 5.3: stop the timer when all is acknowledged, else restart it.
   if (snd_una_ == snd_max_) {
@@ -451,6 +458,7 @@ void TcpConnection::process_data(const Header& h, Msg payload) {
   if (seq < rcv_nxt_) {
     std::uint32_t dup = static_cast<std::uint32_t>(rcv_nxt_ - seq);
     if (dup >= payload.size()) {
+      if (!payload.empty()) ++proto_->c_.dup_segments;
       if (!payload.empty() && sack_ok_) dsack_ = SackBlock{seq, seq + static_cast<std::uint32_t>(payload.size())};
       payload = Msg();
     } else {
@@ -518,6 +526,8 @@ void TcpConnection::process_data(const Header& h, Msg payload) {
   if (!payload.empty()) {
     Reassembly::InsertResult r = reasm_.insert(seq, std::move(payload), rcv_nxt_, wnd);
     if (r.dsack && sack_ok_) dsack_ = r.dsack;
+    if (r.dsack) ++proto_->c_.dup_segments;
+    if (r.no_room != 0) proto_->c_.ooo_dropped.inc(r.no_room);
   }
   if (fin_at) fin_seq_pending_ = fin_at;
   send_ack_now();

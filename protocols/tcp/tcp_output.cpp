@@ -156,6 +156,17 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
     last_ack_sent_ = rcv_nxt_;
   }
   h.window = static_cast<std::uint16_t>(advertised_window());
+  // RFC 9293 3.8.5: every segment before SND.UP says where the urgent data
+  // ends, at most 65535 bytes on (RFC 6093 4); the mark is spent once
+  // acknowledged.
+  if (urg_out_) {
+    if (snd_up_ <= snd_una_) {
+      urg_out_ = false;
+    } else if (snd_up_ > seq) {
+      h.flags |= kUrg;
+      h.urgent = static_cast<std::uint16_t>(std::min<std::uint32_t>(snd_up_ - seq, 65535));
+    }
+  }
   h.write(*room);
 
   // More than a segment: the port cuts it into segments of payload_mss()
@@ -391,7 +402,10 @@ bool TcpConnection::send_new_data() {
     }
     const std::uint32_t usable = wnd - in_flight;
     std::uint32_t len = static_cast<std::uint32_t>(std::min<std::size_t>({avail, smss, usable}));
-    if (len == smss && proto_->segmentation_offload() && !probe_one_) {
+    // An urgent pointer ahead: one segment at a time, each with its own
+    // pointer (the port's cut would repeat the first segment's).
+    const bool urgent_ahead = urg_out_ && snd_up_ > snd_nxt_;
+    if (len == smss && proto_->segmentation_offload() && !probe_one_ && !urgent_ahead) {
       // Segmentation offload: every full segment the windows allow goes
       // down as one, up to what one IPv4 datagram holds; the port cuts it.
       const std::size_t full = std::min<std::size_t>(avail, usable) / smss;
@@ -400,12 +414,14 @@ bool TcpConnection::send_new_data() {
     const bool all = len == avail;
     if (len < smss) {
       // Corked: hold the short tail -- unless the FIN follows it (shutdown or
-      // close): nothing will join it any more (as Linux pushes at close).
-      if (cork_ && !write_shut_) break;
+      // close): nothing will join it any more (as Linux pushes at close) --
+      // or urgent data waits.
+      if (cork_ && !write_shut_ && !urgent_ahead) break;
       // RFC 1122 4.2.3.4: send a short segment only when it is all we have
       // (and Nagle allows: nothing unacknowledged, or TCP_NODELAY), or when
       // it is at least half the largest window the peer offered.
-      bool nagle_ok = all && (nodelay_ || snd_nxt_ == snd_una_ || snd_max_ == snd_una_);
+      // Urgent data goes without waiting (as Linux's urgent mode).
+      bool nagle_ok = all && (nodelay_ || snd_nxt_ == snd_una_ || snd_max_ == snd_una_ || urgent_ahead);
       bool sws_ok = (len >= max_snd_wnd_ / 2 && max_snd_wnd_ > 0) || sws_override_;
       if (!nagle_ok && !sws_ok) {
         // RFC 1122 4.2.3.4 (4): a window too small for the data, with nothing

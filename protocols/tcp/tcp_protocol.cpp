@@ -137,6 +137,12 @@ TcpProtocol::TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, 
          counters().add("rto_wait_us", "time spent waiting for retransmission timeouts that expired"),
          counters().add("ecn_ce_received", "segments that arrived marked Congestion Experienced (RFC 3168)"),
          counters().add("ecn_reductions", "window reductions for an ECN-Echo (at most one per window)"),
+         counters().add("urgent_in", "urgent pointers received that moved RCV.UP (RFC 9293 3.8.5)"),
+         counters().add("urgent_out", "urgent marks made by sends with MSG_OOB"),
+         counters().add("rcvbuf_grown", "receive buffers autotuning grew"),
+         counters().add("sndbuf_grown", "send buffers autotuning grew"),
+         counters().add("dup_segments", "data segments that brought nothing new (all received before)"),
+         counters().add("ooo_dropped", "out-of-order bytes dropped: the reassembly's block cap (or memory) reached"),
          counters().add("ooo_segments", "segments that arrived out of order"),
          counters().add("delayed_acks", "ACKs sent by the delayed-ACK timer"),
          counters().add("burst_acks", "ACKs for two or more full segments, sent at the end of an input burst"),
@@ -559,6 +565,7 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
     // RFC 4987 3.6: answer without keeping state; the cookie is the ISN.
     ++c_.syncookies_sent;
     std::uint16_t my_mss = path_mss(*ip.session);
+    if (l.max_segment()) my_mss = std::min(my_mss, *l.max_segment());  // TCP_MAXSEG
     std::uint16_t their_mss = opts.mss.value_or(536);
     Options o;
     o.mss = my_mss;
@@ -857,9 +864,19 @@ void register_tcp(Registry& registry) {
                            .defaults_to("262144"))
           .with_option(OptionSpec::size("sndbuf", 1024, std::size_t{1} << 30, "default send buffer").defaults_to("1m"))
           .with_option(OptionSpec::size("rcvbuf", 1024, std::size_t{1} << 30, "default receive buffer").defaults_to("1m"))
+          .with_option(OptionSpec::size("buf_max", 4096, std::size_t{1} << 30, "largest SO_SNDBUF/SO_RCVBUF (sets the window scale)")
+                           .defaults_to("64m"))
+          .with_option(OptionSpec::boolean("autotune", "grow buffers with the measured bandwidth-delay product").defaults_to("on"))
+          .with_option(OptionSpec::size("autotune_max", 4096, std::size_t{1} << 30, "largest buffer autotuning makes")
+                           .defaults_to("16m"))
           .with_option(OptionSpec::boolean("syncookies", "SYN cookies when the SYN queue is full").defaults_to("on"))
           .with_option(OptionSpec::integer("syn_backlog", 1, 1 << 20, "half-open connections per listener before SYN cookies")
                            .defaults_to("1024"))
+          .with_option(OptionSpec::integer("ephemeral_min", 1, 65535,
+                                           "first port of the ephemeral range (as Linux's ip_local_port_range)")
+                           .defaults_to("49152"))
+          .with_option(OptionSpec::integer("ephemeral_max", 1, 65535, "last port of the ephemeral range")
+                           .defaults_to("65535"))
           .with_option(OptionSpec::string("secret", "ISN/cookie key, 32 hex digits (default: random)"))
           .with_option(OptionSpec::choice("backend", {"own", "relay"},
                                           "who carries the streams: this TCP, or the layer below (a relay)")
@@ -895,8 +912,20 @@ void register_tcp(Registry& registry) {
             c.time_wait_max = static_cast<std::size_t>(o.get_int("time_wait_max"));
             c.sndbuf = o.get_size("sndbuf");
             c.rcvbuf = o.get_size("rcvbuf");
+            c.buf_max = o.get_size("buf_max");
+            c.autotune = o.get_bool("autotune");
+            c.autotune_max = std::min<std::size_t>(o.get_size("autotune_max"), c.buf_max);
+            if (c.sndbuf > c.buf_max || c.rcvbuf > c.buf_max) {
+              throw std::invalid_argument("sndbuf and rcvbuf may not be above buf_max=" + std::to_string(c.buf_max));
+            }
             c.syncookies = o.get_bool("syncookies");
             c.syn_backlog = static_cast<std::size_t>(o.get_int("syn_backlog"));
+            c.ephemeral_min = static_cast<std::uint16_t>(o.get_int("ephemeral_min"));
+            c.ephemeral_max = static_cast<std::uint16_t>(o.get_int("ephemeral_max"));
+            if (c.ephemeral_min > c.ephemeral_max) {
+              throw std::invalid_argument("ephemeral_min=" + std::to_string(c.ephemeral_min) + " is above ephemeral_max=" +
+                                          std::to_string(c.ephemeral_max));
+            }
             if (o.has("secret")) c.secret = parse_secret(o.get_string("secret"));
             if (c.rto_min > c.rto_max) throw std::invalid_argument("rto_min is above rto_max");
             auto t = std::make_unique<TcpProtocol>(args.name, *args.below[0], args.loop->timers(), c);

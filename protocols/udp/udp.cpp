@@ -403,6 +403,7 @@ Status UdpProtocol::send(UdpSession& s, Msg msg, Ipv4Addr addr, Port port, IpPee
     }
     std::memcpy(room->data() + Header::kChecksumOffset, &ck, 2);
   }
+  msg.offload().tos = s.options_.tos;
   ++tx_datagrams_;
   SessionRef lower = ip->session;  // the push may re-enter us
   return lower->push(std::move(msg));

@@ -10,11 +10,14 @@
 #include <netinet/tcp.h>
 #include <net/if.h>
 #include <sys/ioctl.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -230,6 +233,104 @@ TEST(CApiStack, EnvironmentWithoutAPortIsEinval) {
       << "yield is a good XK_IDLE, so the missing port is what is wrong: " << xk_last_error();
   ::unsetenv("XK_IDLE");
   ::unsetenv("XK_IP");
+}
+
+// The ephemeral range is the graph's (as ip_local_port_range): two ports,
+// two connections to one peer port, and the third finds none free.
+TEST(CApiStack, EphemeralPortsComeFromTheConfiguredRange) {
+  xk_stack_config c;
+  xk_stack_config_init(&c);
+  c.graph =
+      "loopback lo0 mtu=9000\n"
+      "ipv4 ip0 below=lo0 addr=192.0.2.1/24\n"
+      "tcp tcp0 below=ip0 ephemeral_min=40000 ephemeral_max=40001\n";
+  xk_stack* st = xk_stack_create(&c);
+  ASSERT_NE(st, nullptr) << xk_last_error();
+  const int l = xk_socket(st, AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = addr("192.0.2.1", 5100);
+  ASSERT_EQ(xk_bind(l, sa(a), sizeof a), 0) << xk_last_error();
+  ASSERT_EQ(xk_listen(l, 16), 0) << xk_last_error();
+  std::vector<int> got;
+  for (int i = 0; i < 2; ++i) {
+    const int fd = xk_socket(st, AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(xk_connect(fd, sa(a), sizeof a), 0) << xk_last_error();
+    sockaddr_in me{};
+    socklen_t len = sizeof me;
+    ASSERT_EQ(xk_getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len), 0);
+    got.push_back(ntohs(me.sin_port));
+  }
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<int>{40000, 40001}));
+  const int third = xk_socket(st, AF_INET, SOCK_STREAM, 0);
+  EXPECT_EQ(xk_connect(third, sa(a), sizeof a), -1);
+  EXPECT_EQ(errno, EADDRNOTAVAIL) << xk_last_error();
+  xk_stack_destroy(st);
+
+  c.graph =
+      "loopback lo0\n"
+      "ipv4 ip0 below=lo0 addr=192.0.2.1/24\n"
+      "tcp tcp0 below=ip0 ephemeral_min=50000 ephemeral_max=40000\n";
+  EXPECT_EQ(xk_stack_create(&c), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_NE(std::string(xk_last_error()).find("ephemeral_min=50000 is above ephemeral_max=40000"), std::string::npos)
+      << xk_last_error();
+}
+
+// The descriptor limit: EMFILE past it, EBUSY when lowering it below an
+// open descriptor, EINVAL out of range; XK_MAX_FDS sets it too.
+TEST(CApiStack, DescriptorLimitIsConfigurable) {
+  xk_stack_config c;
+  xk_stack_config_init(&c);
+  c.graph = kGraph;
+  xk_stack* st = xk_stack_create(&c);
+  ASSERT_NE(st, nullptr) << xk_last_error();
+  const int before = xk_get_fd_limit();
+  EXPECT_EQ(before, 1 << 20);
+  const int first = xk_socket(st, AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(first, 0);
+  ASSERT_EQ(xk_set_fd_limit(first + 2), 0) << xk_last_error();
+  const int second = xk_socket(st, AF_INET, SOCK_DGRAM, 0);
+  EXPECT_EQ(second, first + 1);
+  EXPECT_EQ(xk_socket(st, AF_INET, SOCK_STREAM, 0), -1);
+  EXPECT_EQ(errno, EMFILE);
+  EXPECT_EQ(xk_epoll_create1(0), -1);
+  EXPECT_EQ(errno, EMFILE);
+  EXPECT_EQ(xk_set_fd_limit(first + 1), -1);
+  EXPECT_EQ(errno, EBUSY) << "descriptor " << second << " is open";
+  EXPECT_EQ(xk_set_fd_limit(0), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(xk_set_fd_limit((1 << 30) + 1), -1);
+  EXPECT_EQ(errno, EINVAL);
+  xk_close(second);
+  EXPECT_EQ(xk_set_fd_limit(first + 1), 0) << xk_last_error();
+  EXPECT_EQ(xk_get_fd_limit(), first + 1);
+  xk_close(first);
+  ASSERT_EQ(xk_set_fd_limit(before), 0);
+  xk_stack_destroy(st);
+
+  const std::string file = "/tmp/xk-capi-graph-" + std::to_string(::getpid()) + ".conf";
+  {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(kGraph, f);
+    std::fclose(f);
+  }
+  ::setenv("XK_GRAPH", file.c_str(), 1);
+  ::setenv("XK_MAX_FDS", "0", 1);
+  EXPECT_EQ(xk_stack_create(nullptr), nullptr);
+  EXPECT_NE(std::string(xk_last_error()).find("XK_MAX_FDS=0"), std::string::npos) << xk_last_error();
+  ::setenv("XK_MAX_FDS", "lots", 1);
+  EXPECT_EQ(xk_stack_create(nullptr), nullptr);
+  EXPECT_NE(std::string(xk_last_error()).find("XK_MAX_FDS='lots'"), std::string::npos) << xk_last_error();
+  ::setenv("XK_MAX_FDS", "4096", 1);
+  st = xk_stack_create(nullptr);
+  EXPECT_NE(st, nullptr) << xk_last_error();
+  EXPECT_EQ(xk_get_fd_limit(), 4096);
+  if (st != nullptr) xk_stack_destroy(st);
+  ASSERT_EQ(xk_set_fd_limit(before), 0);
+  ::unsetenv("XK_MAX_FDS");
+  ::unsetenv("XK_GRAPH");
+  std::remove(file.c_str());
 }
 
 TEST(CApiStack, AdoptedStackRunsOnItsInjectedClock) {
@@ -768,6 +869,41 @@ TEST_P(CApi, MaxSegmentSetBeforeConnectIsTheMssInUse) {
   xk_close(l);
 }
 
+// TCP_MAXSEG on a listener (set before listen() or after) is what its
+// SYN-ACKs offer: the client then sends with no more, and so does the
+// accepted connection.
+TEST_P(CApi, MaxSegmentOnAListenerIsOfferedInItsSynAck) {
+  for (const bool before_listen : {true, false}) {
+    SCOPED_TRACE(before_listen ? "set before listen()" : "set after listen()");
+    const std::uint16_t port = before_listen ? 5061 : 5062;
+    int l = tcp();
+    sockaddr_in a = addr("192.0.2.1", port);
+    ASSERT_EQ(xk_bind(l, sa(a), sizeof a), 0) << xk_last_error();
+    int mss = 600;
+    if (before_listen) {
+      ASSERT_EQ(xk_setsockopt(l, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof mss), 0);
+    }
+    ASSERT_EQ(xk_listen(l, 16), 0) << xk_last_error();
+    if (!before_listen) {
+      ASSERT_EQ(xk_setsockopt(l, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof mss), 0);
+    }
+    int c = tcp();
+    std::thread t([&] { EXPECT_EQ(xk_connect(c, sa(a), sizeof a), 0) << xk_last_error(); });
+    int s = xk_accept(l, nullptr, nullptr);
+    t.join();
+    ASSERT_GE(s, 0) << xk_last_error();
+    int v = 0;
+    socklen_t len = sizeof v;
+    ASSERT_EQ(xk_getsockopt(c, IPPROTO_TCP, TCP_MAXSEG, &v, &len), 0);
+    EXPECT_EQ(v, 600) << "the client sends no more than the SYN-ACK offered";
+    ASSERT_EQ(xk_getsockopt(s, IPPROTO_TCP, TCP_MAXSEG, &v, &len), 0);
+    EXPECT_EQ(v, 600);
+    xk_close(c);
+    xk_close(s);
+    xk_close(l);
+  }
+}
+
 // getsockopt(TCP_INFO) fills Linux's struct tcp_info: glibc's part of it
 // (what <netinet/tcp.h> declares) and the fields after it.
 TEST_P(CApi, TcpInfoInLinuxLayout) {
@@ -885,8 +1021,57 @@ TEST_P(CApi, MsgMoreHoldsTheTailUntilASendWithoutIt) {
     got += static_cast<std::size_t>(n);
   }
   EXPECT_EQ(std::string(buf, 9), "head-tail");
-  EXPECT_EQ(xk_send(c, "x", 1, MSG_OOB), -1);
-  EXPECT_EQ(errno, EOPNOTSUPP);
+  xk_close(c);
+  xk_close(s);
+}
+
+// Urgent data in line (RFC 6093): MSG_OOB marks the send's last byte; the
+// receiver sees POLLPRI, a read stops before the urgent byte, SIOCATMARK
+// says it is next, and reading it ends POLLPRI. Receiving with MSG_OOB is
+// EINVAL (as on Linux with SO_OOBINLINE), which is always on.
+TEST_P(CApi, UrgentDataArrivesInLineWithItsMark) {
+  auto [c, s] = pair(5060);
+  ASSERT_EQ(xk_send(c, "abc", 3, 0), 3) << xk_last_error();
+  ASSERT_EQ(xk_send(c, "!", 1, MSG_OOB), 1) << xk_last_error();
+  ASSERT_EQ(xk_send(c, "def", 3, 0), 3) << xk_last_error();
+  pollfd p{s, POLLPRI, 0};
+  ASSERT_EQ(xk_poll(&p, 1, 2000), 1);
+  EXPECT_TRUE(p.revents & POLLPRI);
+  // Until all seven bytes are in (the mark may come before the rest).
+  for (int i = 0; i < 200; ++i) {
+    int q = 0;
+    ASSERT_EQ(xk_ioctl(s, FIONREAD, &q), 0);
+    if (q == 7) break;
+    p = {s, POLLIN, 0};
+    (void)xk_poll(&p, 1, 10);
+  }
+  int mark = -1;
+  ASSERT_EQ(xk_ioctl(s, SIOCATMARK, &mark), 0) << xk_last_error();
+  EXPECT_EQ(mark, 0);
+  char buf[16] = {};
+  EXPECT_EQ(xk_recv(s, buf, sizeof buf, MSG_OOB), -1);
+  EXPECT_EQ(errno, EINVAL);
+  ASSERT_EQ(xk_recv(s, buf, sizeof buf, 0), 3) << "a read stops at the mark";
+  EXPECT_EQ(std::string(buf, 3), "abc");
+  ASSERT_EQ(xk_ioctl(s, SIOCATMARK, &mark), 0);
+  EXPECT_EQ(mark, 1);
+  p = {s, POLLPRI, 0};
+  EXPECT_EQ(xk_poll(&p, 1, 0), 1) << "still pending until the urgent byte is read";
+  ASSERT_EQ(xk_recv(s, buf, sizeof buf, 0), 4);
+  EXPECT_EQ(std::string(buf, 4), "!def");
+  ASSERT_EQ(xk_ioctl(s, SIOCATMARK, &mark), 0);
+  EXPECT_EQ(mark, 0);
+  p = {s, POLLPRI, 0};
+  EXPECT_EQ(xk_poll(&p, 1, 0), 0);
+  int v = 0;
+  socklen_t len = sizeof v;
+  ASSERT_EQ(xk_getsockopt(s, SOL_SOCKET, SO_OOBINLINE, &v, &len), 0);
+  EXPECT_EQ(v, 1);
+  v = 0;
+  EXPECT_EQ(xk_setsockopt(s, SOL_SOCKET, SO_OOBINLINE, &v, sizeof v), -1) << "out-of-line urgent data is not offered";
+  EXPECT_EQ(errno, EINVAL);
+  v = 1;
+  EXPECT_EQ(xk_setsockopt(s, SOL_SOCKET, SO_OOBINLINE, &v, sizeof v), 0);
   xk_close(c);
   xk_close(s);
 }
@@ -967,6 +1152,15 @@ TEST_P(CApi, IpTosKeepsTheDscpBits) {
   EXPECT_EQ(pump(c2, s2, data), data);
   xk_close(c2);
   xk_close(s2);
+  // A datagram socket keeps the whole byte (as Linux).
+  int u = xk_socket(stack_, AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(u, 0);
+  tos = 0xb9;
+  ASSERT_EQ(xk_setsockopt(u, IPPROTO_IP, IP_TOS, &tos, sizeof tos), 0) << xk_last_error();
+  len = sizeof v;
+  ASSERT_EQ(xk_getsockopt(u, IPPROTO_IP, IP_TOS, &v, &len), 0);
+  EXPECT_EQ(v, 0xb9);
+  xk_close(u);
 }
 
 TEST_P(CApi, ConnectionsWithChecksumsOffStillCarryData) {

@@ -911,6 +911,161 @@ TEST_F(TcpScript, TosDscpBitsGoOnEveryPacketBesideEcn) {
   EXPECT_EQ(expect(ack().seq(1001).ack(101)).tos, 0xb8);
 }
 
+// ---- buffer autotuning -----------------------------------------------------------------
+
+// The peer fills the window we advertise, once per 10 ms round trip, and the
+// application reads everything at once.
+class TcpAutotune : public Script {
+ protected:
+  // Our receive buffer after `rounds` rounds.
+  std::uint32_t fill_windows(int rounds) {
+    std::uint32_t seq = 1 + static_cast<std::uint32_t>(read_off);
+    for (int r = 0; r < rounds; ++r) {
+      const std::uint32_t wnd = sock.stats().rcv_wnd;
+      std::uint32_t sent = 0;
+      for (; sent + 1000 <= wnd; sent += 1000, seq += 1000) inject(ack().seq(seq).ack(1).len(1000));
+      expect_read(sent);
+      advance(10ms);
+      ip.sent.clear();
+    }
+    return sock.stats().rcvbuf;
+  }
+};
+
+// Dynamic right-sizing: once per receiver RTT (here from how long a window
+// takes to arrive: no timestamps), the buffer grows to hold two RTTs of what
+// the application read, and the window we advertise with it.
+TEST_F(TcpAutotune, ReceiveBufferGrowsWithWhatTheApplicationReadsPerRtt) {
+  TcpConfig c;
+  c.rcvbuf = 16384;
+  c.autotune_max = 1 << 20;
+  start(c);
+  passive_open(Offer().ws(7));
+  EXPECT_EQ(sock.stats().rcvbuf, 16384u);
+  const std::uint32_t grown = fill_windows(10);
+  EXPECT_GT(grown, 200'000u) << "ten round trips of a peer that fills every window";
+  EXPECT_LE(grown, 1u << 20) << "never past autotune_max";
+  EXPECT_GT(sock.stats().rcv_wnd, 16384u);
+  EXPECT_EQ(sock.stats().rcv_rtt_us, 10'000u);
+  EXPECT_GT(stats().rcvbuf_grown.value(), 0u);
+}
+
+// SO_RCVBUF set by the program: its size is kept (as Linux).
+TEST_F(TcpAutotune, ReceiveBufferTheProgramSetIsNotAutotuned) {
+  TcpConfig c;
+  c.rcvbuf = 16384;
+  start(c);
+  passive_open(Offer().ws(7));
+  sock.set_rcvbuf(16384);
+  EXPECT_EQ(fill_windows(10), 16384u);
+  EXPECT_EQ(stats().rcvbuf_grown.value(), 0u);
+}
+
+TEST_F(TcpAutotune, NoAutotuningWhenTurnedOff) {
+  TcpConfig c;
+  c.rcvbuf = 16384;
+  c.autotune = false;
+  start(c);
+  passive_open(Offer().ws(7));
+  EXPECT_EQ(fill_windows(10), 16384u);
+}
+
+// The send buffer grows to twice the congestion window, so a growing
+// window always has data to send.
+TEST_F(TcpScript, SendBufferGrowsWithTheCongestionWindow) {
+  TcpConfig c;
+  c.sndbuf = 8192;
+  start(c);
+  passive_open(Offer().ws(7));
+  // The handshake's ACK already: room for two initial windows.
+  EXPECT_EQ(sock.stats().sndbuf, 2 * sock.stats().cwnd);
+  EXPECT_EQ(sock.stats().cwnd, 10'000u);
+  write(20000);
+  for (std::uint32_t seq = 1; seq < 10001; seq += 1000) expect(ack().seq(seq).ack(1).len(1000));
+  inject(ack().seq(1).ack(10001));  // slow start
+  EXPECT_GT(sock.stats().cwnd, 10'000u);
+  EXPECT_EQ(sock.stats().sndbuf, 2 * sock.stats().cwnd);
+  EXPECT_EQ(stats().sndbuf_grown.value(), 2u);
+  sock.set_sndbuf(8192);  // the program's size is kept from now on
+  EXPECT_EQ(sock.stats().sndbuf, 8192u);
+  ip.sent.clear();
+  inject(ack().seq(1).ack(20001));
+  EXPECT_EQ(sock.stats().sndbuf, 8192u);
+}
+
+// ---- urgent data (RFC 9293 3.8.5, in line as RFC 6093 asks) ------------------------
+
+// The pointer names the byte after the urgent one, goes on every segment
+// before it (a pointer past a segment's own data too), and stops once the
+// urgent byte is acknowledged.
+TEST_F(TcpScript, AnUrgentSendCarriesThePointerUntilAcknowledged) {
+  start();
+  passive_open(Offer());
+  ASSERT_TRUE(sock.mark_urgent(2500).ok());
+  write(2500);
+  expect(ack().urg(2500).seq(1).ack(1).len(1000));
+  expect(ack().urg(1500).seq(1001).ack(1).len(1000));
+  expect(psh_ack().urg(500).seq(2001).ack(1).len(500));
+  expect_nothing();
+  EXPECT_EQ(stats().urgent_out.value(), 1u);
+  advance(1s);  // RTOs: every retransmission says it again
+  expect(ack().urg(2500).seq(1).ack(1).len(1000));
+  while (!ip.sent.empty()) expect(ack().urg(2500).seq(1).ack(1).len(1000));
+  inject(ack().seq(1).ack(2501));
+  write(10);
+  expect(psh_ack().seq(2501).ack(1).len(10));  // acknowledged: no URG any more
+}
+
+// Urgent data goes without waiting for Nagle (as Linux's urgent mode).
+TEST_F(TcpScript, UrgentDataIsNotHeldByNagle) {
+  start();
+  passive_open(Offer());
+  write(100);
+  expect(psh_ack().seq(1).ack(1).len(100));
+  write(5);
+  expect_nothing();  // Nagle: 100 bytes unacknowledged
+  ASSERT_TRUE(sock.mark_urgent(1).ok());
+  write(1);
+  expect(psh_ack().urg(6).seq(101).ack(1).len(6));
+}
+
+// RFC 9293 3.10.7.4 sixth: RCV.UP moves forward and the application hears
+// of it (ev_urgent) until it reads the urgent byte; a read stops before
+// that byte, at_urgent_mark() says it is next. A pointer the sender
+// repeats, or one that points at bytes already read, is no news.
+TEST_F(TcpScript, UrgentPointerIsTakenInLineAndAReadStopsAtTheMark) {
+  start();
+  passive_open(Offer());
+  inject(psh_ack().urg(5).seq(1).ack(1).len(8));  // the urgent byte: the 5th
+  expect(ack().seq(1).ack(9));
+  EXPECT_TRUE(sock.events() & ev_urgent);
+  EXPECT_FALSE(sock.at_urgent_mark());
+  std::vector<std::byte> b(16);
+  Result<std::size_t> r = sock.read(b);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 4u) << "the read stops before the urgent byte";
+  EXPECT_TRUE(sock.at_urgent_mark());
+  EXPECT_TRUE(sock.events() & ev_urgent);
+  r = sock.read(b);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 4u) << "at the mark the read goes on through the urgent byte";
+  EXPECT_EQ(b[0], pattern_byte(4, 0));
+  read_off += 8;
+  EXPECT_FALSE(sock.events() & ev_urgent);
+  EXPECT_FALSE(sock.at_urgent_mark());
+  EXPECT_EQ(stats().urgent_in.value(), 1u);
+  // The segment again (the sender repeats the pointer): no news.
+  inject(psh_ack().urg(5).seq(1).ack(1).len(8));
+  expect(ack().seq(1).ack(9));
+  EXPECT_FALSE(sock.events() & ev_urgent);
+  // A pointer past the data: pending before its byte arrives.
+  inject(ack().urg(1000).seq(9).ack(1).len(10));
+  EXPECT_TRUE(sock.events() & ev_urgent);
+  expect_read(10);
+  EXPECT_TRUE(sock.events() & ev_urgent) << "the urgent byte has not come yet";
+  EXPECT_EQ(stats().urgent_in.value(), 2u);
+}
+
 TEST_F(TcpScript, NoEcnUnlessBothAskOrWhenTurnedOff) {
   start();
   passive_open(Offer());

@@ -197,6 +197,24 @@ TEST_F(Udp, EphemeralPortsComeFromTheDynamicRange) {
   EXPECT_EQ(load_be16(fip.sent[0].msg.fragments()[0].data()), c.local_endpoint()->port.value);
 }
 
+// IP_TOS: every datagram carries the socket's TOS byte to IPv4, ECN bits
+// as given (a datagram socket's own, as on Linux).
+TEST_F(Udp, TosRidesOnEveryDatagram) {
+  UdpSocket s = u0.socket();
+  udp::SocketOptions o = s.session()->options();
+  o.tos = 0xb9;
+  ASSERT_TRUE(s.set_options(o).ok());
+  ASSERT_TRUE(s.sendto(bytes_of("a"), kPeer, Port{9}).ok());
+  ASSERT_TRUE(s.connect(kPeer, Port{9}).ok());
+  ASSERT_TRUE(s.send(bytes_of("b")).ok());
+  ASSERT_EQ(fip.sent.size(), 2u);
+  EXPECT_EQ(fip.sent[0].msg.offload().tos, 0xb9);
+  EXPECT_EQ(fip.sent[1].msg.offload().tos, 0xb9);
+  UdpSocket plain = u0.socket();
+  ASSERT_TRUE(plain.sendto(bytes_of("c"), kPeer, Port{9}).ok());
+  EXPECT_EQ(fip.sent[2].msg.offload().tos, 0);
+}
+
 TEST_F(Udp, EphemeralRangeCanRunOut) {
   UdpConfig cfg;
   cfg.ephemeral_min = 40000;

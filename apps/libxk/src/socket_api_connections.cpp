@@ -44,6 +44,9 @@ extern "C" int xk_listen(int fd, int backlog) {
       s->listener = std::move(*l);
       s->bind_port = s->listener.port();
       if (s->csum) s->listener.set_checksum(*s->csum);
+      // TCP_MAXSEG set before listen(): the SYN-ACKs offer it (a relay's
+      // listener takes none).
+      if (s->tuning.max_segment) (void)s->listener.set_max_segment(s->tuning.max_segment);
       s->conn = tcp::TcpSocket();
       s->listening = true;
       watch(*s);

@@ -84,6 +84,15 @@ ssize_t stream_send(Sock& s, const iovec* iov, int iovcnt, int flags) {
         if (!s.cork) s.conn.set_cork(true);
       }
       const bool uncork = (flags & MSG_MORE) == 0 && s.more;
+      // MSG_OOB: the send's last byte is urgent (in line, RFC 6093); the
+      // mark is made before the bytes are queued so their segments carry it.
+      const bool oob = (flags & MSG_OOB) != 0;
+      if (oob && want != done) {
+        // (Other refusals are the write's to report.)
+        if (Status st = s.conn.mark_urgent(want - done); !st && st.error() == Errc::unsupported) {
+          return Outcome::error(Errc::unsupported);
+        }
+      }
       std::size_t put = 0, skip = done;
       for (int i = 0; i < iovcnt; ++i) {
         std::size_t len = iov[i].iov_len;
@@ -105,6 +114,8 @@ ssize_t stream_send(Sock& s, const iovec* iov, int iovcnt, int flags) {
         s.more = false;
         if (!s.cork) s.conn.set_cork(false);  // what was held goes now
       }
+      // A short send: its last byte queued is the urgent one.
+      if (oob && put != 0 && done + put < want && !may_block) (void)s.conn.mark_urgent(0);
       if (put == 0 && want != done) return Outcome::error(Errc::would_block);
       return Outcome::ok(put);
     });
@@ -113,6 +124,7 @@ ssize_t stream_send(Sock& s, const iovec* iov, int iovcnt, int flags) {
       // No SIGPIPE, ever: EPIPE for a connection that can take no more data.
       if (o.err == Errc::closed && !s.closed.load()) return fail(EPIPE, "send: the connection is shut down for writing");
       if (o.err == Errc::closed) return fail(EBADF, "send: the socket was closed");
+      if (o.err == Errc::unsupported) return fail(EOPNOTSUPP, "send: MSG_OOB on a relayed stream");
       return fail(o.err, "send");
     }
     done += o.n;
@@ -196,6 +208,9 @@ ssize_t recv_any(int fd, const iovec* iov, int iovcnt, int flags, const char* wh
   auto s = get_sock(fd);
   if (!s) return -1;
   if (iovcnt < 0 || iovcnt > IOV_MAX) return fail(EINVAL, std::string(what) + ": bad iovcnt");
+  // MSG_OOB: urgent data is always in line (SO_OOBINLINE, RFC 6093), where
+  // Linux refuses MSG_OOB too.
+  if (flags & MSG_OOB) return fail(EINVAL, std::string(what) + ": urgent data is delivered in line (SO_OOBINLINE)");
   if (flags & ~(MSG_DONTWAIT | MSG_WAITALL | MSG_NOSIGNAL | MSG_PEEK)) {
     return fail(EOPNOTSUPP, std::string(what) + ": unsupported flags");
   }
@@ -213,11 +228,12 @@ ssize_t send_any(int fd, const iovec* iov, int iovcnt, int flags, const char* wh
   if (iovcnt < 0 || iovcnt > IOV_MAX) return fail(EINVAL, std::string(what) + ": bad iovcnt");
   // MSG_EOR: a stream has no records; taken as a plain send (as Linux's TCP
   // takes it: the data is not merged with what a later send adds).
-  if (flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE | MSG_EOR)) {
+  if (flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE | MSG_EOR | MSG_OOB)) {
     return fail(EOPNOTSUPP, std::string(what) + ": unsupported flags");
   }
   return guarded(what, [&]() -> ssize_t {
     if (s->type == SOCK_DGRAM) {
+      if (flags & MSG_OOB) return fail(EOPNOTSUPP, std::string(what) + ": MSG_OOB on a datagram socket");
       if (iovcnt == 1) return dgram_send(*s, iov[0].iov_base, iov[0].iov_len, nullptr, 0);
       return fail(EOPNOTSUPP, std::string(what) + ": one buffer per datagram");
     }

@@ -163,6 +163,16 @@ extern "C" const char* xk_last_error(void) { return t_last_error.c_str(); }
 
 // ---- sockets ---------------------------------------------------------------------------
 
+extern "C" int xk_set_fd_limit(int limit) {
+  if (limit < 1 || limit > FdTable::kMaxLimit) {
+    return fail(EINVAL, "xk_set_fd_limit: " + std::to_string(limit) + " is not in 1.." + std::to_string(FdTable::kMaxLimit));
+  }
+  if (!table().set_limit(limit)) return fail(EBUSY, "xk_set_fd_limit: a descriptor at or above " + std::to_string(limit) + " is open");
+  return 0;
+}
+
+extern "C" int xk_get_fd_limit(void) { return table().limit(); }
+
 extern "C" int xk_socket(xk_stack* h, int domain, int type, int protocol) {
   if (h == nullptr) return fail(EINVAL, "socket: no stack");
   if (domain != AF_INET) return fail(EAFNOSUPPORT, "socket: AF_INET only");

@@ -154,16 +154,19 @@ struct Sock final : File {
 
 class FdTable {
  public:
-  static constexpr int kMaxFds = 1 << 20;
+  // How many descriptors a process may hold at once (numbers 0..limit-1):
+  // xk_set_fd_limit, XK_MAX_FDS. The table grows only as far as used.
+  static constexpr int kDefaultLimit = 1 << 20;
+  static constexpr int kMaxLimit = 1 << 30;
 
   int add(std::shared_ptr<File> f) {
     std::lock_guard<std::mutex> lock(mu_);
     int fd;
-    if (!free_.empty()) {
+    if (!free_.empty() && *free_.begin() < limit_) {
       fd = *free_.begin();  // the lowest free number, as POSIX hands out
       free_.erase(free_.begin());
     } else {
-      if (files_.size() >= static_cast<std::size_t>(kMaxFds)) return -1;
+      if (files_.size() >= static_cast<std::size_t>(limit_)) return -1;
       fd = static_cast<int>(files_.size());
       files_.emplace_back();
     }
@@ -183,6 +186,20 @@ class FdTable {
     free_.insert(fd);
     return std::move(files_[static_cast<std::size_t>(fd)]);
   }
+  // A new limit; false (nothing changed) when a descriptor at or above it
+  // is open.
+  bool set_limit(int limit) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (std::size_t i = static_cast<std::size_t>(limit); i < files_.size(); ++i) {
+      if (files_[i]) return false;
+    }
+    limit_ = limit;
+    return true;
+  }
+  int limit() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return limit_;
+  }
   // The descriptors whose file `pred` picks.
   template <class Pred>
   std::vector<int> select(Pred pred) {
@@ -198,6 +215,7 @@ class FdTable {
   std::mutex mu_;
   std::vector<std::shared_ptr<File>> files_;
   std::set<int> free_;
+  int limit_ = kDefaultLimit;
 };
 
 // The process-wide table of xk descriptors.

@@ -105,6 +105,10 @@ extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, soc
             if (s->listening) return EINVAL;
             s->reuse_port = iv != 0;
             return 0;
+          case SO_OOBINLINE:
+            // Urgent data is always delivered in line (RFC 6093 asks no
+            // less); out-of-line urgent bytes are not offered.
+            return iv != 0 ? 0 : EINVAL;
           case SO_KEEPALIVE:
             if (!stream) return ENOPROTOOPT;
             s->keepalive = iv != 0;
@@ -149,6 +153,12 @@ extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, soc
         s->tuning.update(t);
         return 0;
       }
+      if (level == IPPROTO_IP && name == IP_TOS) {
+        // A datagram socket: the whole byte, ECN bits too (as Linux).
+        udp::SocketOptions o = s->udp.session()->options();
+        o.tos = static_cast<std::uint8_t>(iv);
+        return s->udp.set_options(o) ? 0 : EINVAL;
+      }
       if (level == IPPROTO_TCP && stream) {
         switch (name) {
           case TCP_NODELAY:
@@ -181,9 +191,12 @@ extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, soc
               if (iv != 0 && (iv < 88 || iv > 32767)) return EINVAL;
               if (iv == 0) {
                 s->tuning.max_segment.reset();
+                if (s->listening) (void)s->listener.set_max_segment(std::nullopt);
                 return 0;
               }
               t.max_segment = static_cast<std::uint16_t>(iv);
+              // A listener: what its SYN-ACKs offer from now on.
+              if (s->listening) (void)s->listener.set_max_segment(t.max_segment);
             } else {
               t.quickack = iv != 0;
               s->quickack = iv != 0;
@@ -282,15 +295,26 @@ extern "C" int xk_getsockopt(int fd, int level, int name, void* value, socklen_t
           case SO_REUSEADDR: r.iv = s->reuse_addr ? 1 : 0; return r;
           case SO_REUSEPORT: r.iv = s->reuse_port ? 1 : 0; return r;
           case SO_KEEPALIVE: r.iv = s->keepalive ? 1 : 0; return r;
+          case SO_OOBINLINE: r.iv = 1; return r;
+          // Not set: the size now (autotuning grows it), as Linux reports.
           case SO_SNDBUF:
-            r.iv = s->sndbuf != 0 ? doubled(s->sndbuf)
-                                  : static_cast<int>(s->stack->tcp() ? s->stack->tcp()->config().sndbuf : 0);
+            if (s->sndbuf != 0) {
+              r.iv = doubled(s->sndbuf);
+            } else if (c != nullptr && c->tcb() != nullptr) {
+              r.iv = static_cast<int>(c->stats().sndbuf);
+            } else {
+              r.iv = static_cast<int>(s->stack->tcp() ? s->stack->tcp()->config().sndbuf : 0);
+            }
             return r;
           case SO_RCVBUF:
             if (!stream) {
               r.iv = s->rcvbuf != 0 ? doubled(s->rcvbuf) : static_cast<int>(s->udp.session()->options().rcvbuf_bytes);
+            } else if (s->rcvbuf != 0) {
+              r.iv = doubled(s->rcvbuf);
+            } else if (c != nullptr && c->tcb() != nullptr) {
+              r.iv = static_cast<int>(c->stats().rcvbuf);
             } else {
-              r.iv = s->rcvbuf != 0 ? doubled(s->rcvbuf) : static_cast<int>(s->stack->tcp()->config().rcvbuf);
+              r.iv = static_cast<int>(s->stack->tcp()->config().rcvbuf);
             }
             return r;
           case SO_LINGER:
@@ -308,8 +332,8 @@ extern "C" int xk_getsockopt(int fd, int level, int name, void* value, socklen_t
           default: return Answer{ENOPROTOOPT};
         }
       }
-      if (level == IPPROTO_IP && name == IP_TOS && stream) {
-        r.iv = s->tuning.tos.value_or(0);
+      if (level == IPPROTO_IP && name == IP_TOS) {
+        r.iv = stream ? s->tuning.tos.value_or(0) : s->udp.session()->options().tos;
         return r;
       }
       if (level == IPPROTO_TCP && stream) {
@@ -417,7 +441,7 @@ extern "C" int xk_ioctl(int fd, unsigned long request, void* arg) {
     s->nonblock.store(on != 0);
     return 0;
   }
-  if (request != FIONREAD && request != SIOCOUTQ && request != SIOCOUTQNSD) {
+  if (request != FIONREAD && request != SIOCOUTQ && request != SIOCOUTQNSD && request != SIOCATMARK) {
     return fail(ENOTTY, "ioctl: request " + std::to_string(request) + " is not one a socket takes here");
   }
   return guarded("ioctl", [&] {
@@ -431,6 +455,7 @@ extern "C" int xk_ioctl(int fd, unsigned long request, void* arg) {
       if (s->type == SOCK_DGRAM) {
         // FIONREAD: the next datagram's size, as on Linux; the others are
         // a stream's.
+        if (request == SIOCATMARK) return Answer{0, 0};  // no urgent data in a datagram
         if (request != FIONREAD) return Answer{EOPNOTSUPP};
         return Answer{0, clamp(s->udp.next_datagram_size())};
       }
@@ -438,6 +463,7 @@ extern "C" int xk_ioctl(int fd, unsigned long request, void* arg) {
       tcp::StreamEndpoint* c = s->conn.endpoint();
       if (c == nullptr) return Answer{0, 0};
       if (request == FIONREAD) return Answer{0, clamp(c->rcv_queued())};  // SIOCINQ
+      if (request == SIOCATMARK) return Answer{0, c->at_urgent_mark() ? 1 : 0};  // the next byte is urgent
       if (request == SIOCOUTQ) return Answer{0, clamp(c->snd_queued())};  // sent or not, not acknowledged
       return Answer{0, static_cast<int>(c->stats().notsent)};             // SIOCOUTQNSD: not sent
     });

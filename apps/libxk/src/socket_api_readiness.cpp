@@ -48,6 +48,7 @@ std::uint32_t compute_events(Sock& s) {
   const bool over_lowat = s.notsent_lowat != SIZE_MAX && c->stats().notsent >= s.notsent_lowat;
   if ((t & tcp::ev_writable) && !over_lowat) ev |= EPOLLOUT | EPOLLWRNORM;
   if (t & tcp::ev_error) ev |= EPOLLERR;
+  if (t & tcp::ev_urgent) ev |= EPOLLPRI;  // the peer's urgent byte waits, in line
   if (t & tcp::ev_hangup) ev |= EPOLLRDHUP | EPOLLIN | EPOLLRDNORM;
   // Hung up: both directions done, or the connection is gone. A write then
   // fails at once, so the socket reads as writable (Linux does the same).

@@ -89,6 +89,13 @@ StackConfig config_from(const xk_stack_config* c) {
     env.spin_us = env_number("XK_SPIN_US", 50, 1'000'000);
     std::string cpu = env_or("XK_CPU");
     env.cpu = cpu.empty() ? -1 : static_cast<int>(env_number("XK_CPU", 0, 4095));
+    if (!env_or("XK_MAX_FDS").empty()) {
+      const unsigned max_fds = env_number("XK_MAX_FDS", 0, FdTable::kMaxLimit);
+      if (max_fds == 0) throw std::invalid_argument("XK_MAX_FDS=0: at least 1");
+      if (!table().set_limit(static_cast<int>(max_fds))) {
+        throw std::invalid_argument("XK_MAX_FDS=" + std::to_string(max_fds) + ": a descriptor at or above it is open");
+      }
+    }
     c = &env;
   } else {
     if (c->filterd != nullptr) filterd = c->filterd;

@@ -66,6 +66,8 @@ std::size_t linux_tcp_info(const tcp::ConnStats& st, void* out, std::size_t len)
   t.tcpi_notsent_bytes = st.notsent;
   t.tcpi_bytes_sent = st.bytes_sent;
   t.tcpi_rcv_ooopack = static_cast<std::uint32_t>(st.ooo_segments);
+  t.tcpi_rcv_rtt = st.rcv_rtt_us;
+  t.tcpi_rcv_space = st.rcv_space;
   t.tcpi_snd_wnd = st.snd_wnd;
   const std::size_t n = std::min(len, sizeof t);
   std::memcpy(out, &t, n);

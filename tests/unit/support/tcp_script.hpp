@@ -139,6 +139,8 @@ class Seg {
   Seg& cut(std::size_t n) { cut_ = n; return *this; }
   // Inject: the IP header was marked Congestion Experienced (RFC 3168).
   Seg& ce() { ce_ = true; return *this; }
+  // URG with this urgent pointer (inject: written; expect: must match).
+  Seg& urg(std::uint16_t ptr) { flags_ |= kUrg; urgent_ = ptr; return *this; }
 
  private:
   friend class Script;
@@ -164,6 +166,7 @@ class Seg {
   bool no_csum_ = false;
   std::optional<std::size_t> cut_;
   bool ce_ = false;
+  std::uint16_t urgent_ = 0;
 };
 
 inline Seg syn() { return Seg(kSyn); }
@@ -373,6 +376,7 @@ class Script : public ::testing::Test {
     h.data_offset = s.doff_.value_or(static_cast<std::uint8_t>((Header::kMinSize + opt.size()) / 4));
     h.flags = s.flags_;
     h.window = s.win_.value_or(peer_win);
+    h.urgent = s.urgent_;
     h.checksum = 0;
     h.write(std::span(b).first<Header::kMinSize>());
     if (!opt.empty()) std::memcpy(b.data() + Header::kMinSize, opt.data(), opt.size());
@@ -552,6 +556,7 @@ class Script : public ::testing::Test {
       if (g.h.ack != w) bad.push_back("ack " + std::to_string(s.ack_abs_ ? w.raw() : *s.ack_));
     }
     if (s.win_ && g.h.window != *s.win_) bad.push_back("win " + std::to_string(*s.win_));
+    if ((s.flags_ & kUrg) && g.h.urgent != s.urgent_) bad.push_back("urg " + std::to_string(s.urgent_));
     if (g.opts.mss != s.mss_) bad.push_back(s.mss_ ? "mss " + std::to_string(*s.mss_) : "no mss");
     if (g.opts.wscale != s.ws_) bad.push_back(s.ws_ ? "wscale " + std::to_string(*s.ws_) : "no wscale");
     if (g.opts.sack_permitted != s.sackok_) bad.push_back(s.sackok_ ? "sackOK" : "no sackOK");

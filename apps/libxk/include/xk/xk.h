@@ -121,6 +121,14 @@ int xk_stack_poll(xk_stack* stack);
  * "state:FIN-WAIT-2"). Returns 0 and sets *value, or -1 with errno ENOENT for an
  * unknown instance or counter (EINVAL for a null argument). */
 int xk_stack_counter(xk_stack* stack, const char* instance, const char* name, unsigned long long* value);
+/* The most xk descriptors (sockets and epoll sets, of every stack) the
+ * process may hold at once: numbers 0..limit-1. Default 2^20, at most 2^30;
+ * XK_MAX_FDS sets it for stacks made from the environment. Returns 0, or -1
+ * with errno EINVAL (out of range) or EBUSY (a descriptor at or above the
+ * new limit is open). Past the limit socket, accept and epoll_create fail
+ * with EMFILE. */
+int xk_set_fd_limit(int limit);
+int xk_get_fd_limit(void);
 /* The message of the calling thread's last failed xk call ("" if none). */
 const char* xk_last_error(void);
 
@@ -141,7 +149,11 @@ ssize_t xk_readv(int fd, const struct iovec* iov, int iovcnt);
 ssize_t xk_writev(int fd, const struct iovec* iov, int iovcnt);
 /* flags: MSG_DONTWAIT, MSG_WAITALL (stream receive), MSG_PEEK (receive:
  * the data stays), MSG_MORE (stream send: the short tail waits for a send
- * without it, or the FIN), MSG_EOR (taken), MSG_NOSIGNAL (always). */
+ * without it, or the FIN), MSG_EOR (taken), MSG_NOSIGNAL (always),
+ * MSG_OOB (stream send: the last byte is urgent). Urgent data arrives in
+ * line (SO_OOBINLINE is always on, RFC 6093): POLLPRI until the urgent byte
+ * is read, a read stops before it, SIOCATMARK says when it is next; receive
+ * with MSG_OOB is EINVAL, as on Linux with SO_OOBINLINE. */
 ssize_t xk_recv(int fd, void* buf, size_t len, int flags);
 ssize_t xk_send(int fd, const void* buf, size_t len, int flags);
 ssize_t xk_recvfrom(int fd, void* buf, size_t len, int flags, struct sockaddr* from, socklen_t* fromlen);
@@ -183,7 +195,8 @@ int xk_poll(struct pollfd* fds, nfds_t nfds, int timeout_ms);
 
 /* ioctl(2) for sockets: FIONBIO; FIONREAD (SIOCINQ: bytes to read, or the
  * next datagram's size); SIOCOUTQ (bytes not yet acknowledged) and
- * SIOCOUTQNSD (bytes not yet sent) of a stream. `arg` points to an int.
+ * SIOCOUTQNSD (bytes not yet sent) of a stream; SIOCATMARK (1 when the
+ * next byte read is the peer's urgent byte). `arg` points to an int.
  * Anything else: ENOTTY. */
 int xk_ioctl(int fd, unsigned long request, void* arg);
 

@@ -115,6 +115,13 @@ struct TcpConfig {
   std::size_t sndbuf = 1 << 20;         // default buffer sizes; sockets may change them
   std::size_t rcvbuf = 1 << 20;
   std::size_t buf_max = 64u << 20;      // the largest SO_SNDBUF/SO_RCVBUF
+  // Buffer autotuning (docs/tcp.md, "Buffer autotuning"): a connection
+  // whose program did not set SO_RCVBUF / SO_SNDBUF grows its receive
+  // buffer to two receiver RTTs of what the application reads, and its send
+  // buffer to twice the congestion window, up to autotune_max (at most
+  // buf_max).
+  bool autotune = true;
+  std::size_t autotune_max = 16u << 20;
   std::size_t syn_backlog = 1024;       // half-open connections per listener before SYN cookies
   bool syncookies = true;               // RFC 4987
   std::uint32_t challenge_acks_per_s = 1000;  // RFC 5961 7
@@ -351,6 +358,12 @@ class TcpProtocol final : public Protocol {
     Counter& rto_wait_us;
     Counter& ecn_ce_received;
     Counter& ecn_reductions;
+    Counter& urgent_in;
+    Counter& urgent_out;
+    Counter& rcvbuf_grown;
+    Counter& sndbuf_grown;
+    Counter& dup_segments;
+    Counter& ooo_dropped;
     Counter& ooo_segments;
     Counter& delayed_acks;
     Counter& burst_acks;
@@ -382,6 +395,7 @@ class TcpProtocol final : public Protocol {
 //       [rto_min_ms=200] [rto_max_ms=60000] [rto_initial_ms=1000] [delack_ms=40] [quickacks=16]
 //       [recovery=rack|rfc6675] [tlp=on] [tlp_delack_ms=200] [tlp_min_ms=rto_min/4] [ecn=passive|on|off] [msl_ms=30000]
 //       [time_wait_max=262144] [sndbuf=1m] [rcvbuf=1m] [syncookies=on] [secret=<32 hex digits>]
+//       [ephemeral_min=49152] [ephemeral_max=65535] [autotune=on] [autotune_max=16m] [buf_max=64m]
 void register_tcp(Registry& registry);
 
 }  // namespace xk::tcp

@@ -41,8 +41,27 @@ enum class State : std::uint8_t {
 };
 const char* to_string(State s) noexcept;
 
-// What one connection did (TCP_INFO-like).
-struct ConnStats {
+// What a connection counts as it runs (kept in the TCB: only counters, so
+// an idle connection holds no more than these).
+struct ConnCounters {
+  std::uint64_t bytes_sent = 0;      // payload bytes handed to IP, retransmissions included
+  std::uint64_t bytes_acked = 0;
+  std::uint64_t bytes_received = 0;  // in-order payload bytes accepted
+  std::uint64_t segs_out = 0;
+  std::uint64_t segs_in = 0;
+  std::uint64_t retransmits = 0;     // segments sent again
+  std::uint64_t rto_expiries = 0;
+  std::uint64_t fast_retransmits = 0;
+  std::uint64_t sack_blocks_in = 0;
+  std::uint64_t sack_blocks_out = 0;
+  std::uint64_t dup_acks_in = 0;
+  std::uint64_t ooo_segments = 0;    // arrived out of order
+  std::uint64_t icmp_errors = 0;     // ICMP errors about this connection that passed RFC 5927's check
+  std::uint64_t pmtu_updates = 0;    // frag-needed messages that lowered the path MTU
+};
+
+// A connection's state and counters, as TCP_INFO reports them.
+struct ConnStats : ConnCounters {
   State state = State::closed;
   Duration srtt{0};
   Duration rttvar{0};
@@ -58,22 +77,12 @@ struct ConnStats {
   bool sack = false;
   bool timestamps = false;
   bool ecn = false;                  // RFC 3168, negotiated
-  std::uint64_t bytes_sent = 0;      // payload bytes handed to IP, retransmissions included
-  std::uint64_t bytes_acked = 0;
-  std::uint64_t bytes_received = 0;  // in-order payload bytes accepted
-  std::uint64_t segs_out = 0;
-  std::uint64_t segs_in = 0;
-  std::uint64_t retransmits = 0;     // segments sent again
-  std::uint64_t rto_expiries = 0;
-  std::uint64_t fast_retransmits = 0;
-  std::uint64_t sack_blocks_in = 0;
-  std::uint64_t sack_blocks_out = 0;
-  std::uint64_t dup_acks_in = 0;
-  std::uint64_t ooo_segments = 0;    // arrived out of order
-  std::uint64_t icmp_errors = 0;     // ICMP errors about this connection that passed RFC 5927's check
-  std::uint64_t pmtu_updates = 0;    // frag-needed messages that lowered the path MTU
   std::uint32_t unacked = 0;         // bytes sent and not acknowledged
   std::uint32_t notsent = 0;         // bytes queued and not sent yet (SIOCOUTQNSD)
+  std::uint32_t sndbuf = 0;          // the send buffer's size now (autotuning grows it)
+  std::uint32_t rcvbuf = 0;          // the receive buffer's size now
+  std::uint32_t rcv_rtt_us = 0;      // the receiver's RTT estimate (autotuning; 0: none)
+  std::uint32_t rcv_space = 0;       // the most bytes the application read in one such RTT
 };
 
 // Per-connection settings a program may change (setsockopt's TCP options):
@@ -119,6 +128,7 @@ enum Event : std::uint32_t {
   ev_error = 4,      // an error is pending (refused, reset, timed out)
   ev_hangup = 8,     // the peer closed its side (FIN) or the connection is gone
   ev_acceptable = 16,  // a listener has a connection to accept
+  ev_urgent = 32,      // the peer's urgent byte waits to be read (POLLPRI)
 };
 
 // What a TcpSocket drives: the TCB of a connection this stack runs
@@ -165,6 +175,14 @@ class StreamEndpoint : public Session {
   // What read() would return after the first `skip` bytes, left in place
   // (MSG_PEEK); unsupported for a backend without it.
   virtual Result<std::size_t> peek(std::span<std::byte>, std::size_t /*skip*/) { return Errc::unsupported; }
+  // Urgent data (MSG_OOB), always in line (RFC 6093): mark_urgent(n) makes
+  // the byte n bytes past the end of the send queue the urgent one (0: the
+  // last byte queued; a send marks before it queues, so its segments carry
+  // the pointer); at_urgent_mark() says whether the next byte read is the
+  // peer's urgent byte (SIOCATMARK). Unsupported / false for a backend
+  // without it.
+  virtual Status mark_urgent(std::size_t /*ahead*/) { return Errc::unsupported; }
+  virtual bool at_urgent_mark() const noexcept { return false; }
 };
 
 // What a TcpListener drives: a ListenSession, or a backend's listener.
@@ -179,6 +197,10 @@ class ListenEndpoint : public Session {
   virtual Ipv4Addr addr() const noexcept = 0;
   virtual Port port() const noexcept = 0;
   virtual bool detached() const noexcept = 0;
+  // TCP_MAXSEG on a listener: the MSS its SYN-ACKs offer and its
+  // connections send with is at most this (none: the path's). Unsupported
+  // for a backend without it.
+  virtual Status set_max_segment(std::optional<std::uint16_t>) { return Errc::unsupported; }
 };
 
 // A TcpProtocol configured with `backend=...` hands its sockets and
@@ -237,6 +259,8 @@ class TcpSocket {
   Result<std::size_t> peek(std::span<std::byte> dst, std::size_t skip = 0) {
     return c_ ? c_->peek(dst, skip) : Result<std::size_t>{Errc::closed};
   }
+  Status mark_urgent(std::size_t ahead) { return c_ ? c_->mark_urgent(ahead) : Status{Errc::closed}; }
+  bool at_urgent_mark() const noexcept { return c_ && c_->at_urgent_mark(); }
 
   std::uint32_t events() const noexcept;
   State state() const noexcept { return c_ ? c_->state() : State::closed; }
@@ -267,6 +291,7 @@ class TcpListener {
   void set_on_event(std::function<void()> fn);
   // For the SYNs it takes and the connections it accepts.
   void set_checksum(ChecksumMode mode) noexcept;
+  Status set_max_segment(std::optional<std::uint16_t> mss) { return l_ ? l_->set_max_segment(mss) : Status{Errc::closed}; }
   Port port() const noexcept { return l_ ? l_->port() : Port{}; }
   Status close();
 

@@ -58,6 +58,9 @@ struct SocketOptions {
   // Receive queue bounds; a datagram past either is dropped and counted.
   std::size_t rcvbuf_bytes = 256 * 1024;
   std::size_t rcvbuf_datagrams = 1024;
+  // IP_TOS: the TOS byte of every datagram sent (DSCP and ECN bits as
+  // given, as Linux takes them on a datagram socket).
+  std::uint8_t tos = 0;
 };
 
 struct UdpConfig {
