@@ -466,7 +466,8 @@ void TcpConnection::measure_rcv_rtt(const Options& opts) {
     const auto now_ms = static_cast<std::uint32_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count());
     const std::uint32_t d = now_ms - opts.timestamps->tsecr;
-    if (d != 0 && d < 60'000) rcv_rtt_sample(std::chrono::milliseconds(d));
+    // Under one tick: less than 1 ms, taken as half of it.
+    if (d < 60'000) rcv_rtt_sample(d == 0 ? Duration(std::chrono::microseconds(500)) : Duration(std::chrono::milliseconds(d)));
   }
   if (rcv_nxt_ >= t.win_seq) {
     rcv_rtt_sample(now - t.win_time);
@@ -475,21 +476,21 @@ void TcpConnection::measure_rcv_rtt(const Options& opts) {
   }
 }
 
-// A lower sample is taken at once, a higher one slowly: the estimate leans
-// to the path's RTT, not to the queues' (as Linux's receiver estimate does).
+// The least sample: both kinds only ever overstate the path's RTT (by the
+// queues, by a window's serialization), so the minimum is the closest.
 void TcpConnection::rcv_rtt_sample(Duration d) noexcept {
   if (d <= Duration::zero()) return;
   Duration& rtt = rcv_tune_->rtt;
-  if (rtt == Duration::zero() || d < rtt) {
-    rtt = d;
-  } else {
-    rtt += (d - rtt) / 8;
-  }
+  if (rtt == Duration::zero() || d < rtt) rtt = d;
 }
 
 // After a read: once per receiver RTT, if the application read more than
 // in any RTT before, the buffer grows to hold two RTTs of it, and, while
-// that is growing (the peer's slow start), as much again as it grew.
+// that is growing (the peer's slow start), as much again as it grew -- at
+// most twice as much: a sender in slow start doubles per RTT. A path under
+// a millisecond (a LAN, memif) is left at the configured size, which
+// already holds its bandwidth-delay product (1 MiB is 8 Gbit/s at 1 ms);
+// growing it there only lets the sender overrun the link's queues.
 void TcpConnection::autotune_rcvbuf() {
   if (!rcv_tune_ || rcvbuf_locked_) return;
   RcvTune& t = *rcv_tune_;
@@ -500,9 +501,9 @@ void TcpConnection::autotune_rcvbuf() {
   if (rtt <= Duration::zero() || last_recv_ - t.space_time < rtt) return;
   const SeqNum at = read_seq();
   const std::uint32_t copied = seq_span(t.space_seq, at);
-  if (copied > t.space) {
+  if (copied > t.space && rtt >= std::chrono::milliseconds(1)) {
     std::uint64_t want = 2 * std::uint64_t{copied} + 16 * std::uint64_t{mss_};
-    want += want * (copied - t.space) / t.space;
+    want += std::min<std::uint64_t>(want, want * (copied - t.space) / t.space);
     want = std::min<std::uint64_t>(want, proto_->config().autotune_max);
     if (want > rcvbuf_limit_) {
       rcvbuf_limit_ = static_cast<std::size_t>(want);
@@ -514,11 +515,13 @@ void TcpConnection::autotune_rcvbuf() {
   t.space_time = last_recv_;
 }
 
-// After an ACK: room for twice the congestion window, so the window is
-// never short of data to send (as Linux's tcp_sndbuf_expand).
+// After an ACK: room for twice what may be in flight (the congestion
+// window, or the peer's window if smaller), so the window is never short of
+// data to send.
 void TcpConnection::autotune_sndbuf() {
   if (sndbuf_locked_ || !proto_->config().autotune) return;
-  const std::uint64_t want = std::min<std::uint64_t>(2 * std::uint64_t{cc_->cwnd()}, proto_->config().autotune_max);
+  const std::uint32_t flight = std::min(cc_->cwnd(), std::max(max_snd_wnd_, snd_wnd_));
+  const std::uint64_t want = std::min<std::uint64_t>(2 * std::uint64_t{flight}, proto_->config().autotune_max);
   if (want > sndbuf_.limit()) {
     sndbuf_.set_limit(static_cast<std::size_t>(want));
     ++proto_->c_.sndbuf_grown;

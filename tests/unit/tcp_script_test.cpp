@@ -918,14 +918,14 @@ TEST_F(TcpScript, TosDscpBitsGoOnEveryPacketBesideEcn) {
 class TcpAutotune : public Script {
  protected:
   // Our receive buffer after `rounds` rounds.
-  std::uint32_t fill_windows(int rounds) {
+  std::uint32_t fill_windows(int rounds, Duration rtt = 10ms) {
     std::uint32_t seq = 1 + static_cast<std::uint32_t>(read_off);
     for (int r = 0; r < rounds; ++r) {
       const std::uint32_t wnd = sock.stats().rcv_wnd;
       std::uint32_t sent = 0;
       for (; sent + 1000 <= wnd; sent += 1000, seq += 1000) inject(ack().seq(seq).ack(1).len(1000));
       expect_read(sent);
-      advance(10ms);
+      advance(rtt);
       ip.sent.clear();
     }
     return sock.stats().rcvbuf;
@@ -948,6 +948,18 @@ TEST_F(TcpAutotune, ReceiveBufferGrowsWithWhatTheApplicationReadsPerRtt) {
   EXPECT_GT(sock.stats().rcv_wnd, 16384u);
   EXPECT_EQ(sock.stats().rcv_rtt_us, 10'000u);
   EXPECT_GT(stats().rcvbuf_grown.value(), 0u);
+}
+
+// Under a millisecond (a LAN): the configured buffer already holds the
+// path's bandwidth-delay product; growing it would only let the sender
+// overrun the link's queues.
+TEST_F(TcpAutotune, ASubMillisecondPathKeepsTheConfiguredBuffer) {
+  TcpConfig c;
+  c.rcvbuf = 16384;
+  start(c);
+  passive_open(Offer().ws(7));
+  EXPECT_EQ(fill_windows(20, 500us), 16384u);
+  EXPECT_EQ(sock.stats().rcv_rtt_us, 500u);
 }
 
 // SO_RCVBUF set by the program: its size is kept (as Linux).
