@@ -83,9 +83,14 @@ TEST(TimerWheel, FiresAtDeadlineNotBefore) {
   TimerWheel wheel(clock);
   int fired = 0;
   Time fired_at{};
-  Timer t(wheel, [&] {
-    ++fired;
-    fired_at = clock.now();
+  // A callback holds at most two pointers: a pointer to more.
+  struct Seen {
+    int& fired;
+    Time& at;
+  } seen{fired, fired_at};
+  Timer t(wheel, [&seen, &clock] {
+    ++seen.fired;
+    seen.at = clock.now();
   });
   t.arm(kStart + 10us);
   EXPECT_TRUE(t.armed());
@@ -516,9 +521,14 @@ TEST(TimerWheel, SelfRearmInThePastFiresOncePerRun) {
   TimerWheel wheel(clock);
   int fired = 0;
   std::optional<Timer> t;
-  t.emplace(wheel, [&] {
-    ++fired;
-    t->arm(clock.now());  // due at once: must wait for the next run
+  struct Ctx {
+    int& fired;
+    std::optional<Timer>& t;
+    ManualClock& clock;
+  } ctx{fired, t, clock};
+  t.emplace(wheel, [&ctx] {
+    ++ctx.fired;
+    ctx.t->arm(ctx.clock.now());  // due at once: must wait for the next run
   });
   t->arm(kStart + 1us);
   clock.advance(1us);
@@ -560,9 +570,14 @@ TEST(TimerWheel, SelfRearmIntoTheFutureKeepsPeriod) {
   TimerWheel wheel(clock);
   std::vector<Time> at;
   std::optional<Timer> t;
-  t.emplace(wheel, [&] {
-    at.push_back(clock.now());
-    if (at.size() < 5) t->arm(t->deadline() + 100us);
+  struct Ctx {
+    std::vector<Time>& at;
+    std::optional<Timer>& t;
+    ManualClock& clock;
+  } ctx{at, t, clock};
+  t.emplace(wheel, [&ctx] {
+    ctx.at.push_back(ctx.clock.now());
+    if (ctx.at.size() < 5) ctx.t->arm(ctx.t->deadline() + 100us);
   });
   t->arm(kStart + 100us);
   for (int i = 0; i < 1000; ++i) {
@@ -579,10 +594,15 @@ TEST(TimerWheel, TimersArmedFromACallback) {
   std::vector<char> order;
   Timer inside(wheel, [&] { order.push_back('i'); });   // due within the run being done
   Timer beyond(wheel, [&] { order.push_back('b'); });   // due after it
-  Timer first(wheel, [&] {
-    order.push_back('f');
-    inside.arm(kStart + 50us);
-    beyond.arm(kStart + 200us);
+  struct Ctx {
+    std::vector<char>& order;
+    Timer& inside;
+    Timer& beyond;
+  } ctx{order, inside, beyond};
+  Timer first(wheel, [&ctx] {
+    ctx.order.push_back('f');
+    ctx.inside.arm(kStart + 50us);
+    ctx.beyond.arm(kStart + 200us);
   });
   first.arm(kStart + 10us);
   clock.set(kStart + 100us);
@@ -600,10 +620,15 @@ TEST(TimerWheel, CallbackDestroysAnotherTimer) {
   int fired = 0;
   auto later = std::make_unique<Timer>(wheel, [&] { fired += 100; });
   auto same = std::make_unique<Timer>(wheel, [&] { fired += 1000; });
-  Timer killer(wheel, [&] {
-    ++fired;
-    later.reset();
-    same.reset();
+  struct Ctx {
+    int& fired;
+    std::unique_ptr<Timer>& later;
+    std::unique_ptr<Timer>& same;
+  } ctx{fired, later, same};
+  Timer killer(wheel, [&ctx] {
+    ++ctx.fired;
+    ctx.later.reset();
+    ctx.same.reset();
   });
   killer.arm(kStart + 3us);
   same.get()->arm(kStart + 3us + 500ns);  // same tick (1 us), order unspecified

@@ -51,12 +51,14 @@ namespace xk {
 class TimerWheel;
 
 // The callback of a Timer: any callable `void()` that is trivially copyable and
-// at most four pointers in size (a lambda capturing `this` and a few values).
+// at most two pointers in size (a lambda capturing `this` and one value): a
+// TCP connection holds five timers, and every byte of a callback's room is
+// paid five times per idle connection.
 // No allocation, and the wheel invokes a copy, so a callback may destroy its
 // own Timer. Needing more state means capturing a pointer to it.
 class TimerCallback {
  public:
-  static constexpr std::size_t kCapacity = 4 * sizeof(void*);
+  static constexpr std::size_t kCapacity = 2 * sizeof(void*);
 
   TimerCallback() noexcept = default;
 
@@ -68,7 +70,7 @@ class TimerCallback {
     static_assert(std::is_trivially_copyable_v<Fn> && std::is_trivially_destructible_v<Fn>,
                   "a timer callback must be trivially copyable: capture pointers, not owners");
     static_assert(sizeof(Fn) <= kCapacity && alignof(Fn) <= alignof(void*),
-                  "a timer callback may hold at most four pointers: capture a pointer to more");
+                  "a timer callback may hold at most two pointers: capture a pointer to more");
     ::new (static_cast<void*>(buf_)) Fn(static_cast<F&&>(f));
     call_ = [](void* p) { (*std::launder(static_cast<Fn*>(p)))(); };
   }
