@@ -2,10 +2,9 @@
 // one connection through the fault layer (loss both ways, a fixed one-way
 // delay), for each loss-recovery mode in the same run -- recovery=rfc6675
 // (the reference: duplicate-ACK threshold, RTO for what it cannot see) and
-// recovery=rack (RACK-TLP with PRR). Two xk stacks in one process over the
-// pair driver, on a manual clock that jumps to the next timer: the figures
-// are protocol time (round trips, probes, timeouts), deterministic for a
-// seed and independent of the machine's speed.
+// recovery=rack (RACK-TLP with PRR). Two xk stacks in one process on
+// protocol time (support/protocol_time.hpp): round trips, probes and
+// timeouts, deterministic for a seed and independent of the machine's speed.
 //
 //   build/release/tests/bench/xk-rr-loss [--requests N] [--response BYTES]
 //       [--loss P] [--delay-ms D] [--seed S]
@@ -20,15 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "xk/clock.hpp"
-#include "xk/drivers/pair.hpp"
-#include "xk/event_loop.hpp"
-#include "xk/graph.hpp"
-#include "xk/protocols/arp.hpp"
-#include "xk/protocols/eth.hpp"
-#include "xk/protocols/fault.hpp"
-#include "xk/protocols/ipv4.hpp"
-#include "xk/protocols/tcp.hpp"
+#include "protocol_time.hpp"
 
 namespace {
 
@@ -54,41 +45,12 @@ struct Outcome {
 
 class Run {
  public:
-  Run(const Params& p, const std::string& tcp_opts) : p_(p) {
-    drivers::register_pair(registry_, hub_);
-    eth::register_eth(registry_);
-    arp::register_arp(registry_);
-    ipv4::register_ipv4(registry_);
-    fault::register_fault(registry_);
-    tcp::register_tcp(registry_);
-    char fault[160];
-    auto spec = [&](const char* mac, const char* addr, long seed) {
-      std::snprintf(fault, sizeof fault, "dir=tx loss=%g delay=%g seed=%ld", p.loss, p.delay_ms, seed);
-      return std::string("pair net0 link=wire queue=65536 mac=") + mac + "\neth eth0 below=net0\narp arp0 below=eth0\n" +
-             "ipv4 ip0 below=eth0,arp0 addr=" + addr + "\nfault f0 below=ip0 " + fault +
-             "\ntcp tcp0 below=f0 " + tcp_opts + "\n";
-    };
-    a_ = std::make_unique<Graph>(Graph::build(spec("02:00:00:00:00:0a", "192.0.2.10/24", 2 * p.seed), registry_,
-                                              &loop_a_, "client"));
-    b_ = std::make_unique<Graph>(Graph::build(spec("02:00:00:00:00:14", "192.0.2.20/24", 2 * p.seed + 1),
-                                              registry_, &loop_b_, "server"));
-  }
+  Run(const Params& p, const std::string& tcp_opts)
+      : p_(p), stacks_(fault(p, 2 * p.seed), fault(p, 2 * p.seed + 1), tcp_opts) {}
 
   Outcome go() {
-    tcp::TcpProtocol& ta = *a_->find_as<tcp::TcpProtocol>("tcp0");
-    tcp::TcpProtocol& tb = *b_->find_as<tcp::TcpProtocol>("tcp0");
-    Result<tcp::TcpListener> l = tb.listen(Ipv4Addr{}, Port{5001}, 8);
-    if (!l) fail("listen");
-    tcp::TcpSocket c = ta.socket();
-    if (!c.connect(Ipv4Addr{0xC0000214}, Port{5001}).ok()) fail("connect");
-    tcp::TcpSocket s;
-    run_until([&] {
-      if (!s.is_open()) {
-        if (auto r = l->accept()) s = std::move(*r);
-      }
-      return s.is_open() && c.state() == tcp::State::established;
-    });
-    if (!s.is_open()) fail("handshake");
+    tcp::TcpSocket c, s;
+    stacks_.connect(c, s, "xk-rr-loss");
     c.set_nodelay(true);
     s.set_nodelay(true);
 
@@ -98,9 +60,9 @@ class Run {
     Outcome out;
     out.ms.reserve(static_cast<std::size_t>(p_.requests));
     for (long i = 0; i < p_.requests; ++i) {
-      const Time t0 = clock_.now();
+      const Time t0 = stacks_.now();
       std::size_t sent = 0, got_req = 0, sent_resp = 0, got = 0;
-      bool ok = run_until([&] {
+      bool ok = stacks_.run_until(t0 + 3600s, [&] {
         while (sent < req.size()) {
           auto n = c.write(std::span<const std::byte>(req).subspan(sent));
           if (!n) break;
@@ -123,10 +85,10 @@ class Run {
         }
         return got >= resp.size();
       });
-      if (!ok) fail("an exchange stalled");
-      out.ms.push_back(std::chrono::duration<double, std::milli>(clock_.now() - t0).count());
+      if (!ok) bench::TwoStacks::fail("xk-rr-loss", "an exchange stalled");
+      out.ms.push_back(std::chrono::duration<double, std::milli>(stacks_.now() - t0).count());
     }
-    for (Graph* g : {a_.get(), b_.get()}) {
+    for (Graph* g : {&stacks_.a(), &stacks_.b()}) {
       const CounterSet& k = g->find("tcp0")->counters();
       out.rtos += k.value("rto_expiries");
       out.rto_ms += static_cast<double>(k.value("rto_wait_us")) / 1000.0;
@@ -137,34 +99,14 @@ class Run {
   }
 
  private:
-  [[noreturn]] static void fail(const char* what) {
-    std::fprintf(stderr, "xk-rr-loss: %s\n", what);
-    std::exit(1);
-  }
-  template <class F>
-  bool run_until(F&& done) {
-    const Time end = clock_.now() + 3600s;
-    for (long i = 0; i < 100'000'000; ++i) {
-      if (done()) return true;
-      if (loop_a_.run_once() + loop_b_.run_once() != 0) continue;
-      std::optional<Time> na = loop_a_.timers().next_deadline();
-      std::optional<Time> nb = loop_b_.timers().next_deadline();
-      std::optional<Time> next = na;
-      if (nb && (!next || *nb < *next)) next = nb;
-      if (!next || *next > end) return done();
-      if (*next > clock_.now()) clock_.set(*next);
-    }
-    return done();
+  static std::string fault(const Params& p, long seed) {
+    char f[160];
+    std::snprintf(f, sizeof f, "dir=tx loss=%g delay=%g seed=%ld", p.loss, p.delay_ms, seed);
+    return f;
   }
 
   Params p_;
-  ManualClock clock_{Time(std::chrono::seconds(1000))};
-  EventLoop loop_a_{clock_};
-  EventLoop loop_b_{clock_};
-  drivers::PairHub hub_;
-  Registry registry_;
-  std::unique_ptr<Graph> a_;
-  std::unique_ptr<Graph> b_;
+  bench::TwoStacks stacks_;
 };
 
 double pct(std::vector<double> v, double q) {
