@@ -124,11 +124,10 @@ void TcpConnection::segment_arrives(Header h, const Options& opts, Msg payload, 
     case State::fin_wait_1:
     case State::fin_wait_2:
       if (h.has(kUrg)) process_urgent(h);
-      if (!payload.empty() && h.seq == rcv_nxt_ && autotunes_rcv()) {
+      {
+        const bool in_order_data = !payload.empty() && h.seq == rcv_nxt_;
         process_data(h, std::move(payload));
-        if (proto_ != nullptr) measure_rcv_rtt(opts);
-      } else {
-        process_data(h, std::move(payload));
+        if (in_order_data && autotunes_rcv()) measure_rcv_rtt(opts);  // (autotunes_rcv: not released)
       }
       break;
     default:
