@@ -72,7 +72,7 @@ Status RelayConnection::send_data(Msg chunk) {
   return {};
 }
 
-Result<std::size_t> RelayConnection::write(std::span<const std::byte> bytes) {
+Result<std::size_t> RelayConnection::write(std::span<const std::byte> bytes, bool /*more*/) {
   if (error_ != Errc::ok) return take_error();
   if (fin_sent_ || phase_ == Phase::done || proto_ == nullptr) return Errc::closed;
   if (phase_ == Phase::idle) return Errc::not_connected;

@@ -49,7 +49,7 @@ class TcpConnection final : public StreamEndpoint {
   // be the address the stack reaches `addr` from) when the socket was bound.
   Status connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr = {}, Port local_port = {}) override;
   // Copies what fits in the send buffer; would_block when nothing does.
-  Result<std::size_t> write(std::span<const std::byte> bytes) override;
+  Result<std::size_t> write(std::span<const std::byte> bytes, bool more) override;
   Status write_msg(Msg& msg) override;
   // Copies out what has arrived; 0 at end of stream; would_block when empty.
   Result<std::size_t> read(std::span<std::byte> dst) override;
@@ -229,6 +229,11 @@ class TcpConnection final : public StreamEndpoint {
   SeqNum snd_wl1_, snd_wl2_;
   std::uint32_t snd_wnd_ = 0;
   std::uint32_t max_snd_wnd_ = 0;
+  // The end of the last short segment of new data sent: Nagle holds a
+  // short segment only while such a one is unacknowledged (Minshall's
+  // refinement, as Linux), so a write's short tail is not held behind its
+  // own full segments.
+  SeqNum snd_sml_;
   // Receive sequence space.
   SeqNum irs_, rcv_nxt_, rcv_adv_;  // rcv_adv_: the right edge we advertised
   SeqNum last_ack_sent_;            // RFC 7323 4.3

@@ -56,7 +56,7 @@ Ref<TcpConnection> TcpConnection::from_syn(TcpProtocol& proto, ListenSession& l,
   c->irs_ = h.seq;
   c->rcv_nxt_ = c->rcv_adv_ = h.seq + 1;
   c->iss_ = iss;
-  c->snd_una_ = c->snd_nxt_ = c->snd_max_ = c->iss_;
+  c->snd_una_ = c->snd_nxt_ = c->snd_max_ = c->snd_sml_ = c->iss_;
   c->snd_wl1_ = h.seq;
   c->inherit_max_segment(l);
   c->take_options(opts, true);
@@ -87,7 +87,7 @@ Ref<TcpConnection> TcpConnection::from_cookie(TcpProtocol& proto, ListenSession&
   ++ip.users;
   c->iss_ = h.ack - 1;
   c->irs_ = h.seq - 1;
-  c->snd_una_ = c->snd_nxt_ = c->snd_max_ = h.ack;
+  c->snd_una_ = c->snd_nxt_ = c->snd_max_ = c->snd_sml_ = h.ack;
   c->rcv_nxt_ = h.seq;
   // Our SYN-ACK offered 65535 bytes, unscaled, and acknowledged h.seq.
   c->rcv_adv_ = h.seq + 65535;
@@ -182,14 +182,14 @@ Status TcpConnection::connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr, Por
   }
   const Time now = proto_->timers().clock().now();
   iss_ = proto_->isn_.isn(tuple_, now);
-  snd_una_ = snd_nxt_ = snd_max_ = iss_;
+  snd_una_ = snd_nxt_ = snd_max_ = snd_sml_ = iss_;
   ++proto_->c_.active_opens;
   enter_state(State::syn_sent);
   send_syn();
   return {};
 }
 
-Result<std::size_t> TcpConnection::write(std::span<const std::byte> bytes) {
+Result<std::size_t> TcpConnection::write(std::span<const std::byte> bytes, bool more_follows) {
   if (error_ != Errc::ok) return take_error();
   if (write_shut_) return Errc::closed;
   switch (state_) {
@@ -208,7 +208,8 @@ Result<std::size_t> TcpConnection::write(std::span<const std::byte> bytes) {
   // peer starts on the first while the rest is copied (as Linux pushes
   // while it copies). Between pieces the tail short of a full segment
   // waits for the next piece (corked), so the pieces make no short
-  // segments in the middle of the stream.
+  // segments in the middle of the stream. So does the last piece when the
+  // caller's write goes on (`more_follows`), which then has the PSH.
   const bool corked = cork_;
   std::size_t total = 0;
   while (total < bytes.size()) {
@@ -216,8 +217,8 @@ Result<std::size_t> TcpConnection::write(std::span<const std::byte> bytes) {
     const std::size_t n = sndbuf_.write(bytes.subspan(total, piece));
     total += n;
     const bool more = n == piece && total < bytes.size();
-    cork_ = corked || more;
-    if (!more && total > 0) mark_push();  // the write's last byte
+    cork_ = corked || more || more_follows;
+    if (!more && !more_follows && total > 0) mark_push();  // the write's last byte
     if (n > 0) output();
     if (!more) break;
   }

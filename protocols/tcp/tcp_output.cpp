@@ -418,10 +418,13 @@ bool TcpConnection::send_new_data() {
       // or urgent data waits.
       if (cork_ && !write_shut_ && !urgent_ahead) break;
       // RFC 1122 4.2.3.4: send a short segment only when it is all we have
-      // (and Nagle allows: nothing unacknowledged, or TCP_NODELAY), or when
-      // it is at least half the largest window the peer offered.
-      // Urgent data goes without waiting (as Linux's urgent mode).
-      bool nagle_ok = all && (nodelay_ || snd_nxt_ == snd_una_ || snd_max_ == snd_una_ || urgent_ahead);
+      // (and Nagle allows: no short segment unacknowledged -- Minshall's
+      // form of RFC 896, as Linux; or TCP_NODELAY), or when it is at least
+      // half the largest window the peer offered. Urgent data goes without
+      // waiting (as Linux's urgent mode).
+      const bool short_in_flight = snd_sml_ > snd_una_ && snd_sml_ <= snd_max_;
+      bool nagle_ok = all && (nodelay_ || snd_nxt_ == snd_una_ || snd_max_ == snd_una_ || !short_in_flight ||
+                              urgent_ahead);
       bool sws_ok = (len >= max_snd_wnd_ / 2 && max_snd_wnd_ > 0) || sws_override_;
       if (!nagle_ok && !sws_ok) {
         // RFC 1122 4.2.3.4 (4): a window too small for the data, with nothing
@@ -447,6 +450,7 @@ bool TcpConnection::send_new_data() {
     const bool rexmit = snd_nxt_ < snd_max_;
     if (!send_segment(snd_nxt_, len, flags, rexmit)) break;
     snd_nxt_ += len;
+    if (len < smss && !rexmit) snd_sml_ = snd_nxt_;
     if (flags & kFin) {
       fin_sent_ = true;
       snd_nxt_ += 1;

@@ -716,9 +716,9 @@ Status TcpSocket::connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr, Port lo
   if (!c_) return Errc::closed;
   return c_->connect(addr, port, local_addr, local_port);
 }
-Result<std::size_t> TcpSocket::write(std::span<const std::byte> bytes) {
+Result<std::size_t> TcpSocket::write(std::span<const std::byte> bytes, bool more) {
   if (!c_) return Errc::closed;
-  return c_->write(bytes);
+  return c_->write(bytes, more);
 }
 Status TcpSocket::write(Msg& msg) {
   if (!c_) return Errc::closed;

@@ -1325,6 +1325,24 @@ TEST_F(TcpScript, NagleHoldsASmallSegmentUntilTheAck) {
   expect_nothing();
 }
 
+// Minshall's form of Nagle (as Linux): a write's short tail follows its
+// full segments at once, since no short segment is unacknowledged; the next
+// short write then waits for that one's ACK.
+TEST_F(TcpScript, NagleLetsAWritesTailFollowItsFullSegments) {
+  start();
+  passive_open(Offer());
+  write(2500);
+  expect(ack().seq(1).ack(1).len(1000));
+  expect(ack().seq(1001).ack(1).len(1000));
+  expect(psh_ack().seq(2001).ack(1).len(500));
+  write(100);
+  expect_nothing();  // the 500-byte segment is unacknowledged
+  inject(ack().seq(1).ack(2001));
+  expect_nothing();  // ... still
+  inject(ack().seq(1).ack(2501));
+  expect(psh_ack().seq(2501).ack(1).len(100));
+}
+
 TEST_F(TcpScript, NodelaySendsSmallSegmentsAtOnce) {
   start();
   passive_open(Offer());

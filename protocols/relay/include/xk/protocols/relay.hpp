@@ -52,7 +52,8 @@ class RelayConnection final : public tcp::StreamEndpoint {
   Status close() override { return close_gracefully(); }
 
   Status connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr = {}, Port local_port = {}) override;
-  Result<std::size_t> write(std::span<const std::byte> bytes) override;
+  // `more` means nothing here: the relay carries bytes, filterd makes the segments.
+  Result<std::size_t> write(std::span<const std::byte> bytes, bool more) override;
   Status write_msg(Msg& msg) override;
   Result<std::size_t> read(std::span<std::byte> dst) override;
   Result<Msg> read_msg(std::size_t max) override;

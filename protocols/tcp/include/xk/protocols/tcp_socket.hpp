@@ -140,7 +140,9 @@ class StreamEndpoint : public Session {
   using Session::Session;
 
   virtual Status connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr = {}, Port local_port = {}) = 0;
-  virtual Result<std::size_t> write(std::span<const std::byte> bytes) = 0;
+  // `more`: the caller's write goes on in its next call (the next buffer of
+  // a writev): a short tail waits for it and the PSH is left to that call.
+  virtual Result<std::size_t> write(std::span<const std::byte> bytes, bool more) = 0;
   virtual Status write_msg(Msg& msg) = 0;
   virtual Result<std::size_t> read(std::span<std::byte> dst) = 0;
   virtual Result<Msg> read_msg(std::size_t max) = 0;
@@ -238,7 +240,8 @@ class TcpSocket {
   // Starts the handshake; the socket becomes writable when it is done. A
   // local port (from TcpProtocol::reserve_port) may be given.
   Status connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr = {}, Port local_port = {});
-  Result<std::size_t> write(std::span<const std::byte> bytes);
+  // `more`: see StreamEndpoint::write.
+  Result<std::size_t> write(std::span<const std::byte> bytes, bool more = false);
   Status write(Msg& msg);
   Result<std::size_t> read(std::span<std::byte> dst);
   Result<Msg> read_msg(std::size_t max = SIZE_MAX);
