@@ -356,45 +356,9 @@ ssize_t pd_sendto(void*, int fd, const void* buf, size_t n, int flags, const soc
   return xk_sendto(fd, buf, n, flags, to, len);
 }
 
-std::size_t iov_total(const msghdr* m) {
-  std::size_t total = 0;
-  for (std::size_t i = 0; i < m->msg_iovlen; ++i) total += m->msg_iov[i].iov_len;
-  return total;
-}
-
-// recvmsg/sendmsg through one contiguous buffer: xk has no ancillary data
-// (msg_controllen comes back 0).
-ssize_t pd_recvmsg(void*, int fd, msghdr* m, int flags) {
-  if (m == nullptr || (m->msg_iovlen > 0 && m->msg_iov == nullptr)) return Adapter::fail(EFAULT);
-  std::vector<char> buf(iov_total(m));
-  socklen_t namelen = m->msg_namelen;
-  ssize_t n = xk_recvfrom(fd, buf.data(), buf.size(), flags, static_cast<sockaddr*>(m->msg_name),
-                          m->msg_name != nullptr ? &namelen : nullptr);
-  if (n < 0) return n;
-  std::size_t off = 0;
-  for (std::size_t i = 0; i < m->msg_iovlen && off < static_cast<std::size_t>(n); ++i) {
-    std::size_t part = std::min(m->msg_iov[i].iov_len, static_cast<std::size_t>(n) - off);
-    std::memcpy(m->msg_iov[i].iov_base, buf.data() + off, part);
-    off += part;
-  }
-  if (m->msg_name != nullptr) m->msg_namelen = namelen;
-  m->msg_controllen = 0;
-  m->msg_flags = 0;
-  return n;
-}
-
-ssize_t pd_sendmsg(void*, int fd, const msghdr* m, int flags) {
-  if (m == nullptr || (m->msg_iovlen > 0 && m->msg_iov == nullptr)) return Adapter::fail(EFAULT);
-  if (m->msg_controllen != 0) return Adapter::fail(EOPNOTSUPP);
-  std::vector<char> buf;
-  buf.reserve(iov_total(m));
-  for (std::size_t i = 0; i < m->msg_iovlen; ++i) {
-    const char* p = static_cast<const char*>(m->msg_iov[i].iov_base);
-    buf.insert(buf.end(), p, p + m->msg_iov[i].iov_len);
-  }
-  if (m->msg_name == nullptr) return xk_send(fd, buf.data(), buf.size(), flags);
-  return xk_sendto(fd, buf.data(), buf.size(), flags, static_cast<const sockaddr*>(m->msg_name), m->msg_namelen);
-}
+// recvmsg/sendmsg: the C API's own (iovecs, names, TCP_INQ's control message).
+ssize_t pd_recvmsg(void*, int fd, msghdr* m, int flags) { return xk_recvmsg(fd, m, flags); }
+ssize_t pd_sendmsg(void*, int fd, const msghdr* m, int flags) { return xk_sendmsg(fd, m, flags); }
 
 int pd_fcntl(void*, int fd, int cmd, ...) {
   // Only the commands that take an argument read one.

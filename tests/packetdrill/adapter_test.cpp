@@ -485,6 +485,31 @@ TEST_F(Adapter, ActiveOpenThroughEpollRecvmsgSendmsgShutdown) {
   EXPECT_EQ(errno, ENOSYS);
 }
 
+// A writev is one write: its buffers share segments, and only the segment
+// with its last byte has the PSH (as Linux pushes once per sendmsg).
+TEST_F(Adapter, WritevBuffersShareSegmentsWithOnePush) {
+  const int lfd = listener(8080);
+  const std::uint32_t riss = 1000;
+  const std::uint32_t iss = handshake(40000, 8080, riss);
+  const int fd = ifc_.accept(ifc_.userdata, lfd, nullptr, nullptr);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  const std::string head(100, 'h'), body(3000, 'b');
+  iovec iov[3] = {{const_cast<char*>(head.data()), head.size()}, {nullptr, 0},
+                  {const_cast<char*>(body.data()), body.size()}};
+  ASSERT_EQ(ifc_.writev(ifc_.userdata, fd, iov, 3), 3100) << std::strerror(errno);
+  std::string got;
+  for (std::size_t want : {1448u, 1448u, 204u}) {
+    Sent d = expect_sent();
+    EXPECT_EQ(d.seg.seq, iss + 1 + got.size());
+    EXPECT_EQ(d.seg.data.size(), want);
+    EXPECT_EQ(d.seg.flags & kPsh, want == 204u ? kPsh : 0) << "segment at " << got.size();
+    got += d.seg.data;
+  }
+  EXPECT_TRUE(got == head + body) << got.size() << " bytes";
+  EXPECT_EQ(ifc_.close(ifc_.userdata, fd), 0);
+  EXPECT_EQ(ifc_.close(ifc_.userdata, lfd), 0);
+}
+
 // The default: a young connection's first data is ACKed at once, as Linux
 // does (quick-ACK mode), not after the 40 ms delayed-ACK timer.
 TEST_F(Adapter, FirstDataIsAckedAtOnceInQuickAckMode) {

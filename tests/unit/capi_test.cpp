@@ -1219,6 +1219,225 @@ TEST_P(CApi, DatagramsBothWays) {
   xk_close(b);
 }
 
+// recvmsg/sendmsg on a stream: gather and scatter, the name ignored (as
+// Linux), and TCP_INQ's control message with what is left to read.
+TEST_P(CApi, RecvmsgSendmsgOnAStreamWithInq) {
+  auto [c, s] = pair(5022);
+  char h[] = "head-", m[] = "middle-", t[] = "tail";
+  iovec out[3] = {{h, 5}, {m, 7}, {t, 4}};
+  sockaddr_in elsewhere = addr("192.0.2.99", 9);
+  msghdr sm{};
+  sm.msg_name = &elsewhere;  // a stream ignores it
+  sm.msg_namelen = sizeof elsewhere;
+  sm.msg_iov = out;
+  sm.msg_iovlen = 3;
+  ASSERT_EQ(xk_sendmsg(c, &sm, 0), 16) << xk_last_error();
+  pollfd p{s, POLLIN, 0};
+  ASSERT_EQ(xk_poll(&p, 1, 2000), 1);
+
+  int v = -1;
+  socklen_t vl = sizeof v;
+  ASSERT_EQ(xk_getsockopt(s, IPPROTO_TCP, TCP_INQ, &v, &vl), 0);
+  EXPECT_EQ(v, 0);
+  // Without TCP_INQ: no control message; the buffers fill in order.
+  char a[3], b[4];
+  iovec in[2] = {{a, 3}, {b, 4}};
+  sockaddr_in from{};
+  alignas(cmsghdr) char control[64];
+  msghdr rm{};
+  rm.msg_name = &from;
+  rm.msg_namelen = sizeof from;
+  rm.msg_iov = in;
+  rm.msg_iovlen = 2;
+  rm.msg_control = control;
+  rm.msg_controllen = sizeof control;
+  ASSERT_EQ(xk_recvmsg(s, &rm, 0), 7) << xk_last_error();
+  EXPECT_EQ(std::string(a, 3) + std::string(b, 4), "head-mi");
+  EXPECT_EQ(rm.msg_namelen, 0u) << "a stream read has no source";
+  EXPECT_EQ(rm.msg_controllen, 0u);
+  EXPECT_EQ(rm.msg_flags, 0);
+
+  v = 1;
+  ASSERT_EQ(xk_setsockopt(s, IPPROTO_TCP, TCP_INQ, &v, sizeof v), 0) << xk_last_error();
+  ASSERT_EQ(xk_getsockopt(s, IPPROTO_TCP, TCP_INQ, &v, &vl), 0);
+  EXPECT_EQ(v, 1);
+  rm.msg_iovlen = 1;  // 3 bytes: "ddl", 6 left
+  rm.msg_controllen = sizeof control;
+  ASSERT_EQ(xk_recvmsg(s, &rm, 0), 3);
+  EXPECT_EQ(std::string(a, 3), "ddl");
+  cmsghdr* cm = CMSG_FIRSTHDR(&rm);
+  ASSERT_NE(cm, nullptr);
+  EXPECT_EQ(cm->cmsg_level, IPPROTO_TCP);
+  EXPECT_EQ(cm->cmsg_type, TCP_CM_INQ);
+  ASSERT_EQ(cm->cmsg_len, CMSG_LEN(sizeof(int)));
+  int inq = -1;
+  std::memcpy(&inq, CMSG_DATA(cm), sizeof inq);
+  EXPECT_EQ(inq, 6);
+  EXPECT_EQ(rm.msg_flags, 0);
+  // A control buffer too small for it: MSG_CTRUNC, nothing written.
+  rm.msg_controllen = 4;
+  ASSERT_EQ(xk_recvmsg(s, &rm, 0), 3);
+  EXPECT_EQ(std::string(a, 3), "e-t");
+  EXPECT_EQ(rm.msg_flags, MSG_CTRUNC);
+  EXPECT_EQ(rm.msg_controllen, 0u);
+  // The rest, then the end: TCP_INQ says 1 once the peer's FIN is in, so the
+  // reader knows to read again and see the end.
+  ASSERT_EQ(xk_shutdown(c, SHUT_WR), 0);
+  p = pollfd{s, POLLRDHUP, 0};
+  ASSERT_EQ(xk_poll(&p, 1, 2000), 1);
+  for (ssize_t want : {3, 0}) {
+    rm.msg_controllen = sizeof control;
+    ASSERT_EQ(xk_recvmsg(s, &rm, 0), want) << xk_last_error();
+    cm = CMSG_FIRSTHDR(&rm);
+    ASSERT_NE(cm, nullptr);
+    std::memcpy(&inq, CMSG_DATA(cm), sizeof inq);
+    EXPECT_EQ(inq, 1) << "after reading " << want;
+  }
+  EXPECT_EQ(std::string(a, 3), "ail");
+
+  v = 2;
+  EXPECT_EQ(xk_setsockopt(s, IPPROTO_TCP, TCP_INQ, &v, sizeof v), -1);
+  EXPECT_EQ(errno, EINVAL);
+  int u = xk_socket(stack_, AF_INET, SOCK_DGRAM, 0);
+  v = 1;
+  EXPECT_EQ(xk_setsockopt(u, IPPROTO_TCP, TCP_INQ, &v, sizeof v), -1);
+  EXPECT_EQ(errno, ENOPROTOOPT) << "TCP_INQ is a stream's";
+  xk_close(u);
+  xk_close(c);
+  xk_close(s);
+}
+
+// What recvmsg/sendmsg refuse, and the control messages sendmsg lets by.
+TEST_P(CApi, RecvmsgSendmsgRefuseWhatTheyCannotDo) {
+  auto [c, s] = pair(5023);
+  char x = 'x';
+  iovec one{&x, 1};
+  msghdr m{};
+  m.msg_iov = &one;
+  m.msg_iovlen = 1;
+  EXPECT_EQ(xk_sendmsg(c, nullptr, 0), -1);
+  EXPECT_EQ(errno, EFAULT);
+  EXPECT_EQ(xk_recvmsg(s, nullptr, 0), -1);
+  EXPECT_EQ(errno, EFAULT);
+  msghdr big = m;
+  big.msg_iovlen = IOV_MAX + 1;
+  EXPECT_EQ(xk_sendmsg(c, &big, 0), -1);
+  EXPECT_EQ(errno, EMSGSIZE);
+  EXPECT_EQ(xk_recvmsg(s, &big, 0), -1);
+  EXPECT_EQ(errno, EMSGSIZE);
+  iovec null_buf{nullptr, 10};
+  msghdr nb = m;
+  nb.msg_iov = &null_buf;
+  EXPECT_EQ(xk_sendmsg(c, &nb, 0), -1);
+  EXPECT_EQ(errno, EFAULT);
+  EXPECT_EQ(xk_recvmsg(s, &m, MSG_OOB), -1);
+  EXPECT_EQ(errno, EINVAL) << "urgent data is in line";
+  EXPECT_EQ(xk_recvmsg(s, &m, MSG_TRUNC | MSG_DONTWAIT), -1);
+  EXPECT_EQ(errno, EOPNOTSUPP) << "MSG_TRUNC discarding stream data is not offered";
+
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  m.msg_control = control;
+  m.msg_controllen = sizeof control;
+  auto* cm = reinterpret_cast<cmsghdr*>(control);
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  // Another level on a stream: ignored (Linux's TCP reads only SOL_SOCKET's).
+  cm->cmsg_level = IPPROTO_IP;
+  cm->cmsg_type = IP_TOS;
+  EXPECT_EQ(xk_sendmsg(c, &m, 0), 1) << xk_last_error();
+  // SO_TIMESTAMPING asks for something xk does not do: refused, not dropped.
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SO_TIMESTAMPING;
+  EXPECT_EQ(xk_sendmsg(c, &m, 0), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_NE(std::string(xk_last_error()).find("not supported"), std::string::npos) << xk_last_error();
+  cm->cmsg_len = sizeof control + 1;  // runs past the buffer
+  EXPECT_EQ(xk_sendmsg(c, &m, 0), -1);
+  EXPECT_EQ(errno, EINVAL);
+  m.msg_control = nullptr;
+  EXPECT_EQ(xk_sendmsg(c, &m, 0), -1);
+  EXPECT_EQ(errno, EFAULT);
+  m.msg_controllen = 0;
+  // What was sent arrived: one byte of the accepted control message only.
+  char got[4];
+  iovec in{got, sizeof got};
+  msghdr rm{};
+  rm.msg_iov = &in;
+  rm.msg_iovlen = 1;
+  pollfd p{s, POLLIN, 0};
+  ASSERT_EQ(xk_poll(&p, 1, 2000), 1);
+  EXPECT_EQ(xk_recvmsg(s, &rm, MSG_DONTWAIT), 1);
+  EXPECT_EQ(got[0], 'x');
+  xk_close(c);
+  xk_close(s);
+}
+
+// recvmsg/sendmsg on datagrams: one datagram from several buffers, its
+// source, MSG_TRUNC both ways; readv/writev too.
+TEST_P(CApi, RecvmsgSendmsgOnDatagrams) {
+  int a = xk_socket(stack_, AF_INET, SOCK_DGRAM, 0);
+  int b = xk_socket(stack_, AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in aa = addr("192.0.2.1", 6004), ba = addr("192.0.2.1", 6003);
+  ASSERT_EQ(xk_bind(a, sa(aa), sizeof aa), 0);
+  ASSERT_EQ(xk_bind(b, sa(ba), sizeof ba), 0);
+  timeval tv{2, 0};
+  ASSERT_EQ(xk_setsockopt(b, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+  char p1[] = "one ", p2[] = "datagram", p3[] = "!";
+  iovec out[3] = {{p1, 4}, {p2, 8}, {p3, 1}};
+  msghdr sm{};
+  sm.msg_iov = out;
+  sm.msg_iovlen = 3;
+  EXPECT_EQ(xk_sendmsg(a, &sm, 0), -1);
+  EXPECT_EQ(errno, EDESTADDRREQ) << "no name, not connected";
+  sm.msg_name = &ba;
+  sm.msg_namelen = sizeof ba;
+  ASSERT_EQ(xk_sendmsg(a, &sm, 0), 13) << xk_last_error();
+  ASSERT_EQ(xk_sendmsg(a, &sm, 0), 13);
+  ASSERT_EQ(xk_sendmsg(a, &sm, 0), 13);
+
+  char x[5], y[20];
+  iovec in[2] = {{x, 5}, {y, 20}};
+  sockaddr_in from{};
+  msghdr rm{};
+  rm.msg_name = &from;
+  rm.msg_namelen = sizeof from;
+  rm.msg_iov = in;
+  rm.msg_iovlen = 2;
+  ASSERT_EQ(xk_recvmsg(b, &rm, 0), 13) << xk_last_error();
+  EXPECT_EQ(std::string(x, 5) + std::string(y, 8), "one datagram!");
+  EXPECT_EQ(rm.msg_namelen, sizeof(sockaddr_in));
+  EXPECT_EQ(from.sin_port, htons(6004));
+  EXPECT_EQ(from.sin_addr.s_addr, aa.sin_addr.s_addr);
+  EXPECT_EQ(rm.msg_flags, 0);
+  // Shorter buffers: the rest is gone and MSG_TRUNC says so ...
+  in[1].iov_len = 3;
+  ASSERT_EQ(xk_recvmsg(b, &rm, 0), 8);
+  EXPECT_EQ(rm.msg_flags, MSG_TRUNC);
+  EXPECT_EQ(std::string(x, 5) + std::string(y, 3), "one data");
+  // ... and with MSG_TRUNC asked, the call returns the whole length.
+  ASSERT_EQ(xk_recvmsg(b, &rm, MSG_TRUNC), 13);
+  EXPECT_EQ(rm.msg_flags, MSG_TRUNC);
+
+  // A per-datagram IP option xk does not take is refused.
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  sm.msg_control = control;
+  sm.msg_controllen = sizeof control;
+  auto* cm = reinterpret_cast<cmsghdr*>(control);
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  cm->cmsg_level = IPPROTO_IP;
+  cm->cmsg_type = IP_TOS;
+  EXPECT_EQ(xk_sendmsg(a, &sm, 0), -1);
+  EXPECT_EQ(errno, EINVAL);
+
+  // writev/readv on a connected datagram socket: one datagram each.
+  ASSERT_EQ(xk_connect(a, sa(ba), sizeof ba), 0) << xk_last_error();
+  ASSERT_EQ(xk_writev(a, out, 3), 13) << xk_last_error();
+  in[1].iov_len = 20;
+  ASSERT_EQ(xk_readv(b, in, 2), 13) << xk_last_error();
+  EXPECT_EQ(std::string(x, 5) + std::string(y, 8), "one datagram!");
+  xk_close(a);
+  xk_close(b);
+}
+
 TEST_P(CApi, ManyConnectionsThroughOneEpoll) {
   constexpr int kConns = 20;
   int l = listener(5013, 64);

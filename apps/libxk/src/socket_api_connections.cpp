@@ -86,6 +86,7 @@ extern "C" int xk_accept4(int fd, struct sockaddr* addr, socklen_t* len, int fla
       child->tuning = s->tuning;
       child->rcvlowat = s->rcvlowat;
       child->notsent_lowat = s->notsent_lowat;
+      child->inq = s->inq;
       apply_conn_options(*child);
       tuple = child->conn.tuple();
       watch(*child);

@@ -139,6 +139,7 @@ struct Sock final : File {
   std::size_t notsent_lowat = SIZE_MAX;   // TCP_NOTSENT_LOWAT (none)
   bool more = false;       // a send with MSG_MORE left the connection corked
   int defer_accept = 0;    // TCP_DEFER_ACCEPT: kept and read back, no effect
+  bool inq = false;        // TCP_INQ: recvmsg tells what is left to read (TCP_CM_INQ)
   std::optional<ChecksumMode> csum;
   Linger linger;
   bool shut_rd = false;

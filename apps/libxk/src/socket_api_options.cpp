@@ -215,6 +215,11 @@ extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, soc
             s->notsent_lowat = static_cast<std::size_t>(iv);
             refresh(*s, false);
             return 0;
+          case TCP_INQ:
+            // recvmsg adds a TCP_CM_INQ message: the bytes left to read.
+            if (iv < 0 || iv > 1) return EINVAL;
+            s->inq = iv != 0;
+            return 0;
           case TCP_DEFER_ACCEPT:
             // Accepted for programs that set it (nginx); connections are
             // handed to accept() once established, data or not.
@@ -371,6 +376,7 @@ extern "C" int xk_getsockopt(int fd, int level, int name, void* value, socklen_t
             r.iv = s->notsent_lowat == SIZE_MAX ? 0 : static_cast<int>(std::min<std::size_t>(s->notsent_lowat, INT32_MAX));
             return r;
           case TCP_DEFER_ACCEPT: r.iv = s->defer_accept; return r;
+          case TCP_INQ: r.iv = s->inq ? 1 : 0; return r;
           case XK_TCP_CHECKSUM:
             r.iv = static_cast<int>(s->csum.value_or(s->stack->tcp()->checksum_mode()));
             return r;

@@ -147,7 +147,7 @@ ssize_t xk_read(int fd, void* buf, size_t len);
 ssize_t xk_write(int fd, const void* buf, size_t len);
 ssize_t xk_readv(int fd, const struct iovec* iov, int iovcnt);
 ssize_t xk_writev(int fd, const struct iovec* iov, int iovcnt);
-/* flags: MSG_DONTWAIT, MSG_WAITALL (stream receive), MSG_PEEK (receive:
+/* flags: MSG_DONTWAIT, MSG_TRUNC (datagram receive: return the whole length), MSG_WAITALL (stream receive), MSG_PEEK (receive:
  * the data stays), MSG_MORE (stream send: the short tail waits for a send
  * without it, or the FIN), MSG_EOR (taken), MSG_NOSIGNAL (always),
  * MSG_OOB (stream send: the last byte is urgent). Urgent data arrives in
@@ -158,6 +158,20 @@ ssize_t xk_recv(int fd, void* buf, size_t len, int flags);
 ssize_t xk_send(int fd, const void* buf, size_t len, int flags);
 ssize_t xk_recvfrom(int fd, void* buf, size_t len, int flags, struct sockaddr* from, socklen_t* fromlen);
 ssize_t xk_sendto(int fd, const void* buf, size_t len, int flags, const struct sockaddr* to, socklen_t tolen);
+/* recvmsg(2) and sendmsg(2): the buffers of msg_iov scattered / gathered
+ * (a datagram is one datagram however many buffers), msg_name the datagram's
+ * source / destination (a stream ignores it, as Linux does; recvmsg on a
+ * stream sets msg_namelen 0). recvmsg sets msg_flags: MSG_TRUNC when a
+ * datagram was longer than the buffers (with MSG_TRUNC in `flags` it returns
+ * the whole length), MSG_CTRUNC when a control message did not fit. Its
+ * control messages: TCP_CM_INQ (an int: the bytes left to read, 1 at the end
+ * of the stream) on a stream with TCP_INQ set. sendmsg takes no control
+ * message xk would act on: malformed ones and any but SCM_RIGHTS or
+ * SCM_CREDENTIALS at SOL_SOCKET (or, on a datagram socket, at IPPROTO_IP)
+ * are EINVAL; a stream ignores other levels, as Linux does. A msg_iovlen
+ * over IOV_MAX is EMSGSIZE. */
+ssize_t xk_recvmsg(int fd, struct msghdr* msg, int flags);
+ssize_t xk_sendmsg(int fd, const struct msghdr* msg, int flags);
 int xk_shutdown(int fd, int how);
 /* Graceful close (FIN after the queued data; SO_LINGER as in socket(7)). */
 int xk_close(int fd);
@@ -168,7 +182,8 @@ int xk_close(int fd);
  * SO_ERROR and SO_TYPE (get only), SO_ACCEPTCONN (get only). IPPROTO_TCP:
  * TCP_NODELAY, TCP_CORK, TCP_MAXSEG, TCP_KEEPIDLE, TCP_KEEPINTVL,
  * TCP_KEEPCNT, TCP_USER_TIMEOUT, TCP_QUICKACK, TCP_CONGESTION ("cubic",
- * "reno"), TCP_NOTSENT_LOWAT, TCP_DEFER_ACCEPT (no effect), TCP_INFO (get
+ * "reno"), TCP_NOTSENT_LOWAT, TCP_DEFER_ACCEPT (no effect), TCP_INQ (see
+ * xk_recvmsg), TCP_INFO (get
  * only: Linux's struct tcp_info), XK_TCP_CHECKSUM. Anything else:
  * ENOPROTOOPT (docs/api.md, "Options"). */
 int xk_setsockopt(int fd, int level, int name, const void* value, socklen_t len);
