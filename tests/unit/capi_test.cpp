@@ -9,6 +9,8 @@
 #include <linux/sockios.h>
 #include <netinet/tcp.h>
 #include <net/if.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -331,6 +333,67 @@ TEST(CApiStack, DescriptorLimitIsConfigurable) {
   ::unsetenv("XK_MAX_FDS");
   ::unsetenv("XK_GRAPH");
   std::remove(file.c_str());
+}
+
+volatile sig_atomic_t g_handled = 0;
+void count_signal(int) { g_handled = g_handled + 1; }
+
+// A blocking call asleep on a service stack ends with EINTR when a signal
+// handler (without SA_RESTART) runs, as the kernel's own calls do; with
+// SA_RESTART, an untimed read goes on sleeping.
+TEST(CApiStack, ASignalInterruptsABlockingCallWithEintr) {
+  xk_stack_config c;
+  xk_stack_config_init(&c);
+  c.graph = kGraph;
+  c.mode = XK_MODE_SERVICE;
+  xk_stack* st = xk_stack_create(&c);
+  ASSERT_NE(st, nullptr) << xk_last_error();
+  const int l = xk_socket(st, AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = addr("192.0.2.1", 5090);
+  ASSERT_EQ(xk_bind(l, sa(a), sizeof a), 0);
+  ASSERT_EQ(xk_listen(l, 4), 0);
+  const int cl = xk_socket(st, AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(xk_connect(cl, sa(a), sizeof a), 0) << xk_last_error();
+  const int sv = xk_accept(l, nullptr, nullptr);
+  ASSERT_GE(sv, 0);
+
+  struct sigaction act{}, old{};
+  act.sa_handler = count_signal;
+  sigemptyset(&act.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR2, &act, &old), 0);
+  const pthread_t me = pthread_self();
+  auto poke = [me](int times) {
+    for (int i = 0; i < times; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      pthread_kill(me, SIGUSR2);
+    }
+  };
+  char b;
+  std::thread t1(poke, 1);
+  EXPECT_EQ(xk_read(sv, &b, 1), -1);
+  EXPECT_EQ(errno, EINTR);
+  t1.join();
+  std::thread t2(poke, 1);
+  epoll_event e{};
+  const int ep = xk_epoll_create1(0);
+  e.events = EPOLLIN;
+  ASSERT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_ADD, sv, &e), 0);
+  EXPECT_EQ(xk_epoll_wait(ep, &e, 1, 5000), -1);
+  EXPECT_EQ(errno, EINTR);
+  t2.join();
+  // SA_RESTART: the read sleeps on through the signal and gets the byte.
+  act.sa_flags = SA_RESTART;
+  ASSERT_EQ(sigaction(SIGUSR2, &act, nullptr), 0);
+  std::thread t3([&] {
+    poke(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    (void)xk_write(cl, "k", 1);
+  });
+  EXPECT_EQ(xk_read(sv, &b, 1), 1) << xk_last_error();
+  t3.join();
+  EXPECT_EQ(g_handled, 3);
+  sigaction(SIGUSR2, &old, nullptr);
+  xk_stack_destroy(st);
 }
 
 TEST(CApiStack, AdoptedStackRunsOnItsInjectedClock) {
@@ -1436,6 +1499,57 @@ TEST_P(CApi, RecvmsgSendmsgOnDatagrams) {
   EXPECT_EQ(std::string(x, 5) + std::string(y, 8), "one datagram!");
   xk_close(a);
   xk_close(b);
+}
+
+// xk_epoll_fd: a kernel descriptor readable while the set has entries to
+// report, so an xk set can wait inside a kernel poll.
+TEST_P(CApi, EpollFdIsReadableWhileTheSetHasSomethingToReport) {
+  auto [c, s] = pair(5024);
+  const int ep = xk_epoll_create1(0);
+  epoll_event e{};
+  e.events = EPOLLIN;
+  e.data.fd = s;
+  ASSERT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_ADD, s, &e), 0);
+  const int efd = xk_epoll_fd(ep);
+  ASSERT_GE(efd, 0) << xk_last_error();
+  EXPECT_EQ(xk_epoll_fd(ep), efd) << "one per set";
+  pollfd k{efd, POLLIN, 0};
+  EXPECT_EQ(::poll(&k, 1, 0), 0) << "nothing to report";
+  ASSERT_EQ(xk_write(c, "ping", 4), 4);
+  // (An inline stack moves only when called.)
+  int r = 0;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       r == 0 && std::chrono::steady_clock::now() < until;) {
+    xk_stack_poll(stack_);
+    r = ::poll(&k, 1, 1);
+  }
+  ASSERT_EQ(r, 1) << "the data made it readable";
+  epoll_event out[2];
+  ASSERT_EQ(xk_epoll_wait(ep, out, 2, 0), 1);
+  EXPECT_EQ(::poll(&k, 1, 0), 1) << "level-triggered: still to report";
+  char buf[8];
+  ASSERT_EQ(xk_read(s, buf, sizeof buf), 4);
+  EXPECT_EQ(xk_epoll_wait(ep, out, 2, 0), 0);
+  EXPECT_EQ(::poll(&k, 1, 0), 0) << "drained";
+  EXPECT_EQ(xk_epoll_fd(s), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(xk_epoll_fd(123456), -1);
+  EXPECT_EQ(errno, EBADF);
+  xk_close(ep);  // closes the eventfd too
+  EXPECT_EQ(fcntl(efd, F_GETFD), -1);
+  xk_close(c);
+  xk_close(s);
+}
+
+TEST_P(CApi, TheStacksAddress) {
+  in_addr a{}, gw{};
+  int prefix = -1;
+  ASSERT_EQ(xk_stack_addr(stack_, &a, &prefix, &gw), 0) << xk_last_error();
+  EXPECT_EQ(a.s_addr, addr("192.0.2.1", 0).sin_addr.s_addr);
+  EXPECT_EQ(prefix, 24);
+  EXPECT_EQ(gw.s_addr, 0u) << "no gateway";
+  EXPECT_EQ(xk_stack_addr(nullptr, &a, nullptr, nullptr), -1);
+  EXPECT_EQ(errno, EINVAL);
 }
 
 TEST_P(CApi, ManyConnectionsThroughOneEpoll) {

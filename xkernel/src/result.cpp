@@ -24,6 +24,7 @@ const char* to_string(Errc e) noexcept {
     case Errc::reset: return "connection reset";
     case Errc::timed_out: return "timed out";
     case Errc::not_connected: return "not connected";
+    case Errc::interrupted: return "interrupted by a signal";
   }
   return "unknown error";
 }

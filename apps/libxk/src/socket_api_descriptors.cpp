@@ -36,6 +36,7 @@ int errno_of(Errc e) noexcept {
     case Errc::reset: return ECONNRESET;
     case Errc::timed_out: return ETIMEDOUT;
     case Errc::not_connected: return ENOTCONN;
+    case Errc::interrupted: return EINTR;
     case Errc::too_large: return EMSGSIZE;
     case Errc::no_memory: return ENOMEM;
     case Errc::unsupported: return EOPNOTSUPP;
@@ -145,7 +146,8 @@ int close_sock(const std::shared_ptr<Sock>& sp, bool reset) {
       return lingering->detached() || st == tcp::State::fin_wait_2 || st == tcp::State::time_wait ||
              st == tcp::State::closed;
     });
-    if (done || !s.stack->wait(s.wp, seen, deadline)) break;
+    // (A signal does not cut the lingering short: close has no EINTR to give.)
+    if (done || s.stack->wait(s.wp, seen, deadline) == WaitEnd::deadline) break;
   }
   s.stack->call([&] {
     lingering->set_on_event({});

@@ -95,11 +95,18 @@ struct Reg {
 
 struct Epoll final : File {
   Epoll() : File(Kind::epoll) {}
+  ~Epoll() override;
   std::mutex mu;
   Stack* stack = nullptr;  // of the sockets it watches: set by the first ADD
   std::map<int, std::unique_ptr<Reg>> regs;
   std::deque<Reg*> ready;
   WaitPoint wp;
+  // xk_epoll_fd: an eventfd made readable while `ready` is not empty
+  // (`signalled`: it is), under `mu`. -1: nobody asked for one.
+  int efd = -1;
+  bool signalled = false;
+  // Makes the eventfd match the ready queue (under `mu`).
+  void sync_efd();
 };
 
 struct Linger {
@@ -248,7 +255,8 @@ struct Outcome {
 };
 
 // The standard blocking loop: try `op` on the stack's thread; while it would
-// block and the call may block, sleep until the socket changes.
+// block and the call may block, sleep until the socket changes (a signal
+// handler that runs meanwhile ends it: Errc::interrupted, EINTR).
 template <class Op>
 Outcome blocking(Sock& s, bool may_block, Deadline deadline, Op&& op) {
   for (;;) {
@@ -260,7 +268,9 @@ Outcome blocking(Sock& s, bool may_block, Deadline deadline, Op&& op) {
       return r;
     });
     if (o.err != Errc::would_block || !may_block) return o;
-    if (!s.stack->wait(s.wp, seen, deadline)) return o;
+    const WaitEnd w = s.stack->wait(s.wp, seen, deadline);
+    if (w == WaitEnd::interrupted) return Outcome::error(Errc::interrupted);
+    if (w == WaitEnd::deadline) return o;
   }
 }
 

@@ -2,11 +2,30 @@
 // stack's thread), epoll sets, and poll (which waits through a private epoll
 // set).
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <thread>
 
 #include "socket_api_internal.hpp"
 
 namespace xk::capi {
+
+Epoll::~Epoll() {
+  if (efd >= 0) ::close(efd);
+}
+
+void Epoll::sync_efd() {
+  if (efd < 0 || signalled == !ready.empty()) return;
+  signalled = !ready.empty();
+  if (signalled) {
+    (void)eventfd_write(efd, 1);
+  } else {
+    eventfd_t v;
+    (void)eventfd_read(efd, &v);
+  }
+}
+
 namespace {
 
 void queue_reg(Reg& r, std::uint32_t ev) {
@@ -16,6 +35,7 @@ void queue_reg(Reg& r, std::uint32_t ev) {
     if (!r.queued) {
       r.queued = true;
       r.ep->ready.push_back(&r);
+      r.ep->sync_efd();
     }
   }
   r.ep->wp.bump();
@@ -85,6 +105,7 @@ void unwatch_all(Sock& s) {
     std::lock_guard<std::mutex> lock(ep->mu);
     std::erase(ep->ready, r);
     ep->regs.erase(r->key);  // frees r
+    ep->sync_efd();
   }
   s.watchers.clear();
 }
@@ -101,6 +122,7 @@ void close_epoll(Epoll& ep) {
     for (auto& [key, r] : ep.regs) std::erase(r->sock->watchers, r.get());
     ep.ready.clear();
     ep.regs.clear();
+    ep.sync_efd();
   });
   ep.wp.bump();
 }
@@ -133,6 +155,7 @@ int collect(Epoll& ep, epoll_event* out, int max) {
       ep.ready.push_back(r);  // level-triggered: stays while ready, behind the others
     }
   }
+  ep.sync_efd();
   return n;
 }
 
@@ -151,8 +174,9 @@ int epoll_wait_on(Epoll& ep, epoll_event* events, int maxevents, int timeout_ms)
     first = false;
     if (int n = collect(ep, events, maxevents); n > 0) return n;
     if (timeout_ms == 0) return 0;
-    const bool moved = stack != nullptr ? stack->wait(ep.wp, seen, deadline) : ep.wp.wait(seen, deadline, {});
-    if (!moved) return 0;
+    const WaitEnd w = stack != nullptr ? stack->wait(ep.wp, seen, deadline) : ep.wp.wait(seen, deadline, {});
+    if (w == WaitEnd::interrupted) return fail(EINTR, "epoll_wait: interrupted by a signal");
+    if (w == WaitEnd::deadline) return 0;
   }
 }
 
@@ -188,6 +212,7 @@ int epoll_change(Epoll& ep, int op, int key, const std::shared_ptr<Sock>& sp, co
         std::erase(s.watchers, it->second.get());
         std::erase(ep.ready, it->second.get());
         ep.regs.erase(it);
+        ep.sync_efd();
         return 0;
       }
     }
@@ -237,6 +262,21 @@ extern "C" int xk_epoll_wait(int epfd, struct epoll_event* events, int maxevents
   return guarded("epoll_wait", [&] { return epoll_wait_on(static_cast<Epoll&>(*f), events, maxevents, timeout_ms); });
 }
 
+extern "C" int xk_epoll_fd(int epfd) {
+  std::shared_ptr<File> f = table().get(epfd);
+  if (!f) return fail(EBADF, "epoll_fd: not an xk descriptor");
+  if (f->kind != File::Kind::epoll) return fail(EINVAL, "epoll_fd: not an xk epoll instance");
+  auto& ep = static_cast<Epoll&>(*f);
+  std::lock_guard<std::mutex> lock(ep.mu);
+  if (ep.efd < 0) {
+    ep.efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (ep.efd < 0) return fail(errno, "epoll_fd: eventfd");
+    ep.signalled = false;
+    ep.sync_efd();
+  }
+  return ep.efd;
+}
+
 extern "C" int xk_poll(struct pollfd* fds, nfds_t nfds, int timeout_ms) {
   if (nfds > 0 && fds == nullptr) return fail(EFAULT, "poll: no array");
   return guarded("poll", [&]() -> int {
@@ -283,8 +323,9 @@ extern "C" int xk_poll(struct pollfd* fds, nfds_t nfds, int timeout_ms) {
       if (epoll_change(ep, EPOLL_CTL_ADD, static_cast<int>(i), socks[i], &e) != 0) return -1;
     }
     epoll_event dummy[1];
-    (void)epoll_wait_on(ep, dummy, 1, timeout_ms);
+    const int r = epoll_wait_on(ep, dummy, 1, timeout_ms);
     close_epoll(ep);
+    if (r < 0) return -1;  // EINTR
     return scan();
   });
 }

@@ -7,7 +7,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <arpa/inet.h>
+
 #include "socket_api_internal.hpp"
+#include "xk/protocols/ipv4.hpp"
 
 using namespace xk;
 using namespace xk::capi;
@@ -70,6 +73,7 @@ StackConfig config_from(const xk_stack_config* c) {
       sc.source = file;
     }
     g.port = env_or("XK_PORT");
+    g.port_opts = env_or("XK_PORT_OPTS");
     g.ip = env_or("XK_IP");
     g.gw = env_or("XK_GW");
     g.mac = env_or("XK_MAC");
@@ -240,6 +244,23 @@ extern "C" int xk_stack_counter(xk_stack* h, const char* instance, const char* n
     });
     if (!got) return fail(ENOENT, std::string("xk_stack_counter: no counter ") + instance + "." + name);
     *value = *got;
+    return 0;
+  });
+}
+
+extern "C" int xk_stack_addr(xk_stack* h, struct in_addr* addr, int* prefix_len, struct in_addr* gw) {
+  if (h == nullptr) return fail(EINVAL, "xk_stack_addr: a null stack");
+  return guarded("xk_stack_addr", [&] {
+    const std::optional<ipv4::Config> cfg = h->stack->call([&]() -> std::optional<ipv4::Config> {
+      for (Protocol* p : h->stack->graph().protocols()) {
+        if (const auto* ip = dynamic_cast<const ipv4::Ipv4Protocol*>(p); ip != nullptr) return ip->config();
+      }
+      return std::nullopt;
+    });
+    if (!cfg) return fail(ENOENT, "xk_stack_addr: the stack has no IPv4 layer");
+    if (addr != nullptr) addr->s_addr = htonl(cfg->addr.addr.value);
+    if (prefix_len != nullptr) *prefix_len = cfg->addr.prefix_len;
+    if (gw != nullptr) gw->s_addr = cfg->gw ? htonl(cfg->gw->value) : 0;
     return 0;
   });
 }

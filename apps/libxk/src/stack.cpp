@@ -39,11 +39,16 @@ namespace xk {
 namespace {
 
 
-void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected, const timespec* timeout) noexcept {
+// False when a signal handler ran during the sleep.
+bool futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected, const timespec* timeout) noexcept {
   // The kernel compares the word with `expected` under its own lock: a wake
   // between our check and the sleep is not lost.
-  (void)syscall(SYS_futex, reinterpret_cast<const std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, timeout,
-                nullptr, 0);
+  const int saved = errno;
+  const long r = syscall(SYS_futex, reinterpret_cast<const std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected,
+                         timeout, nullptr, 0);
+  const bool interrupted = r != 0 && errno == EINTR;
+  errno = saved;
+  return !interrupted;
 }
 
 void futex_wake_all(std::atomic<std::uint32_t>& word) noexcept {
@@ -132,13 +137,15 @@ void WaitPoint::bump() noexcept {
   if (sleepers_.load(std::memory_order_seq_cst) != 0) futex_wake_all(gen_);
 }
 
-bool WaitPoint::wait(std::uint32_t seen, std::optional<std::chrono::steady_clock::time_point> deadline,
-                     std::chrono::nanoseconds spin, IdleMode idle) const noexcept {
+WaitEnd WaitPoint::wait(std::uint32_t seen, std::optional<std::chrono::steady_clock::time_point> deadline,
+                        std::chrono::nanoseconds spin, IdleMode idle) const noexcept {
   using clock = std::chrono::steady_clock;
   const auto spin_until = clock::now() + spin;
+  bool slept = true;
   while (gen_.load(std::memory_order_acquire) == seen) {
+    if (!slept) return WaitEnd::interrupted;
     auto now = clock::now();
-    if (deadline && now >= *deadline) return false;
+    if (deadline && now >= *deadline) return WaitEnd::deadline;
     if (now < spin_until) {
       idle_pause(idle);
       continue;
@@ -148,14 +155,14 @@ bool WaitPoint::wait(std::uint32_t seen, std::optional<std::chrono::steady_clock
       if (deadline) {
         auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(*deadline - now);
         timespec ts{static_cast<time_t>(left.count() / 1'000'000'000), static_cast<long>(left.count() % 1'000'000'000)};
-        futex_wait(gen_, seen, &ts);
+        slept = futex_wait(gen_, seen, &ts);
       } else {
-        futex_wait(gen_, seen, nullptr);
+        slept = futex_wait(gen_, seen, nullptr);
       }
     }
     sleepers_.fetch_sub(1, std::memory_order_seq_cst);
   }
-  return true;
+  return WaitEnd::moved;
 }
 
 // ---- Stack ----------------------------------------------------------------------
@@ -287,8 +294,8 @@ void Stack::lock_inline() {
   contenders_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-bool Stack::wait(const WaitPoint& ready, std::uint32_t seen,
-                 std::optional<std::chrono::steady_clock::time_point> deadline) {
+WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
+                    std::optional<std::chrono::steady_clock::time_point> deadline) {
   if (config_.mode == StackMode::service_thread) {
     return ready.wait(seen, deadline, config_.loop.spin, config_.loop.idle);
   }
@@ -303,9 +310,9 @@ bool Stack::wait(const WaitPoint& ready, std::uint32_t seen,
       std::lock_guard<std::mutex> lock(inline_mu_, std::adopt_lock);
       work = loop_.run_once();
     }
-    if (ready.gen() != seen) return true;
+    if (ready.gen() != seen) return WaitEnd::moved;
     auto now = clock::now();
-    if (deadline && now >= *deadline) return false;
+    if (deadline && now >= *deadline) return WaitEnd::deadline;
     // Another caller is waiting for the lock: let it have its turn (the mutex
     // is not fair, and this thread would take it straight back).
     for (int i = 0; i < 64 && contenders_.load(std::memory_order_relaxed) != 0; ++i) std::this_thread::yield();

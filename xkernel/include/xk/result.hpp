@@ -30,6 +30,7 @@ enum class Errc : std::uint8_t {
   reset,             // the peer reset the connection
   timed_out,         // retransmissions or keepalives went unanswered
   not_connected,     // the operation needs a connected socket
+  interrupted,       // a signal handler ran while the caller slept (EINTR)
 };
 
 const char* to_string(Errc e) noexcept;

@@ -104,6 +104,10 @@ std::string compose_graph(const SimpleGraph& g);
 // loopback, memdev, eth, arp, ipv4, icmp, udp, tcp.
 void register_all_kinds(Registry& registry);
 
+// How a wait ended: what it waited for happened, its deadline passed, or a
+// signal handler ran while it slept (the caller's EINTR).
+enum class WaitEnd : std::uint8_t { moved, deadline, interrupted };
+
 // A counter for one kind of wait: a waiter samples gen(), does its check, and
 // sleeps until gen() moves on (or a deadline); bump() moves it and wakes the
 // sleepers. The futex is touched only when someone sleeps.
@@ -112,9 +116,10 @@ class WaitPoint {
   std::uint32_t gen() const noexcept { return gen_.load(std::memory_order_seq_cst); }
   void bump() noexcept;
   // Spin for `spin` (pausing as `idle` says), then sleep while gen() == seen.
-  // False at the deadline.
-  bool wait(std::uint32_t seen, std::optional<std::chrono::steady_clock::time_point> deadline,
-            std::chrono::nanoseconds spin, IdleMode idle = IdleMode::spin_then_sleep) const noexcept;
+  // A signal handler that runs during the sleep ends it (interrupted), as
+  // it would a kernel call's: SA_RESTART handlers restart an untimed sleep.
+  WaitEnd wait(std::uint32_t seen, std::optional<std::chrono::steady_clock::time_point> deadline,
+               std::chrono::nanoseconds spin, IdleMode idle = IdleMode::spin_then_sleep) const noexcept;
 
  private:
   std::atomic<std::uint32_t> gen_{0};
@@ -161,11 +166,11 @@ class Stack {
   template <class F>
   std::invoke_result_t<F&> call(F&& f);
 
-  // Blocks until `ready` moves on from `seen` (or the deadline: false),
-  // running an inline stack meanwhile with its idle policy (and letting other
-  // callers in between passes).
-  bool wait(const WaitPoint& ready, std::uint32_t seen,
-            std::optional<std::chrono::steady_clock::time_point> deadline);
+  // Blocks until `ready` moves on from `seen` (or the deadline, or a signal
+  // in service mode: WaitPoint::wait), running an inline stack meanwhile
+  // with its idle policy (and letting other callers in between passes).
+  WaitEnd wait(const WaitPoint& ready, std::uint32_t seen,
+               std::optional<std::chrono::steady_clock::time_point> deadline);
 
   // Inline: one pass in the calling thread; service: 0.
   std::size_t poll();

@@ -31,6 +31,7 @@
  * programs with several threads that block independently want service mode.
  */
 
+#include <netinet/in.h>
 #include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -121,6 +122,10 @@ int xk_stack_poll(xk_stack* stack);
  * "state:FIN-WAIT-2"). Returns 0 and sets *value, or -1 with errno ENOENT for an
  * unknown instance or counter (EINVAL for a null argument). */
 int xk_stack_counter(xk_stack* stack, const char* instance, const char* name, unsigned long long* value);
+/* The stack's IPv4 address, its prefix length and its gateway (0.0.0.0:
+ * none), in network byte order; any pointer may be NULL. Returns 0, or -1
+ * with errno ENOENT for a graph without an ipv4 layer. */
+int xk_stack_addr(xk_stack* stack, struct in_addr* addr, int* prefix_len, struct in_addr* gw);
 /* The most xk descriptors (sockets and epoll sets, of every stack) the
  * process may hold at once: numbers 0..limit-1. Default 2^20, at most 2^30;
  * XK_MAX_FDS sets it for stacks made from the environment. Returns 0, or -1
@@ -205,6 +210,13 @@ int xk_fcntl(int fd, int cmd, ...);
 int xk_epoll_create1(int flags);
 int xk_epoll_ctl(int epfd, int op, int fd, struct epoll_event* event);
 int xk_epoll_wait(int epfd, struct epoll_event* events, int maxevents, int timeout_ms);
+/* A kernel descriptor (an eventfd, owned by the set: do not close it) that
+ * polls readable while the xk epoll set has entries ready to report, so the
+ * set can wait inside a kernel poll/select/epoll beside kernel descriptors:
+ * wait for it, then call xk_epoll_wait with timeout 0. It may read ready
+ * when a level-triggered entry turns out not to be; it is never silent
+ * while one is ready. -1 with errno on failure. */
+int xk_epoll_fd(int epfd);
 /* Like poll(2), for xk descriptors of one stack. */
 int xk_poll(struct pollfd* fds, nfds_t nfds, int timeout_ms);
 
