@@ -13,6 +13,7 @@ XK_PACKAGES=(
   gnuplot-nox openmpi-bin file                          # xk-scale's plots, its mpirun launcher; PNG checks
   libssl-dev                                            # the apps' stream digests (OpenSSL's SHA-256)
   nlohmann-json3-dev                                    # xkctl's --json, and reading JSON back in tests
+  curl nginx-light socat                                # unmodified programs under xkrun (preload tests)
 )
 
 xk_install_packages() {

@@ -1,0 +1,323 @@
+// libxk_preload.so: the real libc calls, the policy, the descriptor table and
+// the process's stack (docs/preload.md).
+
+#include "process.hpp"
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+namespace xk::preload {
+namespace {
+
+template <class F>
+void resolve(F*& f, const char* name) {
+  f = reinterpret_cast<F*>(dlsym(RTLD_NEXT, name));
+  if (f == nullptr) {
+    std::fprintf(stderr, "xkrun: libc has no %s\n", name);
+    std::abort();
+  }
+}
+
+[[noreturn]] void die(const std::string& why) {
+  std::fprintf(stderr, "xkrun: %s\n", why.c_str());
+  std::fflush(stderr);
+  _exit(1);
+}
+
+// "A.B.C.D/N" -> (net, mask) in host order.
+bool parse_net(const std::string& s, std::uint32_t& net, std::uint32_t& mask) {
+  const auto slash = s.find('/');
+  in_addr a{};
+  if (inet_pton(AF_INET, s.substr(0, slash).c_str(), &a) != 1) return false;
+  int len = 32;
+  if (slash != std::string::npos) {
+    char* end = nullptr;
+    const long l = std::strtol(s.c_str() + slash + 1, &end, 10);
+    if (*end != '\0' || end == s.c_str() + slash + 1 || l < 0 || l > 32) return false;
+    len = static_cast<int>(l);
+  }
+  mask = len == 0 ? 0 : ~std::uint32_t{0} << (32 - len);
+  net = ntohl(a.s_addr) & mask;
+  return true;
+}
+
+}  // namespace
+
+const Libc& libc() {
+  static const Libc l = [] {
+    Libc c{};
+    resolve(c.socket, "socket");
+    resolve(c.bind, "bind");
+    resolve(c.listen, "listen");
+    resolve(c.accept, "accept");
+    resolve(c.accept4, "accept4");
+    resolve(c.connect, "connect");
+    resolve(c.read, "read");
+    resolve(c.write, "write");
+    resolve(c.readv, "readv");
+    resolve(c.writev, "writev");
+    resolve(c.recv, "recv");
+    resolve(c.send, "send");
+    resolve(c.recvfrom, "recvfrom");
+    resolve(c.sendto, "sendto");
+    resolve(c.recvmsg, "recvmsg");
+    resolve(c.sendmsg, "sendmsg");
+    resolve(c.close, "close");
+    resolve(c.shutdown, "shutdown");
+    resolve(c.getsockopt, "getsockopt");
+    resolve(c.setsockopt, "setsockopt");
+    resolve(c.getsockname, "getsockname");
+    resolve(c.getpeername, "getpeername");
+    resolve(c.fcntl, "fcntl");
+    resolve(c.ioctl, "ioctl");
+    resolve(c.dup, "dup");
+    resolve(c.dup2, "dup2");
+    resolve(c.dup3, "dup3");
+    resolve(c.poll, "poll");
+    resolve(c.ppoll, "ppoll");
+    resolve(c.select, "select");
+    resolve(c.pselect, "pselect");
+    resolve(c.epoll_create, "epoll_create");
+    resolve(c.epoll_create1, "epoll_create1");
+    resolve(c.epoll_ctl, "epoll_ctl");
+    resolve(c.epoll_wait, "epoll_wait");
+    resolve(c.epoll_pwait, "epoll_pwait");
+    resolve(c.sendfile, "sendfile");
+    return c;
+  }();
+  return l;
+}
+
+int fail(int err) {
+  errno = err;
+  return -1;
+}
+
+// ---- policy -------------------------------------------------------------------------
+
+bool Policy::to_xk(const sockaddr_in& dst) const {
+  const std::uint32_t d = ntohl(dst.sin_addr.s_addr);
+  if ((d & 0xff000000u) == 0x7f000000u) return false;  // loopback
+  for (const auto& [net, m] : kernel_nets) {
+    if ((d & m) == net) return false;
+  }
+  if (d == addr) return true;
+  return gateway || (d & mask) == (addr & mask);
+}
+
+bool Policy::bind_to_xk(const sockaddr_in& a) const {
+  const std::uint32_t d = ntohl(a.sin_addr.s_addr);
+  return d == INADDR_ANY || d == addr;
+}
+
+// ---- the process ----------------------------------------------------------------------
+
+void Process::start() {
+  if (instance_.load() != nullptr) return;
+  instance_.store(new Process(), std::memory_order_release);  // never freed: calls come during exit too
+}
+
+Process::Process() {
+  (void)libc();
+  rlimit rl{};
+  std::size_t n = 1 << 16;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    const rlim_t most = rl.rlim_max == RLIM_INFINITY ? rlim_t{1} << 20 : rl.rlim_max;
+    n = static_cast<std::size_t>(std::min<rlim_t>(std::max<rlim_t>(most, n), rlim_t{1} << 22));
+  }
+  // Zero pages cost nothing until a slot is written.
+  void* mem = mmap(nullptr, n * sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) die("cannot map the descriptor table");
+  slots_ = static_cast<std::atomic<int>*>(mem);
+  size_ = n;
+
+  // Only the process xkrun started gets a stack: the programs it starts in
+  // turn (which inherit LD_PRELOAD) use the kernel, since the port is taken.
+  const char* pid = std::getenv("XKRUN_PID");
+  if (pid == nullptr || std::to_string(getpid()) != pid) return;
+  owner_ = getpid();
+  const char* mode = std::getenv("XK_MODE");
+  if (mode != nullptr && std::strcmp(mode, "service") != 0) {
+    die(std::string("XK_MODE='") + mode + "': an unmodified program needs the stack's own thread (service)");
+  }
+  setenv("XK_MODE", "service", 1);
+  if (const char* s = std::getenv("XK_SPIN_US"); s != nullptr) spin_us_ = static_cast<unsigned>(std::atoi(s));
+  if (const char* k = std::getenv("XK_PRELOAD_KERNEL"); k != nullptr) {
+    std::string list = k;
+    for (char& c : list) c = c == ',' ? ' ' : c;
+    std::istringstream in(list);
+    for (std::string w; in >> w;) {
+      std::uint32_t net, m;
+      if (!parse_net(w, net, m)) die("XK_PRELOAD_KERNEL: '" + w + "' is not a network (A.B.C.D/N)");
+      policy_.kernel_nets.emplace_back(net, m);
+    }
+  }
+  stack_ = xk_stack_create(nullptr);
+  if (stack_ == nullptr) die(std::string("the xk stack did not start: ") + xk_last_error());
+  in_addr a{}, gw{};
+  int prefix = 0;
+  if (xk_stack_addr(stack_, &a, &prefix, &gw) != 0) die(std::string("the xk stack has no address: ") + xk_last_error());
+  policy_.addr = ntohl(a.s_addr);
+  policy_.mask = prefix == 0 ? 0 : ~std::uint32_t{0} << (32 - prefix);
+  policy_.gateway = gw.s_addr != 0;
+  pthread_atfork(nullptr, nullptr, &Process::after_fork_child);
+}
+
+void Process::after_fork_child() {
+  // The stack (its thread, its port) stays with the parent: the child's xk
+  // sockets fail with EIO, and its new sockets are the kernel's.
+  forked_ = true;
+}
+
+void Process::add_pending(int fd, int type) {
+  if (static_cast<std::size_t>(fd) >= size_) return;  // beyond the table: the kernel's
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_[fd] = Pending{type, {}, {}};
+  slots_[fd].store(-1, std::memory_order_release);
+}
+
+void Process::keep_in_kernel(int fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (slots_[fd].load() != -1) return;
+  pending_.erase(fd);
+  slots_[fd].store(0, std::memory_order_release);
+}
+
+void Process::note_option(int fd, int level, int name, const void* value, socklen_t len) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(fd);
+  if (it == pending_.end()) return;
+  const auto* v = static_cast<const char*>(value);
+  it->second.options.push_back({level, name, std::vector<char>(v, v + (v != nullptr ? len : 0))});
+}
+
+void Process::note_watch(int fd, int epfd, int op, const epoll_event* ev) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(fd);
+  if (it == pending_.end()) return;
+  auto& w = it->second.watches;
+  std::erase_if(w, [&](const Pending::Watch& x) { return x.epfd == epfd; });
+  if (op != EPOLL_CTL_DEL && ev != nullptr) w.push_back({epfd, *ev});
+}
+
+int Process::promote(int fd) {
+  xk_stack* s = stack();
+  if (s == nullptr) return fail(ENETUNREACH);
+  std::unique_lock<std::mutex> lock(mu_);
+  const int v = slots_[fd].load();
+  if (v > 0) return v - 1;  // another thread was first
+  auto it = pending_.find(fd);
+  if (v != -1 || it == pending_.end()) return fail(EBADF);
+  const bool nonblock = (libc().fcntl(fd, F_GETFL) & O_NONBLOCK) != 0;
+  const int x = xk_socket(s, AF_INET, it->second.type | (nonblock ? SOCK_NONBLOCK : 0), 0);
+  if (x < 0) return -1;
+  // What the kernel socket was told, the xk socket is told too; what xk
+  // does not take (an option it refuses) the program already had its
+  // answer to from the kernel, so it is dropped here.
+  for (const Pending::Option& o : it->second.options) {
+    (void)xk_setsockopt(x, o.level, o.name, o.value.data(), static_cast<socklen_t>(o.value.size()));
+  }
+  std::vector<Pending::Watch> watches = std::move(it->second.watches);
+  pending_.erase(it);
+  refs_[x] = 1;
+  slots_[fd].store(x + 1, std::memory_order_release);
+  lock.unlock();
+  for (Pending::Watch& w : watches) {
+    (void)libc().epoll_ctl(w.epfd, EPOLL_CTL_DEL, fd, nullptr);
+    const int side = side_of(w.epfd);
+    if (side >= 0) (void)xk_epoll_ctl(side, EPOLL_CTL_ADD, x, &w.event);
+  }
+  return x;
+}
+
+void Process::map_xk(int fd, int x) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++refs_[x];
+  slots_[fd].store(x + 1, std::memory_order_release);
+}
+
+int Process::side_of(int epfd) {
+  if (static_cast<std::size_t>(epfd) >= size_) return fail(EMFILE);
+  std::lock_guard<std::mutex> lock(mu_);
+  const int v = slots_[epfd].load();
+  if (v < -1) return -v - 2;
+  if (v != 0) return fail(EINVAL);
+  const int e = xk_epoll_create1(EPOLL_CLOEXEC);
+  if (e < 0) return -1;
+  refs_[e] = 1;
+  slots_[epfd].store(-(e + 2), std::memory_order_release);
+  return e;
+}
+
+void Process::release(int fd) {
+  if (fd < 0 || static_cast<std::size_t>(fd) >= size_ || slots_[fd].load(std::memory_order_acquire) == 0) return;
+  int closing = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int v = slots_[fd].exchange(0, std::memory_order_acq_rel);
+    if (v == -1) pending_.erase(fd);
+    if (v > 0 || v < -1) {
+      const int x = v > 0 ? v - 1 : -v - 2;
+      auto it = refs_.find(x);
+      if (it != refs_.end() && --it->second == 0) {
+        refs_.erase(it);
+        closing = x;
+      }
+    }
+  }
+  // A child after fork leaves the parent's stack alone.
+  if (closing >= 0 && !forked_) (void)xk_close(closing);
+}
+
+void Process::duplicate(int from, int to) {
+  if (static_cast<std::size_t>(to) >= size_ || static_cast<std::size_t>(from) >= size_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  const int v = slots_[from].load();
+  if (v == -1) {
+    auto it = pending_.find(from);
+    if (it != pending_.end()) pending_[to] = it->second;
+  } else if (v != 0) {
+    ++refs_[v > 0 ? v - 1 : -v - 2];
+  }
+  slots_[to].store(v, std::memory_order_release);
+}
+
+void Process::shut_down() {
+  if (stack_ == nullptr || forked_ || getpid() != owner_) return;
+  std::vector<int> open;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (std::size_t fd = 0; fd < size_; ++fd) {
+      const int v = slots_[fd].load(std::memory_order_relaxed);
+      if (v != 0 && v != -1) slots_[fd].store(0);
+    }
+    for (const auto& [x, n] : refs_) open.push_back(x);
+    refs_.clear();
+  }
+  // As the kernel closes a process's sockets when it exits: FIN after the
+  // data (SO_LINGER as set); the stack's thread sends them now.
+  for (int x : open) (void)xk_close(x);
+  if (!open.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
+namespace {
+__attribute__((constructor)) void start() { Process::start(); }
+__attribute__((destructor)) void stop() {
+  if (Process* p = Process::instance()) p->shut_down();
+}
+}  // namespace
+
+}  // namespace xk::preload

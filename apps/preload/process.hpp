@@ -1,0 +1,189 @@
+#pragma once
+// libxk_preload.so: what its calls share (docs/preload.md).
+//
+// A program runs unmodified under `xkrun`; the library interposes the socket
+// calls of libc. Every AF_INET socket starts as a real kernel socket (so its
+// number is the kernel's and never collides with the program's files), and
+// stays one until the first call that says where its traffic goes -- bind,
+// connect, listen, sendto -- picks a side by the policy: traffic that can
+// leave through the xk stack goes to xk, the rest (loopback, other networks)
+// stays with the kernel. A socket that goes to xk keeps its kernel socket as
+// the placeholder of its number; the table below maps that number to the xk
+// descriptor.
+//
+// The table is one slot per kernel descriptor number, read without a lock
+// on every call:
+//   0            the kernel's (a file, a pipe, a decided kernel socket, ...)
+//   -1           an AF_INET socket not yet decided (a Pending record)
+//   x + 1 > 0    xk descriptor x
+//   -(e + 2)     a kernel epoll set that watches xk sockets through xk
+//                epoll set e (its "side" set)
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "xk/xk.h"
+
+namespace xk::preload {
+
+// The real libc calls, found with dlsym(RTLD_NEXT) once.
+struct Libc {
+  int (*socket)(int, int, int);
+  int (*bind)(int, const sockaddr*, socklen_t);
+  int (*listen)(int, int);
+  int (*accept)(int, sockaddr*, socklen_t*);
+  int (*accept4)(int, sockaddr*, socklen_t*, int);
+  int (*connect)(int, const sockaddr*, socklen_t);
+  ssize_t (*read)(int, void*, size_t);
+  ssize_t (*write)(int, const void*, size_t);
+  ssize_t (*readv)(int, const iovec*, int);
+  ssize_t (*writev)(int, const iovec*, int);
+  ssize_t (*recv)(int, void*, size_t, int);
+  ssize_t (*send)(int, const void*, size_t, int);
+  ssize_t (*recvfrom)(int, void*, size_t, int, sockaddr*, socklen_t*);
+  ssize_t (*sendto)(int, const void*, size_t, int, const sockaddr*, socklen_t);
+  ssize_t (*recvmsg)(int, msghdr*, int);
+  ssize_t (*sendmsg)(int, const msghdr*, int);
+  int (*close)(int);
+  int (*shutdown)(int, int);
+  int (*getsockopt)(int, int, int, void*, socklen_t*);
+  int (*setsockopt)(int, int, int, const void*, socklen_t);
+  int (*getsockname)(int, sockaddr*, socklen_t*);
+  int (*getpeername)(int, sockaddr*, socklen_t*);
+  int (*fcntl)(int, int, ...);
+  int (*ioctl)(int, unsigned long, ...);
+  int (*dup)(int);
+  int (*dup2)(int, int);
+  int (*dup3)(int, int, int);
+  int (*poll)(pollfd*, nfds_t, int);
+  int (*ppoll)(pollfd*, nfds_t, const timespec*, const sigset_t*);
+  int (*select)(int, fd_set*, fd_set*, fd_set*, timeval*);
+  int (*pselect)(int, fd_set*, fd_set*, fd_set*, const timespec*, const sigset_t*);
+  int (*epoll_create)(int);
+  int (*epoll_create1)(int);
+  int (*epoll_ctl)(int, int, int, epoll_event*);
+  int (*epoll_wait)(int, epoll_event*, int, int);
+  int (*epoll_pwait)(int, epoll_event*, int, int, const sigset_t*);
+  ssize_t (*sendfile)(int, int, off_t*, size_t);
+};
+const Libc& libc();
+
+// What a descriptor number is now (see the header comment).
+struct Slot {
+  enum class Kind : std::uint8_t { kernel, pending, xk, side, stale };
+  Kind kind;
+  int xk;  // the xk descriptor (xk, side)
+};
+
+// Which traffic goes to xk: a destination the stack can reach (on its
+// subnet, or any with a gateway) that is not in a kernel network
+// (127.0.0.0/8 always, plus XK_PRELOAD_KERNEL); a bind to INADDR_ANY or the
+// stack's own address.
+struct Policy {
+  std::uint32_t addr = 0;  // host order
+  std::uint32_t mask = 0;
+  bool gateway = false;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> kernel_nets;  // (net, mask), host order
+  bool to_xk(const sockaddr_in& dst) const;
+  bool bind_to_xk(const sockaddr_in& a) const;
+};
+
+// An AF_INET socket not yet decided: what was done to its kernel socket
+// that the xk socket must repeat.
+struct Pending {
+  int type = 0;  // SOCK_STREAM or SOCK_DGRAM
+  struct Option {
+    int level, name;
+    std::vector<char> value;
+  };
+  std::vector<Option> options;
+  struct Watch {
+    int epfd;
+    epoll_event event;
+  };
+  std::vector<Watch> watches;  // kernel epoll sets it was added to
+};
+
+class Process {
+ public:
+  // The process's state, or null while it is being made (the stack's own
+  // start-up opens sockets too: they are the kernel's).
+  static Process* instance() noexcept { return instance_.load(std::memory_order_acquire); }
+  static void start();
+
+  // The stack, or null: none in this process (not xkrun's, or forked).
+  xk_stack* stack() const noexcept { return forked_ ? nullptr : stack_; }
+  const Policy& policy() const noexcept { return policy_; }
+  unsigned spin_us() const noexcept { return spin_us_; }
+
+  Slot slot(int fd) const noexcept {
+    if (fd < 0 || static_cast<std::size_t>(fd) >= size_) return {Slot::Kind::kernel, -1};
+    const int v = slots_[fd].load(std::memory_order_acquire);
+    if (v == 0) return {Slot::Kind::kernel, -1};
+    if (v == -1) return {Slot::Kind::pending, -1};
+    if (forked_) return {Slot::Kind::stale, -1};
+    if (v > 0) return {Slot::Kind::xk, v - 1};
+    return {Slot::Kind::side, -v - 2};
+  }
+
+  // A new AF_INET socket, undecided.
+  void add_pending(int fd, int type);
+  // The xk descriptor of a pending socket now going to xk (made, options
+  // replayed, kernel epoll registrations moved over), or -1 with errno.
+  int promote(int fd);
+  // A pending socket decided for the kernel.
+  void keep_in_kernel(int fd);
+  // Records what a pending socket was given (setsockopt, epoll_ctl).
+  void note_option(int fd, int level, int name, const void* value, socklen_t len);
+  void note_watch(int fd, int epfd, int op, const epoll_event* ev);
+  // Kernel descriptor `fd` now stands for xk descriptor `x` (one more
+  // reference to it).
+  void map_xk(int fd, int x);
+  // The side xk epoll set of kernel epoll set `epfd`, made on first use.
+  int side_of(int epfd);
+  // Forgets `fd` (before the kernel closes it): the last reference to an xk
+  // socket closes it; a side set is closed with its kernel set.
+  void release(int fd);
+  // dup: `to` is a new number for what `from` is.
+  void duplicate(int from, int to);
+
+  // At exit: close every xk socket gracefully and let the stack send what
+  // that makes (FINs) for a moment.
+  void shut_down();
+
+ private:
+  Process();
+  static void after_fork_child();
+  static inline std::atomic<Process*> instance_{nullptr};
+
+  xk_stack* stack_ = nullptr;
+  pid_t owner_ = 0;
+  Policy policy_;
+  unsigned spin_us_ = 50;
+  static inline bool forked_ = false;
+
+  std::atomic<int>* slots_ = nullptr;
+  std::size_t size_ = 0;
+
+  std::mutex mu_;
+  std::unordered_map<int, Pending> pending_;
+  std::unordered_map<int, int> refs_;  // xk descriptor -> kernel numbers naming it
+};
+
+// errno = err, -1 (and, for the first few, a line on stderr when `why`).
+int fail(int err);
+
+}  // namespace xk::preload

@@ -1,0 +1,284 @@
+// libxk_preload.so: waiting -- poll, ppoll, select, pselect and epoll -- on
+// sets that may mix xk sockets and kernel descriptors.
+//
+// A set with xk sockets first looks at both sides without blocking, spins
+// on the xk side for XK_SPIN_US, and then sleeps in the kernel on its kernel
+// descriptors plus one eventfd that xk makes readable when one of its
+// sockets becomes ready (xk_epoll_fd): nothing spins while all is idle, a
+// signal interrupts the sleep with EINTR as it would the kernel's own wait,
+// and either side wakes it. (A set of kernel descriptors only is the
+// kernel's call as it is.)
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "exports.hpp"
+#include "process.hpp"
+
+using namespace xk::preload;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Slot where(int fd) {
+  const Process* p = Process::instance();
+  return p != nullptr ? p->slot(fd) : Slot{Slot::Kind::kernel, -1};
+}
+
+// When a wait ends: none = never.
+struct Deadline {
+  std::optional<Clock::time_point> at;
+  static Deadline after(const timespec* ts) {
+    if (ts == nullptr) return {};
+    return {Clock::now() + std::chrono::seconds(ts->tv_sec) + std::chrono::nanoseconds(ts->tv_nsec)};
+  }
+  static Deadline after_ms(int ms) { return ms < 0 ? Deadline{} : Deadline{Clock::now() + std::chrono::milliseconds(ms)}; }
+  bool passed() const { return at && Clock::now() >= *at; }
+  bool zero_wait(const timespec* ts) const { return ts != nullptr && ts->tv_sec == 0 && ts->tv_nsec == 0; }
+  // What is left, for ppoll (null: forever).
+  const timespec* left(timespec& buf) const {
+    if (!at) return nullptr;
+    const auto ns = std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(*at - Clock::now()).count());
+    buf.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+    buf.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+    return &buf;
+  }
+};
+
+// Spins on `ready` (true: done) for the process's XK_SPIN_US.
+template <class F>
+bool spin(F&& ready) {
+  const Process* p = Process::instance();
+  const auto until = Clock::now() + std::chrono::microseconds(p != nullptr ? p->spin_us() : 0);
+  while (Clock::now() < until) {
+    if (ready()) return true;
+  }
+  return false;
+}
+
+// ---- poll ---------------------------------------------------------------------------
+
+int poll_mixed(pollfd* fds, nfds_t n, const timespec* ts, const sigset_t* mask) {
+  // The xk sockets, with their xk numbers; the rest as they are.
+  std::vector<nfds_t> xk_at;
+  std::vector<pollfd> xs;
+  std::vector<nfds_t> k_at;
+  std::vector<pollfd> ks;
+  for (nfds_t i = 0; i < n; ++i) {
+    fds[i].revents = 0;
+    const Slot s = fds[i].fd >= 0 ? where(fds[i].fd) : Slot{Slot::Kind::kernel, -1};
+    if (s.kind == Slot::Kind::xk) {
+      xk_at.push_back(i);
+      xs.push_back({s.xk, fds[i].events, 0});
+    } else if (s.kind == Slot::Kind::stale) {
+      fds[i].revents = POLLNVAL;
+    } else if (fds[i].fd >= 0) {
+      k_at.push_back(i);
+      ks.push_back(fds[i]);
+    }
+  }
+  if (xs.empty()) {
+    return mask != nullptr || ts != nullptr ? libc().ppoll(fds, n, ts, mask) : libc().poll(fds, n, -1);
+  }
+  const Deadline deadline = Deadline::after(ts);
+  auto merge = [&] {
+    int ready = 0;
+    for (std::size_t j = 0; j < xs.size(); ++j) fds[xk_at[j]].revents = xs[j].revents;
+    for (std::size_t j = 0; j < ks.size(); ++j) fds[k_at[j]].revents = ks[j].revents;
+    for (nfds_t i = 0; i < n; ++i) ready += fds[i].revents != 0;
+    return ready;
+  };
+  auto look = [&]() -> int {
+    const int a = xk_poll(xs.data(), xs.size(), 0);
+    if (a < 0) return -1;
+    const int b = ks.empty() ? 0 : libc().poll(ks.data(), ks.size(), 0);
+    if (b < 0) return -1;
+    return a + b;
+  };
+  for (;;) {
+    const int r = look();
+    if (r < 0) return -1;
+    if (r > 0 || deadline.zero_wait(ts) || deadline.passed()) return merge();
+    if (spin([&] { return xk_poll(xs.data(), xs.size(), 0) > 0; })) continue;
+    // Sleep in the kernel: the kernel descriptors and xk's eventfd.
+    const int ep = xk_epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) return -1;
+    for (const pollfd& x : xs) {
+      epoll_event e{};
+      e.events = static_cast<std::uint16_t>(x.events) | EPOLLERR | EPOLLHUP;
+      (void)xk_epoll_ctl(ep, EPOLL_CTL_ADD, x.fd, &e);
+    }
+    std::vector<pollfd> sleep = ks;
+    sleep.push_back({xk_epoll_fd(ep), POLLIN, 0});
+    timespec buf{};
+    const int w = sleep.back().fd < 0 ? -1 : libc().ppoll(sleep.data(), sleep.size(), deadline.left(buf), mask);
+    const int saved = errno;
+    (void)xk_close(ep);
+    if (w < 0) return fail(saved);
+    if (w == 0) {
+      (void)look();  // the deadline: what is there now
+      return merge();
+    }
+  }
+}
+
+// ---- select ---------------------------------------------------------------------------
+
+int select_mixed(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* ts, const sigset_t* mask,
+                 bool* any_xk) {
+  std::vector<pollfd> fds;
+  *any_xk = false;
+  for (int fd = 0; fd < nfds; ++fd) {
+    short ev = 0;
+    if (r != nullptr && FD_ISSET(fd, r)) ev |= POLLIN;
+    if (w != nullptr && FD_ISSET(fd, w)) ev |= POLLOUT;
+    if (e != nullptr && FD_ISSET(fd, e)) ev |= POLLPRI;
+    if (ev == 0) continue;
+    const Slot::Kind k = where(fd).kind;
+    if (k == Slot::Kind::xk || k == Slot::Kind::stale) *any_xk = true;
+    fds.push_back({fd, ev, 0});
+  }
+  if (!*any_xk) return 0;
+  const int n = poll_mixed(fds.data(), fds.size(), ts, mask);
+  if (n < 0) return -1;
+  int count = 0;
+  for (const pollfd& p : fds) {
+    if (p.revents & POLLNVAL) return fail(EBADF);
+  }
+  if (r != nullptr) FD_ZERO(r);
+  if (w != nullptr) FD_ZERO(w);
+  if (e != nullptr) FD_ZERO(e);
+  for (const pollfd& p : fds) {
+    // As Linux's select reads poll bits: a hang-up or an error is readable,
+    // an error writable.
+    if ((p.events & POLLIN) && (p.revents & (POLLIN | POLLHUP | POLLERR))) {
+      FD_SET(p.fd, r);
+      ++count;
+    }
+    if ((p.events & POLLOUT) && (p.revents & (POLLOUT | POLLERR))) {
+      FD_SET(p.fd, w);
+      ++count;
+    }
+    if ((p.events & POLLPRI) && (p.revents & POLLPRI)) {
+      FD_SET(p.fd, e);
+      ++count;
+    }
+  }
+  return count;
+}
+
+// ---- epoll ----------------------------------------------------------------------------
+
+int epoll_mixed(int epfd, int side, epoll_event* ev, int max, int timeout_ms, const sigset_t* mask) {
+  if (max <= 0 || ev == nullptr) return fail(EINVAL);
+  const Deadline deadline = Deadline::after_ms(timeout_ms);
+  auto look = [&]() -> int {
+    int n = xk_epoll_wait(side, ev, max, 0);
+    if (n < 0) return -1;
+    if (n < max) {
+      const int m = libc().epoll_wait(epfd, ev + n, max - n, 0);
+      if (m < 0) return n > 0 ? n : -1;
+      n += m;
+    }
+    return n;
+  };
+  for (;;) {
+    const int n = look();
+    if (n != 0 || timeout_ms == 0 || deadline.passed()) return n;
+    int got = 0;
+    if (spin([&] { return (got = xk_epoll_wait(side, ev, max, 0)) != 0; })) {
+      if (got < 0) return -1;
+      if (got < max) {
+        const int m = libc().epoll_wait(epfd, ev + got, max - got, 0);
+        if (m > 0) got += m;
+      }
+      return got;
+    }
+    pollfd sleep[2] = {{epfd, POLLIN, 0}, {xk_epoll_fd(side), POLLIN, 0}};
+    if (sleep[1].fd < 0) return -1;
+    timespec buf{};
+    const int w = libc().ppoll(sleep, 2, deadline.left(buf), mask);
+    if (w < 0) return -1;
+    if (w == 0) return look();
+  }
+}
+
+}  // namespace
+
+XK_EXPORT int poll(pollfd* fds, nfds_t n, int timeout_ms) {
+  if (timeout_ms < 0) return poll_mixed(fds, n, nullptr, nullptr);
+  const timespec ts{timeout_ms / 1000, (timeout_ms % 1000) * 1'000'000L};
+  // (poll_mixed hands a set without xk sockets straight to the kernel.)
+  return poll_mixed(fds, n, &ts, nullptr);
+}
+
+XK_EXPORT int ppoll(pollfd* fds, nfds_t n, const timespec* ts, const sigset_t* mask) {
+  return poll_mixed(fds, n, ts, mask);
+}
+
+XK_EXPORT int __poll_chk(pollfd* fds, nfds_t n, int timeout_ms, size_t fdslen) {
+  if (fdslen / sizeof(*fds) < n) __builtin_trap();
+  return poll(fds, n, timeout_ms);
+}
+
+XK_EXPORT int __ppoll_chk(pollfd* fds, nfds_t n, const timespec* ts, const sigset_t* mask, size_t fdslen) {
+  if (fdslen / sizeof(*fds) < n) __builtin_trap();
+  return ppoll(fds, n, ts, mask);
+}
+
+XK_EXPORT int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* tv) {
+  if (tv != nullptr && (tv->tv_sec < 0 || tv->tv_usec < 0)) return fail(EINVAL);
+  timespec ts{};
+  if (tv != nullptr) ts = {tv->tv_sec, tv->tv_usec * 1000};
+  const auto start = Clock::now();
+  bool any_xk = false;
+  const int n = select_mixed(nfds, r, w, e, tv != nullptr ? &ts : nullptr, nullptr, &any_xk);
+  if (!any_xk) return libc().select(nfds, r, w, e, tv);
+  if (tv != nullptr) {
+    // Linux's select leaves the time not slept in *tv.
+    const auto spent = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
+    const auto left = std::max<std::int64_t>(0, std::int64_t{tv->tv_sec} * 1'000'000 + tv->tv_usec - spent);
+    tv->tv_sec = static_cast<time_t>(left / 1'000'000);
+    tv->tv_usec = static_cast<suseconds_t>(left % 1'000'000);
+  }
+  return n;
+}
+
+XK_EXPORT int pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* ts, const sigset_t* mask) {
+  bool any_xk = false;
+  const int n = select_mixed(nfds, r, w, e, ts, mask, &any_xk);
+  if (!any_xk) return libc().pselect(nfds, r, w, e, ts, mask);
+  return n;
+}
+
+XK_EXPORT int epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
+  const Slot s = where(fd);
+  if (s.kind == Slot::Kind::xk) {
+    const int side = Process::instance()->side_of(epfd);
+    return side < 0 ? -1 : xk_epoll_ctl(side, op, s.xk, ev);
+  }
+  if (s.kind == Slot::Kind::stale) return fail(EIO);
+  const int r = libc().epoll_ctl(epfd, op, fd, ev);
+  // Undecided: if it goes to xk, the registration moves with it.
+  if (r == 0 && s.kind == Slot::Kind::pending) Process::instance()->note_watch(fd, epfd, op, ev);
+  return r;
+}
+
+XK_EXPORT int epoll_wait(int epfd, epoll_event* ev, int max, int timeout_ms) {
+  const Slot s = where(epfd);
+  if (s.kind != Slot::Kind::side) return libc().epoll_wait(epfd, ev, max, timeout_ms);
+  return epoll_mixed(epfd, s.xk, ev, max, timeout_ms, nullptr);
+}
+
+XK_EXPORT int epoll_pwait(int epfd, epoll_event* ev, int max, int timeout_ms, const sigset_t* mask) {
+  const Slot s = where(epfd);
+  if (s.kind != Slot::Kind::side) return libc().epoll_pwait(epfd, ev, max, timeout_ms, mask);
+  return epoll_mixed(epfd, s.xk, ev, max, timeout_ms, mask);
+}

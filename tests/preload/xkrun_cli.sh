@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# preload.xkrun_cli: xkrun's command line and a stack that cannot start --
+# each a clear one-line message and an exit status (2: the command line, 1:
+# the stack), never a crash inside the program.
+#
+#   xkrun_cli.sh XKRUN LOOPBACK_GRAPH
+set -uo pipefail
+XKRUN=$1
+GRAPH=$2
+fails=0
+# expect STATUS PATTERN [ENV=...] -- XKRUN ARGS...
+expect() {
+  local want=$1 pattern=$2
+  shift 2
+  local envs=()
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  local err rc
+  err=$(env -u XK_PORT -u XK_IP -u XK_GRAPH -u XK_FILTERD -u XKRUN_PID "${envs[@]}" "$XKRUN" "$@" 2>&1 >/dev/null)
+  rc=$?
+  local lines
+  lines=$(printf '%s' "$err" | grep -c '')
+  if [ "$rc" -ne "$want" ] || ! grep -q -- "$pattern" <<< "$err" || { [ "$want" -ne 0 ] && [ "$lines" -ne 1 ]; }; then
+    echo "FAIL: xkrun $* -> status $rc (want $want), stderr ($lines lines): $err"
+    fails=$((fails + 1))
+  else
+    echo "ok: xkrun $* -> $rc${err:+: $err}"
+  fi
+}
+expect 2 "no program" --
+expect 2 "unknown flag --bogus" -- --bogus x -- true
+expect 2 "--idle: expected" -- --idle fast -- true
+expect 2 "--csum: expected on or off" -- --csum maybe -- true
+expect 2 "--graph: cannot read" -- --graph /nonexistent/graph -- true
+expect 2 "no such program" -- --graph "$GRAPH" -- /nonexistent/program
+expect 2 "stack flags come first" -- true
+expect 1 "the xk stack did not start.*no port" -- -- true
+expect 1 "XK_IDLE='bogus'" XK_IDLE=bogus -- --graph "$GRAPH" -- true
+expect 1 "XK_SPIN_US" XK_SPIN_US=lots -- --graph "$GRAPH" -- true
+expect 1 "the xk stack did not start" -- --filterd /nonexistent/filterd.sock -- true
+expect 1 "XK_PRELOAD_KERNEL: '10.0.0.0/33'" -- --kernel-nets 10.0.0.0/33 --graph "$GRAPH" -- true
+expect 0 "" -- --graph "$GRAPH" -- true
+out=$("$XKRUN" --help)
+grep -q "usage: xkrun" <<< "$out" || { echo "FAIL: --help"; fails=$((fails + 1)); }
+# The program's own exit status comes through.
+env -u XKRUN_PID "$XKRUN" --graph "$GRAPH" -- sh -c 'exit 7'
+[ $? -eq 7 ] || { echo "FAIL: the program's exit status"; fails=$((fails + 1)); }
+[ "$fails" -eq 0 ] || { echo "xkrun_cli: $fails failed"; exit 1; }
+echo "xkrun_cli: PASS"
