@@ -214,13 +214,8 @@ XK_EXPORT int fcntl(int fd, int cmd, ...) {
   return fcntl_any(fd, cmd, arg);
 }
 
-XK_EXPORT int fcntl64(int fd, int cmd, ...) {
-  va_list ap;
-  va_start(ap, cmd);
-  void* arg = va_arg(ap, void*);
-  va_end(ap);
-  return fcntl_any(fd, cmd, arg);
-}
+// glibc's 64-bit name for the same call.
+XK_EXPORT int fcntl64(int fd, int cmd, ...) __attribute__((alias("fcntl")));
 
 XK_EXPORT int ioctl(int fd, unsigned long request, ...) {
   va_list ap;
@@ -333,7 +328,7 @@ XK_EXPORT ssize_t sendfile(int out, int in, off_t* offset, size_t count) {
       [&] { return libc().sendfile(out, in, offset, count); });
 }
 
-XK_EXPORT ssize_t sendfile64(int out, int in, off_t* offset, size_t count) { return sendfile(out, in, offset, count); }
+XK_EXPORT ssize_t sendfile64(int out, int in, off_t* offset, size_t count) __attribute__((alias("sendfile")));
 
 // ---- glibc's fortified variants (_FORTIFY_SOURCE) ------------------------------------------
 

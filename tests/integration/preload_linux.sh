@@ -9,10 +9,10 @@
 #   netns xk-pre-<pid>-b: xkpx<pid>, no address: xk owns it as 192.0.2.10/24
 #
 # (a) iperf3 under xkrun as client (to Linux's server; -R; -P 4) and as
-#     server (Linux's client; -R; -P 4): each run ends cleanly on both
-#     sides, the sender sent the -n bytes (parallel streams round up to
-#     whole blocks) and the receiver counted at most that and at least half (iperf3 stops counting at its TEST_END
-#     message, with Linux on both ends too: docs/preload.md);
+#     server (Linux's client; -R; -P 4), 2 s each: each run ends cleanly on
+#     both sides and the receiver counted at most what the sender sent and
+#     at least half (iperf3 stops counting at its TEST_END message, with
+#     Linux on both ends too: docs/preload.md);
 # (b) curl under xkrun fetches a file from python3 -m http.server on Linux,
 #     and Linux's curl fetches it from nginx under xkrun (epoll, accept4,
 #     sendfile, writev): sha256 equal;
@@ -39,11 +39,16 @@ done
 
 LIB=$(dirname "$XKRUN")/libxk_preload.so
 MB=${XK_INT_PRELOAD_MB:-64}
+FETCH=(curl -sS --fail -o)
 if is_sanitized "$LIB"; then
   MB=${XK_INT_PRELOAD_MB:-16}
   # The programs are Debian's: their own leaks are not ours to report.
   export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-  echo "preload_linux: NOTE: an ASan/UBSan build: $MB MiB per transfer"
+  # Debian's curl hangs in setlocale() at start with the ASan runtime
+  # preloaded, xk or not (LD_PRELOAD=libasan.so curl -V never returns):
+  # the client under xkrun is python3's urllib there.
+  FETCH=("$PY" -c 'import sys, urllib.request; open(sys.argv[1], "wb").write(urllib.request.urlopen(sys.argv[2]).read())')
+  echo "preload_linux: NOTE: an ASan/UBSan build: $MB MiB per transfer; python3's urllib instead of curl under xkrun"
 fi
 
 NSA=xk-pre-$$-a
@@ -79,12 +84,12 @@ until_up() {
 }
 
 # ---- (a) iperf3 ---------------------------------------------------------------------
-# iperf_check NAME CLIENT_JSON SERVER_JSON REVERSE: the sender sent -n bytes,
-# the receiver counted no more and at least half.
+# iperf_check NAME CLIENT_JSON SERVER_JSON REVERSE: the sender sent, the
+# receiver counted no more and at least half.
 iperf_check() {
-  "$PY" - "$@" "$((MB * 1048576))" <<'EOF'
+  "$PY" - "$@" <<'EOF'
 import json, sys
-name, cj, sj, reverse, want = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1", int(sys.argv[5])
+name, cj, sj, reverse = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
 c, s = json.load(open(cj)), json.load(open(sj))
 for who, j in (("client", c), ("server", s)):
     if "error" in j:
@@ -93,9 +98,9 @@ sender, receiver = (s, c) if reverse else (c, s)
 sent = sender["end"]["sum_sent"]["bytes"]
 got = receiver["end"]["sum_received"]["bytes"]
 print(f"{name}: sent {sent} B, the receiver counted {got} B")
-if sent < want:
-    sys.exit(f"{name}: sent {sent} bytes, short of {want}")
-if not (want // 2 <= got <= sent):
+if sent == 0:
+    sys.exit(f"{name}: nothing sent")
+if not (sent // 2 <= got <= sent):
     sys.exit(f"{name}: the receiver counted {got} of {sent} bytes")
 EOF
 }
@@ -109,14 +114,14 @@ run_iperf() {
     local spid=$!
     PIDS+=("$spid")
     sleep 0.5
-    xk iperf3 -c "$LNX_IP" -p "$port" -n "${MB}M" -J "$@" > "$OUT/$name.client.json" 2> "$OUT/$name.client.err" \
+    xk iperf3 -c "$LNX_IP" -p "$port" -t 2 -J "$@" > "$OUT/$name.client.json" 2> "$OUT/$name.client.err" \
       || { cat "$OUT/$name.client.err" >&2; die "$name: iperf3 under xkrun failed"; }
   else
     # iperf3's server opens an IPv6 socket unless told -4 (AF_INET6 stays with the kernel).
     (exec "${XKC[@]}" iperf3 -s -1 -4 -J -p "$port") > "$OUT/$name.server.json" 2> "$OUT/$name.server.err" &
     local spid=$!
     PIDS+=("$spid")
-    until_up lnx iperf3 -c "$XK_IP" -p "$port" -n "${MB}M" -J "$@" > "$OUT/$name.client.json" 2> "$OUT/$name.client.err" \
+    until_up lnx iperf3 -c "$XK_IP" -p "$port" -t 2 -J "$@" > "$OUT/$name.client.json" 2> "$OUT/$name.client.err" \
       || { cat "$OUT/$name.client.err" >&2; die "$name: Linux's iperf3 against the xkrun server failed"; }
   fi
   wait "$spid" || die "$name: the iperf3 server exited with $?"
@@ -137,13 +142,13 @@ run_iperf iperf-xk-server-P4 xk-server -P 4
 head -c "$((MB * 1048576))" /dev/urandom > "$OUT/www/blob"
 WANT=$(sha256sum < "$OUT/www/blob" | cut -d' ' -f1)
 
-step "(b) curl under xkrun <- python3 -m http.server on Linux ($MB MiB)"
+step "(b) $(basename "${FETCH[0]}") under xkrun <- python3 -m http.server on Linux ($MB MiB)"
 (cd "$OUT/www" && exec ip netns exec "$NSA" "$PY" -m http.server 8000 --bind "$LNX_IP") > "$OUT/http.log" 2>&1 &
 PIDS+=($!)
 until_up lnx curl -s -o /dev/null "http://$LNX_IP:8000/" || die "http.server did not start"
-xk curl -sS --fail -o "$OUT/curl.got" "http://$LNX_IP:8000/blob" || die "curl under xkrun failed"
+xk "${FETCH[@]}" "$OUT/curl.got" "http://$LNX_IP:8000/blob" || die "${FETCH[0]} under xkrun failed"
 [ "$(sha256sum < "$OUT/curl.got" | cut -d' ' -f1)" = "$WANT" ] || die "curl under xkrun: the file differs"
-echo "curl under xkrun: sha256 equal"
+echo "$(basename "${FETCH[0]}") under xkrun: sha256 equal"
 
 step "(b) Linux curl <- nginx under xkrun ($MB MiB; sendfile, epoll, accept4)"
 cat > "$OUT/nginx/nginx.conf" <<EOF
@@ -234,12 +239,12 @@ for proto in tcp udp; do
   echo "sockperf $proto: $(grep -o 'Summary: Latency is [0-9.]* usec' "$OUT/sockperf-$proto.log")"
   stop "$SP" || true
 done
-(cd "$OUT" && exec ip netns exec "$NSA" NPtcp -u 65536) > "$OUT/nptcp-receiver.log" 2>&1 &
+(cd "$OUT" && exec ip netns exec "$NSA" NPtcp -p 0 -u 65536) > "$OUT/nptcp-receiver.log" 2>&1 &
 NP=$!
 PIDS+=("$NP")
 sleep 0.5
-(cd "$OUT" && xk NPtcp -h "$LNX_IP" -u 65536 -o "$OUT/np.out") > "$OUT/nptcp.log" 2>&1 \
+(cd "$OUT" && xk NPtcp -h "$LNX_IP" -p 0 -u 65536 -o "$OUT/np.out") > "$OUT/nptcp.log" 2>&1 \
   || { tail "$OUT/nptcp.log" >&2; die "NPtcp under xkrun failed"; }
 wait "$NP" || true
-[ "$(wc -l < "$OUT/np.out")" -ge 60 ] || die "NPtcp: $(wc -l < "$OUT/np.out") sizes measured, not the whole sweep"
+[ "$(wc -l < "$OUT/np.out")" -ge 20 ] || die "NPtcp: $(wc -l < "$OUT/np.out") sizes measured, not the whole sweep"
 echo "NPtcp under xkrun: $(wc -l < "$OUT/np.out") message sizes up to 64 KiB"

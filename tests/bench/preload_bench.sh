@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Unmodified programs over xk (docs/preload.md), against the same binaries on
+# Linux, in one run (docs/BENCHMARKS.md, "Unmodified programs").
+#
+#   preload_bench.sh BUILD_DIR        (as root: the Linux side uses netns)
+#
+# Linux: sockperf ping-pong (TCP, 14-byte messages) and iperf3 (one stream)
+# between two namespaces over a veth. xkrun: the same two programs, both
+# ends under xkrun, two stacks over net_memif. And the native xk app
+# (xk-tcp-perf, bulk over memif) for what the shim costs. Each figure
+# XK_BENCH_RUNS times (default 3), interleaved; the median is reported, with
+# the CPU time per GB of each side (iperf3's own accounting).
+set -euo pipefail
+TEST_NAME=preload_bench
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/../integration/lib.sh"
+
+[ $# -eq 1 ] || die "usage: $0 BUILD_DIR"
+BUILD=$(readlink -f "$1")
+XKRUN=$BUILD/apps/preload/xkrun
+PERF=$BUILD/apps/tcp-perf/xk-tcp-perf
+[ -x "$XKRUN" ] && [ -x "$PERF" ] || die "build the release preset first ($XKRUN, $PERF)"
+[ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces for the Linux side)"
+for t in iperf3 sockperf; do command -v $t > /dev/null || die "needs $t"; done
+SECS=${XK_BENCH_SECONDS:-3}
+RUNS=${XK_BENCH_RUNS:-3}
+BYTES=${XK_BENCH_BYTES:-2g}
+
+NSA=xk-pb-$$-a
+NSB=xk-pb-$$-b
+OUT=$(mktemp -d /tmp/xk-preload-bench.XXXXXX)
+install_cleanup
+make_veth_pair "$NSA" "$NSB" xkpba$$ xkpbb$$ 192.0.2.1/24 192.0.2.2/24
+
+declare -A R
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+latency() { sed -n 's/.*Summary: Latency is \([0-9.]*\) usec.*/\1/p' "$1"; }
+# iperf3 JSON: Gbit/s at the receiver, CPU s per GB of the sender and receiver.
+iperf_fields() {
+  python3 - "$1" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+e = j["end"]
+gb = e["sum_received"]["bytes"] / 1e9
+secs = e["sum_received"]["seconds"]
+cpu = e["cpu_utilization_percent"]
+# host = the client (the sender here), remote = the server; percent of one core over the run.
+print(f'{e["sum_received"]["bits_per_second"] / 1e9:.2f} {cpu["host_total"] / 100 * secs / gb:.3f} {cpu["remote_total"] / 100 * secs / gb:.3f}')
+EOF
+}
+
+xk_pair_start() {  # NAME SERVER-COMMAND...: a program under xkrun on the memif server end
+  local name=$1
+  shift
+  "$XKRUN" --port "net_memif0,role=server,id=0,socket=$OUT/$name.sock" --ip 192.0.2.10/24 -- "$@" \
+    > "$OUT/$name-server.log" 2>&1 &
+  XSRV=$!
+  PIDS+=("$XSRV")
+  sleep 0.5
+}
+xk_client() {  # NAME CLIENT-COMMAND...: the other end, memif client
+  local name=$1
+  shift
+  "$XKRUN" --port "net_memif1,role=client,id=0,socket=$OUT/$name.sock" --ip 192.0.2.11/24 -- "$@"
+}
+
+for run in $(seq "$RUNS"); do
+  step "run $run/$RUNS: sockperf ping-pong, Linux then xkrun"
+  ip netns exec "$NSA" sockperf server -i 192.0.2.1 --tcp > "$OUT/lnx-sp-server.log" 2>&1 &
+  SP=$!
+  PIDS+=("$SP")
+  sleep 0.5
+  ip netns exec "$NSB" sockperf ping-pong -i 192.0.2.1 --tcp -t "$SECS" > "$OUT/lnx-sp-$run.log" 2>&1
+  stop "$SP" || true
+  R[lnx_lat_$run]=$(latency "$OUT/lnx-sp-$run.log")
+  xk_pair_start sp$run sockperf server -i 192.0.2.10 --tcp
+  xk_client sp$run sockperf ping-pong -i 192.0.2.10 --tcp -t "$SECS" > "$OUT/xk-sp-$run.log" 2>&1 \
+    || { tail "$OUT/xk-sp-$run.log" >&2; die "sockperf under xkrun failed"; }
+  stop "$XSRV" || true
+  R[xk_lat_$run]=$(latency "$OUT/xk-sp-$run.log")
+  echo "   half-RTT: Linux ${R[lnx_lat_$run]} us, xkrun ${R[xk_lat_$run]} us"
+
+  step "run $run/$RUNS: iperf3 one stream, Linux then xkrun; xk-tcp-perf $BYTES"
+  ip netns exec "$NSA" iperf3 -s -1 > /dev/null 2>&1 &
+  IS=$!
+  PIDS+=("$IS")
+  sleep 0.5
+  ip netns exec "$NSB" iperf3 -c 192.0.2.1 -t "$SECS" -J > "$OUT/lnx-iperf-$run.json"
+  wait "$IS" || true
+  read -r R[lnx_gbps_$run] R[lnx_cpu_c_$run] R[lnx_cpu_s_$run] < <(iperf_fields "$OUT/lnx-iperf-$run.json")
+  xk_pair_start ip$run iperf3 -s -1 -4
+  xk_client ip$run iperf3 -c 192.0.2.10 -t "$SECS" -J > "$OUT/xk-iperf-$run.json" \
+    || die "iperf3 under xkrun failed"
+  wait "$XSRV" || true
+  read -r R[xk_gbps_$run] R[xk_cpu_c_$run] R[xk_cpu_s_$run] < <(iperf_fields "$OUT/xk-iperf-$run.json")
+  sock=$OUT/perf$run.sock
+  "$PERF" server --port "net_memif0,role=server,id=0,socket=$sock" --ip 192.0.2.10/24 --count 1 --verify off \
+    > "$OUT/perf-server-$run.log" 2>&1 &
+  PS=$!
+  PIDS+=("$PS")
+  wait_for "$OUT/perf-server-$run.log" "waiting for the link" "$PS" 30
+  "$PERF" client --port "net_memif1,role=client,id=0,socket=$sock" --ip 192.0.2.11/24 --peer 192.0.2.10:5001 \
+    --bytes "$BYTES" --verify off > "$OUT/perf-client-$run.log" 2>&1 || die "xk-tcp-perf failed"
+  wait "$PS" || true
+  R[nat_gbps_$run]=$(sed -n 's/.*gbps=\([0-9.]*\).*/\1/p' "$OUT/perf-server-$run.log" | tail -1)
+  echo "   Gbit/s: Linux ${R[lnx_gbps_$run]}, xkrun iperf3 ${R[xk_gbps_$run]}, native xk-tcp-perf ${R[nat_gbps_$run]}"
+done
+
+for k in lnx_lat xk_lat lnx_gbps xk_gbps nat_gbps lnx_cpu_c lnx_cpu_s xk_cpu_c xk_cpu_s; do
+  vals=()
+  for run in $(seq "$RUNS"); do vals+=("${R[${k}_$run]}"); done
+  R[$k]=$(median "${vals[@]}")
+done
+
+echo
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, kernel $(uname -r)"
+echo "medians of $RUNS runs; xkrun: both ends under xkrun, two stacks over net_memif; Linux: two namespaces over a veth"
+printf "%-46s %10s %10s %8s %s\n" "figure" "xkrun" "Linux" "ratio" "target"
+printf "%-46s %10s %10s %8s %s\n" "sockperf ping-pong TCP 14 B, half-RTT us" "${R[xk_lat]}" "${R[lnx_lat]}" \
+  "$(ratio "${R[xk_lat]}" "${R[lnx_lat]}")" "<= 0.25x"
+printf "%-46s %10s %10s %8s %s\n" "iperf3 one stream, Gbit/s" "${R[xk_gbps]}" "${R[lnx_gbps]}" \
+  "$(ratio "${R[xk_gbps]}" "${R[lnx_gbps]}")" ""
+printf "%-46s %10s %10s %8s %s\n" "iperf3 under xkrun vs native xk-tcp-perf, Gbit/s" "${R[xk_gbps]}" "${R[nat_gbps]}" \
+  "$(ratio "${R[xk_gbps]}" "${R[nat_gbps]}")" ">= 0.9x"
+printf "%-46s %10s %10s\n" "iperf3 CPU s/GB, sender" "${R[xk_cpu_c]}" "${R[lnx_cpu_c]}"
+printf "%-46s %10s %10s\n" "iperf3 CPU s/GB, receiver" "${R[xk_cpu_s]}" "${R[lnx_cpu_s]}"
