@@ -65,7 +65,29 @@ bool spin(F&& ready) {
 
 // ---- poll ---------------------------------------------------------------------------
 
+// A set whose only non-kernel entries are stale (inherited across fork):
+// those read POLLNVAL, which makes the call return at once, as the kernel's
+// does for a closed descriptor; the kernel answers for the rest.
+int merge_stale_only(pollfd* fds, nfds_t n, std::vector<pollfd>& ks, const std::vector<nfds_t>& k_at,
+                     const sigset_t* mask) {
+  const timespec now{0, 0};
+  const int r = ks.empty() ? 0 : libc().ppoll(ks.data(), ks.size(), &now, mask);
+  if (r < 0) return -1;
+  int ready = 0;
+  for (std::size_t j = 0; j < ks.size(); ++j) fds[k_at[j]].revents = ks[j].revents;
+  for (nfds_t i = 0; i < n; ++i) ready += fds[i].revents != 0;
+  return ready;
+}
+
 int poll_mixed(pollfd* fds, nfds_t n, const timespec* ts, const sigset_t* mask) {
+  // Most sets in most programs hold no xk socket: those go to the kernel
+  // before anything is allocated.
+  bool any = false;
+  for (nfds_t i = 0; i < n && !any; ++i) {
+    const Slot::Kind k = fds[i].fd >= 0 ? where(fds[i].fd).kind : Slot::Kind::kernel;
+    any = k == Slot::Kind::xk || k == Slot::Kind::stale;
+  }
+  if (!any) return libc().ppoll(fds, n, ts, mask);
   // The xk sockets, with their xk numbers; the rest as they are.
   std::vector<nfds_t> xk_at;
   std::vector<pollfd> xs;
@@ -84,9 +106,9 @@ int poll_mixed(pollfd* fds, nfds_t n, const timespec* ts, const sigset_t* mask) 
       ks.push_back(fds[i]);
     }
   }
-  if (xs.empty()) {
-    return mask != nullptr || ts != nullptr ? libc().ppoll(fds, n, ts, mask) : libc().poll(fds, n, -1);
-  }
+  if (xs.empty()) return merge_stale_only(fds, n, ks, k_at, mask);
+  bool stale = false;
+  for (nfds_t i = 0; i < n; ++i) stale = stale || fds[i].revents == POLLNVAL;
   const Deadline deadline = Deadline::after(ts);
   auto merge = [&] {
     int ready = 0;
@@ -105,7 +127,7 @@ int poll_mixed(pollfd* fds, nfds_t n, const timespec* ts, const sigset_t* mask) 
   for (;;) {
     const int r = look();
     if (r < 0) return -1;
-    if (r > 0 || deadline.zero_wait(ts) || deadline.passed()) return merge();
+    if (r > 0 || stale || deadline.zero_wait(ts) || deadline.passed()) return merge();
     if (spin([&] { return xk_poll(xs.data(), xs.size(), 0) > 0; })) continue;
     // Sleep in the kernel: the kernel descriptors and xk's eventfd.
     const int ep = xk_epoll_create1(EPOLL_CLOEXEC);
