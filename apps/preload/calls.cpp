@@ -305,7 +305,8 @@ XK_EXPORT ssize_t sendfile(int out, int in, off_t* offset, size_t count) {
       [&](int x) -> ssize_t {
         off_t pos = offset != nullptr ? *offset : lseek(in, 0, SEEK_CUR);
         if (pos < 0) return fail(errno == ESPIPE ? EINVAL : errno);
-        std::vector<char> buf(std::min<size_t>(count, 256 * 1024));
+        // One buffer per thread, kept: nginx calls this for every chunk of every file.
+        thread_local std::vector<char> buf(256 * 1024);
         size_t done = 0;
         while (done < count) {
           const ssize_t got = pread(in, buf.data(), std::min(buf.size(), count - done), pos);

@@ -155,19 +155,23 @@ int poll_mixed(pollfd* fds, nfds_t n, const timespec* ts, const sigset_t* mask) 
 
 int select_mixed(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* ts, const sigset_t* mask,
                  bool* any_xk) {
-  std::vector<pollfd> fds;
+  // A set of kernel descriptors only is the kernel's: found before anything is allocated.
   *any_xk = false;
+  for (int fd = 0; fd < nfds && !*any_xk; ++fd) {
+    const bool asked = (r != nullptr && FD_ISSET(fd, r)) || (w != nullptr && FD_ISSET(fd, w)) ||
+                       (e != nullptr && FD_ISSET(fd, e));
+    const Slot::Kind k = asked ? where(fd).kind : Slot::Kind::kernel;
+    *any_xk = k == Slot::Kind::xk || k == Slot::Kind::stale;
+  }
+  if (!*any_xk) return 0;
+  std::vector<pollfd> fds;
   for (int fd = 0; fd < nfds; ++fd) {
     short ev = 0;
     if (r != nullptr && FD_ISSET(fd, r)) ev |= POLLIN;
     if (w != nullptr && FD_ISSET(fd, w)) ev |= POLLOUT;
     if (e != nullptr && FD_ISSET(fd, e)) ev |= POLLPRI;
-    if (ev == 0) continue;
-    const Slot::Kind k = where(fd).kind;
-    if (k == Slot::Kind::xk || k == Slot::Kind::stale) *any_xk = true;
-    fds.push_back({fd, ev, 0});
+    if (ev != 0) fds.push_back({fd, ev, 0});
   }
-  if (!*any_xk) return 0;
   const int n = poll_mixed(fds.data(), fds.size(), ts, mask);
   if (n < 0) return -1;
   int count = 0;
