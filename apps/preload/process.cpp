@@ -149,11 +149,14 @@ Process::Process() {
   const char* pid = std::getenv("XKRUN_PID");
   if (pid == nullptr || std::to_string(getpid()) != pid) return;
   owner_ = getpid();
+  // The stack must run while the program does something else: on its own
+  // thread (service), or on the caller's while it calls and on its own
+  // thread otherwise (hybrid, the default).
   const char* mode = std::getenv("XK_MODE");
-  if (mode != nullptr && std::strcmp(mode, "service") != 0) {
-    die(std::string("XK_MODE='") + mode + "': an unmodified program needs the stack's own thread (service)");
+  if (mode != nullptr && std::strcmp(mode, "service") != 0 && std::strcmp(mode, "hybrid") != 0) {
+    die(std::string("XK_MODE='") + mode + "': an unmodified program needs a stack with a thread of its own (hybrid or service)");
   }
-  setenv("XK_MODE", "service", 1);
+  if (mode == nullptr) setenv("XK_MODE", "hybrid", 1);
   if (const char* s = std::getenv("XK_SPIN_US"); s != nullptr) spin_us_ = static_cast<unsigned>(std::atoi(s));
   if (const char* k = std::getenv("XK_PRELOAD_KERNEL"); k != nullptr) {
     std::string list = k;
@@ -165,11 +168,18 @@ Process::Process() {
       policy_.kernel_nets.emplace_back(net, m);
     }
   }
-  stack_ = xk_stack_create(nullptr);
-  if (stack_ == nullptr) die(std::string("the xk stack did not start: ") + xk_last_error());
+  if (const char* l = std::getenv("XK_EXIT_LINGER_MS"); l != nullptr) {
+    char* end = nullptr;
+    const unsigned long ms = std::strtoul(l, &end, 10);
+    if (*l == '\0' || *end != '\0' || ms > 600'000) die(std::string("XK_EXIT_LINGER_MS='") + l + "': a number of ms, 0..600000");
+    exit_linger_ms_ = static_cast<unsigned>(ms);
+  }
+  xk_stack* const made = xk_stack_create(nullptr);
+  if (made == nullptr) die(std::string("the xk stack did not start: ") + xk_last_error());
+  stack_.store(made, std::memory_order_release);
   in_addr a{}, gw{};
   int prefix = 0;
-  if (xk_stack_addr(stack_, &a, &prefix, &gw) != 0) die(std::string("the xk stack has no address: ") + xk_last_error());
+  if (xk_stack_addr(made, &a, &prefix, &gw) != 0) die(std::string("the xk stack has no address: ") + xk_last_error());
   policy_.addr = ntohl(a.s_addr);
   policy_.mask = prefix == 0 ? 0 : ~std::uint32_t{0} << (32 - prefix);
   policy_.gateway = gw.s_addr != 0;
@@ -296,7 +306,7 @@ void Process::duplicate(int from, int to) {
 }
 
 void Process::shut_down() {
-  if (stack_ == nullptr || forked_ || getpid() != owner_) return;
+  if (stack() == nullptr || getpid() != owner_) return;
   std::vector<int> open;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -308,9 +318,19 @@ void Process::shut_down() {
     refs_.clear();
   }
   // As the kernel closes a process's sockets when it exits: FIN after the
-  // data (SO_LINGER as set); the stack's thread sends them now.
+  // data (SO_LINGER as set). The kernel would go on sending after the
+  // process is gone; the stack cannot outlive it, so it runs until what the
+  // sockets closed now or before still hold is delivered and the FINs are
+  // exchanged, for at most XK_EXIT_LINGER_MS (1 s). Then it stops -- its
+  // thread must not run on while the exit destroys the library's statics.
   for (int x : open) (void)xk_close(x);
-  if (!open.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  xk_stack* s = stack_.exchange(nullptr, std::memory_order_acq_rel);
+  const int left = xk_stack_drain(s, static_cast<int>(exit_linger_ms_));
+  if (left > 0) {
+    std::fprintf(stderr, "xkrun: %d connection%s still sending after %u ms at exit: dropped\n", left,
+                 left == 1 ? "" : "s", exit_linger_ms_);
+  }
+  xk_stack_destroy(s);
 }
 
 namespace {

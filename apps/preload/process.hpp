@@ -125,7 +125,8 @@ class Process {
   static void start();
 
   // The stack, or null: none in this process (not xkrun's, or forked).
-  xk_stack* stack() const noexcept { return forked_ ? nullptr : stack_; }
+  // (Also null once the process is exiting: shut_down() destroyed it.)
+  xk_stack* stack() const noexcept { return forked_ ? nullptr : stack_.load(std::memory_order_acquire); }
   const Policy& policy() const noexcept { return policy_; }
   unsigned spin_us() const noexcept { return spin_us_; }
 
@@ -169,7 +170,8 @@ class Process {
   static void after_fork_child();
   static inline std::atomic<Process*> instance_{nullptr};
 
-  xk_stack* stack_ = nullptr;
+  std::atomic<xk_stack*> stack_{nullptr};
+  unsigned exit_linger_ms_ = 1000;
   pid_t owner_ = 0;
   Policy policy_;
   unsigned spin_us_ = 50;

@@ -178,9 +178,12 @@ int select_mixed(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* ts, 
   for (const pollfd& p : fds) {
     if (p.revents & POLLNVAL) return fail(EBADF);
   }
-  if (r != nullptr) FD_ZERO(r);
-  if (w != nullptr) FD_ZERO(w);
-  if (e != nullptr) FD_ZERO(e);
+  // Only the bits below nfds: a program may size its sets to nfds (as the
+  // kernel's select allows), and FD_ZERO would clear a whole fd_set.
+  for (fd_set* set : {r, w, e}) {
+    if (set == nullptr) continue;
+    for (int fd = 0; fd < nfds; ++fd) FD_CLR(fd, set);
+  }
   for (const pollfd& p : fds) {
     // As Linux's select reads poll bits: a hang-up or an error is readable,
     // an error writable.

@@ -756,7 +756,7 @@ TEST_P(CApi, ReceiveTimeoutAndCloseFromAnotherThread) {
   EXPECT_EQ(xk_read(s, b, 4), -1);
   EXPECT_EQ(errno, EAGAIN);
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(45));
-  if (GetParam().mode == XK_MODE_SERVICE) {
+  if (GetParam().mode != XK_MODE_INLINE) {
     // A reader blocked with no timeout wakes with EBADF when its socket is
     // closed by another thread.
     tv = timeval{0, 0};
@@ -1619,9 +1619,13 @@ INSTANTIATE_TEST_SUITE_P(Modes, CApi,
                          ::testing::Values(Way{XK_MODE_INLINE, XK_IDLE_SPIN_THEN_SLEEP},
                                            Way{XK_MODE_SERVICE, XK_IDLE_SPIN_THEN_SLEEP},
                                            Way{XK_MODE_INLINE, XK_IDLE_YIELD_THEN_SLEEP},
-                                           Way{XK_MODE_SERVICE, XK_IDLE_YIELD_THEN_SLEEP}),
+                                           Way{XK_MODE_SERVICE, XK_IDLE_YIELD_THEN_SLEEP},
+                                           Way{XK_MODE_HYBRID, XK_IDLE_SPIN_THEN_SLEEP},
+                                           Way{XK_MODE_HYBRID, XK_IDLE_YIELD_THEN_SLEEP}),
                          [](const ::testing::TestParamInfo<Way>& i) {
-                           return std::string(i.param.mode == XK_MODE_INLINE ? "Inline" : "Service") +
+                           return std::string(i.param.mode == XK_MODE_INLINE    ? "Inline"
+                                              : i.param.mode == XK_MODE_SERVICE ? "Service"
+                                                                                : "Hybrid") +
                                   (i.param.idle == XK_IDLE_YIELD_THEN_SLEEP ? "Yielding" : "");
                          });
 

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -331,12 +332,25 @@ void EventLoop::drain_doorbell() noexcept {
   (void)r;
 }
 
-void EventLoop::start_thread(const ThreadOptions& options) {
+void EventLoop::start_thread(const ThreadOptions& options) { start_thread(options, Task([this] { run(); })); }
+
+void EventLoop::start_thread(const ThreadOptions& options, Task body) {
   if (thread_.joinable()) throw std::logic_error("EventLoop::start_thread: already running");
   // Nobody is the loop thread until run() says so: a post() from this thread
   // in between must not mistake itself for the loop and run tasks.
   loop_thread_.store(std::thread::id(), std::memory_order_relaxed);
-  thread_ = std::thread([this] { run(); });
+  // The thread inherits the mask in force when it is made: all blocked.
+  sigset_t all;
+  sigset_t old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  try {
+    thread_ = std::thread(std::move(body));
+  } catch (...) {
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    throw;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   std::string name = options.name.empty() ? config_.name : options.name;
   name.resize(std::min<std::size_t>(name.size(), 15));  // the kernel keeps 16 bytes with the NUL
   pthread_setname_np(thread_.native_handle(), name.c_str());  // cosmetic: ignore failure

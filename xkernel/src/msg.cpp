@@ -1,7 +1,9 @@
 #include "xk/msg.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <new>
 #include <utility>
 
@@ -39,17 +41,59 @@ constexpr std::size_t kCacheDepth = 512;
 constexpr std::size_t kChunkCacheDepth = 64;  // 4 MiB a thread at most
 #endif
 
+// Where a thread's cached blocks go when the thread ends: a process-wide
+// shelf (of the same depth) that a thread whose own cache runs dry takes
+// from, so threads that come and go do not each pay malloc for a warm-up.
+// Beyond its depth, blocks go back to malloc. (Freeing the exiting main
+// thread's cache while the process went on using the stack during exit --
+// a program's atexit close(), the preload's shut-down -- corrupted glibc's
+// fastbins in a hybrid-mode stack; the shelf keeps them instead. See
+// docs/preload.md.)
 template <std::size_t kDepth>
+class Shelf {
+ public:
+  // Takes up to `n` blocks into `out`; returns how many.
+  std::size_t take(void** out, std::size_t n) noexcept {
+    if (count_.load(std::memory_order_relaxed) == 0) return 0;
+    std::lock_guard<std::mutex> lock(mu_);
+    std::size_t k = 0;
+    while (k < n && n_ != 0) out[k++] = blocks_[--n_];
+    count_.store(n_, std::memory_order_relaxed);
+    return k;
+  }
+  // Keeps the block, or false when full.
+  bool give(void* block) noexcept {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (n_ == kDepth) return false;
+    blocks_[n_++] = block;
+    count_.store(n_, std::memory_order_relaxed);
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  void* blocks_[kDepth == 0 ? 1 : kDepth];
+  std::size_t n_ = 0;
+  std::atomic<std::size_t> count_{0};
+};
+
+// kKind tells the caches of one depth apart: each kind has its own shelf.
+template <std::size_t kDepth, int kKind>
 class BlockCache {
  public:
-  // A buffer freed after this (by a static destroyed later at exit) goes
-  // straight back to malloc.
+  // The thread ends: its blocks go to the shelf. A buffer freed after this
+  // (by a static destroyed later at exit) goes straight back to malloc.
   ~BlockCache() {
-    for (std::size_t i = 0; i < n_; ++i) std::free(blocks_[i]);
+    for (std::size_t i = 0; i < n_; ++i) {
+      if (!shelf().give(blocks_[i])) std::free(blocks_[i]);
+    }
     n_ = 0;
     closed_ = true;
   }
-  void* take() noexcept { return n_ != 0 ? blocks_[--n_] : nullptr; }
+  void* take() noexcept {
+    if (n_ == 0 && !closed_) n_ = shelf().take(blocks_, kDepth / 2);
+    return n_ != 0 ? blocks_[--n_] : nullptr;
+  }
   bool give(void* block) noexcept {
     if (closed_ || n_ == kDepth) return false;
     blocks_[n_++] = block;
@@ -57,14 +101,20 @@ class BlockCache {
   }
 
  private:
+  // Made on first use, never destroyed: threads may end (and shelve) during exit.
+  static Shelf<kDepth>& shelf() {
+    static auto* const s = new Shelf<kDepth>();
+    return *s;
+  }
   void* blocks_[kDepth == 0 ? 1 : kDepth];
   std::size_t n_ = 0;
   bool closed_ = false;
 };
 
-thread_local BlockCache<kCacheDepth> t_header_blocks;      // internal storage of kHeaderBufSize
-thread_local BlockCache<kCacheDepth> t_wrap_blocks;        // a Buf for external storage
-thread_local BlockCache<kChunkCacheDepth> t_chunk_blocks;  // internal storage of kChunkSize
+
+thread_local BlockCache<kCacheDepth, 0> t_header_blocks;      // internal storage of kHeaderBufSize
+thread_local BlockCache<kCacheDepth, 1> t_wrap_blocks;        // a Buf for external storage
+thread_local BlockCache<kChunkCacheDepth, 2> t_chunk_blocks;  // internal storage of kChunkSize
 
 // A cached block for internal storage of `capacity` bytes, or null.
 void* take_block(std::size_t capacity) noexcept {

@@ -274,6 +274,8 @@ extern "C" int xk_epoll_fd(int epfd) {
     ep.signalled = false;
     ep.sync_efd();
   }
+  // The caller is about to sleep on it (a hybrid stack's thread takes over).
+  if (ep.stack != nullptr) ep.stack->hand_over();
   return ep.efd;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include <arpa/inet.h>
 
@@ -82,8 +83,12 @@ StackConfig config_from(const xk_stack_config* c) {
     if (csum != "on" && csum != "off") throw std::invalid_argument("XK_CSUM='" + csum + "': on or off");
     g.csum = csum == "on";
     std::string mode = env_or("XK_MODE", "inline");
-    if (mode != "inline" && mode != "service") throw std::invalid_argument("XK_MODE='" + mode + "': inline or service");
-    env.mode = mode == "service" ? XK_MODE_SERVICE : XK_MODE_INLINE;
+    if (mode != "inline" && mode != "service" && mode != "hybrid") {
+      throw std::invalid_argument("XK_MODE='" + mode + "': inline, service or hybrid");
+    }
+    env.mode = mode == "service" ? XK_MODE_SERVICE : mode == "hybrid" ? XK_MODE_HYBRID : XK_MODE_INLINE;
+    sc.hand_back = std::chrono::microseconds(env_number("XK_HAND_BACK_US", 500, 1'000'000));
+    if (sc.hand_back.count() == 0) throw std::invalid_argument("XK_HAND_BACK_US=0: at least 1");
     std::string idle = env_or("XK_IDLE", "spin");
     std::optional<IdleMode> m = parse_idle_mode(idle);
     if (!m) throw std::invalid_argument("XK_IDLE='" + idle + "': spin, busy or yield");
@@ -111,7 +116,9 @@ StackConfig config_from(const xk_stack_config* c) {
     g.tcp_opts = c->tcp_opts != nullptr ? c->tcp_opts : "";
     g.csum = c->csum != 0;
   }
-  if (c->mode != XK_MODE_INLINE && c->mode != XK_MODE_SERVICE) throw std::invalid_argument("mode: inline or service");
+  if (c->mode != XK_MODE_INLINE && c->mode != XK_MODE_SERVICE && c->mode != XK_MODE_HYBRID) {
+    throw std::invalid_argument("mode: inline, service or hybrid");
+  }
   const auto* idle = std::find_if(std::begin(kIdleModes), std::end(kIdleModes),
                                   [c](const auto& e) { return e.first == c->idle; });
   if (idle == std::end(kIdleModes)) throw std::invalid_argument("idle: spin, busy or yield");
@@ -124,7 +131,9 @@ StackConfig config_from(const xk_stack_config* c) {
   } else {
     sc.graph = graph_text.empty() ? compose_graph(g) : graph_text;
   }
-  sc.mode = c->mode == XK_MODE_SERVICE ? StackMode::service_thread : StackMode::inline_calls;
+  sc.mode = c->mode == XK_MODE_SERVICE  ? StackMode::service_thread
+            : c->mode == XK_MODE_HYBRID ? StackMode::hybrid
+                                        : StackMode::inline_calls;
   sc.loop.idle = idle->second;
   sc.loop.spin = std::chrono::microseconds(c->spin_us);
   sc.thread.cpu = c->cpu;
@@ -213,6 +222,27 @@ extern "C" void xk_stack_destroy(xk_stack* h) {
     }
   }
   delete h;
+}
+
+extern "C" int xk_stack_drain(xk_stack* h, int timeout_ms) {
+  if (h == nullptr) return fail(EINVAL, "xk_stack_drain: no stack");
+  return guarded("xk_stack_drain", [&]() -> int {
+    Stack& stack = *h->stack;
+    if (stack.tcp() == nullptr) return 0;
+    Deadline deadline;
+    if (timeout_ms >= 0) deadline = capi::Clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      // An inline stack moves only when called; the others run on their own
+      // (a hybrid one as this thread's calls keep it).
+      (void)stack.poll();
+      const std::size_t open = stack.call([&] {
+        const tcp::TcpProtocol& t = *stack.tcp();
+        return t.connection_count() - t.time_wait_count();
+      });
+      if (open == 0 || (deadline && capi::Clock::now() >= *deadline)) return static_cast<int>(std::min<std::size_t>(open, INT32_MAX));
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
 }
 
 extern "C" int xk_stack_poll(xk_stack* h) {

@@ -242,12 +242,22 @@ std::unique_ptr<Stack> Stack::build(StackConfig config, std::shared_ptr<FilterdC
                              " ms");
   }
   if (s->config_.mode == StackMode::service_thread) s->loop_.start_thread(s->config_.thread);
+  if (s->config_.mode == StackMode::hybrid) {
+    Stack* self = s.get();
+    s->loop_.start_thread(s->config_.thread, Task([self] { self->drive_while_alone(); }));
+  }
   return s;
 }
 
 Stack::~Stack() {
   if (config_.mode == StackMode::service_thread) {
     loop_.stop();
+    loop_.join();
+  }
+  if (config_.mode == StackMode::hybrid) {
+    stopping_.store(true, std::memory_order_seq_cst);
+    kick_.bump();   // parked
+    loop_.wake();   // or asleep in the loop
     loop_.join();
   }
   // The loop is stopped: nothing of this stack runs for the node any more.
@@ -287,11 +297,27 @@ void Stack::post_and_wait(void (*run)(void*), void* frame) {
 }
 
 void Stack::lock_inline() {
-  if (inline_mu_.try_lock()) return;
-  contenders_.fetch_add(1, std::memory_order_seq_cst);  // before the wake-up: see Stack::wait
-  loop_.wake();
-  inline_mu_.lock();
-  contenders_.fetch_sub(1, std::memory_order_relaxed);
+  const bool hybrid = config_.mode == StackMode::hybrid;
+  if (hybrid) entries_.fetch_add(1, std::memory_order_relaxed);
+  if (!inline_mu_.try_lock()) {
+    contenders_.fetch_add(1, std::memory_order_seq_cst);  // before the wake-up: see Stack::wait
+    loop_.wake();
+    bool got = false;
+    // The holder lets go within a pass (the hybrid stack's thread as soon
+    // as it sees us): a short spin saves a sleep and a wake-up on the mutex.
+    for (int i = 0; hybrid && i < 512 && !got; ++i) {
+      cpu_relax();
+      got = inline_mu_.try_lock();
+    }
+    if (!got) inline_mu_.lock();
+    contenders_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (hybrid) loop_.enter();
+}
+
+void Stack::unlock_inline() noexcept {
+  if (config_.mode == StackMode::hybrid) loop_.leave();
+  inline_mu_.unlock();
 }
 
 WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
@@ -299,15 +325,14 @@ WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
   if (config_.mode == StackMode::service_thread) {
     return ready.wait(seen, deadline, config_.loop.spin, config_.loop.idle);
   }
-  // Inline: this thread drives the stack until `ready` moves, one pass at a
-  // time under the lock, so other callers get their turn in between.
+  // Inline and hybrid: this thread drives the stack until `ready` moves, one
+  // pass at a time under the lock, so other callers get their turn in between.
   using clock = std::chrono::steady_clock;
   std::optional<clock::time_point> idle_since;
   for (;;) {
     std::size_t work;
     {
-      lock_inline();
-      std::lock_guard<std::mutex> lock(inline_mu_, std::adopt_lock);
+      Turn turn(*this);
       work = loop_.run_once();
     }
     if (ready.gen() != seen) return WaitEnd::moved;
@@ -329,17 +354,79 @@ WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
       idle_pause(config_.loop.idle);
       continue;
     }
+    if (config_.mode == StackMode::hybrid) {
+      // Sleep as a service-mode caller does, the stack's thread running the
+      // stack meanwhile (and a signal ending the sleep: EINTR).
+      hand_over();
+      return ready.wait(seen, deadline, std::chrono::nanoseconds(0), config_.loop.idle);
+    }
     // Sleep in the loop until the network, a timer or another caller (who
     // wakes us in lock_inline) has something.
     std::optional<Duration> max;
     if (deadline) max = std::chrono::duration_cast<Duration>(*deadline - now);
     {
-      lock_inline();
-      std::lock_guard<std::mutex> lock(inline_mu_, std::adopt_lock);
+      Turn turn(*this);
       // Not while another caller waits for the lock: its wake-up may have
       // been spent on an earlier sleep, and it would wait for this one.
       if (ready.gen() == seen && contenders_.load(std::memory_order_seq_cst) == 0) loop_.wait(max);
     }
+    idle_since.reset();
+  }
+}
+
+void Stack::hand_over() noexcept {
+  if (config_.mode == StackMode::hybrid) kick_.bump();
+}
+
+// The hybrid stack's thread: it runs the stack while no caller does, and
+// otherwise stays parked, waking every hand_back to see whether the callers
+// have gone quiet (no syscall on the callers' path: they never wake it,
+// except hand_over() before a sleep).
+void Stack::drive_while_alone() {
+  using clock = std::chrono::steady_clock;
+  for (;;) {
+    run_alone();
+    for (;;) {
+      if (stopping_.load(std::memory_order_acquire)) return;
+      const std::uint32_t gen = kick_.gen();
+      const std::uint64_t before = entries_.load(std::memory_order_relaxed);
+      const WaitEnd e = kick_.wait(gen, clock::now() + config_.hand_back, std::chrono::nanoseconds(0));
+      if (stopping_.load(std::memory_order_acquire)) return;
+      if (e == WaitEnd::moved) break;
+      if (entries_.load(std::memory_order_relaxed) == before && contenders_.load(std::memory_order_relaxed) == 0) {
+        break;
+      }
+    }
+  }
+}
+
+// Runs the stack, with its idle policy, until a caller wants it.
+void Stack::run_alone() {
+  if (!inline_mu_.try_lock()) return;  // a caller has it
+  loop_.enter();
+  struct Release {
+    Stack* s;
+    ~Release() { s->unlock_inline(); }
+  } release{this};
+  using clock = std::chrono::steady_clock;
+  std::optional<clock::time_point> idle_since;
+  while (!stopping_.load(std::memory_order_relaxed) && contenders_.load(std::memory_order_seq_cst) == 0) {
+    if (loop_.run_once() != 0) {
+      idle_since.reset();
+      continue;
+    }
+    if (config_.loop.idle == IdleMode::busy_poll) {
+      cpu_relax();
+      continue;
+    }
+    const auto now = clock::now();
+    if (!idle_since) idle_since = now;
+    if (now - *idle_since < config_.loop.spin) {
+      idle_pause(config_.loop.idle);
+      continue;
+    }
+    // A caller wakes it (lock_inline), as the network and the timers do.
+    loop_.wait();
     idle_since.reset();
   }
 }
@@ -371,8 +458,7 @@ bool Stack::wait_for_link(std::chrono::milliseconds limit) {
 
 std::size_t Stack::poll() {
   if (config_.mode == StackMode::service_thread) return 0;
-  lock_inline();
-  std::lock_guard<std::mutex> lock(inline_mu_, std::adopt_lock);
+  Turn turn(*this);
   return loop_.run_once();
 }
 

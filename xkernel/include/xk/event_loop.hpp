@@ -262,13 +262,26 @@ class EventLoop {
 
   // Run run() on a new thread. Throws std::system_error if it cannot be
   // pinned, std::logic_error if a thread is already running. The loop's thread
-  // is the one that constructed it until run() is called.
+  // is the one that constructed it until run() is called. The new thread
+  // blocks every signal: the program's handlers run on its own threads, and
+  // its blocking calls are the ones a signal interrupts.
   void start_thread(const ThreadOptions& options = {});
+  // The same, running `body` instead of run(): for an owner that drives the
+  // loop its own way (run_once/wait, enter/leave; a hybrid xk::Stack). The
+  // body returns once stopping() says so.
+  void start_thread(const ThreadOptions& options, Task body);
   // Wait for the thread started by start_thread() (after stop()).
   void join();
   bool in_loop_thread() const noexcept {
     return loop_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id();
   }
+  // For a loop that threads take turns to run, under a lock of the owner's:
+  // the holder is the loop's thread from enter() to leave(), and nobody is
+  // in between (others post()).
+  void enter() noexcept { loop_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed); }
+  void leave() noexcept { loop_thread_.store(std::thread::id(), std::memory_order_relaxed); }
+  // stop() was called (and run() has not consumed it yet).
+  bool stopping() const noexcept { return stop_requested_.load(std::memory_order_acquire); }
 
  private:
   void notify() noexcept;

@@ -1,6 +1,7 @@
 #pragma once
 // xk::Stack: one running stack -- a graph on an event loop, driven inline by
-// the callers or by a service thread of its own -- and the one door into it,
+// the callers, by a service thread of its own, or by both in turn (hybrid) --
+// and the one door into it,
 // call(): run this on the stack's thread, give me the result. The C API
 // (xk/xk.h) is built on it; C++ programs may use it directly with the socket
 // classes of the protocols (TcpSocket, TcpListener, UdpSocket) inside call().
@@ -47,6 +48,12 @@ class FilterdClient;
 enum class StackMode : std::uint8_t {
   inline_calls,    // the calling thread runs the stack in every call
   service_thread,  // a pthread runs the stack; calls are posted to it
+  // Inline while someone calls, the stack's own thread while nobody does: a
+  // call runs the stack in the calling thread (as inline), a blocked call
+  // drives it while it spins and hands it to the thread before it sleeps,
+  // and the thread takes it over when no call has come in for `hand_back`.
+  // For programs that do not call in all the time (libxk_preload.so).
+  hybrid,
 };
 
 struct StackConfig {
@@ -54,7 +61,10 @@ struct StackConfig {
   std::string source = "config";   // names the spec in error messages
   StackMode mode = StackMode::inline_calls;
   EventLoopConfig loop;            // idle policy (busy_poll / spin_then_sleep), spin
-  ThreadOptions thread;            // service mode: CPU pinning and name
+  ThreadOptions thread;            // service and hybrid: the thread's CPU pinning and name
+  // Hybrid: how long the calls must leave the stack alone before its thread
+  // takes it over (a blocked call that goes to sleep hands it over at once).
+  std::chrono::microseconds hand_back{500};
   std::chrono::milliseconds link_wait{5000};  // for a DPDK port named net0
   // Whether create() waits for that link; false: the caller does, with
   // Stack::wait_for_link() (the apps say "waiting for the link" first).
@@ -159,20 +169,27 @@ class Stack {
   udp::UdpProtocol* udp() const noexcept { return udp_; }
 
   // Runs `f` on the stack's thread and returns what it returns (an exception
-  // it throws is thrown here). Inline: under the stack's lock, after a pass
-  // of the stack (so what arrived is seen) and before another (so what `f`
-  // queued leaves). Service: posted to the stack's thread, the caller spins
-  // and then sleeps until it is done; on the stack's own thread `f` runs at once.
+  // it throws is thrown here). Inline and hybrid: under the stack's lock,
+  // after a pass of the stack (so what arrived is seen) and before another
+  // (so what `f` queued leaves). Service: posted to the stack's thread, the
+  // caller spins and then sleeps until it is done. On the thread running
+  // the stack (service, hybrid) `f` runs at once.
   template <class F>
   std::invoke_result_t<F&> call(F&& f);
 
   // Blocks until `ready` moves on from `seen` (or the deadline, or a signal
-  // in service mode: WaitPoint::wait), running an inline stack meanwhile
-  // with its idle policy (and letting other callers in between passes).
+  // in service and hybrid mode: WaitPoint::wait), running an inline stack
+  // meanwhile with its idle policy (and letting other callers in between
+  // passes); a hybrid stack while it spins, before it hands the stack over.
   WaitEnd wait(const WaitPoint& ready, std::uint32_t seen,
                std::optional<std::chrono::steady_clock::time_point> deadline);
 
-  // Inline: one pass in the calling thread; service: 0.
+  // Hybrid: the caller is about to sleep outside the stack (in the kernel,
+  // on a descriptor the stack makes ready: xk_epoll_fd): let the stack's
+  // thread run it now rather than after `hand_back`. Otherwise nothing.
+  void hand_over() noexcept;
+
+  // Inline and hybrid: one pass in the calling thread; service: 0.
   std::size_t poll();
 
   // Runs the stack until the link of net0 is up (a DPDK or shm port whose
@@ -187,6 +204,7 @@ class Stack {
   static std::unique_ptr<Stack> build(StackConfig config, std::shared_ptr<FilterdClient> node, std::uint16_t queue);
   struct Completion;
   void post_and_wait(void (*run)(void*), void* frame);
+  bool runs_inline() const noexcept { return config_.mode != StackMode::service_thread; }
 
   StackConfig config_;
   Registry registry_;
@@ -200,21 +218,42 @@ class Stack {
   std::optional<Graph> graph_;
   tcp::TcpProtocol* tcp_ = nullptr;
   udp::UdpProtocol* udp_ = nullptr;
-  // Inline mode: one caller runs the stack at a time. A caller that finds it
-  // taken wakes the holder (which may be asleep in the loop, waiting for the
-  // network on behalf of a blocked call) and counts itself in `contenders_`,
-  // so a blocked caller that drives the stack lets it go between passes.
+  // Inline and hybrid mode: one caller runs the stack at a time. A caller
+  // that finds it taken wakes the holder (which may be asleep in the loop,
+  // waiting for the network on behalf of a blocked call, or the hybrid
+  // stack's thread) and counts itself in `contenders_`, so a blocked caller
+  // that drives the stack, or the thread, lets it go between passes.
   void lock_inline();
+  void unlock_inline() noexcept;
+  // One caller's turn at running the stack (inline and hybrid).
+  class Turn {
+   public:
+    explicit Turn(Stack& s) : s_(s) { s_.lock_inline(); }
+    ~Turn() { s_.unlock_inline(); }
+    Turn(const Turn&) = delete;
+    Turn& operator=(const Turn&) = delete;
+
+   private:
+    Stack& s_;
+  };
   std::mutex inline_mu_;
   std::atomic<int> contenders_{0};
+  // Hybrid: the thread's part. `entries_` counts the callers' turns (the
+  // thread takes the stack over only after a hand_back with none);
+  // `kick_` wakes it at once (hand_over, destruction).
+  void drive_while_alone();
+  void run_alone();
+  std::atomic<std::uint64_t> entries_{0};
+  WaitPoint kick_;
+  std::atomic<bool> stopping_{false};
 };
 
 template <class F>
 std::invoke_result_t<F&> Stack::call(F&& f) {
   using R = std::invoke_result_t<F&>;
-  if (config_.mode == StackMode::inline_calls) {
-    lock_inline();
-    std::lock_guard<std::mutex> lock(inline_mu_, std::adopt_lock);
+  if (config_.mode == StackMode::hybrid && loop_.in_loop_thread()) return f();
+  if (runs_inline()) {
+    Turn turn(*this);
     loop_.run_once();
     if constexpr (std::is_void_v<R>) {
       f();

@@ -29,6 +29,9 @@
  * stack, calls from many threads proceed concurrently; on an inline stack they
  * take turns (one lock per stack) and a blocked call holds the stack, so
  * programs with several threads that block independently want service mode.
+ * A hybrid stack is inline while calls come in and runs on a thread of its
+ * own while none do (a blocked call hands it over before it sleeps): the
+ * latency of inline with the independence of service.
  */
 
 #include <netinet/in.h>
@@ -53,6 +56,7 @@ typedef struct xk_stack xk_stack;
 enum xk_mode {
   XK_MODE_INLINE = 0,  /* the calling thread runs the stack in every call: lowest latency */
   XK_MODE_SERVICE = 1, /* a thread of the stack's own runs it; calls hand work over rings */
+  XK_MODE_HYBRID = 2,  /* inline while someone calls; the stack's own thread while nobody does */
 };
 
 /* What a stack does when it has nothing to do. */
@@ -76,7 +80,7 @@ struct xk_stack_config {
   int mode;             /* enum xk_mode */
   int idle;             /* enum xk_idle */
   unsigned spin_us;     /* spin before sleeping (default 50) */
-  int cpu;              /* service mode: pin the stack's thread to this CPU; -1: no */
+  int cpu;              /* service, hybrid: pin the stack's thread to this CPU; -1: no */
   unsigned link_wait_ms; /* wait this long for the port's link at creation (default 5000) */
   /* Attach to filterd through this control socket: the graph (port, address,
    * secret) comes from filterd, and ports are agreed with it. NULL: standalone.
@@ -92,8 +96,9 @@ void xk_stack_config_init(struct xk_stack_config* config);
  * (attach to filterd's control socket, or tcp:HOST:PORT with XK_FILTERD_TOKEN
  * and XK_PORT for a node on another host), XK_GRAPH (a
  * file holding a graph spec), or XK_PORT, XK_IP, XK_GW, XK_MAC, XK_TCP_OPTS,
- * XK_CSUM (on|off); XK_MODE (inline|service), XK_IDLE (spin|busy|yield),
- * XK_SPIN_US, XK_CPU. On failure returns NULL with errno set (EINVAL for a bad
+ * XK_CSUM (on|off); XK_MODE (inline|service|hybrid), XK_IDLE
+ * (spin|busy|yield), XK_SPIN_US, XK_CPU, XK_HAND_BACK_US (hybrid: how long
+ * the calls leave the stack alone before its thread takes it, default 500). On failure returns NULL with errno set (EINVAL for a bad
  * configuration, EIO when the port or its link cannot be brought up) and
  * xk_last_error() saying what went wrong. */
 xk_stack* xk_stack_create(const struct xk_stack_config* config);
@@ -111,6 +116,13 @@ xk_stack* xk_stack_create(const struct xk_stack_config* config);
 int xk_node_create(const struct xk_stack_config* config, unsigned count, xk_stack** stacks);
 /* Closes every descriptor of the stack (connections are reset) and frees it. */
 void xk_stack_destroy(xk_stack* stack);
+/* Runs the stack until every TCP connection it holds has finished -- closed,
+ * or in TIME-WAIT: what closed sockets still had to send was delivered and
+ * the FINs exchanged -- or `timeout_ms` passes (-1: no limit). Returns how
+ * many are still open (0: all done), or -1 with errno. A program about to
+ * destroy its stack after a graceful close calls it first, as the kernel
+ * keeps sending a closed socket's data after its process is gone. */
+int xk_stack_drain(xk_stack* stack, int timeout_ms);
 /* Inline stacks: one pass of the stack (receive, timers, transmit) in the
  * calling thread; returns the work done. Service stacks: returns 0. */
 int xk_stack_poll(xk_stack* stack);
@@ -215,7 +227,9 @@ int xk_epoll_wait(int epfd, struct epoll_event* events, int maxevents, int timeo
  * set can wait inside a kernel poll/select/epoll beside kernel descriptors:
  * wait for it, then call xk_epoll_wait with timeout 0. It may read ready
  * when a level-triggered entry turns out not to be; it is never silent
- * while one is ready. -1 with errno on failure. */
+ * while one is ready. Call it right before each such sleep: on a hybrid
+ * stack it also hands the stack to its own thread, which runs it while the
+ * caller sleeps. -1 with errno on failure. */
 int xk_epoll_fd(int epfd);
 /* Like poll(2), for xk descriptors of one stack. */
 int xk_poll(struct pollfd* fds, nfds_t nfds, int timeout_ms);
