@@ -60,9 +60,22 @@ xk_pair_start() {  # NAME SERVER-COMMAND...: a program under xkrun on the memif 
   sleep 0.5
 }
 xk_client() {  # NAME CLIENT-COMMAND...: the other end, memif client
-  local name=$1
+  # The server's program listens only once its stack is up, which waits for
+  # this client's link: a connect that comes first is refused. Try again
+  # (a new client stack each time), and print the last attempt's output.
+  local name=$1 try rc
   shift
-  "$XKRUN" --port "net_memif1,role=client,id=0,socket=$OUT/$name.sock" --ip 192.0.2.11/24 -- "$@"
+  for try in 1 2 3 4 5 6 7 8 9 10; do
+    rc=0
+    "$XKRUN" --port "net_memif1,role=client,id=0,socket=$OUT/$name.sock" --ip 192.0.2.11/24 -- "$@" \
+      > "$OUT/$name-client.out" 2> "$OUT/$name-client.err" || rc=$?
+    [ "$rc" -ne 0 ] && grep -qi "refused" "$OUT/$name-client.out" "$OUT/$name-client.err" || break
+    echo "   ($name: the server was not listening yet; again)" >&2
+    sleep 0.3
+  done
+  cat "$OUT/$name-client.err" >&2
+  cat "$OUT/$name-client.out"
+  return "$rc"
 }
 
 for run in $(seq "$RUNS"); do

@@ -296,8 +296,9 @@ void Stack::post_and_wait(void (*run)(void*), void* frame) {
   }
 }
 
-void Stack::lock_inline() {
+bool Stack::lock_inline() {
   const bool hybrid = config_.mode == StackMode::hybrid;
+  if (hybrid && loop_.in_loop_thread()) return false;
   if (hybrid) entries_.fetch_add(1, std::memory_order_relaxed);
   if (!inline_mu_.try_lock()) {
     contenders_.fetch_add(1, std::memory_order_seq_cst);  // before the wake-up: see Stack::wait
@@ -313,11 +314,19 @@ void Stack::lock_inline() {
     contenders_.fetch_sub(1, std::memory_order_relaxed);
   }
   if (hybrid) loop_.enter();
+  return true;
 }
 
 void Stack::unlock_inline() noexcept {
-  if (config_.mode == StackMode::hybrid) loop_.leave();
+  if (config_.mode != StackMode::hybrid) {
+    inline_mu_.unlock();
+    return;
+  }
+  loop_.leave();
   inline_mu_.unlock();
+  // A hand-over the thread could not take (this caller held the stack):
+  // it may take it now.
+  if (wanted_.load(std::memory_order_seq_cst)) kick_.bump();
 }
 
 WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
@@ -375,7 +384,9 @@ WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
 }
 
 void Stack::hand_over() noexcept {
-  if (config_.mode == StackMode::hybrid) kick_.bump();
+  if (config_.mode != StackMode::hybrid) return;
+  wanted_.store(true, std::memory_order_seq_cst);
+  kick_.bump();
 }
 
 // The hybrid stack's thread: it runs the stack while no caller does, and
@@ -385,10 +396,12 @@ void Stack::hand_over() noexcept {
 void Stack::drive_while_alone() {
   using clock = std::chrono::steady_clock;
   for (;;) {
+    // Sampled before trying: a kick from now on (while it runs the stack,
+    // or finds a caller holding it) wakes the park below at once.
+    std::uint32_t gen = kick_.gen();
     run_alone();
     for (;;) {
       if (stopping_.load(std::memory_order_acquire)) return;
-      const std::uint32_t gen = kick_.gen();
       const std::uint64_t before = entries_.load(std::memory_order_relaxed);
       const WaitEnd e = kick_.wait(gen, clock::now() + config_.hand_back, std::chrono::nanoseconds(0));
       if (stopping_.load(std::memory_order_acquire)) return;
@@ -396,6 +409,7 @@ void Stack::drive_while_alone() {
       if (entries_.load(std::memory_order_relaxed) == before && contenders_.load(std::memory_order_relaxed) == 0) {
         break;
       }
+      gen = kick_.gen();
     }
   }
 }
@@ -403,6 +417,7 @@ void Stack::drive_while_alone() {
 // Runs the stack, with its idle policy, until a caller wants it.
 void Stack::run_alone() {
   if (!inline_mu_.try_lock()) return;  // a caller has it
+  wanted_.store(false, std::memory_order_seq_cst);
   loop_.enter();
   struct Release {
     Stack* s;

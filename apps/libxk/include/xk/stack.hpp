@@ -223,18 +223,24 @@ class Stack {
   // waiting for the network on behalf of a blocked call, or the hybrid
   // stack's thread) and counts itself in `contenders_`, so a blocked caller
   // that drives the stack, or the thread, lets it go between passes.
-  void lock_inline();
+  // False: this thread holds the stack already (hybrid: a signal handler
+  // calling in, or a program that longjmp()ed out of a call -- iperf3 does
+  // on SIGTERM -- and now exits): it goes on holding it.
+  bool lock_inline();
   void unlock_inline() noexcept;
   // One caller's turn at running the stack (inline and hybrid).
   class Turn {
    public:
-    explicit Turn(Stack& s) : s_(s) { s_.lock_inline(); }
-    ~Turn() { s_.unlock_inline(); }
+    explicit Turn(Stack& s) : s_(s), took_(s_.lock_inline()) {}
+    ~Turn() {
+      if (took_) s_.unlock_inline();
+    }
     Turn(const Turn&) = delete;
     Turn& operator=(const Turn&) = delete;
 
    private:
     Stack& s_;
+    bool took_;
   };
   std::mutex inline_mu_;
   std::atomic<int> contenders_{0};
@@ -245,6 +251,7 @@ class Stack {
   void run_alone();
   std::atomic<std::uint64_t> entries_{0};
   WaitPoint kick_;
+  std::atomic<bool> wanted_{false};  // hand_over() asked; the thread has not taken it yet
   std::atomic<bool> stopping_{false};
 };
 
