@@ -37,6 +37,12 @@ expect 2 "stack flags come first" -- true
 expect 1 "the xk stack did not start.*no port" -- -- true
 expect 1 "XK_IDLE='bogus'" XK_IDLE=bogus -- --graph "$GRAPH" -- true
 expect 1 "XK_SPIN_US" XK_SPIN_US=lots -- --graph "$GRAPH" -- true
+expect 2 "--mode: expected hybrid or service" -- --mode inline -- true
+expect 2 "--hand-back-us: 'soon' is not a number" -- --hand-back-us soon -- true
+expect 2 "--exit-linger-ms: '-1' is not a number" -- --exit-linger-ms -1 -- true
+expect 1 "XK_MODE='inline'" XK_MODE=inline -- --graph "$GRAPH" -- true
+expect 1 "XK_HAND_BACK_US=0" XK_HAND_BACK_US=0 -- --graph "$GRAPH" -- true
+expect 1 "XK_EXIT_LINGER_MS='x'" XK_EXIT_LINGER_MS=x -- --graph "$GRAPH" -- true
 expect 1 "the xk stack did not start" -- --filterd /nonexistent/filterd.sock -- true
 expect 1 "XK_PRELOAD_KERNEL: '10.0.0.0/33'" -- --kernel-nets 10.0.0.0/33 --graph "$GRAPH" -- true
 expect 0 "" -- --graph "$GRAPH" -- true
