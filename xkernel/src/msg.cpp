@@ -47,8 +47,8 @@ constexpr std::size_t kChunkCacheDepth = 64;  // 4 MiB a thread at most
 // Beyond its depth, blocks go back to malloc. (Freeing the exiting main
 // thread's cache while the process went on using the stack during exit --
 // a program's atexit close(), the preload's shut-down -- corrupted glibc's
-// fastbins in a hybrid-mode stack; the shelf keeps them instead. See
-// docs/preload.md.)
+// fastbins in a hybrid-mode stack, and the cause was not found (ASan runs
+// with the caches on are clean); the shelf keeps them instead.)
 template <std::size_t kDepth>
 class Shelf {
  public:
@@ -110,7 +110,6 @@ class BlockCache {
   std::size_t n_ = 0;
   bool closed_ = false;
 };
-
 
 thread_local BlockCache<kCacheDepth, 0> t_header_blocks;      // internal storage of kHeaderBufSize
 thread_local BlockCache<kCacheDepth, 1> t_wrap_blocks;        // a Buf for external storage

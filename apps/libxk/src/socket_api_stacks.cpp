@@ -232,9 +232,7 @@ extern "C" int xk_stack_drain(xk_stack* h, int timeout_ms) {
     Deadline deadline;
     if (timeout_ms >= 0) deadline = capi::Clock::now() + std::chrono::milliseconds(timeout_ms);
     for (;;) {
-      // An inline stack moves only when called; the others run on their own
-      // (a hybrid one as this thread's calls keep it).
-      (void)stack.poll();
+      // (An inline or hybrid call runs the stack before and after itself.)
       const std::size_t open = stack.call([&] {
         const tcp::TcpProtocol& t = *stack.tcp();
         return t.connection_count() - t.time_wait_count();

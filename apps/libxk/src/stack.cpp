@@ -299,7 +299,6 @@ void Stack::post_and_wait(void (*run)(void*), void* frame) {
 bool Stack::lock_inline() {
   const bool hybrid = config_.mode == StackMode::hybrid;
   if (hybrid && loop_.in_loop_thread()) return false;
-  if (hybrid) entries_.fetch_add(1, std::memory_order_relaxed);
   if (!inline_mu_.try_lock()) {
     contenders_.fetch_add(1, std::memory_order_seq_cst);  // before the wake-up: see Stack::wait
     loop_.wake();
@@ -313,7 +312,12 @@ bool Stack::lock_inline() {
     if (!got) inline_mu_.lock();
     contenders_.fetch_sub(1, std::memory_order_relaxed);
   }
-  if (hybrid) loop_.enter();
+  if (hybrid) {
+    // Under the lock: no read-modify-write needed, and the thread only asks
+    // whether it moved.
+    entries_.store(entries_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    loop_.enter();
+  }
   return true;
 }
 

@@ -267,8 +267,8 @@ class EventLoop {
   // its blocking calls are the ones a signal interrupts.
   void start_thread(const ThreadOptions& options = {});
   // The same, running `body` instead of run(): for an owner that drives the
-  // loop its own way (run_once/wait, enter/leave; a hybrid xk::Stack). The
-  // body returns once stopping() says so.
+  // loop its own way (run_once/wait, enter/leave; a hybrid xk::Stack), and
+  // ends it by a signal of its own before join().
   void start_thread(const ThreadOptions& options, Task body);
   // Wait for the thread started by start_thread() (after stop()).
   void join();
@@ -280,8 +280,6 @@ class EventLoop {
   // in between (others post()).
   void enter() noexcept { loop_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed); }
   void leave() noexcept { loop_thread_.store(std::thread::id(), std::memory_order_relaxed); }
-  // stop() was called (and run() has not consumed it yet).
-  bool stopping() const noexcept { return stop_requested_.load(std::memory_order_acquire); }
 
  private:
   void notify() noexcept;
