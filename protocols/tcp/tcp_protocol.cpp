@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 #include <stdexcept>
 
 #include "xk/checksum.hpp"
@@ -96,6 +97,16 @@ void ListenSession::detach() noexcept {
 
 // ---- protocol ---------------------------------------------------------------
 
+namespace {
+
+std::uint32_t first_ephemeral(const TcpConfig& c) {
+  if (!c.ephemeral_random || c.ephemeral_min >= c.ephemeral_max) return c.ephemeral_min;
+  const std::uint32_t span = std::uint32_t{c.ephemeral_max} - c.ephemeral_min + 1;
+  return c.ephemeral_min + std::random_device{}() % span;
+}
+
+}  // namespace
+
 TcpProtocol::TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, TcpConfig config)
     : Protocol(std::move(name), "tcp", {&below}),
       below_(below),
@@ -103,7 +114,7 @@ TcpProtocol::TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, 
       config_(std::move(config)),
       isn_(config_.secret ? IsnGenerator(*config_.secret) : IsnGenerator()),
       cookies_(SynCookies(isn_.secret())),
-      next_ephemeral_(config_.ephemeral_min),
+      next_ephemeral_(first_ephemeral(config_)),
       release_timer_(timers, [p = this] { p->flush_releases(); }),
       time_wait_timer_(timers, [p = this] { p->expire_time_waits(); }),
       c_{counters().add("rx_segments"),
@@ -877,6 +888,8 @@ void register_tcp(Registry& registry) {
                            .defaults_to("49152"))
           .with_option(OptionSpec::integer("ephemeral_max", 1, 65535, "last port of the ephemeral range")
                            .defaults_to("65535"))
+          .with_option(OptionSpec::boolean("ephemeral_random", "start the ephemeral port search at a random port (RFC 6056)")
+                           .defaults_to("on"))
           .with_option(OptionSpec::string("secret", "ISN/cookie key, 32 hex digits (default: random)"))
           .with_option(OptionSpec::choice("backend", {"own", "relay"},
                                           "who carries the streams: this TCP, or the layer below (a relay)")
@@ -922,6 +935,7 @@ void register_tcp(Registry& registry) {
             c.syn_backlog = static_cast<std::size_t>(o.get_int("syn_backlog"));
             c.ephemeral_min = static_cast<std::uint16_t>(o.get_int("ephemeral_min"));
             c.ephemeral_max = static_cast<std::uint16_t>(o.get_int("ephemeral_max"));
+            c.ephemeral_random = o.get_bool("ephemeral_random");
             if (c.ephemeral_min > c.ephemeral_max) {
               throw std::invalid_argument("ephemeral_min=" + std::to_string(c.ephemeral_min) + " is above ephemeral_max=" +
                                           std::to_string(c.ephemeral_max));

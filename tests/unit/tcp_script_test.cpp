@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 namespace xk::tcp::script {
 namespace {
 
@@ -98,6 +100,31 @@ TEST_F(TcpScript, SynAckOptionsComeInTheCommonOrder) {
   EXPECT_EQ(g.raw_options[16], std::byte{1}) << "then nop, wscale";
   EXPECT_EQ(g.raw_options[17], std::byte{3});
   expect_nothing();
+}
+
+// By default each TCP starts its ephemeral search at a random port of the
+// range (RFC 6056), so a program run again does not reuse its last run's
+// 4-tuple; ephemeral_random=off starts at ephemeral_min.
+TEST_F(TcpScript, EphemeralPortsStartAtARandomPortOfTheRange) {
+  std::set<std::uint16_t> firsts;
+  for (int i = 0; i < 8; ++i) {
+    TcpConfig c;
+    c.secret = test_secret();
+    c.ephemeral_min = 40000;
+    c.ephemeral_max = 40999;
+    TearDown();
+    tcp = std::make_unique<TcpProtocol>("tcp0", ip, loop.timers(), c);
+    sock = tcp->socket();
+    ASSERT_TRUE(sock.connect(kPeer, Port{80}).ok());
+    const std::uint16_t first = sock.tuple().local_port;
+    EXPECT_GE(first, 40000);
+    EXPECT_LE(first, 40999);
+    TcpSocket next = tcp->socket();
+    ASSERT_TRUE(next.connect(kPeer, Port{80}).ok());
+    EXPECT_EQ(next.tuple().local_port, first == 40999 ? 40000 : first + 1) << "then steps of one, wrapping";
+    firsts.insert(first);
+  }
+  EXPECT_GT(firsts.size(), 1u) << "eight stacks, one first port: not random";
 }
 
 TEST_F(TcpScript, ActiveOpenOffersEverythingAndUsesOnlyWhatTheSynAckGives) {

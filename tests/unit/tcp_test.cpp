@@ -427,7 +427,7 @@ TEST_P(Tcp2Wrap, StreamsCrossTheSequenceWrapIntactUnderFaults) {
   const std::uint32_t want_ticks = 0u - 100'000u - f;
   const std::uint32_t forward = want_ticks - IsnGenerator::clock_ticks(clock.now());
   clock.set(clock.now() + std::chrono::microseconds(std::uint64_t{forward} * 4));
-  const std::string tcp_opts = std::string("secret=") + hex;
+  const std::string tcp_opts = std::string("secret=") + hex + " ephemeral_random=off";
   build({.tcp = tcp_opts, .fault = "loss=0.01 reorder=0.01 duplicate=0.01 seed=31"},
         {.tcp = tcp_opts, .fault = "loss=0.01 reorder=0.01 duplicate=0.01 seed=32"});
   auto [c, s] = connected();

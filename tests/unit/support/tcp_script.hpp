@@ -265,6 +265,7 @@ class Script : public ::testing::Test {
   // A TCP on the fake IP, with a fixed ISN/cookie secret.
   void start(TcpConfig cfg = {}) {
     if (!cfg.secret) cfg.secret = test_secret();
+    cfg.ephemeral_random = false;  // ports from 49152, as the scripts expect
     tcp = std::make_unique<TcpProtocol>("tcp0", ip, loop.timers(), std::move(cfg));
   }
   TcpProtocol::Counters& stats() { return tcp->stats(); }

@@ -127,6 +127,12 @@ struct TcpConfig {
   std::uint32_t challenge_acks_per_s = 1000;  // RFC 5961 7
   std::uint16_t ephemeral_min = 49152;  // RFC 6335 6
   std::uint16_t ephemeral_max = 65535;
+  // Where the search for a free ephemeral port starts: at a random port of
+  // the range (RFC 6056 3.3.5's random increments, simplified to a random
+  // start and steps of one), so that a program run again soon does not
+  // reuse the 4-tuple its last run left in the peer's TIME-WAIT or
+  // SYN-RECEIVED; or at ephemeral_min (reproducible, for tests).
+  bool ephemeral_random = true;
   std::optional<Secret> secret;         // ISN and cookie key; shared by stacks behind one address
 };
 
@@ -395,7 +401,7 @@ class TcpProtocol final : public Protocol {
 //       [rto_min_ms=200] [rto_max_ms=60000] [rto_initial_ms=1000] [delack_ms=40] [quickacks=16]
 //       [recovery=rack|rfc6675] [tlp=on] [tlp_delack_ms=200] [tlp_min_ms=rto_min/4] [ecn=passive|on|off] [msl_ms=30000]
 //       [time_wait_max=262144] [sndbuf=1m] [rcvbuf=1m] [syncookies=on] [secret=<32 hex digits>]
-//       [ephemeral_min=49152] [ephemeral_max=65535] [autotune=on] [autotune_max=16m] [buf_max=64m]
+//       [ephemeral_min=49152] [ephemeral_max=65535] [ephemeral_random=on] [autotune=on] [autotune_max=16m] [buf_max=64m]
 void register_tcp(Registry& registry);
 
 }  // namespace xk::tcp
