@@ -829,8 +829,10 @@ std::string FilterdClient::graph_spec(const std::string& tcp_opts, std::uint16_t
   }
   g << "\n";
   g << "eth  eth0 below=net0 mac=" << to_string(ch.node_mac) << "\n";
-  g << "arp  arp0 below=eth0\n";
-  g << "ipv4 ip0  below=eth0,arp0 addr=" << to_string(hello_.address) << "/" << int{hello_.prefix_len};
+  // The shared address is ours and the other nodes': what another node
+  // owns goes to filterd, which steers it to that node (the hairpin).
+  g << "arp  arp0 below=eth0 static=" << to_string(hello_.address) << "@" << to_string(hello_.filterd_mac) << "\n";
+  g << "ipv4 ip0  below=eth0,arp0 addr=" << to_string(hello_.address) << "/" << int{hello_.prefix_len} << " hairpin=on";
   if (hello_.gateway.value != 0) g << " gw=" << to_string(hello_.gateway);
   g << "\n";
   g << "icmp icmp0 below=ip0\n";

@@ -316,7 +316,7 @@ std::optional<Decision> FilterEngine::owner_of(const PackedKey& key) const noexc
 
 // ---- Ingress ----
 
-void FilterEngine::parse(Frame f, Parsed& p) const noexcept {
+void FilterEngine::parse(Frame f, Parsed& p, bool hairpin) const noexcept {
   p.kind = Parsed::Kind::decided;
   p.has_key = false;
   p.fragment = false;
@@ -331,7 +331,7 @@ void FilterEngine::parse(Frame f, Parsed& p) const noexcept {
   // compared as numbers). A unicast frame must be ours when our MAC is set;
   // the I/G bit marks broadcast and multicast.
   const std::uint16_t type = load_be16(f.data() + 12);
-  if (shared_mac_bits_ != 0 && (std::to_integer<std::uint8_t>(f[0]) & 0x01) == 0 &&
+  if (!hairpin && shared_mac_bits_ != 0 && (std::to_integer<std::uint8_t>(f[0]) & 0x01) == 0 &&
       wire::mac_bits(f.data()) != shared_mac_bits_) {
     return decided(drop(Reason::not_ours));
   }
@@ -369,7 +369,9 @@ void FilterEngine::parse(Frame f, Parsed& p) const noexcept {
   if (config_.verify_ip_checksum && !wire::ipv4_header_checksum_ok(ip.data(), hl)) {
     return decided(drop(Reason::bad_ip_checksum));
   }
-  if (is_bad_source(h.src, config_.shared_ip)) return decided(drop(Reason::bad_source));
+  if (!(hairpin && h.src == config_.shared_ip) && is_bad_source(h.src, config_.shared_ip)) {
+    return decided(drop(Reason::bad_source));
+  }
 
   const std::size_t payload = h.total_length - hl;
   p.proto = h.protocol;
@@ -465,6 +467,12 @@ Decision FilterEngine::finish(Frame f, const Parsed& p) {
 Decision FilterEngine::classify(Frame frame) {
   Parsed p;
   parse(frame, p);
+  return finish(frame, p);
+}
+
+Decision FilterEngine::classify_hairpin(Frame frame) {
+  Parsed p;
+  parse(frame, p, true);
   return finish(frame, p);
 }
 

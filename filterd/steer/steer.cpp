@@ -208,7 +208,10 @@ Steer::Steer(std::string name, Protocol& external, const Clock& clock, SteerConf
       tx_large_from_nodes_(counters().add("tx_large_from_nodes", "large frames from nodes, cut at the external MTU")),
       rx_coalesced_whole_(counters().add("rx_coalesced_whole", "coalesced frames from outside, to a node whole")),
       rx_coalesced_cut_(counters().add("rx_coalesced_cut", "coalesced frames cut again for a node's channel")),
-      rx_coalesced_bad_(counters().add("rx_coalesced_bad", "coalesced frames a node could not take whole, checksum bad")) {
+      rx_coalesced_bad_(counters().add("rx_coalesced_bad", "coalesced frames a node could not take whole, checksum bad")),
+      hairpin_(counters().add("hairpin", "node packets for the shared address, steered to the node that owns them")),
+      hairpin_answered_(counters().add("hairpin_answered", "node packets for the shared address nobody owns, back to the sender")),
+      hairpin_dropped_(counters().add("hairpin_dropped", "node packets for the shared address the filter dropped")) {
   if (Result<std::size_t> m = external.control(ctl::GetMtu{}); m) ext_frame_max_ = *m;
 }
 
@@ -537,6 +540,7 @@ Status Steer::egress(Channel& ch, Msg frame) {
   }
   const ipv4::Header ip = ipv4::Header::read(bytes->subspan(eth::Header::kSize).first<ipv4::Header::kMinSize>());
   learn_passive_flow(ch, ip, *bytes);
+  if (ip.dst == config_.shared.addr) return hairpin(ch, *bytes, large, std::move(frame));
   (void)frame.pop(eth::Header::kSize);
   if (large) {
     // The external port's driver cuts it into the segments it holds (their
@@ -564,6 +568,50 @@ Status Steer::egress(Channel& ch, Msg frame) {
   }
   ++tx_from_nodes_;
   ++ch.tx_;
+  return {};
+}
+
+// A node's packet for the shared address (a connection between two nodes:
+// docs/filterd.md, "Node to node"), which passed the egress check as the
+// sender's own: it goes to the node that owns its destination, as a frame
+// from outside would. One nobody owns goes back to its sender, whose own
+// stack answers it as filterd's would -- RST for TCP (RFC 9293 3.10.7.1),
+// port unreachable for UDP (RFC 1122 4.1.3.1) -- and keeps the answer,
+// since the flow it is for is the sender's: no segment is made here, and a
+// node's connect to a port nobody listens on is refused at once.
+Status Steer::hairpin(Channel& from, std::span<const std::byte> headers, const std::optional<TcpHeaders>& large,
+                      Msg frame) {
+  const Decision d = filter_->classify_hairpin(headers);
+  Channel* to = nullptr;
+  if (d.action == Action::to_node) {
+    std::unique_ptr<Channel>* ch = channels_.find(key_of(d.target.node, d.target.queue));
+    if (ch == nullptr) {
+      ++rx_no_channel_;
+      return Errc::not_found;
+    }
+    to = ch->get();
+    ++hairpin_;
+  } else if (d.action == Action::reset || d.action == Action::port_unreachable) {
+    to = &from;
+    ++hairpin_answered_;
+  } else {
+    ++hairpin_dropped_;
+    return {};
+  }
+  if (large && frame.size() > to->frame_max()) {
+    // The receiving channel takes MTU-sized frames only: its driver cuts
+    // the frame back into the segments it was made of.
+    Offload& o = frame.offload();
+    o.flags = static_cast<std::uint8_t>(Offload::tx_tcp_seg | (large->csum ? Offload::tx_tcp_csum : 0));
+    o.l3_len = static_cast<std::uint8_t>(large->ip_len);
+    o.seg_size = large->seg_size;
+  }
+  if (Status st = to->send(std::move(frame)); !st) {
+    ++rx_channel_full_;
+    return st;
+  }
+  ++to->rx_;
+  ++from.tx_;
   return {};
 }
 

@@ -115,6 +115,7 @@ Ipv4Protocol::Ipv4Protocol(std::string name, Protocol& link, NextHopResolver* re
       drop_no_route_(counters().add("drop_no_route", "off-link destination without gw")),
       drop_tx_link_(counters().add("drop_tx_link", "link or resolver refused the packet")),
       tx_loopback_(counters().add("tx_loopback", "packets to our own address")),
+      tx_hairpin_(counters().add("tx_hairpin", "packets to our shared address another stack owns, out through the link")),
       drop_loopback_full_(counters().add("drop_loopback_full")),
       icmp_port_unreach_(counters().add("icmp_port_unreach", "port unreachables asked of icmp")),
       icmp_proto_unreach_(counters().add("icmp_proto_unreach", "protocol unreachables asked of icmp")),
@@ -527,7 +528,7 @@ Status Ipv4Protocol::send(Ipv4Addr dst, std::uint8_t protocol, Msg payload, Send
 
   // A datagram to ourselves never touches the link. It is delivered from a
   // due-now timer, so the sender's push returns before any upcall runs.
-  if (dst == address()) {
+  if (dst == address() && delivered_here(protocol, payload)) {
     if (loopback_.size() >= config_.loopback_queue) {
       ++drop_loopback_full_;
       return Errc::would_block;
@@ -641,6 +642,21 @@ Status Ipv4Protocol::resolve_l4_checksum(Msg& payload) {
   return {};
 }
 
+bool Ipv4Protocol::delivered_here(std::uint8_t protocol, Msg& payload) {
+  if (!config_.hairpin || (protocol != kProtoTcp && protocol != kProtoUdp)) return true;
+  constexpr std::uint8_t kSyn = 0x02, kAck = 0x10;
+  const bool tcp = protocol == kProtoTcp;
+  Result<std::span<const std::byte>> h = payload.peek(tcp ? 14 : 4);
+  Protocol* upper = passive_.upper(ProtoKey{protocol});
+  if (!h || upper == nullptr) return true;  // nobody's: answered here as ever
+  const auto flags = tcp ? std::to_integer<std::uint8_t>((*h)[13]) : std::uint8_t{0};
+  const ctl::ClaimsOwn q{address(), Port{load_be16(h->data())}, Port{load_be16(h->data() + 2)},
+                         tcp && (flags & (kSyn | kAck)) == kSyn};
+  if (upper->control(q)) return true;
+  ++tx_hairpin_;
+  return false;
+}
+
 void Ipv4Protocol::drain_loopback() {
   // Take the batch: what the upcalls send to ourselves waits for the next run.
   std::deque<Msg> batch;
@@ -699,6 +715,9 @@ void register_ipv4(Registry& registry) {
                            .defaults_to("65535"))
           .with_option(OptionSpec::size("reasm_mem", 0, std::uint64_t{1} << 32, "bytes all reassemblies may hold")
                            .defaults_to("4m"))
+          .with_option(OptionSpec::boolean("hairpin", "our address is shared (filterd's nodes): what another stack "
+                                                      "owns goes out through the link")
+                           .defaults_to("off"))
           .with_factory([](const BuildArgs& args) -> std::unique_ptr<Protocol> {
             if (args.loop == nullptr) {
               throw std::invalid_argument("ipv4 needs an event loop for its timers: pass one to Graph::build");
@@ -722,6 +741,7 @@ void register_ipv4(Registry& registry) {
             c.reasm_timeout = std::chrono::seconds(o.get_int("reasm_timeout"));
             c.reasm_max_datagram = static_cast<std::size_t>(o.get_size("reasm_max_datagram"));
             c.reasm_mem = static_cast<std::size_t>(o.get_size("reasm_mem"));
+            c.hairpin = o.get_bool("hairpin");
             return std::make_unique<Ipv4Protocol>(args.name, *args.below[0], resolver, args.loop->timers(), c);
           }));
 }

@@ -626,6 +626,16 @@ Result<ControlReply> TcpProtocol::control_any(const ControlQuery& query) {
     icmp_error(d->error);
     return ControlReply{std::monostate{}};
   }
+  if (const auto* c = std::get_if<ctl::ClaimsOwn>(&query)) {
+    const ConnKey k{c->addr.value, c->addr.value, c->to.value, c->from.value};
+    bool ours = conns_.find(k) != nullptr || in_time_wait(k);
+    if (!ours && c->opens) {
+      ours = listeners_.find(ListenKey{c->addr.value, c->to.value}) != nullptr ||
+             listeners_.find(ListenKey{0, c->to.value}) != nullptr;
+    }
+    if (!ours) return Errc::not_found;
+    return ControlReply{std::monostate{}};
+  }
   return Protocol::control_any(query);
 }
 

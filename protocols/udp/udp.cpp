@@ -532,6 +532,13 @@ Result<ControlReply> UdpProtocol::control_any(const ControlQuery& query) {
     config_.csum = set->mode;
     return ControlReply{std::monostate{}};
   }
+  if (const auto* c = std::get_if<ctl::ClaimsOwn>(&query)) {
+    const bool ours = connected_.find(ConnKey{c->addr.value, c->addr.value, c->to.value, c->from.value}) != nullptr ||
+                      bound_.find(BindKey{c->addr.value, c->to.value}) != nullptr ||
+                      bound_.find(BindKey{0, c->to.value}) != nullptr;
+    if (!ours) return Errc::not_found;
+    return ControlReply{std::monostate{}};
+  }
   return Protocol::control_any(query);
 }
 

@@ -426,6 +426,24 @@ TEST_F(FilterTest, ArpAndEchoForTheSharedAddressAreLocal) {
   EXPECT_EQ(counter(engine, "local_icmp_echo"), 1u);
 }
 
+// Node to node (the hairpin): a node's packet for the shared address, with
+// the shared address as source and filterd's channel MAC as destination --
+// which classify() drops as spoofed -- goes to the owner of its destination.
+TEST_F(FilterTest, AHairpinGoesToTheOwnerOfItsDestination) {
+  ASSERT_TRUE(engine.listen(Proto::tcp, 5001, kNode1).ok());
+  ASSERT_TRUE(engine.lease(Proto::tcp, 50001, kNode2).ok());
+  const Bytes syn = ip_frame(Ip{kShared, kShared, ipv4::kProtoTcp, 1, 0, kOtherMac}, tcp_segment(50001, 5001, tcp::kSyn));
+  EXPECT_EQ(classify(syn), dropped(Reason::not_ours)) << "from outside, neither MAC nor source can be ours";
+  EXPECT_EQ(engine.classify_hairpin(syn), to_node(Reason::listen_hit, kNode1));
+  const Bytes syn_ack = ip_frame(Ip{kShared, kShared, ipv4::kProtoTcp}, tcp_segment(5001, 50001, tcp::kSyn | tcp::kAck));
+  EXPECT_EQ(classify(syn_ack), dropped(Reason::bad_source));
+  EXPECT_EQ(engine.classify_hairpin(syn_ack), to_node(Reason::lease_hit, kNode2));
+  const Bytes nobody = ip_frame(Ip{kShared, kShared, ipv4::kProtoTcp}, tcp_segment(50001, 5999, tcp::kSyn));
+  EXPECT_EQ(engine.classify_hairpin(nobody).action, Action::reset);
+  // Another source is still judged as from outside.
+  EXPECT_EQ(engine.classify_hairpin(tcp_frame(Ipv4Addr{0x7F000001}, 1, 5001, tcp::kSyn)), dropped(Reason::bad_source));
+}
+
 TEST_F(FilterTest, FramesNotForUsAreDropped) {
   ASSERT_TRUE(engine.listen(Proto::tcp, 80, kNode1).ok());
   EXPECT_EQ(classify(ip_frame(Ip{kRemote, kOther, ipv4::kProtoTcp}, tcp_segment(1, 80, tcp::kSyn))),

@@ -182,8 +182,15 @@ class Transport final : public Protocol {
       errors.push_back(d->error);
       return ControlReply{std::monostate{}};
     }
+    if (const auto* c = std::get_if<ctl::ClaimsOwn>(&q)) {
+      claims_asked.push_back(*c);
+      if (c->to.value != claimed_port) return Errc::not_found;
+      return ControlReply{std::monostate{}};
+    }
     return Protocol::control_any(q);
   }
+  std::uint16_t claimed_port = 0;  // the one port ClaimsOwn says is ours
+  std::vector<ctl::ClaimsOwn> claims_asked;
   ipv4::Ipv4Protocol* ip = nullptr;
   std::vector<Delivery> received;
   std::vector<SessionRef> opened;
@@ -695,6 +702,44 @@ TEST_F(Ipv4Test, PacketsToOurselvesAreDeliveredLaterWithoutTheLink) {
   ASSERT_EQ(tp.received.size(), 1u);
   EXPECT_EQ(tp.received[0].text, "me");
   EXPECT_EQ(tp.received[0].info->src, kUs);
+  EXPECT_EQ(count("tx_loopback"), 1u);
+}
+
+// hairpin=on (filterd's nodes share one address): a datagram to our own
+// address is delivered here only when our transport claims its flow; any
+// other goes out through the link to our own address, for filterd to steer.
+TEST_F(Ipv4Test, HairpinSendsWhatOurTransportDoesNotClaimOutThroughTheLink) {
+  ipv4::Config c = config_for(kCidr);
+  c.hairpin = true;
+  make(c);
+  listen(17);
+  tp.claimed_port = 7;
+  auto datagram = [](std::uint16_t from, std::uint16_t to) {
+    std::vector<std::byte> b(12, std::byte{0x55});
+    store_be16(b.data(), from);
+    store_be16(b.data() + 2, to);
+    return Msg::copy_of(b);
+  };
+  ASSERT_TRUE(ip->send(kUs, 17, datagram(40000, 7)).ok());
+  EXPECT_TRUE(link.sent.empty()) << "ours: looped back";
+  ASSERT_TRUE(ip->send(kUs, 17, datagram(40000, 8)).ok());
+  ASSERT_EQ(link.sent.size(), 1u) << "another stack's: out through the link";
+  EXPECT_EQ(header_of(link.sent[0]).dst, kUs);
+  EXPECT_EQ(header_of(link.sent[0]).src, kUs);
+  ASSERT_EQ(tp.claims_asked.size(), 2u);
+  EXPECT_EQ(tp.claims_asked[1].from.value, 40000);
+  EXPECT_EQ(tp.claims_asked[1].to.value, 8);
+  EXPECT_EQ(tp.claims_asked[1].addr, kUs);
+  EXPECT_FALSE(tp.claims_asked[1].opens);
+  loop.timers().advance();
+  ASSERT_EQ(tp.received.size(), 1u);
+  EXPECT_EQ(count("tx_loopback"), 1u);
+  EXPECT_EQ(count("tx_hairpin"), 1u);
+  // Without hairpin, nothing is asked: our address is ours alone.
+  make(config_for(kCidr));
+  listen(17);
+  ASSERT_TRUE(ip->send(kUs, 17, datagram(40000, 9)).ok());
+  EXPECT_EQ(tp.claims_asked.size(), 2u);
   EXPECT_EQ(count("tx_loopback"), 1u);
 }
 

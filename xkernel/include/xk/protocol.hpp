@@ -179,11 +179,25 @@ struct SetDontFragment {
   bool df = true;
   using Reply = std::monostate;
 };
+// Asked by ipv4 of a transport about a datagram it sends to its own
+// address when that address is shared with other stacks (behind filterd,
+// ipv4's hairpin=on): whether this stack is the one to receive it -- a
+// connection, listener (for a segment that opens one: `opens`) or socket
+// of its own at `to`, with `from` as the other end. Success: deliver it
+// here; not_found: it is another stack's, out through the link.
+struct ClaimsOwn {
+  Ipv4Addr addr;
+  Port from;
+  Port to;
+  bool opens = false;  // TCP: a SYN without ACK
+  using Reply = std::monostate;
+};
 }  // namespace ctl
 
 using ControlQuery = std::variant<ctl::GetMtu, ctl::GetHeaderRoom, ctl::GetLocalAddr, ctl::GetPeerAddr,
                                   ctl::GetChecksum, ctl::SetChecksum, ctl::GetCounters, ctl::DeliverError,
-                                  ctl::GetOffloads, ctl::GetFrameMax, ctl::GetRxInfo, ctl::SetDontFragment>;
+                                  ctl::GetOffloads, ctl::GetFrameMax, ctl::GetRxInfo, ctl::SetDontFragment,
+                                  ctl::ClaimsOwn>;
 using ControlReply =
     std::variant<std::monostate, std::size_t, Participant, ChecksumMode, const CounterSet*, LinkOffloads, RxInfo>;
 

@@ -255,6 +255,13 @@ class FilterEngine {
 
   // ---- Data path ----
   Decision classify(Frame frame);
+  // A node's packet for the shared address itself (node-to-node traffic,
+  // the hairpin: docs/filterd.md): which node owns its destination, as for
+  // a frame from outside. Call it only with a frame the egress check let
+  // through. Its source is the shared address and its Ethernet destination
+  // filterd's channel MAC, which classify() refuses (no host outside may
+  // claim either).
+  Decision classify_hairpin(Frame frame);
   // A burst: parses every frame and prefetches its flow's slot before any
   // lookup. Fills min(frames.size(), out.size()) decisions.
   void classify(std::span<const Frame> frames, std::span<Decision> out);
@@ -320,7 +327,7 @@ class FilterEngine {
 
   // listen() and lease(): one target for the port.
   Status add_single(Proto proto, std::uint16_t port, Target target, bool lease);
-  void parse(Frame frame, Parsed& p) const noexcept;
+  void parse(Frame frame, Parsed& p, bool hairpin = false) const noexcept;
   Decision finish(Frame frame, const Parsed& p);
   Decision decide(Frame frame, const Parsed& p, const Target* exact);
   Decision decide_packet(Frame frame, const Parsed& p, const Target* exact) const noexcept;

@@ -151,6 +151,7 @@ class Steer final : public fault::PassThrough {
   Status fit_for_channel(Channel& ch, Msg& frame);
   Status egress(Channel& ch, Msg frame);
   Status answer_arp(Channel& ch, Msg frame);
+  Status hairpin(Channel& from, std::span<const std::byte> headers, const std::optional<TcpHeaders>& large, Msg frame);
   void learn_passive_flow(Channel& ch, const ipv4::Header& ip, std::span<const std::byte> frame);
   bool quiet(const Decision& d, std::span<const std::byte> frame) noexcept;
 
@@ -185,6 +186,9 @@ class Steer final : public fault::PassThrough {
   Counter& rx_coalesced_whole_;
   Counter& rx_coalesced_cut_;
   Counter& rx_coalesced_bad_;
+  Counter& hairpin_;
+  Counter& hairpin_answered_;
+  Counter& hairpin_dropped_;
   std::size_t ext_frame_max_ = 0;  // the external port's largest frame (MTU + 14)
 };
 

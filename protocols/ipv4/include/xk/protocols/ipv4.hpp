@@ -55,6 +55,12 @@ struct Config {
   std::size_t reasm_max_datagram = Header::kMaxTotal;  // largest reassembled datagram (header included)
   std::size_t reasm_mem = 4u << 20;                    // bytes held by all reassemblies together
   std::size_t loopback_queue = 64;                     // packets to ourselves waiting for delivery
+  // Our address is shared with other stacks (filterd's nodes): a TCP or UDP
+  // datagram to it is delivered here only when our transport has its flow
+  // (ctl::ClaimsOwn), and otherwise goes out through the link, whose other
+  // end (filterd) steers it to the stack that owns it. The resolver must
+  // know where our own address leads (arp static=ADDR@MAC).
+  bool hairpin = false;
 };
 
 
@@ -166,6 +172,7 @@ class Ipv4Protocol final : public Protocol {
   Status resolve_l4_checksum(Msg& payload);
   Status route_and_send(Ipv4Addr dst, Msg packet);
   Status emit(Ipv4Addr next_hop, Msg packet);
+  bool delivered_here(std::uint8_t protocol, Msg& payload);
   bool verify_rx() const noexcept { return config_.csum == ChecksumMode::on || config_.csum == ChecksumMode::rx_only; }
   bool fill_tx() const noexcept { return config_.csum == ChecksumMode::on || config_.csum == ChecksumMode::tx_only; }
 
@@ -210,6 +217,7 @@ class Ipv4Protocol final : public Protocol {
   Counter& drop_no_route_;
   Counter& drop_tx_link_;
   Counter& tx_loopback_;
+  Counter& tx_hairpin_;
   Counter& drop_loopback_full_;
   Counter& icmp_port_unreach_;
   Counter& icmp_proto_unreach_;
