@@ -14,6 +14,7 @@ XK_PACKAGES=(
   libssl-dev                                            # the apps' stream digests (OpenSSL's SHA-256)
   nlohmann-json3-dev                                    # xkctl's --json, and reading JSON back in tests
   curl nginx-light socat                                # unmodified programs under xkrun (preload tests)
+  libopenmpi-dev                                        # mpicc: the MPI ping-pong run under xkrun
 )
 
 xk_install_packages() {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "exports.hpp"
+#include "interfaces.hpp"
 #include "process.hpp"
 
 using namespace xk::preload;
@@ -224,6 +225,7 @@ XK_EXPORT int ioctl(int fd, unsigned long request, ...) {
   va_end(ap);
   const Slot s = where(fd);
   if (s.kind == Slot::Kind::stale) return stale();
+  if (int r = 0; interface_ioctl(fd, request, arg, r)) return r;
   if (s.kind == Slot::Kind::xk) {
     switch (request) {
       case FIONBIO:

@@ -286,7 +286,7 @@ bool TcpProtocol::port_claimed(Ipv4Addr addr, std::uint16_t port) {
   return overlaps(listeners_) || overlaps(reserved_);
 }
 
-Result<Port> TcpProtocol::reserve_port(Ipv4Addr addr, Port port, bool reuse_addr) {
+Result<Port> TcpProtocol::reserve_port(Ipv4Addr addr, Port port, bool reuse_addr, bool group) {
   std::uint16_t p = port.value;
   if (p == 0) {
     // An ephemeral port no connection uses at all, so any later connect works.
@@ -303,6 +303,16 @@ Result<Port> TcpProtocol::reserve_port(Ipv4Addr addr, Port port, bool reuse_addr
   } else {
     if (port_claimed(addr, p)) return Errc::exists;
     if (!reuse_addr && local_port_used(addr, p)) return Errc::exists;
+    if (authority_ != nullptr) {
+      // Behind filterd the port is host-wide: a bind to one another node
+      // holds fails here, as on a host of its own, and not at the listen()
+      // after it (Open MPI tries the next port only when bind fails). Held
+      // as a listener's, the use a bind to a named port almost always has.
+      Result<std::uint16_t> granted = authority_->claim_listen(kIpProtocol, p, group);
+      if (!granted) return granted.error();
+      reserved_.insert(ListenKey{addr.value, p}, kClaimedReservation);
+      return Port{p};
+    }
   }
   reserved_.insert(ListenKey{addr.value, p}, 1u);
   return Port{p};
@@ -318,7 +328,13 @@ bool TcpProtocol::local_port_used(Ipv4Addr addr, std::uint16_t port) {
   return used;
 }
 
-void TcpProtocol::release_port(Ipv4Addr addr, Port port) noexcept { reserved_.erase(ListenKey{addr.value, port.value}); }
+void TcpProtocol::release_port(Ipv4Addr addr, Port port) noexcept {
+  const ListenKey k{addr.value, port.value};
+  const std::uint32_t* v = reserved_.find(k);
+  if (v == nullptr) return;
+  if (*v == kClaimedReservation && authority_ != nullptr) authority_->release_listen(kIpProtocol, port.value);
+  reserved_.erase(k);
+}
 
 Status TcpProtocol::insert(TcpConnection& c) {
   auto [slot, inserted] = conns_.insert(key_of(c.tuple()), SessionRef(&c));

@@ -8,6 +8,8 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -113,6 +115,74 @@ TEST(Preload, TcpToTheStacksAddressIsXksWithKernelNumbers) {
   EXPECT_EQ(close(c), 0);
   EXPECT_EQ(read(s, &one, 1), 0);
   EXPECT_EQ(close(s), 0);
+}
+
+// The stack is the interface "xk0" in the lists a program reads to learn
+// its addresses (Open MPI publishes these to its peers): getifaddrs() and
+// SIOCGIFCONF, after the kernel's own, and the SIOCGIF* requests on it.
+TEST(Preload, TheStackIsTheInterfaceXk0) {
+  ifaddrs* list = nullptr;
+  ASSERT_EQ(getifaddrs(&list), 0);
+  int xk0 = 0, kernel_lo = 0;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (std::strcmp(i->ifa_name, "lo") == 0) ++kernel_lo;
+    if (std::strcmp(i->ifa_name, "xk0") != 0) continue;
+    ++xk0;
+    ASSERT_NE(i->ifa_addr, nullptr);
+    EXPECT_EQ(i->ifa_addr->sa_family, AF_INET);
+    EXPECT_EQ(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr, addr("192.0.2.1", 0).sin_addr.s_addr);
+    EXPECT_EQ(reinterpret_cast<sockaddr_in*>(i->ifa_netmask)->sin_addr.s_addr, htonl(0xffffff00u));
+    EXPECT_TRUE((i->ifa_flags & IFF_UP) != 0 && (i->ifa_flags & IFF_LOOPBACK) == 0);
+  }
+  freeifaddrs(list);
+  EXPECT_EQ(xk0, 1);
+  EXPECT_GE(kernel_lo, 1) << "the kernel's interfaces are still there";
+
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(fd, 0);
+  std::vector<ifreq> reqs(32);
+  ifconf ifc{};
+  ifc.ifc_len = static_cast<int>(reqs.size() * sizeof(ifreq));
+  ifc.ifc_req = reqs.data();
+  ASSERT_EQ(ioctl(fd, SIOCGIFCONF, &ifc), 0) << std::strerror(errno);
+  const int n = ifc.ifc_len / static_cast<int>(sizeof(ifreq));
+  ASSERT_GE(n, 2);
+  EXPECT_STREQ(reqs[n - 1].ifr_name, "xk0");
+  EXPECT_EQ(reinterpret_cast<sockaddr_in*>(&reqs[n - 1].ifr_addr)->sin_addr.s_addr,
+            addr("192.0.2.1", 0).sin_addr.s_addr);
+  // The room it needs, asked with no buffer; a buffer one entry short gets
+  // the kernel's list cut, and xk0 still in it, as a full buffer says.
+  ifconf ask{};
+  ASSERT_EQ(ioctl(fd, SIOCGIFCONF, &ask), 0);
+  EXPECT_EQ(ask.ifc_len, ifc.ifc_len);
+  ifc.ifc_len = static_cast<int>((n - 1) * sizeof(ifreq));
+  ASSERT_EQ(ioctl(fd, SIOCGIFCONF, &ifc), 0);
+  EXPECT_EQ(ifc.ifc_len, static_cast<int>((n - 1) * sizeof(ifreq)));
+  EXPECT_STREQ(reqs[n - 2].ifr_name, "xk0");
+
+  ifreq r{};
+  std::strcpy(r.ifr_name, "xk0");
+  ASSERT_EQ(ioctl(fd, SIOCGIFFLAGS, &r), 0);
+  EXPECT_TRUE((r.ifr_flags & IFF_UP) != 0 && (r.ifr_flags & IFF_RUNNING) != 0);
+  ASSERT_EQ(ioctl(fd, SIOCGIFADDR, &r), 0);
+  EXPECT_EQ(reinterpret_cast<sockaddr_in*>(&r.ifr_addr)->sin_addr.s_addr, addr("192.0.2.1", 0).sin_addr.s_addr);
+  ASSERT_EQ(ioctl(fd, SIOCGIFNETMASK, &r), 0);
+  EXPECT_EQ(reinterpret_cast<sockaddr_in*>(&r.ifr_netmask)->sin_addr.s_addr, htonl(0xffffff00u));
+  ASSERT_EQ(ioctl(fd, SIOCGIFINDEX, &r), 0);
+  const int index = r.ifr_ifindex;
+  ifreq byindex{};
+  byindex.ifr_ifindex = index;
+  ASSERT_EQ(ioctl(fd, SIOCGIFNAME, &byindex), 0);
+  EXPECT_STREQ(byindex.ifr_name, "xk0");
+  ASSERT_EQ(ioctl(fd, SIOCGIFMTU, &r), 0);
+  EXPECT_EQ(r.ifr_mtu, 1500);
+  EXPECT_EQ(ioctl(fd, SIOCSIFMTU, &r), -1) << "nothing about xk0 can be set";
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  // The kernel's interfaces are the kernel's.
+  std::strcpy(r.ifr_name, "lo");
+  ASSERT_EQ(ioctl(fd, SIOCGIFFLAGS, &r), 0);
+  EXPECT_TRUE((r.ifr_flags & IFF_LOOPBACK) != 0);
+  close(fd);
 }
 
 TEST(Preload, LoopbackAndUnixStayWithTheKernel) {

@@ -162,6 +162,25 @@ TEST_F(PortAuthorityTest, AnExplicitLocalPortIsAskedFor) {
   EXPECT_EQ(authority.calls.back(), (Call{"release", 41000, kSelf, 5000, false}));
 }
 
+// bind() to a named port claims it host-wide at once, as a listener's (so a
+// bind to a port another node holds fails, as Open MPI expects); releasing
+// the reservation gives it back. An ephemeral bind asks nobody.
+TEST_F(PortAuthorityTest, ABindToANamedPortClaimsItAtOnce) {
+  Result<Port> r = tcp->reserve_port(Ipv4Addr{}, Port{6000}, false, true);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(authority.calls.size(), 1u);
+  EXPECT_EQ(authority.calls[0], (Call{"listen", 6000, 0, 0, true}));
+  tcp->release_port(Ipv4Addr{}, Port{6000});
+  ASSERT_EQ(authority.calls.size(), 2u);
+  EXPECT_EQ(authority.calls[1], (Call{"unlisten", 6000, 0, 0, false}));
+  ASSERT_TRUE(tcp->reserve_port(Ipv4Addr{}, Port{0}, false).ok());
+  EXPECT_EQ(authority.calls.size(), 2u);
+  authority.refuse = true;
+  EXPECT_EQ(tcp->reserve_port(Ipv4Addr{}, Port{6001}, false).error(), Errc::exists);
+  authority.refuse = false;
+  EXPECT_TRUE(tcp->reserve_port(Ipv4Addr{}, Port{6001}, false).ok()) << "a refused bind held nothing";
+}
+
 TEST_F(PortAuthorityTest, UdpPortsAreClaimedByTheFirstSocketAndReleasedByTheLast) {
   udp::SocketOptions shared;
   shared.reuse_addr = true;

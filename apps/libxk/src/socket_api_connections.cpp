@@ -37,7 +37,7 @@ extern "C" int xk_listen(int fd, int backlog) {
       if (s->reserved) s->stack->tcp()->release_port(s->bind_addr, s->bind_port);
       Result<tcp::TcpListener> l = s->stack->tcp()->listen(s->bind_addr, s->bind_port, n, s->reuse_port);
       if (!l) {
-        if (s->reserved) (void)s->stack->tcp()->reserve_port(s->bind_addr, s->bind_port, true);
+        if (s->reserved) (void)s->stack->tcp()->reserve_port(s->bind_addr, s->bind_port, true, s->reuse_port);
         return l.error();
       }
       s->reserved = false;
@@ -142,7 +142,7 @@ extern "C" int xk_connect(int fd, const struct sockaddr* addr, socklen_t len) {
       if (s->reserved) s->stack->tcp()->release_port(s->bind_addr, s->bind_port);
       Status st = s->conn.connect(a, p, s->bind_addr, s->bind_port);
       if (!st) {
-        if (s->reserved) (void)s->stack->tcp()->reserve_port(s->bind_addr, s->bind_port, true);
+        if (s->reserved) (void)s->stack->tcp()->reserve_port(s->bind_addr, s->bind_port, true, s->reuse_port);
         return st.error();
       }
       s->reserved = false;

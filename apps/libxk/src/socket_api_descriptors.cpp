@@ -222,7 +222,7 @@ extern "C" int xk_bind(int fd, const struct sockaddr* addr, socklen_t len) {
       if (s->closed.load()) return Errc::closed;
       if (s->type == SOCK_DGRAM) return s->udp.bind(a, p).error();
       if (s->reserved || s->listening || s->connected) return Errc::bad_state;
-      Result<Port> r = s->stack->tcp()->reserve_port(a, p, s->reuse_addr);
+      Result<Port> r = s->stack->tcp()->reserve_port(a, p, s->reuse_addr, s->reuse_port);
       if (!r) return r.error();
       s->reserved = true;
       s->bind_addr = a;

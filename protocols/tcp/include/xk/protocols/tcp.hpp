@@ -188,8 +188,10 @@ class TcpProtocol final : public Protocol {
   // listener or another reservation overlaps it -- address 0 overlaps every
   // address -- or, unless `reuse_addr` (SO_REUSEADDR), when a connection still
   // uses it as its local end (TIME-WAIT ones included). Release the
-  // reservation before the listen() or connect() that uses it.
-  Result<Port> reserve_port(Ipv4Addr addr, Port port, bool reuse_addr);
+  // reservation before the listen() or connect() that uses it. With a
+  // PortAuthority (filterd), a named port is claimed from it as a listener's
+  // (`group`: SO_REUSEPORT) and given back by release_port.
+  Result<Port> reserve_port(Ipv4Addr addr, Port port, bool reuse_addr, bool group = false);
   void release_port(Ipv4Addr addr, Port port) noexcept;
 
   // What this stack holds, for a PortAuthority that has to learn it again
@@ -293,7 +295,8 @@ class TcpProtocol final : public Protocol {
   std::uint32_t next_ephemeral_;
   ActiveMap<ConnKey> conns_;
   FlatMap<ListenKey, ListenSession*> listeners_;
-  FlatMap<ListenKey, std::uint32_t> reserved_;  // bound, not yet listening or connected
+  FlatMap<ListenKey, std::uint32_t> reserved_;  // bound, not yet listening or connected: 1, or
+  static constexpr std::uint32_t kClaimedReservation = 2;  // claimed from the authority too
   PortAuthority* authority_ = nullptr;
   StreamBackend* backend_ = nullptr;
   // 4-tuples to give back to the authority on the next pass: a segment this
