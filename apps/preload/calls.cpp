@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
+#include <ctime>
 #include <vector>
 
 #include "exports.hpp"
@@ -294,6 +295,54 @@ XK_EXPORT ssize_t sendmsg(int fd, const msghdr* m, int flags) {
   }
   return route(fd, [&](int x) { return piped(xk_sendmsg(x, m, flags), flags); },
                [&] { return libc().sendmsg(fd, m, flags); });
+}
+
+// Several datagrams (or stream reads) in one call, as recvmsg and sendmsg
+// one after the other on an xk socket. recvmmsg: MSG_WAITFORONE makes every
+// receive after the first non-blocking; the timeout, as Linux's, is looked
+// at only after each message (a first receive still blocks). Both stop at
+// the first error after a message went through, which the next call then
+// meets; an error before any is the call's.
+XK_EXPORT int recvmmsg(int fd, mmsghdr* v, unsigned n, int flags, timespec* timeout) {
+  if (where(fd).kind == Slot::Kind::kernel) return libc().recvmmsg(fd, v, n, flags, timeout);
+  if (v == nullptr && n > 0) return fail(EFAULT);
+  timespec end{};
+  if (timeout != nullptr) {
+    if (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1'000'000'000) return fail(EINVAL);
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    end.tv_sec += timeout->tv_sec;
+    end.tv_nsec += timeout->tv_nsec;
+    if (end.tv_nsec >= 1'000'000'000) {
+      end.tv_nsec -= 1'000'000'000;
+      ++end.tv_sec;
+    }
+  }
+  unsigned done = 0;
+  while (done < n) {
+    int f = flags & ~MSG_WAITFORONE;
+    if (done > 0 && (flags & MSG_WAITFORONE) != 0) f |= MSG_DONTWAIT;
+    const ssize_t r = recvmsg(fd, &v[done].msg_hdr, f);
+    if (r < 0) return done > 0 ? static_cast<int>(done) : -1;
+    v[done++].msg_len = static_cast<unsigned>(r);
+    if (timeout != nullptr) {
+      timespec now{};
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      if (now.tv_sec > end.tv_sec || (now.tv_sec == end.tv_sec && now.tv_nsec >= end.tv_nsec)) break;
+    }
+  }
+  return static_cast<int>(done);
+}
+
+XK_EXPORT int sendmmsg(int fd, mmsghdr* v, unsigned n, int flags) {
+  if (where(fd).kind == Slot::Kind::kernel) return libc().sendmmsg(fd, v, n, flags);
+  if (v == nullptr && n > 0) return fail(EFAULT);
+  unsigned done = 0;
+  while (done < n) {
+    const ssize_t r = sendmsg(fd, &v[done].msg_hdr, flags);
+    if (r < 0) return done > 0 ? static_cast<int>(done) : -1;
+    v[done++].msg_len = static_cast<unsigned>(r);
+  }
+  return static_cast<int>(done);
 }
 
 // sendfile to an xk socket: the file's bytes are read and written (a copy;

@@ -75,6 +75,8 @@ const Libc& libc() {
     resolve(c.sendto, "sendto");
     resolve(c.recvmsg, "recvmsg");
     resolve(c.sendmsg, "sendmsg");
+    resolve(c.recvmmsg, "recvmmsg");
+    resolve(c.sendmmsg, "sendmmsg");
     resolve(c.close, "close");
     resolve(c.shutdown, "shutdown");
     resolve(c.getsockopt, "getsockopt");

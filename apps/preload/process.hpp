@@ -57,6 +57,8 @@ struct Libc {
   ssize_t (*sendto)(int, const void*, size_t, int, const sockaddr*, socklen_t);
   ssize_t (*recvmsg)(int, msghdr*, int);
   ssize_t (*sendmsg)(int, const msghdr*, int);
+  int (*recvmmsg)(int, mmsghdr*, unsigned, int, timespec*);
+  int (*sendmmsg)(int, mmsghdr*, unsigned, int);
   int (*close)(int);
   int (*shutdown)(int, int);
   int (*getsockopt)(int, int, int, void*, socklen_t*);

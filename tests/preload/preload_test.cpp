@@ -212,6 +212,51 @@ TEST(Preload, DatagramsToTheStacksAddress) {
   close(b);
 }
 
+// sendmmsg and recvmmsg on xk sockets: several datagrams a call, each with
+// its length; MSG_WAITFORONE returns what is there after the first; an
+// empty socket with MSG_DONTWAIT says EAGAIN.
+TEST(Preload, SendmmsgAndRecvmmsgCarrySeveralDatagrams) {
+  const int a = socket(AF_INET, SOCK_DGRAM, 0);
+  const int b = socket(AF_INET, SOCK_DGRAM, 0);
+  const sockaddr_in ba = addr("192.0.2.1", 7011);
+  ASSERT_EQ(bind(b, sa(ba), sizeof ba), 0);
+  const char* words[3] = {"one", "three", "seven!!"};
+  iovec out[3];
+  mmsghdr send[3]{};
+  for (int i = 0; i < 3; ++i) {
+    out[i] = {const_cast<char*>(words[i]), std::strlen(words[i])};
+    send[i].msg_hdr.msg_iov = &out[i];
+    send[i].msg_hdr.msg_iovlen = 1;
+    send[i].msg_hdr.msg_name = const_cast<sockaddr_in*>(&ba);
+    send[i].msg_hdr.msg_namelen = sizeof ba;
+  }
+  ASSERT_EQ(sendmmsg(a, send, 3, 0), 3) << std::strerror(errno);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(send[i].msg_len, std::strlen(words[i]));
+  char bufs[4][16];
+  iovec in[4];
+  mmsghdr recv[4]{};
+  for (int i = 0; i < 4; ++i) {
+    in[i] = {bufs[i], sizeof bufs[i]};
+    recv[i].msg_hdr.msg_iov = &in[i];
+    recv[i].msg_hdr.msg_iovlen = 1;
+  }
+  int got = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (got < 3 && Clock::now() < deadline) {
+    const int r = recvmmsg(b, recv + got, 4 - got, MSG_WAITFORONE, nullptr);
+    ASSERT_GT(r, 0) << std::strerror(errno);
+    got += r;
+  }
+  ASSERT_EQ(got, 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(std::string(bufs[i], recv[i].msg_len), words[i]);
+  }
+  EXPECT_EQ(recvmmsg(b, recv, 4, MSG_DONTWAIT, nullptr), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  close(a);
+  close(b);
+}
+
 TEST(Preload, PollMixesSocketsAndPipes) {
   auto [c, s] = xk_pair(7004);
   int p[2];
