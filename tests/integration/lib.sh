@@ -261,6 +261,22 @@ start_filterd() {
   wait_for "$OUT/filterd.log" "ready" "$FDPID" 30
 }
 
+# check_no_hairpin_leak: filterd counted more than MIN frames turned around
+# between its nodes (st0 hairpin in $OUT/counters.txt, `xkctl counters`),
+# denied none, and none of them reached the external link ($OUT/linux.pcap,
+# after stop_capture).
+check_no_hairpin_leak() {
+  local min=$1 turned denied leaked
+  turned=$(awk '$1 == "st0" && $2 == "hairpin" { print $3 }' "$OUT/counters.txt")
+  denied=$(awk '$1 == "st0" && $2 == "tx_denied" { print $3 }' "$OUT/counters.txt")
+  echo "   filterd turned ${turned:-0} frames around between nodes, denied ${denied:-0}"
+  [ "${turned:-0}" -gt "$min" ] || die "filterd turned only ${turned:-0} frames around (more than $min expected)"
+  [ "${denied:-0}" -eq 0 ] || die "the egress check denied $denied node frames"
+  leaked=$(tshark -n -r "$OUT/linux.pcap" -Y "ip.src == $SHARED && ip.dst == $SHARED" 2>/dev/null | wc -l)
+  [ "$leaked" -eq 0 ] || die "$leaked node-to-node frames reached the external link"
+  echo "   no node-to-node frame on the external link"
+}
+
 # Two namespaces joined by a veth pair, addresses $5 and $6 on ends $3 and
 # $4, offloads as Linux sets them (the benchmarks' reference).
 make_veth_pair() {

@@ -17,7 +17,8 @@
 #     and Linux's curl fetches it from nginx under xkrun (epoll, accept4,
 #     sendfile, writev): sha256 equal;
 # (c) socat under xkrun sends a file to socat on Linux (cmp), and a python3
-#     program under xkrun echoes TCP and UDP through socat on Linux;
+#     program under xkrun echoes TCP and UDP through socat on Linux (in the
+#     hybrid mode, xkrun's default, and in the service mode);
 # (d) sockperf ping-pong (TCP and UDP) and NPtcp under xkrun against their
 #     Linux servers: they finish and report.
 #
@@ -223,6 +224,10 @@ with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
 print("python3 under xkrun: TCP echo of", len(data), "bytes and 3 UDP echoes intact")
 EOF
 xk "$PY" "$OUT/echo.py" "$LNX_IP" 9100 || die "python3 under xkrun failed"
+# The same in service mode (the stack on a thread of its own, every caller
+# sleeping on its socket), which xkrun's default hybrid mode falls back to.
+ip netns exec "$NSB" "$XKRUN" --mode service --port "net_af_packet0,iface=$XKIF" --ip "$XK_IP/24" -- \
+  "$PY" "$OUT/echo.py" "$LNX_IP" 9100 || die "python3 under xkrun --mode service failed"
 
 # ---- (d) sockperf and NetPIPE -------------------------------------------------------------
 step "(d) sockperf ping-pong (TCP, UDP) and NPtcp under xkrun"
