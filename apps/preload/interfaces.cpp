@@ -77,6 +77,29 @@ int interface_list(int fd, ifconf* ifc, std::uint32_t addr) {
 }  // namespace
 
 bool interface_ioctl(int fd, unsigned long request, void* arg, int& result) {
+  // Only the interface requests: `arg` is an ifconf or ifreq for these and
+  // anything at all (an int for FIONREAD) for the others.
+  switch (request) {
+    case SIOCGIFCONF:
+    case SIOCGIFNAME:
+    case SIOCGIFFLAGS:
+    case SIOCGIFADDR:
+    case SIOCGIFNETMASK:
+    case SIOCGIFBRDADDR:
+    case SIOCGIFINDEX:
+    case SIOCGIFMTU:
+    case SIOCGIFHWADDR:
+    case SIOCSIFFLAGS:
+    case SIOCSIFADDR:
+    case SIOCSIFNETMASK:
+    case SIOCSIFBRDADDR:
+    case SIOCSIFMTU:
+    case SIOCSIFHWADDR:
+    case SIOCSIFNAME:
+      break;
+    default:
+      return false;
+  }
   std::uint32_t addr = 0, mask = 0;
   if (arg == nullptr || !stack_address(addr, mask)) return false;
   if (request == SIOCGIFCONF) {
@@ -116,7 +139,7 @@ bool interface_ioctl(int fd, unsigned long request, void* arg, int& result) {
       ifr->ifr_hwaddr.sa_family = ARPHRD_ETHER;
       return true;
     default:
-      errno = EOPNOTSUPP;  // a request xk0 does not answer (setting anything, say)
+      errno = EOPNOTSUPP;  // setting anything about xk0
       result = -1;
       return true;
   }

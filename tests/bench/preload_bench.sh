@@ -9,7 +9,9 @@
 # ends under xkrun, two stacks over net_memif. And the native xk app
 # (xk-tcp-perf, bulk over memif) for what the shim costs. Each figure
 # XK_BENCH_RUNS times (default 3), interleaved; the median is reported, with
-# the CPU time per GB of each side (iperf3's own accounting).
+# the CPU time per GB of each side (iperf3's own accounting). Then one
+# NetPIPE sweep (NPtcp, 1 byte to XK_BENCH_NP_MAX, default 1m) on Linux and
+# under xkrun, half round trip and throughput per size.
 set -euo pipefail
 TEST_NAME=preload_bench
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -21,10 +23,12 @@ XKRUN=$BUILD/apps/preload/xkrun
 PERF=$BUILD/apps/tcp-perf/xk-tcp-perf
 [ -x "$XKRUN" ] && [ -x "$PERF" ] || die "build the release preset first ($XKRUN, $PERF)"
 [ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces for the Linux side)"
-for t in iperf3 sockperf; do command -v $t > /dev/null || die "needs $t"; done
+for t in iperf3 sockperf NPtcp; do command -v $t > /dev/null || die "needs $t"; done
 SECS=${XK_BENCH_SECONDS:-3}
 RUNS=${XK_BENCH_RUNS:-3}
 BYTES=${XK_BENCH_BYTES:-2g}
+NP_MAX=${XK_BENCH_NP_MAX:-1m}
+NP_MAX_BYTES=$(numfmt --from=iec "${NP_MAX^^}")
 
 NSA=xk-pb-$$-a
 NSB=xk-pb-$$-b
@@ -141,3 +145,37 @@ printf "%-46s %10s %10s %8s %s\n" "iperf3 under xkrun vs native xk-tcp-perf, Gbi
   "$(ratio "${R[xk_gbps]}" "${R[nat_gbps]}")" ">= 0.9x"
 printf "%-46s %10s %10s\n" "iperf3 CPU s/GB, sender" "${R[xk_cpu_c]}" "${R[lnx_cpu_c]}"
 printf "%-46s %10s %10s\n" "iperf3 CPU s/GB, receiver" "${R[xk_cpu_s]}" "${R[lnx_cpu_s]}"
+
+step "NetPIPE: NPtcp 1 byte to $NP_MAX, Linux then xkrun"
+(cd "$OUT" && exec ip netns exec "$NSA" NPtcp -p 0 -u "$NP_MAX_BYTES") > "$OUT/np-lnx-recv.log" 2>&1 &
+NPR=$!
+PIDS+=("$NPR")
+sleep 0.5
+(cd "$OUT" && ip netns exec "$NSB" NPtcp -h 192.0.2.1 -p 0 -u "$NP_MAX_BYTES" -o "$OUT/np-lnx.out") \
+  > "$OUT/np-lnx-send.log" 2>&1 || { tail "$OUT/np-lnx-send.log" >&2; die "NPtcp on Linux failed"; }
+wait "$NPR" || true
+xk_pair_start np NPtcp -p 0 -u "$NP_MAX_BYTES"
+xk_client np NPtcp -h 192.0.2.10 -p 0 -u "$NP_MAX_BYTES" -o "$OUT/np-xk.out" > "$OUT/np-xk-send.log" \
+  || { tail "$OUT/np-xk-send.log" >&2; die "NPtcp under xkrun failed"; }
+wait "$XSRV" || true
+python3 - "$OUT/np-lnx.out" "$OUT/np-xk.out" <<'PY'
+import sys
+def sweep(path):
+    # NPtcp's output: bytes, Mbit/s, and the half round trip in seconds.
+    got = {}
+    for line in open(path):
+        p = line.split()
+        if len(p) >= 3:
+            got[int(p[0])] = (float(p[2]) * 1e6, float(p[1]))
+    return got
+lnx, xk = sweep(sys.argv[1]), sweep(sys.argv[2])
+sizes = sorted(s for s in xk if s in lnx and s & (s - 1) == 0)
+if not sizes:
+    sys.exit("NPtcp: no size measured on both")
+print("NetPIPE (NPtcp, both ends under xkrun over net_memif; Linux: two namespaces over a veth)")
+print("%9s  %10s %10s %7s   %12s %12s %7s" % ("bytes", "xkrun us", "Linux us", "ratio", "xkrun Mbit/s", "Linux", "ratio"))
+for s in sizes:
+    (xl, xt), (ll, lt) = xk[s], lnx[s]
+    print("%9d  %10.2f %10.2f %6.2fx   %12.1f %12.1f %6.2fx" % (s, xl, ll, xl / ll, xt, lt, xt / lt))
+PY
+
