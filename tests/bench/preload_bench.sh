@@ -155,7 +155,7 @@ sleep 0.5
   > "$OUT/np-lnx-send.log" 2>&1 || { tail "$OUT/np-lnx-send.log" >&2; die "NPtcp on Linux failed"; }
 wait "$NPR" || true
 xk_pair_start np NPtcp -p 0 -u "$NP_MAX_BYTES"
-xk_client np NPtcp -h 192.0.2.10 -p 0 -u "$NP_MAX_BYTES" -o "$OUT/np-xk.out" > "$OUT/np-xk-send.log" \
+xk_client np NPtcp -h 192.0.2.10 -p 0 -u "$NP_MAX_BYTES" -o "$OUT/np-xk.out" > "$OUT/np-xk-send.log" 2>&1 \
   || { tail "$OUT/np-xk-send.log" >&2; die "NPtcp under xkrun failed"; }
 wait "$XSRV" || true
 python3 - "$OUT/np-lnx.out" "$OUT/np-xk.out" <<'PY'

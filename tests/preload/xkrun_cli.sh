@@ -51,5 +51,10 @@ grep -q "usage: xkrun" <<< "$out" || { echo "FAIL: --help"; fails=$((fails + 1))
 # The program's own exit status comes through.
 env -u XKRUN_PID "$XKRUN" --graph "$GRAPH" -- sh -c 'exit 7'
 [ $? -eq 7 ] || { echo "FAIL: the program's exit status"; fails=$((fails + 1)); }
+# The defaults xkrun sets unless told: the hybrid mode, a 200 us spin.
+defaults=$(env -u XKRUN_PID -u XK_MODE -u XK_SPIN_US "$XKRUN" --graph "$GRAPH" -- sh -c 'echo "$XK_MODE $XK_SPIN_US"')
+[ "$defaults" = "hybrid 200" ] || { echo "FAIL: defaults '$defaults', not 'hybrid 200'"; fails=$((fails + 1)); }
+given=$(env -u XKRUN_PID "$XKRUN" --spin-us 7 --graph "$GRAPH" -- sh -c 'echo "$XK_SPIN_US"')
+[ "$given" = 7 ] || { echo "FAIL: --spin-us 7 gave XK_SPIN_US='$given'"; fails=$((fails + 1)); }
 [ "$fails" -eq 0 ] || { echo "xkrun_cli: $fails failed"; exit 1; }
 echo "xkrun_cli: PASS"
