@@ -19,6 +19,9 @@
 #include <sstream>
 #include <thread>
 
+#include "signals.hpp"
+#include "xk/stack.hpp"
+
 namespace xk::preload {
 namespace {
 
@@ -176,6 +179,8 @@ Process::Process() {
     if (*l == '\0' || *end != '\0' || ms > 600'000) die(std::string("XK_EXIT_LINGER_MS='") + l + "': a number of ms, 0..600000");
     exit_linger_ms_ = static_cast<unsigned>(ms);
   }
+  // A blocked call that spins sees the program's handlers run (EINTR).
+  xk::set_signal_count(&interrupting_handlers_run);
   xk_stack* const made = xk_stack_create(nullptr);
   if (made == nullptr) die(std::string("the xk stack did not start: ") + xk_last_error());
   stack_.store(made, std::memory_order_release);

@@ -20,6 +20,7 @@
 
 #include "exports.hpp"
 #include "process.hpp"
+#include "signals.hpp"
 
 using namespace xk::preload;
 
@@ -52,15 +53,20 @@ struct Deadline {
   }
 };
 
-// Spins on `ready` (true: done) for the process's XK_SPIN_US.
+// Spins on `ready` (true: done) for the process's XK_SPIN_US. A handler of
+// the program that runs meanwhile ends it, as it would end the sleep in the
+// kernel that follows (poll, select and epoll never restart: EINTR).
+enum class Spun : std::uint8_t { ready, idle, interrupted };
 template <class F>
-bool spin(F&& ready) {
+Spun spin(F&& ready) {
   const Process* p = Process::instance();
   const auto until = Clock::now() + std::chrono::microseconds(p != nullptr ? p->spin_us() : 0);
+  const std::uint64_t signals = handlers_run();
   while (Clock::now() < until) {
-    if (ready()) return true;
+    if (ready()) return Spun::ready;
+    if (handlers_run() != signals) return Spun::interrupted;
   }
-  return false;
+  return Spun::idle;
 }
 
 // ---- poll ---------------------------------------------------------------------------
@@ -128,7 +134,9 @@ int poll_mixed(pollfd* fds, nfds_t n, const timespec* ts, const sigset_t* mask) 
     const int r = look();
     if (r < 0) return -1;
     if (r > 0 || stale || deadline.zero_wait(ts) || deadline.passed()) return merge();
-    if (spin([&] { return xk_poll(xs.data(), xs.size(), 0) > 0; })) continue;
+    const Spun spun = spin([&] { return xk_poll(xs.data(), xs.size(), 0) > 0; });
+    if (spun == Spun::interrupted) return fail(EINTR);
+    if (spun == Spun::ready) continue;
     // Sleep in the kernel: the kernel descriptors and xk's eventfd.
     const int ep = xk_epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) return -1;
@@ -222,7 +230,9 @@ int epoll_mixed(int epfd, int side, epoll_event* ev, int max, int timeout_ms, co
     const int n = look();
     if (n != 0 || timeout_ms == 0 || deadline.passed()) return n;
     int got = 0;
-    if (spin([&] { return (got = xk_epoll_wait(side, ev, max, 0)) != 0; })) {
+    const Spun spun = spin([&] { return (got = xk_epoll_wait(side, ev, max, 0)) != 0; });
+    if (spun == Spun::interrupted) return fail(EINTR);
+    if (spun == Spun::ready) {
       if (got < 0) return -1;
       if (got < max) {
         const int m = libc().epoll_wait(epfd, ev + got, max - got, 0);

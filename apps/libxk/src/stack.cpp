@@ -128,6 +128,20 @@ void register_all_kinds(Registry& registry) {
   relay::register_relay(registry);
 }
 
+// ---- signals during a spin ------------------------------------------------------
+
+namespace {
+std::atomic<SignalCount> g_signal_count{nullptr};
+
+// The count now (0 without a counter), and whether it moved since `then`.
+std::uint64_t signals_now() noexcept {
+  const SignalCount f = g_signal_count.load(std::memory_order_relaxed);
+  return f != nullptr ? f() : 0;
+}
+}  // namespace
+
+void set_signal_count(SignalCount count) noexcept { g_signal_count.store(count, std::memory_order_relaxed); }
+
 // ---- WaitPoint ----------------------------------------------------------------
 
 void WaitPoint::bump() noexcept {
@@ -141,9 +155,10 @@ WaitEnd WaitPoint::wait(std::uint32_t seen, std::optional<std::chrono::steady_cl
                         std::chrono::nanoseconds spin, IdleMode idle) const noexcept {
   using clock = std::chrono::steady_clock;
   const auto spin_until = clock::now() + spin;
+  const std::uint64_t signals = signals_now();
   bool slept = true;
   while (gen_.load(std::memory_order_acquire) == seen) {
-    if (!slept) return WaitEnd::interrupted;
+    if (!slept || signals_now() != signals) return WaitEnd::interrupted;
     auto now = clock::now();
     if (deadline && now >= *deadline) return WaitEnd::deadline;
     if (now < spin_until) {
@@ -341,7 +356,8 @@ WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
   // Inline and hybrid: this thread drives the stack until `ready` moves, one
   // pass at a time under the lock, so other callers get their turn in between.
   using clock = std::chrono::steady_clock;
-  std::optional<clock::time_point> idle_since;
+  clock::time_point idle_since{};  // the epoch: not idle
+  const std::uint64_t signals = signals_now();
   for (;;) {
     std::size_t work;
     {
@@ -349,21 +365,22 @@ WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
       work = loop_.run_once();
     }
     if (ready.gen() != seen) return WaitEnd::moved;
+    if (signals_now() != signals) return WaitEnd::interrupted;
     auto now = clock::now();
     if (deadline && now >= *deadline) return WaitEnd::deadline;
     // Another caller is waiting for the lock: let it have its turn (the mutex
     // is not fair, and this thread would take it straight back).
     for (int i = 0; i < 64 && contenders_.load(std::memory_order_relaxed) != 0; ++i) std::this_thread::yield();
     if (work != 0) {
-      idle_since.reset();
+      idle_since = {};
       continue;
     }
     if (config_.loop.idle == IdleMode::busy_poll) {
       cpu_relax();
       continue;
     }
-    if (!idle_since) idle_since = now;
-    if (now - *idle_since < config_.loop.spin) {
+    if (idle_since == clock::time_point{}) idle_since = now;
+    if (now - idle_since < config_.loop.spin) {
       idle_pause(config_.loop.idle);
       continue;
     }
@@ -383,7 +400,7 @@ WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
       // been spent on an earlier sleep, and it would wait for this one.
       if (ready.gen() == seen && contenders_.load(std::memory_order_seq_cst) == 0) loop_.wait(max);
     }
-    idle_since.reset();
+    idle_since = {};
   }
 }
 

@@ -118,6 +118,14 @@ void register_all_kinds(Registry& registry);
 // signal handler ran while it slept (the caller's EINTR).
 enum class WaitEnd : std::uint8_t { moved, deadline, interrupted };
 
+// A count of the program's signal handlers that ran on the calling thread
+// and ask for EINTR (no SA_RESTART), kept by whoever sees them run (the
+// preload library puts a trampoline in front of them). A wait that spins or
+// busy-polls ends `interrupted` when it moves, as a sleeping one does when a
+// handler ends its futex sleep. Null (the default): only the sleep can tell.
+using SignalCount = std::uint64_t (*)() noexcept;
+void set_signal_count(SignalCount count) noexcept;
+
 // A counter for one kind of wait: a waiter samples gen(), does its check, and
 // sleeps until gen() moves on (or a deadline); bump() moves it and wakes the
 // sleepers. The futex is touched only when someone sleeps.
