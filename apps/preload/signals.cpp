@@ -47,8 +47,12 @@ __attribute__((tls_model("initial-exec"))) thread_local std::uint64_t t_interrup
 void trampoline(int sig, siginfo_t* info, void* context) {
   const int flags = handlers[sig].flags.load(std::memory_order_acquire);
   void* fn = handlers[sig].fn.load(std::memory_order_acquire);
+  // SA_RESTART as installed now: glibc's siginterrupt() changes it with a
+  // sigaction of its own, which does not come through here.
+  struct sigaction now {};
+  const int installed = real_sigaction()(sig, nullptr, &now) == 0 ? now.sa_flags : flags;
   ++t_all;
-  if ((flags & SA_RESTART) == 0) ++t_interrupting;
+  if ((installed & SA_RESTART) == 0) ++t_interrupting;
   if (fn == nullptr) return;
   if ((flags & SA_SIGINFO) != 0) {
     reinterpret_cast<void (*)(int, siginfo_t*, void*)>(fn)(sig, info, context);

@@ -133,7 +133,7 @@ void register_all_kinds(Registry& registry) {
 namespace {
 std::atomic<SignalCount> g_signal_count{nullptr};
 
-// The count now (0 without a counter), and whether it moved since `then`.
+// The count now (0 without a counter): a wait compares it with its first.
 std::uint64_t signals_now() noexcept {
   const SignalCount f = g_signal_count.load(std::memory_order_relaxed);
   return f != nullptr ? f() : 0;
