@@ -33,6 +33,9 @@ NP_MAX_BYTES=$(numfmt --from=iec "${NP_MAX^^}")
 NSA=xk-pb-$$-a
 NSB=xk-pb-$$-b
 OUT=$(mktemp -d /tmp/xk-preload-bench.XXXXXX)
+# The cleanup removes the doorbell pages of every memif socket under OUT
+# (a server stopped by SIGTERM cannot remove its own).
+MEMIF=$OUT
 install_cleanup
 make_veth_pair "$NSA" "$NSB" xkpba$$ xkpbb$$ 192.0.2.1/24 192.0.2.2/24
 
