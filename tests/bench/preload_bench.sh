@@ -71,18 +71,18 @@ xk_client() {  # NAME CLIENT-COMMAND...: the other end, memif client
   # this client's link: a connect that comes first is refused. Try again
   # (a new client stack each time), and print the last attempt's output.
   # iperf3 -J exits 0 even when refused (its JSON names the error): the
-  # output decides, not the status.
+  # output decides, not the status (NPtcp says "Cannot Connect! errno=111").
   local name=$1 try rc
   shift
   for try in 1 2 3 4 5 6 7 8 9 10; do
     rc=0
     "$XKRUN" --port "net_memif1,role=client,id=0,socket=$OUT/$name.sock" --ip 192.0.2.11/24 -- "$@" \
       > "$OUT/$name-client.out" 2> "$OUT/$name-client.err" || rc=$?
-    grep -qi "refused" "$OUT/$name-client.out" "$OUT/$name-client.err" || break
+    grep -qiE "refused|errno=111" "$OUT/$name-client.out" "$OUT/$name-client.err" || break
     echo "   ($name: the server was not listening yet; again)" >&2
     sleep 0.3
   done
-  grep -qi "refused" "$OUT/$name-client.out" "$OUT/$name-client.err" && rc=1
+  grep -qiE "refused|errno=111" "$OUT/$name-client.out" "$OUT/$name-client.err" && rc=1
   cat "$OUT/$name-client.err" >&2
   cat "$OUT/$name-client.out"
   return "$rc"
