@@ -286,6 +286,12 @@ bool TcpProtocol::port_claimed(Ipv4Addr addr, std::uint16_t port) {
   return overlaps(listeners_) || overlaps(reserved_);
 }
 
+ListenSession* TcpProtocol::listener_at(Ipv4Addr local, std::uint16_t port) {
+  if (ListenSession** f = listeners_.find(ListenKey{local.value, port})) return *f;
+  if (ListenSession** w = listeners_.find(ListenKey{0, port})) return *w;
+  return nullptr;
+}
+
 Result<Port> TcpProtocol::reserve_port(Ipv4Addr addr, Port port, bool reuse_addr, bool group) {
   std::uint16_t p = port.value;
   if (p == 0) {
@@ -465,11 +471,6 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
   // Who the segment is for decides whether its checksum is verified (the
   // per-socket switch); a segment for nobody follows the stack's mode.
   ConnKey key{ip->local.value, ip->peer.value, h.dst_port, h.src_port};
-  auto listener_for = [&]() -> ListenSession* {
-    if (ListenSession** f = listeners_.find(ListenKey{ip->local.value, h.dst_port})) return *f;
-    if (ListenSession** w = listeners_.find(ListenKey{0, h.dst_port})) return *w;
-    return nullptr;
-  };
   SessionRef* s = conns_.find(key);
   TimeWaitRecord* tw = s == nullptr ? time_waits_.find(key) : nullptr;
   ChecksumMode csum_mode = config_.csum;
@@ -477,7 +478,7 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
     csum_mode = static_cast<TcpConnection*>(s->get())->checksum_mode();
   } else if (tw != nullptr) {
     csum_mode = tw->csum;
-  } else if (ListenSession* to = listener_for()) {
+  } else if (ListenSession* to = listener_at(ip->local, h.dst_port)) {
     csum_mode = to->checksum_override().value_or(config_.csum);
   }
   if (csum_mode == ChecksumMode::on || csum_mode == ChecksumMode::rx_only) {
@@ -534,7 +535,7 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
       iss_floor = tw->snd_nxt;  // RFC 9293 3.6.1 (1), as above
       end_time_wait(key, false);  // the flow lives on in the new incarnation, as above
     }
-    if (ListenSession* l = listener_for(); l != nullptr) {
+    if (ListenSession* l = listener_at(ip->local, h.dst_port); l != nullptr) {
       Ref<ListenSession> keep(l);
       listen_input(*l, *ip, h, *opts, std::move(payload), iss_floor);
     } else {
@@ -644,11 +645,7 @@ Result<ControlReply> TcpProtocol::control_any(const ControlQuery& query) {
   }
   if (const auto* c = std::get_if<ctl::ClaimsOwn>(&query)) {
     const ConnKey k{c->addr.value, c->addr.value, c->to.value, c->from.value};
-    bool ours = conns_.find(k) != nullptr || in_time_wait(k);
-    if (!ours && c->opens) {
-      ours = listeners_.find(ListenKey{c->addr.value, c->to.value}) != nullptr ||
-             listeners_.find(ListenKey{0, c->to.value}) != nullptr;
-    }
+    const bool ours = conns_.find(k) != nullptr || in_time_wait(k) || (c->opens && listener_at(c->addr, c->to.value));
     if (!ours) return Errc::not_found;
     return ControlReply{std::monostate{}};
   }

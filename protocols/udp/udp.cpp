@@ -468,13 +468,7 @@ Status UdpProtocol::demux(Session& lower, Msg msg) {
   Endpoint from{rx->src, Port{h.src_port}};
   const Ipv4Addr dst = rx->dst;
   SessionRef found;
-  if (SessionRef* s = connected_.find(ConnKey{dst.value, from.addr.value, h.dst_port, h.src_port})) {
-    found = *s;
-  } else if (SessionRef* b = bound_.find(BindKey{dst.value, h.dst_port})) {
-    found = *b;
-  } else if (SessionRef* w = bound_.find(BindKey{0, h.dst_port})) {
-    found = *w;
-  }
+  if (SessionRef* r = receiver(dst, h.dst_port, from.addr, h.src_port)) found = *r;
   if (!found) {
     ++drops_no_session();
     return Errc::port_unreachable;
@@ -512,6 +506,12 @@ Status UdpProtocol::deliver_error(const ctl::NetError& e) {
   return {};
 }
 
+SessionRef* UdpProtocol::receiver(Ipv4Addr dst, std::uint16_t dport, Ipv4Addr src, std::uint16_t sport) {
+  if (SessionRef* s = connected_.find(ConnKey{dst.value, src.value, dport, sport})) return s;
+  if (SessionRef* b = bound_.find(BindKey{dst.value, dport})) return b;
+  return bound_.find(BindKey{0, dport});
+}
+
 Result<ControlReply> UdpProtocol::control_any(const ControlQuery& query) {
   if (const auto* d = std::get_if<ctl::DeliverError>(&query)) {
     if (Status st = deliver_error(d->error); !st) return st.error();
@@ -533,10 +533,7 @@ Result<ControlReply> UdpProtocol::control_any(const ControlQuery& query) {
     return ControlReply{std::monostate{}};
   }
   if (const auto* c = std::get_if<ctl::ClaimsOwn>(&query)) {
-    const bool ours = connected_.find(ConnKey{c->addr.value, c->addr.value, c->to.value, c->from.value}) != nullptr ||
-                      bound_.find(BindKey{c->addr.value, c->to.value}) != nullptr ||
-                      bound_.find(BindKey{0, c->to.value}) != nullptr;
-    if (!ours) return Errc::not_found;
+    if (receiver(c->addr, c->to.value, c->addr, c->from.value) == nullptr) return Errc::not_found;
     return ControlReply{std::monostate{}};
   }
   return Protocol::control_any(query);

@@ -264,6 +264,9 @@ class TcpProtocol final : public Protocol {
   Result<std::uint16_t> pick_ephemeral(Ipv4Addr local, Ipv4Addr remote, std::uint16_t rport);
   // A listener or a reservation on (addr, port), address 0 overlapping all.
   bool port_claimed(Ipv4Addr addr, std::uint16_t port);
+  // The listener a SYN to (local, port) goes to: one on that address, else
+  // one on every address; null if none.
+  ListenSession* listener_at(Ipv4Addr local, std::uint16_t port);
   // A connection (TIME-WAIT ones included) has (addr, port) as its local
   // end; address 0: any address.
   bool local_port_used(Ipv4Addr addr, std::uint16_t port);

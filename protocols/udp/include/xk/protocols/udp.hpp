@@ -253,6 +253,9 @@ class UdpProtocol final : public Protocol {
   void forget(UdpSession& s) noexcept;
   Result<std::uint16_t> pick_ephemeral();
   bool port_conflicts(const UdpSession& s, Ipv4Addr addr, std::uint16_t port);
+  // The socket a datagram to (dst, dport) from (src, sport) goes to: a
+  // connected one, else one bound to dst, else one bound to every address.
+  SessionRef* receiver(Ipv4Addr dst, std::uint16_t dport, Ipv4Addr src, std::uint16_t sport);
   Status deliver_error(const ctl::NetError& e);
 
   Protocol& below_;
