@@ -409,19 +409,30 @@ Status Steer::fit_for_channel(Channel& ch, Msg& frame) {
   return {};
 }
 
-Status Steer::forward(const Decision& d, Msg frame) {
-  std::unique_ptr<Channel>* ch = channels_.find(key_of(d.target.node, d.target.queue));
+Steer::Channel* Steer::channel_of(const Target& t) noexcept {
+  std::unique_ptr<Channel>* ch = channels_.find(key_of(t.node, t.queue));
   if (ch == nullptr) {
     ++rx_no_channel_;
-    return Errc::not_found;
+    return nullptr;
   }
-  if (Status st = fit_for_channel(**ch, frame); !st) return st;
-  if (Status st = (*ch)->send(std::move(frame)); !st) {
+  return ch->get();
+}
+
+Status Steer::to_channel(Channel& ch, Msg frame) {
+  if (Status st = ch.send(std::move(frame)); !st) {
     ++rx_channel_full_;
     return st;
   }
+  ++ch.rx_;
+  return {};
+}
+
+Status Steer::forward(const Decision& d, Msg frame) {
+  Channel* ch = channel_of(d.target);
+  if (ch == nullptr) return Errc::not_found;
+  if (Status st = fit_for_channel(*ch, frame); !st) return st;
+  if (Status st = to_channel(*ch, std::move(frame)); !st) return st;
   ++rx_to_node_;
-  ++(*ch)->rx_;
   return {};
 }
 
@@ -584,12 +595,8 @@ Status Steer::hairpin(Channel& from, std::span<const std::byte> headers, const s
   const Decision d = filter_->classify_hairpin(headers);
   Channel* to = nullptr;
   if (d.action == Action::to_node) {
-    std::unique_ptr<Channel>* ch = channels_.find(key_of(d.target.node, d.target.queue));
-    if (ch == nullptr) {
-      ++rx_no_channel_;
-      return Errc::not_found;
-    }
-    to = ch->get();
+    to = channel_of(d.target);
+    if (to == nullptr) return Errc::not_found;
     ++hairpin_;
   } else if (d.action == Action::reset || d.action == Action::port_unreachable) {
     to = &from;
@@ -606,11 +613,7 @@ Status Steer::hairpin(Channel& from, std::span<const std::byte> headers, const s
     o.l3_len = static_cast<std::uint8_t>(large->ip_len);
     o.seg_size = large->seg_size;
   }
-  if (Status st = to->send(std::move(frame)); !st) {
-    ++rx_channel_full_;
-    return st;
-  }
-  ++to->rx_;
+  if (Status st = to_channel(*to, std::move(frame)); !st) return st;
   ++from.tx_;
   return {};
 }

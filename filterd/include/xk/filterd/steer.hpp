@@ -147,6 +147,10 @@ class Steer final : public fault::PassThrough {
   static NodeKey key_of(NodeId node, std::uint16_t queue) noexcept {
     return NodeKey{std::uint32_t{node} << 16 | queue};
   }
+  // The channel of a target (null, counted, if it has none), and a frame
+  // handed to a channel (a refusal counted).
+  Channel* channel_of(const Target& t) noexcept;
+  Status to_channel(Channel& ch, Msg frame);
   Status forward(const Decision& d, Msg frame);
   Status fit_for_channel(Channel& ch, Msg& frame);
   Status egress(Channel& ch, Msg frame);
