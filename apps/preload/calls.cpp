@@ -11,9 +11,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdarg>
 #include <cstring>
-#include <ctime>
 #include <vector>
 
 #include "exports.hpp"
@@ -306,16 +306,11 @@ XK_EXPORT ssize_t sendmsg(int fd, const msghdr* m, int flags) {
 XK_EXPORT int recvmmsg(int fd, mmsghdr* v, unsigned n, int flags, timespec* timeout) {
   if (where(fd).kind == Slot::Kind::kernel) return libc().recvmmsg(fd, v, n, flags, timeout);
   if (v == nullptr && n > 0) return fail(EFAULT);
-  timespec end{};
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point end{};
   if (timeout != nullptr) {
     if (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1'000'000'000) return fail(EINVAL);
-    clock_gettime(CLOCK_MONOTONIC, &end);
-    end.tv_sec += timeout->tv_sec;
-    end.tv_nsec += timeout->tv_nsec;
-    if (end.tv_nsec >= 1'000'000'000) {
-      end.tv_nsec -= 1'000'000'000;
-      ++end.tv_sec;
-    }
+    end = Clock::now() + std::chrono::seconds(timeout->tv_sec) + std::chrono::nanoseconds(timeout->tv_nsec);
   }
   unsigned done = 0;
   while (done < n) {
@@ -324,11 +319,7 @@ XK_EXPORT int recvmmsg(int fd, mmsghdr* v, unsigned n, int flags, timespec* time
     const ssize_t r = recvmsg(fd, &v[done].msg_hdr, f);
     if (r < 0) return done > 0 ? static_cast<int>(done) : -1;
     v[done++].msg_len = static_cast<unsigned>(r);
-    if (timeout != nullptr) {
-      timespec now{};
-      clock_gettime(CLOCK_MONOTONIC, &now);
-      if (now.tv_sec > end.tv_sec || (now.tv_sec == end.tv_sec && now.tv_nsec >= end.tv_nsec)) break;
-    }
+    if (timeout != nullptr && Clock::now() >= end) break;
   }
   return static_cast<int>(done);
 }

@@ -7,7 +7,6 @@
 #include "interfaces.hpp"
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <net/if_arp.h>
@@ -15,7 +14,6 @@
 #include <sys/ioctl.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -147,19 +145,6 @@ bool interface_ioctl(int fd, unsigned long request, void* arg, int& result) {
 
 namespace {
 
-using GetIfaddrs = int (*)(ifaddrs**);
-using FreeIfaddrs = void (*)(ifaddrs*);
-
-template <class F>
-F next(const char* name) {
-  auto* f = reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
-  if (f == nullptr) {
-    std::fprintf(stderr, "xkrun: libc has no %s\n", name);
-    std::abort();
-  }
-  return f;
-}
-
 // xk0's entry: one allocation, put first in the list, its ifa_data the
 // mark by which freeifaddrs tells it from libc's (whose list is one block
 // of its own, its ifa_data null or inside that block).
@@ -176,8 +161,7 @@ struct Entry {
 using namespace xk::preload;
 
 XK_EXPORT int getifaddrs(ifaddrs** list) {
-  static const GetIfaddrs real = next<GetIfaddrs>("getifaddrs");
-  if (const int r = real(list); r != 0) return r;
+  if (const int r = libc().getifaddrs(list); r != 0) return r;
   std::uint32_t addr = 0, mask = 0;
   if (!stack_address(addr, mask)) return 0;
   auto* e = static_cast<Entry*>(std::calloc(1, sizeof(Entry)));
@@ -198,11 +182,10 @@ XK_EXPORT int getifaddrs(ifaddrs** list) {
 }
 
 XK_EXPORT void freeifaddrs(ifaddrs* list) {
-  static const FreeIfaddrs real = next<FreeIfaddrs>("freeifaddrs");
   if (list != nullptr && list->ifa_data == &kMark) {
     ifaddrs* rest = list->ifa_next;
     std::free(list);
     list = rest;
   }
-  if (list != nullptr) real(list);
+  if (list != nullptr) libc().freeifaddrs(list);
 }

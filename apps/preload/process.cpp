@@ -101,6 +101,9 @@ const Libc& libc() {
     resolve(c.epoll_wait, "epoll_wait");
     resolve(c.epoll_pwait, "epoll_pwait");
     resolve(c.sendfile, "sendfile");
+    resolve(c.getifaddrs, "getifaddrs");
+    resolve(c.freeifaddrs, "freeifaddrs");
+    resolve(c.sigaction, "sigaction");
     return c;
   }();
   return l;

@@ -19,8 +19,10 @@
 //   -(e + 2)     a kernel epoll set that watches xk sockets through xk
 //                epoll set e (its "side" set)
 
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -80,6 +82,9 @@ struct Libc {
   int (*epoll_wait)(int, epoll_event*, int, int);
   int (*epoll_pwait)(int, epoll_event*, int, int, const sigset_t*);
   ssize_t (*sendfile)(int, int, off_t*, size_t);
+  int (*getifaddrs)(ifaddrs**);
+  void (*freeifaddrs)(ifaddrs*);
+  int (*sigaction)(int, const struct sigaction*, struct sigaction*);
 };
 const Libc& libc();
 

@@ -8,29 +8,16 @@
 
 #include "signals.hpp"
 
-#include <dlfcn.h>
 #include <signal.h>
 
 #include <atomic>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 
 #include "exports.hpp"
+#include "process.hpp"
 
 namespace xk::preload {
 namespace {
-
-using SigactionFn = int (*)(int, const struct sigaction*, struct sigaction*);
-
-SigactionFn real_sigaction() {
-  static const auto f = reinterpret_cast<SigactionFn>(dlsym(RTLD_NEXT, "sigaction"));
-  if (f == nullptr) {
-    std::fprintf(stderr, "xkrun: libc has no sigaction\n");
-    std::abort();
-  }
-  return f;
-}
 
 // The program's handler of each signal, as it gave it (flags included).
 struct Handler {
@@ -50,7 +37,7 @@ void trampoline(int sig, siginfo_t* info, void* context) {
   // SA_RESTART as installed now: glibc's siginterrupt() changes it with a
   // sigaction of its own, which does not come through here.
   struct sigaction now {};
-  const int installed = real_sigaction()(sig, nullptr, &now) == 0 ? now.sa_flags : flags;
+  const int installed = libc().sigaction(sig, nullptr, &now) == 0 ? now.sa_flags : flags;
   ++t_all;
   if ((installed & SA_RESTART) == 0) ++t_interrupting;
   if (fn == nullptr) return;
@@ -61,15 +48,10 @@ void trampoline(int sig, siginfo_t* info, void* context) {
   }
 }
 
-bool is_ours(const struct sigaction& a) {
-  return (a.sa_flags & SA_SIGINFO) != 0 && a.sa_sigaction == &trampoline;
-}
-
-// What the program installed, in place of our trampoline in `a`.
-void as_the_programs(int sig, struct sigaction& a) {
-  if (!is_ours(a)) return;
-  const int flags = handlers[sig].flags.load(std::memory_order_acquire);
-  void* fn = handlers[sig].fn.load(std::memory_order_acquire);
+// What the program installed (`fn`, `flags`), in place of our trampoline
+// in `a`.
+void as_the_programs(struct sigaction& a, void* fn, int flags) {
+  if ((a.sa_flags & SA_SIGINFO) == 0 || a.sa_sigaction != &trampoline) return;
   a.sa_flags = flags;
   if ((flags & SA_SIGINFO) != 0) {
     a.sa_sigaction = reinterpret_cast<void (*)(int, siginfo_t*, void*)>(fn);
@@ -88,20 +70,18 @@ std::uint64_t interrupting_handlers_run() noexcept { return t_interrupting; }
 using namespace xk::preload;
 
 XK_EXPORT int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
-  if (sig <= 0 || sig >= NSIG || act == nullptr) {
-    const int r = real_sigaction()(sig, act, old);
-    if (r == 0 && old != nullptr && sig > 0 && sig < NSIG) as_the_programs(sig, *old);
+  if (sig <= 0 || sig >= NSIG) return libc().sigaction(sig, act, old);
+  // The program's previous handler, for `old`, before the table changes.
+  void* const prev_fn = handlers[sig].fn.load(std::memory_order_acquire);
+  const int prev_flags = handlers[sig].flags.load(std::memory_order_acquire);
+  if (act == nullptr) {
+    const int r = libc().sigaction(sig, nullptr, old);
+    if (r == 0 && old != nullptr) as_the_programs(*old, prev_fn, prev_flags);
     return r;
   }
   struct sigaction mine = *act;
   const bool handler = (act->sa_flags & SA_SIGINFO) != 0 ? act->sa_sigaction != nullptr
                                                         : act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN;
-  // The previous program handler, for `old`, before the table changes.
-  struct sigaction before {};
-  if (old != nullptr) {
-    (void)real_sigaction()(sig, nullptr, &before);
-    as_the_programs(sig, before);
-  }
   if (handler) {
     void* fn = (act->sa_flags & SA_SIGINFO) != 0 ? reinterpret_cast<void*>(act->sa_sigaction)
                                                  : reinterpret_cast<void*>(act->sa_handler);
@@ -110,8 +90,8 @@ XK_EXPORT int sigaction(int sig, const struct sigaction* act, struct sigaction* 
     mine.sa_sigaction = &trampoline;
     mine.sa_flags |= SA_SIGINFO;
   }
-  const int r = real_sigaction()(sig, &mine, nullptr);
-  if (r == 0 && old != nullptr) *old = before;
+  const int r = libc().sigaction(sig, &mine, old);
+  if (r == 0 && old != nullptr) as_the_programs(*old, prev_fn, prev_flags);
   return r;
 }
 

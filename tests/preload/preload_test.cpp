@@ -185,6 +185,33 @@ TEST(Preload, TheStackIsTheInterfaceXk0) {
   close(fd);
 }
 
+// The library puts a trampoline in front of the program's signal handlers
+// (docs/preload.md, "Signals during a spin"): sigaction and signal still
+// report the program's own handlers and flags.
+void first_handler(int) {}
+void second_handler(int, siginfo_t*, void*) {}
+TEST(Preload, SigactionReportsTheProgramsOwnHandlers) {
+  struct sigaction a {};
+  a.sa_handler = &first_handler;
+  sigemptyset(&a.sa_mask);
+  a.sa_flags = SA_RESTART;
+  struct sigaction old {};
+  ASSERT_EQ(sigaction(SIGUSR2, &a, &old), 0);
+  EXPECT_EQ(old.sa_handler, SIG_DFL);
+  ASSERT_EQ(sigaction(SIGUSR2, nullptr, &old), 0);
+  EXPECT_EQ(old.sa_handler, &first_handler);
+  EXPECT_EQ(old.sa_flags & (SA_RESTART | SA_SIGINFO), SA_RESTART);
+  struct sigaction b {};
+  b.sa_sigaction = &second_handler;
+  sigemptyset(&b.sa_mask);
+  b.sa_flags = SA_SIGINFO;
+  ASSERT_EQ(sigaction(SIGUSR2, &b, &old), 0);
+  EXPECT_EQ(old.sa_handler, &first_handler) << "the one it replaced";
+  EXPECT_EQ(reinterpret_cast<void*>(signal(SIGUSR2, SIG_DFL)), reinterpret_cast<void*>(&second_handler));
+  ASSERT_EQ(sigaction(SIGUSR2, nullptr, &old), 0);
+  EXPECT_EQ(old.sa_handler, SIG_DFL);
+}
+
 TEST(Preload, LoopbackAndUnixStayWithTheKernel) {
   auto [c, s] = pair_on("127.0.0.1", 7002);
   send_all(c, "kernel");
