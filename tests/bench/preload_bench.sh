@@ -74,15 +74,16 @@ xk_client() {  # NAME CLIENT-COMMAND...: the other end, memif client
   # output decides, not the status (NPtcp says "Cannot Connect! errno=111").
   local name=$1 try rc
   shift
+  refused() { grep -qiE "refused|errno=111" "$OUT/$name-client.out" "$OUT/$name-client.err"; }
   for try in 1 2 3 4 5 6 7 8 9 10; do
     rc=0
     "$XKRUN" --port "net_memif1,role=client,id=0,socket=$OUT/$name.sock" --ip 192.0.2.11/24 -- "$@" \
       > "$OUT/$name-client.out" 2> "$OUT/$name-client.err" || rc=$?
-    grep -qiE "refused|errno=111" "$OUT/$name-client.out" "$OUT/$name-client.err" || break
+    refused || break
     echo "   ($name: the server was not listening yet; again)" >&2
     sleep 0.3
   done
-  grep -qiE "refused|errno=111" "$OUT/$name-client.out" "$OUT/$name-client.err" && rc=1
+  refused && rc=1
   cat "$OUT/$name-client.err" >&2
   cat "$OUT/$name-client.out"
   return "$rc"
