@@ -9,6 +9,13 @@
 #include <mutex>
 
 namespace xk::drivers {
+
+struct FaultFence::Lease {
+  std::atomic<pid_t> tid{0};
+  sigjmp_buf* volatile env = nullptr;  // written and read by the same thread
+  volatile int last_signal = 0;
+};
+
 namespace {
 
 // Where each fenced thread jumps back to, in a table the handler can search
@@ -19,36 +26,36 @@ namespace {
 // thread_local in ordinary code remembers which) and gives it back when it
 // ends; past kSlots threads, a thread's bursts run unfenced.
 constexpr std::size_t kSlots = 128;
-struct Slot {
-  std::atomic<pid_t> tid{0};
-  sigjmp_buf* volatile env = nullptr;  // written and read by the same thread
-  volatile int last_signal = 0;
-};
+using Slot = FaultFence::Lease;
 Slot g_slots[kSlots];
 std::atomic<bool> g_full_said{false};
 
-struct SlotLease {
+// The slot is a plain pointer (a run reads it with one thread-local lookup,
+// no initialisation check); the object that gives it back at the thread's
+// end is touched only when the slot is taken.
+thread_local Slot* t_slot = nullptr;
+thread_local bool t_tried = false;
+struct GiveBack {
   Slot* slot = nullptr;
-  bool tried = false;
-  ~SlotLease() {
+  ~GiveBack() {
     if (slot != nullptr) {
       slot->env = nullptr;
       slot->tid.store(0, std::memory_order_release);
     }
   }
 };
-thread_local SlotLease t_lease;
+thread_local GiveBack t_give_back;
 
-Slot* my_slot() noexcept {
-  if (t_lease.slot != nullptr || t_lease.tried) return t_lease.slot;
-  t_lease.tried = true;
+Slot* take_slot() noexcept {
+  t_tried = true;
   const pid_t me = gettid();
   for (Slot& s : g_slots) {
     pid_t free = 0;
     if (s.tid.compare_exchange_strong(free, me, std::memory_order_acq_rel)) {
       s.env = nullptr;
       s.last_signal = 0;
-      t_lease.slot = &s;
+      t_give_back.slot = &s;
+      t_slot = &s;
       return &s;
     }
   }
@@ -124,29 +131,28 @@ void FaultFence::install() {
   });
 }
 
-bool FaultFence::armed() noexcept {
-  const Slot* s = my_slot();
-  return s == nullptr || s->env != nullptr;  // no slot: run unfenced, as if inside one
-}
-
-void FaultFence::arm(sigjmp_buf* env) noexcept {
+FaultFence::Lease* FaultFence::lease() noexcept {
+  if (Slot* s = t_slot; s != nullptr) return s;
+  if (t_tried) return nullptr;
   install();
-  if (Slot* s = my_slot(); s != nullptr) {
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    s->env = env;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-  }
+  return take_slot();
 }
 
-void FaultFence::disarm() noexcept {
-  if (Slot* s = t_lease.slot; s != nullptr) {
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    s->env = nullptr;
-  }
+bool FaultFence::armed(const Lease* l) noexcept { return l->env != nullptr; }
+
+void FaultFence::arm(Lease* l, sigjmp_buf* env) noexcept {
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  l->env = env;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+
+void FaultFence::disarm(Lease* l) noexcept {
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  l->env = nullptr;
 }
 
 void FaultFence::crash(const char* why) {
-  const Slot* s = t_lease.slot;
+  const Slot* s = t_slot;
   const int sig = s != nullptr && s->last_signal != 0 ? s->last_signal : SIGSEGV;
   std::fprintf(stderr, "xk: %s: a fault (signal %d) the fence did not expect; dying of it\n", why, sig);
   (void)sigaction(sig, &previous(sig), nullptr);

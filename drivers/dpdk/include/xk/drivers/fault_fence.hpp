@@ -35,15 +35,16 @@ class FaultFence {
   // (the inner fn runs unfenced -- it is the outer fence's).
   template <class Fn>
   static bool run(Fn&& fn) {
-    if (armed()) {
+    Lease* l = lease();  // this thread's slot: one thread-local lookup per run
+    if (l == nullptr || armed(l)) {
       fn();
       return true;
     }
     sigjmp_buf env;
     if (sigsetjmp(env, 0) != 0) return false;  // the handler jumped here (and disarmed)
-    arm(&env);
+    arm(l, &env);
     fn();
-    disarm();
+    disarm(l);
     return true;
   }
 
@@ -57,10 +58,16 @@ class FaultFence {
   // Faults caught by fences, in this process.
   static std::uint64_t caught() noexcept;
 
+  // A fenced thread's slot in the table the handler searches by thread id.
+  struct Lease;
+
  private:
-  static bool armed() noexcept;
-  static void arm(sigjmp_buf* env) noexcept;
-  static void disarm() noexcept;
+  // This thread's slot, leased on its first fence (null: none left, the
+  // thread runs unfenced).
+  static Lease* lease() noexcept;
+  static bool armed(const Lease* l) noexcept;
+  static void arm(Lease* l, sigjmp_buf* env) noexcept;
+  static void disarm(Lease* l) noexcept;
 };
 
 }  // namespace xk::drivers
