@@ -95,7 +95,7 @@ xk_client() {  # NAME CLIENT-COMMAND...: the other end, memif client
 }
 
 for run in $(seq "$RUNS"); do
-  step "run $run/$RUNS: sockperf ping-pong, Linux then xkrun"
+  step "run $run/$RUNS: sockperf ping-pong, Linux then xkrun; xk-tcp-perf ping-pong"
   ip netns exec "$NSA" sockperf server -i 192.0.2.1 --tcp > "$OUT/lnx-sp-server.log" 2>&1 &
   SP=$!
   PIDS+=("$SP")
@@ -108,12 +108,27 @@ for run in $(seq "$RUNS"); do
   xk_client sp$run sockperf ping-pong -i 192.0.2.10 --tcp -t "$SECS" > "$OUT/xk-sp-$run.log" 2>&1 \
     || { tail "$OUT/xk-sp-$run.log" >&2; die "sockperf under xkrun failed"; }
   stop "$XSRV" || true
+  # The floor: the native xk app's own ping-pong (xk-tcp-perf, the same
+  # 14 bytes over net_memif, no shim), what xkrun can at best approach.
+  sock=$OUT/ppn$run.sock
+  "$PERF" server --port "net_memif0,role=server,id=0,socket=$sock" --ip 192.0.2.10/24 --mode echo --count 1 \
+    > "$OUT/nat-pp-server-$run.log" 2>&1 &
+  PS=$!
+  PIDS+=("$PS")
+  wait_for "$OUT/nat-pp-server-$run.log" "waiting for the link" "$PS" 30
+  "$PERF" client --port "net_memif1,role=client,id=0,socket=$sock" --ip 192.0.2.11/24 --peer 192.0.2.10:5001 \
+    --mode pingpong --size 14 --count $((SECS * 100000)) > "$OUT/nat-pp-client-$run.log" 2>&1 \
+    || { tail "$OUT/nat-pp-client-$run.log" >&2; die "xk-tcp-perf pingpong failed"; }
+  wait "$PS" || true
+  R[nat_lat_$run]=$(sed -n 's/.*half_rtt_avg_us=\([0-9.]*\).*/\1/p' "$OUT/nat-pp-client-$run.log")
+  R[nat_p50_$run]=$(sed -n 's/.*half_rtt_p50_us=\([0-9.]*\).*/\1/p' "$OUT/nat-pp-client-$run.log")
+  R[nat_lat_ratio_$run]=$(ratio "${R[nat_lat_$run]}" "${R[lnx_lat_$run]}")
   R[xk_lat_$run]=$(latency "$OUT/xk-sp-$run.log")
   R[xk_p50_$run]=$(latency_p50 "$OUT/xk-sp-$run.log")
   R[lat_ratio_$run]=$(ratio "${R[xk_lat_$run]}" "${R[lnx_lat_$run]}")
   R[p50_ratio_$run]=$(ratio "${R[xk_p50_$run]}" "${R[lnx_p50_$run]}")
   echo "   half-RTT mean (median): Linux ${R[lnx_lat_$run]} (${R[lnx_p50_$run]}) us," \
-    "xkrun ${R[xk_lat_$run]} (${R[xk_p50_$run]}) us"
+    "xkrun ${R[xk_lat_$run]} (${R[xk_p50_$run]}) us, native xk-tcp-perf ${R[nat_lat_$run]} (${R[nat_p50_$run]}) us"
 
   step "run $run/$RUNS: iperf3 one stream, Linux then xkrun; xk-tcp-perf $BYTES"
   ip netns exec "$NSA" iperf3 -s -1 > /dev/null 2>&1 &
@@ -142,7 +157,7 @@ for run in $(seq "$RUNS"); do
   echo "   Gbit/s: Linux ${R[lnx_gbps_$run]}, xkrun iperf3 ${R[xk_gbps_$run]}, native xk-tcp-perf ${R[nat_gbps_$run]}"
 done
 
-for k in lnx_lat xk_lat lnx_p50 xk_p50 lat_ratio p50_ratio lnx_gbps xk_gbps nat_gbps nat_ratio \
+for k in lnx_lat xk_lat nat_lat lnx_p50 xk_p50 nat_p50 lat_ratio p50_ratio nat_lat_ratio lnx_gbps xk_gbps nat_gbps nat_ratio \
   lnx_cpu_c lnx_cpu_s xk_cpu_c xk_cpu_s; do
   vals=()
   for run in $(seq "$RUNS"); do vals+=("${R[${k}_$run]}"); done
@@ -157,13 +172,16 @@ printf "%-46s %10s %10s %8s %s\n" "sockperf ping-pong TCP 14 B, half-RTT us" "${
   "$(ratio "${R[xk_lat]}" "${R[lnx_lat]}")" "<= 0.25x"
 printf "%-46s %10s %10s %8s %s\n" "sockperf ping-pong TCP 14 B, median half-RTT us" "${R[xk_p50]}" "${R[lnx_p50]}" \
   "$(ratio "${R[xk_p50]}" "${R[lnx_p50]}")" ""
+printf "%-46s %10s %10s %8s %s\n" "native xk-tcp-perf ping-pong 14 B, half-RTT us" "${R[nat_lat]}" "${R[lnx_lat]}" \
+  "$(ratio "${R[nat_lat]}" "${R[lnx_lat]}")" "(the floor: no shim)"
 printf "%-46s %10s %10s %8s %s\n" "iperf3 one stream, Gbit/s" "${R[xk_gbps]}" "${R[lnx_gbps]}" \
   "$(ratio "${R[xk_gbps]}" "${R[lnx_gbps]}")" ""
 printf "%-46s %10s %10s %8s %s\n" "iperf3 under xkrun vs native xk-tcp-perf, Gbit/s" "${R[xk_gbps]}" "${R[nat_gbps]}" \
   "$(ratio "${R[xk_gbps]}" "${R[nat_gbps]}")" ">= 0.9x"
 runs_of() { local k=$1 out=() run; for run in $(seq "$RUNS"); do out+=("${R[${k}_$run]}"); done; echo "${out[*]}"; }
 echo "median of each run's own ratio: half-RTT mean $(printf '%sx' "${R[lat_ratio]}") (runs $(runs_of lat_ratio))," \
-  "median $(printf '%sx' "${R[p50_ratio]}") (runs $(runs_of p50_ratio)); iperf3 under xkrun / native" \
+  "median $(printf '%sx' "${R[p50_ratio]}") (runs $(runs_of p50_ratio)), native floor" \
+  "$(printf '%sx' "${R[nat_lat_ratio]}") (runs $(runs_of nat_lat_ratio)); iperf3 under xkrun / native" \
   "$(printf '%sx' "${R[nat_ratio]}") (runs $(runs_of nat_ratio))"
 printf "%-46s %10s %10s\n" "iperf3 CPU s/GB, sender" "${R[xk_cpu_c]}" "${R[lnx_cpu_c]}"
 printf "%-46s %10s %10s\n" "iperf3 CPU s/GB, receiver" "${R[xk_cpu_s]}" "${R[lnx_cpu_s]}"
