@@ -33,6 +33,8 @@
 #include <vector>
 
 #include "proc.hpp"
+#include "analysis.hpp"
+#include "html.hpp"
 #include "report.hpp"
 #include "xk/apps/stack.hpp"
 
@@ -60,6 +62,8 @@ the matrix:
                         standalone: no filterd, one node on the external link itself
                         (N=1 only: the baseline for steer's N=1 row)
   --csum LIST           checksum: on, off (default on,off)
+  --conns-per-node LIST connections each node opens at once (default 1; each 1..4096, the
+                        ports filterd leases a node; N x K at most 16384, its ephemeral range)
   --repeat R            run each point R times; table and plots show the median (default 1)
 
 each run:
@@ -114,6 +118,11 @@ exit status: 0 success, 1 a run failed (its logs are in the results folder),
 2 bad command line, 130 interrupted
 )";
 
+// What filterd can lease: a node at most 4096 ports (RegistryConfig::
+// max_leased_ports), all nodes together its ephemeral range 49152..65535.
+constexpr unsigned kMaxLeasedPorts = 4096;
+constexpr unsigned kEphemeralPorts = 65535 - 49152 + 1;
+
 enum class Launcher { local, mpirun };
 enum class Remote { xk, xk_filterd, linux };
 
@@ -121,6 +130,7 @@ struct Args {
   std::vector<unsigned> ns{1, 2, 4, 8};
   std::vector<std::string> modes{"steer", "central"};
   std::vector<bool> csums{true, false};
+  std::vector<unsigned> conns_per_node{1};
   unsigned repeat = 1;
   std::uint64_t bytes = 256ull << 20;
   std::optional<double> seconds;
@@ -141,6 +151,7 @@ struct Args {
   std::string node_port, node_port_opts, node_control = "127.0.0.1:7577", control_token;
   std::string rank_port, rank_port_opts;
   bool node_control_given = false;
+  std::string command;  // as given, for the report
   bool remote_nodes() const { return !node_port.empty(); }
 };
 
@@ -218,6 +229,10 @@ Args parse_args(int argc, char** argv) {
       a.modes = parse_list<std::string>(n, f.value(), [&](const std::string& s) { return choice(n, s, {"steer", "central", "standalone"}); });
     } else if (n == "--csum") {
       a.csums = parse_list<bool>(n, f.value(), [&](const std::string& s) { return choice(n, s, {"on", "off"}) == "on"; });
+    } else if (n == "--conns-per-node") {
+      a.conns_per_node = parse_list<unsigned>(n, f.value(), [&](const std::string& s) {
+        return parse_number<unsigned>(n, s, 1, kMaxLeasedPorts);
+      });
     } else if (n == "--repeat") {
       a.repeat = parse_number<unsigned>(n, f.value(), 1, 100);
     } else if (n == "--bytes") {
@@ -284,6 +299,15 @@ Args parse_args(int argc, char** argv) {
     }
   });
   if (a.seconds && bytes_given) throw UsageError{"--bytes and --seconds: give one of them"};
+  for (unsigned nodes : a.ns) {
+    for (unsigned k : a.conns_per_node) {
+      if (nodes * k > kEphemeralPorts) {
+        throw UsageError{"N=" + std::to_string(nodes) + " x --conns-per-node " + std::to_string(k) + " = " +
+                         std::to_string(nodes * k) + " connections: beyond the " + std::to_string(kEphemeralPorts) +
+                         " ephemeral ports filterd leases (49152..65535)"};
+      }
+    }
+  }
   if (std::find(a.modes.begin(), a.modes.end(), "standalone") != a.modes.end() &&
       std::find(a.ns.begin(), a.ns.end(), 1u) == a.ns.end()) {
     throw UsageError{"--modes standalone runs at N=1 only (one stack owns the external link): add 1 to --n"};
@@ -375,6 +399,17 @@ std::string locate(const std::string& given, const std::vector<std::string>& rel
     looked += "\n  " + p.string();
   }
   throw std::runtime_error(std::string(what) + " not found; looked at:" + looked + "\ngive its path with " + flag);
+}
+
+// A word as a shell would need it written (quoted when it has anything but
+// the safe characters), for the command line in the report.
+std::string shell_word(std::string_view w) {
+  const bool safe = !w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                      "0123456789-_./=:,@%+") == std::string_view::npos;
+  if (safe) return std::string(w);
+  std::string q = "'";
+  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
 }
 
 std::string timestamp() {
@@ -470,7 +505,9 @@ class Experiment {
     std::string mode;
     bool csum;
     unsigned n;
+    unsigned k;  // connections per node
     unsigned repeat;
+    unsigned conns() const { return n * k; }
   };
   // One run's names, places and processes (destroyed -- killed, reaped --
   // on every way out).
@@ -622,6 +659,7 @@ Experiment::Run Experiment::plan(const Point& p, std::size_t index) const {
   Run run;
   run.p = p;
   const std::string label = p.mode + "-csum" + (p.csum ? "on" : "off") + "-n" + std::to_string(p.n) +
+                            (p.k > 1 ? "-k" + std::to_string(p.k) : "") +
                             (a_.repeat > 1 ? "-r" + std::to_string(p.repeat) : "");
   run.dir = runs_ + "/" + label;
   fs::create_directories(run.dir);
@@ -657,7 +695,7 @@ void Experiment::start_receiver(Run& run) {
     run.remote_fd = std::make_unique<Child>("the remote filterd", rfd, run.dir + "/remote-filterd.log");
     wait_for_text(*run.remote_fd, "ready", 60);
     std::vector<std::string> argv{a_.program, "receive", "--filterd", rctl, "--tcp-port", kPeerPort,
-                                  "--connections", std::to_string(p.n), "--csum", run.csum,
+                                  "--connections", std::to_string(p.conns()), "--csum", run.csum,
                                   "--verify", a_.verify ? "on" : "off", "--idle", a_.peer_idle, "--timeout",
                                   run.timeout};
     if (!a_.tcp_opts.empty()) argv.insert(argv.end(), {"--tcp-opts", a_.tcp_opts});
@@ -668,7 +706,7 @@ void Experiment::start_receiver(Run& run) {
     run.peer_ip = kXkPeerIp;
     std::vector<std::string> argv{a_.program, "receive", "--port",
                                   "net_memif0,role=server,id=0,socket=" + run.ext_memif, "--ip", run.peer_ip + "/24",
-                                  "--tcp-port", kPeerPort, "--connections", std::to_string(p.n), "--csum", run.csum,
+                                  "--tcp-port", kPeerPort, "--connections", std::to_string(p.conns()), "--csum", run.csum,
                                   "--verify", a_.verify ? "on" : "off", "--idle", a_.peer_idle, "--timeout",
                                   run.timeout};
     if (a_.mtu != 1500) argv.insert(argv.end(), {"--port-opts", "mtu=" + std::to_string(a_.mtu)});
@@ -682,7 +720,7 @@ void Experiment::start_receiver(Run& run) {
     run.peer = std::make_unique<Child>("the Linux receiver",
                                        std::vector<std::string>{"ip", "netns", "exec", nsa_, "python3", "-c",
                                                                 kLinuxReceiver, run.peer_ip, kPeerPort,
-                                                                std::to_string(p.n), run.timeout},
+                                                                std::to_string(p.conns()), run.timeout},
                                        run.dir + "/peer.log");
   }
 }
@@ -740,6 +778,16 @@ std::vector<std::string> Experiment::node_argv(const Run& run, const std::vector
   }
   if (a_.buflen) tx.insert(tx.end(), {"--buflen", std::to_string(*a_.buflen)});
   if (!a_.tcp_opts.empty()) tx.insert(tx.end(), {"--tcp-opts", a_.tcp_opts});
+  if (run.p.k > 1) tx.insert(tx.end(), {"--connections", std::to_string(run.p.k)});
+  // A node's port keeps the frames a full ring refuses (a channel to filterd,
+  // or the standalone node's link): a node with many connections fills the
+  // ring at once, and dropping there costs each one a retransmission timeout.
+  auto opts = std::find(tx.begin(), tx.end(), "--port-opts");
+  if (opts != tx.end()) {
+    *(opts + 1) += " tx_keep=on";
+  } else {
+    tx.insert(tx.end(), {"--port-opts", "tx_keep=on"});
+  }
   return tx;
 }
 
@@ -844,6 +892,8 @@ Row Experiment::row_of(const Run& run, double filterd_cpu_s, double remote_fd_cp
   r.mode = p.mode;
   r.csum = p.csum;
   r.n = p.n;
+  r.k = p.k;
+  r.conns = p.conns();
   r.repeat = p.repeat;
   r.launcher = a_.launcher == Launcher::local ? "local" : "mpirun";
   // A standalone node sits on the external link itself (memif to the peer).
@@ -857,12 +907,27 @@ Row Experiment::row_of(const Run& run, double filterd_cpu_s, double remote_fd_cp
   }
   if (total.empty()) throw RunFailure{"the receiver printed no 'RESULT role=receiver total=1' line; " + run.peer->log()};
   const std::string who = "the receiver (" + run.peer->log() + ")";
-  if (number(total, "connections", who) != p.n) {
-    throw RunFailure{who + " counted " + total.at("connections") + " connections, not " + std::to_string(p.n)};
+  if (number(total, "connections", who) != p.conns()) {
+    throw RunFailure{who + " counted " + total.at("connections") + " connections, not " + std::to_string(p.conns())};
   }
+  // Each connection's own rate, as the receiver saw it: the spread and
+  // Jain's fairness index, (sum x)^2 / (n sum x^2).
+  std::vector<double> per_conn;
+  for (auto& f : result_lines(run.peer->log_text(), "receiver")) {
+    if (f.count("conn") != 0) per_conn.push_back(number(f, "gbps", who));
+  }
+  if (per_conn.size() != p.conns()) {
+    throw RunFailure{who + " printed " + std::to_string(per_conn.size()) + " per-connection lines, not " +
+                     std::to_string(p.conns())};
+  }
+  r.conn_min = *std::min_element(per_conn.begin(), per_conn.end());
+  r.conn_max = *std::max_element(per_conn.begin(), per_conn.end());
+  r.jain = jain_index(per_conn);
   r.bytes = static_cast<std::uint64_t>(number(total, "bytes", who));
   r.seconds = number(total, "seconds", who);
-  r.peer_cpu_s = number(total, "cpu_s", who) + remote_fd_cpu;
+  // The transfer's CPU where the program reports it (xk-ttcp's xfer_cpu_s:
+  // from the first connection to the last end), else its whole life.
+  r.peer_cpu_s = number(total, total.count("xfer_cpu_s") ? "xfer_cpu_s" : "cpu_s", who) + remote_fd_cpu;
   if (r.bytes == 0 || !(r.seconds > 0)) throw RunFailure{who + ": no bytes or no time"};
   r.aggregate_gbps = static_cast<double>(r.bytes) * 8 / r.seconds / 1e9;
   r.aggregate_mbps = static_cast<double>(r.bytes) / r.seconds / 1e6;
@@ -870,8 +935,9 @@ Row Experiment::row_of(const Run& run, double filterd_cpu_s, double remote_fd_cp
 
   std::vector<Fields> sent;
   for (const auto& n : run.nodes) {
-    auto lines = result_lines(n->log_text(), "transmitter");
-    sent.insert(sent.end(), lines.begin(), lines.end());
+    for (auto& f : result_lines(n->log_text(), "transmitter")) {
+      if (f.count("conn") == 0) sent.push_back(f);  // a node's whole line, not its connections'
+    }
   }
   if (sent.size() != p.n) {
     throw RunFailure{std::to_string(sent.size()) + " 'RESULT role=transmitter' lines from " + std::to_string(p.n) +
@@ -884,7 +950,7 @@ Row Experiment::row_of(const Run& run, double filterd_cpu_s, double remote_fd_cp
     const std::string node = "node " + (f.count("label") ? f.at("label") : std::string("?")) + " (" + dir + ")";
     double g = number(f, "gbps", node);
     sent_bytes += number(f, "bytes", node);
-    r.nodes_cpu_s += number(f, "cpu_s", node);
+    r.nodes_cpu_s += number(f, f.count("xfer_cpu_s") ? "xfer_cpu_s" : "cpu_s", node);
     r.per_node_mean += g / p.n;
     r.per_node_min = std::min(r.per_node_min, g);
     r.per_node_max = std::max(r.per_node_max, g);
@@ -893,14 +959,15 @@ Row Experiment::row_of(const Run& run, double filterd_cpu_s, double remote_fd_cp
     throw RunFailure{"the nodes sent " + fmt("%.0f", sent_bytes) + " bytes, the receiver got " +
                      std::to_string(r.bytes) + "; logs in " + dir};
   }
-  if (!a_.seconds && r.bytes != a_.bytes * p.n) {
-    throw RunFailure{"the receiver got " + std::to_string(r.bytes) + " bytes, not " + std::to_string(p.n) + " x " +
+  if (!a_.seconds && r.bytes != a_.bytes * p.conns()) {
+    throw RunFailure{"the receiver got " + std::to_string(r.bytes) + " bytes, not " + std::to_string(p.conns()) + " x " +
                      std::to_string(a_.bytes) + "; logs in " + dir};
   }
   r.filterd_cpu_s = filterd_cpu_s;
   r.filterd_s_per_gb = r.filterd_cpu_s / gb;
   r.nodes_s_per_gb = r.nodes_cpu_s / gb;
   r.peer_s_per_gb = r.peer_cpu_s / gb;
+  r.system_s_per_gb = r.filterd_s_per_gb + r.nodes_s_per_gb + r.peer_s_per_gb;
   return r;
 }
 
@@ -921,12 +988,22 @@ int Experiment::run() {
   if (mkdtemp(tmpl) == nullptr) throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
   tmp_ = tmpl;
 
+  const std::string started = [] {
+    std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    char b[40];
+    std::strftime(b, sizeof b, "%Y-%m-%d %H:%M:%S %Z", &tm);
+    return std::string(b);
+  }();
   std::vector<Point> points;
   for (const auto& mode : a_.modes) {
     for (bool csum : a_.csums) {
       for (unsigned n : a_.ns) {
         if (mode == "standalone" && n != 1) continue;  // one link, one stack on it
-        for (unsigned k = 1; k <= a_.repeat; ++k) points.push_back({mode, csum, n, k});
+        for (unsigned k : a_.conns_per_node) {
+          for (unsigned r = 1; r <= a_.repeat; ++r) points.push_back({mode, csum, n, k, r});
+        }
       }
     }
   }
@@ -951,16 +1028,17 @@ int Experiment::run() {
       const Point& p = points[i];
       std::string tag = "[" + std::to_string(i + 1) + "/" + std::to_string(points.size()) + "] " + p.mode +
                         " csum=" + (p.csum ? "on" : "off") + " N=" + std::to_string(p.n) +
+                        (p.k > 1 ? " K=" + std::to_string(p.k) : "") +
                         (a_.repeat > 1 ? " #" + std::to_string(p.repeat) : "");
       std::printf("%s ...\n", tag.c_str());
       std::fflush(stdout);
       Row r = run_one(p, i);
       rows.push_back(r);
       write_csv(csv, rows);
-      std::printf("%s: %.3f Gbit/s (%.1f MB/s), per node %.3f..%.3f, filterd %.3f s/GB, nodes %.3f s/GB, "
-                  "peer %.3f s/GB (%.1f s)\n",
-                  tag.c_str(), r.aggregate_gbps, r.aggregate_mbps, r.per_node_min, r.per_node_max, r.filterd_s_per_gb,
-                  r.nodes_s_per_gb, r.peer_s_per_gb, r.wall_seconds);
+      std::printf("%s: %.3f Gbit/s (%.1f MB/s), per node %.3f..%.3f, per connection %.3f..%.3f (Jain %.3f), "
+                  "filterd %.3f s/GB, nodes %.3f s/GB, peer %.3f s/GB (%.1f s)\n",
+                  tag.c_str(), r.aggregate_gbps, r.aggregate_mbps, r.per_node_min, r.per_node_max, r.conn_min,
+                  r.conn_max, r.jain, r.filterd_s_per_gb, r.nodes_s_per_gb, r.peer_s_per_gb, r.wall_seconds);
       std::fflush(stdout);
     }
   } catch (const RunFailure& f) {
@@ -979,15 +1057,21 @@ int Experiment::run() {
   teardown();
 
   std::vector<Row> shown = medians(rows);
-  std::printf("\n%s%s", a_.repeat > 1 ? ("median of " + std::to_string(a_.repeat) + " runs each\n").c_str() : "",
-              summary_table(shown).c_str());
-  std::string plot_err = write_plots(results_, shown, setup);
-  std::printf("\nresults: %s\n  scale.csv        one row per run\n", results_.c_str());
-  if (plot_err.empty()) {
-    std::printf("  aggregate.png    aggregate throughput vs N\n  per_node.png     per-node throughput vs N\n"
-                "  filterd_cpu.png  filterd CPU seconds per GB vs N\n");
+  const Machine machine = Machine::here();
+  std::printf("\nmachine: %s, %u cores, kernel %s, DPDK %s\n%s%s", machine.cpu.c_str(), machine.cores,
+              machine.kernel.c_str(), machine.dpdk.c_str(),
+              a_.repeat > 1 ? ("median of " + std::to_string(a_.repeat) + " runs each\n").c_str() : "",
+              analysis_text(shown, machine).c_str());
+  ReportInput report{a_.command, setup, started, machine, rows, shown, {}, ""};
+  report.plot_note = write_plots(results_, shown, setup, machine.cores, report.plots);
+  write_report_html(results_, report);
+  std::printf("\nresults: %s\n  report.html      the whole experiment on one page (open it in a browser)\n"
+              "  scale.csv        one row per run\n",
+              results_.c_str());
+  if (report.plot_note.empty()) {
+    for (const std::string& png : report.plots) std::printf("  %s\n", png.c_str());
   } else {
-    std::printf("  (no plots: %s)\n", plot_err.c_str());
+    std::printf("  (no plots: %s)\n", report.plot_note.c_str());
   }
   std::printf("  runs/            every process's log\n");
   return 0;
@@ -1000,7 +1084,11 @@ int main(int argc, char** argv) {
   Args args;
   install_signal_handlers();
   return xk::apps::app_main(
-      kProg, [&] { args = parse_args(argc, argv); },
+      kProg,
+      [&] {
+        args = parse_args(argc, argv);
+        for (int i = 0; i < argc; ++i) args.command += (i ? " " : "") + shell_word(argv[i]);
+      },
       [&] {
         Experiment e(std::move(args));
         return e.run();

@@ -2,11 +2,13 @@
 //
 //   xk-ttcp receive|-r STACK [--tcp-port 5001] [--connections N] [--group] [--buflen N]
 //                     [--rcvbuf N] [--verify on|off] [--timeout SEC] [--progress SEC]
-//   xk-ttcp transmit|-t STACK --peer A.B.C.D:P [--bytes N | --seconds S] [--buflen N]
-//                     [--sndbuf N] [--nodelay] [--verify on|off] [--seed S] [--label TEXT]
+//   xk-ttcp transmit|-t STACK --peer A.B.C.D:P [--bytes N | --seconds S] [--connections K]
+//                     [--buflen N] [--sndbuf N] [--nodelay] [--verify on|off] [--seed S]
+//                     [--label TEXT]
 //
 // The transmitter writes the test stream of xk-tcp-perf (xk/apps/stream.hpp)
-// in --buflen writes, shuts its side down and waits for the receiver's close.
+// in --buflen writes, shuts its side down and waits for the receiver's close;
+// with --connections K it does so on K connections at once, one event loop.
 // The receiver serves its --connections all at once in one event loop, reads
 // each to its end and closes it. Both print `RESULT key=value ...` lines:
 // these lines are what the experiment runner (xk-scale) parses, so keys are
@@ -17,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -62,8 +65,10 @@ receive:
 
 transmit:
   --peer A.B.C.D:P    the receiver (required)
-  --bytes N           bytes to send (default 100m; suffixes k, m, g)
+  --bytes N           bytes to send on each connection (default 100m; suffixes k, m, g)
   --seconds S         send for S seconds instead of a byte count
+  --connections K     open K connections at once (default 1); the RESULT line counts
+                      them all, and K > 1 adds one line per connection (conn=)
   --seed S            the stream's seed (default 1)
   --label TEXT        copied to the RESULT line as label=TEXT (no spaces)
 
@@ -127,7 +132,6 @@ Args parse_args(int argc, char** argv) {
       receive_only.push_back(name);
     } else if (name == "--connections") {
       a.connections = parse_number<std::uint32_t>(name, f.value(), 1, 65536);
-      receive_only.push_back(name);
     } else if (name == "--group") {
       f.no_value();
       a.group = true;
@@ -228,7 +232,10 @@ class Receiver final : public xk::Pollable {
       c->sock = std::move(*s);
       c->id = accepted_++;
       c->start = Clock::now();
-      if (c->id == 0) first_ = c->start;
+      if (c->id == 0) {
+        first_ = c->start;
+        cpu_first_ = xk::apps::process_cpu_seconds();
+      }
       conns_.push_back(std::move(c));
       last_progress_ = Clock::now();
       ++work;
@@ -258,6 +265,9 @@ class Receiver final : public xk::Pollable {
   std::uint64_t bytes() const noexcept { return total_; }
   // From the first accept to the last end.
   double seconds() const noexcept { return accepted_ > 0 ? seconds_between(first_, last_end_) : 0.0; }
+  // The process's CPU seconds over the same span (the transfer's, without
+  // the start-up and the wait for the first connection).
+  double transfer_cpu() const noexcept { return accepted_ > 0 ? cpu_last_end_ - cpu_first_ : 0.0; }
 
  private:
   struct Conn {
@@ -306,6 +316,7 @@ class Receiver final : public xk::Pollable {
   void end(Conn& c, bool eof) {
     auto now = Clock::now();
     last_end_ = now;
+    cpu_last_end_ = xk::apps::process_cpu_seconds();
     if (eof) {
       double secs = seconds_between(c.start, now);
       std::printf("RESULT role=receiver conn=%u peer=%s bytes=%llu seconds=%.6f gbps=%.3f", c.id, peer(c).c_str(),
@@ -352,6 +363,7 @@ class Receiver final : public xk::Pollable {
   std::uint64_t reported_ = 0;
   bool timed_out_ = false;
   Clock::time_point first_{}, last_end_{}, last_progress_{}, last_report_{};
+  double cpu_first_ = 0, cpu_last_end_ = 0;
 };
 
 int run_receive(xk::apps::AppStack& stack, xk::tcp::TcpProtocol& tcp, const Args& a) {
@@ -375,10 +387,10 @@ int run_receive(xk::apps::AppStack& stack, xk::tcp::TcpProtocol& tcp, const Args
   if (rx.complete()) {
     double cpu = xk::apps::process_cpu_seconds();
     std::printf("RESULT role=receiver total=1 connections=%llu bytes=%llu seconds=%.6f gbps=%.3f cpu_s=%.3f "
-                "cpu_s_per_gb=%.3f failed=%llu\n",
+                "cpu_s_per_gb=%.3f failed=%llu xfer_cpu_s=%.3f\n",
                 static_cast<unsigned long long>(rx.ended()), static_cast<unsigned long long>(rx.bytes()),
                 rx.seconds(), gbps(rx.bytes(), rx.seconds()), cpu, cpu_per_gb(cpu, rx.bytes()),
-                static_cast<unsigned long long>(rx.failures()));
+                static_cast<unsigned long long>(rx.failures()), rx.transfer_cpu());
     std::fflush(stdout);
   } else {
     rc = kExitFail;  // timed out or stopped by a signal
@@ -391,10 +403,17 @@ int run_receive(xk::apps::AppStack& stack, xk::tcp::TcpProtocol& tcp, const Args
 
 // Writes the stream (--bytes of it, or for --seconds), shuts its side down and
 // waits for the receiver's close.
+// One connection's sender. `ended` runs once when it is done or has failed
+// (the transmit run stops the loop when every one has ended, or one failed).
 class Transmitter final : public xk::Pollable {
  public:
-  Transmitter(xk::tcp::TcpSocket& s, xk::EventLoop& loop, const Args& a)
-      : s_(s), loop_(loop), a_(a), block_(xk::apps::stream_block(a.seed)), tick_(loop.timers(), [this] { on_tick(); }) {
+  Transmitter(xk::tcp::TcpSocket& s, xk::EventLoop& loop, const Args& a, const std::vector<std::byte>& block,
+              std::function<void(bool ok)> ended)
+      : s_(s),
+        a_(a),
+        block_(block),
+        tick_(loop.timers(), [this] { on_tick(); }),
+        ended_(std::move(ended)) {
     last_progress_ = Clock::now();
     tick_.arm_after(kTick);
   }
@@ -443,7 +462,7 @@ class Transmitter final : public xk::Pollable {
         if (*r == 0) {
           end_ = Clock::now();
           done_ = true;
-          loop_.stop();
+          ended_(true);
           break;
         }
       }
@@ -463,6 +482,8 @@ class Transmitter final : public xk::Pollable {
   bool ok() const noexcept { return done_ && !failed_; }
   std::uint64_t sent() const noexcept { return sent_; }
   double seconds() const noexcept { return seconds_between(start_, end_); }
+  Clock::time_point started_at() const noexcept { return start_; }
+  Clock::time_point ended_at() const noexcept { return end_; }
   std::string sha256() { return sha_.hex(); }
 
  private:
@@ -477,7 +498,7 @@ class Transmitter final : public xk::Pollable {
   std::size_t fail(const std::string& what) {
     std::fprintf(stderr, "%s: %s (%llu bytes sent)\n", kProg, what.c_str(), static_cast<unsigned long long>(sent_));
     failed_ = done_ = true;
-    loop_.stop();
+    ended_(false);
     return 1;
   }
 
@@ -496,10 +517,10 @@ class Transmitter final : public xk::Pollable {
   }
 
   xk::tcp::TcpSocket& s_;
-  xk::EventLoop& loop_;
   const Args& a_;
-  std::vector<std::byte> block_;
+  const std::vector<std::byte>& block_;  // the stream's pattern, shared by all connections
   xk::Timer tick_;
+  std::function<void(bool)> ended_;
   xk::apps::StreamDigest sha_;
   std::uint64_t sent_ = 0;
   bool connected_ = false, shut_ = false, time_up_ = false, done_ = false, failed_ = false;
@@ -508,31 +529,74 @@ class Transmitter final : public xk::Pollable {
 
 int run_transmit(xk::apps::AppStack& stack, xk::tcp::TcpProtocol& tcp, const Args& a) {
   xk::EventLoop& loop = stack.loop();
-  xk::tcp::TcpSocket s = tcp.socket();
-  apply_socket_options(s, a);
-  if (xk::Status st = s.connect(*a.peer, xk::Port{a.peer_port}); !st) {
-    std::fprintf(stderr, "%s: connect: %s\n", kProg, xk::to_string(st.error()));
-    return kExitFail;
+  std::vector<xk::tcp::TcpSocket> socks;
+  socks.reserve(a.connections);  // the transmitters hold references
+  std::vector<std::unique_ptr<Transmitter>> txs;
+  std::uint32_t running = a.connections;
+  bool failed = false;
+  auto ended = [&](bool ok) {
+    failed = failed || !ok;
+    if (--running == 0 || !ok) loop.stop();
+  };
+  const std::vector<std::byte> block = xk::apps::stream_block(a.seed);
+  const double cpu0 = xk::apps::process_cpu_seconds();  // the transfer's CPU starts here
+  for (std::uint32_t i = 0; i < a.connections && !failed; ++i) {
+    xk::tcp::TcpSocket& s = socks.emplace_back(tcp.socket());
+    apply_socket_options(s, a);
+    if (xk::Status st = s.connect(*a.peer, xk::Port{a.peer_port}); !st) {
+      std::fprintf(stderr, "%s: connect (connection %u of %u): %s\n", kProg, i + 1, a.connections,
+                   xk::to_string(st.error()));
+      failed = true;
+      break;
+    }
+    txs.push_back(std::make_unique<Transmitter>(s, loop, a, block, ended));
+    loop.add(*txs.back());
+    // The first connection alone until its handshake ends: its SYN resolves
+    // the next hop's link address, so the others do not overflow ARP's
+    // queue for an unresolved neighbour (dropped SYNs: a second's wait).
+    while (i == 0 && a.connections > 1 && !failed && s.state() == xk::tcp::State::syn_sent) loop.run_once();
   }
-  Transmitter tx(s, loop, a);
-  loop.add(tx);
-  loop.run();
-  loop.remove(tx);
-  tx.quiesce();
+  if (!failed) loop.run();
+  for (auto& tx : txs) {
+    loop.remove(*tx);
+    tx->quiesce();
+  }
   int rc = kExitFail;
-  if (tx.ok()) {
-    double cpu = xk::apps::process_cpu_seconds();
-    std::printf("RESULT role=transmitter bytes=%llu seconds=%.6f gbps=%.3f cpu_s=%.3f cpu_s_per_gb=%.3f",
-                static_cast<unsigned long long>(tx.sent()), tx.seconds(), gbps(tx.sent(), tx.seconds()), cpu,
-                cpu_per_gb(cpu, tx.sent()));
-    if (a.verify) std::printf(" sha256=%s", tx.sha256().c_str());
+  if (!failed && std::all_of(txs.begin(), txs.end(), [](const auto& t) { return t->ok(); })) {
+    const double cpu = xk::apps::process_cpu_seconds();
+    std::uint64_t total = 0;
+    Clock::time_point first = txs.front()->started_at(), last = txs.front()->ended_at();
+    for (std::size_t i = 0; i < txs.size(); ++i) {
+      const Transmitter& t = *txs[i];
+      total += t.sent();
+      first = std::min(first, t.started_at());
+      last = std::max(last, t.ended_at());
+      if (txs.size() > 1) {
+        std::printf("RESULT role=transmitter conn=%zu bytes=%llu seconds=%.6f gbps=%.3f", i,
+                    static_cast<unsigned long long>(t.sent()), t.seconds(), gbps(t.sent(), t.seconds()));
+        if (a.verify) std::printf(" sha256=%s", txs[i]->sha256().c_str());
+        std::printf("\n");
+      }
+    }
+    // All connections: bytes over the time from the first start to the last end.
+    const double secs = seconds_between(first, last);
+    // cpu_s: the whole process's life (start-up included); xfer_cpu_s: from
+    // the first connect to the last connection's end.
+    std::printf("RESULT role=transmitter bytes=%llu seconds=%.6f gbps=%.3f cpu_s=%.3f cpu_s_per_gb=%.3f "
+                "xfer_cpu_s=%.3f",
+                static_cast<unsigned long long>(total), secs, gbps(total, secs), cpu, cpu_per_gb(cpu, total),
+                cpu - cpu0);
+    if (txs.size() > 1) std::printf(" connections=%zu", txs.size());
+    if (a.verify && txs.size() == 1) std::printf(" sha256=%s", txs.front()->sha256().c_str());
     if (!a.label.empty()) std::printf(" label=%s", a.label.c_str());
     std::printf("\n");
-    if (a.stats) xk::apps::print_conn_stats("transmitter", s);
+    if (a.stats) {
+      for (auto& s : socks) xk::apps::print_conn_stats("transmitter", s);
+    }
     std::fflush(stdout);
     rc = kExitOk;
   }
-  (void)s.close();
+  for (auto& s : socks) (void)s.close();
   finish_handshakes(loop, tcp);
   return rc;
 }
