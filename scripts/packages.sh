@@ -15,6 +15,7 @@ XK_PACKAGES=(
   nlohmann-json3-dev                                    # xkctl's --json, and reading JSON back in tests
   curl nginx-light socat                                # unmodified programs under xkrun (preload tests)
   libopenmpi-dev                                        # mpicc: the MPI ping-pong run under xkrun
+  chromium                                              # renders xk-scale's report.html (headless, in the scale smoke test)
 )
 
 xk_install_packages() {

@@ -55,8 +55,12 @@ std::string command_output(const std::vector<std::string>& argv) {
   std::string out;
   try {
     run_command(argv, tmpl, 10);
+    // The log starts with the command itself ("$ ..."): the answer is the last line.
     std::ifstream in(tmpl);
-    std::getline(in, out);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty()) out = line;
+    }
+    if (out.rfind("$ ", 0) == 0) out.clear();
   } catch (const RunFailure&) {
     out.clear();
   }

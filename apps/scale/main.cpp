@@ -64,6 +64,9 @@ the matrix:
   --csum LIST           checksum: on, off (default on,off)
   --conns-per-node LIST connections each node opens at once (default 1; each 1..4096, the
                         ports filterd leases a node; N x K at most 16384, its ephemeral range)
+  --conns LIST          also a sweep of concurrent connections in all, e.g. 1,4,16,64,256,1024:
+                        T connections run as min(T, largest --n) nodes with T / nodes
+                        each (T a multiple of the nodes), at the first --csum value
   --repeat R            run each point R times; table and plots show the median (default 1)
 
 each run:
@@ -131,6 +134,7 @@ struct Args {
   std::vector<std::string> modes{"steer", "central"};
   std::vector<bool> csums{true, false};
   std::vector<unsigned> conns_per_node{1};
+  std::vector<unsigned> conns_totals;  // --conns: the sweep of connections in all
   unsigned repeat = 1;
   std::uint64_t bytes = 256ull << 20;
   std::optional<double> seconds;
@@ -233,6 +237,10 @@ Args parse_args(int argc, char** argv) {
       a.conns_per_node = parse_list<unsigned>(n, f.value(), [&](const std::string& s) {
         return parse_number<unsigned>(n, s, 1, kMaxLeasedPorts);
       });
+    } else if (n == "--conns") {
+      a.conns_totals = parse_list<unsigned>(n, f.value(), [&](const std::string& s) {
+        return parse_number<unsigned>(n, s, 1, kEphemeralPorts);
+      });
     } else if (n == "--repeat") {
       a.repeat = parse_number<unsigned>(n, f.value(), 1, 100);
     } else if (n == "--bytes") {
@@ -299,6 +307,18 @@ Args parse_args(int argc, char** argv) {
     }
   });
   if (a.seconds && bytes_given) throw UsageError{"--bytes and --seconds: give one of them"};
+  const unsigned most = *std::max_element(a.ns.begin(), a.ns.end());
+  for (unsigned t : a.conns_totals) {
+    if (t > most && t % most != 0) {
+      throw UsageError{"--conns " + std::to_string(t) + ": beyond N=" + std::to_string(most) +
+                       " nodes, a multiple of it (each node opens the same number)"};
+    }
+    if (t > most && t / most > kMaxLeasedPorts) {
+      throw UsageError{"--conns " + std::to_string(t) + ": " + std::to_string(t / most) +
+                       " connections a node, beyond the " + std::to_string(kMaxLeasedPorts) +
+                       " ports filterd leases a node; add nodes (--n)"};
+    }
+  }
   for (unsigned nodes : a.ns) {
     for (unsigned k : a.conns_per_node) {
       if (nodes * k > kEphemeralPorts) {
@@ -779,14 +799,20 @@ std::vector<std::string> Experiment::node_argv(const Run& run, const std::vector
   if (a_.buflen) tx.insert(tx.end(), {"--buflen", std::to_string(*a_.buflen)});
   if (!a_.tcp_opts.empty()) tx.insert(tx.end(), {"--tcp-opts", a_.tcp_opts});
   if (run.p.k > 1) tx.insert(tx.end(), {"--connections", std::to_string(run.p.k)});
-  // A node's port keeps the frames a full ring refuses (a channel to filterd,
-  // or the standalone node's link): a node with many connections fills the
-  // ring at once, and dropping there costs each one a retransmission timeout.
-  auto opts = std::find(tx.begin(), tx.end(), "--port-opts");
-  if (opts != tx.end()) {
-    *(opts + 1) += " tx_keep=on";
-  } else {
-    tx.insert(tx.end(), {"--port-opts", "tx_keep=on"});
+  // A node's DPDK port keeps the frames a full ring refuses (a memif channel
+  // to filterd, the standalone node's link, a node's own Ethernet port): a
+  // node with many connections fills the ring at once, and dropping there
+  // costs each one a retransmission timeout. (xk's shm driver has no such
+  // queue, and needs none: TCP keeps what a full shm ring refuses, and
+  // sends it again.)
+  const bool shm_channel = !run.standalone && !a_.remote_nodes() && a_.channels == "shm";
+  if (!shm_channel) {
+    auto opts = std::find(tx.begin(), tx.end(), "--port-opts");
+    if (opts != tx.end()) {
+      *(opts + 1) += " tx_keep=on";
+    } else {
+      tx.insert(tx.end(), {"--port-opts", "tx_keep=on"});
+    }
   }
   return tx;
 }
@@ -1005,6 +1031,18 @@ int Experiment::run() {
           for (unsigned r = 1; r <= a_.repeat; ++r) points.push_back({mode, csum, n, k, r});
         }
       }
+    }
+    // The sweep of connections in all: as many nodes as the largest N
+    // allows, the rest as connections per node.
+    const unsigned most = *std::max_element(a_.ns.begin(), a_.ns.end());
+    for (unsigned t : a_.conns_totals) {
+      if (mode == "standalone") break;  // one node: its connections are --conns-per-node's
+      const unsigned n = std::min(t, most), k = t / n;
+      const bool have = std::any_of(points.begin(), points.end(), [&](const Point& q) {
+        return q.mode == mode && q.csum == a_.csums.front() && q.n == n && q.k == k;
+      });
+      if (have) continue;
+      for (unsigned r = 1; r <= a_.repeat; ++r) points.push_back({mode, a_.csums.front(), n, k, r});
     }
   }
   const std::string per = a_.seconds ? fmt("%g s", *a_.seconds) + " per connection"

@@ -155,12 +155,8 @@ std::string write_plots(const std::string& dir, const std::vector<Row>& rows, co
   // N) with the connections ascending (plot_conns.dat).
   std::map<std::tuple<std::string, bool, unsigned, unsigned>, double> model_of;
   for (const ModelPoint& m : model(rows, cores)) model_of[{m.row.mode, m.row.csum, m.row.n, m.row.k}] = m.model_gbps;
-  bool many = false;
-  std::vector<unsigned> ks;
-  for (const Row& r : rows) {
-    many = many || r.k > 1;
-    if (std::find(ks.begin(), ks.end(), r.k) == ks.end()) ks.push_back(r.k);
-  }
+  bool many = false;  // some point has more than one connection a node: the connection plots too
+  for (const Row& r : rows) many = many || r.k > 1;
   auto name = [&](const std::string& mode, bool csum, const std::string& extra) {
     return mode + ", checksum " + (csum ? "on" : "off") + extra;
   };
@@ -179,15 +175,16 @@ std::string write_plots(const std::string& dir, const std::vector<Row>& rows, co
   };
   for (const Row& r : rows) {
     add(by_n, name(r.mode, r.csum, many ? ", K=" + std::to_string(r.k) : ""), r);
-    if (ks.size() > 1) add(by_conns, name(r.mode, r.csum, ", N=" + std::to_string(r.n)), r);
+    if (many) add(by_conns, name(r.mode, r.csum, ""), r);
   }
   auto write_dat = [&](const std::string& file, std::vector<Series>& series, bool x_conns) {
     std::ofstream dat(dir + "/" + file);
     dat << "# x aggregate_gbps per_node_gbps_mean filterd_cpu_s_per_gb per_node_gbps_min per_node_gbps_max "
            "aggregate_min aggregate_max model_gbps system_cpu_s_per_gb connections jain_index\n";
     for (Series& se : series) {
-      std::sort(se.rows.begin(), se.rows.end(),
-                [&](const Row& a, const Row& b) { return x_conns ? a.conns < b.conns : a.n < b.n; });
+      std::sort(se.rows.begin(), se.rows.end(), [&](const Row& a, const Row& b) {
+        return x_conns ? std::tie(a.conns, a.n) < std::tie(b.conns, b.n) : a.n < b.n;
+      });
       dat << "# " << se.title << "\n";
       for (const Row& r : se.rows) {
         const double lo = r.runs > 1 ? r.agg_lo : r.aggregate_gbps, hi = r.runs > 1 ? r.agg_hi : r.aggregate_gbps;
@@ -199,6 +196,14 @@ std::string write_plots(const std::string& dir, const std::vector<Row>& rows, co
       dat << "\n\n";
     }
   };
+  // A --conns sweep adds points at one N with more connections a node:
+  // alone in their (mode, csum, K) series, they draw no line against N
+  // (the connection plots show them).
+  std::vector<unsigned> ns;
+  for (const Row& r : rows) {
+    if (std::find(ns.begin(), ns.end(), r.n) == ns.end()) ns.push_back(r.n);
+  }
+  if (ns.size() > 1) std::erase_if(by_n, [](const Series& se) { return se.rows.size() == 1 && se.rows.front().k > 1; });
   write_dat("plot.dat", by_n, false);
   if (!by_conns.empty()) write_dat("plot_conns.dat", by_conns, true);
 
@@ -246,7 +251,7 @@ std::string write_plots(const std::string& dir, const std::vector<Row>& rows, co
                  "Gbit/s", 2, "7:8", false, false)
          << "set yrange [0:1.05]\n"
          << plot("fairness.png", "plot_conns.dat", by_conns, "Fairness vs concurrent connections",
-                 "Jain's index (1: all equal)", 12, "", false, false)
+                 "Jain fairness index (1: all equal)", 12, "", false, false)
          << "set yrange [0:*]\n"
          << plot("connections_cpu.png", "plot_conns.dat", by_conns, "Whole-system CPU per GB vs concurrent connections",
                  "CPU seconds per GB", 10, "", false, false);

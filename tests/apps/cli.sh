@@ -123,7 +123,7 @@ expect xk-ttcp 2 "--seconds is for transmit" -r "${STACK[@]}" --seconds 1
 expect xk-ttcp 2 "--seed is for transmit" -r "${STACK[@]}" --seed 3
 expect xk-ttcp 2 "--label is for transmit" -r "${STACK[@]}" --label x
 expect xk-ttcp 2 "--tcp-port is for receive" -t "${STACK[@]}" "${PEER[@]}" --tcp-port 5001
-expect xk-ttcp 2 "--connections is for receive" -t "${STACK[@]}" "${PEER[@]}" --connections 2
+expect xk-ttcp 2 "--connections: '0' is not a number in 1..65536" -t "${STACK[@]}" "${PEER[@]}" --connections 0
 expect xk-ttcp 2 "--group is for receive" -t "${STACK[@]}" "${PEER[@]}" --group
 expect xk-ttcp 2 "--progress is for receive" -t "${STACK[@]}" "${PEER[@]}" --progress 1
 expect xk-ttcp 2 "--bytes: 'lots' is not a number" -t "${STACK[@]}" "${PEER[@]}" --bytes lots
@@ -176,6 +176,14 @@ expect xk-scale 2 "--bytes: at least 1 byte per connection" --bytes 0
 expect xk-scale 2 "--bytes and --seconds: give one of them" --bytes 1m --seconds 2
 expect xk-scale 2 "--seconds: '0' is not a number of seconds" --seconds 0
 expect xk-scale 2 "--repeat: '0' is not a number in 1..100" --repeat 0
+expect xk-scale 2 "--conns-per-node: '0' is not a number in 1..4096" --conns-per-node 0
+expect xk-scale 2 "--conns-per-node: '5000' is not a number in 1..4096" --conns-per-node 1,5000
+expect xk-scale 2 "N=8 x --conns-per-node 4096 = 32768 connections: beyond the 16384 ephemeral ports filterd leases" \
+  --n 1,8 --conns-per-node 4096
+expect xk-scale 2 "--conns: '0' is not a number in 1..16384" --conns 0,4
+expect xk-scale 2 "--conns: '20000' is not a number in 1..16384" --conns 20000
+expect xk-scale 2 "--conns 6: beyond N=4 nodes, a multiple of it" --n 1,4 --conns 1,6
+expect xk-scale 2 "--conns 16384: 8192 connections a node, beyond the 4096 ports filterd leases a node" --n 2 --conns 16384
 expect xk-scale 2 "--mtu: '9001' is not a number in 576..9000" --mtu 9001
 expect xk-scale 2 "--buflen: 1 byte to 64m" --buflen 0
 expect xk-scale 2 "--launcher: expected local or mpirun, got 'slurm'" --launcher slurm

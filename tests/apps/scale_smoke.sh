@@ -4,8 +4,14 @@
 #
 # (1) N=1,2 x steer,central x checksum on,off, local launcher: scale.csv has
 #     the header and all 8 rows, every figure positive and the bytes exact;
-#     the three plots are PNG files (signature, IHDR, a sane size); nothing
-#     is left behind (no process, no memif socket, no temporary folder);
+#     the plots are PNG files (signature, IHDR, a sane size); the table's
+#     comparisons (steer / central per component, checksum off / on), the
+#     model and the paper's figures; nothing is left behind (no process, no
+#     memif socket, no temporary folder);
+# (1b) --repeat 3 and a sweep of connections (--conns 1,2,8: N=2 with K=4):
+#     the median and min..max of each point, per-connection spread and
+#     Jain's index, the connection plots; report.html names every run and
+#     embeds valid PNGs, and headless Chromium renders it;
 # (2) the mpirun path: N=2 as one `mpirun -np 2` job (steer, checksum on, shm channels),
 #     each rank a node with its own label;
 # (3) SIGINT in the middle of a run: xk-scale exits 130 within seconds and
@@ -67,28 +73,38 @@ no_leftovers() {
   echo "   nothing left behind by xk-scale $pid"
 }
 
-# check_csv FILE ROWS LAUNCHER [REMOTE [LINK]]: the header, ROWS rows, each (mode,
-# csum, n) of the matrix once, every figure positive, bytes = n x BYTES, the
-# remote REMOTE (default xk), node_link LINK (default memif; standalone rows memif).
+# check_csv FILE ROWS LAUNCHER [REMOTE [LINK [REPEAT]]]: the header, ROWS
+# rows, each (mode, csum, n, k) of the matrix REPEAT times (default 1), every
+# figure positive, bytes = connections x BYTES, the remote REMOTE (default
+# xk), node_link LINK (default memif; standalone rows memif).
 check_csv() {
-  /usr/bin/python3 - "$1" "$2" "$3" "$(numfmt --from=iec "${BYTES^^}")" "${4:-xk}" "${5:-memif}" <<'PY'
-import csv, sys
-path, rows_wanted, launcher, per_conn, remote, link = (sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]),
-                                                       sys.argv[5], sys.argv[6])
+  /usr/bin/python3 - "$1" "$2" "$3" "$(numfmt --from=iec "${BYTES^^}")" "${4:-xk}" "${5:-memif}" "${6:-1}" <<'PY'
+import collections, csv, sys
+path, rows_wanted, launcher, per_conn, remote, link, repeat = (sys.argv[1], int(sys.argv[2]), sys.argv[3],
+                                                               int(sys.argv[4]), sys.argv[5], sys.argv[6],
+                                                               int(sys.argv[7]))
 header = ("mode,csum,n,repeat,bytes,seconds,aggregate_gbps,aggregate_MBps,per_node_gbps_mean,per_node_gbps_min,"
           "per_node_gbps_max,filterd_cpu_s_per_gb,nodes_cpu_s_per_gb,peer_cpu_s_per_gb,filterd_cpu_s,nodes_cpu_s,"
-          "peer_cpu_s,launcher,remote,mtu,wall_seconds,node_link")
+          "peer_cpu_s,launcher,remote,mtu,wall_seconds,node_link,conns_per_node,connections,system_cpu_s_per_gb,"
+          "per_conn_gbps_min,per_conn_gbps_max,jain_index")
 lines = open(path).read().splitlines()
 assert lines[0] == header, "header: %r" % lines[0]
 rows = list(csv.DictReader(lines))
 assert len(rows) == rows_wanted, "%d rows, %d wanted" % (len(rows), rows_wanted)
-keys = set()
+keys = collections.Counter()
 for r in rows:
-    keys.add((r["mode"], r["csum"], r["n"]))
+    keys[(r["mode"], r["csum"], r["n"], r["conns_per_node"])] += 1
+    n, k, conns = int(r["n"]), int(r["conns_per_node"]), int(r["connections"])
+    assert conns == n * k, r
+    system = sum(float(r[c]) for c in ("filterd_cpu_s_per_gb", "nodes_cpu_s_per_gb", "peer_cpu_s_per_gb"))
+    assert abs(system - float(r["system_cpu_s_per_gb"])) <= 0.001 + 1e-3 * system, r
+    lo, hi, jain = float(r["per_conn_gbps_min"]), float(r["per_conn_gbps_max"]), float(r["jain_index"])
+    assert 0 < lo <= hi and 1.0 / conns - 1e-3 <= jain <= 1.0001, r
+    assert conns > 1 or abs(jain - 1) < 1e-3, r
     assert r["mode"] in ("steer", "central", "standalone") and r["csum"] in ("on", "off"), r
     assert r["launcher"] == launcher and r["remote"] == remote and r["mtu"] == "1500", r
     assert r["node_link"] == (link if r["mode"] != "standalone" else "memif"), r
-    assert int(r["bytes"]) == int(r["n"]) * per_conn, "bytes %s for n=%s" % (r["bytes"], r["n"])
+    assert int(r["bytes"]) == conns * per_conn, "bytes %s for %d connections" % (r["bytes"], conns)
     for k in header.split(",")[4:17] + ["wall_seconds"]:
         if r["mode"] == "standalone" and k.startswith("filterd"):
             assert float(r[k]) == 0, "standalone: %s=%s, but there is no filterd" % (k, r[k])
@@ -97,7 +113,8 @@ for r in rows:
     assert float(r["per_node_gbps_min"]) <= float(r["per_node_gbps_mean"]) <= float(r["per_node_gbps_max"]), r
     mbps = int(r["bytes"]) / float(r["seconds"]) / 1e6
     assert abs(mbps - float(r["aggregate_MBps"])) <= 0.01 * mbps + 0.01, r
-assert len(keys) == rows_wanted, "a (mode, csum, n) is missing or repeated: %s" % sorted(keys)
+assert all(c == repeat for c in keys.values()) and len(keys) * repeat == rows_wanted, \
+    "a (mode, csum, n, k) is missing or repeated: %s" % sorted(keys.items())
 print("   %s: header and %d complete rows" % (path, len(rows)))
 PY
 }
@@ -126,16 +143,109 @@ wait "$SCALE_PID" || { cat "$OUT/local.log" >&2; die "(1): xk-scale failed"; }
 PIDS=()
 sed 's/^/   /' "$OUT/local.log"
 check_csv "$OUT/local/scale.csv" 10 local
-for p in aggregate per_node filterd_cpu; do check_png "$OUT/local/$p.png"; done
+for p in aggregate per_node filterd_cpu system_cpu; do check_png "$OUT/local/$p.png"; done
 grep -q "^central  *off  *2 " "$OUT/local.log" || die "(1): the table has no row for central, csum off, N=2"
 grep -q "results: $OUT/local" "$OUT/local.log" || die "(1): xk-scale did not say where the results are"
 [ "$(ls "$OUT/local/runs" | wc -l)" -eq 10 ] || die "(1): not 10 run folders in $OUT/local/runs"
 for c in on off; do
   grep -q "^through filterd / standalone, N=1, csum $c: [0-9.]*x throughput" "$OUT/local.log" ||
     die "(1): no steer / standalone ratio for csum $c"
-  grep -q "^filterd CPU per GB, steer / central, N=2, csum $c: [0-9.]*x" "$OUT/local.log" ||
-    die "(1): no steer / central filterd CPU ratio for csum $c at N=2"
+  # steer / central: throughput, then filterd, nodes, peer and system CPU per GB.
+  for n in 1 2; do
+    grep -qE "^$c +$n +$n +([0-9.]+x +){4}[0-9.]+x$" "$OUT/local.log" || die "(1): no steer / central row for csum $c at N=$n"
+  done
 done
+for m in steer central standalone; do
+  # checksum off / on: the gain, then each component's share of CPU the checksum cost.
+  grep -qE "^$m +1 +1 +[-+][0-9]+% +(-?[0-9]+% +){3}-?[0-9]+%" "$OUT/local.log" ||
+    die "(1): no checksum off / on row for $m at N=1"
+done
+# The model: a row per point (measured, model, the limiting term, processes,
+# busy cores), and the check where this machine has a core per process.
+grep -q "^model, a core per process" "$OUT/local.log" || die "(1): no model section"
+[ "$(grep -cE "^(steer|central|standalone) +(on|off) +[12] +[12] +[0-9.]+ +[0-9.]+ +(nodes|filterd|receiver) +[0-9]+ +[0-9.]+ +(model [-+][0-9]+ % off|not here)" \
+  "$OUT/local.log")" -eq 10 ] || die "(1): not 10 model rows"
+grep -q "^Guedes & Peterson (1997) beside ours" "$OUT/local.log" || die "(1): no comparison with the paper"
+grep -qE "^  per-node / central throughput +paper 4.2x \(6 nodes\) +ours [0-9.]+x \(N=1\), [0-9.]+x \(N=2\)" \
+  "$OUT/local.log" || die "(1): the paper's per-node / central ratio is not beside ours"
+grep -qE "^  checksum off +paper \+50 % .* ours steer [-+][0-9]+ % \(N=1\)" "$OUT/local.log" ||
+  die "(1): the paper's checksum gain is not beside ours"
+grep -q "^machine: .*, [0-9]* cores, kernel $(uname -r), DPDK " "$OUT/local.log" || die "(1): no machine line"
+no_leftovers "$SCALE_PID"
+
+step "(1b) --repeat 3 and a sweep of connections (--conns 1,2,8: N=2, K=4), steer, checksum on; the report"
+start_scale "$OUT/sweep.log" --n 1,2 --modes steer --csum on --conns 1,2,8 --repeat 3 --results "$OUT/sweep" \
+  "${COMMON[@]}"
+wait "$SCALE_PID" || { cat "$OUT/sweep.log" >&2; die "(1b): xk-scale failed"; }
+PIDS=()
+sed 's/^/   /' "$OUT/sweep.log"
+check_csv "$OUT/sweep/scale.csv" 9 local xk memif 3
+grep -q "^median of 3 runs each" "$OUT/sweep.log" || die "(1b): the table does not say it shows medians"
+# A row: mode csum N K conns median (min..max) MB/s per-node per-connection (Jain) and four CPU figures.
+for nk in "1 1 1" "2 1 2" "2 4 8"; do
+  read -r n k c <<< "$nk"
+  grep -qE "^steer +on +$n +$k +$c +[0-9.]+ \(([0-9.]+)\.\.([0-9.]+)\) +[0-9.]+ +[0-9.]+ \([0-9.]+\.\.[0-9.]+\) +[0-9.]+\.\.[0-9.]+ \([01]\.[0-9]+\)" \
+    "$OUT/sweep.log" || die "(1b): no table row with median (min..max) and Jain's index for N=$n K=$k"
+done
+/usr/bin/python3 - "$OUT/sweep.log" <<'PY' || die "(1b): a median outside its min..max"
+import re, sys
+for m in re.finditer(r"^steer +on +\d+ +\d+ +\d+ +([0-9.]+) \(([0-9.]+)\.\.([0-9.]+)\)", open(sys.argv[1]).read(), re.M):
+    med, lo, hi = map(float, m.groups())
+    assert lo <= med <= hi, m.group(0)
+PY
+for p in aggregate per_node filterd_cpu system_cpu connections fairness connections_cpu; do
+  check_png "$OUT/sweep/$p.png"
+done
+REPORT=$OUT/sweep/report.html
+grep -q "report.html" "$OUT/sweep.log" || die "(1b): xk-scale did not name the report"
+/usr/bin/python3 - "$REPORT" "$OUT/sweep/scale.csv" <<'PY' || die "(1b): report.html is incomplete"
+import base64, csv, html.parser, struct, sys, zlib
+text = open(sys.argv[1]).read()
+runs = list(csv.DictReader(open(sys.argv[2])))
+class Page(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids, self.imgs, self.tables, self.rows, self.in_runs = set(), [], 0, [], False
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a:
+            self.ids.add(a["id"])
+            self.in_runs = a["id"] == "runs"
+        if tag == "img":
+            self.imgs.append(a.get("src", ""))
+        if tag == "table":
+            self.tables += 1
+        if tag == "tr" and self.in_runs:
+            self.rows.append(tag)
+p = Page()
+p.feed(text)
+for section in ("machine", "command", "results", "model", "paper", "plots", "runs"):
+    assert section in p.ids, "no section %s" % section
+assert len(p.rows) == len(runs) + 1, "the runs table has %d rows for %d runs" % (len(p.rows) - 1, len(runs))
+assert len(p.imgs) == 7, "%d images" % len(p.imgs)
+for src in p.imgs:
+    assert src.startswith("data:image/png;base64,"), src[:40]
+    d = base64.b64decode(src.split(",", 1)[1], validate=True)
+    assert d[:8] == b"\x89PNG\r\n\x1a\n" and d[12:16] == b"IHDR", "an embedded image is not a PNG"
+    assert zlib.crc32(d[12:29]) == struct.unpack(">I", d[29:33])[0], "IHDR's CRC"
+    w, h = struct.unpack(">II", d[16:24])
+    assert 100 <= w <= 10000 and 100 <= h <= 10000, (w, h)
+    assert len(d) > 5000, "an embedded plot of %d bytes has no data in it" % len(d)
+assert "xk-scale" in text and "--conns 1,2,8" in text, "the command is not on the page"
+print("   report.html: %d sections, %d embedded PNGs, %d runs named" % (len(p.ids), len(p.imgs), len(runs)))
+PY
+# Rendered by a browser: Chromium, headless, prints the page's DOM after
+# layout and draws it; the DOM has the sections, the screenshot is a PNG.
+CHROME=$(command -v chromium || command -v chromium-browser || true)
+[ -n "$CHROME" ] || die "needs chromium (Debian: chromium; scripts/packages.sh installs it)"
+timeout 120 "$CHROME" --headless --no-sandbox --disable-gpu --user-data-dir="$OUT/chrome" \
+  --dump-dom "file://$REPORT" > "$OUT/report.dom" 2> "$OUT/chrome.log" || { tail "$OUT/chrome.log" >&2; die "(1b): chromium failed"; }
+for h in "Machine" "Results" "Model: a core per process" "The paper beside ours" "Every run"; do
+  grep -q "<h2[^>]*>$h</h2>" "$OUT/report.dom" || die "(1b): chromium's DOM of the report has no '$h'"
+done
+timeout 120 "$CHROME" --headless --no-sandbox --disable-gpu --user-data-dir="$OUT/chrome" --window-size=1200,2400 \
+  --screenshot="$OUT/report-shot.png" "file://$REPORT" >> "$OUT/chrome.log" 2>&1 || { tail "$OUT/chrome.log" >&2; die "(1b): chromium's screenshot failed"; }
+check_png "$OUT/report-shot.png"
 no_leftovers "$SCALE_PID"
 
 step "(2) mpirun: N=2 as one mpirun job, over shm channels"

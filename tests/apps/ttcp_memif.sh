@@ -10,7 +10,10 @@
 #
 # standalone: (1) 16m in 64k writes: both ends print the same sha256 and
 # byte count, sane numbers, the aggregate line, STATS only where --stats was
-# given; (2) --csum off on both stacks and --seconds 1: the sha256 still
+# given; (1b) one transmitter with --connections 4: four streams at once,
+# each intact (its own RESULT line, the receiver's sha256), one total line
+# with connections=4 and the transfer's own CPU (xfer_cpu_s, at most the
+# whole life's cpu_s); (2) --csum off on both stacks and --seconds 1: the sha256 still
 # matches, the transmitter sent for at least a second, the receiver printed
 # PROGRESS lines; (3) failures: a transmitter to a port nobody listens on
 # exits 1 (refused), and a receiver waiting for a second connection that
@@ -92,6 +95,27 @@ if [ -z "$FD" ]; then
   [ "$(key "$(grep '^RESULT role=transmitter' "$OUT/tx1.log")" label)" = first ] || die "(1): no label=first"
   grep -q '^STATS who=receiver ' "$OUT/rx1.log" || die "(1): no STATS line from the receiver (--stats)"
   ! grep -q '^STATS' "$OUT/tx1.log" || die "(1): a STATS line from the transmitter without --stats"
+
+  step "(1b) one transmitter, --connections 4, 4m each"
+  receiver rx1b.log --connections 4
+  transmitter tx1b.log --peer 192.0.2.10:5001 --connections 4 --bytes 4m --label four \
+    || { cat "$OUT/tx1b.log" >&2; die "(1b): the transmitter failed"; }
+  wait_rx || { cat "$OUT/rx1b.log" >&2; die "(1b): the receiver failed"; }
+  aggregate rx1b.log 4 16777216
+  total=$(grep '^RESULT role=transmitter bytes=' "$OUT/tx1b.log" || true)
+  echo "   $total"
+  [ "$(key "$total" connections)" = 4 ] && [ "$(key "$total" bytes)" = 16777216 ] && [ "$(key "$total" label)" = four ] \
+    || die "(1b): the transmitter's total line is not 4 connections, 16777216 bytes, label=four"
+  awk -v x="$(key "$total" xfer_cpu_s)" -v c="$(key "$total" cpu_s)" 'BEGIN { exit !(x > 0 && x <= c) }' \
+    || die "(1b): xfer_cpu_s=$(key "$total" xfer_cpu_s) is not in (0, cpu_s=$(key "$total" cpu_s)]"
+  for c in 0 1 2 3; do
+    tx=$(grep "^RESULT role=transmitter conn=$c " "$OUT/tx1b.log" || true)
+    [ "$(key "$tx" bytes)" = 4194304 ] || die "(1b): connection $c of the transmitter: bytes=$(key "$tx" bytes)"
+    rx=$(grep "^RESULT role=receiver conn=$c " "$OUT/rx1b.log" || true)
+    [ "$(key "$rx" bytes)" = 4194304 ] && [ "$(key "$rx" sha256)" = "$(key "$tx" sha256)" ] \
+      || die "(1b): connection $c: the receiver's bytes or sha256 differ from the transmitter's"
+  done
+  grep -q '^RESULT role=receiver total=1 .*xfer_cpu_s=[0-9.]*$' "$OUT/rx1b.log" || die "(1b): no receiver xfer_cpu_s"
 
   step "(2) --csum off on both stacks, --seconds 1, --progress 0.2"
   receiver rx2.log --csum off --progress 0.2 --rcvbuf 256k
