@@ -10,12 +10,6 @@
 namespace xk::scale {
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-
 std::string esc(const std::string& t) {
   std::string o;
   for (char c : t) {

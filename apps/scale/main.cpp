@@ -441,12 +441,6 @@ std::string timestamp() {
   return b;
 }
 
-std::string fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-
 std::string human_bytes(std::uint64_t b) {
   if (b % (1ull << 30) == 0) return std::to_string(b >> 30) + "g";
   if (b % (1ull << 20) == 0) return std::to_string(b >> 20) + "m";

@@ -23,13 +23,11 @@ const char* const kCsvHeader =
     "peer_cpu_s,launcher,remote,mtu,wall_seconds,node_link,conns_per_node,connections,system_cpu_s_per_gb,"
     "per_conn_gbps_min,per_conn_gbps_max,jain_index";
 
-namespace {
 std::string fmt(const char* f, double v) {
   char b[64];
   std::snprintf(b, sizeof b, f, v);
   return b;
 }
-}  // namespace
 
 std::string csv_line(const Row& r) {
   std::ostringstream s;

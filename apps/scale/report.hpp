@@ -35,6 +35,9 @@ struct Row {
   double wall_seconds = 0;  // the run, from the first process to the last exit
 };
 
+// One number through a printf format ("%.3f"), as a string.
+std::string fmt(const char* f, double v);
+
 extern const char* const kCsvHeader;
 std::string csv_line(const Row& r);
 
