@@ -64,9 +64,17 @@ struct CsumGain {
   // The share of each component's CPU per GB that the checksum cost:
   // 1 - off / on (from the two runs' CPU accounting, not a profile).
   double nodes_share = 0, filterd_share = 0, peer_share = 0, system_share = 0;
-  bool off_slower = false;  // off below on by more than the runs' spread
+  // With --repeat, the runs are made in rounds (every point once a round):
+  // off against on in the same round, a comparison the machine's drift
+  // does not bias.
+  unsigned rounds = 0;      // rounds with both an on and an off run
+  unsigned off_faster = 0;  // of those, the rounds where off was faster
+  double paired = 0;        // the median of the rounds' off / on
+  // Off slower than on: with 3 rounds or more, the median round says so;
+  // else the medians do.
+  bool off_slower = false;
 };
-std::vector<CsumGain> checksum_ablation(const std::vector<Row>& medians);
+std::vector<CsumGain> checksum_ablation(const std::vector<Row>& medians, const std::vector<Row>& runs = {});
 
 // Guedes & Peterson (1997) beside ours.
 struct PaperLine {
@@ -74,7 +82,8 @@ struct PaperLine {
 };
 std::vector<PaperLine> paper_comparison(const std::vector<Row>& medians);
 
-// The text report: the table, then the comparisons, the model and the paper.
-std::string analysis_text(const std::vector<Row>& medians, const Machine& m);
+// The text report: the table, then the comparisons, the model and the paper
+// (`runs`: every run, for the checksum's rounds).
+std::string analysis_text(const std::vector<Row>& medians, const std::vector<Row>& runs, const Machine& m);
 
 }  // namespace xk::scale

@@ -142,19 +142,25 @@ void write_report_html(const std::string& dir, const ReportInput& in) {
       << table({"checksum", "N", "connections", "throughput", "filterd", "nodes", "peer", "system"}, rows);
   }
 
-  if (const auto gains = checksum_ablation(in.medians); !gains.empty()) {
+  if (const auto gains = checksum_ablation(in.medians, in.runs); !gains.empty()) {
     std::vector<std::vector<std::string>> rows;
     for (const CsumGain& g : gains) {
       rows.push_back({esc(g.mode), num(g.n), num(g.n * g.k),
                       (g.off_slower ? "<span class=\"bad\">" : std::string("<span>")) +
                           fmt("%+.0f %%", (g.gain - 1) * 100) + "</span>",
+                      g.rounds > 1 ? num(g.off_faster) + " of " + num(g.rounds) + " (median " +
+                                         fmt("%+.0f %%", (g.paired - 1) * 100) + ")"
+                                   : "-",
                       fmt("%.0f %%", g.nodes_share * 100), fmt("%.0f %%", g.filterd_share * 100),
                       fmt("%.0f %%", g.peer_share * 100), fmt("%.0f %%", g.system_share * 100)});
     }
     h << "<h2 id=\"checksum\">The checksum</h2>\n<p>Throughput with the checksum off over on, and the share of "
          "each component's CPU per GB that the checksum cost (1 - off / on, from the CPU accounting of the two "
-         "runs). Red: off slower than on beyond the runs' spread.</p>\n"
-      << table({"mode", "N", "connections", "gain of off", "nodes", "filterd", "peer", "system"}, rows);
+         "runs). With --repeat the runs go in rounds, every point once a round, and off is also compared with "
+         "on in the same round. Red: off slower than on (the median round's, with three rounds or more).</p>\n"
+      << table({"mode", "N", "connections", "gain of off", "rounds where off was faster", "nodes", "filterd",
+                "peer", "system"},
+               rows);
   }
 
   if (const auto points = model(in.medians, in.machine.cores); !points.empty()) {

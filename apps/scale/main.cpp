@@ -1016,14 +1016,16 @@ int Experiment::run() {
     std::strftime(b, sizeof b, "%Y-%m-%d %H:%M:%S %Z", &tm);
     return std::string(b);
   }();
-  std::vector<Point> points;
+  // The points of the matrix, then the connection sweep's; with --repeat
+  // the whole list runs R times over, round by round, so that a drift of
+  // the machine's speed (another guest, a slow minute) falls on every point
+  // alike, not on the one whose runs came then.
+  std::vector<Point> round;
   for (const auto& mode : a_.modes) {
     for (bool csum : a_.csums) {
       for (unsigned n : a_.ns) {
         if (mode == "standalone" && n != 1) continue;  // one link, one stack on it
-        for (unsigned k : a_.conns_per_node) {
-          for (unsigned r = 1; r <= a_.repeat; ++r) points.push_back({mode, csum, n, k, r});
-        }
+        for (unsigned k : a_.conns_per_node) round.push_back({mode, csum, n, k, 1});
       }
     }
     // The sweep of connections in all: as many nodes as the largest N
@@ -1032,11 +1034,17 @@ int Experiment::run() {
     for (unsigned t : a_.conns_totals) {
       if (mode == "standalone") break;  // one node: its connections are --conns-per-node's
       const unsigned n = std::min(t, most), k = t / n;
-      const bool have = std::any_of(points.begin(), points.end(), [&](const Point& q) {
+      const bool have = std::any_of(round.begin(), round.end(), [&](const Point& q) {
         return q.mode == mode && q.csum == a_.csums.front() && q.n == n && q.k == k;
       });
-      if (have) continue;
-      for (unsigned r = 1; r <= a_.repeat; ++r) points.push_back({mode, a_.csums.front(), n, k, r});
+      if (!have) round.push_back({mode, a_.csums.front(), n, k, 1});
+    }
+  }
+  std::vector<Point> points;
+  for (unsigned r = 1; r <= a_.repeat; ++r) {
+    for (Point p : round) {
+      p.repeat = r;
+      points.push_back(p);
     }
   }
   const std::string per = a_.seconds ? fmt("%g s", *a_.seconds) + " per connection"
@@ -1093,7 +1101,7 @@ int Experiment::run() {
   std::printf("\nmachine: %s, %u cores, kernel %s, DPDK %s\n%s%s", machine.cpu.c_str(), machine.cores,
               machine.kernel.c_str(), machine.dpdk.c_str(),
               a_.repeat > 1 ? ("median of " + std::to_string(a_.repeat) + " runs each\n").c_str() : "",
-              analysis_text(shown, machine).c_str());
+              analysis_text(shown, rows, machine).c_str());
   ReportInput report{a_.command, setup, started, machine, rows, shown, {}, ""};
   report.plot_note = write_plots(results_, shown, setup, machine.cores, report.plots);
   write_report_html(results_, report);

@@ -8,10 +8,11 @@
 #     comparisons (steer / central per component, checksum off / on), the
 #     model and the paper's figures; nothing is left behind (no process, no
 #     memif socket, no temporary folder);
-# (1b) --repeat 3 and a sweep of connections (--conns 1,2,8: N=2 with K=4):
-#     the median and min..max of each point, per-connection spread and
-#     Jain's index, the connection plots; report.html names every run and
-#     embeds valid PNGs, and headless Chromium renders it;
+# (1b) --repeat 3, checksum on and off, and a sweep of connections (--conns
+#     1,2,8: N=2 with K=4, checksum on): the runs in rounds, the median and
+#     min..max of each point, off against on round by round, per-connection
+#     spread and Jain's index, the connection plots; report.html names every
+#     run and embeds valid PNGs, and headless Chromium renders it;
 # (2) the mpirun path: N=2 as one `mpirun -np 2` job (steer, checksum on, shm channels),
 #     each rank a node with its own label;
 # (3) SIGINT in the middle of a run: xk-scale exits 130 within seconds and
@@ -157,7 +158,7 @@ for c in on off; do
 done
 for m in steer central standalone; do
   # checksum off / on: the gain, then each component's share of CPU the checksum cost.
-  grep -qE "^$m +1 +1 +[-+][0-9]+% +(-?[0-9]+% +){3}-?[0-9]+%" "$OUT/local.log" ||
+  grep -qE "^$m +1 +1 +[-+][0-9]+% +- +(-?[0-9]+% +){3}-?[0-9]+%" "$OUT/local.log" ||
     die "(1): no checksum off / on row for $m at N=1"
 done
 # The model: a row per point (measured, model, the limiting term, processes,
@@ -173,23 +174,33 @@ grep -qE "^  checksum off +paper \+50 % .* ours steer [-+][0-9]+ % \(N=1\)" "$OU
 grep -q "^machine: .*, [0-9]* cores, kernel $(uname -r), DPDK " "$OUT/local.log" || die "(1): no machine line"
 no_leftovers "$SCALE_PID"
 
-step "(1b) --repeat 3 and a sweep of connections (--conns 1,2,8: N=2, K=4), steer, checksum on; the report"
-start_scale "$OUT/sweep.log" --n 1,2 --modes steer --csum on --conns 1,2,8 --repeat 3 --results "$OUT/sweep" \
+step "(1b) --repeat 3, checksum on and off, and a sweep of connections (--conns 1,2,8: N=2, K=4); the report"
+start_scale "$OUT/sweep.log" --n 1,2 --modes steer --csum on,off --conns 1,2,8 --repeat 3 --results "$OUT/sweep" \
   "${COMMON[@]}"
 wait "$SCALE_PID" || { cat "$OUT/sweep.log" >&2; die "(1b): xk-scale failed"; }
 PIDS=()
 sed 's/^/   /' "$OUT/sweep.log"
-check_csv "$OUT/sweep/scale.csv" 9 local xk memif 3
+check_csv "$OUT/sweep/scale.csv" 15 local xk memif 3
 grep -q "^median of 3 runs each" "$OUT/sweep.log" || die "(1b): the table does not say it shows medians"
+# Rounds: every point once, then again; the run lines say "#1" for the first five.
+/usr/bin/python3 - "$OUT/sweep.log" <<'PY' || die "(1b): the runs did not go in rounds"
+import re, sys
+rounds = [int(m) for m in re.findall(r"^\[\d+/15\] .* #(\d) \.\.\.$", open(sys.argv[1]).read(), re.M)]
+assert rounds == [1] * 5 + [2] * 5 + [3] * 5, rounds
+PY
+for n in 1 2; do
+  grep -qE "^steer +$n +$n +[-+][0-9]+% +[0-3] of 3 \(median [-+][0-9]+%\) +(-?[0-9]+% +){3}-?[0-9]+%" "$OUT/sweep.log" ||
+    die "(1b): no round-by-round checksum row at N=$n"
+done
 # A row: mode csum N K conns median (min..max) MB/s per-node per-connection (Jain) and four CPU figures.
-for nk in "1 1 1" "2 1 2" "2 4 8"; do
-  read -r n k c <<< "$nk"
-  grep -qE "^steer +on +$n +$k +$c +[0-9.]+ \(([0-9.]+)\.\.([0-9.]+)\) +[0-9.]+ +[0-9.]+ \([0-9.]+\.\.[0-9.]+\) +[0-9.]+\.\.[0-9.]+ \([01]\.[0-9]+\)" \
-    "$OUT/sweep.log" || die "(1b): no table row with median (min..max) and Jain's index for N=$n K=$k"
+for nk in "on 1 1 1" "on 2 1 2" "on 2 4 8" "off 1 1 1" "off 2 1 2"; do
+  read -r cs n k c <<< "$nk"
+  grep -qE "^steer +$cs +$n +$k +$c +[0-9.]+ \(([0-9.]+)\.\.([0-9.]+)\) +[0-9.]+ +[0-9.]+ \([0-9.]+\.\.[0-9.]+\) +[0-9.]+\.\.[0-9.]+ \([01]\.[0-9]+\)" \
+    "$OUT/sweep.log" || die "(1b): no table row with median (min..max) and Jain's index for csum $cs N=$n K=$k"
 done
 /usr/bin/python3 - "$OUT/sweep.log" <<'PY' || die "(1b): a median outside its min..max"
 import re, sys
-for m in re.finditer(r"^steer +on +\d+ +\d+ +\d+ +([0-9.]+) \(([0-9.]+)\.\.([0-9.]+)\)", open(sys.argv[1]).read(), re.M):
+for m in re.finditer(r"^steer +o[nf]+ +\d+ +\d+ +\d+ +([0-9.]+) \(([0-9.]+)\.\.([0-9.]+)\)", open(sys.argv[1]).read(), re.M):
     med, lo, hi = map(float, m.groups())
     assert lo <= med <= hi, m.group(0)
 PY
@@ -219,7 +230,7 @@ class Page(html.parser.HTMLParser):
             self.rows.append(tag)
 p = Page()
 p.feed(text)
-for section in ("machine", "command", "results", "model", "paper", "plots", "runs"):
+for section in ("machine", "command", "results", "checksum", "model", "paper", "plots", "runs"):
     assert section in p.ids, "no section %s" % section
 assert len(p.rows) == len(runs) + 1, "the runs table has %d rows for %d runs" % (len(p.rows) - 1, len(runs))
 assert len(p.imgs) == 7, "%d images" % len(p.imgs)
@@ -232,6 +243,7 @@ for src in p.imgs:
     assert 100 <= w <= 10000 and 100 <= h <= 10000, (w, h)
     assert len(d) > 5000, "an embedded plot of %d bytes has no data in it" % len(d)
 assert "xk-scale" in text and "--conns 1,2,8" in text, "the command is not on the page"
+assert " of 3 (median " in text, "the checksum's rounds are not on the page"
 print("   report.html: %d sections, %d embedded PNGs, %d runs named" % (len(p.ids), len(p.imgs), len(runs)))
 PY
 # Rendered by a browser: Chromium, headless, prints the page's DOM after
@@ -240,7 +252,7 @@ CHROME=$(command -v chromium || command -v chromium-browser || true)
 [ -n "$CHROME" ] || die "needs chromium (Debian: chromium; scripts/packages.sh installs it)"
 timeout 120 "$CHROME" --headless --no-sandbox --disable-gpu --user-data-dir="$OUT/chrome" \
   --dump-dom "file://$REPORT" > "$OUT/report.dom" 2> "$OUT/chrome.log" || { tail "$OUT/chrome.log" >&2; die "(1b): chromium failed"; }
-for h in "Machine" "Results" "Model: a core per process" "The paper beside ours" "Every run"; do
+for h in "Machine" "Results" "The checksum" "Model: a core per process" "The paper beside ours" "Every run"; do
   grep -q "<h2[^>]*>$h</h2>" "$OUT/report.dom" || die "(1b): chromium's DOM of the report has no '$h'"
 done
 timeout 120 "$CHROME" --headless --no-sandbox --disable-gpu --user-data-dir="$OUT/chrome" --window-size=1200,2400 \
