@@ -74,6 +74,9 @@ each run:
   --seconds S           or: each node sends for S seconds
   --buflen N            the nodes' write size (xk-ttcp --buflen)
   --mtu N               MTU of the external link (default 1500; up to 9000)
+  --frame-max N         the largest frame the external memif link carries (default 0:
+                        MTU-sized, as on a wire; 65535: the large frames two xk processes
+                        may pass each other, which only steer mode's forwarded segments use)
   --tcp-opts 'K=V ..'   more tcp options for every stack (filterd's too)
   --verify on|off       SHA-256 of every stream at both ends (default off: it costs CPU)
   --idle busy|sleep|yield
@@ -140,6 +143,7 @@ struct Args {
   std::optional<double> seconds;
   std::optional<std::uint64_t> buflen;
   unsigned mtu = 1500;
+  unsigned frame_max = 0;  // the external memif link's largest frame (0: MTU-sized only)
   std::string tcp_opts;
   bool verify = false;
   std::string idle = "sleep", peer_idle = "sleep", filterd_idle = "spin";
@@ -254,6 +258,8 @@ Args parse_args(int argc, char** argv) {
       if (*a.buflen == 0 || *a.buflen > (64u << 20)) throw UsageError{"--buflen: 1 byte to 64m"};
     } else if (n == "--mtu") {
       a.mtu = parse_number<unsigned>(n, f.value(), 576, 9000);
+    } else if (n == "--frame-max") {
+      a.frame_max = parse_number<unsigned>(n, f.value(), 0, 65535);
     } else if (n == "--tcp-opts") {
       a.tcp_opts = std::string(f.value());
     } else if (n == "--verify") {
@@ -336,6 +342,10 @@ Args parse_args(int argc, char** argv) {
     throw UsageError{"--remote linux: Linux checks the checksum of every segment it receives (a veth's rx "
                      "offload does not skip that for frames from af_packet), so checksum off needs --remote xk; "
                      "give --csum on"};
+  }
+  if (a.remote == Remote::linux && a.frame_max != 0) {
+    throw UsageError{"--frame-max is for the memif external link (--remote xk or xk-filterd): a veth to Linux "
+                     "carries MTU-sized frames"};
   }
   if (a.mpirun_args.size() && a.launcher != Launcher::mpirun) {
     throw UsageError{"--mpirun-args is for --launcher mpirun"};
@@ -540,6 +550,7 @@ class Experiment {
   Run plan(const Point& p, std::size_t index) const;
   void start_receiver(Run& run);
   std::vector<std::string> external_port(const Run& run) const;
+  std::string external_opts() const;
   void start_filterd(Run& run, const std::vector<std::string>& port);
   std::vector<std::string> node_argv(const Run& run, const std::vector<std::string>& port) const;
   void start_nodes(Run& run, const std::vector<std::string>& tx);
@@ -704,7 +715,7 @@ void Experiment::start_receiver(Run& run) {
                                  "--memif-socket", "/run/xk-scale-" + run.id + ".remote-nodes", "--csum", run.csum,
                                  "--idle", a_.filterd_idle,
                                  "--port", "net_memif0,role=server,id=0,socket=" + run.ext_memif};
-    if (a_.mtu != 1500) rfd.insert(rfd.end(), {"--port-opts", "mtu=" + std::to_string(a_.mtu)});
+    rfd.insert(rfd.end(), {"--port-opts", external_opts()});
     if (!a_.tcp_opts.empty()) rfd.insert(rfd.end(), {"--tcp-opts", a_.tcp_opts});
     run.remote_fd = std::make_unique<Child>("the remote filterd", rfd, run.dir + "/remote-filterd.log");
     wait_for_text(*run.remote_fd, "ready", 60);
@@ -723,7 +734,7 @@ void Experiment::start_receiver(Run& run) {
                                   "--tcp-port", kPeerPort, "--connections", std::to_string(p.conns()), "--csum", run.csum,
                                   "--verify", a_.verify ? "on" : "off", "--idle", a_.peer_idle, "--timeout",
                                   run.timeout};
-    if (a_.mtu != 1500) argv.insert(argv.end(), {"--port-opts", "mtu=" + std::to_string(a_.mtu)});
+    argv.insert(argv.end(), {"--port-opts", external_opts()});
     if (!a_.tcp_opts.empty()) argv.insert(argv.end(), {"--tcp-opts", a_.tcp_opts});
     if (a_.progress_s) argv.insert(argv.end(), {"--progress", fmt("%g", *a_.progress_s)});
     run.peer = std::make_unique<Child>("the receiver", argv, run.dir + "/peer.log");
@@ -739,12 +750,19 @@ void Experiment::start_receiver(Run& run) {
   }
 }
 
+// The external memif link's options, the same at both ends: its MTU, and
+// the largest frame it carries (--frame-max; 0, the default: MTU-sized
+// frames, as a wire carries).
+std::string Experiment::external_opts() const {
+  return "mtu=" + std::to_string(a_.mtu) + " frame_max=" + std::to_string(a_.frame_max);
+}
+
 // The external link, as filterd (or a standalone node) takes it.
 std::vector<std::string> Experiment::external_port(const Run& run) const {
   std::vector<std::string> port;
   if (a_.remote != Remote::linux) {
     port = {"--port", "net_memif1,role=client,id=0,socket=" + run.ext_memif};
-    if (a_.mtu != 1500) port.insert(port.end(), {"--port-opts", "mtu=" + std::to_string(a_.mtu)});
+    port.insert(port.end(), {"--port-opts", external_opts()});
   } else {
     port = {"--port", "net_af_packet0,iface=" + xkif_ + ",framecnt=4096", "--port-opts",
             "mbufs=16383" + (a_.mtu != 1500 ? " mtu=" + std::to_string(a_.mtu) : std::string())};
@@ -1055,7 +1073,11 @@ int Experiment::run() {
                                                                : "linux (af_packet)") +
                             ", " + (a_.launcher == Launcher::local ? "local" : "mpirun") + " launcher, " +
                             (a_.remote_nodes() ? "nodes over Ethernet + TCP control, " : "") + per +
-                            ", MTU " + std::to_string(a_.mtu);
+                            ", MTU " + std::to_string(a_.mtu) +
+                            (a_.remote == Remote::linux ? std::string()
+                             : a_.frame_max == 0
+                                 ? std::string(", MTU-sized frames on the external link")
+                                 : ", frames up to " + std::to_string(a_.frame_max) + " B on the external link");
   std::printf("xk-scale: %zu runs (%s); results in %s\n", points.size(), setup.c_str(), results_.c_str());
   std::printf("  node program %s\n  filterd      %s\n", a_.program.c_str(), a_.filterd.c_str());
   std::fflush(stdout);

@@ -185,6 +185,8 @@ expect xk-scale 2 "--conns: '20000' is not a number in 1..16384" --conns 20000
 expect xk-scale 2 "--conns 6: beyond N=4 nodes, a multiple of it" --n 1,4 --conns 1,6
 expect xk-scale 2 "--conns 16384: 8192 connections a node, beyond the 4096 ports filterd leases a node" --n 2 --conns 16384
 expect xk-scale 2 "--mtu: '9001' is not a number in 576..9000" --mtu 9001
+expect xk-scale 2 "--frame-max: '65536' is not a number in 0..65535" --frame-max 65536
+expect xk-scale 2 "--frame-max is for the memif external link" --remote linux --csum on --frame-max 9000
 expect xk-scale 2 "--buflen: 1 byte to 64m" --buflen 0
 expect xk-scale 2 "--launcher: expected local or mpirun, got 'slurm'" --launcher slurm
 expect xk-scale 2 "--remote: expected xk, xk-filterd or linux, got 'vm'" --remote vm
