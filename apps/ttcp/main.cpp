@@ -19,7 +19,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -401,19 +400,23 @@ int run_receive(xk::apps::AppStack& stack, xk::tcp::TcpProtocol& tcp, const Args
 
 // ---- transmit ----------------------------------------------------------------
 
-// Writes the stream (--bytes of it, or for --seconds), shuts its side down and
-// waits for the receiver's close.
-// One connection's sender. `ended` runs once when it is done or has failed
-// (the transmit run stops the loop when every one has ended, or one failed).
+// What a transmitter tells the run it is part of (the Fleet below).
+class TransmitterEvents {
+ public:
+  virtual void connected() = 0;     // its handshake has ended
+  virtual void ended(bool ok) = 0;  // it is done, or has failed (once)
+
+ protected:
+  ~TransmitterEvents() = default;
+};
+
+// One connection's sender: writes the stream (--bytes of it, or for
+// --seconds), shuts its side down and waits for the receiver's close.
 class Transmitter final : public xk::Pollable {
  public:
   Transmitter(xk::tcp::TcpSocket& s, xk::EventLoop& loop, const Args& a, const std::vector<std::byte>& block,
-              std::function<void(bool ok)> ended)
-      : s_(s),
-        a_(a),
-        block_(block),
-        tick_(loop.timers(), [this] { on_tick(); }),
-        ended_(std::move(ended)) {
+              TransmitterEvents& events)
+      : s_(s), a_(a), block_(block), tick_(loop.timers(), [this] { on_tick(); }), events_(events) {
     last_progress_ = Clock::now();
     tick_.arm_after(kTick);
   }
@@ -425,6 +428,7 @@ class Transmitter final : public xk::Pollable {
       if (s_.state() != xk::tcp::State::established) return connect_failed();
       connected_ = true;
       start_ = last_progress_ = Clock::now();
+      events_.connected();
     }
     std::size_t work = 0;
     while (!shut_ && more_to_send()) {
@@ -462,7 +466,7 @@ class Transmitter final : public xk::Pollable {
         if (*r == 0) {
           end_ = Clock::now();
           done_ = true;
-          ended_(true);
+          events_.ended(true);
           break;
         }
       }
@@ -498,7 +502,7 @@ class Transmitter final : public xk::Pollable {
   std::size_t fail(const std::string& what) {
     std::fprintf(stderr, "%s: %s (%llu bytes sent)\n", kProg, what.c_str(), static_cast<unsigned long long>(sent_));
     failed_ = done_ = true;
-    ended_(false);
+    events_.ended(false);
     return 1;
   }
 
@@ -520,49 +524,82 @@ class Transmitter final : public xk::Pollable {
   const Args& a_;
   const std::vector<std::byte>& block_;  // the stream's pattern, shared by all connections
   xk::Timer tick_;
-  std::function<void(bool)> ended_;
+  TransmitterEvents& events_;
   xk::apps::StreamDigest sha_;
   std::uint64_t sent_ = 0;
   bool connected_ = false, shut_ = false, time_up_ = false, done_ = false, failed_ = false;
   Clock::time_point start_{}, end_{}, last_progress_{};
 };
 
+// The --connections transmitters of one run, in one loop. The first
+// connection goes alone: its SYN resolves the next hop's link address, and
+// the others, opened when its handshake ends, do not overflow ARP's queue
+// for an unresolved neighbour (a dropped SYN waits a second to be sent again).
+class Fleet final : public TransmitterEvents {
+ public:
+  Fleet(xk::EventLoop& loop, xk::tcp::TcpProtocol& tcp, const Args& a)
+      : loop_(loop), tcp_(tcp), a_(a), block_(xk::apps::stream_block(a.seed)), running_(a.connections) {
+    socks_.reserve(a.connections);  // the transmitters hold references
+    txs_.reserve(a.connections);
+  }
+
+  // Opens the first connection and runs the loop until every one has ended
+  // or one has failed; false then.
+  bool run() {
+    if (open()) loop_.run();
+    for (auto& tx : txs_) {
+      loop_.remove(*tx);
+      tx->quiesce();
+    }
+    return !failed_ && std::all_of(txs_.begin(), txs_.end(), [](const auto& t) { return t->ok(); });
+  }
+
+  void connected() override {
+    while (socks_.size() < a_.connections && open()) {
+    }
+  }
+  void ended(bool ok) override {
+    failed_ = failed_ || !ok;
+    if (--running_ == 0 || !ok) loop_.stop();
+  }
+
+  const std::vector<std::unique_ptr<Transmitter>>& transmitters() const noexcept { return txs_; }
+  std::vector<xk::tcp::TcpSocket>& sockets() noexcept { return socks_; }
+
+ private:
+  bool open() {
+    xk::tcp::TcpSocket& s = socks_.emplace_back(tcp_.socket());
+    apply_socket_options(s, a_);
+    if (xk::Status st = s.connect(*a_.peer, xk::Port{a_.peer_port}); !st) {
+      std::fprintf(stderr, "%s: connect (connection %zu of %u): %s\n", kProg, socks_.size(), a_.connections,
+                   xk::to_string(st.error()));
+      failed_ = true;
+      loop_.stop();
+      return false;
+    }
+    txs_.push_back(std::make_unique<Transmitter>(s, loop_, a_, block_, *this));
+    loop_.add(*txs_.back());
+    return true;
+  }
+
+  xk::EventLoop& loop_;
+  xk::tcp::TcpProtocol& tcp_;
+  const Args& a_;
+  const std::vector<std::byte> block_;  // the stream's pattern, shared by all connections
+  std::vector<xk::tcp::TcpSocket> socks_;
+  std::vector<std::unique_ptr<Transmitter>> txs_;
+  std::uint32_t running_;
+  bool failed_ = false;
+};
+
 int run_transmit(xk::apps::AppStack& stack, xk::tcp::TcpProtocol& tcp, const Args& a) {
   xk::EventLoop& loop = stack.loop();
-  std::vector<xk::tcp::TcpSocket> socks;
-  socks.reserve(a.connections);  // the transmitters hold references
-  std::vector<std::unique_ptr<Transmitter>> txs;
-  std::uint32_t running = a.connections;
-  bool failed = false;
-  auto ended = [&](bool ok) {
-    failed = failed || !ok;
-    if (--running == 0 || !ok) loop.stop();
-  };
-  const std::vector<std::byte> block = xk::apps::stream_block(a.seed);
   const double cpu0 = xk::apps::process_cpu_seconds();  // the transfer's CPU starts here
-  for (std::uint32_t i = 0; i < a.connections && !failed; ++i) {
-    xk::tcp::TcpSocket& s = socks.emplace_back(tcp.socket());
-    apply_socket_options(s, a);
-    if (xk::Status st = s.connect(*a.peer, xk::Port{a.peer_port}); !st) {
-      std::fprintf(stderr, "%s: connect (connection %u of %u): %s\n", kProg, i + 1, a.connections,
-                   xk::to_string(st.error()));
-      failed = true;
-      break;
-    }
-    txs.push_back(std::make_unique<Transmitter>(s, loop, a, block, ended));
-    loop.add(*txs.back());
-    // The first connection alone until its handshake ends: its SYN resolves
-    // the next hop's link address, so the others do not overflow ARP's
-    // queue for an unresolved neighbour (dropped SYNs: a second's wait).
-    while (i == 0 && a.connections > 1 && !failed && s.state() == xk::tcp::State::syn_sent) loop.run_once();
-  }
-  if (!failed) loop.run();
-  for (auto& tx : txs) {
-    loop.remove(*tx);
-    tx->quiesce();
-  }
+  Fleet fleet(loop, tcp, a);
+  const bool ok = fleet.run();
+  const auto& txs = fleet.transmitters();
   int rc = kExitFail;
-  if (!failed && std::all_of(txs.begin(), txs.end(), [](const auto& t) { return t->ok(); })) {
+  if (ok) {
     const double cpu = xk::apps::process_cpu_seconds();
     std::uint64_t total = 0;
     Clock::time_point first = txs.front()->started_at(), last = txs.front()->ended_at();
@@ -591,12 +628,12 @@ int run_transmit(xk::apps::AppStack& stack, xk::tcp::TcpProtocol& tcp, const Arg
     if (!a.label.empty()) std::printf(" label=%s", a.label.c_str());
     std::printf("\n");
     if (a.stats) {
-      for (auto& s : socks) xk::apps::print_conn_stats("transmitter", s);
+      for (auto& s : fleet.sockets()) xk::apps::print_conn_stats("transmitter", s);
     }
     std::fflush(stdout);
     rc = kExitOk;
   }
-  for (auto& s : socks) (void)s.close();
+  for (auto& s : fleet.sockets()) (void)s.close();
   finish_handshakes(loop, tcp);
   return rc;
 }
