@@ -11,7 +11,6 @@
 #include <sstream>
 #include <tuple>
 
-#include "proc.hpp"
 
 namespace xk::scale {
 namespace {
@@ -42,27 +41,6 @@ std::string first_line_of(const std::string& path, const std::string& key) {
   return "unknown";
 }
 
-std::string command_output(const std::vector<std::string>& argv) {
-  char tmpl[] = "/tmp/xk-scale-cmd.XXXXXX";
-  const int fd = mkstemp(tmpl);
-  if (fd < 0) return "";
-  close(fd);
-  std::string out;
-  try {
-    run_command(argv, tmpl, 10);
-    // The log starts with the command itself ("$ ..."): the answer is the last line.
-    std::ifstream in(tmpl);
-    for (std::string line; std::getline(in, line);) {
-      if (!line.empty()) out = line;
-    }
-    if (out.rfind("$ ", 0) == 0) out.clear();
-  } catch (const RunFailure&) {
-    out.clear();
-  }
-  unlink(tmpl);
-  return out;
-}
-
 }  // namespace
 
 Machine Machine::here() {
@@ -72,8 +50,11 @@ Machine Machine::here() {
   m.cores = n > 0 ? static_cast<unsigned>(n) : 1;
   utsname u{};
   m.kernel = uname(&u) == 0 ? u.release : "unknown";
-  m.dpdk = command_output({"pkg-config", "--modversion", "libdpdk"});
-  if (m.dpdk.empty()) m.dpdk = "unknown";
+#ifdef XK_DPDK_VERSION
+  m.dpdk = XK_DPDK_VERSION;  // the DPDK this build's nodes and filterd run on
+#else
+  m.dpdk = "none (built without DPDK)";
+#endif
   return m;
 }
 

@@ -19,7 +19,7 @@ struct Machine {
   std::string cpu;     // /proc/cpuinfo's model name
   unsigned cores = 0;  // online CPUs
   std::string kernel;  // uname -r
-  std::string dpdk;    // DPDK's version (pkg-config), or "unknown"
+  std::string dpdk;    // the version of the DPDK this build uses
   static Machine here();
 };
 

@@ -442,12 +442,13 @@ std::string shell_word(std::string_view w) {
   return q + "'";
 }
 
-std::string timestamp() {
+// The local time now, through strftime's `format`.
+std::string timestamp(const char* format = "%Y%m%d-%H%M%S") {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
   localtime_r(&t, &tm);
-  char b[32];
-  std::strftime(b, sizeof b, "%Y%m%d-%H%M%S", &tm);
+  char b[64];
+  std::strftime(b, sizeof b, format, &tm);
   return b;
 }
 
@@ -1026,14 +1027,7 @@ int Experiment::run() {
   if (mkdtemp(tmpl) == nullptr) throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
   tmp_ = tmpl;
 
-  const std::string started = [] {
-    std::time_t t = std::time(nullptr);
-    std::tm tm{};
-    localtime_r(&t, &tm);
-    char b[40];
-    std::strftime(b, sizeof b, "%Y-%m-%d %H:%M:%S %Z", &tm);
-    return std::string(b);
-  }();
+  const std::string started = timestamp("%Y-%m-%d %H:%M:%S %Z");
   // The points of the matrix, then the connection sweep's; with --repeat
   // the whole list runs R times over, round by round, so that a drift of
   // the machine's speed (another guest, a slow minute) falls on every point
