@@ -550,10 +550,10 @@ class Experiment {
   Row run_one(const Point& p, std::size_t index);
   Run plan(const Point& p, std::size_t index) const;
   void start_receiver(Run& run);
-  std::vector<std::string> external_port(const Run& run) const;
+  std::vector<std::string> external_port(const Run& run, const std::string& more_opts = "") const;
   std::string external_opts() const;
   void start_filterd(Run& run, const std::vector<std::string>& port);
-  std::vector<std::string> node_argv(const Run& run, const std::vector<std::string>& port) const;
+  std::vector<std::string> node_argv(const Run& run) const;
   void start_nodes(Run& run, const std::vector<std::string>& tx);
   void show_progress(Run& run) const;
   void wait_for_nodes(Run& run);
@@ -672,7 +672,7 @@ Row Experiment::run_one(const Point& p, std::size_t index) {
   start_filterd(run, port);
   const auto fd_cpu0 = run.standalone ? std::optional<double>(0) : process_cpu_seconds(run.filterd->pid());
   if (!fd_cpu0) throw RunFailure{"filterd is gone before the nodes started; " + run.filterd->log()};
-  start_nodes(run, node_argv(run, port));
+  start_nodes(run, node_argv(run));
   wait_for_nodes(run);
   const auto fd_cpu1 = run.standalone ? std::optional<double>(0) : process_cpu_seconds(run.filterd->pid());
   if (!fd_cpu1) throw RunFailure{"filterd is gone at the end of the run; " + run.filterd->log()};
@@ -759,16 +759,15 @@ std::string Experiment::external_opts() const {
 }
 
 // The external link, as filterd (or a standalone node) takes it.
-std::vector<std::string> Experiment::external_port(const Run& run) const {
-  std::vector<std::string> port;
-  if (a_.remote != Remote::linux) {
-    port = {"--port", "net_memif1,role=client,id=0,socket=" + run.ext_memif};
-    port.insert(port.end(), {"--port-opts", external_opts()});
-  } else {
-    port = {"--port", "net_af_packet0,iface=" + xkif_ + ",framecnt=4096", "--port-opts",
-            "mbufs=16383" + (a_.mtu != 1500 ? " mtu=" + std::to_string(a_.mtu) : std::string())};
-  }
-  return port;
+// (`more_opts`: options of the taker's own, added to the link's.)
+std::vector<std::string> Experiment::external_port(const Run& run, const std::string& more_opts) const {
+  std::string opts = a_.remote != Remote::linux
+                         ? external_opts()
+                         : "mbufs=16383" + (a_.mtu != 1500 ? " mtu=" + std::to_string(a_.mtu) : std::string());
+  if (!more_opts.empty()) opts += " " + more_opts;
+  const std::string devargs = a_.remote != Remote::linux ? "net_memif1,role=client,id=0,socket=" + run.ext_memif
+                                                         : "net_af_packet0,iface=" + xkif_ + ",framecnt=4096";
+  return {"--port", devargs, "--port-opts", opts};
 }
 
 void Experiment::start_filterd(Run& run, const std::vector<std::string>& port) {
@@ -787,22 +786,32 @@ void Experiment::start_filterd(Run& run, const std::vector<std::string>& port) {
   if (a_.remote != Remote::xk_filterd) wait_for_text(*run.peer, "ready", 60);
 }
 
-// What every node runs: one stream to the receiver; a standalone node owns
+// What every node runs: K streams to the receiver; a standalone node owns
 // the external link and the address filterd would have.
-std::vector<std::string> Experiment::node_argv(const Run& run, const std::vector<std::string>& port) const {
+//
+// A node's DPDK port keeps the frames a full ring refuses (a memif channel
+// to filterd, the standalone node's link, a node's own Ethernet port): a
+// node with many connections fills the ring at once, and dropping there
+// costs each one a retransmission timeout. (xk's shm driver has no such
+// queue, and needs none: TCP keeps what a full shm ring refuses, and sends
+// it again.)
+std::vector<std::string> Experiment::node_argv(const Run& run) const {
+  constexpr const char* kKeep = "tx_keep=on";
   std::vector<std::string> tx{a_.program, "transmit", "--peer", run.peer_ip + ":" + kPeerPort,
                               "--csum", run.csum, "--verify", a_.verify ? "on" : "off", "--idle", a_.idle,
                               "--timeout", run.timeout};
   if (run.standalone) {
+    const auto port = external_port(run, kKeep);
     tx.insert(tx.end(), port.begin(), port.end());
     tx.insert(tx.end(), {"--ip", std::string(kSharedIp) + "/24"});
   } else if (a_.remote_nodes()) {
     // A node on another host: control over TCP, frames on its own port
     // (%r: its number, replaced below or by `xk-scale rank`).
-    tx.insert(tx.end(), {"--filterd", "tcp:" + a_.node_control, "--filterd-token", token_, "--port", a_.rank_port});
-    if (!a_.rank_port_opts.empty()) tx.insert(tx.end(), {"--port-opts", a_.rank_port_opts});
+    tx.insert(tx.end(), {"--filterd", "tcp:" + a_.node_control, "--filterd-token", token_, "--port", a_.rank_port,
+                         "--port-opts", a_.rank_port_opts.empty() ? kKeep : a_.rank_port_opts + " " + kKeep});
   } else {
     tx.insert(tx.end(), {"--filterd", run.ctl});
+    if (a_.channels != "shm") tx.insert(tx.end(), {"--port-opts", kKeep});
   }
   if (a_.seconds) {
     tx.insert(tx.end(), {"--seconds", fmt("%g", *a_.seconds)});
@@ -812,21 +821,6 @@ std::vector<std::string> Experiment::node_argv(const Run& run, const std::vector
   if (a_.buflen) tx.insert(tx.end(), {"--buflen", std::to_string(*a_.buflen)});
   if (!a_.tcp_opts.empty()) tx.insert(tx.end(), {"--tcp-opts", a_.tcp_opts});
   if (run.p.k > 1) tx.insert(tx.end(), {"--connections", std::to_string(run.p.k)});
-  // A node's DPDK port keeps the frames a full ring refuses (a memif channel
-  // to filterd, the standalone node's link, a node's own Ethernet port): a
-  // node with many connections fills the ring at once, and dropping there
-  // costs each one a retransmission timeout. (xk's shm driver has no such
-  // queue, and needs none: TCP keeps what a full shm ring refuses, and
-  // sends it again.)
-  const bool shm_channel = !run.standalone && !a_.remote_nodes() && a_.channels == "shm";
-  if (!shm_channel) {
-    auto opts = std::find(tx.begin(), tx.end(), "--port-opts");
-    if (opts != tx.end()) {
-      *(opts + 1) += " tx_keep=on";
-    } else {
-      tx.insert(tx.end(), {"--port-opts", "tx_keep=on"});
-    }
-  }
   return tx;
 }
 
