@@ -94,6 +94,24 @@ xk_client() {  # NAME CLIENT-COMMAND...: the other end, memif client
   return "$rc"
 }
 
+# native_pair NAME "SERVER FLAGS" "CLIENT FLAGS": the native xk app, xk-tcp-perf,
+# both ends over net_memif (no shim); logs NAME-server.log, NAME-client.log.
+native_pair() {
+  local name=$1 sock=$OUT/$1.sock ps
+  # shellcheck disable=SC2086  # the flags are words
+  "$PERF" server --port "net_memif0,role=server,id=0,socket=$sock" --ip 192.0.2.10/24 --count 1 $2 \
+    > "$OUT/$name-server.log" 2>&1 &
+  ps=$!
+  PIDS+=("$ps")
+  wait_for "$OUT/$name-server.log" "waiting for the link" "$ps" 30
+  # shellcheck disable=SC2086
+  "$PERF" client --port "net_memif1,role=client,id=0,socket=$sock" --ip 192.0.2.11/24 --peer 192.0.2.10:5001 $3 \
+    > "$OUT/$name-client.log" 2>&1 || { tail "$OUT/$name-client.log" >&2; die "xk-tcp-perf ($name) failed"; }
+  wait "$ps" || true
+}
+# runs_of KEY: the figure KEY of every run, in order.
+runs_of() { local k=$1 out=() run; for run in $(seq "$RUNS"); do out+=("${R[${k}_$run]}"); done; echo "${out[*]}"; }
+
 for run in $(seq "$RUNS"); do
   step "run $run/$RUNS: sockperf ping-pong, Linux then xkrun; xk-tcp-perf ping-pong"
   ip netns exec "$NSA" sockperf server -i 192.0.2.1 --tcp > "$OUT/lnx-sp-server.log" 2>&1 &
@@ -110,18 +128,9 @@ for run in $(seq "$RUNS"); do
   stop "$XSRV" || true
   # The floor: the native xk app's own ping-pong (xk-tcp-perf, the same
   # 14 bytes over net_memif, no shim), what xkrun can at best approach.
-  sock=$OUT/ppn$run.sock
-  "$PERF" server --port "net_memif0,role=server,id=0,socket=$sock" --ip 192.0.2.10/24 --mode echo --count 1 \
-    > "$OUT/nat-pp-server-$run.log" 2>&1 &
-  PS=$!
-  PIDS+=("$PS")
-  wait_for "$OUT/nat-pp-server-$run.log" "waiting for the link" "$PS" 30
-  "$PERF" client --port "net_memif1,role=client,id=0,socket=$sock" --ip 192.0.2.11/24 --peer 192.0.2.10:5001 \
-    --mode pingpong --size 14 --count $((SECS * 100000)) > "$OUT/nat-pp-client-$run.log" 2>&1 \
-    || { tail "$OUT/nat-pp-client-$run.log" >&2; die "xk-tcp-perf pingpong failed"; }
-  wait "$PS" || true
-  R[nat_lat_$run]=$(sed -n 's/.*half_rtt_avg_us=\([0-9.]*\).*/\1/p' "$OUT/nat-pp-client-$run.log")
-  R[nat_p50_$run]=$(sed -n 's/.*half_rtt_p50_us=\([0-9.]*\).*/\1/p' "$OUT/nat-pp-client-$run.log")
+  native_pair nat-pp-$run "--mode echo" "--mode pingpong --size 14 --count $((SECS * 100000))"
+  R[nat_lat_$run]=$(sed -n 's/.*half_rtt_avg_us=\([0-9.]*\).*/\1/p' "$OUT/nat-pp-$run-client.log")
+  R[nat_p50_$run]=$(sed -n 's/.*half_rtt_p50_us=\([0-9.]*\).*/\1/p' "$OUT/nat-pp-$run-client.log")
   R[nat_lat_ratio_$run]=$(ratio "${R[nat_lat_$run]}" "${R[lnx_lat_$run]}")
   R[xk_lat_$run]=$(latency "$OUT/xk-sp-$run.log")
   R[xk_p50_$run]=$(latency_p50 "$OUT/xk-sp-$run.log")
@@ -143,25 +152,16 @@ for run in $(seq "$RUNS"); do
     || die "iperf3 under xkrun failed"
   wait "$XSRV" || true
   read -r R[xk_gbps_$run] R[xk_cpu_c_$run] R[xk_cpu_s_$run] < <(iperf_fields "$OUT/xk-iperf-$run.json")
-  sock=$OUT/perf$run.sock
-  "$PERF" server --port "net_memif0,role=server,id=0,socket=$sock" --ip 192.0.2.10/24 --count 1 --verify off \
-    > "$OUT/perf-server-$run.log" 2>&1 &
-  PS=$!
-  PIDS+=("$PS")
-  wait_for "$OUT/perf-server-$run.log" "waiting for the link" "$PS" 30
-  "$PERF" client --port "net_memif1,role=client,id=0,socket=$sock" --ip 192.0.2.11/24 --peer 192.0.2.10:5001 \
-    --bytes "$BYTES" --verify off > "$OUT/perf-client-$run.log" 2>&1 || die "xk-tcp-perf failed"
-  wait "$PS" || true
-  R[nat_gbps_$run]=$(sed -n 's/.*gbps=\([0-9.]*\).*/\1/p' "$OUT/perf-server-$run.log" | tail -1)
+  native_pair perf-$run "--verify off" "--bytes $BYTES --verify off"
+  R[nat_gbps_$run]=$(sed -n 's/.*gbps=\([0-9.]*\).*/\1/p' "$OUT/perf-$run-server.log" | tail -1)
   R[nat_ratio_$run]=$(ratio "${R[xk_gbps_$run]}" "${R[nat_gbps_$run]}")
   echo "   Gbit/s: Linux ${R[lnx_gbps_$run]}, xkrun iperf3 ${R[xk_gbps_$run]}, native xk-tcp-perf ${R[nat_gbps_$run]}"
 done
 
 for k in lnx_lat xk_lat nat_lat lnx_p50 xk_p50 nat_p50 lat_ratio p50_ratio nat_lat_ratio lnx_gbps xk_gbps nat_gbps nat_ratio \
   lnx_cpu_c lnx_cpu_s xk_cpu_c xk_cpu_s; do
-  vals=()
-  for run in $(seq "$RUNS"); do vals+=("${R[${k}_$run]}"); done
-  R[$k]=$(median "${vals[@]}")
+  # shellcheck disable=SC2046  # one word a run
+  R[$k]=$(median $(runs_of "$k"))
 done
 
 echo
@@ -178,7 +178,6 @@ printf "%-46s %10s %10s %8s %s\n" "iperf3 one stream, Gbit/s" "${R[xk_gbps]}" "$
   "$(ratio "${R[xk_gbps]}" "${R[lnx_gbps]}")" ""
 printf "%-46s %10s %10s %8s %s\n" "iperf3 under xkrun vs native xk-tcp-perf, Gbit/s" "${R[xk_gbps]}" "${R[nat_gbps]}" \
   "$(ratio "${R[xk_gbps]}" "${R[nat_gbps]}")" ">= 0.9x"
-runs_of() { local k=$1 out=() run; for run in $(seq "$RUNS"); do out+=("${R[${k}_$run]}"); done; echo "${out[*]}"; }
 echo "median of each run's own ratio: half-RTT mean $(printf '%sx' "${R[lat_ratio]}") (runs $(runs_of lat_ratio))," \
   "median $(printf '%sx' "${R[p50_ratio]}") (runs $(runs_of p50_ratio)), native floor" \
   "$(printf '%sx' "${R[nat_lat_ratio]}") (runs $(runs_of nat_lat_ratio)); iperf3 under xkrun / native" \
