@@ -163,6 +163,7 @@ std::size_t EventLoop::run_once() {
   // drain_rounds bursts; between rounds only the timers armed "due now" run
   // (the end of a burst), and the clock moves on with the input.
   Time now = pass_clock_.freeze();
+  last_pass_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
   polling_ = true;
   for (std::size_t round = 1;; ++round) {
     bool more = false;

@@ -279,6 +279,25 @@ extern "C" int xk_epoll_fd(int epfd) {
   return ep.efd;
 }
 
+namespace {
+// poll() looks at the sockets first and runs a pass of an inline stack only
+// when none it reads is readable yet, or the stack's latest pass is older
+// than this. A program that polls before every read (iperf3 select()s before
+// each 128 KiB) reads next anyway, and its read runs the stack; a pass here
+// as well polled the ring after every read instead of once the data was
+// drained, in bursts of 5 frames instead of 10 -- GRO merged less, and the
+// sender got more ACKs (docs/BENCHMARKS.md, issue 24). Write readiness alone
+// never skips the pass, and nothing goes longer than this without one: a
+// program that only writes, or polls a readable socket it does not read,
+// still lets the stack take its input (ACKs, ARP replies) and fire timers.
+constexpr Duration kFresh = std::chrono::microseconds(50);
+bool fresh(Stack& stack) {
+  const EventLoop& loop = stack.loop();
+  const std::optional<Time> last = loop.last_pass();
+  return last && loop.clock().now() - *last < kFresh;
+}
+}  // namespace
+
 extern "C" int xk_poll(struct pollfd* fds, nfds_t nfds, int timeout_ms) {
   if (nfds > 0 && fds == nullptr) return fail(EFAULT, "poll: no array");
   return guarded("poll", [&]() -> int {
@@ -294,8 +313,10 @@ extern "C" int xk_poll(struct pollfd* fds, nfds_t nfds, int timeout_ms) {
       if (stack == nullptr) stack = socks[i]->stack;
       if (stack != socks[i]->stack) return fail(EINVAL, "poll: the sockets of one stack");
     }
+    bool readable = false;  // a socket the caller reads has something to read
     auto scan = [&] {
       int ready = 0;
+      readable = false;
       for (nfds_t i = 0; i < nfds; ++i) {
         if (fds[i].fd < 0) continue;
         if (!socks[i] || socks[i]->closed.load()) {
@@ -306,11 +327,16 @@ extern "C" int xk_poll(struct pollfd* fds, nfds_t nfds, int timeout_ms) {
           fds[i].revents = static_cast<short>(ev & (static_cast<std::uint16_t>(fds[i].events) | POLLERR | POLLHUP));
         }
         if (fds[i].revents != 0) ++ready;
+        readable = readable || (fds[i].revents & (POLLIN | POLLHUP)) != 0;
       }
       return ready;
     };
-    if (stack != nullptr) (void)stack->poll();
-    if (int n = scan(); n > 0 || timeout_ms == 0) return n;
+    int n = scan();
+    if (stack != nullptr && !(readable && fresh(*stack))) {
+      (void)stack->poll();
+      n = scan();
+    }
+    if (n > 0 || timeout_ms == 0) return n;
     if (stack == nullptr) {
       if (timeout_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
       return 0;

@@ -238,6 +238,13 @@ class EventLoop {
   void stop() noexcept;
   // Make a sleeping loop do a pass.
   void wake() noexcept;
+  // When the latest pass started (a caller deciding whether what it saw is
+  // recent enough to skip a pass) -- on the loop's own clock only: an
+  // injected one need not move with the world, where frames keep arriving.
+  std::optional<Time> last_pass() const noexcept {
+    if (&clock_ != &own_clock_) return std::nullopt;
+    return Time(Duration(last_pass_.load(std::memory_order_relaxed)));
+  }
 
   // Queue `f` to run on the loop thread. try_post returns false if the ring is
   // full (and leaves `f` untouched); post() waits for room. On the loop thread
@@ -334,6 +341,7 @@ class EventLoop {
   std::atomic<bool> stop_requested_{false};
   std::atomic<std::uint64_t> doorbells_rung_{0};
   std::atomic<std::thread::id> loop_thread_;
+  std::atomic<Duration::rep> last_pass_{0};
   std::thread thread_;
 
   CounterSet counters_;
