@@ -28,6 +28,9 @@ ssize_t stream_recv(Sock& s, const iovec* iov, int iovcnt, int flags, std::size_
   const Deadline deadline = deadline_after_ns(s.rcvtimeo_ns.load(std::memory_order_relaxed));
   std::size_t done = 0;
   for (;;) {
+    // Bytes waiting already (a program that polls before it reads, as
+    // iperf3 does): no pass before the read, only the one after it.
+    const bool ready = done == 0 && (s.events.load(std::memory_order_relaxed) & EPOLLIN) != 0;
     Outcome o = blocking(s, may_block, deadline, [&]() -> Outcome {
       if (s.listening || !s.connected) return Outcome::error(Errc::not_connected);
       if (s.shut_rd) return Outcome::ok(0);
@@ -65,7 +68,7 @@ ssize_t stream_recv(Sock& s, const iovec* iov, int iovcnt, int flags, std::size_
         if (*inq == 0 && (c == nullptr || (c->events() & tcp::ev_hangup) != 0)) *inq = 1;
       }
       return Outcome::ok(got);
-    });
+    }, ready);
     if (o.err != Errc::ok) {
       if (done != 0) return static_cast<ssize_t>(done);
       if (o.err == Errc::unsupported) return fail(EOPNOTSUPP, "recv: MSG_PEEK on a relayed stream");

@@ -256,17 +256,21 @@ struct Outcome {
 
 // The standard blocking loop: try `op` on the stack's thread; while it would
 // block and the call may block, sleep until the socket changes (a signal
-// handler that runs meanwhile ends it: Errc::interrupted, EINTR).
+// handler that runs meanwhile ends it: Errc::interrupted, EINTR). `ready`:
+// the socket said, just now, that `op` has what it needs (a read of a
+// readable socket): the first try skips the stack's pass before it.
 template <class Op>
-Outcome blocking(Sock& s, bool may_block, Deadline deadline, Op&& op) {
+Outcome blocking(Sock& s, bool may_block, Deadline deadline, Op&& op, bool ready = false) {
   for (;;) {
     const std::uint32_t seen = s.wp.gen();
-    Outcome o = s.stack->call([&] {
+    auto attempt = [&] {
       if (s.closed.load(std::memory_order_relaxed)) return Outcome::error(Errc::closed);
       Outcome r = op();
       refresh(s, false);
       return r;
-    });
+    };
+    Outcome o = ready ? s.stack->call_after(attempt) : s.stack->call(attempt);
+    ready = false;
     if (o.err != Errc::would_block || !may_block) return o;
     const WaitEnd w = s.stack->wait(s.wp, seen, deadline);
     if (w == WaitEnd::interrupted) return Outcome::error(Errc::interrupted);

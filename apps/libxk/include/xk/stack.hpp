@@ -183,7 +183,15 @@ class Stack {
   // caller spins and then sleeps until it is done. On the thread running
   // the stack (service, hybrid) `f` runs at once.
   template <class F>
-  std::invoke_result_t<F&> call(F&& f);
+  std::invoke_result_t<F&> call(F&& f) {
+    return call(std::forward<F>(f), true);
+  }
+  // As call(), without the pass before `f` when the caller knows what `f`
+  // needs is there already (bytes to read): what `f` queues still leaves.
+  template <class F>
+  std::invoke_result_t<F&> call_after(F&& f) {
+    return call(std::forward<F>(f), false);
+  }
 
   // Blocks until `ready` moves on from `seen` (or the deadline, or a signal
   // in service and hybrid mode: WaitPoint::wait), running an inline stack
@@ -213,6 +221,8 @@ class Stack {
   struct Completion;
   void post_and_wait(void (*run)(void*), void* frame);
   bool runs_inline() const noexcept { return config_.mode != StackMode::service_thread; }
+  template <class F>
+  std::invoke_result_t<F&> call(F&& f, bool pass_before);
 
   StackConfig config_;
   Registry registry_;
@@ -264,12 +274,12 @@ class Stack {
 };
 
 template <class F>
-std::invoke_result_t<F&> Stack::call(F&& f) {
+std::invoke_result_t<F&> Stack::call(F&& f, bool pass_before) {
   using R = std::invoke_result_t<F&>;
   if (config_.mode == StackMode::hybrid && loop_.in_loop_thread()) return f();
   if (runs_inline()) {
     Turn turn(*this);
-    loop_.run_once();
+    if (pass_before) loop_.run_once();
     if constexpr (std::is_void_v<R>) {
       f();
       loop_.run_once();
@@ -282,7 +292,7 @@ std::invoke_result_t<F&> Stack::call(F&& f) {
     return f();
   } else {
     struct Frame {
-      F* fn;
+      std::remove_reference_t<F>* fn;
       std::optional<std::conditional_t<std::is_void_v<R>, char, R>> out;
       std::exception_ptr error;
     } frame{&f, std::nullopt, nullptr};
