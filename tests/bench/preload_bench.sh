@@ -10,8 +10,12 @@
 # (xk-tcp-perf, bulk over memif) for what the shim costs. Each figure
 # XK_BENCH_RUNS times (default 3), interleaved; the median is reported, with
 # the CPU time per GB of each side (iperf3's own accounting), and the median
-# of each run's own ratio (the two figures of a ratio measured minutes, not
-# runs, apart: this machine's speed drifts by a third between runs). Then one
+# and mean of each run's own ratio (the two figures of a ratio measured
+# seconds, not minutes, apart: this machine's speed drifts by a third between
+# runs). The server end of every pair runs on CPU 0 and the client end on
+# CPU 1 (Linux, xkrun and native alike), so no figure gains or loses from
+# where the scheduler put the two ends; and xkrun's iperf3 and the native app
+# take turns going first. Then one
 # NetPIPE sweep (NPtcp, 1 byte to XK_BENCH_NP_MAX, default 1m) on Linux and
 # under xkrun, half round trip and throughput per size.
 set -euo pipefail
@@ -41,7 +45,12 @@ MEMIF=$OUT
 install_cleanup
 make_veth_pair "$NSA" "$NSB" xkpba$$ xkpbb$$ 192.0.2.1/24 192.0.2.2/24
 
+# The server end on CPU 0, the client end on CPU 1 (2 cores or more).
+PIN_S=() PIN_C=()
+if [ "$(nproc)" -ge 2 ]; then PIN_S=(taskset -c 0) PIN_C=(taskset -c 1); fi
+
 declare -A R
+mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { if (NR > 0) printf "%.2f", s / NR }'; }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 latency() { sed -n 's/.*Summary: Latency is \([0-9.]*\) usec.*/\1/p' "$1"; }
@@ -65,7 +74,7 @@ EOF
 xk_pair_start() {  # NAME SERVER-COMMAND...: a program under xkrun on the memif server end
   local name=$1
   shift
-  "$XKRUN" --port "net_memif0,role=server,id=0,socket=$OUT/$name.sock" --ip 192.0.2.10/24 -- "$@" \
+  "${PIN_S[@]}" "$XKRUN" --port "net_memif0,role=server,id=0,socket=$OUT/$name.sock" --ip 192.0.2.10/24 -- "$@" \
     > "$OUT/$name-server.log" 2>&1 &
   XSRV=$!
   PIDS+=("$XSRV")
@@ -82,7 +91,7 @@ xk_client() {  # NAME CLIENT-COMMAND...: the other end, memif client
   refused() { grep -qiE "refused|errno=111" "$OUT/$name-client.out" "$OUT/$name-client.err"; }
   for try in 1 2 3 4 5 6 7 8 9 10; do
     rc=0
-    "$XKRUN" --port "net_memif1,role=client,id=0,socket=$OUT/$name.sock" --ip 192.0.2.11/24 -- "$@" \
+    "${PIN_C[@]}" "$XKRUN" --port "net_memif1,role=client,id=0,socket=$OUT/$name.sock" --ip 192.0.2.11/24 -- "$@" \
       > "$OUT/$name-client.out" 2> "$OUT/$name-client.err" || rc=$?
     refused || break
     echo "   ($name: the server was not listening yet; again)" >&2
@@ -99,26 +108,31 @@ xk_client() {  # NAME CLIENT-COMMAND...: the other end, memif client
 native_pair() {
   local name=$1 sock=$OUT/$1.sock ps
   # shellcheck disable=SC2086  # the flags are words
-  "$PERF" server --port "net_memif0,role=server,id=0,socket=$sock" --ip 192.0.2.10/24 --count 1 $2 \
+  "${PIN_S[@]}" "$PERF" server --port "net_memif0,role=server,id=0,socket=$sock" --ip 192.0.2.10/24 --count 1 $2 \
     > "$OUT/$name-server.log" 2>&1 &
   ps=$!
   PIDS+=("$ps")
   wait_for "$OUT/$name-server.log" "waiting for the link" "$ps" 30
   # shellcheck disable=SC2086
-  "$PERF" client --port "net_memif1,role=client,id=0,socket=$sock" --ip 192.0.2.11/24 --peer 192.0.2.10:5001 $3 \
+  "${PIN_C[@]}" "$PERF" client --port "net_memif1,role=client,id=0,socket=$sock" --ip 192.0.2.11/24 --peer 192.0.2.10:5001 $3 \
     > "$OUT/$name-client.log" 2>&1 || { tail "$OUT/$name-client.log" >&2; die "xk-tcp-perf ($name) failed"; }
   wait "$ps" || true
+}
+# native_bulk RUN: the native app's bulk transfer of BYTES, its Gbit/s in R[nat_gbps_RUN].
+native_bulk() {
+  native_pair "perf-$1" "--verify off" "--bytes $BYTES --verify off"
+  R[nat_gbps_$1]=$(sed -n 's/.*gbps=\([0-9.]*\).*/\1/p' "$OUT/perf-$1-server.log" | tail -1)
 }
 # runs_of KEY: the figure KEY of every run, in order.
 runs_of() { local k=$1 out=() run; for run in $(seq "$RUNS"); do out+=("${R[${k}_$run]}"); done; echo "${out[*]}"; }
 
 for run in $(seq "$RUNS"); do
   step "run $run/$RUNS: sockperf ping-pong, Linux then xkrun; xk-tcp-perf ping-pong"
-  ip netns exec "$NSA" sockperf server -i 192.0.2.1 --tcp > "$OUT/lnx-sp-server.log" 2>&1 &
+  ip netns exec "$NSA" "${PIN_S[@]}" sockperf server -i 192.0.2.1 --tcp > "$OUT/lnx-sp-server.log" 2>&1 &
   SP=$!
   PIDS+=("$SP")
   sleep 0.5
-  ip netns exec "$NSB" sockperf ping-pong -i 192.0.2.1 --tcp -t "$SECS" > "$OUT/lnx-sp-$run.log" 2>&1
+  ip netns exec "$NSB" "${PIN_C[@]}" sockperf ping-pong -i 192.0.2.1 --tcp -t "$SECS" > "$OUT/lnx-sp-$run.log" 2>&1
   stop "$SP" || true
   R[lnx_lat_$run]=$(latency "$OUT/lnx-sp-$run.log")
   R[lnx_p50_$run]=$(latency_p50 "$OUT/lnx-sp-$run.log")
@@ -140,20 +154,21 @@ for run in $(seq "$RUNS"); do
     "xkrun ${R[xk_lat_$run]} (${R[xk_p50_$run]}) us, native xk-tcp-perf ${R[nat_lat_$run]} (${R[nat_p50_$run]}) us"
 
   step "run $run/$RUNS: iperf3 one stream, Linux then xkrun; xk-tcp-perf $BYTES"
-  ip netns exec "$NSA" iperf3 -s -1 > /dev/null 2>&1 &
+  ip netns exec "$NSA" "${PIN_S[@]}" iperf3 -s -1 > /dev/null 2>&1 &
   IS=$!
   PIDS+=("$IS")
   sleep 0.5
-  ip netns exec "$NSB" iperf3 -c 192.0.2.1 -t "$SECS" -J > "$OUT/lnx-iperf-$run.json"
+  ip netns exec "$NSB" "${PIN_C[@]}" iperf3 -c 192.0.2.1 -t "$SECS" -J > "$OUT/lnx-iperf-$run.json"
   wait "$IS" || true
   read -r R[lnx_gbps_$run] R[lnx_cpu_c_$run] R[lnx_cpu_s_$run] < <(iperf_fields "$OUT/lnx-iperf-$run.json")
+  # Taking turns: the machine's speed drifts within a run as well.
+  if [ $((run % 2)) -eq 0 ]; then native_bulk "$run"; fi
   xk_pair_start ip$run iperf3 -s -1 -4
   xk_client ip$run iperf3 -c 192.0.2.10 -t "$SECS" -J > "$OUT/xk-iperf-$run.json" \
     || die "iperf3 under xkrun failed"
   wait "$XSRV" || true
   read -r R[xk_gbps_$run] R[xk_cpu_c_$run] R[xk_cpu_s_$run] < <(iperf_fields "$OUT/xk-iperf-$run.json")
-  native_pair perf-$run "--verify off" "--bytes $BYTES --verify off"
-  R[nat_gbps_$run]=$(sed -n 's/.*gbps=\([0-9.]*\).*/\1/p' "$OUT/perf-$run-server.log" | tail -1)
+  if [ $((run % 2)) -eq 1 ]; then native_bulk "$run"; fi
   R[nat_ratio_$run]=$(ratio "${R[xk_gbps_$run]}" "${R[nat_gbps_$run]}")
   echo "   Gbit/s: Linux ${R[lnx_gbps_$run]}, xkrun iperf3 ${R[xk_gbps_$run]}, native xk-tcp-perf ${R[nat_gbps_$run]}"
 done
@@ -181,7 +196,7 @@ printf "%-46s %10s %10s %8s %s\n" "iperf3 under xkrun vs native xk-tcp-perf, Gbi
 echo "median of each run's own ratio: half-RTT mean $(printf '%sx' "${R[lat_ratio]}") (runs $(runs_of lat_ratio))," \
   "median $(printf '%sx' "${R[p50_ratio]}") (runs $(runs_of p50_ratio)), native floor" \
   "$(printf '%sx' "${R[nat_lat_ratio]}") (runs $(runs_of nat_lat_ratio)); iperf3 under xkrun / native" \
-  "$(printf '%sx' "${R[nat_ratio]}") (runs $(runs_of nat_ratio))"
+  "$(printf '%sx' "${R[nat_ratio]}") (mean $(mean $(runs_of nat_ratio))x; runs $(runs_of nat_ratio))"
 printf "%-46s %10s %10s\n" "iperf3 CPU s/GB, sender" "${R[xk_cpu_c]}" "${R[lnx_cpu_c]}"
 printf "%-46s %10s %10s\n" "iperf3 CPU s/GB, receiver" "${R[xk_cpu_s]}" "${R[lnx_cpu_s]}"
 
