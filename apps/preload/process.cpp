@@ -182,6 +182,10 @@ Process::Process() {
     if (*l == '\0' || *end != '\0' || ms > 600'000) die(std::string("XK_EXIT_LINGER_MS='") + l + "': a number of ms, 0..600000");
     exit_linger_ms_ = static_cast<unsigned>(ms);
   }
+  if (const char* f = std::getenv("XK_STATS"); f != nullptr) {
+    if (*f == '\0') die("XK_STATS='': a file for the stack's counters at exit, or - for stderr");
+    stats_path_ = f;
+  }
   // A blocked call that spins sees the program's handlers run (EINTR).
   xk::set_signal_count(&interrupting_handlers_run);
   xk_stack* const made = xk_stack_create(nullptr);
@@ -340,7 +344,19 @@ void Process::shut_down() {
     std::fprintf(stderr, "xkrun: %d connection%s still sending after %u ms at exit: dropped\n", left,
                  left == 1 ? "" : "s", exit_linger_ms_);
   }
+  if (!stats_path_.empty()) write_stats(s);
   xk_stack_destroy(s);
+}
+
+// The stack's counters at exit (XK_STATS), after the last FINs: what it did
+// for the whole run, the apps' --stats table.
+void Process::write_stats(xk_stack* s) const {
+  const bool to_stderr = stats_path_ == "-";
+  const int fd = to_stderr ? 2 : ::open(stats_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 || xk_stack_write_counters(s, fd) != 0) {
+    std::fprintf(stderr, "xkrun: XK_STATS: cannot write %s: %s\n", stats_path_.c_str(), std::strerror(errno));
+  }
+  if (!to_stderr && fd >= 0) (void)libc().close(fd);
 }
 
 namespace {

@@ -175,10 +175,12 @@ class Process {
  private:
   Process();
   static void after_fork_child();
+  void write_stats(xk_stack* s) const;
   static inline std::atomic<Process*> instance_{nullptr};
 
   std::atomic<xk_stack*> stack_{nullptr};
   unsigned exit_linger_ms_ = 1000;
+  std::string stats_path_;  // XK_STATS: where the stack's counters go at exit ("-": stderr)
   pid_t owner_ = 0;
   Policy policy_;
   unsigned spin_us_ = 50;

@@ -77,6 +77,7 @@ test:
                       program calling read() does; zero-copy takes the received
                       buffers themselves (read_msg)
   --timeout SEC       give up after this long without progress (default 30)
+  --stats             the stack's counters at the end (as xkrun --stats writes them)
   --help
 
 exit status: 0 success, 1 failure, 2 bad command line
@@ -98,6 +99,7 @@ struct Args : xk::apps::CommonArgs {
   bool group = false;  // server behind filterd: listen as one of a group
   bool verify = true;
   bool read_copy = true;  // sink: read() into a buffer, not read_msg()
+  bool stats = false;     // the stack's counters at the end
   double timeout_s = 30;
 };
 
@@ -139,6 +141,9 @@ Args parse_args(int argc, char** argv) {
     } else if (f.name() == "--group") {
       f.no_value();
       a.group = true;
+    } else if (f.name() == "--stats") {
+      f.no_value();
+      a.stats = true;
     } else if (f.name() == "--verify") {
       auto v = f.value();
       if (v != "on" && v != "off") throw UsageError{"--verify: on or off"};
@@ -532,7 +537,7 @@ int run(const Args& a) {
     if (stack.signals().signal() != 0) rc = kExitFail;
     finish_handshakes(loop, tcp);
   }
-  stack.report_signal();
+  stack.report_signal(a.stats);
   return rc;
 }
 

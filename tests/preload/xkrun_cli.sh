@@ -56,5 +56,32 @@ defaults=$(env -u XKRUN_PID -u XK_MODE -u XK_SPIN_US "$XKRUN" --graph "$GRAPH" -
 [ "$defaults" = "hybrid 200" ] || { echo "FAIL: defaults '$defaults', not 'hybrid 200'"; fails=$((fails + 1)); }
 given=$(env -u XKRUN_PID "$XKRUN" --spin-us 7 --graph "$GRAPH" -- sh -c 'echo "$XK_SPIN_US"')
 [ "$given" = 7 ] || { echo "FAIL: --spin-us 7 gave XK_SPIN_US='$given'"; fails=$((fails + 1)); }
+# --stats FILE: the stack's counters at exit, after a connection through it
+# (python3, a dynamically linked interpreter, over the loopback graph).
+stats=$(mktemp /tmp/xkrun-stats.XXXXXX)
+env -u XKRUN_PID "$XKRUN" --stats "$stats" --graph "$GRAPH" -- python3 -c '
+import socket
+l = socket.create_server(("192.0.2.1", 7000))
+c = socket.create_connection(("192.0.2.1", 7000))
+s, _ = l.accept()
+c.sendall(b"x" * 100000)
+c.close()
+n = 0
+while (b := s.recv(65536)):
+    n += len(b)
+assert n == 100000, n
+'
+rc=$?
+count() { awk -v o="$1" -v n="$2" '$1 == o && $2 == n { print $3 }' "$stats"; }
+passes=$(count stack polls)
+if [ "$rc" -ne 0 ] || [ "$(head -1 "$stats" | awk '{ print $1, $2, $3 }')" != "owner counter value" ] ||
+  [ "$(count tcp0 passive_opens)" != 1 ] || [ "$(count tcp0 active_opens)" != 1 ] ||
+  [ "${passes:-0}" -le 0 ]; then
+  echo "FAIL: --stats $stats (program status $rc):"
+  head -5 "$stats"
+  fails=$((fails + 1))
+fi
+rm -f "$stats"
+expect 1 "XK_STATS=''" XK_STATS= -- --graph "$GRAPH" -- true
 [ "$fails" -eq 0 ] || { echo "xkrun_cli: $fails failed"; exit 1; }
 echo "xkrun_cli: PASS"

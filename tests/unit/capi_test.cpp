@@ -481,6 +481,34 @@ TEST(CApiStack, PollOfAReadableSetSkipsAFreshPassButNotForLong) {
   xk_stack_destroy(h);
 }
 
+// The whole counter table, as xkrun --stats writes it at exit: a header,
+// then "owner counter value" lines, the graph's and the loop's ("stack").
+TEST(CApiStack, WriteCountersGivesTheWholeTable) {
+  xk_stack_config c;
+  xk_stack_config_init(&c);
+  c.graph = kGraph;
+  xk_stack* st = xk_stack_create(&c);
+  ASSERT_NE(st, nullptr) << xk_last_error();
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  ASSERT_EQ(xk_stack_write_counters(st, p[1]), 0) << xk_last_error();
+  ::close(p[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  ::close(p[0]);
+  EXPECT_EQ(text.substr(0, text.find('\n')).find("owner"), 0u) << text.substr(0, 200);
+  for (const char* want : {"\ntcp0 ", "\nudp0 ", "\nip0 ", "\nlo0 ", "\nstack "}) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << " missing in:\n" << text.substr(0, 400);
+  }
+  EXPECT_NE(text.find(" polls "), std::string::npos);
+  EXPECT_EQ(xk_stack_write_counters(st, -1), -1);
+  EXPECT_EQ(errno, EBADF);
+  EXPECT_EQ(xk_stack_write_counters(nullptr, 1), -1);
+  EXPECT_EQ(errno, EINVAL);
+  xk_stack_destroy(st);
+}
+
 TEST(CApiStack, BadDescriptorsAndArguments) {
   char b[4];
   EXPECT_EQ(xk_read(12345, b, 4), -1);

@@ -9,8 +9,10 @@
 #include <thread>
 
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include "socket_api_internal.hpp"
+#include "xk/counters.hpp"
 #include "xk/protocols/ipv4.hpp"
 
 using namespace xk;
@@ -272,6 +274,24 @@ extern "C" int xk_stack_counter(xk_stack* h, const char* instance, const char* n
     });
     if (!got) return fail(ENOENT, std::string("xk_stack_counter: no counter ") + instance + "." + name);
     *value = *got;
+    return 0;
+  });
+}
+
+extern "C" int xk_stack_write_counters(xk_stack* h, int fd) {
+  if (h == nullptr) return fail(EINVAL, "xk_stack_write_counters: a null stack");
+  return guarded("xk_stack_write_counters", [&] {
+    const std::string text = h->stack->call([&] {
+      std::vector<const CounterSet*> sets = h->stack->graph().counters();
+      sets.push_back(&h->stack->loop().counters());
+      return counters_table(sets);
+    });
+    for (std::size_t done = 0; done < text.size();) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return fail(errno, "xk_stack_write_counters: write");
+      done += static_cast<std::size_t>(n);
+    }
     return 0;
   });
 }

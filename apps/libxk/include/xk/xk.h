@@ -134,6 +134,12 @@ int xk_stack_poll(xk_stack* stack);
  * "state:FIN-WAIT-2"). Returns 0 and sets *value, or -1 with errno ENOENT for an
  * unknown instance or counter (EINVAL for a null argument). */
 int xk_stack_counter(xk_stack* stack, const char* instance, const char* name, unsigned long long* value);
+/* Every counter of the stack -- each graph instance's and its event loop's
+ * (owner "stack": passes, idle passes, sleeps) -- as the apps' table, one
+ * "owner counter value" line each under a header line, written to descriptor
+ * fd (a kernel one). Returns 0, or -1 with errno (EINVAL for a null stack,
+ * or the write's). */
+int xk_stack_write_counters(xk_stack* stack, int fd);
 /* The stack's IPv4 address, its prefix length and its gateway (0.0.0.0:
  * none), in network byte order; any pointer may be NULL. Returns 0, or -1
  * with errno ENOENT for a graph without an ipv4 layer. */
