@@ -279,6 +279,41 @@ TEST(EventLoop, TimersRunOnTheInjectedClock) {
   EXPECT_EQ(loop.counters().value("timers_fired"), 1u);
 }
 
+// flush_output() is the output half of a pass: the posted tasks, the timers
+// due now and each pollable's flush_output(), but no pollable's input.
+TEST(EventLoop, FlushOutputRunsTasksTimersAndFlushesButTakesNoInput) {
+  struct Flushing : FakeSource {
+    std::size_t flush_output() override {
+      ++flushes;
+      return queued;
+    }
+    std::size_t flushes = 0;
+    std::size_t queued = 2;
+  };
+  ManualClock clock(Time(1000s));
+  EventLoop loop(clock);
+  Flushing src;
+  src.pending = 5;
+  loop.add(src);
+  int posted = 0, fired = 0, later = 0;
+  loop.post([&posted] { ++posted; });
+  Timer due(loop.timers(), [&fired] { ++fired; });
+  due.arm_after(0ms);
+  Timer not_yet(loop.timers(), [&later] { ++later; });
+  not_yet.arm_after(1ms);
+  EXPECT_EQ(loop.flush_output(), 1u + 1u + 2u);
+  EXPECT_EQ(posted, 1);
+  EXPECT_EQ(fired, 1);
+  EXPECT_EQ(later, 0);
+  EXPECT_EQ(src.flushes, 1u);
+  EXPECT_EQ(src.polls, 0u);     // the input waits for a pass
+  EXPECT_EQ(src.pending, 5u);
+  EXPECT_EQ(loop.counters().value("polls"), 0u);
+  loop.run_once();
+  EXPECT_EQ(src.polls, 1u);
+  EXPECT_EQ(src.pending, 0u);
+}
+
 TEST(EventLoop, WaitReChecksBeforeSleeping) {
   EventLoop loop;
   FakeSource src;

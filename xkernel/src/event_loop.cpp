@@ -198,6 +198,18 @@ std::size_t EventLoop::run_once() {
   return work;
 }
 
+std::size_t EventLoop::flush_output() {
+  std::size_t work = run_posted(config_.task_budget);
+  const std::size_t due = wheel_.run_due();
+  timers_fired_.inc(due);
+  work += due;
+  for (std::size_t i = 0; i < pollables_.size(); ++i) {
+    if (Pollable* p = pollables_[i].pollable) work += p->flush_output();
+  }
+  compact_sources();
+  return work;
+}
+
 bool EventLoop::wait(std::optional<Duration> max) {
   // Announce the sleep, then look again at everything that could have arrived
   // before the announcement became visible (the other half of the fence pair

@@ -139,6 +139,10 @@ class Pollable {
   // done. 0 means idle.
   virtual std::size_t poll(std::size_t budget) = 0;
 
+  // Send what poll() would send at its end, taking no input (a driver's
+  // queued frames); how many units went. EventLoop::flush_output().
+  virtual std::size_t flush_output() { return 0; }
+
   // A descriptor that becomes readable when there is work, so a sleeping loop
   // wakes for it (level-triggered: poll() must drain it), or -1. Read once, in
   // EventLoop::add(); it must stay open until remove().
@@ -224,6 +228,11 @@ class EventLoop {
   // One pass: posted tasks, due timers, each pollable once. Never sleeps.
   // Returns the work done (tasks + timers fired + what the pollables report).
   std::size_t run_once();
+  // The output half of a pass: posted tasks, the timers due now (TCP's ACK
+  // at the end of a burst), then each pollable's flush_output(). Takes no
+  // input: for a caller that only queued output (a read's window update)
+  // and will look at the input later.
+  std::size_t flush_output();
   // Sleep until a descriptor is ready, a task is posted, wake()/stop() is
   // called, the next timer is due, or `max` passes (nullopt: no limit) --
   // unless the doorbell re-check finds work first. Returns whether it slept.

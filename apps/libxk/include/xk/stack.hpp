@@ -280,12 +280,15 @@ std::invoke_result_t<F&> Stack::call(F&& f, bool pass_before) {
   if (runs_inline()) {
     Turn turn(*this);
     if (pass_before) loop_.run_once();
+    // After: a whole pass, or (call_after: the caller reads what is there
+    // and looks at the input later) only what `f` queued.
+    auto after = [&] { pass_before ? loop_.run_once() : loop_.flush_output(); };
     if constexpr (std::is_void_v<R>) {
       f();
-      loop_.run_once();
+      after();
     } else {
       R r = f();
-      loop_.run_once();
+      after();
       return r;
     }
   } else if (loop_.in_loop_thread()) {

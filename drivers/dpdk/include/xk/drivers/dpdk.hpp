@@ -209,6 +209,7 @@ class DpdkDriver final : public Driver, public Pollable {
   // Send the queued frames now. Frames the tx ring has no room for are freed
   // and counted in tx_drop_full. Returns how many were sent.
   std::size_t flush();
+  std::size_t flush_output() override { return flush(); }
 
   std::uint16_t port_id() const noexcept { return port_; }
   MacAddr mac() const noexcept { return mac_; }
