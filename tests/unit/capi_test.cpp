@@ -481,6 +481,56 @@ TEST(CApiStack, PollOfAReadableSetSkipsAFreshPassButNotForLong) {
   xk_stack_destroy(h);
 }
 
+// A send with room, right after a pass, runs no pass before it and only
+// flushes what it queued; a program that only sends still gets a pass
+// (its ACKs, ARP replies) at least every 50 us.
+TEST(CApiStack, SendWithRoomSkipsAFreshPassButNotForLong) {
+  xk::StackConfig c;
+  c.graph = kGraph;
+  c.mode = xk::StackMode::inline_calls;
+  auto stack = xk::Stack::create(c);
+  xk::Stack* raw = stack.get();
+  xk_stack* h = xk::adopt_for_c_api(std::move(stack));
+  ASSERT_NE(h, nullptr);
+  const xk::Counter* passes = raw->loop().counters().find("polls");
+  ASSERT_NE(passes, nullptr);
+  int l = xk_socket(h, AF_INET, SOCK_STREAM, 0);
+  sockaddr_in at = addr("192.0.2.1", 6201);
+  ASSERT_EQ(xk_bind(l, sa(at), sizeof at), 0) << xk_last_error();
+  ASSERT_EQ(xk_listen(l, 4), 0) << xk_last_error();
+  int cl = xk_socket(h, AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  ASSERT_EQ(xk_connect(cl, sa(at), sizeof at), -1);
+  ASSERT_EQ(errno, EINPROGRESS);
+  pollfd pc{cl, POLLOUT, 0};
+  ASSERT_EQ(xk_poll(&pc, 1, 2000), 1);
+  int sv = xk_accept4(l, nullptr, nullptr, 0);
+  ASSERT_GE(sv, 0) << xk_last_error();
+  int one = 1;
+  ASSERT_EQ(xk_setsockopt(cl, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one), 0);
+  ASSERT_EQ(xk_poll(&pc, 1, 2000), 1);  // write readiness alone: a pass ran
+  std::uint64_t before = passes->value();
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(xk_send(cl, "z", 1, MSG_DONTWAIT), 1) << xk_last_error();
+  EXPECT_LT(passes->value() - before, 20u) << "every send with room ran a pass";
+  // What they queued went out: the server has all twenty bytes.
+  char buf[32];
+  std::size_t got = 0;
+  while (got < 20) {
+    const ssize_t n = xk_recv(sv, buf + got, sizeof buf - got, 0);
+    ASSERT_GT(n, 0) << xk_last_error();
+    got += static_cast<std::size_t>(n);
+  }
+  EXPECT_EQ(got, 20u);
+  // A program that only sends: passes still run.
+  before = passes->value();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (passes->value() == before && std::chrono::steady_clock::now() < deadline) {
+    (void)xk_send(cl, "z", 1, MSG_DONTWAIT);
+  }
+  EXPECT_GT(passes->value(), before) << "sends with room kept the stack from running";
+  for (int fd : {cl, sv, l}) EXPECT_EQ(xk_close(fd), 0);
+  xk_stack_destroy(h);
+}
+
 // The whole counter table, as xkrun --stats writes it at exit: a header,
 // then "owner counter value" lines, the graph's and the loop's ("stack").
 TEST(CApiStack, WriteCountersGivesTheWholeTable) {

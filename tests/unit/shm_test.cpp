@@ -109,7 +109,9 @@ TEST(Shm, FramesCrossInlineByReferenceOrCopiedOnceAndReferencesComeBack) {
   // Payload in a send-buffer chunk: by reference.
   Bytes head = pattern(14, 3), body = pattern(20000, 4);
   ASSERT_TRUE(l.client.transmit(chunk_frame(head, body)).ok());
-  l.client.flush();
+  // Held until the poll's end or a flush: EventLoop::flush_output() publishes them.
+  EXPECT_EQ(l.client.flush_output(), 3u);
+  EXPECT_EQ(l.client.flush_output(), 0u);
   ASSERT_TRUE(poll_until({&l.server}, [&] { return l.sink_s.received.size() == 3; }));
   EXPECT_EQ(bytes_of(l.sink_s.received[0]), small);
   EXPECT_EQ(bytes_of(l.sink_s.received[1]), heap);

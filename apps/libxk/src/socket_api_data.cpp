@@ -29,8 +29,7 @@ ssize_t stream_recv(Sock& s, const iovec* iov, int iovcnt, int flags, std::size_
   std::size_t done = 0;
   for (;;) {
     // Bytes waiting already (a program that polls before it reads, as
-    // iperf3 does): no pass before the read, only the one after it.
-    const bool ready = done == 0 && (s.events.load(std::memory_order_relaxed) & EPOLLIN) != 0;
+    // iperf3 does, or one woken by them): no pass before the read.
     Outcome o = blocking(s, may_block, deadline, [&]() -> Outcome {
       if (s.listening || !s.connected) return Outcome::error(Errc::not_connected);
       if (s.shut_rd) return Outcome::ok(0);
@@ -68,7 +67,7 @@ ssize_t stream_recv(Sock& s, const iovec* iov, int iovcnt, int flags, std::size_
         if (*inq == 0 && (c == nullptr || (c->events() & tcp::ev_hangup) != 0)) *inq = 1;
       }
       return Outcome::ok(got);
-    }, ready);
+    }, EPOLLIN);
     if (o.err != Errc::ok) {
       if (done != 0) return static_cast<ssize_t>(done);
       if (o.err == Errc::unsupported) return fail(EOPNOTSUPP, "recv: MSG_PEEK on a relayed stream");
@@ -136,7 +135,7 @@ ssize_t stream_send(Sock& s, const iovec* iov, int iovcnt, int flags) {
       if (oob && put != 0 && done + put < want && !may_block) (void)s.conn.mark_urgent(0);
       if (put == 0 && want != done) return Outcome::error(Errc::would_block);
       return Outcome::ok(put);
-    });
+    }, EPOLLOUT);
     if (o.err != Errc::ok) {
       if (done != 0) return static_cast<ssize_t>(done);
       // No SIGPIPE, ever: EPIPE for a connection that can take no more data.

@@ -244,6 +244,9 @@ void watch(Sock& s);
 void unwatch_all(Sock& s);
 // Stops watching every socket of the set (on their stack's thread).
 void close_epoll(Epoll& ep);
+// Whether the stack's latest pass is recent enough that a call may skip
+// the pass before it (xk_poll, a write with room; see kFresh).
+bool fresh(Stack& stack);
 
 // ---- results of work on the stack's thread -----------------------------------------
 
@@ -256,13 +259,19 @@ struct Outcome {
 
 // The standard blocking loop: try `op` on the stack's thread; while it would
 // block and the call may block, sleep until the socket changes (a signal
-// handler that runs meanwhile ends it: Errc::interrupted, EINTR). `ready`:
-// the socket said, just now, that `op` has what it needs (a read of a
-// readable socket): the first try skips the stack's pass before it.
+// handler that runs meanwhile ends it: Errc::interrupted, EINTR).
+// `needs`: the readiness that says `op` has what it needs without the
+// stack's input (EPOLLIN: bytes to read; EPOLLOUT: room to write). While the
+// socket shows it, a try skips the pass before `op` and only flushes what
+// `op` queued after it (Stack::call_after). Room to write counts only while
+// the stack's latest pass is fresh: a program that only writes still lets
+// the stack take its input (ACKs, ARP replies).
 template <class Op>
-Outcome blocking(Sock& s, bool may_block, Deadline deadline, Op&& op, bool ready = false) {
+Outcome blocking(Sock& s, bool may_block, Deadline deadline, Op&& op, std::uint32_t needs = 0) {
   for (;;) {
     const std::uint32_t seen = s.wp.gen();
+    const std::uint32_t shown = s.events.load(std::memory_order_relaxed) & needs;
+    const bool ready = (shown & EPOLLIN) != 0 || ((shown & EPOLLOUT) != 0 && fresh(*s.stack));
     auto attempt = [&] {
       if (s.closed.load(std::memory_order_relaxed)) return Outcome::error(Errc::closed);
       Outcome r = op();
@@ -270,7 +279,6 @@ Outcome blocking(Sock& s, bool may_block, Deadline deadline, Op&& op, bool ready
       return r;
     };
     Outcome o = ready ? s.stack->call_after(attempt) : s.stack->call(attempt);
-    ready = false;
     if (o.err != Errc::would_block || !may_block) return o;
     const WaitEnd w = s.stack->wait(s.wp, seen, deadline);
     if (w == WaitEnd::interrupted) return Outcome::error(Errc::interrupted);

@@ -291,12 +291,13 @@ namespace {
 // program that only writes, or polls a readable socket it does not read,
 // still lets the stack take its input (ACKs, ARP replies) and fire timers.
 constexpr Duration kFresh = std::chrono::microseconds(50);
-bool fresh(Stack& stack) {
+}  // namespace
+
+bool xk::capi::fresh(Stack& stack) {
   const EventLoop& loop = stack.loop();
   const std::optional<Time> last = loop.last_pass();
   return last && loop.clock().now() - *last < kFresh;
 }
-}  // namespace
 
 extern "C" int xk_poll(struct pollfd* fds, nfds_t nfds, int timeout_ms) {
   if (nfds > 0 && fds == nullptr) return fail(EFAULT, "poll: no array");

@@ -161,6 +161,12 @@ class ShmDriver final : public Driver, public Pollable {
   Link link_state() override { return up() ? Link::up : Link::down; }
   // Publish the queued descriptors and wake the peer if it sleeps.
   void flush() noexcept;
+  // EventLoop::flush_output(): flush(); the descriptors it published.
+  std::size_t flush_output() override {
+    const std::uint32_t before = published_;
+    flush();
+    return published_ - before;
+  }
 
   bool up() const noexcept { return state_ == State::up; }
   MacAddr mac() const noexcept { return mac_; }
