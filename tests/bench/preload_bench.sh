@@ -7,7 +7,9 @@
 # Linux: sockperf ping-pong (TCP, 14-byte messages) and iperf3 (one stream)
 # between two namespaces over a veth. xkrun: the same two programs, both
 # ends under xkrun, two stacks over net_memif. And the native xk app
-# (xk-tcp-perf, bulk over memif) for what the shim costs. Each figure
+# (xk-tcp-perf, ping-pong and bulk over memif) for what the shim costs, and
+# a plain-socket ping-pong (xk-sock-pingpong) on both, for what sockperf's
+# own per-message work adds. Each figure
 # XK_BENCH_RUNS times (default 3), interleaved; the median is reported, with
 # the CPU time per GB of each side (iperf3's own accounting), and the median
 # and mean of each run's own ratio (the two figures of a ratio measured
@@ -27,7 +29,8 @@ source "$HERE/../integration/lib.sh"
 BUILD=$(readlink -f "$1")
 XKRUN=$BUILD/apps/preload/xkrun
 PERF=$BUILD/apps/tcp-perf/xk-tcp-perf
-[ -x "$XKRUN" ] && [ -x "$PERF" ] || die "build the release preset first ($XKRUN, $PERF)"
+LEAN=$BUILD/tests/bench/xk-sock-pingpong
+[ -x "$XKRUN" ] && [ -x "$PERF" ] && [ -x "$LEAN" ] || die "build the release preset first ($XKRUN, $PERF, $LEAN)"
 [ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces for the Linux side)"
 for t in iperf3 sockperf NPtcp; do command -v $t > /dev/null || die "needs $t"; done
 SECS=${XK_BENCH_SECONDS:-3}
@@ -153,6 +156,28 @@ for run in $(seq "$RUNS"); do
   echo "   half-RTT mean (median): Linux ${R[lnx_lat_$run]} (${R[lnx_p50_$run]}) us," \
     "xkrun ${R[xk_lat_$run]} (${R[xk_p50_$run]}) us, native xk-tcp-perf ${R[nat_lat_$run]} (${R[nat_p50_$run]}) us"
 
+  # The same 14-byte exchange from a program with nothing but blocking
+  # read/write (xk-sock-pingpong): the shim's own cost, without sockperf's
+  # per-message work, which Linux pays too and which pulls its ratio up.
+  ip netns exec "$NSA" "${PIN_S[@]}" "$LEAN" server 7100 > "$OUT/lnx-lean-server.log" 2>&1 &
+  LS=$!
+  PIDS+=("$LS")
+  for try in 1 2 3 4 5 6 7 8 9 10; do
+    sleep 0.2
+    ip netns exec "$NSB" "${PIN_C[@]}" "$LEAN" client 192.0.2.1 7100 14 "$SECS" > "$OUT/lnx-lean-$run.log" 2>&1 && break
+    grep -q refused "$OUT/lnx-lean-$run.log" || { cat "$OUT/lnx-lean-$run.log" >&2; die "xk-sock-pingpong on Linux failed"; }
+  done
+  wait "$LS" || true
+  xk_pair_start lean$run "$LEAN" server 7100
+  xk_client lean$run "$LEAN" client 192.0.2.10 7100 14 "$SECS" > "$OUT/xk-lean-$run.log" \
+    || { tail "$OUT/xk-lean-$run.log" >&2; die "xk-sock-pingpong under xkrun failed"; }
+  wait "$XSRV" || true
+  R[lnx_lean_$run]=$(sed -n 's/.*half_rtt_avg_us=\([0-9.]*\).*/\1/p' "$OUT/lnx-lean-$run.log")
+  R[xk_lean_$run]=$(sed -n 's/.*half_rtt_avg_us=\([0-9.]*\).*/\1/p' "$OUT/xk-lean-$run.log")
+  [ -n "${R[lnx_lean_$run]}" ] && [ -n "${R[xk_lean_$run]}" ] || die "xk-sock-pingpong printed no result"
+  R[lean_ratio_$run]=$(ratio "${R[xk_lean_$run]}" "${R[lnx_lean_$run]}")
+  echo "   plain-socket ping-pong half-RTT mean: Linux ${R[lnx_lean_$run]} us, xkrun ${R[xk_lean_$run]} us"
+
   step "run $run/$RUNS: iperf3 one stream, Linux then xkrun; xk-tcp-perf $BYTES"
   ip netns exec "$NSA" "${PIN_S[@]}" iperf3 -s -1 > /dev/null 2>&1 &
   IS=$!
@@ -173,7 +198,8 @@ for run in $(seq "$RUNS"); do
   echo "   Gbit/s: Linux ${R[lnx_gbps_$run]}, xkrun iperf3 ${R[xk_gbps_$run]}, native xk-tcp-perf ${R[nat_gbps_$run]}"
 done
 
-for k in lnx_lat xk_lat nat_lat lnx_p50 xk_p50 nat_p50 lat_ratio p50_ratio nat_lat_ratio lnx_gbps xk_gbps nat_gbps nat_ratio \
+for k in lnx_lat xk_lat nat_lat lnx_p50 xk_p50 nat_p50 lat_ratio p50_ratio nat_lat_ratio lnx_lean xk_lean lean_ratio \
+  lnx_gbps xk_gbps nat_gbps nat_ratio \
   lnx_cpu_c lnx_cpu_s xk_cpu_c xk_cpu_s; do
   # shellcheck disable=SC2046  # one word a run
   R[$k]=$(median $(runs_of "$k"))
@@ -189,13 +215,16 @@ printf "%-46s %10s %10s %8s %s\n" "sockperf ping-pong TCP 14 B, median half-RTT 
   "$(ratio "${R[xk_p50]}" "${R[lnx_p50]}")" ""
 printf "%-46s %10s %10s %8s %s\n" "native xk-tcp-perf ping-pong 14 B, half-RTT us" "${R[nat_lat]}" "${R[lnx_lat]}" \
   "$(ratio "${R[nat_lat]}" "${R[lnx_lat]}")" "(the floor: no shim)"
+printf "%-46s %10s %10s %8s %s\n" "plain-socket ping-pong 14 B, half-RTT us" "${R[xk_lean]}" "${R[lnx_lean]}" \
+  "$(ratio "${R[xk_lean]}" "${R[lnx_lean]}")" "(xk-sock-pingpong: no app work)"
 printf "%-46s %10s %10s %8s %s\n" "iperf3 one stream, Gbit/s" "${R[xk_gbps]}" "${R[lnx_gbps]}" \
   "$(ratio "${R[xk_gbps]}" "${R[lnx_gbps]}")" ""
 printf "%-46s %10s %10s %8s %s\n" "iperf3 under xkrun vs native xk-tcp-perf, Gbit/s" "${R[xk_gbps]}" "${R[nat_gbps]}" \
   "$(ratio "${R[xk_gbps]}" "${R[nat_gbps]}")" ">= 0.9x"
 echo "median of each run's own ratio: half-RTT mean $(printf '%sx' "${R[lat_ratio]}") (runs $(runs_of lat_ratio))," \
   "median $(printf '%sx' "${R[p50_ratio]}") (runs $(runs_of p50_ratio)), native floor" \
-  "$(printf '%sx' "${R[nat_lat_ratio]}") (runs $(runs_of nat_lat_ratio)); iperf3 under xkrun / native" \
+  "$(printf '%sx' "${R[nat_lat_ratio]}") (runs $(runs_of nat_lat_ratio)), plain-socket ping-pong" \
+  "$(printf '%sx' "${R[lean_ratio]}") (runs $(runs_of lean_ratio)); iperf3 under xkrun / native" \
   "$(printf '%sx' "${R[nat_ratio]}") (mean $(mean $(runs_of nat_ratio))x; runs $(runs_of nat_ratio))"
 printf "%-46s %10s %10s\n" "iperf3 CPU s/GB, sender" "${R[xk_cpu_c]}" "${R[lnx_cpu_c]}"
 printf "%-46s %10s %10s\n" "iperf3 CPU s/GB, receiver" "${R[xk_cpu_s]}" "${R[lnx_cpu_s]}"
