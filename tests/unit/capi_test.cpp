@@ -434,22 +434,31 @@ TEST(CApiStack, AdoptedStackRunsOnItsInjectedClock) {
   EXPECT_THROW((void)xk::adopt_for_c_api(nullptr), std::invalid_argument);
 }
 
+// An inline stack of `graph` handed to the C API, and its loop's count of
+// passes (what the tests of skipped passes watch).
+struct CountedStack {
+  xk_stack* h = nullptr;
+  const xk::Counter* passes = nullptr;
+};
+CountedStack inline_stack(const char* graph) {
+  xk::StackConfig c;
+  c.graph = graph;
+  c.mode = xk::StackMode::inline_calls;
+  auto stack = xk::Stack::create(c);
+  const xk::Counter* passes = stack->loop().counters().find("polls");
+  return {xk::adopt_for_c_api(std::move(stack)), passes};
+}
+
 // poll() on a set where a socket is readable already skips the stack's pass
 // when one ran moments ago (the program reads next, and its read runs the
 // stack), but not for long: input that needs a pass -- here a datagram the
 // fault layer holds 5 ms on the loop's timers -- still arrives while the
 // program polls nothing but that set, the readable socket unread.
 TEST(CApiStack, PollOfAReadableSetSkipsAFreshPassButNotForLong) {
-  xk::StackConfig c;
-  c.graph =
+  auto [h, passes] = inline_stack(
       "loopback lo0\nipv4 ip0 below=lo0 addr=192.0.2.1/24\n"
-      "fault f0 below=ip0 delay=5\nudp udp0 below=f0\n";
-  c.mode = xk::StackMode::inline_calls;
-  auto stack = xk::Stack::create(c);
-  xk::Stack* raw = stack.get();
-  xk_stack* h = xk::adopt_for_c_api(std::move(stack));
+      "fault f0 below=ip0 delay=5\nudp udp0 below=f0\n");
   ASSERT_NE(h, nullptr);
-  const xk::Counter* passes = raw->loop().counters().find("polls");
   ASSERT_NE(passes, nullptr);
   int a = xk_socket(h, AF_INET, SOCK_DGRAM, 0);
   int b1 = xk_socket(h, AF_INET, SOCK_DGRAM, 0);
@@ -485,14 +494,8 @@ TEST(CApiStack, PollOfAReadableSetSkipsAFreshPassButNotForLong) {
 // flushes what it queued; a program that only sends still gets a pass
 // (its ACKs, ARP replies) at least every 50 us.
 TEST(CApiStack, SendWithRoomSkipsAFreshPassButNotForLong) {
-  xk::StackConfig c;
-  c.graph = kGraph;
-  c.mode = xk::StackMode::inline_calls;
-  auto stack = xk::Stack::create(c);
-  xk::Stack* raw = stack.get();
-  xk_stack* h = xk::adopt_for_c_api(std::move(stack));
+  auto [h, passes] = inline_stack(kGraph);
   ASSERT_NE(h, nullptr);
-  const xk::Counter* passes = raw->loop().counters().find("polls");
   ASSERT_NE(passes, nullptr);
   int l = xk_socket(h, AF_INET, SOCK_STREAM, 0);
   sockaddr_in at = addr("192.0.2.1", 6201);

@@ -179,9 +179,7 @@ std::size_t EventLoop::run_once() {
     // another round would poll that pollable again after it said stop --
     // xk-tcp-perf's client once read its closed socket there and failed.
     if (!more || round >= config_.drain_rounds || stop_requested_.load(std::memory_order_relaxed)) break;
-    std::size_t due = wheel_.run_due();
-    timers_fired_.inc(due);
-    work += due;
+    work += run_due_timers();
     ++drain_rounds_;
     now = pass_clock_.freeze();
   }
@@ -198,11 +196,15 @@ std::size_t EventLoop::run_once() {
   return work;
 }
 
-std::size_t EventLoop::flush_output() {
-  std::size_t work = run_posted(config_.task_budget);
+std::size_t EventLoop::run_due_timers() {
   const std::size_t due = wheel_.run_due();
   timers_fired_.inc(due);
-  work += due;
+  return due;
+}
+
+std::size_t EventLoop::flush_output() {
+  std::size_t work = run_posted(config_.task_budget);
+  work += run_due_timers();  // after the tasks, as in a pass
   for (std::size_t i = 0; i < pollables_.size(); ++i) {
     if (Pollable* p = pollables_[i].pollable) work += p->flush_output();
   }

@@ -287,7 +287,8 @@ namespace {
 // as well polled the ring after every read instead of once the data was
 // drained, in bursts of 5 frames instead of 10 -- GRO merged less, and the
 // sender got more ACKs (docs/BENCHMARKS.md, issue 24). Write readiness alone
-// never skips the pass, and nothing goes longer than this without one: a
+// never skips poll()'s pass; a send with room skips its own only under the
+// same age (blocking()). So nothing goes longer than this without a pass: a
 // program that only writes, or polls a readable socket it does not read,
 // still lets the stack take its input (ACKs, ARP replies) and fire timers.
 constexpr Duration kFresh = std::chrono::microseconds(50);

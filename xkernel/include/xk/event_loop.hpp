@@ -301,6 +301,8 @@ class EventLoop {
   void notify() noexcept;
   void ring_doorbell() noexcept;
   std::size_t run_posted(std::size_t budget);
+  // The timers armed "due now" (the end of a burst), counted; how many fired.
+  std::size_t run_due_timers();
   void drain_doorbell() noexcept;
   void compact_sources() noexcept;
 
