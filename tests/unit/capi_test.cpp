@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -531,6 +532,55 @@ TEST(CApiStack, SendWithRoomSkipsAFreshPassButNotForLong) {
   }
   EXPECT_GT(passes->value(), before) << "sends with room kept the stack from running";
   for (int fd : {cl, sv, l}) EXPECT_EQ(xk_close(fd), 0);
+  xk_stack_destroy(h);
+}
+
+// A hybrid stack's thread looks whether the calls stopped after hand_back,
+// and less often while they keep coming (each look is a wake-up on some
+// program thread's CPU): here a pass every ~20 us for 300 ms with a 1 ms
+// hand_back, which looked about 300 times when the interval was fixed. And
+// when the calls stop it still takes the stack over: a timer fires with
+// nobody calling.
+TEST(CApiStack, HybridThreadLooksLessOftenWhileCallsComeAndTakesOverWhenTheyStop) {
+  xk::StackConfig c;
+  c.graph = kGraph;
+  c.mode = xk::StackMode::hybrid;
+  c.hand_back = std::chrono::milliseconds(1);
+  c.loop.spin = std::chrono::microseconds(20);
+  auto stack = xk::Stack::create(c);
+  xk::Stack* raw = stack.get();
+  xk_stack* h = xk::adopt_for_c_api(std::move(stack));
+  ASSERT_NE(h, nullptr);
+  auto counter = [&](const char* name) {
+    return raw->call([&] {
+      raw->sync_counters();
+      return raw->loop().counters().value(name);
+    });
+  };
+  const std::uint64_t looks0 = counter("hand_back_looks");
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < end) {
+    raw->poll();
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  const std::uint64_t looks = counter("hand_back_looks") - looks0;
+  EXPECT_GE(looks, 5u) << "the thread stopped looking";
+  EXPECT_LT(looks, 150u) << "the thread looked every hand_back while the calls kept coming";
+
+  const std::uint64_t takeovers0 = counter("takeovers");
+  std::atomic<bool> fired{false};
+  std::optional<xk::Timer> t;  // made, armed and destroyed under the stack: its thread runs the wheel
+  raw->call([&] {
+    t.emplace(raw->loop().timers(), [&] { fired.store(true); });
+    t->arm_after(std::chrono::milliseconds(2));
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!fired.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(fired.load()) << "nobody ran the stack after the calls stopped";
+  EXPECT_GT(counter("takeovers"), takeovers0);
+  raw->call([&] { t.reset(); });
   xk_stack_destroy(h);
 }
 

@@ -282,6 +282,7 @@ extern "C" int xk_stack_write_counters(xk_stack* h, int fd) {
   if (h == nullptr) return fail(EINVAL, "xk_stack_write_counters: a null stack");
   return guarded("xk_stack_write_counters", [&] {
     const std::string text = h->stack->call([&] {
+      h->stack->sync_counters();
       std::vector<const CounterSet*> sets = h->stack->graph().counters();
       sets.push_back(&h->stack->loop().counters());
       return counters_table(sets);

@@ -182,7 +182,18 @@ WaitEnd WaitPoint::wait(std::uint32_t seen, std::optional<std::chrono::steady_cl
 
 // ---- Stack ----------------------------------------------------------------------
 
-Stack::Stack(StackConfig config) : config_(std::move(config)), loop_(config_.clock, config_.loop) {}
+Stack::Stack(StackConfig config)
+    : config_(std::move(config)),
+      loop_(config_.clock, config_.loop),
+      looks_counter_(loop_.counters().add("hand_back_looks",
+                                          "hybrid: times the stack's thread woke to see whether the calls stopped")),
+      takeovers_counter_(loop_.counters().add(
+          "takeovers", "hybrid: times the stack's thread took the stack over (handed over, or the calls stopped)")) {}
+
+void Stack::sync_counters() noexcept {
+  looks_counter_.set(looks_.load(std::memory_order_relaxed));
+  takeovers_counter_.set(takeovers_.load(std::memory_order_relaxed));
+}
 
 namespace {
 // The control connection of a node of `queues` stacks. Over TCP the node is
@@ -411,25 +422,34 @@ void Stack::hand_over() noexcept {
 }
 
 // The hybrid stack's thread: it runs the stack while no caller does, and
-// otherwise stays parked, waking every hand_back to see whether the callers
-// have gone quiet (no syscall on the callers' path: they never wake it,
-// except hand_over() before a sleep).
+// otherwise stays parked, waking to see whether the callers have gone quiet
+// (no syscall on the callers' path: they never wake it, except hand_over()
+// before a sleep). It looks after hand_back, and while the callers keep
+// calling, half as often each time, down to once every kLongestLook
+// hand_backs: each look is a wake-up on some program thread's CPU, and at
+// one every 500 us it put 1 % of a 14-byte sockperf ping-pong's exchanges
+// at 30 us (docs/BENCHMARKS.md, issue 24). So calls that stop are noticed
+// within hand_back to kLongestLook x hand_back.
 void Stack::drive_while_alone() {
   using clock = std::chrono::steady_clock;
+  const auto longest = config_.hand_back * kLongestLook;
   for (;;) {
     // Sampled before trying: a kick from now on (while it runs the stack,
     // or finds a caller holding it) wakes the park below at once.
     std::uint32_t gen = kick_.gen();
     run_alone();
+    auto look = config_.hand_back;
     for (;;) {
       if (stopping_.load(std::memory_order_acquire)) return;
       const std::uint64_t before = entries_.load(std::memory_order_relaxed);
-      const WaitEnd e = kick_.wait(gen, clock::now() + config_.hand_back, std::chrono::nanoseconds(0));
+      const WaitEnd e = kick_.wait(gen, clock::now() + look, std::chrono::nanoseconds(0));
       if (stopping_.load(std::memory_order_acquire)) return;
       if (e == WaitEnd::moved) break;
+      looks_.fetch_add(1, std::memory_order_relaxed);
       if (entries_.load(std::memory_order_relaxed) == before && contenders_.load(std::memory_order_relaxed) == 0) {
         break;
       }
+      look = std::min(look * 2, longest);
       gen = kick_.gen();
     }
   }
@@ -439,6 +459,7 @@ void Stack::drive_while_alone() {
 void Stack::run_alone() {
   if (!inline_mu_.try_lock()) return;  // a caller has it
   wanted_.store(false, std::memory_order_seq_cst);
+  takeovers_.fetch_add(1, std::memory_order_relaxed);
   loop_.enter();
   struct Release {
     Stack* s;

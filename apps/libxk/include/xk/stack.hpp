@@ -51,7 +51,8 @@ enum class StackMode : std::uint8_t {
   // Inline while someone calls, the stack's own thread while nobody does: a
   // call runs the stack in the calling thread (as inline), a blocked call
   // drives it while it spins and hands it to the thread before it sleeps,
-  // and the thread takes it over when no call has come in for `hand_back`.
+  // and the thread takes it over when no call has come in for `hand_back`
+  // (noticed within 8 x hand_back: drive_while_alone).
   // For programs that do not call in all the time (libxk_preload.so).
   hybrid,
 };
@@ -64,6 +65,8 @@ struct StackConfig {
   ThreadOptions thread;            // service and hybrid: the thread's CPU pinning and name
   // Hybrid: how long the calls must leave the stack alone before its thread
   // takes it over (a blocked call that goes to sleep hands it over at once).
+  // The thread looks that often at first, and less often while the calls
+  // keep coming: it notices calls that stopped within 8 x hand_back.
   std::chrono::microseconds hand_back{500};
   std::chrono::milliseconds link_wait{5000};  // for a DPDK port named net0
   // Whether create() waits for that link; false: the caller does, with
@@ -208,6 +211,10 @@ class Stack {
   // Inline and hybrid: one pass in the calling thread; service: 0.
   std::size_t poll();
 
+  // Under the stack (in a call): brings the loop's counters of the hybrid
+  // thread (hand_back_looks, takeovers) up to date, for a dump.
+  void sync_counters() noexcept;
+
   // Runs the stack until the link of net0 is up (a DPDK or shm port whose
   // peer connects), at most `limit`; then a standalone stack announces its
   // address (ARP). True at once for a graph without such a port. For
@@ -268,6 +275,15 @@ class Stack {
   void drive_while_alone();
   void run_alone();
   std::atomic<std::uint64_t> entries_{0};
+  // The thread's looks back off to one every kLongestLook x hand_back while
+  // the calls keep coming (drive_while_alone).
+  static constexpr int kLongestLook = 8;
+  // Counted by the thread outside the lock, copied into the loop's table
+  // (as hand_back_looks and takeovers) by sync_counters().
+  std::atomic<std::uint64_t> looks_{0};
+  std::atomic<std::uint64_t> takeovers_{0};
+  Counter& looks_counter_;
+  Counter& takeovers_counter_;
   WaitPoint kick_;
   std::atomic<bool> wanted_{false};  // hand_over() asked; the thread has not taken it yet
   std::atomic<bool> stopping_{false};
