@@ -148,12 +148,13 @@ void finish_handshakes(EventLoop& loop, tcp::TcpProtocol& tcp, std::chrono::mill
 void print_conn_stats(const char* who, const tcp::TcpSocket& s) {
   tcp::ConnStats st = s.stats();
   std::printf("STATS who=%s srtt_us=%.1f rto_ms=%.1f cwnd=%u mss=%u snd_wscale=%u rcv_wscale=%u sack=%d ts=%d "
-              "segs_out=%llu segs_in=%llu retransmits=%llu rto_expiries=%llu fast_retransmits=%llu\n",
+              "segs_out=%llu segs_in=%llu retransmits=%llu rto_expiries=%llu spurious_rtos=%llu fast_retransmits=%llu\n",
               who, std::chrono::duration<double, std::micro>(st.srtt).count(),
               std::chrono::duration<double, std::milli>(st.rto).count(), st.cwnd, st.mss, st.snd_wscale, st.rcv_wscale,
               st.sack ? 1 : 0, st.timestamps ? 1 : 0, static_cast<unsigned long long>(st.segs_out),
               static_cast<unsigned long long>(st.segs_in), static_cast<unsigned long long>(st.retransmits),
-              static_cast<unsigned long long>(st.rto_expiries), static_cast<unsigned long long>(st.fast_retransmits));
+              static_cast<unsigned long long>(st.rto_expiries), static_cast<unsigned long long>(st.spurious_rtos),
+              static_cast<unsigned long long>(st.fast_retransmits));
 }
 
 }  // namespace xk::apps

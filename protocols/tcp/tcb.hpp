@@ -349,6 +349,31 @@ class TcpConnection final : public StreamEndpoint {
   SeqNum rtt_seq_;
   Time rtt_start_{};
   unsigned retries_ = 0;  // consecutive RTO expiries
+  // Eifel (RFC 3522 detection, RFC 4015 response), with timestamps: the
+  // first RTO of a run remembers the TSval its retransmission carries; the
+  // next ACK of new data echoing an older one acknowledges an original
+  // transmission, so the timeout was spurious (the ACKs were late, nothing
+  // was lost) and is undone: nothing more is sent again, the window and the
+  // RTO come back. Without timestamps nothing is detected.
+  struct EifelCheck {
+    bool armed = false;
+    std::uint32_t retransmit_ts = 0;
+    std::uint32_t pipe_prev = 0;  // max(FlightSize, ssthresh) before the timeout
+    SeqNum recover;               // the recovery point before the timeout
+    bool recover_set = false;
+  };
+  EifelCheck eifel_;
+  // Retransmitted data is outstanding: the TSval of the first of it to go
+  // again, and the end of the highest.
+  bool retx_out_ = false;
+  std::uint32_t retx_first_ts_ = 0;
+  SeqNum retx_high_;
+  // An ACK of new data (`h.ack` > SND.UNA) ends the check: true when its
+  // timestamp echo proves the armed timeout spurious.
+  bool spurious_timeout(const Options& opts) noexcept;
+  // RFC 4015 4 steps 5 and 6 (the window, step 4, after the ACK is taken):
+  // resume with new data, RTO from the proving ACK's RTT.
+  void undo_timeout(const Options& opts) noexcept;
   unsigned keepalive_sent_ = 0;
   Duration persist_interval_{0};  // doubles with each zero-window probe
   Time last_recv_{};

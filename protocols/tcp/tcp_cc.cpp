@@ -131,6 +131,14 @@ void CongestionControl::set_mss(std::uint32_t smss) noexcept {
   if (fresh_) cwnd_ = initial_window();
 }
 
+void CongestionControl::undo_rto(std::uint32_t pipe_prev, std::uint32_t flight_size, std::uint32_t acked) noexcept {
+  ssthresh_ = std::max(clamp_window(pipe_prev), 2 * smss_);
+  set_cwnd(std::max<std::uint64_t>(std::uint64_t{flight_size} + std::min(acked, initial_window()), smss_));
+  after_rto_ = false;
+  rto_unacked_ = false;
+  bytes_acked_ = 0;
+}
+
 void CongestionControl::loss_common() noexcept {
   in_recovery_ = false;
   bytes_acked_ = 0;

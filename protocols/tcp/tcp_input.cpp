@@ -293,6 +293,11 @@ bool TcpConnection::process_ack(const Header& h, const Options& opts, std::size_
   if (sack_ok_ && (!blocks.empty() || sb_.range_count() != 0 || sb_.in_recovery())) {
     sr = sb_.update(seq_max(h.ack, snd_una_), snd_max_, blocks);
   }
+  // A timeout the ACKs merely outran is undone before the ACK is taken:
+  // RACK must not send again what the timeout marked lost.
+  const SeqNum una_before = snd_una_;
+  const bool spurious = eifel_.armed && h.ack > snd_una_ && spurious_timeout(opts);
+  if (spurious) undo_timeout(opts);
   // RACK (RFC 8985 6.2): what this ACK delivered, by transmission.
   Rack::AckResult ra{};
   const bool pure_dupack = h.ack == snd_una_ && len == 0 && blocks.empty() && !h.has(kFin);
@@ -308,6 +313,11 @@ bool TcpConnection::process_ack(const Header& h, const Options& opts, std::size_
   if (h.ack > snd_una_) {
     new_ack(h, opts, static_cast<std::uint32_t>(h.ack - snd_una_));
     if (proto_ == nullptr) return false;
+    // RFC 4015 4 step 4: the window the flight had, after this ACK.
+    if (spurious) {
+      cc_->undo_rto(eifel_.pipe_prev, static_cast<std::uint32_t>(snd_max_ - snd_una_),
+                    static_cast<std::uint32_t>(snd_una_ - una_before));
+    }
   } else if (h.ack == snd_una_ && len == 0 && !h.has(kSyn) && !h.has(kFin) && snd_max_ > snd_una_ &&
              ((std::uint32_t{h.window} << snd_wscale_) == snd_wnd_ || sr.newly_sacked > 0)) {
     // RFC 5681 2 (and RFC 6675 2's SACK variant): a duplicate ACK.
@@ -343,6 +353,33 @@ bool TcpConnection::process_ack(const Header& h, const Options& opts, std::size_
   return true;
 }
 
+bool TcpConnection::spurious_timeout(const Options& opts) noexcept {
+  eifel_.armed = false;
+  // RFC 3522 2 (3): the echo is older than the retransmission's TSval, so
+  // this ACK is for an original transmission. An ACK without timestamps
+  // proves nothing.
+  return opts.timestamps && static_cast<std::int32_t>(opts.timestamps->tsecr - eifel_.retransmit_ts) < 0;
+}
+
+void TcpConnection::undo_timeout(const Options& opts) noexcept {
+  ++stats_.spurious_rtos;
+  ++proto_->c_.spurious_rtos;
+  // Step 5: resume with the next unsent segment; the originals are in the
+  // network (or delivered) and need no second copy.
+  snd_nxt_ = snd_max_;
+  if (rack_ != nullptr) rack_->rack.undo_rto();
+  recover_ = eifel_.recover;
+  recover_set_ = eifel_.recover_set;
+  retries_ = 0;
+  // Step 6: the RTT this ACK measured (its echo was sent that long ago) is
+  // the path's now; RTO follows it instead of its doubling.
+  // An echo a minute old or more is no sample (as for the receive side's).
+  const std::uint32_t ms = tsval_now() - opts.timestamps->tsecr;
+  Duration rtt{0};
+  if (ms < 60'000) rtt = ms == 0 ? Duration(std::chrono::microseconds(500)) : Duration(std::chrono::milliseconds(ms));
+  rto_.on_spurious_timeout(rtt);
+}
+
 void TcpConnection::new_ack(const Header& h, const Options& opts, std::uint32_t acked) {
   (void)opts;
   const Time now = proto_->timers().clock().now();
@@ -363,6 +400,7 @@ void TcpConnection::new_ack(const Header& h, const Options& opts, std::uint32_t 
   }
   snd_una_ = h.ack;
   if (snd_nxt_ < snd_una_) snd_nxt_ = snd_una_;
+  if (retx_out_ && snd_una_ >= retx_high_) retx_out_ = false;  // every retransmission acknowledged
   retries_ = 0;
   dupacks_ = 0;
   soft_error_ = Errc::ok;  // the path works: an earlier ICMP soft error is stale

@@ -189,6 +189,15 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
   if (retransmit) {
     stats_.retransmits += pieces;
     proto_->c_.retransmits.inc(pieces);
+    // The TSval of the first retransmission still unacknowledged (Eifel's
+    // RetransmitTS, should a timeout follow).
+    if (o.timestamps && !retx_out_) {
+      retx_out_ = true;
+      retx_first_ts_ = o.timestamps->tsval;
+      retx_high_ = end;
+    } else if (retx_out_ && end > retx_high_) {
+      retx_high_ = end;
+    }
     // Karn: a retransmission inside the timed range spoils the measurement.
     if (rtt_timing_ && rtt_seq_ > seq) rtt_timing_ = false;
   } else if (len > 0 && !rtt_timing_) {
@@ -507,6 +516,19 @@ void TcpConnection::on_rtx_timeout() {
     ++proto_->c_.timeouts;
     fail(timeout_error());
     return;
+  }
+  if (retries_ == 1) {
+    // RFC 3522 2 (1): the first timeout arms the check, with the TSval of
+    // the first retransmission of the data still out -- its own (the clock
+    // reads no later than when it leaves), or an earlier one's (a probe's,
+    // a recovery's): an ACK echoing a later TSval may be for that one, and
+    // then what is lost is not known.
+    eifel_ = EifelCheck{};
+    if (ts_ok_) {
+      const auto flight = static_cast<std::uint32_t>(snd_max_ - snd_una_);
+      eifel_ = EifelCheck{true, retx_out_ ? retx_first_ts_ : tsval_now(), std::max(flight, cc_->ssthresh()),
+                          recover_, recover_set_};
+    }
   }
   ++stats_.rto_expiries;
   ++proto_->c_.rto_expiries;

@@ -256,6 +256,11 @@ void Rack::on_rto() noexcept {
   lost_ = outstanding();
 }
 
+void Rack::undo_rto() noexcept {
+  for (std::size_t k = head_; k < log_.size(); ++k) log_[k].flags &= static_cast<std::uint8_t>(~kLost);
+  lost_ = 0;
+}
+
 void Rack::recovery_ended() noexcept {
   if (reo_wnd_persist_ > 0) --reo_wnd_persist_;
   if (reo_wnd_persist_ == 0) reo_wnd_mult_ = 1;

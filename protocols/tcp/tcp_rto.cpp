@@ -77,6 +77,18 @@ void RtoEstimator::on_handshake_after_syn_timeout() noexcept {
   rto_ = clamp(std::max(cfg_.initial_rto, Duration(std::chrono::seconds(3))));
 }
 
+void RtoEstimator::on_spurious_timeout(Duration rtt) noexcept {
+  rtt = std::clamp(rtt, Duration::zero(), kMaxSample);
+  if (!has_sample_) {
+    sample(rtt, 1);
+    return;
+  }
+  srtt_ = std::max(srtt_, rtt);
+  rttvar_ = std::max(rttvar_, rtt / 2);
+  backoffs_ = 0;
+  compute();
+}
+
 void RtoEstimator::reset() noexcept {
   srtt_ = Duration::zero();
   rttvar_ = Duration::zero();

@@ -136,11 +136,17 @@ stop_capture() {
 # spurious by design whenever the ACK was merely late -- a busy host, a peer
 # whose application reads slowly and so delays its ACK 40 ms -- and costs one
 # segment and no window reduction: those are counted apart and reported, not
-# judged (as Linux's own probes are in tcp_linux.sh). Sets CAP_FRAMES, CAP_RETRANS,
+# judged (as Linux's own probes are in tcp_linux.sh). So is a timeout's one
+# segment when the ACKs were later still (a node that shares two busy cores
+# under ASan has seen its ACKs 300 ms late): the first segment sent again at
+# least rto_min (CAP_RTO_MIN, 0.2 s) after its last copy, and the only such on
+# its connection within rto_min. The ACK's timestamp echo proves the timeout
+# spurious and xk undoes it (RFC 3522/4015, docs/tcp.md) -- whatever else went
+# again after it, going back through the flight, is judged. Sets CAP_FRAMES, CAP_RETRANS,
 # CAP_DROPPED, CAP_SYNS, CAP_SYNS_FULL (SYNs with window scale, SACK-permitted
 # and timestamps) for the caller's own checks.
 check_capture() {
-  local f=$1 xk=$2 mode=${3:-} good bad spurious xk_spurious xk_probes
+  local f=$1 xk=$2 mode=${3:-} good bad spurious xk_spurious xk_probes xk_rtos
   [ -s "$f" ] || die "capture $f is missing or empty"
   # Checksum status: 0 bad, 1 good, 2 unverified. Severity 0x800000 is
   # Error. A TCP checksum of 0xffff where tshark computes 0x0000 is the same
@@ -152,13 +158,14 @@ check_capture() {
     -e _ws.expert.severity -e tcp.analysis.spurious_retransmission -e tcp.analysis.retransmission \
     -e tcp.analysis.fast_retransmission -e tcp.flags.syn -e tcp.options.wscale.shift -e tcp.options.sack_perm \
     -e tcp.options.timestamp.tsval -e udp.checksum.status -e tcp.checksum -e tcp.checksum_calculated -e ip.src \
-    -e icmp.checksum.status -e frame.len -e tcp.stream -e tcp.seq -e tcp.len > "$f.fields" 2> "$f.tshark-err" \
+    -e icmp.checksum.status -e frame.len -e tcp.stream -e tcp.seq -e tcp.len -e frame.time_relative \
+    > "$f.fields" 2> "$f.tshark-err" \
     || { cat "$f.tshark-err" >&2; die "tshark cannot read $f"; }
   # A link with an MTU carries no frame over it, whatever the stacks move
   # inside their own processes (large frames, coalesced segments).
   local max_frame=$(( ${CAP_MTU:-1500} + 14 ))
-  read -r CAP_FRAMES good bad spurious CAP_RETRANS CAP_SYNS CAP_SYNS_FULL xk_spurious oversize xk_probes < <(awk -v xk="$xk" \
-    -v max="$max_frame" -F'\t' '
+  read -r CAP_FRAMES good bad spurious CAP_RETRANS CAP_SYNS CAP_SYNS_FULL xk_spurious oversize xk_probes xk_rtos \
+    < <(awk -v xk="$xk" -v max="$max_frame" -v rto_min="${CAP_RTO_MIN:-0.2}" -F'\t' '
     { total++
       if ($18 + 0 > max) { oversize++; print $1 > "/dev/stderr" }
       if ($2 == "0" && $14 == "0xffff" && $15 == "0x0000") $2 = "1"
@@ -167,21 +174,29 @@ check_capture() {
       if ($2 == "0" || $3 == "0" || $13 == "0" || $17 == "0" || $4 != "" || sev) { bad++; print $1 > "/dev/stderr" }
       # A tail probe: data ending where the highest data its sender sent on
       # that connection ends.
-      probe = 0
+      probe = 0; rto = 0
       if ($21 + 0 > 0) {
         key = $19 "/" $16; end = $20 + $21
         probe = ($6 != "" && end == hi[key]); if (end > hi[key]) hi[key] = end
+        # A timeout: a segment again rto_min after its last copy, the first
+        # such of its connection within rto_min.
+        copy = key "/" $20
+        rto = ($6 != "" && (copy in sent) && $22 - sent[copy] >= rto_min && \
+               (!(key in timeout) || $22 - timeout[key] >= rto_min))
+        if (rto) timeout[key] = $22
+        sent[copy] = $22
       }
-      if ($6 != "") { spurious++; if ($16 == xk) { if (probe) probes++; else xk_spurious++ } }
+      if ($6 != "") { spurious++; if ($16 == xk) { if (probe) probes++; else if (rto) rtos++; else xk_spurious++ } }
       if ($7 != "" || $8 != "") retrans++
       if ($9 == "1") { syns++; if ($10 != "" && $11 != "" && $12 != "") full++ } }
-    END { print total+0, good+0, bad+0, spurious+0, retrans+0, syns+0, full+0, xk_spurious+0, oversize+0, probes+0 }' "$f.fields" \
+    END { print total+0, good+0, bad+0, spurious+0, retrans+0, syns+0, full+0, xk_spurious+0, oversize+0, probes+0, rtos+0 }' \
+    "$f.fields" \
     2> "$f.bad-frames")
   CAP_DROPPED=$(sed -n 's/^\([0-9]*\) packets dropped by kernel.*/\1/p' "$f.log" 2>/dev/null)
   CAP_DROPPED=${CAP_DROPPED:-0}
   echo "   $(basename "$f"): $CAP_FRAMES frames, $good with a verified good checksum, $bad bad or malformed," \
-       "$CAP_RETRANS retransmissions ($spurious spurious: $xk_spurious by $xk, and $xk_probes tail loss probes of" \
-       "$xk that came before a late ACK); tcpdump dropped $CAP_DROPPED;" \
+       "$CAP_RETRANS retransmissions ($spurious spurious: $xk_spurious by $xk, and $xk_probes tail loss probes and" \
+       "$xk_rtos timeouts' first segments of $xk that came before a late ACK); tcpdump dropped $CAP_DROPPED;" \
        "$oversize over $max_frame bytes"
   [ "$bad" -eq 0 ] || die "$f: $bad bad or malformed frames (frame numbers in $f.bad-frames)"
   [ "$oversize" -eq 0 ] || die "$f: $oversize frames longer than the MTU allows (frame numbers in $f.bad-frames)"

@@ -1302,6 +1302,121 @@ TEST_F(TcpScript, ABareAckDuringRtoRecoveryCarriesTheHighestSequenceSent) {
   expect_nothing();
 }
 
+// ---- spurious timeouts (RFC 3522 Eifel detection, RFC 4015 response) ----------------
+
+// Connections whose flight times out (newreno, no probes: the RTO alone).
+class SpuriousRto : public TcpScript {
+ protected:
+  struct TimedOut {
+    std::uint32_t original_ts = 0;
+    std::uint32_t retransmit_ts = 0;
+  };
+  void SetUp() override {
+    TcpConfig c;
+    c.cc = "newreno";
+    c.tlp = false;
+    start(c);
+  }
+  // Four segments out (the RTO is 300 ms), their ACKs late: the timeout
+  // sends the first again. The TSvals the originals and the retransmission
+  // carried.
+  TimedOut time_out_a_flight() {
+    write(4000);
+    TimedOut r;
+    for (std::uint32_t i = 0; i < 4; ++i) {
+      Got g = expect((i == 3 ? psh_ack() : ack()).seq(1 + 1000 * i).ack(1).len(1000));
+      if (i == 0 && g.opts.timestamps) r.original_ts = g.opts.timestamps->tsval;
+    }
+    advance(300ms);
+    Got g = expect(ack().seq(1).ack(1).len(1000));
+    if (g.opts.timestamps) r.retransmit_ts = g.opts.timestamps->tsval;
+    expect_nothing();
+    EXPECT_EQ(stats().rto_expiries.value(), 1u);
+    EXPECT_EQ(sock.stats().cwnd, 1000u) << "RFC 5681 3.1: the loss window";
+    return r;
+  }
+};
+
+// The ACK of two originals comes after the timeout, its echo older than the
+// retransmission's TSval: nothing was lost. Nothing more goes again (RACK's
+// lost marks are undone), the window is the flight's again, and the RTO is
+// the late ACK's RTT, not a doubling (RFC 4015 4 steps 4-6).
+TEST_F(SpuriousRto, AnAckOfAnOriginalAfterTheTimeoutUndoesIt) {
+  passive_open(Offer().mss(1012).sack().ts().rtt(100ms));  // 1000 bytes beside the timestamps
+  const TimedOut t = time_out_a_flight();
+  ASSERT_LT(t.original_ts, t.retransmit_ts);
+  advance(10ms);
+  inject(ack().seq(1).ack(2001).ts(peer_tsval, t.original_ts));
+  expect_nothing();
+  EXPECT_EQ(stats().spurious_rtos.value(), 1u);
+  EXPECT_EQ(sock.stats().spurious_rtos, 1u);
+  EXPECT_EQ(sock.stats().cwnd, 4000u) << "FlightSize 2000 + min(acked 2000, IW)";
+  // SRTT = max(100, 310) ms, RTTVAR = max(50, 155) ms: RTO = 310 + 4 * 155.
+  EXPECT_EQ(sock.stats().rto, 930ms);
+  // New data goes at once, beside the originals still out.
+  write(1000);
+  expect(psh_ack().seq(4001).ack(1).len(1000));
+  inject(ack().seq(1).ack(5001).ts(peer_tsval, t.original_ts + 310));
+  expect_nothing();
+  EXPECT_EQ(sock.stats().retransmits, 1u) << "only the timeout's own segment";
+  EXPECT_EQ(sock.stats().unacked, 0u);
+  // The next timeout is armed afresh: a second late flight is judged again.
+  const Duration rto = sock.stats().rto;
+  write(1000);
+  expect(psh_ack().seq(5001).ack(1).len(1000));
+  advance(rto - 1us);
+  expect_nothing();
+  advance(1us);
+  expect(ack().seq(5001).ack(1).len(1000));
+  EXPECT_EQ(stats().rto_expiries.value(), 2u);
+}
+
+// The ACK echoes the retransmission: the first segment was lost, the
+// timeout was real. The slow start it began goes on (RACK sends what the
+// timeout marked lost, two segments for the one acknowledged).
+TEST_F(SpuriousRto, AnAckOfTheRetransmissionKeepsTheTimeout) {
+  passive_open(Offer().mss(1012).sack().ts().rtt(100ms));  // 1000 bytes beside the timestamps
+  const TimedOut t = time_out_a_flight();
+  advance(10ms);
+  inject(ack().seq(1).ack(1001).ts(peer_tsval, t.retransmit_ts));
+  expect(ack().seq(1001).ack(1).len(1000));
+  expect(ack().seq(2001).ack(1).len(1000));
+  expect_nothing();
+  EXPECT_EQ(stats().spurious_rtos.value(), 0u);
+  EXPECT_EQ(sock.stats().cwnd, 2000u);
+  EXPECT_EQ(sock.stats().rto, 600ms) << "still backed off (Karn: no sample)";
+}
+
+// Without timestamps an ACK cannot say which copy it answers: the timeout
+// stands and everything goes again (F-RTO, RFC 5682, is not done).
+TEST_F(SpuriousRto, WithoutTimestampsALateAckCannotUndoTheTimeout) {
+  passive_open(Offer().sack().rtt(100ms));
+  (void)time_out_a_flight();
+  advance(10ms);
+  inject(ack().seq(1).ack(2001));
+  expect(ack().seq(2001).ack(1).len(1000));
+  expect(ack().seq(3001).ack(1).len(1000));
+  expect_nothing();
+  EXPECT_EQ(stats().spurious_rtos.value(), 0u);
+}
+
+// Without SACK the timeout goes back to SND.UNA (go-back-N); undone, SND.NXT
+// is the highest sequence sent again, so the next segment is new data.
+TEST_F(SpuriousRto, AnUndoneTimeoutWithoutSackResumesWithNewData) {
+  passive_open(Offer().mss(1012).ts().rtt(100ms));
+  const TimedOut t = time_out_a_flight();
+  advance(10ms);
+  inject(ack().seq(1).ack(1001).ts(peer_tsval, t.original_ts));
+  expect_nothing();
+  EXPECT_EQ(stats().spurious_rtos.value(), 1u);
+  write(1000);
+  expect(psh_ack().seq(4001).ack(1).len(1000));
+  expect_nothing();
+  inject(ack().seq(1).ack(5001).ts(peer_tsval, t.original_ts + 320));
+  expect_nothing();
+  EXPECT_EQ(sock.stats().retransmits, 1u);
+}
+
 TEST_F(TcpScript, RtoBackoffIsCappedAndTheConnectionGivesUp) {
   TcpConfig c;
   c.rto_max = 1s;

@@ -145,13 +145,15 @@ struct Tcp2 : ::testing::Test {
     double wait_ms = 0;
     std::uint64_t probes = 0;
     std::uint64_t recoveries = 0;
+    std::uint64_t spurious = 0;  // timeouts undone (RFC 3522)
   };
   RtoReport rto_report(Graph& g, const std::string& label) {
     RtoReport r{counter(g, "tcp0", "rto_expiries"), static_cast<double>(counter(g, "tcp0", "rto_wait_us")) / 1000.0,
-                counter(g, "tcp0", "loss_probes"), counter(g, "tcp0", "fast_retransmits")};
-    std::printf("RTO report %s: rto_expiries=%llu time_in_rto_ms=%.1f loss_probes=%llu fast_recoveries=%llu\n",
-                label.c_str(), static_cast<unsigned long long>(r.expiries), r.wait_ms,
-                static_cast<unsigned long long>(r.probes), static_cast<unsigned long long>(r.recoveries));
+                counter(g, "tcp0", "loss_probes"), counter(g, "tcp0", "fast_retransmits"),
+                counter(g, "tcp0", "spurious_rtos")};
+    std::printf("RTO report %s: rto_expiries=%llu (%llu undone) time_in_rto_ms=%.1f loss_probes=%llu fast_recoveries=%llu\n",
+                label.c_str(), static_cast<unsigned long long>(r.expiries), static_cast<unsigned long long>(r.spurious),
+                r.wait_ms, static_cast<unsigned long long>(r.probes), static_cast<unsigned long long>(r.recoveries));
     return r;
   }
 
@@ -371,7 +373,12 @@ TEST_F(Tcp2, EcnMarksCutTheWindowWithoutALoss) {
 // time-based detection repairs the lost retransmissions and the losses near
 // a flight's end that the duplicate-ACK rule leaves to the RTO. (The link
 // has no delay, so ACKs never leave a probe time to fire; the scripted
-// tests and the request/response benchmark show the probes.)
+// tests and the request/response benchmark show the probes.) Judged are the
+// timeouts that stood: with rto_min 10 ms below the peer's 40 ms delayed
+// ACK, a flight's last ACK (or a lost one's successor) may come after the
+// RTO, and its timestamp echo then shows that nothing was lost; such a
+// timeout is undone (RFC 3522/4015), costs the one segment, and is no loss
+// either algorithm could have repaired.
 struct LossRun : Tcp2 {
   void TestBody() override {}
 };
@@ -395,8 +402,9 @@ TEST(Tcp2Recovery, RackTlpRepairsOnePercentLossAlmostWithoutTimeouts) {
     r[m] = run.rto_report(*run.a, modes[m]);
     run.TearDown();
   }
-  EXPECT_GT(r[0].expiries, 0u) << "the reference: RFC 6675 leaves some losses to the RTO";
-  EXPECT_LE(r[1].expiries * 4, r[0].expiries) << "RACK-TLP: at most a quarter of RFC 6675's timeouts";
+  const std::uint64_t stood[2] = {r[0].expiries - r[0].spurious, r[1].expiries - r[1].spurious};
+  EXPECT_GT(stood[0], 0u) << "the reference: RFC 6675 leaves some losses to the RTO";
+  EXPECT_LE(stood[1] * 4, stood[0]) << "RACK-TLP: at most a quarter of RFC 6675's timeouts";
 }
 
 INSTANTIATE_TEST_SUITE_P(Recovery, Tcp2Loss, ::testing::Values("", "sack=off", "cc=newreno", "sack=off cc=newreno"),

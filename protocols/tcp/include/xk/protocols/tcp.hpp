@@ -361,6 +361,7 @@ class TcpProtocol final : public Protocol {
     Counter& syncookies_ok;
     Counter& syncookies_bad;
     Counter& rto_expiries;
+    Counter& spurious_rtos;
     Counter& fast_retransmits;
     Counter& sack_recoveries;
     Counter& loss_probes;

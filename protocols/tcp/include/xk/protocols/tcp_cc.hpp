@@ -19,6 +19,7 @@
 //     per further duplicate ACK, and on_partial_ack() per partial ACK;
 //   - the cumulative ACK covering the recovery point: exit_recovery();
 //   - retransmission timeout: on_rto() (also ends any recovery);
+//   - the timeout proved spurious (RFC 3522 detection): undo_rto();
 //   - about to send after an idle period longer than RTO: on_idle_restart();
 //   - SMSS known or changed (MSS option, path MTU): set_mss().
 //
@@ -106,6 +107,15 @@ class CongestionControl {
   // timeout saw no new data acknowledged since, RFC 5681 3.1 note on eq. 4),
   // cwnd = 1 SMSS (the loss window). Ends any recovery.
   virtual void on_rto(Time now, std::uint32_t flight_size) noexcept = 0;
+  // The timeout was spurious: the ACK of an original transmission came
+  // after it (RFC 4015 4 step 4, the Eifel response). `pipe_prev` is
+  // max(FlightSize, ssthresh) from just before the timeout, `flight_size`
+  // what is outstanding after the proving ACK, `acked` what it
+  // acknowledged: ssthresh = pipe_prev, cwnd = flight_size + min(acked, IW)
+  // (the window the flight had, regained without a burst), and the slow
+  // start of a timeout ends. An algorithm's own stage (Cubic's epoch)
+  // starts afresh, as after the timeout.
+  void undo_rto(std::uint32_t pipe_prev, std::uint32_t flight_size, std::uint32_t acked) noexcept;
   // RFC 5681 4.1: nothing was sent for longer than RTO: cwnd = min(RW, cwnd),
   // RW = min(IW, cwnd).
   virtual void on_idle_restart(Time now) noexcept;

@@ -109,6 +109,12 @@ class Rack {
   // SACK marks are forgotten (the caller sends again from SND.UNA and
   // clears its scoreboard, RFC 2018 section 5's caution against reneging).
   void on_rto() noexcept;
+  // The timeout was spurious (RFC 3522): the originals were not lost.
+  // The marks on_rto() set on what has not been sent again since are
+  // cleared; those segments count as in the network again, with their
+  // original send times (SACK marks stay forgotten: the receiver's next
+  // SACK blocks restore them).
+  void undo_rto() noexcept;
   // A recovery ended (RFC 8985 6.2 step 4: reo_wnd_persist).
   void recovery_ended() noexcept;
 

@@ -55,6 +55,12 @@ class RtoEstimator {
   // sample exists yet: once the handshake completes, RTO becomes 3 s
   // (when it is less) and the backoff is cleared.
   void on_handshake_after_syn_timeout() noexcept;
+  // The timeout was spurious (RFC 4015 4 step 6): the path's RTT had grown
+  // past the RTO. `rtt` is the proving ACK's sample (from its timestamp
+  // echo): SRTT = max(SRTT, rtt), RTTVAR = max(RTTVAR, rtt / 2), the
+  // backoff is cleared and RTO computed again, so the next timeout waits
+  // for the longer path.
+  void on_spurious_timeout(Duration rtt) noexcept;
   // Forget SRTT and RTTVAR (RFC 6298 section 5 allows it after repeated
   // backoffs): the next sample is treated as the first, RTO is initial_rto.
   void reset() noexcept;

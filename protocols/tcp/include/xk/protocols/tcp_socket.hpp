@@ -51,6 +51,7 @@ struct ConnCounters {
   std::uint64_t segs_in = 0;
   std::uint64_t retransmits = 0;     // segments sent again
   std::uint64_t rto_expiries = 0;
+  std::uint64_t spurious_rtos = 0;   // timeouts undone: the timestamps proved the ACKs only late (RFC 3522)
   std::uint64_t fast_retransmits = 0;
   std::uint64_t sack_blocks_in = 0;
   std::uint64_t sack_blocks_out = 0;
