@@ -2,7 +2,8 @@
 // on an xk socket spins (or busy-polls) before it sleeps, and a handler that
 // runs during the spin ends no system call, so nothing would tell the call
 // that the program expects EINTR. The library puts a trampoline in front of
-// every handler the program installs (sigaction, signal): it counts the run
+// every handler the program installs (sigaction, signal, ssignal, bsd_signal,
+// sysv_signal, sigset): it counts the run
 // on its thread and calls the program's handler. A waiting call compares
 // the count with the one it started with (docs/preload.md, "Signals").
 
@@ -11,6 +12,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 
 #include "exports.hpp"
@@ -95,15 +97,67 @@ XK_EXPORT int sigaction(int sig, const struct sigaction* act, struct sigaction* 
   return r;
 }
 
-// glibc's signal(): BSD semantics (SA_RESTART, the signal blocked in its
-// handler), through the sigaction above.
-XK_EXPORT sighandler_t signal(int sig, sighandler_t handler) {
+namespace {
+
+// The older ways to install a handler, each a sigaction with its own flags
+// (glibc calls its own sigaction inside them, which would bypass the
+// trampoline): `flags`, and the signal itself blocked while its handler
+// runs unless `flags` has SA_NODEFER.
+sighandler_t install(int sig, sighandler_t handler, int flags) {
+  if (handler == SIG_ERR || sig <= 0 || sig >= NSIG) {
+    errno = EINVAL;
+    return SIG_ERR;
+  }
   struct sigaction a {};
   a.sa_handler = handler;
   sigemptyset(&a.sa_mask);
-  if (sig > 0 && sig < NSIG) sigaddset(&a.sa_mask, sig);
-  a.sa_flags = SA_RESTART;
+  if ((flags & SA_NODEFER) == 0) sigaddset(&a.sa_mask, sig);
+  a.sa_flags = flags;
   struct sigaction old {};
   if (sigaction(sig, &a, &old) != 0) return SIG_ERR;
   return old.sa_handler;
+}
+
+}  // namespace
+
+// glibc's signal() (and its ssignal) and BSD's bsd_signal(): the handler
+// stays, interrupted calls restart, the signal is blocked in its handler.
+XK_EXPORT sighandler_t signal(int sig, sighandler_t handler) { return install(sig, handler, SA_RESTART); }
+XK_EXPORT sighandler_t ssignal(int sig, sighandler_t handler) { return install(sig, handler, SA_RESTART); }
+XK_EXPORT sighandler_t bsd_signal(int sig, sighandler_t handler) { return install(sig, handler, SA_RESTART); }
+
+// System V's signal (glibc's sysv_signal, and signal() under _XOPEN_SOURCE
+// in old programs): one shot -- the disposition goes back to SIG_DFL as
+// the handler starts -- the signal not blocked in its handler, and
+// interrupted calls end with EINTR.
+XK_EXPORT sighandler_t sysv_signal(int sig, sighandler_t handler) {
+  return install(sig, handler, SA_RESETHAND | SA_NODEFER);
+}
+XK_EXPORT sighandler_t __sysv_signal(int sig, sighandler_t handler) { return sysv_signal(sig, handler); }
+
+// System V's sigset(): SIG_HOLD blocks the signal and leaves its handler;
+// anything else installs it (no SA_RESTART, the signal blocked in it) and
+// unblocks the signal. Either way the answer is SIG_HOLD if the signal was
+// blocked before, otherwise the disposition it had.
+XK_EXPORT sighandler_t sigset(int sig, sighandler_t disposition) {
+  if (sig <= 0 || sig >= NSIG || disposition == SIG_ERR) {
+    errno = EINVAL;
+    return SIG_ERR;
+  }
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  sigset_t before;
+  sighandler_t old = SIG_ERR;
+  if (disposition == SIG_HOLD) {
+    struct sigaction now {};
+    if (sigaction(sig, nullptr, &now) != 0) return SIG_ERR;
+    if (sigprocmask(SIG_BLOCK, &one, &before) != 0) return SIG_ERR;
+    old = now.sa_handler;
+  } else {
+    old = install(sig, disposition, 0);
+    if (old == SIG_ERR) return SIG_ERR;
+    if (sigprocmask(SIG_UNBLOCK, &one, &before) != 0) return SIG_ERR;
+  }
+  return sigismember(&before, sig) == 1 ? SIG_HOLD : old;
 }
