@@ -722,16 +722,35 @@ Result<TcpListener> TcpProtocol::listen(Ipv4Addr addr, Port port, std::size_t ba
     if (!e) return e.error();
     p = *e;
   }
+  Result<TcpListener> l = open_listener(addr, p, backlog, group);
+  if (!l && authority_ != nullptr) authority_->release_listen(kIpProtocol, p);
+  return l;
+}
+
+Result<TcpListener> TcpProtocol::listen_reserved(Ipv4Addr addr, Port port, std::size_t backlog, bool group) {
+  const ListenKey k{addr.value, port.value};
+  const std::uint32_t* held = reserved_.find(k);
+  if (held == nullptr) return Errc::not_found;
+  const std::uint32_t kind = *held;
+  reserved_.erase(k);
+  // The reservation kept every other listener and reservation off the port;
+  // a claim it made is the listener's now. One it did not make (an
+  // ephemeral bind, or no authority) is asked for as listen() would.
+  Result<TcpListener> l = kind == kClaimedReservation && authority_ != nullptr
+                              ? open_listener(addr, port.value, std::max<std::size_t>(backlog, 1), group)
+                              : listen(addr, port, backlog, group);
+  if (!l) reserved_.insert(k, kind);
+  return l;
+}
+
+Result<TcpListener> TcpProtocol::open_listener(Ipv4Addr addr, std::uint16_t port, std::size_t backlog, bool group) {
   if (backend_ != nullptr) {
-    Result<Ref<ListenEndpoint>> b = backend_->make_listener(addr, Port{p}, backlog, authority_);
-    if (!b) {
-      if (authority_ != nullptr) authority_->release_listen(kIpProtocol, p);
-      return b.error();
-    }
+    Result<Ref<ListenEndpoint>> b = backend_->make_listener(addr, Port{port}, backlog, authority_);
+    if (!b) return b.error();
     return TcpListener(std::move(*b));
   }
-  Ref<ListenSession> l = make_ref<ListenSession>(*this, addr, Port{p}, backlog, group);
-  listeners_.insert(ListenKey{addr.value, p}, l.get());
+  Ref<ListenSession> l = make_ref<ListenSession>(*this, addr, Port{port}, backlog, group);
+  listeners_.insert(ListenKey{addr.value, port}, l.get());
   return TcpListener(std::move(l));
 }
 

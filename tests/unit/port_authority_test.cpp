@@ -181,6 +181,38 @@ TEST_F(PortAuthorityTest, ABindToANamedPortClaimsItAtOnce) {
   EXPECT_TRUE(tcp->reserve_port(Ipv4Addr{}, Port{6001}, false).ok()) << "a refused bind held nothing";
 }
 
+// bind() then listen(): the bind's claim is the listener's, so filterd is
+// asked once and the port is never free in between; the listener's close
+// gives it back. A bind to an ephemeral port asked nobody, so its listen asks.
+TEST_F(PortAuthorityTest, AListenOnABoundPortKeepsTheBindsClaim) {
+  ASSERT_TRUE(tcp->reserve_port(Ipv4Addr{}, Port{6000}, false, true).ok());
+  EXPECT_EQ(tcp->listen(Ipv4Addr{}, Port{6000}).error(), Errc::exists) << "held by the reservation";
+  Result<tcp::TcpListener> l = tcp->listen_reserved(Ipv4Addr{}, Port{6000}, 16, true);
+  ASSERT_TRUE(l.ok()) << to_string(l.error());
+  EXPECT_EQ(l->port(), Port{6000});
+  ASSERT_EQ(authority.calls.size(), 1u) << "no release and claim again";
+  EXPECT_EQ(authority.calls[0], (Call{"listen", 6000, 0, 0, true}));
+  EXPECT_EQ(tcp->reserve_port(Ipv4Addr{}, Port{6000}, false).error(), Errc::exists) << "the listener holds it";
+  EXPECT_EQ(tcp->listen_reserved(Ipv4Addr{}, Port{6000}).error(), Errc::not_found) << "nothing reserved any more";
+  (void)l->close();
+  ASSERT_EQ(authority.calls.size(), 2u);
+  EXPECT_EQ(authority.calls[1], (Call{"unlisten", 6000, 0, 0, false}));
+
+  Result<Port> eph = tcp->reserve_port(Ipv4Addr{}, Port{0}, false);
+  ASSERT_TRUE(eph.ok());
+  EXPECT_EQ(authority.calls.size(), 2u);
+  authority.refuse = true;
+  EXPECT_EQ(tcp->listen_reserved(Ipv4Addr{}, *eph).error(), Errc::exists);
+  const std::size_t asked = authority.calls.size();
+  EXPECT_EQ(tcp->listen(Ipv4Addr{}, *eph).error(), Errc::exists);
+  EXPECT_EQ(authority.calls.size(), asked) << "refused at home: the reservation is held again";
+  authority.refuse = false;
+  Result<tcp::TcpListener> e = tcp->listen_reserved(Ipv4Addr{}, *eph);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(authority.calls.back(), (Call{"listen", eph->value, 0, 0, false}));
+  (void)e->close();
+}
+
 TEST_F(PortAuthorityTest, UdpPortsAreClaimedByTheFirstSocketAndReleasedByTheLast) {
   udp::SocketOptions shared;
   shared.reuse_addr = true;

@@ -34,12 +34,11 @@ extern "C" int xk_listen(int fd, int backlog) {
       if (s->listening) return Errc::ok;
       if (s->connected) return Errc::bad_state;
       auto n = static_cast<std::size_t>(std::clamp(backlog, 1, 65535));
-      if (s->reserved) s->stack->tcp()->release_port(s->bind_addr, s->bind_port);
-      Result<tcp::TcpListener> l = s->stack->tcp()->listen(s->bind_addr, s->bind_port, n, s->reuse_port);
-      if (!l) {
-        if (s->reserved) (void)s->stack->tcp()->reserve_port(s->bind_addr, s->bind_port, true, s->reuse_port);
-        return l.error();
-      }
+      // The bind's reservation (and behind filterd its claim) becomes the listener.
+      tcp::TcpProtocol* tcp = s->stack->tcp();
+      Result<tcp::TcpListener> l = s->reserved ? tcp->listen_reserved(s->bind_addr, s->bind_port, n, s->reuse_port)
+                                               : tcp->listen(s->bind_addr, s->bind_port, n, s->reuse_port);
+      if (!l) return l.error();
       s->reserved = false;
       s->listener = std::move(*l);
       s->bind_port = s->listener.port();

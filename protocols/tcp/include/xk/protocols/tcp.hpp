@@ -172,6 +172,11 @@ class TcpProtocol final : public Protocol {
   // `group`: with a PortAuthority, share the port with other nodes
   // (SO_REUSEPORT); new connections are spread among them.
   Result<TcpListener> listen(Ipv4Addr addr, Port port, std::size_t backlog = 128, bool group = false);
+  // listen() on what reserve_port(addr, port) holds: the reservation becomes
+  // the listener without a moment when the port is free, and a claim the
+  // bind made of a PortAuthority carries over (one control round trip for
+  // bind + listen, not three). Refused: the reservation is held again.
+  Result<TcpListener> listen_reserved(Ipv4Addr addr, Port port, std::size_t backlog = 128, bool group = false);
 
   // Ports and connections are agreed with `authority` (filterd) from now on;
   // null: the stack owns its address alone. Must outlive the protocol's use
@@ -187,8 +192,8 @@ class TcpProtocol final : public Protocol {
   // ephemeral one) so nobody else takes it meanwhile. Refused (exists) when a
   // listener or another reservation overlaps it -- address 0 overlaps every
   // address -- or, unless `reuse_addr` (SO_REUSEADDR), when a connection still
-  // uses it as its local end (TIME-WAIT ones included). Release the
-  // reservation before the listen() or connect() that uses it. With a
+  // uses it as its local end (TIME-WAIT ones included). A listen takes it
+  // over (listen_reserved); release it before the connect() that uses it. With a
   // PortAuthority (filterd), a named port is claimed from it as a listener's
   // (`group`: SO_REUSEPORT) and given back by release_port.
   Result<Port> reserve_port(Ipv4Addr addr, Port port, bool reuse_addr, bool group = false);
@@ -264,6 +269,8 @@ class TcpProtocol final : public Protocol {
   Result<std::uint16_t> pick_ephemeral(Ipv4Addr local, Ipv4Addr remote, std::uint16_t rport);
   // A listener or a reservation on (addr, port), address 0 overlapping all.
   bool port_claimed(Ipv4Addr addr, std::uint16_t port);
+  // The listener on `port`, whose claim (if any) the caller holds.
+  Result<TcpListener> open_listener(Ipv4Addr addr, std::uint16_t port, std::size_t backlog, bool group);
   // The listener a SYN to (local, port) goes to: one on that address, else
   // one on every address; null if none.
   ListenSession* listener_at(Ipv4Addr local, std::uint16_t port);
