@@ -16,7 +16,11 @@
 #     SIOCGIFCONF), listen on it through filterd, and send messages of 1 B
 #     to 4 MiB both ways, every byte checked by the program;
 # (2) filterd attached two nodes and turned their traffic around (st0
-#     hairpin), denied nothing, and none of it reached the external link.
+#     hairpin), denied nothing, and none of it reached the external link;
+# (3) the same program as two standalone stacks, no filterd: mpirun's MPMD
+#     form gives each rank its own xkrun -- its own address, 198.51.100.1
+#     and .2, and its end of one memif link -- and each stack's counters
+#     (--stats) show the messages' bytes arrived through it.
 set -euo pipefail
 TEST_NAME=preload_mpi
 source "$(dirname "$0")/lib.sh"
@@ -57,3 +61,24 @@ ip netns exec "$NSB" "$XKCTL" --control "$CTL" counters > "$OUT/counters.txt" 2>
 stop "$FDPID" || die "filterd did not exit cleanly"
 stop_capture
 check_no_hairpin_leak 100
+
+step "(3) mpirun: two standalone ranks, each its own stack and address, over memif"
+RANK_SOCK=$MEMIF/ranks  # abstract, as MEMIF; the cleanup removes its doorbells too
+rank() {  # INDEX ROLE IP: one rank's command line, MPMD style
+  echo "-np 1 $XKRUN --port net_memif$1,role=$2,id=0,socket=$RANK_SOCK --ip $3/24 --idle yield" \
+    "--stats $OUT/rank$1.stats -- $PINGPONG $ROUNDS"
+}
+# shellcheck disable=SC2046  # each rank's words
+ip netns exec "$NSB" env ASAN_OPTIONS=detect_leaks=0 timeout 240 \
+  mpirun --allow-run-as-root --oversubscribe --mca btl tcp,self --mca btl_tcp_if_include xk0 \
+  $(rank 0 server 198.51.100.1) : $(rank 1 client 198.51.100.2) > "$OUT/mpi-standalone.log" 2>&1 \
+  || { tail -40 "$OUT/mpi-standalone.log" >&2; die "(3): mpirun failed"; }
+grep "^mpi_pingpong:" "$OUT/mpi-standalone.log" | sed 's/^/   /'
+grep -q "^mpi_pingpong: $((27 * ROUNDS)) messages verified$" "$OUT/mpi-standalone.log" \
+  || die "(3): not every message was verified"
+# Each rank receives every size once a round trip: 12.6 MB a round.
+for r in 0 1; do
+  got=$(awk '$1 == "net0" && $2 == "rx_bytes" { print $3 }' "$OUT/rank$r.stats")
+  [ "${got:-0}" -ge $((12 * 1024 * 1024 * ROUNDS)) ] || die "(3): rank $r's stack received ${got:-no} bytes"
+  echo "   rank $r's stack received $got bytes"
+done
