@@ -2,10 +2,10 @@
 // on an xk socket spins (or busy-polls) before it sleeps, and a handler that
 // runs during the spin ends no system call, so nothing would tell the call
 // that the program expects EINTR. The library puts a trampoline in front of
-// every handler the program installs (sigaction, signal, ssignal, bsd_signal,
-// sysv_signal, sigset): it counts the run
-// on its thread and calls the program's handler. A waiting call compares
-// the count with the one it started with (docs/preload.md, "Signals").
+// every handler the program installs (sigaction, signal, ssignal,
+// bsd_signal, sysv_signal, sigset): it counts the run on its thread and
+// calls the program's handler. A waiting call compares the count with the
+// one it started with (docs/preload.md, "Signals").
 
 #include "signals.hpp"
 

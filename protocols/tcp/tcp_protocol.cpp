@@ -705,7 +705,6 @@ TcpSocket TcpProtocol::socket() {
 }
 
 Result<TcpListener> TcpProtocol::listen(Ipv4Addr addr, Port port, std::size_t backlog, bool group) {
-  if (backlog == 0) backlog = 1;
   std::uint16_t p = port.value;
   if (p != 0 && port_claimed(addr, p)) return Errc::exists;
   if (authority_ != nullptr) {
@@ -737,13 +736,14 @@ Result<TcpListener> TcpProtocol::listen_reserved(Ipv4Addr addr, Port port, std::
   // a claim it made is the listener's now. One it did not make (an
   // ephemeral bind, or no authority) is asked for as listen() would.
   Result<TcpListener> l = kind == kClaimedReservation && authority_ != nullptr
-                              ? open_listener(addr, port.value, std::max<std::size_t>(backlog, 1), group)
+                              ? open_listener(addr, port.value, backlog, group)
                               : listen(addr, port, backlog, group);
   if (!l) reserved_.insert(k, kind);
   return l;
 }
 
 Result<TcpListener> TcpProtocol::open_listener(Ipv4Addr addr, std::uint16_t port, std::size_t backlog, bool group) {
+  backlog = std::max<std::size_t>(backlog, 1);
   if (backend_ != nullptr) {
     Result<Ref<ListenEndpoint>> b = backend_->make_listener(addr, Port{port}, backlog, authority_);
     if (!b) return b.error();

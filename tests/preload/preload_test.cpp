@@ -237,8 +237,8 @@ TEST(Preload, OldStyleSignalCallsAreCountedToo) {
     int flags;  // as sigaction reports them back
   };
   constexpr int kOneShot = static_cast<int>(SA_RESETHAND | SA_NODEFER);
-  for (const Way way : {Way{"bsd_signal", SA_RESTART}, Way{"ssignal", SA_RESTART}, Way{"sysv_signal", kOneShot}, Way{"__sysv_signal", kOneShot},
-                        Way{"sigset", 0}}) {
+  for (const Way way : {Way{"bsd_signal", SA_RESTART}, Way{"ssignal", SA_RESTART}, Way{"sysv_signal", kOneShot},
+                        Way{"__sysv_signal", kOneShot}, Way{"sigset", 0}}) {
     SCOPED_TRACE(way.name);
     const auto call = reinterpret_cast<Install>(dlsym(RTLD_DEFAULT, way.name));
     ASSERT_NE(call, nullptr);
