@@ -17,6 +17,7 @@
 
 #include "exports.hpp"
 #include "process.hpp"
+#include "xk/stack.hpp"
 
 namespace xk::preload {
 namespace {
@@ -41,7 +42,12 @@ void trampoline(int sig, siginfo_t* info, void* context) {
   struct sigaction now {};
   const int installed = libc().sigaction(sig, nullptr, &now) == 0 ? now.sa_flags : flags;
   ++t_all;
-  if ((installed & SA_RESTART) == 0) ++t_interrupting;
+  if ((installed & SA_RESTART) == 0) {
+    ++t_interrupting;
+    // A blocked call of this thread past its last look at the count, on
+    // its way into the futex, must not sleep now.
+    xk::signal_landed();
+  }
   if (fn == nullptr) return;
   if ((flags & SA_SIGINFO) != 0) {
     reinterpret_cast<void (*)(int, siginfo_t*, void*)>(fn)(sig, info, context);

@@ -54,20 +54,58 @@ struct Deadline {
 };
 
 // Spins on `ready` (true: done) for the process's XK_SPIN_US. A handler of
-// the program that runs meanwhile ends it, as it would end the sleep in the
-// kernel that follows (poll, select and epoll never restart: EINTR).
+// the program that has run since the call began (`signals`, handlers_run()
+// then) ends it, as it would end the sleep in the kernel that follows
+// (poll, select and epoll never restart: EINTR).
 enum class Spun : std::uint8_t { ready, idle, interrupted };
 template <class F>
-Spun spin(F&& ready) {
+Spun spin(std::uint64_t signals, F&& ready) {
   const Process* p = Process::instance();
   const auto until = Clock::now() + std::chrono::microseconds(p != nullptr ? p->spin_us() : 0);
-  const std::uint64_t signals = handlers_run();
   while (Clock::now() < until) {
     if (ready()) return Spun::ready;
     if (handlers_run() != signals) return Spun::interrupted;
   }
   return Spun::idle;
 }
+
+// The signal mask of one wait. The program's own (ppoll, pselect,
+// epoll_pwait) holds for the whole call, spin included, as the kernel's
+// call applies it at once; the thread's comes back at the end.
+class CallMask {
+ public:
+  explicit CallMask(const sigset_t* mask) : set_(mask != nullptr) {
+    if (set_) pthread_sigmask(SIG_SETMASK, mask, &before_);
+  }
+  ~CallMask() {
+    if (!set_) return;
+    const int saved = errno;
+    pthread_sigmask(SIG_SETMASK, &before_, nullptr);
+    errno = saved;
+  }
+  CallMask(const CallMask&) = delete;
+  CallMask& operator=(const CallMask&) = delete;
+
+  // ppoll on `fds` -- unless a handler of the program has run since
+  // `signals`: then EINTR. Every signal is blocked from before that last
+  // look until ppoll puts the call's mask back for its sleep, so a handler
+  // cannot land unseen between the two (the kernel delivers it in ppoll).
+  static int sleep(pollfd* fds, nfds_t n, const timespec* ts, std::uint64_t signals) {
+    sigset_t all;
+    sigset_t call;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &call);
+    const int r = handlers_run() != signals ? fail(EINTR) : libc().ppoll(fds, n, ts, &call);
+    const int saved = errno;
+    pthread_sigmask(SIG_SETMASK, &call, nullptr);
+    errno = saved;
+    return r;
+  }
+
+ private:
+  bool set_;
+  sigset_t before_{};
+};
 
 // ---- poll ---------------------------------------------------------------------------
 
@@ -94,6 +132,8 @@ int poll_mixed(pollfd* fds, nfds_t n, const timespec* ts, const sigset_t* mask) 
     any = k == Slot::Kind::xk || k == Slot::Kind::stale;
   }
   if (!any) return libc().ppoll(fds, n, ts, mask);
+  const std::uint64_t signals = handlers_run();
+  const CallMask call_mask(mask);
   // The xk sockets, with their xk numbers; the rest as they are.
   std::vector<nfds_t> xk_at;
   std::vector<pollfd> xs;
@@ -134,7 +174,7 @@ int poll_mixed(pollfd* fds, nfds_t n, const timespec* ts, const sigset_t* mask) 
     const int r = look();
     if (r < 0) return -1;
     if (r > 0 || stale || deadline.zero_wait(ts) || deadline.passed()) return merge();
-    const Spun spun = spin([&] { return xk_poll(xs.data(), xs.size(), 0) > 0; });
+    const Spun spun = spin(signals, [&] { return xk_poll(xs.data(), xs.size(), 0) > 0; });
     if (spun == Spun::interrupted) return fail(EINTR);
     if (spun == Spun::ready) continue;
     // Sleep in the kernel: the kernel descriptors and xk's eventfd.
@@ -148,7 +188,7 @@ int poll_mixed(pollfd* fds, nfds_t n, const timespec* ts, const sigset_t* mask) 
     std::vector<pollfd> sleep = ks;
     sleep.push_back({xk_epoll_fd(ep), POLLIN, 0});
     timespec buf{};
-    const int w = sleep.back().fd < 0 ? -1 : libc().ppoll(sleep.data(), sleep.size(), deadline.left(buf), mask);
+    const int w = sleep.back().fd < 0 ? -1 : CallMask::sleep(sleep.data(), sleep.size(), deadline.left(buf), signals);
     const int saved = errno;
     (void)xk_close(ep);
     if (w < 0) return fail(saved);
@@ -215,6 +255,8 @@ int select_mixed(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* ts, 
 
 int epoll_mixed(int epfd, int side, epoll_event* ev, int max, int timeout_ms, const sigset_t* mask) {
   if (max <= 0 || ev == nullptr) return fail(EINVAL);
+  const std::uint64_t signals = handlers_run();
+  const CallMask call_mask(mask);
   const Deadline deadline = Deadline::after_ms(timeout_ms);
   auto look = [&]() -> int {
     int n = xk_epoll_wait(side, ev, max, 0);
@@ -230,7 +272,7 @@ int epoll_mixed(int epfd, int side, epoll_event* ev, int max, int timeout_ms, co
     const int n = look();
     if (n != 0 || timeout_ms == 0 || deadline.passed()) return n;
     int got = 0;
-    const Spun spun = spin([&] { return (got = xk_epoll_wait(side, ev, max, 0)) != 0; });
+    const Spun spun = spin(signals, [&] { return (got = xk_epoll_wait(side, ev, max, 0)) != 0; });
     if (spun == Spun::interrupted) return fail(EINTR);
     if (spun == Spun::ready) {
       if (got < 0) return -1;
@@ -243,7 +285,7 @@ int epoll_mixed(int epfd, int side, epoll_event* ev, int max, int timeout_ms, co
     pollfd sleep[2] = {{epfd, POLLIN, 0}, {xk_epoll_fd(side), POLLIN, 0}};
     if (sleep[1].fd < 0) return -1;
     timespec buf{};
-    const int w = libc().ppoll(sleep, 2, deadline.left(buf), mask);
+    const int w = CallMask::sleep(sleep, 2, deadline.left(buf), signals);
     if (w < 0) return -1;
     if (w == 0) return look();
   }

@@ -525,6 +525,66 @@ TEST(Preload, ASignalInterruptsAWaitWithEintr) {
   for (int fd : {c, s, ep}) close(fd);
 }
 
+// A signal timed around the end of the spin -- where poll and epoll_wait
+// stop looking at the handlers' count and go to sleep in the kernel -- ends
+// every wait with EINTR: nothing blocks signals unseen between the last
+// look and the sleep (docs/preload.md, "Signals during a spin"). The
+// sender busy-waits to its moment, spread over 150-330 us after the call
+// (the spin is 200 us), many times for each kind of wait.
+TEST(Preload, ASignalAtTheEndOfTheSpinStillInterrupts) {
+  auto [c, s] = xk_pair(7009);
+  struct sigaction act{}, old{};
+  act.sa_handler = on_signal;  // no SA_RESTART
+  sigemptyset(&act.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR1, &act, &old), 0);
+  const int ep = epoll_create1(0);
+  epoll_event e{};
+  e.events = EPOLLIN;
+  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, s, &e), 0);
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  const pthread_t me = pthread_self();
+  std::atomic<Clock::time_point> at{};
+  std::atomic<bool> stop{false};
+  std::atomic<int> shots{0};
+  std::thread shooter([&] {
+    int done = 0;
+    while (!stop.load()) {
+      if (shots.load() == done || Clock::now() < at.load()) continue;
+      pthread_kill(me, SIGUSR1);
+      ++done;
+    }
+  });
+  int timed_out = 0;
+  int ready = 0;
+  const int rounds = 150;
+  for (int i = 0; i < 2 * rounds; ++i) {
+    g_signals = 0;
+    at = Clock::now() + std::chrono::microseconds(150 + (i * 37) % 180);
+    shots.fetch_add(1);
+    int r;
+    if (i % 2 == 0) {
+      pollfd fds[2] = {{s, POLLIN, 0}, {p[0], POLLIN, 0}};
+      r = poll(fds, 2, 1000);
+    } else {
+      r = epoll_wait(ep, &e, 1, 1000);
+    }
+    const int err = errno;
+    while (g_signals == 0) std::this_thread::yield();  // the shot landed
+    if (r == 0) ++timed_out;
+    if (r > 0) ++ready;
+    if (r < 0) {
+      EXPECT_EQ(err, EINTR);
+    }
+  }
+  stop = true;
+  shooter.join();
+  EXPECT_EQ(timed_out, 0) << "waits slept through their signal";
+  EXPECT_EQ(ready, 0);
+  sigaction(SIGUSR1, &old, nullptr);
+  for (int fd : {c, s, ep, p[0], p[1]}) close(fd);
+}
+
 TEST(Preload, DupFcntlAndCloseKeepOneSocket) {
   auto [c, s] = xk_pair(7009);
   const int d = dup(c);

@@ -397,6 +397,66 @@ TEST(CApiStack, ASignalInterruptsABlockingCallWithEintr) {
   xk_stack_destroy(st);
 }
 
+// A handler that lands between a wait's last look at the signal count and
+// its futex sleep (docs/preload.md, "Signals during a spin"): the count's
+// keeper raises the signal from inside its own look, after reading the
+// count, so the handler runs exactly in that gap -- at the wait's first
+// look, at the top of its loop, and at its last look before the sleep.
+std::atomic<std::uint64_t> g_landed{0};
+std::atomic<int> g_looks{0};
+int g_raise_at = 0;
+bool g_tell_the_wait = true;
+std::uint64_t count_and_raise() noexcept {
+  const std::uint64_t now = g_landed.load();
+  if (++g_looks == g_raise_at) raise(SIGUSR2);
+  return now;
+}
+void land(int) {
+  g_landed.fetch_add(1);
+  if (g_tell_the_wait) xk::signal_landed();
+}
+
+TEST(CApiStack, AHandlerLandingJustBeforeTheSleepEndsTheWait) {
+  struct sigaction act{}, old{};
+  act.sa_handler = land;
+  sigemptyset(&act.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR2, &act, &old), 0);
+  xk::set_signal_count(&count_and_raise);
+  // (After its deadline a wait that a handler ran in says `interrupted`
+  // too: what tells a wait that slept from one that did not is the time.)
+  using clock = std::chrono::steady_clock;
+  for (int at = 1; at <= 3; ++at) {
+    SCOPED_TRACE(at);
+    xk::WaitPoint wp;
+    const std::uint32_t seen = wp.gen();
+    g_looks = 0;
+    g_raise_at = at;
+    const auto t0 = clock::now();
+    EXPECT_EQ(wp.wait(seen, t0 + std::chrono::seconds(10), std::chrono::nanoseconds(0)), xk::WaitEnd::interrupted);
+    EXPECT_LT(clock::now() - t0, std::chrono::seconds(5)) << "slept to the deadline";
+    EXPECT_GE(g_looks.load(), at);
+  }
+  // The gap is real: a handler that only counts, landing after the last
+  // look, leaves the wait asleep until its deadline.
+  g_tell_the_wait = false;
+  xk::WaitPoint wp;
+  g_looks = 0;
+  g_raise_at = 3;
+  const auto t0 = clock::now();
+  EXPECT_EQ(wp.wait(wp.gen(), t0 + std::chrono::milliseconds(100), std::chrono::nanoseconds(0)),
+            xk::WaitEnd::interrupted);
+  EXPECT_GE(clock::now() - t0, std::chrono::milliseconds(100));
+  g_tell_the_wait = true;
+  // A wait that began before the handler ran (wait_since) ends at once.
+  const std::uint64_t before = xk::signal_count();
+  g_raise_at = 0;
+  raise(SIGUSR2);
+  EXPECT_EQ(wp.wait_since(before, wp.gen(), clock::now() + std::chrono::seconds(10), std::chrono::nanoseconds(0), xk::IdleMode::spin_then_sleep),
+            xk::WaitEnd::interrupted);
+  xk::set_signal_count(nullptr);
+  sigaction(SIGUSR2, &old, nullptr);
+}
+
 TEST(CApiStack, AdoptedStackRunsOnItsInjectedClock) {
   // A stack built in C++ with a clock of the program's own, handed to the C
   // API: its sockets are C API descriptors, and its timers follow the clock.

@@ -133,14 +133,29 @@ void register_all_kinds(Registry& registry) {
 namespace {
 std::atomic<SignalCount> g_signal_count{nullptr};
 
-// The count now (0 without a counter): a wait compares it with its first.
-std::uint64_t signals_now() noexcept {
-  const SignalCount f = g_signal_count.load(std::memory_order_relaxed);
-  return f != nullptr ? f() : 0;
-}
+// The futex word this thread is about to sleep on, from just before its
+// last look at the signal count until it is awake again (null otherwise).
+// The default TLS model, not initial-exec: libxk may be in a library that
+// is dlopen()ed (the packetdrill adapter). A handler's touch allocates
+// nothing where it matters: libxk_preload.so is loaded with the program,
+// so its TLS is in the static block.
+thread_local std::atomic<std::atomic<std::uint32_t>*> t_about_to_sleep{nullptr};
 }  // namespace
 
 void set_signal_count(SignalCount count) noexcept { g_signal_count.store(count, std::memory_order_relaxed); }
+
+std::uint64_t signal_count() noexcept {
+  const SignalCount f = g_signal_count.load(std::memory_order_relaxed);
+  return f != nullptr ? f() : 0;
+}
+
+void signal_landed() noexcept {
+  // The handler runs on the waiting thread itself, so the word is either
+  // set (the wait is past its last look: make FUTEX_WAIT find another
+  // value) or not (the wait has yet to look, and will see the count).
+  std::atomic<std::uint32_t>* word = t_about_to_sleep.load(std::memory_order_relaxed);
+  if (word != nullptr) word->fetch_add(1, std::memory_order_seq_cst);
+}
 
 // ---- WaitPoint ----------------------------------------------------------------
 
@@ -151,33 +166,45 @@ void WaitPoint::bump() noexcept {
   if (sleepers_.load(std::memory_order_seq_cst) != 0) futex_wake_all(gen_);
 }
 
-WaitEnd WaitPoint::wait(std::uint32_t seen, std::optional<std::chrono::steady_clock::time_point> deadline,
-                        std::chrono::nanoseconds spin, IdleMode idle) const noexcept {
+WaitEnd WaitPoint::wait_since(std::uint64_t signals, std::uint32_t seen,
+                              std::optional<std::chrono::steady_clock::time_point> deadline,
+                              std::chrono::nanoseconds spin, IdleMode idle) const noexcept {
   using clock = std::chrono::steady_clock;
   const auto spin_until = clock::now() + spin;
-  const std::uint64_t signals = signals_now();
   bool slept = true;
-  while (gen_.load(std::memory_order_acquire) == seen) {
-    if (!slept || signals_now() != signals) return WaitEnd::interrupted;
+  for (;;) {
+    // The signals first: a handler that landed just before the sleep moved
+    // gen_ as well (signal_landed), and it is the handler that counts.
+    if (!slept || signal_count() != signals) return WaitEnd::interrupted;
+    if (gen_.load(std::memory_order_acquire) != seen) return WaitEnd::moved;
     auto now = clock::now();
     if (deadline && now >= *deadline) return WaitEnd::deadline;
     if (now < spin_until) {
       idle_pause(idle);
       continue;
     }
-    sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    if (gen_.load(std::memory_order_seq_cst) == seen) {
-      if (deadline) {
-        auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(*deadline - now);
-        timespec ts{static_cast<time_t>(left.count() / 1'000'000'000), static_cast<long>(left.count() % 1'000'000'000)};
-        slept = futex_wait(gen_, seen, &ts);
-      } else {
-        slept = futex_wait(gen_, seen, nullptr);
+    // Published before the last look at the count: a handler from here on
+    // moves gen_, and the futex will not sleep on the old value. (A handler
+    // may itself wait, nested: each puts back what it found.)
+    std::atomic<std::uint32_t>* const outer = t_about_to_sleep.exchange(&gen_, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    if (signal_count() == signals) {
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      if (gen_.load(std::memory_order_seq_cst) == seen) {
+        if (deadline) {
+          auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(*deadline - now);
+          timespec ts{static_cast<time_t>(left.count() / 1'000'000'000),
+                      static_cast<long>(left.count() % 1'000'000'000)};
+          slept = futex_wait(gen_, seen, &ts);
+        } else {
+          slept = futex_wait(gen_, seen, nullptr);
+        }
       }
+      sleepers_.fetch_sub(1, std::memory_order_seq_cst);
     }
-    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    t_about_to_sleep.store(outer, std::memory_order_relaxed);
   }
-  return WaitEnd::moved;
 }
 
 // ---- Stack ----------------------------------------------------------------------
@@ -368,7 +395,7 @@ WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
   // pass at a time under the lock, so other callers get their turn in between.
   using clock = std::chrono::steady_clock;
   clock::time_point idle_since{};  // the epoch: not idle
-  const std::uint64_t signals = signals_now();
+  const std::uint64_t signals = signal_count();
   for (;;) {
     std::size_t work;
     {
@@ -376,7 +403,7 @@ WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
       work = loop_.run_once();
     }
     if (ready.gen() != seen) return WaitEnd::moved;
-    if (signals_now() != signals) return WaitEnd::interrupted;
+    if (signal_count() != signals) return WaitEnd::interrupted;
     auto now = clock::now();
     if (deadline && now >= *deadline) return WaitEnd::deadline;
     // Another caller is waiting for the lock: let it have its turn (the mutex
@@ -399,7 +426,7 @@ WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
       // Sleep as a service-mode caller does, the stack's thread running the
       // stack meanwhile (and a signal ending the sleep: EINTR).
       hand_over();
-      return ready.wait(seen, deadline, std::chrono::nanoseconds(0), config_.loop.idle);
+      return ready.wait_since(signals, seen, deadline, std::chrono::nanoseconds(0), config_.loop.idle);
     }
     // Sleep in the loop until the network, a timer or another caller (who
     // wakes us in lock_inline) has something.

@@ -128,6 +128,15 @@ enum class WaitEnd : std::uint8_t { moved, deadline, interrupted };
 // handler ends its futex sleep. Null (the default): only the sleep can tell.
 using SignalCount = std::uint64_t (*)() noexcept;
 void set_signal_count(SignalCount count) noexcept;
+// The count now (0 without one): what a wait that began earlier compares
+// with (WaitPoint::wait_since).
+std::uint64_t signal_count() noexcept;
+// For the keeper of the count, from inside a handler that asks for EINTR,
+// after counting it: a wait of this thread that has taken its last look
+// at the count but not yet gone to sleep does not go to sleep (its futex
+// word moves under it), so a handler that lands in that gap still ends the
+// wait. Async-signal-safe; does nothing when the thread is not waiting.
+void signal_landed() noexcept;
 
 // A counter for one kind of wait: a waiter samples gen(), does its check, and
 // sleeps until gen() moves on (or a deadline); bump() moves it and wakes the
@@ -140,10 +149,19 @@ class WaitPoint {
   // A signal handler that runs during the sleep ends it (interrupted), as
   // it would a kernel call's: SA_RESTART handlers restart an untimed sleep.
   WaitEnd wait(std::uint32_t seen, std::optional<std::chrono::steady_clock::time_point> deadline,
-               std::chrono::nanoseconds spin, IdleMode idle = IdleMode::spin_then_sleep) const noexcept;
+               std::chrono::nanoseconds spin, IdleMode idle = IdleMode::spin_then_sleep) const noexcept {
+    return wait_since(signal_count(), seen, deadline, spin, idle);
+  }
+  // The same for a call that began before the wait: a handler that ran
+  // since `signals` (signal_count() then) ends it.
+  WaitEnd wait_since(std::uint64_t signals, std::uint32_t seen,
+                     std::optional<std::chrono::steady_clock::time_point> deadline, std::chrono::nanoseconds spin,
+                     IdleMode idle) const noexcept;
 
  private:
-  std::atomic<std::uint32_t> gen_{0};
+  // Mutable: a handler that lands just before a sleep moves it too
+  // (signal_landed), spuriously for the other waiters, who look again.
+  mutable std::atomic<std::uint32_t> gen_{0};
   mutable std::atomic<std::uint32_t> sleepers_{0};
 };
 
