@@ -644,6 +644,53 @@ TEST(CApiStack, HybridThreadLooksLessOftenWhileCallsComeAndTakesOverWhenTheyStop
   xk_stack_destroy(h);
 }
 
+// The hybrid thread sleeps in the loop without the stack's lock: a call
+// that comes then takes the stack at once and ends that sleep for it
+// (sleep_takeovers), instead of waking the thread and waiting for it to let
+// go (some 60 us on a VM). The thread, woken as the call leaves, parks, and
+// runs the stack again once the calls stop (a timer armed by the call fires
+// with nobody calling), and the stack still shuts down.
+TEST(CApiStack, HybridCallTakesTheStackFromItsSleepingThread) {
+  xk::StackConfig c;
+  c.graph = kGraph;
+  c.mode = xk::StackMode::hybrid;
+  c.hand_back = std::chrono::milliseconds(1);
+  c.loop.spin = std::chrono::microseconds(20);
+  auto stack = xk::Stack::create(c);
+  xk::Stack* raw = stack.get();
+  xk_stack* h = xk::adopt_for_c_api(std::move(stack));
+  ASSERT_NE(h, nullptr);
+  auto counter = [&](const char* name) {
+    return raw->call([&] {
+      raw->sync_counters();
+      return raw->loop().counters().value(name);
+    });
+  };
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    const std::uint64_t before = counter("sleep_takeovers");
+    // Idle long enough for the thread to take over, spin and sleep (it
+    // looks within 8 hand_backs); then one call, which finds it asleep.
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    const std::uint64_t sleeps = counter("sleeps");
+    EXPECT_GE(sleeps, 1u);
+    EXPECT_EQ(counter("sleep_takeovers"), before + 1) << "the call did not find the thread asleep";
+    std::atomic<bool> fired{false};
+    std::optional<xk::Timer> t;
+    raw->call([&] {
+      t.emplace(raw->loop().timers(), [&] { fired.store(true); });
+      t->arm_after(std::chrono::milliseconds(5));
+    });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!fired.load() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_TRUE(fired.load()) << "nobody ran the stack after the calls stopped";
+    raw->call([&] { t.reset(); });
+  }
+  xk_stack_destroy(h);
+}
+
 // The whole counter table, as xkrun --stats writes it at exit: a header,
 // then "owner counter value" lines, the graph's and the loop's ("stack").
 TEST(CApiStack, WriteCountersGivesTheWholeTable) {

@@ -213,78 +213,87 @@ std::size_t EventLoop::flush_output() {
 }
 
 bool EventLoop::wait(std::optional<Duration> max) {
+  const Sleep sleep = prepare_sleep(max);
+  const std::optional<Woke> woke = sleep.busy ? std::nullopt : std::optional<Woke>(block(sleep));
+  finish_sleep(sleep, woke);
+  return !sleep.busy;
+}
+
+EventLoop::Sleep EventLoop::prepare_sleep(std::optional<Duration> max) {
   // Announce the sleep, then look again at everything that could have arrived
   // before the announcement became visible (the other half of the fence pair
   // is in notify()).
   sleeping_.store(true, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
 
-  bool busy = !posts_.empty() || wake_requested_.load(std::memory_order_relaxed) ||
-              stop_requested_.load(std::memory_order_relaxed);
-  std::optional<Duration> timeout = max;
-  if (!busy) {
+  Sleep sleep;
+  sleep.busy = !posts_.empty() || wake_requested_.load(std::memory_order_relaxed) ||
+               stop_requested_.load(std::memory_order_relaxed);
+  sleep.timeout = max;
+  if (!sleep.busy) {
     if (std::optional<Time> next = wheel_.next_deadline()) {
       Time now = clock_.now();
       if (*next <= now) {
-        busy = true;
-      } else if (!timeout || *next - now < *timeout) {
-        timeout = *next - now;
+        sleep.busy = true;
+      } else if (!sleep.timeout || *next - now < *sleep.timeout) {
+        sleep.timeout = *next - now;
       }
     }
   }
-  if (timeout && timeout->count() <= 0) busy = true;
-  std::size_t prepared = 0;
-  while (!busy && prepared < pollables_.size()) {
-    Pollable* p = pollables_[prepared].pollable;
+  if (sleep.timeout && sleep.timeout->count() <= 0) sleep.busy = true;
+  while (!sleep.busy && sleep.prepared < pollables_.size()) {
+    Pollable* p = pollables_[sleep.prepared].pollable;
     if (p != nullptr && !p->before_sleep()) {
-      busy = true;
+      sleep.busy = true;
       break;
     }
-    ++prepared;
+    ++sleep.prepared;
   }
-
-  bool slept = false;
-  if (busy) {
+  if (sleep.busy) {
     ++sleep_aborts_;
   } else {
     ++sleeps_;
-    slept = true;
-    epoll_event events[8];
-    int n = -1;
-    if (have_epoll_pwait2_) {
-      timespec ts{};
-      if (timeout) {
-        ts.tv_sec = static_cast<time_t>(timeout->count() / 1'000'000'000);
-        ts.tv_nsec = static_cast<long>(timeout->count() % 1'000'000'000);
-      }
-      n = epoll_pwait2(epoll_fd_, events, 8, timeout ? &ts : nullptr, nullptr);
-      if (n < 0 && errno == ENOSYS) have_epoll_pwait2_ = false;
-    }
-    if (!have_epoll_pwait2_) {
-      // Milliseconds, rounded up: never wake before the timer is due.
-      int ms = -1;
-      if (timeout) {
-        auto rounded = std::chrono::ceil<std::chrono::milliseconds>(*timeout).count();
-        ms = rounded > INT_MAX ? INT_MAX : static_cast<int>(rounded);
-      }
-      n = epoll_wait(epoll_fd_, events, 8, ms);
-    }
-    if (n > 0) {
-      ++wakeups_;
-      for (int i = 0; i < n; ++i) {
-        if (events[i].data.u64 == kDoorbellTag) drain_doorbell();
-      }
-    } else if (n == 0) {
-      ++timeouts_;
-    }  // n < 0: EINTR, a signal; just do a pass
   }
+  return sleep;
+}
 
+EventLoop::Woke EventLoop::block(const Sleep& sleep) noexcept {
+  epoll_event events[8];
+  int n = -1;
+  if (have_epoll_pwait2_.load(std::memory_order_relaxed)) {
+    timespec ts{};
+    if (sleep.timeout) {
+      ts.tv_sec = static_cast<time_t>(sleep.timeout->count() / 1'000'000'000);
+      ts.tv_nsec = static_cast<long>(sleep.timeout->count() % 1'000'000'000);
+    }
+    n = epoll_pwait2(epoll_fd_, events, 8, sleep.timeout ? &ts : nullptr, nullptr);
+    if (n < 0 && errno == ENOSYS) have_epoll_pwait2_.store(false, std::memory_order_relaxed);
+  }
+  if (!have_epoll_pwait2_.load(std::memory_order_relaxed)) {
+    // Milliseconds, rounded up: never wake before the timer is due.
+    int ms = -1;
+    if (sleep.timeout) {
+      auto rounded = std::chrono::ceil<std::chrono::milliseconds>(*sleep.timeout).count();
+      ms = rounded > INT_MAX ? INT_MAX : static_cast<int>(rounded);
+    }
+    n = epoll_wait(epoll_fd_, events, 8, ms);
+  }
+  if (n == 0) return Woke::timeout;
+  if (n < 0) return Woke::interrupted;  // EINTR, a signal; just do a pass
+  for (int i = 0; i < n; ++i) {
+    if (events[i].data.u64 == kDoorbellTag) drain_doorbell();
+  }
+  return Woke::descriptor;
+}
+
+void EventLoop::finish_sleep(const Sleep& sleep, std::optional<Woke> woke) noexcept {
+  if (woke == Woke::descriptor) ++wakeups_;
+  if (woke == Woke::timeout) ++timeouts_;
   sleeping_.store(false, std::memory_order_relaxed);
   wake_requested_.store(false, std::memory_order_relaxed);
-  for (std::size_t i = 0; i < prepared; ++i) {
+  for (std::size_t i = 0; i < sleep.prepared; ++i) {
     if (Pollable* p = pollables_[i].pollable) p->after_sleep();
   }
-  return slept;
 }
 
 void EventLoop::run() {

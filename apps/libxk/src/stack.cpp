@@ -215,7 +215,9 @@ Stack::Stack(StackConfig config)
       looks_counter_(loop_.counters().add("hand_back_looks",
                                           "hybrid: times the stack's thread woke to see whether the calls stopped")),
       takeovers_counter_(loop_.counters().add(
-          "takeovers", "hybrid: times the stack's thread took the stack over (handed over, or the calls stopped)")) {}
+          "takeovers", "hybrid: times the stack's thread took the stack over (handed over, or the calls stopped)")),
+      sleep_takeovers_(loop_.counters().add(
+          "sleep_takeovers", "hybrid: calls that took the stack while its thread slept, without waking it first")) {}
 
 void Stack::sync_counters() noexcept {
   looks_counter_.set(looks_.load(std::memory_order_relaxed));
@@ -370,8 +372,22 @@ bool Stack::lock_inline() {
     // whether it moved.
     entries_.store(entries_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     loop_.enter();
+    if (asleep_) {
+      // The thread sleeps in the loop: its sleep ends here, and a ring gets
+      // it out of epoll to park (it may get no other wake-up before the
+      // calls stop, and it must take the stack over then) -- once this
+      // call is done: woken now, it could take this very CPU from it.
+      finish_thread_sleep(std::nullopt);
+      ring_on_unlock_ = true;
+      ++sleep_takeovers_;
+    }
   }
   return true;
+}
+
+void Stack::finish_thread_sleep(std::optional<EventLoop::Woke> woke) noexcept {
+  asleep_ = false;
+  loop_.finish_sleep(sleep_, woke);
 }
 
 void Stack::unlock_inline() noexcept {
@@ -380,7 +396,9 @@ void Stack::unlock_inline() noexcept {
     return;
   }
   loop_.leave();
+  const bool ring = std::exchange(ring_on_unlock_, false);
   inline_mu_.unlock();
+  if (ring) loop_.ring();
   // A hand-over the thread could not take (this caller held the stack):
   // it may take it now.
   if (wanted_.load(std::memory_order_seq_cst)) kick_.bump();
@@ -482,16 +500,23 @@ void Stack::drive_while_alone() {
   }
 }
 
-// Runs the stack, with its idle policy, until a caller wants it.
+// Runs the stack, with its idle policy, until a caller wants it. It sleeps
+// without the lock: a call that comes meanwhile takes the stack at once,
+// instead of waking the thread (tens of microseconds in a VM) and waiting
+// for it to let go.
 void Stack::run_alone() {
   if (!inline_mu_.try_lock()) return;  // a caller has it
   wanted_.store(false, std::memory_order_seq_cst);
   takeovers_.fetch_add(1, std::memory_order_relaxed);
   loop_.enter();
+  bool held = true;
   struct Release {
     Stack* s;
-    ~Release() { s->unlock_inline(); }
-  } release{this};
+    bool& held;
+    ~Release() {
+      if (held) s->unlock_inline();
+    }
+  } release{this, held};
   using clock = std::chrono::steady_clock;
   std::optional<clock::time_point> idle_since;
   while (!stopping_.load(std::memory_order_relaxed) && contenders_.load(std::memory_order_seq_cst) == 0) {
@@ -509,9 +534,26 @@ void Stack::run_alone() {
       idle_pause(config_.loop.idle);
       continue;
     }
-    // A caller wakes it (lock_inline), as the network and the timers do.
-    loop_.wait();
     idle_since.reset();
+    // A caller wakes it (lock_inline), as the network and the timers do.
+    const EventLoop::Sleep sleep = loop_.prepare_sleep();
+    if (sleep.busy) {
+      loop_.finish_sleep(sleep, std::nullopt);
+      continue;
+    }
+    sleep_ = sleep;
+    asleep_ = true;
+    loop_.leave();
+    inline_mu_.unlock();
+    held = false;
+    const EventLoop::Woke woke = loop_.block(sleep);
+    // A caller that has the stack now, or had it meanwhile, finished the
+    // sleep: the calls are on, and the thread parks (drive_while_alone).
+    if (!inline_mu_.try_lock()) return;
+    held = true;
+    loop_.enter();
+    if (!asleep_) return;
+    finish_thread_sleep(woke);
   }
 }
 

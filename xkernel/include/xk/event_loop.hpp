@@ -237,6 +237,31 @@ class EventLoop {
   // called, the next timer is due, or `max` passes (nullopt: no limit) --
   // unless the doorbell re-check finds work first. Returns whether it slept.
   bool wait(std::optional<Duration> max = std::nullopt);
+
+  // wait() in three steps, for an owner whose threads take turns at the
+  // loop and who lets another thread run it while one sleeps (a hybrid
+  // xk::Stack's thread sleeps without its lock, so a caller that comes
+  // meanwhile need not wake it and wait for it to let go):
+  //   prepare_sleep -- the loop's: the doorbell protocol's re-check; `busy`
+  //                    means do not sleep (finish at once);
+  //   block         -- the system call alone, touching nothing of the loop
+  //                    but its epoll set and doorbell, so any thread may run
+  //                    the loop meanwhile;
+  //   finish_sleep  -- the loop's, exactly once per prepare_sleep and before
+  //                    anything else runs the loop: by the sleeper, or by
+  //                    whoever takes the loop first (`woke` unknown then).
+  struct Sleep {
+    bool busy = false;
+    std::optional<Duration> timeout;
+    std::size_t prepared = 0;  // the pollables whose before_sleep() ran
+  };
+  enum class Woke : std::uint8_t { descriptor, timeout, interrupted };
+  Sleep prepare_sleep(std::optional<Duration> max = std::nullopt);
+  Woke block(const Sleep& sleep) noexcept;
+  void finish_sleep(const Sleep& sleep, std::optional<Woke> woke) noexcept;
+  // Ring the doorbell whether or not the loop is known to sleep: for an
+  // owner that took the loop from under a sleeper in block().
+  void ring() noexcept { ring_doorbell(); }
   // Pass after pass, applying the idle policy, until stop(). Makes the calling
   // thread the loop's thread.
   void run();
@@ -344,7 +369,7 @@ class EventLoop {
 
   int doorbell_fd_ = -1;  // eventfd
   int epoll_fd_ = -1;
-  bool have_epoll_pwait2_ = true;
+  std::atomic<bool> have_epoll_pwait2_{true};  // block() may run beside a pass
 
   // Shared with other threads.
   alignas(detail::kCacheLine) std::atomic<bool> sleeping_{false};

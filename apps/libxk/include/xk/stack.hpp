@@ -302,6 +302,15 @@ class Stack {
   std::atomic<std::uint64_t> takeovers_{0};
   Counter& looks_counter_;
   Counter& takeovers_counter_;
+  // The thread sleeps in the loop without the lock (run_alone): `asleep_`
+  // while that sleep is still to be finished, by whoever takes the lock
+  // first (under the lock, as is `sleep_`). A caller that finds it so
+  // counts in `sleep_takeovers_` (the loop's table: the holder is its thread).
+  bool asleep_ = false;
+  bool ring_on_unlock_ = false;  // the caller that finished it wakes it as it leaves
+  EventLoop::Sleep sleep_;
+  Counter& sleep_takeovers_;
+  void finish_thread_sleep(std::optional<EventLoop::Woke> woke) noexcept;
   WaitPoint kick_;
   std::atomic<bool> wanted_{false};  // hand_over() asked; the thread has not taken it yet
   std::atomic<bool> stopping_{false};
