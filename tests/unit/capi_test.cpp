@@ -595,6 +595,30 @@ TEST(CApiStack, SendWithRoomSkipsAFreshPassButNotForLong) {
   xk_stack_destroy(h);
 }
 
+// A hybrid stack with a 1 ms hand_back and a 20 us spin, owned by the C
+// API; `counter` reads the loop's table under the stack.
+struct HybridStack {
+  xk::Stack* raw = nullptr;
+  xk_stack* h = nullptr;
+  HybridStack() {
+    xk::StackConfig c;
+    c.graph = kGraph;
+    c.mode = xk::StackMode::hybrid;
+    c.hand_back = std::chrono::milliseconds(1);
+    c.loop.spin = std::chrono::microseconds(20);
+    auto stack = xk::Stack::create(c);
+    raw = stack.get();
+    h = xk::adopt_for_c_api(std::move(stack));
+  }
+  ~HybridStack() { xk_stack_destroy(h); }
+  std::uint64_t counter(const char* name) {
+    return raw->call([&] {
+      raw->sync_counters();
+      return raw->loop().counters().value(name);
+    });
+  }
+};
+
 // A hybrid stack's thread looks whether the calls stopped after hand_back,
 // and less often while they keep coming (each look is a wake-up on some
 // program thread's CPU): here a pass every ~20 us for 300 ms with a 1 ms
@@ -602,21 +626,10 @@ TEST(CApiStack, SendWithRoomSkipsAFreshPassButNotForLong) {
 // when the calls stop it still takes the stack over: a timer fires with
 // nobody calling.
 TEST(CApiStack, HybridThreadLooksLessOftenWhileCallsComeAndTakesOverWhenTheyStop) {
-  xk::StackConfig c;
-  c.graph = kGraph;
-  c.mode = xk::StackMode::hybrid;
-  c.hand_back = std::chrono::milliseconds(1);
-  c.loop.spin = std::chrono::microseconds(20);
-  auto stack = xk::Stack::create(c);
-  xk::Stack* raw = stack.get();
-  xk_stack* h = xk::adopt_for_c_api(std::move(stack));
-  ASSERT_NE(h, nullptr);
-  auto counter = [&](const char* name) {
-    return raw->call([&] {
-      raw->sync_counters();
-      return raw->loop().counters().value(name);
-    });
-  };
+  HybridStack hs;
+  ASSERT_NE(hs.h, nullptr);
+  xk::Stack* raw = hs.raw;
+  auto counter = [&](const char* name) { return hs.counter(name); };
   const std::uint64_t looks0 = counter("hand_back_looks");
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
   while (std::chrono::steady_clock::now() < end) {
@@ -641,7 +654,6 @@ TEST(CApiStack, HybridThreadLooksLessOftenWhileCallsComeAndTakesOverWhenTheyStop
   EXPECT_TRUE(fired.load()) << "nobody ran the stack after the calls stopped";
   EXPECT_GT(counter("takeovers"), takeovers0);
   raw->call([&] { t.reset(); });
-  xk_stack_destroy(h);
 }
 
 // The hybrid thread sleeps in the loop without the stack's lock: a call
@@ -651,21 +663,10 @@ TEST(CApiStack, HybridThreadLooksLessOftenWhileCallsComeAndTakesOverWhenTheyStop
 // runs the stack again once the calls stop (a timer armed by the call fires
 // with nobody calling), and the stack still shuts down.
 TEST(CApiStack, HybridCallTakesTheStackFromItsSleepingThread) {
-  xk::StackConfig c;
-  c.graph = kGraph;
-  c.mode = xk::StackMode::hybrid;
-  c.hand_back = std::chrono::milliseconds(1);
-  c.loop.spin = std::chrono::microseconds(20);
-  auto stack = xk::Stack::create(c);
-  xk::Stack* raw = stack.get();
-  xk_stack* h = xk::adopt_for_c_api(std::move(stack));
-  ASSERT_NE(h, nullptr);
-  auto counter = [&](const char* name) {
-    return raw->call([&] {
-      raw->sync_counters();
-      return raw->loop().counters().value(name);
-    });
-  };
+  HybridStack hs;
+  ASSERT_NE(hs.h, nullptr);
+  xk::Stack* raw = hs.raw;
+  auto counter = [&](const char* name) { return hs.counter(name); };
   for (int round = 0; round < 3; ++round) {
     SCOPED_TRACE(round);
     const std::uint64_t before = counter("sleep_takeovers");
@@ -688,7 +689,6 @@ TEST(CApiStack, HybridCallTakesTheStackFromItsSleepingThread) {
     EXPECT_TRUE(fired.load()) << "nobody ran the stack after the calls stopped";
     raw->call([&] { t.reset(); });
   }
-  xk_stack_destroy(h);
 }
 
 // The whole counter table, as xkrun --stats writes it at exit: a header,
