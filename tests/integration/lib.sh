@@ -50,7 +50,9 @@ install_cleanup() {
 }
 
 # A sanitizer build is several times slower: scripts scale their counts down.
-is_sanitized() { ldd "$1" 2>/dev/null | grep -q 'libasan'; }
+# (Not `ldd | grep -q`: grep leaves at the first match, ldd may get SIGPIPE
+# writing the rest, and under pipefail that read as "not sanitized".)
+is_sanitized() { grep -q 'libasan' <<< "$(ldd "$1" 2>/dev/null)"; }
 
 # Waits until $1 contains the pattern $2 (or the process $3 died), at most $4 s.
 wait_for() {
