@@ -3,11 +3,11 @@
 //
 // A set with xk sockets first looks at both sides without blocking, spins
 // on the xk side for XK_SPIN_US, and then sleeps in the kernel on its kernel
-// descriptors plus one eventfd that xk makes readable when one of its
-// sockets becomes ready (xk_epoll_fd): nothing spins while all is idle, a
-// signal interrupts the sleep with EINTR as it would the kernel's own wait,
-// and either side wakes it. (A set of kernel descriptors only is the
-// kernel's call as it is.)
+// descriptors and on the stack's own wake-ups at once (xk_epoll_psleep),
+// running the stack itself when one comes: nothing spins while all is
+// idle, a signal interrupts the sleep with EINTR as it would the kernel's
+// own wait, and either side wakes it. (A set of kernel descriptors only is
+// the kernel's call as it is.)
 
 #include <signal.h>
 
@@ -86,16 +86,18 @@ class CallMask {
   CallMask(const CallMask&) = delete;
   CallMask& operator=(const CallMask&) = delete;
 
-  // ppoll on `fds` -- unless a handler of the program has run since
-  // `signals`: then EINTR. Every signal is blocked from before that last
-  // look until ppoll puts the call's mask back for its sleep, so a handler
-  // cannot land unseen between the two (the kernel delivers it in ppoll).
-  static int sleep(pollfd* fds, nfds_t n, const timespec* ts, std::uint64_t signals) {
+  // `in_kernel(mask)`, a sleep that puts `mask` in force as ppoll does --
+  // unless a handler of the program has run since `signals`: then EINTR.
+  // Every signal is blocked from before that last look until the sleep
+  // puts the call's mask back, so a handler cannot land unseen between the
+  // two (the kernel delivers it in the sleep).
+  template <class Sleep>
+  static int sleep(std::uint64_t signals, Sleep&& in_kernel) {
     sigset_t all;
     sigset_t call;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &call);
-    const int r = handlers_run() != signals ? fail(EINTR) : libc().ppoll(fds, n, ts, &call);
+    const int r = handlers_run() != signals ? fail(EINTR) : in_kernel(&call);
     const int saved = errno;
     pthread_sigmask(SIG_SETMASK, &call, nullptr);
     errno = saved;
@@ -170,14 +172,18 @@ int poll_mixed(pollfd* fds, nfds_t n, const timespec* ts, const sigset_t* mask) 
     if (b < 0) return -1;
     return a + b;
   };
+  bool slept = false;  // woken, it looks and sleeps again without a spin
   for (;;) {
     const int r = look();
     if (r < 0) return -1;
     if (r > 0 || stale || deadline.zero_wait(ts) || deadline.passed()) return merge();
-    const Spun spun = spin(signals, [&] { return xk_poll(xs.data(), xs.size(), 0) > 0; });
-    if (spun == Spun::interrupted) return fail(EINTR);
-    if (spun == Spun::ready) continue;
-    // Sleep in the kernel: the kernel descriptors and xk's eventfd.
+    if (!slept) {
+      const Spun spun = spin(signals, [&] { return xk_poll(xs.data(), xs.size(), 0) > 0; });
+      if (spun == Spun::interrupted) return fail(EINTR);
+      if (spun == Spun::ready) continue;
+    }
+    // Sleep in the kernel: the kernel descriptors, the xk sockets (through
+    // a set of their own) and the stack.
     const int ep = xk_epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) return -1;
     for (const pollfd& x : xs) {
@@ -186,16 +192,14 @@ int poll_mixed(pollfd* fds, nfds_t n, const timespec* ts, const sigset_t* mask) 
       (void)xk_epoll_ctl(ep, EPOLL_CTL_ADD, x.fd, &e);
     }
     std::vector<pollfd> sleep = ks;
-    sleep.push_back({xk_epoll_fd(ep), POLLIN, 0});
     timespec buf{};
-    const int w = sleep.back().fd < 0 ? -1 : CallMask::sleep(sleep.data(), sleep.size(), deadline.left(buf), signals);
+    const int w = CallMask::sleep(signals, [&](const sigset_t* call) {
+      return xk_epoll_psleep(ep, sleep.data(), sleep.size(), deadline.left(buf), call);
+    });
     const int saved = errno;
     (void)xk_close(ep);
     if (w < 0) return fail(saved);
-    if (w == 0) {
-      (void)look();  // the deadline: what is there now
-      return merge();
-    }
+    slept = true;  // the look above says what woke it (or that the deadline passed)
   }
 }
 
@@ -268,26 +272,29 @@ int epoll_mixed(int epfd, int side, epoll_event* ev, int max, int timeout_ms, co
     }
     return n;
   };
+  bool slept = false;  // woken, it looks and sleeps again without a spin
   for (;;) {
     const int n = look();
     if (n != 0 || timeout_ms == 0 || deadline.passed()) return n;
-    int got = 0;
-    const Spun spun = spin(signals, [&] { return (got = xk_epoll_wait(side, ev, max, 0)) != 0; });
-    if (spun == Spun::interrupted) return fail(EINTR);
-    if (spun == Spun::ready) {
-      if (got < 0) return -1;
-      if (got < max) {
-        const int m = libc().epoll_wait(epfd, ev + got, max - got, 0);
-        if (m > 0) got += m;
+    if (!slept) {
+      int got = 0;
+      const Spun spun = spin(signals, [&] { return (got = xk_epoll_wait(side, ev, max, 0)) != 0; });
+      if (spun == Spun::interrupted) return fail(EINTR);
+      if (spun == Spun::ready) {
+        if (got < 0) return -1;
+        if (got < max) {
+          const int m = libc().epoll_wait(epfd, ev + got, max - got, 0);
+          if (m > 0) got += m;
+        }
+        return got;
       }
-      return got;
     }
-    pollfd sleep[2] = {{epfd, POLLIN, 0}, {xk_epoll_fd(side), POLLIN, 0}};
-    if (sleep[1].fd < 0) return -1;
+    pollfd sleep[1] = {{epfd, POLLIN, 0}};
     timespec buf{};
-    const int w = CallMask::sleep(sleep, 2, deadline.left(buf), signals);
+    const int w = CallMask::sleep(
+        signals, [&](const sigset_t* call) { return xk_epoll_psleep(side, sleep, 1, deadline.left(buf), call); });
     if (w < 0) return -1;
-    if (w == 0) return look();
+    slept = true;  // the look above says what woke it (or that the deadline passed)
   }
 }
 

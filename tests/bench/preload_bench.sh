@@ -4,7 +4,8 @@
 #
 #   preload_bench.sh BUILD_DIR        (as root: the Linux side uses netns)
 #
-# Linux: sockperf ping-pong (TCP, 14-byte messages) and iperf3 (one stream)
+# Linux: sockperf ping-pong (TCP, 14-byte messages; at full rate and at 100
+# messages a second, where every message wakes both ends) and iperf3 (one stream)
 # between two namespaces over a veth. xkrun: the same two programs, both
 # ends under xkrun, two stacks over net_memif. And the native xk app
 # (xk-tcp-perf, ping-pong and bulk over memif) for what the shim costs, and
@@ -156,6 +157,25 @@ for run in $(seq "$RUNS"); do
   echo "   half-RTT mean (median): Linux ${R[lnx_lat_$run]} (${R[lnx_p50_$run]}) us," \
     "xkrun ${R[xk_lat_$run]} (${R[xk_p50_$run]}) us, native xk-tcp-perf ${R[nat_lat_$run]} (${R[nat_p50_$run]}) us"
 
+  # At a low rate (--mps 100: 10 ms between exchanges) every message finds
+  # both ends asleep: the figure is the cost of waking up, which full-rate
+  # ping-pong never pays.
+  ip netns exec "$NSA" "${PIN_S[@]}" sockperf server -i 192.0.2.1 --tcp > "$OUT/lnx-slow-server.log" 2>&1 &
+  SP=$!
+  PIDS+=("$SP")
+  sleep 0.5
+  ip netns exec "$NSB" "${PIN_C[@]}" sockperf ping-pong -i 192.0.2.1 --tcp -t "$SECS" --mps 100 \
+    > "$OUT/lnx-slow-$run.log" 2>&1
+  stop "$SP" || true
+  xk_pair_start slow$run sockperf server -i 192.0.2.10 --tcp
+  xk_client slow$run sockperf ping-pong -i 192.0.2.10 --tcp -t "$SECS" --mps 100 > "$OUT/xk-slow-$run.log" 2>&1 \
+    || { tail "$OUT/xk-slow-$run.log" >&2; die "sockperf --mps 100 under xkrun failed"; }
+  stop "$XSRV" || true
+  R[lnx_slow_$run]=$(latency_p50 "$OUT/lnx-slow-$run.log")
+  R[xk_slow_$run]=$(latency_p50 "$OUT/xk-slow-$run.log")
+  R[slow_ratio_$run]=$(ratio "${R[xk_slow_$run]}" "${R[lnx_slow_$run]}")
+  echo "   at 100 messages/s, median half-RTT: Linux ${R[lnx_slow_$run]} us, xkrun ${R[xk_slow_$run]} us"
+
   # The same 14-byte exchange from a program with nothing but blocking
   # read/write (xk-sock-pingpong): the shim's own cost, without sockperf's
   # per-message work, which Linux pays too and which pulls its ratio up.
@@ -199,6 +219,7 @@ for run in $(seq "$RUNS"); do
 done
 
 for k in lnx_lat xk_lat nat_lat lnx_p50 xk_p50 nat_p50 lat_ratio p50_ratio nat_lat_ratio lnx_lean xk_lean lean_ratio \
+  lnx_slow xk_slow slow_ratio \
   lnx_gbps xk_gbps nat_gbps nat_ratio \
   lnx_cpu_c lnx_cpu_s xk_cpu_c xk_cpu_s; do
   # shellcheck disable=SC2046  # one word a run
@@ -213,6 +234,8 @@ printf "%-46s %10s %10s %8s %s\n" "sockperf ping-pong TCP 14 B, half-RTT us" "${
   "$(ratio "${R[xk_lat]}" "${R[lnx_lat]}")" "<= 0.25x"
 printf "%-46s %10s %10s %8s %s\n" "sockperf ping-pong TCP 14 B, median half-RTT us" "${R[xk_p50]}" "${R[lnx_p50]}" \
   "$(ratio "${R[xk_p50]}" "${R[lnx_p50]}")" ""
+printf "%-46s %10s %10s %8s %s\n" "sockperf at 100 msg/s, median half-RTT us" "${R[xk_slow]}" "${R[lnx_slow]}" \
+  "$(ratio "${R[xk_slow]}" "${R[lnx_slow]}")" "(every message wakes both ends)"
 printf "%-46s %10s %10s %8s %s\n" "native xk-tcp-perf ping-pong 14 B, half-RTT us" "${R[nat_lat]}" "${R[lnx_lat]}" \
   "$(ratio "${R[nat_lat]}" "${R[lnx_lat]}")" "(the floor: no shim)"
 printf "%-46s %10s %10s %8s %s\n" "plain-socket ping-pong 14 B, half-RTT us" "${R[xk_lean]}" "${R[lnx_lean]}" \
@@ -224,7 +247,8 @@ printf "%-46s %10s %10s %8s %s\n" "iperf3 under xkrun vs native xk-tcp-perf, Gbi
 echo "median of each run's own ratio: half-RTT mean $(printf '%sx' "${R[lat_ratio]}") (runs $(runs_of lat_ratio))," \
   "median $(printf '%sx' "${R[p50_ratio]}") (runs $(runs_of p50_ratio)), native floor" \
   "$(printf '%sx' "${R[nat_lat_ratio]}") (runs $(runs_of nat_lat_ratio)), plain-socket ping-pong" \
-  "$(printf '%sx' "${R[lean_ratio]}") (runs $(runs_of lean_ratio)); iperf3 under xkrun / native" \
+  "$(printf '%sx' "${R[lean_ratio]}") (runs $(runs_of lean_ratio)), 100 msg/s" \
+  "$(printf '%sx' "${R[slow_ratio]}") (runs $(runs_of slow_ratio)); iperf3 under xkrun / native" \
   "$(printf '%sx' "${R[nat_ratio]}") (mean $(mean $(runs_of nat_ratio))x; runs $(runs_of nat_ratio))"
 printf "%-46s %10s %10s\n" "iperf3 CPU s/GB, sender" "${R[xk_cpu_c]}" "${R[lnx_cpu_c]}"
 printf "%-46s %10s %10s\n" "iperf3 CPU s/GB, receiver" "${R[xk_cpu_s]}" "${R[lnx_cpu_s]}"

@@ -691,6 +691,50 @@ TEST(CApiStack, HybridCallTakesTheStackFromItsSleepingThread) {
   }
 }
 
+// A caller asleep in xk_epoll_psleep on a hybrid stack sleeps on the
+// stack's wake-ups too and runs the stack itself when one comes: a timer
+// that falls due in its sleep fires on the caller's own thread, and the
+// stack's thread stays parked (it would cost a second wake-up).
+TEST(CApiStack, ACallerSleepingBesideAHybridStackRunsItItself) {
+  HybridStack hs;
+  ASSERT_NE(hs.h, nullptr);
+  xk::Stack* raw = hs.raw;
+  const int l = xk_socket(hs.h, AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = addr("192.0.2.1", 5095);
+  ASSERT_EQ(xk_bind(l, sa(a), sizeof a), 0);
+  ASSERT_EQ(xk_listen(l, 4), 0);
+  const int ep = xk_epoll_create1(0);
+  epoll_event e{};
+  e.events = EPOLLIN;
+  ASSERT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_ADD, l, &e), 0);
+  const std::uint64_t beside0 = hs.counter("beside_sleeps");
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    std::atomic<bool> fired{false};
+    std::thread::id on;
+    std::optional<xk::Timer> t;
+    raw->call([&] {
+      t.emplace(raw->loop().timers(), [&] {
+        on = std::this_thread::get_id();
+        fired.store(true);
+      });
+      t->arm_after(std::chrono::milliseconds(5));
+    });
+    // (It sleeps on after the timer: the set has nothing to report.)
+    const auto t0 = std::chrono::steady_clock::now();
+    const timespec ms20{0, 20'000'000};
+    while (!fired.load() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+      ASSERT_EQ(xk_epoll_psleep(ep, nullptr, 0, &ms20, nullptr), 0) << xk_last_error();
+    }
+    ASSERT_TRUE(fired.load());
+    EXPECT_EQ(on, std::this_thread::get_id()) << "the stack's thread ran the timer, not the sleeping caller";
+    raw->call([&] { t.reset(); });
+  }
+  EXPECT_GE(hs.counter("beside_sleeps"), beside0 + 3);
+  xk_close(ep);
+  xk_close(l);
+}
+
 // The whole counter table, as xkrun --stats writes it at exit: a header,
 // then "owner counter value" lines, the graph's and the loop's ("stack").
 TEST(CApiStack, WriteCountersGivesTheWholeTable) {
@@ -1822,6 +1866,88 @@ TEST_P(CApi, EpollFdIsReadableWhileTheSetHasSomethingToReport) {
   EXPECT_EQ(errno, EBADF);
   xk_close(ep);  // closes the eventfd too
   EXPECT_EQ(fcntl(efd, F_GETFD), -1);
+  xk_close(c);
+  xk_close(s);
+}
+
+// xk_epoll_psleep is ppoll over kernel descriptors that also ends when
+// the xk set has something to report -- in every mode, whoever runs the
+// stack: a pipe, the set (data written by another thread), the timeout
+// and a signal handler each end it.
+TEST_P(CApi, EpollPsleepEndsForAKernelDescriptorTheSetTheTimeoutAndASignal) {
+  using clock = std::chrono::steady_clock;
+  auto [c, s] = pair(5026);
+  const int ep = xk_epoll_create1(0);
+  epoll_event e{};
+  e.events = EPOLLIN;
+  e.data.fd = s;
+  ASSERT_EQ(xk_epoll_ctl(ep, EPOLL_CTL_ADD, s, &e), 0);
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  pollfd k{p[0], POLLIN, 0};
+
+  const timespec ms30{0, 30'000'000};
+  auto t0 = clock::now();
+  EXPECT_EQ(xk_epoll_psleep(ep, &k, 1, &ms30, nullptr), 0) << xk_last_error();
+  EXPECT_GE(clock::now() - t0, std::chrono::milliseconds(30)) << "woke before its timeout";
+  EXPECT_EQ(k.revents, 0);
+
+  const timespec s5{5, 0};
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_EQ(::write(p[1], "x", 1), 1);
+  });
+  EXPECT_EQ(xk_epoll_psleep(ep, &k, 1, &s5, nullptr), 1) << xk_last_error();
+  EXPECT_EQ(k.revents, POLLIN);
+  writer.join();
+  char b;
+  ASSERT_EQ(::read(p[0], &b, 1), 1);
+
+  // The set: 0 may come early (the stack ran for something else), so
+  // sleep again until it reports.
+  std::thread sender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_EQ(xk_write(c, "ping", 4), 4);
+  });
+  t0 = clock::now();
+  epoll_event out[2];
+  int got = 0;
+  while (got == 0 && clock::now() - t0 < std::chrono::seconds(5)) {
+    ASSERT_EQ(xk_epoll_psleep(ep, &k, 1, &s5, nullptr), 0) << xk_last_error();
+    got = xk_epoll_wait(ep, out, 2, 0);
+  }
+  sender.join();
+  ASSERT_EQ(got, 1) << "the data never woke the sleep";
+  char buf[8];
+  ASSERT_EQ(xk_read(s, buf, sizeof buf), 4);
+  EXPECT_EQ(xk_epoll_wait(ep, out, 2, 0), 0) << "read: nothing more to report";
+
+  struct sigaction act{}, old{};
+  act.sa_handler = count_signal;
+  sigemptyset(&act.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR2, &act, &old), 0);
+  const pthread_t me = pthread_self();
+  std::thread poke([me] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    pthread_kill(me, SIGUSR2);
+  });
+  t0 = clock::now();
+  EXPECT_EQ(xk_epoll_psleep(ep, &k, 1, &s5, nullptr), -1);
+  EXPECT_EQ(errno, EINTR);
+  EXPECT_LT(clock::now() - t0, std::chrono::seconds(4));
+  poke.join();
+  sigaction(SIGUSR2, &old, nullptr);
+
+  EXPECT_EQ(xk_epoll_psleep(ep, nullptr, 1, &s5, nullptr), -1);
+  EXPECT_EQ(errno, EFAULT);
+  const timespec bad{0, 1'000'000'000};
+  EXPECT_EQ(xk_epoll_psleep(ep, &k, 1, &bad, nullptr), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(xk_epoll_psleep(s, &k, 1, &s5, nullptr), -1);
+  EXPECT_EQ(errno, EINVAL);
+  ::close(p[0]);
+  ::close(p[1]);
+  xk_close(ep);
   xk_close(c);
   xk_close(s);
 }

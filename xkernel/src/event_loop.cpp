@@ -286,6 +286,15 @@ EventLoop::Woke EventLoop::block(const Sleep& sleep) noexcept {
   return Woke::descriptor;
 }
 
+EventLoop::Woke EventLoop::reap() noexcept {
+  epoll_event events[8];
+  const int n = epoll_wait(epoll_fd_, events, 8, 0);
+  for (int i = 0; i < n; ++i) {
+    if (events[i].data.u64 == kDoorbellTag) drain_doorbell();
+  }
+  return n > 0 ? Woke::descriptor : Woke::timeout;
+}
+
 void EventLoop::finish_sleep(const Sleep& sleep, std::optional<Woke> woke) noexcept {
   if (woke == Woke::descriptor) ++wakeups_;
   if (woke == Woke::timeout) ++timeouts_;

@@ -3,7 +3,11 @@
 // set).
 
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <vector>
 
 #include <thread>
 
@@ -277,6 +281,73 @@ extern "C" int xk_epoll_fd(int epfd) {
   // The caller is about to sleep on it (a hybrid stack's thread takes over).
   if (ep.stack != nullptr) ep.stack->hand_over();
   return ep.efd;
+}
+
+namespace {
+// The sleep on the set's eventfd, the stack's thread (if any) running the
+// stack: ppoll on `fds` and the eventfd.
+int sleep_on_efd(int epfd, pollfd* fds, nfds_t nfds, std::optional<Duration> left, const sigset_t* sigmask) {
+  const int efd = xk_epoll_fd(epfd);
+  if (efd < 0) return -1;
+  std::vector<pollfd> all(fds, fds + nfds);
+  all.push_back({efd, POLLIN, 0});
+  timespec ts{};
+  if (left) {
+    ts.tv_sec = static_cast<time_t>(left->count() / 1'000'000'000);
+    ts.tv_nsec = static_cast<long>(left->count() % 1'000'000'000);
+  }
+  // The system call itself: a preloaded program's ppoll is the preload library's.
+  const long r = syscall(SYS_ppoll, all.data(), all.size(), left ? &ts : nullptr, sigmask, _NSIG / 8);
+  if (r < 0) return fail(errno, "epoll_psleep: ppoll");
+  for (nfds_t i = 0; i < nfds; ++i) fds[i].revents = all[i].revents;
+  return static_cast<int>(r) - (all.back().revents != 0 ? 1 : 0);
+}
+}  // namespace
+
+extern "C" int xk_epoll_psleep(int epfd, struct pollfd* fds, nfds_t nfds, const struct timespec* timeout,
+                               const sigset_t* sigmask) {
+  std::shared_ptr<File> f = table().get(epfd);
+  if (!f) return fail(EBADF, "epoll_psleep: not an xk descriptor");
+  if (f->kind != File::Kind::epoll) return fail(EINVAL, "epoll_psleep: not an xk epoll instance");
+  if (nfds != 0 && fds == nullptr) return fail(EFAULT, "epoll_psleep: no descriptors");
+  if (timeout != nullptr && (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1'000'000'000)) {
+    return fail(EINVAL, "epoll_psleep: bad timeout");
+  }
+  auto& ep = static_cast<Epoll&>(*f);
+  Stack* stack;
+  {
+    std::lock_guard<std::mutex> lock(ep.mu);
+    stack = ep.stack;
+  }
+  using Steady = std::chrono::steady_clock;
+  std::optional<Steady::time_point> deadline;
+  if (timeout != nullptr) {
+    deadline = Steady::now() + std::chrono::seconds(timeout->tv_sec) + std::chrono::nanoseconds(timeout->tv_nsec);
+  }
+  auto ready = [&ep] {
+    std::lock_guard<std::mutex> lock(ep.mu);
+    return !ep.ready.empty();
+  };
+  auto left = [&]() -> std::optional<Duration> {
+    if (!deadline) return std::nullopt;
+    return std::max(Duration(0), std::chrono::duration_cast<Duration>(*deadline - Steady::now()));
+  };
+  if (stack != nullptr && stack->can_sleep_beside()) {
+    return guarded("epoll_psleep", [&]() -> int {
+      for (;;) {
+        bool taken = false;
+        const std::optional<Duration> max = left();
+        const int n = stack->sleep_beside({fds, nfds}, max, sigmask, ready, taken);
+        if (n < 0) return fail(errno, "epoll_psleep: ppoll");
+        // A pass ran: what it found, the deadline or a timer that fired
+        // for someone else (sleep again).
+        if (n > 0 || ready() || (max && *max <= Duration(0)) || (deadline && Steady::now() >= *deadline)) return n;
+        if (taken) break;
+      }
+      return sleep_on_efd(epfd, fds, nfds, left(), sigmask);
+    });
+  }
+  return guarded("epoll_psleep", [&] { return sleep_on_efd(epfd, fds, nfds, left(), sigmask); });
 }
 
 namespace {

@@ -3,6 +3,7 @@
 #include "xk/stack.hpp"
 
 #include <linux/futex.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <ctime>
 #include <sstream>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 
 #include "xk/driver.hpp"
@@ -217,7 +219,9 @@ Stack::Stack(StackConfig config)
       takeovers_counter_(loop_.counters().add(
           "takeovers", "hybrid: times the stack's thread took the stack over (handed over, or the calls stopped)")),
       sleep_takeovers_(loop_.counters().add(
-          "sleep_takeovers", "hybrid: calls that took the stack while its thread slept, without waking it first")) {}
+          "sleep_takeovers", "calls that took the stack while another thread slept in its loop, without waking it first")),
+      beside_sleeps_(loop_.counters().add(
+          "beside_sleeps", "sleeps of a caller on its own descriptors and the loop's at once (sleep_beside)")) {}
 
 void Stack::sync_counters() noexcept {
   looks_counter_.set(looks_.load(std::memory_order_relaxed));
@@ -299,6 +303,7 @@ std::unique_ptr<Stack> Stack::build(StackConfig config, std::shared_ptr<FilterdC
   if (s->config_.mode == StackMode::service_thread) s->loop_.start_thread(s->config_.thread);
   if (s->config_.mode == StackMode::hybrid) {
     Stack* self = s.get();
+    s->thread_bell_ = std::make_shared<const Bell>();
     s->loop_.start_thread(s->config_.thread, Task([self] { self->drive_while_alone(); }));
   }
   return s;
@@ -311,8 +316,8 @@ Stack::~Stack() {
   }
   if (config_.mode == StackMode::hybrid) {
     stopping_.store(true, std::memory_order_seq_cst);
-    kick_.bump();   // parked
-    loop_.wake();   // or asleep in the loop
+    kick_.bump();          // parked
+    if (thread_bell_ != nullptr) thread_bell_->ring();  // or asleep in the loop
     loop_.join();
   }
   // The loop is stopped: nothing of this stack runs for the node any more.
@@ -351,7 +356,7 @@ void Stack::post_and_wait(void (*run)(void*), void* frame) {
   }
 }
 
-bool Stack::lock_inline() {
+bool Stack::lock_inline(std::uint64_t own) {
   const bool hybrid = config_.mode == StackMode::hybrid;
   if (hybrid && loop_.in_loop_thread()) return false;
   if (!inline_mu_.try_lock()) {
@@ -372,36 +377,151 @@ bool Stack::lock_inline() {
     // whether it moved.
     entries_.store(entries_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     loop_.enter();
-    if (asleep_) {
-      // The thread sleeps in the loop: its sleep ends here, and a ring gets
-      // it out of epoll to park (it may get no other wake-up before the
-      // calls stop, and it must take the stack over then) -- once this
-      // call is done: woken now, it could take this very CPU from it.
-      finish_thread_sleep(std::nullopt);
-      ring_on_unlock_ = true;
-      ++sleep_takeovers_;
-    }
+  }
+  if (sleep_id_ != 0 && sleep_id_ != own) {
+    // Another thread sleeps in the loop: its sleep ends here, and a ring
+    // gets it out of the kernel -- the hybrid thread to park (it may get no
+    // other wake-up before the calls stop, and it must take the stack over
+    // then), a caller to look at what this call did for it -- once this
+    // call is done: woken now, it could take this very CPU from it.
+    ring_on_unlock_ = std::move(sleeper_bell_);
+    finish_loop_sleep(std::nullopt);
+    ++sleep_takeovers_;
   }
   return true;
 }
 
-void Stack::finish_thread_sleep(std::optional<EventLoop::Woke> woke) noexcept {
-  asleep_ = false;
+void Stack::unlock_inline() noexcept {
+  const bool hybrid = config_.mode == StackMode::hybrid;
+  if (hybrid) loop_.leave();
+  std::shared_ptr<const Bell> ring = std::move(ring_on_unlock_);
+  inline_mu_.unlock();
+  if (ring != nullptr) ring->ring();
+  // A hand-over the thread could not take (this caller held the stack):
+  // it may take it now.
+  if (hybrid && wanted_.load(std::memory_order_seq_cst)) kick_.bump();
+}
+
+// ---- sleeping in the loop -------------------------------------------------------
+
+Stack::Bell::Bell() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd for a sleeper's bell");
+}
+
+Stack::Bell::~Bell() { ::close(fd_); }
+
+void Stack::Bell::ring() const noexcept { (void)eventfd_write(fd_, 1); }
+
+void Stack::Bell::drain() const noexcept {
+  eventfd_t v;
+  (void)eventfd_read(fd_, &v);
+}
+
+// One per thread that ever sleeps beside a stack, made at its first such
+// sleep and closed when the thread ends (or when the last taker that may
+// ring it lets go: a ring never reaches a descriptor number reused).
+std::shared_ptr<const Stack::Bell> Stack::caller_bell() noexcept {
+  thread_local std::shared_ptr<const Bell> bell;
+  if (bell == nullptr) {
+    try {
+      bell = std::make_shared<const Bell>();
+    } catch (const std::exception&) {
+      return nullptr;
+    }
+  }
+  return bell;
+}
+
+std::uint64_t Stack::begin_sleep(const EventLoop::Sleep& sleep, std::shared_ptr<const Bell> bell) noexcept {
+  sleep_ = sleep;
+  sleeper_bell_ = std::move(bell);
+  sleep_id_ = ++last_sleep_id_;
+  return sleep_id_;
+}
+
+void Stack::finish_loop_sleep(std::optional<EventLoop::Woke> woke) noexcept {
+  sleep_id_ = 0;
+  sleeper_bell_.reset();
   loop_.finish_sleep(sleep_, woke);
 }
 
-void Stack::unlock_inline() noexcept {
-  if (config_.mode != StackMode::hybrid) {
-    inline_mu_.unlock();
-    return;
+Stack::Woken Stack::block_beside(std::span<pollfd> fds, const Bell& bell, std::optional<Duration> timeout,
+                                 const sigset_t* mask) noexcept {
+  constexpr std::size_t kOnStack = 8;
+  pollfd on_stack[kOnStack];
+  std::vector<pollfd> on_heap;
+  pollfd* all = on_stack;
+  const std::size_t n = fds.size();
+  if (n + 2 > kOnStack) {
+    try {
+      on_heap.resize(n + 2);
+    } catch (const std::bad_alloc&) {
+      return {-1, ENOMEM, false};
+    }
+    all = on_heap.data();
   }
-  loop_.leave();
-  const bool ring = std::exchange(ring_on_unlock_, false);
-  inline_mu_.unlock();
-  if (ring) loop_.ring();
-  // A hand-over the thread could not take (this caller held the stack):
-  // it may take it now.
-  if (wanted_.load(std::memory_order_seq_cst)) kick_.bump();
+  std::copy(fds.begin(), fds.end(), all);
+  all[n] = {loop_.wait_fd(), POLLIN, 0};
+  all[n + 1] = {bell.fd(), POLLIN, 0};
+  timespec ts{};
+  if (timeout) {
+    ts.tv_sec = static_cast<time_t>(timeout->count() / 1'000'000'000);
+    ts.tv_nsec = static_cast<long>(timeout->count() % 1'000'000'000);
+  }
+  // The system call itself: a preloaded program's ppoll is the preload
+  // library's.
+  const long r = syscall(SYS_ppoll, all, n + 2, timeout ? &ts : nullptr, mask, _NSIG / 8);
+  Woken w{r, r < 0 ? errno : 0, r > 0 && all[n].revents != 0};
+  const bool rung = r > 0 && all[n + 1].revents != 0;
+  for (std::size_t i = 0; i < n; ++i) fds[i].revents = all[i].revents;
+  if (rung) bell.drain();
+  if (w.r > 0) w.r -= (w.loop ? 1 : 0) + (rung ? 1 : 0);
+  return w;
+}
+
+EventLoop::Woke Stack::Woken::how(EventLoop& l) const noexcept {
+  if (loop) return l.reap();
+  return r == 0 ? EventLoop::Woke::timeout : EventLoop::Woke::interrupted;
+}
+
+int Stack::sleep_beside(std::span<pollfd> fds, std::optional<Duration> max, const sigset_t* mask,
+                        const std::function<bool()>& done, bool& taken) {
+  taken = false;
+  std::shared_ptr<const Bell> bell = caller_bell();
+  if (bell == nullptr) {
+    taken = true;  // no bell of its own: sleep as service-mode callers do
+    return 0;
+  }
+  std::uint64_t mine = 0;
+  std::optional<Duration> timeout;
+  {
+    Turn turn(*this);
+    if (done()) return 0;
+    const EventLoop::Sleep sleep = loop_.prepare_sleep(max);
+    if (sleep.busy) {
+      loop_.finish_sleep(sleep, std::nullopt);
+      (void)loop_.run_once();
+      return 0;
+    }
+    timeout = sleep.timeout;
+    mine = begin_sleep(sleep, bell);
+    ++beside_sleeps_;
+  }
+  const Woken w = block_beside(fds, *bell, timeout, mask);
+  {
+    Turn turn(*this, mine);
+    if (sleep_id_ == mine) {
+      finish_loop_sleep(w.how(loop_));
+    } else {
+      taken = true;
+    }
+    (void)loop_.run_once();
+  }
+  if (w.r < 0) {
+    errno = w.err;
+    return -1;
+  }
+  return static_cast<int>(w.r);
 }
 
 WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
@@ -414,6 +534,8 @@ WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
   using clock = std::chrono::steady_clock;
   clock::time_point idle_since{};  // the epoch: not idle
   const std::uint64_t signals = signal_count();
+  bool beside_taken = false;
+  bool slept = false;  // beside the stack: woken, it spins no more
   for (;;) {
     std::size_t work;
     {
@@ -429,6 +551,7 @@ WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
     for (int i = 0; i < 64 && contenders_.load(std::memory_order_relaxed) != 0; ++i) std::this_thread::yield();
     if (work != 0) {
       idle_since = {};
+      slept = false;
       continue;
     }
     if (config_.loop.idle == IdleMode::busy_poll) {
@@ -436,13 +559,23 @@ WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
       continue;
     }
     if (idle_since == clock::time_point{}) idle_since = now;
-    if (now - idle_since < config_.loop.spin) {
+    if (now - idle_since < config_.loop.spin && !slept) {
       idle_pause(config_.loop.idle);
       continue;
     }
     if (config_.mode == StackMode::hybrid) {
-      // Sleep as a service-mode caller does, the stack's thread running the
-      // stack meanwhile (and a signal ending the sleep: EINTR).
+      // Sleep beside the stack, running it on each wake-up; or, once another
+      // caller has woken us from such a sleep (the stack is busy), as a
+      // service-mode caller does, its thread running it meanwhile. (The
+      // first needs the program's handlers counted: ppoll ends with EINTR
+      // for all of them, and only those without SA_RESTART end the call.
+      // Without a count the futex sleep leaves that to the kernel.)
+      if (!beside_taken && g_signal_count.load(std::memory_order_relaxed) != nullptr) {
+        std::optional<WaitEnd> end = wait_beside(ready, seen, deadline, signals, beside_taken);
+        if (end) return *end;
+        slept = true;
+        continue;
+      }
       hand_over();
       return ready.wait_since(signals, seen, deadline, std::chrono::nanoseconds(0), config_.loop.idle);
     }
@@ -458,6 +591,31 @@ WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
     }
     idle_since = {};
   }
+}
+
+std::optional<WaitEnd> Stack::wait_beside(const WaitPoint& ready, std::uint32_t seen,
+                                          std::optional<std::chrono::steady_clock::time_point> deadline,
+                                          std::uint64_t signals, bool& taken) {
+  // Every signal is blocked from the last look at the count until ppoll
+  // puts the thread's mask back for its sleep, so a handler cannot land
+  // unseen between the two; one that asks for a restart (SA_RESTART) ends
+  // the sleep and not the wait.
+  sigset_t all;
+  sigset_t mine;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &mine);
+  struct Restore {
+    const sigset_t& mask;
+    ~Restore() { pthread_sigmask(SIG_SETMASK, &mask, nullptr); }
+  } restore{mine};
+  if (signal_count() != signals) return WaitEnd::interrupted;
+  std::optional<Duration> max;
+  if (deadline) {
+    max = std::chrono::duration_cast<Duration>(*deadline - std::chrono::steady_clock::now());
+    if (max->count() <= 0) return WaitEnd::deadline;
+  }
+  (void)sleep_beside({}, max, &mine, [&] { return ready.gen() != seen; }, taken);
+  return std::nullopt;  // the wait's loop looks again
 }
 
 void Stack::hand_over() noexcept {
@@ -482,8 +640,9 @@ void Stack::drive_while_alone() {
     // Sampled before trying: a kick from now on (while it runs the stack,
     // or finds a caller holding it) wakes the park below at once.
     std::uint32_t gen = kick_.gen();
-    run_alone();
-    auto look = config_.hand_back;
+    // While a caller sleeps beside the stack, it runs it: look again only
+    // now and then.
+    auto look = run_alone() ? config_.hand_back : longest;
     for (;;) {
       if (stopping_.load(std::memory_order_acquire)) return;
       const std::uint64_t before = entries_.load(std::memory_order_relaxed);
@@ -504,8 +663,14 @@ void Stack::drive_while_alone() {
 // without the lock: a call that comes meanwhile takes the stack at once,
 // instead of waking the thread (tens of microseconds in a VM) and waiting
 // for it to let go.
-void Stack::run_alone() {
-  if (!inline_mu_.try_lock()) return;  // a caller has it
+bool Stack::run_alone() {
+  if (!inline_mu_.try_lock()) return true;  // a caller has it
+  if (sleep_id_ != 0) {
+    // A caller sleeps beside the stack and runs it when anything comes:
+    // nothing for the thread to do.
+    inline_mu_.unlock();
+    return false;
+  }
   wanted_.store(false, std::memory_order_seq_cst);
   takeovers_.fetch_add(1, std::memory_order_relaxed);
   loop_.enter();
@@ -541,20 +706,20 @@ void Stack::run_alone() {
       loop_.finish_sleep(sleep, std::nullopt);
       continue;
     }
-    sleep_ = sleep;
-    asleep_ = true;
+    const std::uint64_t mine = begin_sleep(sleep, thread_bell_);
     loop_.leave();
     inline_mu_.unlock();
     held = false;
-    const EventLoop::Woke woke = loop_.block(sleep);
+    const Woken w = block_beside({}, *thread_bell_, sleep.timeout, nullptr);
     // A caller that has the stack now, or had it meanwhile, finished the
     // sleep: the calls are on, and the thread parks (drive_while_alone).
-    if (!inline_mu_.try_lock()) return;
+    if (!inline_mu_.try_lock()) return true;
     held = true;
     loop_.enter();
-    if (!asleep_) return;
-    finish_thread_sleep(woke);
+    if (sleep_id_ != mine) return true;
+    finish_loop_sleep(w.how(loop_));
   }
+  return true;
 }
 
 bool Stack::wait_for_link(std::chrono::milliseconds limit) {

@@ -259,6 +259,12 @@ class EventLoop {
   Sleep prepare_sleep(std::optional<Duration> max = std::nullopt);
   Woke block(const Sleep& sleep) noexcept;
   void finish_sleep(const Sleep& sleep, std::optional<Woke> woke) noexcept;
+  // block() done by the owner's own system call: a thread that sleeps in
+  // the kernel on descriptors of its own as well (ppoll) puts wait_fd()
+  // beside them -- it polls readable when block() would return -- and,
+  // when it did, calls reap() to take what it reported (the doorbell).
+  int wait_fd() const noexcept { return epoll_fd_; }
+  Woke reap() noexcept;
   // Ring the doorbell whether or not the loop is known to sleep: for an
   // owner that took the loop from under a sleeper in block().
   void ring() noexcept { ring_doorbell(); }

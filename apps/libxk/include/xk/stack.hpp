@@ -16,13 +16,18 @@
 // (or, in service mode, by tasks on its thread): the stack itself takes no
 // locks on its data path.
 
+#include <poll.h>
+#include <signal.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -226,6 +231,22 @@ class Stack {
   // thread run it now rather than after `hand_back`. Otherwise nothing.
   void hand_over() noexcept;
 
+  // Inline and hybrid (can_sleep_beside()): sleep in the kernel on `fds`
+  // (as ppoll(2), `mask` in force) and on the stack's own wake-ups in the
+  // same call -- its port, its timers, other threads' calls -- then run a
+  // pass of the stack in this thread. So a frame for a caller that sleeps
+  // costs one wake-up, this one, not two in a row (the stack's thread's,
+  // then the caller's, woken by what the thread found: tens of
+  // microseconds each in a VM). Nothing sleeps when `done()`, asked under
+  // the stack, says the wait is over. Returns ppoll's count for `fds` --
+  // 0: the timeout, or the stack ran (look again) -- or -1 with errno
+  // (EINTR: a signal). `taken`: another thread ran the stack meanwhile
+  // and woke this one; a caller of a busy stack does better sleeping as
+  // service-mode callers do (hand_over) than being woken at each call.
+  bool can_sleep_beside() const noexcept { return runs_inline(); }
+  int sleep_beside(std::span<pollfd> fds, std::optional<Duration> max, const sigset_t* mask,
+                   const std::function<bool()>& done, bool& taken);
+
   // Inline and hybrid: one pass in the calling thread; service: 0.
   std::size_t poll();
 
@@ -269,12 +290,14 @@ class Stack {
   // False: this thread holds the stack already (hybrid: a signal handler
   // calling in, or a program that longjmp()ed out of a call -- iperf3 does
   // on SIGTERM -- and now exits): it goes on holding it.
-  bool lock_inline();
+  // A caller that finds the loop asleep (sleep_id_) finishes that sleep
+  // and wakes the sleeper as it leaves -- unless it is the sleep `own`.
+  bool lock_inline(std::uint64_t own = 0);
   void unlock_inline() noexcept;
   // One caller's turn at running the stack (inline and hybrid).
   class Turn {
    public:
-    explicit Turn(Stack& s) : s_(s), took_(s_.lock_inline()) {}
+    explicit Turn(Stack& s, std::uint64_t own_sleep = 0) : s_(s), took_(s_.lock_inline(own_sleep)) {}
     ~Turn() {
       if (took_) s_.unlock_inline();
     }
@@ -291,7 +314,7 @@ class Stack {
   // thread takes the stack over only after a hand_back with none);
   // `kick_` wakes it at once (hand_over, destruction).
   void drive_while_alone();
-  void run_alone();
+  bool run_alone();
   std::atomic<std::uint64_t> entries_{0};
   // The thread's looks back off to one every kLongestLook x hand_back while
   // the calls keep coming (drive_while_alone).
@@ -302,15 +325,61 @@ class Stack {
   std::atomic<std::uint64_t> takeovers_{0};
   Counter& looks_counter_;
   Counter& takeovers_counter_;
-  // The thread sleeps in the loop without the lock (run_alone): `asleep_`
-  // while that sleep is still to be finished, by whoever takes the lock
-  // first (under the lock, as is `sleep_`). A caller that finds it so
-  // counts in `sleep_takeovers_` (the loop's table: the holder is its thread).
-  bool asleep_ = false;
-  bool ring_on_unlock_ = false;  // the caller that finished it wakes it as it leaves
+  // Whoever sleeps in the loop -- the hybrid thread (run_alone) or a caller
+  // (sleep_beside) -- sleeps without the lock: `sleep_id_` names that sleep
+  // (0: none) while it is still to be finished, by the sleeper or by
+  // whoever takes the lock first (under the lock, as are `sleep_` and
+  // `sleeper_bell_`). A caller that finds it so counts in
+  // `sleep_takeovers_` (the loop's table: the holder is its thread) and
+  // rings the sleeper's own bell as it leaves. (Not the loop's doorbell: a
+  // new sleeper in the loop would wake for it, and might drain it before
+  // the old one saw it, leaving that one asleep with its sleep taken.)
+ public:
+  class Bell {
+   public:
+    Bell();  // throws std::system_error
+    ~Bell();
+    Bell(const Bell&) = delete;
+    Bell& operator=(const Bell&) = delete;
+    int fd() const noexcept { return fd_; }
+    void ring() const noexcept;
+    void drain() const noexcept;
+
+   private:
+    int fd_;
+  };
+
+ private:
+  static std::shared_ptr<const Bell> caller_bell() noexcept;
+  std::uint64_t sleep_id_ = 0;
+  std::uint64_t last_sleep_id_ = 0;
   EventLoop::Sleep sleep_;
+  std::shared_ptr<const Bell> sleeper_bell_;
+  std::shared_ptr<const Bell> ring_on_unlock_;  // the caller that finished a sleep wakes its sleeper as it leaves
+  std::shared_ptr<const Bell> thread_bell_;     // hybrid: the thread's
   Counter& sleep_takeovers_;
-  void finish_thread_sleep(std::optional<EventLoop::Woke> woke) noexcept;
+  Counter& beside_sleeps_;
+  std::uint64_t begin_sleep(const EventLoop::Sleep& sleep, std::shared_ptr<const Bell> bell) noexcept;
+  // The system call of a sleep in the loop, under no lock: ppoll on `fds`,
+  // the loop's descriptor and the sleeper's bell (drained). r: ppoll's
+  // count for `fds` alone, or -1 (err). What the loop reported is taken
+  // (how) only by the owner of the sleep, under the lock: a sleeper whose
+  // sleep was taken may wake beside the next one, and must not drain a
+  // doorbell rung for that one.
+  struct Woken {
+    long r;
+    int err;
+    bool loop;
+    EventLoop::Woke how(EventLoop& l) const noexcept;
+  };
+  Woken block_beside(std::span<pollfd> fds, const Bell& bell, std::optional<Duration> timeout,
+                     const sigset_t* mask) noexcept;
+  // Stack::wait's sleep on a hybrid stack (sleep_beside, no descriptors of
+  // its own): an end, or nullopt to look again.
+  std::optional<WaitEnd> wait_beside(const WaitPoint& ready, std::uint32_t seen,
+                                     std::optional<std::chrono::steady_clock::time_point> deadline,
+                                     std::uint64_t signals, bool& taken);
+  void finish_loop_sleep(std::optional<EventLoop::Woke> woke) noexcept;
   WaitPoint kick_;
   std::atomic<bool> wanted_{false};  // hand_over() asked; the thread has not taken it yet
   std::atomic<bool> stopping_{false};

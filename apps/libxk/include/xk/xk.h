@@ -36,6 +36,7 @@
 
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/epoll.h>
@@ -237,6 +238,18 @@ int xk_epoll_wait(int epfd, struct epoll_event* events, int maxevents, int timeo
  * stack it also hands the stack to its own thread, which runs it while the
  * caller sleeps. -1 with errno on failure. */
 int xk_epoll_fd(int epfd);
+/* The whole of such a sleep in one call, as ppoll(2) on `fds` (kernel
+ * descriptors; revents filled, `sigmask` in force while it sleeps) that
+ * also ends when the xk set `epfd` has entries ready: returns the count of
+ * `fds` ready, 0 at the timeout or when the set is ready (look with
+ * xk_epoll_wait, timeout 0), or -1 with errno (EINTR: a signal handler
+ * ran). On an inline or hybrid stack the sleep watches the stack's own
+ * wake-ups too (its port, its timers, other threads' calls), and the
+ * caller runs the stack itself when one comes: one wake-up per frame,
+ * where waiting on xk_epoll_fd takes two in a row (the stack's thread's,
+ * then the caller's). */
+int xk_epoll_psleep(int epfd, struct pollfd* fds, nfds_t nfds, const struct timespec* timeout,
+                    const sigset_t* sigmask);
 /* Like poll(2), for xk descriptors of one stack. */
 int xk_poll(struct pollfd* fds, nfds_t nfds, int timeout_ms);
 
