@@ -99,9 +99,12 @@ Doorbell::Doorbell(const std::string& link, int side) : side_(side & 1) {
   }
   peer_addr_ = abstract_name(hash, side_ ^ 1);
   peer_sa_len_ = fill(peer_sa_, peer_addr_);
+  // Bound: a ring from the peer reaches us from now on.
+  page_->caps[side_].rings.store(1, std::memory_order_release);
 }
 
 Doorbell::~Doorbell() {
+  page_->caps[side_].rings.store(0, std::memory_order_release);
   page_->side[side_].asleep.store(0, std::memory_order_relaxed);
   page_->caps[side_].rx_frame_max.store(0, std::memory_order_release);
   ::munmap(page_, sizeof(Page));
@@ -123,6 +126,10 @@ bool Doorbell::peer_bound() const noexcept {
 
 void Doorbell::publish_rx_frame_max(std::uint32_t bytes) noexcept {
   page_->caps[side_].rx_frame_max.store(bytes, std::memory_order_release);
+}
+
+bool Doorbell::peer_rings() const noexcept {
+  return page_->caps[side_ ^ 1].rings.load(std::memory_order_acquire) != 0;
 }
 
 std::uint32_t Doorbell::peer_rx_frame_max() const noexcept {

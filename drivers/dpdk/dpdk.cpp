@@ -1040,7 +1040,14 @@ bool DpdkDriver::before_sleep() noexcept {
   // No interrupt can wake the loop for a frame, so a timer does: after the
   // loop's own spin, sleep a little, and longer each idle round (with a
   // doorbell, only for a peer that does not ring).
-  backoff_ = backoff_.count() == 0 ? config_.idle_sleep_min : std::min(backoff_ * 2, config_.idle_sleep_max);
+  if (bell_ != nullptr && started_ && tx_queue_.empty() && bell_->peer_rings()) {
+    // The peer wakes us for its frames: the timer is a safety net only (a
+    // peer that went with -9, a restart). Not with frames kept for a full
+    // tx ring: nothing but the timer sends them once the peer drains it.
+    backoff_ = config_.bell_idle_sleep;
+  } else {
+    backoff_ = backoff_.count() == 0 ? config_.idle_sleep_min : std::min(backoff_ * 2, config_.idle_sleep_max);
+  }
   itimerspec spec{};
   spec.it_value.tv_sec = static_cast<time_t>(backoff_.count() / 1'000'000);
   spec.it_value.tv_nsec = static_cast<long>(backoff_.count() % 1'000'000) * 1000;
@@ -1111,6 +1118,9 @@ void register_dpdk(Registry& registry) {
                            .defaults_to("1000"))
           .with_option(OptionSpec::boolean("doorbell", "memif: the peer wakes a sleeping loop at once (else the timer)")
                            .defaults_to("on"))
+          .with_option(OptionSpec::integer("bell_idle_sleep_us", 1, 10'000'000,
+                                           "memif, a peer that rings the doorbell: longest sleep of an idle loop")
+                           .defaults_to("10000"))
           .with_option(OptionSpec::boolean("tx_keep", "keep frames the tx ring refuses for a later flush (never drop)")
                            .defaults_to("off"))
           .with_option(OptionSpec::boolean("gso", "cut large TCP segments from the stack into MTU-sized frames")
@@ -1156,6 +1166,7 @@ void register_dpdk(Registry& registry) {
             c.gro_verify = o.get_string("gro_csum") == "verify";
             c.gro_max = static_cast<std::size_t>(o.get_size("gro_max"));
             c.doorbell = o.get_bool("doorbell");
+            c.bell_idle_sleep = std::chrono::microseconds(o.get_int("bell_idle_sleep_us"));
             c.eal.memory_mb = static_cast<std::size_t>(o.get_size("eal_mem") >> 20);
             if (o.has("eal_args")) c.eal.extra_args = dpdk::split_args(o.get_string("eal_args"));
             return std::make_unique<DpdkDriver>(args.name, std::move(c), args.loop);

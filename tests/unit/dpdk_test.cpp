@@ -1287,6 +1287,18 @@ TEST(Doorbell, RingsOnlyASleepingPeerOncePerSleep) {
   EXPECT_TRUE(b.peer_bound());
 }
 
+TEST(Doorbell, EachEndSaysItRingsWhileItLives) {
+  const std::string link = "/run/xk-test-bell-says-" + std::to_string(getpid()) + ".sock#2";
+  Doorbell a(link, 0);
+  EXPECT_FALSE(a.peer_rings()) << "nobody at the other end yet";
+  {
+    Doorbell b(link, 1);
+    EXPECT_TRUE(a.peer_rings());
+    EXPECT_TRUE(b.peer_rings());
+  }
+  EXPECT_FALSE(a.peer_rings()) << "the other end went, and said so";
+}
+
 TEST(Doorbell, TheLastEndOutRemovesThePage) {
   const std::string link = "/run/xk-test-bell-page-" + std::to_string(getpid()) + ".sock#1";
   auto exists = [](const std::string& name) { return ::access(("/dev/shm" + name).c_str(), F_OK) == 0; };
@@ -1424,6 +1436,37 @@ TEST_F(DpdkTest, MemifDoorbellWakesASleepingLoopWhenTheOtherEndSends) {
   EXPECT_EQ(sink.received.size(), 2u);
   sink.received.clear();
   ASSERT_TRUE(server.open_disable(sink, parts).ok());
+}
+
+// While the other end rings, an idle loop's timer is a safety net: it
+// sleeps bell_idle_sleep (here 1 s) at a time, not idle_sleep_max (1 ms);
+// once that end has gone, the back-off is the timer again.
+TEST_F(DpdkTest, AnIdleLoopWhosePeerRingsSleepsOnlyOnTheSafetyTimer) {
+  using clock = std::chrono::steady_clock;
+  TempDir dir;
+  const std::string sock = (dir / "quiet.sock").string();
+  DpdkDriver::Config sc;
+  sc.devargs = memif_end("server", sock);
+  sc.mbufs = 1023;
+  sc.idle_sleep_min = sc.idle_sleep_max = std::chrono::milliseconds(1);
+  sc.bell_idle_sleep = std::chrono::seconds(1);
+  DpdkDriver::Config cc = sc;
+  cc.devargs = memif_end("client", sock);
+  EventLoopConfig lc;
+  lc.spin = std::chrono::microseconds(0);
+  EventLoop sleeper(lc);
+  MemifPair pair("quiet", sc, cc, &sleeper);
+  ASSERT_TRUE(pair.server.doorbell_active());
+  ASSERT_TRUE(pair.up());
+  for (int i = 0; i < 10; ++i) (void)sleeper.run_once();
+  auto t0 = clock::now();
+  EXPECT_TRUE(sleeper.wait(std::chrono::milliseconds(300)));
+  EXPECT_GE(clock::now() - t0, std::chrono::milliseconds(250)) << "woken by a 1 ms timer with a peer that rings";
+  pair.client.reset();
+  for (int i = 0; i < 10; ++i) (void)sleeper.run_once();
+  t0 = clock::now();
+  EXPECT_TRUE(sleeper.wait(std::chrono::milliseconds(300)));
+  EXPECT_LT(clock::now() - t0, std::chrono::milliseconds(200)) << "no peer rings: the back-off's 1 ms timer";
 }
 
 // Long and short frames on one memif ring, as a node's data and its ACKs,

@@ -72,6 +72,11 @@ class Doorbell {
   std::uint32_t peer_rx_frame_max() const noexcept;
   // Whether the other end's socket exists (a live process holds it).
   bool peer_bound() const noexcept;
+  // Whether the other end said it rings this bell (set while its Doorbell
+  // lives): frames from it then wake a sleeper with no timer. A page left
+  // by an end killed with -9 still says so until the next end of that side
+  // comes up (a non-xk peer never does: see docs/dpdk-driver.md).
+  bool peer_rings() const noexcept;
   // The names in use (for messages and tests).
   const std::string& shm_name() const noexcept { return shm_name_; }
 
@@ -84,6 +89,7 @@ class Doorbell {
   // on lines of their own, away from the flags that change every sleep.
   struct alignas(64) Caps {
     std::atomic<std::uint32_t> rx_frame_max{0};
+    std::atomic<std::uint32_t> rings{0};  // 1 while this end's bell is up
   };
   struct Page {
     Flag side[2];

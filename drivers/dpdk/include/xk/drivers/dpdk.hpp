@@ -129,6 +129,12 @@ class DpdkDriver final : public Driver, public Pollable {
     // timer stays as the fallback for a peer that does not ring (not xk, or
     // built without it). Both ends find the bell by the memif socket and id.
     bool doorbell = true;
+    // While the peer says it rings (Doorbell::peer_rings), the timer is a
+    // safety net only: an idle loop sleeps this long between looks instead
+    // of backing off from idle_sleep_min to idle_sleep_max -- some 13
+    // wake-ups in every 10 ms of quiet, each one a program thread's when it
+    // sleeps beside the stack (xk::Stack::sleep_beside).
+    std::chrono::microseconds bell_idle_sleep{10'000};
     // Keep frames the tx ring refuses and send them on a later flush, in
     // order, instead of dropping them; push() says would_block once
     // tx_keep_max frames wait. For channels whose protocol never drops
