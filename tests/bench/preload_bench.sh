@@ -31,7 +31,8 @@ BUILD=$(readlink -f "$1")
 XKRUN=$BUILD/apps/preload/xkrun
 PERF=$BUILD/apps/tcp-perf/xk-tcp-perf
 LEAN=$BUILD/tests/bench/xk-sock-pingpong
-[ -x "$XKRUN" ] && [ -x "$PERF" ] && [ -x "$LEAN" ] || die "build the release preset first ($XKRUN, $PERF, $LEAN)"
+FLOOR=$BUILD/tests/bench/xk-wake-floor
+for b in "$XKRUN" "$PERF" "$LEAN" "$FLOOR"; do [ -x "$b" ] || die "build the release preset first ($b)"; done
 [ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces for the Linux side)"
 for t in iperf3 sockperf NPtcp; do command -v $t > /dev/null || die "needs $t"; done
 SECS=${XK_BENCH_SECONDS:-3}
@@ -174,7 +175,11 @@ for run in $(seq "$RUNS"); do
   R[lnx_slow_$run]=$(latency_p50 "$OUT/lnx-slow-$run.log")
   R[xk_slow_$run]=$(latency_p50 "$OUT/xk-slow-$run.log")
   R[slow_ratio_$run]=$(ratio "${R[xk_slow_$run]}" "${R[lnx_slow_$run]}")
-  echo "   at 100 messages/s, median half-RTT: Linux ${R[lnx_slow_$run]} us, xkrun ${R[xk_slow_$run]} us"
+  # The floor under it: one process waking another that slept 10 ms,
+  # over a pipe, with no network stack (xk-wake-floor), pinned the same way.
+  R[wake_$run]=$("$FLOOR" 10000 $((SECS * 100)) 0 1 | sed -n 's/.*half_rtt_p50_us=\([0-9.]*\).*/\1/p')
+  echo "   at 100 messages/s, median half-RTT: Linux ${R[lnx_slow_$run]} us, xkrun ${R[xk_slow_$run]} us;" \
+    "waking a process over a pipe: ${R[wake_$run]} us"
 
   # The same 14-byte exchange from a program with nothing but blocking
   # read/write (xk-sock-pingpong): the shim's own cost, without sockperf's
@@ -219,7 +224,7 @@ for run in $(seq "$RUNS"); do
 done
 
 for k in lnx_lat xk_lat nat_lat lnx_p50 xk_p50 nat_p50 lat_ratio p50_ratio nat_lat_ratio lnx_lean xk_lean lean_ratio \
-  lnx_slow xk_slow slow_ratio \
+  lnx_slow xk_slow slow_ratio wake \
   lnx_gbps xk_gbps nat_gbps nat_ratio \
   lnx_cpu_c lnx_cpu_s xk_cpu_c xk_cpu_s; do
   # shellcheck disable=SC2046  # one word a run
@@ -235,7 +240,9 @@ printf "%-46s %10s %10s %8s %s\n" "sockperf ping-pong TCP 14 B, half-RTT us" "${
 printf "%-46s %10s %10s %8s %s\n" "sockperf ping-pong TCP 14 B, median half-RTT us" "${R[xk_p50]}" "${R[lnx_p50]}" \
   "$(ratio "${R[xk_p50]}" "${R[lnx_p50]}")" ""
 printf "%-46s %10s %10s %8s %s\n" "sockperf at 100 msg/s, median half-RTT us" "${R[xk_slow]}" "${R[lnx_slow]}" \
-  "$(ratio "${R[xk_slow]}" "${R[lnx_slow]}")" "(every message wakes both ends)"
+  "$(ratio "${R[xk_slow]}" "${R[lnx_slow]}")" "(every message wakes a sleeper)"
+printf "%-46s %10s %10s %8s %s\n" "  floor: a pipe waking a process, half-RTT us" "${R[wake]}" "${R[wake]}" \
+  "" "(xk-wake-floor: no network stack)"
 printf "%-46s %10s %10s %8s %s\n" "native xk-tcp-perf ping-pong 14 B, half-RTT us" "${R[nat_lat]}" "${R[lnx_lat]}" \
   "$(ratio "${R[nat_lat]}" "${R[lnx_lat]}")" "(the floor: no shim)"
 printf "%-46s %10s %10s %8s %s\n" "plain-socket ping-pong 14 B, half-RTT us" "${R[xk_lean]}" "${R[lnx_lean]}" \
