@@ -261,11 +261,7 @@ EventLoop::Woke EventLoop::block(const Sleep& sleep) noexcept {
   epoll_event events[8];
   int n = -1;
   if (have_epoll_pwait2_.load(std::memory_order_relaxed)) {
-    timespec ts{};
-    if (sleep.timeout) {
-      ts.tv_sec = static_cast<time_t>(sleep.timeout->count() / 1'000'000'000);
-      ts.tv_nsec = static_cast<long>(sleep.timeout->count() % 1'000'000'000);
-    }
+    const timespec ts = sleep.timeout ? to_timespec(*sleep.timeout) : timespec{};
     n = epoll_pwait2(epoll_fd_, events, 8, sleep.timeout ? &ts : nullptr, nullptr);
     if (n < 0 && errno == ENOSYS) have_epoll_pwait2_.store(false, std::memory_order_relaxed);
   }

@@ -291,11 +291,7 @@ int sleep_on_efd(int epfd, pollfd* fds, nfds_t nfds, std::optional<Duration> lef
   if (efd < 0) return -1;
   std::vector<pollfd> all(fds, fds + nfds);
   all.push_back({efd, POLLIN, 0});
-  timespec ts{};
-  if (left) {
-    ts.tv_sec = static_cast<time_t>(left->count() / 1'000'000'000);
-    ts.tv_nsec = static_cast<long>(left->count() % 1'000'000'000);
-  }
+  const timespec ts = left ? to_timespec(*left) : timespec{};
   // The system call itself: a preloaded program's ppoll is the preload library's.
   const long r = syscall(SYS_ppoll, all.data(), all.size(), left ? &ts : nullptr, sigmask, _NSIG / 8);
   if (r < 0) return fail(errno, "epoll_psleep: ppoll");

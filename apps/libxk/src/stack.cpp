@@ -194,9 +194,7 @@ WaitEnd WaitPoint::wait_since(std::uint64_t signals, std::uint32_t seen,
       sleepers_.fetch_add(1, std::memory_order_seq_cst);
       if (gen_.load(std::memory_order_seq_cst) == seen) {
         if (deadline) {
-          auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(*deadline - now);
-          timespec ts{static_cast<time_t>(left.count() / 1'000'000'000),
-                      static_cast<long>(left.count() % 1'000'000'000)};
+          timespec ts = to_timespec(std::chrono::duration_cast<Duration>(*deadline - now));
           slept = futex_wait(gen_, seen, &ts);
         } else {
           slept = futex_wait(gen_, seen, nullptr);
@@ -463,11 +461,7 @@ Stack::Woken Stack::block_beside(std::span<pollfd> fds, const Bell& bell, std::o
   std::copy(fds.begin(), fds.end(), all);
   all[n] = {loop_.wait_fd(), POLLIN, 0};
   all[n + 1] = {bell.fd(), POLLIN, 0};
-  timespec ts{};
-  if (timeout) {
-    ts.tv_sec = static_cast<time_t>(timeout->count() / 1'000'000'000);
-    ts.tv_nsec = static_cast<long>(timeout->count() % 1'000'000'000);
-  }
+  const timespec ts = timeout ? to_timespec(*timeout) : timespec{};
   // The system call itself: a preloaded program's ppoll is the preload
   // library's.
   const long r = syscall(SYS_ppoll, all, n + 2, timeout ? &ts : nullptr, mask, _NSIG / 8);

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 
 namespace xk {
 
@@ -46,5 +47,10 @@ class ManualClock final : public Clock {
 // t + d, clamped to [Time::min(), Time::max()] instead of overflowing: "arm in
 // a day" near the end of the range means "never".
 Time saturating_add(Time t, Duration d) noexcept;
+
+// A duration (not negative) as the timespec a system call's timeout takes.
+inline timespec to_timespec(Duration d) noexcept {
+  return {static_cast<time_t>(d.count() / 1'000'000'000), static_cast<long>(d.count() % 1'000'000'000)};
+}
 
 }  // namespace xk
