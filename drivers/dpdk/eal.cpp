@@ -6,7 +6,9 @@
 #include <rte_interrupts.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -139,7 +141,19 @@ void ensure_eal(const EalConfig& config) {
   for (std::string& a : s.args) s.argv.push_back(a.data());
   s.argv.push_back(nullptr);
 
+  // The threads the EAL makes -- its interrupt thread, and the ports'
+  // probes run there -- inherit the mask in force here: every signal
+  // blocked, as the stacks' own threads do. Otherwise the kernel may hand a
+  // process-directed signal (an nginx told SIGTERM to stop) to the
+  // interrupt thread, where the program's handler runs on a thread the
+  // program does not know, and its own thread, asleep in poll, never
+  // learns of it.
+  sigset_t all;
+  sigset_t before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &before);
   int rc = rte_eal_init(static_cast<int>(s.args.size()), s.argv.data());
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (rc < 0) {
     if (rte_errno == EALREADY) {
       // The application initialized the EAL itself: use it as it is.

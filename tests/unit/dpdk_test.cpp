@@ -19,7 +19,9 @@
 #include <net/ethernet.h>
 #include <net/if.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -195,6 +197,32 @@ TEST_F(DpdkTest, EalIsInitializedOnceWithoutPinningTheCaller) {
   ASSERT_EQ(sched_getaffinity(0, sizeof after, &after), 0);
   EXPECT_TRUE(CPU_EQUAL(&before, &after));
   EXPECT_EQ(dpdk::split_args("  --vdev=net_null0   -l 0 "), (std::vector<std::string>{"--vdev=net_null0", "-l", "0"}));
+}
+
+// The EAL's threads block every signal, so a signal sent to the process
+// reaches one of the program's own threads (its handler, its EINTR), never
+// DPDK's interrupt thread -- and this thread's mask is as it was.
+TEST_F(DpdkTest, TheEalsThreadsBlockEverySignalAndTheCallersMaskIsUnchanged) {
+  sigset_t now;
+  ASSERT_EQ(pthread_sigmask(SIG_SETMASK, nullptr, &now), 0);
+  EXPECT_EQ(sigismember(&now, SIGTERM), 0);
+  int eal_threads = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name.rfind("eal-", 0) != 0 && name.rfind("rte", 0) != 0) continue;
+    ++eal_threads;
+    std::ifstream status(task.path() / "status");
+    std::uint64_t blocked = 0;
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("SigBlk:", 0) == 0) blocked = std::stoull(line.substr(7), nullptr, 16);
+    }
+    const std::uint64_t term = std::uint64_t{1} << (SIGTERM - 1);
+    const std::uint64_t intr = std::uint64_t{1} << (SIGINT - 1);
+    EXPECT_EQ(blocked & (term | intr), term | intr) << name << " takes the program's signals";
+  }
+  EXPECT_GE(eal_threads, 1) << "no EAL thread found (its interrupt thread is eal-intr-thread)";
 }
 
 TEST_F(DpdkTest, PcapFramesArriveZeroCopyAndJumboFramesAsMbufChains) {
