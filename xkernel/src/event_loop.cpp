@@ -260,12 +260,12 @@ EventLoop::Sleep EventLoop::prepare_sleep(std::optional<Duration> max) {
 EventLoop::Woke EventLoop::block(const Sleep& sleep) noexcept {
   epoll_event events[8];
   int n = -1;
-  if (have_epoll_pwait2_.load(std::memory_order_relaxed)) {
+  if (have_epoll_pwait2_) {
     const timespec ts = sleep.timeout ? to_timespec(*sleep.timeout) : timespec{};
     n = epoll_pwait2(epoll_fd_, events, 8, sleep.timeout ? &ts : nullptr, nullptr);
-    if (n < 0 && errno == ENOSYS) have_epoll_pwait2_.store(false, std::memory_order_relaxed);
+    if (n < 0 && errno == ENOSYS) have_epoll_pwait2_ = false;
   }
-  if (!have_epoll_pwait2_.load(std::memory_order_relaxed)) {
+  if (!have_epoll_pwait2_) {
     // Milliseconds, rounded up: never wake before the timer is due.
     int ms = -1;
     if (sleep.timeout) {

@@ -238,18 +238,22 @@ class EventLoop {
   // unless the doorbell re-check finds work first. Returns whether it slept.
   bool wait(std::optional<Duration> max = std::nullopt);
 
-  // wait() in three steps, for an owner whose threads take turns at the
-  // loop and who lets another thread run it while one sleeps (a hybrid
-  // xk::Stack's thread sleeps without its lock, so a caller that comes
-  // meanwhile need not wake it and wait for it to let go):
+  // wait() in steps, for an owner whose threads take turns at the loop and
+  // who lets another thread run it while one sleeps (xk::Stack: its hybrid
+  // thread, or a caller asleep beside its own descriptors, sleeps without
+  // the stack's lock, so a call that comes meanwhile need not wake it and
+  // wait for it to let go):
   //   prepare_sleep -- the loop's: the doorbell protocol's re-check; `busy`
   //                    means do not sleep (finish at once);
-  //   block         -- the system call alone, touching nothing of the loop
-  //                    but its epoll set and doorbell, so any thread may run
-  //                    the loop meanwhile;
+  //   the sleep     -- the owner's own system call (ppoll), with wait_fd()
+  //                    among its descriptors: it polls readable when the
+  //                    loop has something to do; it touches nothing of the
+  //                    loop, so any thread may run the loop meanwhile;
   //   finish_sleep  -- the loop's, exactly once per prepare_sleep and before
   //                    anything else runs the loop: by the sleeper, or by
   //                    whoever takes the loop first (`woke` unknown then).
+  //                    The sleeper, if wait_fd() woke it, first takes what
+  //                    it reported with reap() (the doorbell).
   struct Sleep {
     bool busy = false;
     std::optional<Duration> timeout;
@@ -257,17 +261,9 @@ class EventLoop {
   };
   enum class Woke : std::uint8_t { descriptor, timeout, interrupted };
   Sleep prepare_sleep(std::optional<Duration> max = std::nullopt);
-  Woke block(const Sleep& sleep) noexcept;
   void finish_sleep(const Sleep& sleep, std::optional<Woke> woke) noexcept;
-  // block() done by the owner's own system call: a thread that sleeps in
-  // the kernel on descriptors of its own as well (ppoll) puts wait_fd()
-  // beside them -- it polls readable when block() would return -- and,
-  // when it did, calls reap() to take what it reported (the doorbell).
   int wait_fd() const noexcept { return epoll_fd_; }
   Woke reap() noexcept;
-  // Ring the doorbell whether or not the loop is known to sleep: for an
-  // owner that took the loop from under a sleeper in block().
-  void ring() noexcept { ring_doorbell(); }
   // Pass after pass, applying the idle policy, until stop(). Makes the calling
   // thread the loop's thread.
   void run();
@@ -331,6 +327,8 @@ class EventLoop {
  private:
   void notify() noexcept;
   void ring_doorbell() noexcept;
+  // wait()'s sleep: epoll on the loop's set, the doorbell drained.
+  Woke block(const Sleep& sleep) noexcept;
   std::size_t run_posted(std::size_t budget);
   // The timers armed "due now" (the end of a burst), counted; how many fired.
   std::size_t run_due_timers();
@@ -375,7 +373,7 @@ class EventLoop {
 
   int doorbell_fd_ = -1;  // eventfd
   int epoll_fd_ = -1;
-  std::atomic<bool> have_epoll_pwait2_{true};  // block() may run beside a pass
+  bool have_epoll_pwait2_ = true;
 
   // Shared with other threads.
   alignas(detail::kCacheLine) std::atomic<bool> sleeping_{false};
