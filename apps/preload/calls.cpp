@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/sendfile.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -164,9 +165,31 @@ XK_EXPORT int shutdown(int fd, int how) {
 
 // ---- descriptors -------------------------------------------------------------------------
 
+// The library's own descriptors (the stack's port, loop and bells) are not
+// the program's to close: to it they are not open (EBADF).
 XK_EXPORT int close(int fd) {
-  if (Process* p = Process::instance()) p->release(fd);
+  if (Process* p = Process::instance()) {
+    if (!p->may_close(fd)) return fail(EBADF);
+    p->release(fd);
+  }
   return libc().close(fd);
+}
+
+// Closes [first, last] but the library's own descriptors in it. With
+// CLOSE_RANGE_UNSHARE the table is taken for the process's all the same
+// (a thread with a table of its own is not modelled).
+XK_EXPORT int close_range(unsigned first, unsigned last, int flags) {
+  auto kernel = [flags](unsigned lo, unsigned hi) { return static_cast<int>(syscall(SYS_close_range, lo, hi, flags)); };
+  Process* p = Process::instance();
+  const bool closes = (flags & CLOSE_RANGE_CLOEXEC) == 0 && (flags & ~(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC)) == 0;
+  if (p == nullptr || !closes || first > last) return kernel(first, last);  // marks close-on-exec, or an error
+  return p->close_range(first, last, kernel);
+}
+
+// glibc's closefrom calls the system call itself, past close_range.
+XK_EXPORT void closefrom(int lowfd) {
+  if (lowfd < 0) lowfd = 0;
+  (void)close_range(static_cast<unsigned>(lowfd), ~0u, 0);
 }
 
 XK_EXPORT int dup(int fd) {
@@ -181,7 +204,11 @@ int dup_onto(int from, int to, int flags, bool three) {
   // The old meaning of `to` goes first (the kernel closes it inside dup2);
   // only once `from` is known to be open.
   if (libc().fcntl(from, F_GETFD) < 0) return -1;
-  if (Process* p = Process::instance()) p->release(to);
+  if (Process* p = Process::instance()) {
+    // The library's own descriptor stays: the program takes a number in use.
+    if (!p->may_close(to)) return fail(EBUSY);
+    p->release(to);
+  }
   const int r = three ? libc().dup3(from, to, flags) : libc().dup2(from, to);
   if (r >= 0 && where(from).kind != Slot::Kind::kernel) Process::instance()->duplicate(from, r);
   return r;

@@ -4,6 +4,7 @@
 #include "process.hpp"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -11,6 +12,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +22,7 @@
 #include <thread>
 
 #include "signals.hpp"
+#include "xk/own_fds.hpp"
 #include "xk/stack.hpp"
 
 namespace xk::preload {
@@ -55,6 +58,22 @@ bool parse_net(const std::string& s, std::uint32_t& net, std::uint32_t& mask) {
   mask = len == 0 ? 0 : ~std::uint32_t{0} << (32 - len);
   net = ntohl(a.s_addr) & mask;
   return true;
+}
+
+// The descriptors open now, in order (from /proc/self/fd, less its own).
+std::vector<int> open_fds() {
+  std::vector<int> fds;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return fds;
+  const int own = dirfd(d);
+  while (const dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const int fd = std::atoi(e->d_name);
+    if (fd != own) fds.push_back(fd);
+  }
+  closedir(d);
+  std::sort(fds.begin(), fds.end());
+  return fds;
 }
 
 }  // namespace
@@ -188,8 +207,18 @@ Process::Process() {
   }
   // A blocked call that spins sees the program's handlers run (EINTR).
   xk::set_signal_count(&interrupting_handlers_run);
+  const std::vector<int> before = open_fds();
   xk_stack* const made = xk_stack_create(nullptr);
   if (made == nullptr) die(std::string("the xk stack did not start: ") + xk_last_error());
+  mark_opened_since(before);
+  // And those it opens from now on (a sleeping thread's bell, an epoll
+  // set's eventfd).
+  xk::set_own_fd_watcher({[](int fd) noexcept {
+                            if (Process* p = instance()) p->mark_own(fd);
+                          },
+                          [](int fd) noexcept {
+                            if (Process* p = instance()) p->unmark_own(fd);
+                          }});
   stack_.store(made, std::memory_order_release);
   in_addr a{}, gw{};
   int prefix = 0;
@@ -206,8 +235,38 @@ void Process::after_fork_child() {
   forked_ = true;
 }
 
+void Process::touch(int fd) noexcept {
+  std::size_t top = top_.load(std::memory_order_relaxed);
+  const std::size_t want = static_cast<std::size_t>(fd) + 1;
+  while (top < want && !top_.compare_exchange_weak(top, want, std::memory_order_release)) {
+  }
+}
+
+void Process::mark_opened_since(const std::vector<int>& before) {
+  for (const int fd : open_fds()) {
+    if (!std::binary_search(before.begin(), before.end(), fd)) mark_own(fd);
+  }
+}
+
+void Process::mark_own(int fd) noexcept {
+  if (fd < 0 || static_cast<std::size_t>(fd) >= size_) return;
+  touch(fd);
+  slots_[fd].store(kOwn, std::memory_order_release);
+}
+
+void Process::unmark_own(int fd) noexcept {
+  if (fd < 0 || static_cast<std::size_t>(fd) >= size_) return;
+  int v = kOwn;
+  (void)slots_[fd].compare_exchange_strong(v, 0, std::memory_order_acq_rel);
+}
+
+bool Process::may_close(int fd) const noexcept {
+  return slot(fd).kind != Slot::Kind::own || exiting_.load(std::memory_order_acquire) || xk::on_library_thread();
+}
+
 void Process::add_pending(int fd, int type) {
   if (static_cast<std::size_t>(fd) >= size_) return;  // beyond the table: the kernel's
+  touch(fd);
   std::lock_guard<std::mutex> lock(mu_);
   pending_[fd] = Pending{type, {}, {}};
   slots_[fd].store(-1, std::memory_order_release);
@@ -268,6 +327,7 @@ int Process::promote(int fd) {
 }
 
 void Process::map_xk(int fd, int x) {
+  touch(fd);
   std::lock_guard<std::mutex> lock(mu_);
   ++refs_[x];
   slots_[fd].store(x + 1, std::memory_order_release);
@@ -279,6 +339,7 @@ int Process::side_of(int epfd) {
   const int v = slots_[epfd].load();
   if (v < -1) return -v - 2;
   if (v != 0) return fail(EINVAL);
+  touch(epfd);
   const int e = xk_epoll_create1(EPOLL_CLOEXEC);
   if (e < 0) return -1;
   refs_[e] = 1;
@@ -292,6 +353,7 @@ void Process::release(int fd) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const int v = slots_[fd].exchange(0, std::memory_order_acq_rel);
+    if (v == kOwn) return;  // the library closing its own
     if (v == -1) pending_.erase(fd);
     if (v > 0 || v < -1) {
       const int x = v > 0 ? v - 1 : -v - 2;
@@ -308,8 +370,10 @@ void Process::release(int fd) {
 
 void Process::duplicate(int from, int to) {
   if (static_cast<std::size_t>(to) >= size_ || static_cast<std::size_t>(from) >= size_) return;
+  touch(to);
   std::lock_guard<std::mutex> lock(mu_);
-  const int v = slots_[from].load();
+  int v = slots_[from].load();
+  if (v == kOwn) v = 0;  // a copy of the library's descriptor is the caller's
   if (v == -1) {
     auto it = pending_.find(from);
     if (it != pending_.end()) pending_[to] = it->second;
@@ -321,6 +385,7 @@ void Process::duplicate(int from, int to) {
 
 void Process::shut_down() {
   if (stack() == nullptr || getpid() != owner_) return;
+  exiting_.store(true, std::memory_order_release);  // the stack's descriptors close with it
   std::vector<int> open;
   {
     std::lock_guard<std::mutex> lock(mu_);

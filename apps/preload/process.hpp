@@ -18,6 +18,8 @@
 //   x + 1 > 0    xk descriptor x
 //   -(e + 2)     a kernel epoll set that watches xk sockets through xk
 //                epoll set e (its "side" set)
+//   INT_MIN      the library's own (the stack's port, loop, bells): the
+//                program did not open it and may not close it
 
 #include <ifaddrs.h>
 #include <netinet/in.h>
@@ -30,6 +32,7 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -90,7 +93,7 @@ const Libc& libc();
 
 // What a descriptor number is now (see the header comment).
 struct Slot {
-  enum class Kind : std::uint8_t { kernel, pending, xk, side, stale };
+  enum class Kind : std::uint8_t { kernel, pending, xk, side, stale, own };
   Kind kind;
   int xk;  // the xk descriptor (xk, side)
 };
@@ -142,9 +145,33 @@ class Process {
     const int v = slots_[fd].load(std::memory_order_acquire);
     if (v == 0) return {Slot::Kind::kernel, -1};
     if (v == -1) return {Slot::Kind::pending, -1};
+    // A child's copies of the library's descriptors are its to close.
+    if (v == kOwn) return {forked_ ? Slot::Kind::kernel : Slot::Kind::own, -1};
     if (forked_) return {Slot::Kind::stale, -1};
     if (v > 0) return {Slot::Kind::xk, v - 1};
     return {Slot::Kind::side, -v - 2};
+  }
+  // Whether the caller may close `fd` (or make it another's with dup2): not
+  // a program's thread when it is the library's own, unless the process
+  // is exiting (the stack is being destroyed).
+  bool may_close(int fd) const noexcept;
+  // close_range(2) for the table: what an xk socket in [first, last] was is
+  // released; the library's own descriptors in it are left out. Calls
+  // `close(lo, hi)` for each run of numbers to close; returns -1 on the
+  // first that fails.
+  template <class F>
+  int close_range(unsigned first, unsigned last, F&& close) {
+    const std::size_t top = top_.load(std::memory_order_acquire);
+    std::size_t lo = first;  // the run not yet closed starts here
+    for (std::size_t fd = first; fd < top && fd <= last; ++fd) {
+      if (may_close(static_cast<int>(fd))) {
+        release(static_cast<int>(fd));
+        continue;
+      }
+      if (fd > lo && close(static_cast<unsigned>(lo), static_cast<unsigned>(fd - 1)) != 0) return -1;
+      lo = fd + 1;
+    }
+    return lo > last ? 0 : close(static_cast<unsigned>(lo), last);
   }
 
   // A new AF_INET socket, undecided.
@@ -167,6 +194,9 @@ class Process {
   void release(int fd);
   // dup: `to` is a new number for what `from` is.
   void duplicate(int from, int to);
+  // The library opened `fd` for itself / is about to close it (own_fds.hpp).
+  void mark_own(int fd) noexcept;
+  void unmark_own(int fd) noexcept;
 
   // At exit: close every xk socket gracefully and let the stack send what
   // that makes (FINs) for a moment.
@@ -177,6 +207,12 @@ class Process {
   static void after_fork_child();
   void write_stats(xk_stack* s) const;
   static inline std::atomic<Process*> instance_{nullptr};
+  static constexpr int kOwn = INT_MIN;
+  // A slot is about to hold something: the table's top moves past it.
+  void touch(int fd) noexcept;
+  // The library's descriptors made while the stack started (all its port's
+  // and loop's, DPDK's among them): what is open after that was not before.
+  void mark_opened_since(const std::vector<int>& before);
 
   std::atomic<xk_stack*> stack_{nullptr};
   unsigned exit_linger_ms_ = 1000;
@@ -188,6 +224,8 @@ class Process {
 
   std::atomic<int>* slots_ = nullptr;
   std::size_t size_ = 0;
+  std::atomic<std::size_t> top_{0};  // no slot at or above it was ever set
+  std::atomic<bool> exiting_{false};
 
   std::mutex mu_;
   std::unordered_map<int, Pending> pending_;

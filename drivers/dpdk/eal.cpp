@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "xk/drivers/dpdk.hpp"
+#include "xk/own_fds.hpp"
 
 namespace xk::drivers::dpdk {
 namespace {
@@ -168,6 +169,9 @@ void ensure_eal(const EalConfig& config) {
   }
   s.ready = true;
   std::atexit(remove_runtime_dir);
+  // The interrupt thread is the library's: what it closes (a memif peer
+  // gone) is DPDK's own (own_fds.hpp). Alarms run on that thread.
+  (void)rte_eal_alarm_set(1, [](void*) { mark_library_thread(); }, nullptr);
   g_ready.store(true, std::memory_order_release);
 }
 

@@ -6,6 +6,7 @@
 // the kernel's.
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -23,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -33,6 +35,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
 
 namespace {
 
@@ -82,6 +85,20 @@ std::string read_some(int fd, std::size_t max = 4096) {
   std::string buf(max, '\0');
   const ssize_t n = read(fd, buf.data(), buf.size());
   return n > 0 ? buf.substr(0, static_cast<std::size_t>(n)) : std::string();
+}
+
+// The descriptors open now above stderr, in order.
+std::vector<int> open_above_stderr() {
+  std::vector<int> fds;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return fds;
+  while (const dirent* e = readdir(d)) {
+    const int fd = std::atoi(e->d_name);
+    if (e->d_name[0] != '.' && fd > 2 && fd != dirfd(d)) fds.push_back(fd);
+  }
+  closedir(d);
+  std::sort(fds.begin(), fds.end());
+  return fds;
 }
 
 TEST(Preload, TheSocketCallsAreTheLibrarys) {
@@ -650,6 +667,65 @@ TEST(Preload, ManyThreadsAtOnce) {
   for (auto& t : ts) t.join();
   EXPECT_EQ(ok.load(), kThreads);
   close(l);
+}
+
+TEST(Preload, ADaemonsCloseEverythingLeavesTheStacksOwnDescriptors) {
+  auto [c, s] = xk_pair(7014);
+  pollfd pf{s, POLLIN, 0};
+  EXPECT_EQ(poll(&pf, 1, 20), 0);  // it sleeps beside the stack: this thread has a bell now
+  // What a daemon does as it starts: every number above stderr but what it keeps.
+  std::vector<int> refused;
+  for (const int fd : open_above_stderr()) {
+    if (fd == c || fd == s || close(fd) == 0) continue;
+    EXPECT_EQ(errno, EBADF) << fd;
+    refused.push_back(fd);
+  }
+  ASSERT_FALSE(refused.empty()) << "the stack's loop has descriptors of its own";
+  for (const int fd : refused) {
+    EXPECT_EQ(fcntl(fd, F_GETFD), FD_CLOEXEC) << fd << " is still open";
+    EXPECT_EQ(dup2(0, fd), -1) << "dup2 onto the library's " << fd;
+    EXPECT_EQ(errno, EBUSY);
+  }
+  // The stack goes on: a wait that sleeps is woken by data sent meanwhile.
+  std::thread later([c = c] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    send_all(c, "still here");
+  });
+  pf = {s, POLLIN, 0};
+  EXPECT_EQ(poll(&pf, 1, 5000), 1);
+  later.join();
+  EXPECT_EQ(read_some(s), "still here");
+  close(c);
+  close(s);
+}
+
+TEST(Preload, CloseRangeAndClosefromCloseXkSocketsButNotTheStacksOwn) {
+  const int l = listener("192.0.2.1", 7015);
+  auto [c, s] = xk_pair(7016);
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  ASSERT_EQ(close_range(3, ~0u, 0), 0) << std::strerror(errno);
+  for (const int fd : {l, c, s, p[0], p[1]}) {
+    EXPECT_EQ(fcntl(fd, F_GETFD), -1) << fd << " is closed";
+    EXPECT_EQ(errno, EBADF);
+  }
+  const std::vector<int> left = open_above_stderr();
+  EXPECT_FALSE(left.empty()) << "the stack's own descriptors stay";
+  // The xk listener went with its number: the port is free again.
+  const int l2 = listener("192.0.2.1", 7015);
+  auto [c2, s2] = xk_pair(7017);
+  send_all(c2, "after close_range");
+  EXPECT_EQ(read_some(s2), "after close_range");
+  // CLOSE_RANGE_CLOEXEC only marks them.
+  ASSERT_EQ(close_range(static_cast<unsigned>(c2), static_cast<unsigned>(c2), static_cast<int>(CLOSE_RANGE_CLOEXEC)), 0);
+  EXPECT_EQ(fcntl(c2, F_GETFD), FD_CLOEXEC);
+  closefrom(3);
+  EXPECT_EQ(open_above_stderr(), left);
+  const int l3 = listener("192.0.2.1", 7015);
+  auto [c3, s3] = xk_pair(7018);
+  send_all(c3, "after closefrom");
+  EXPECT_EQ(read_some(s3), "after closefrom");
+  for (const int fd : {l2, l3, c3, s3}) close(fd);
 }
 
 // A child forked from this multi-threaded process inherits the other

@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "xk/own_fds.hpp"
+
 namespace xk {
 namespace {
 
@@ -374,7 +376,10 @@ void EventLoop::start_thread(const ThreadOptions& options, Task body) {
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   try {
-    thread_ = std::thread(std::move(body));
+    thread_ = std::thread([body = std::move(body)]() mutable {
+      mark_library_thread();  // what it opens and closes is the library's (own_fds.hpp)
+      body();
+    });
   } catch (...) {
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     throw;

@@ -7,16 +7,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
 #include <vector>
 
-#include <thread>
-
 #include "socket_api_internal.hpp"
+#include "xk/own_fds.hpp"
 
 namespace xk::capi {
 
 Epoll::~Epoll() {
-  if (efd >= 0) ::close(efd);
+  if (efd >= 0) {
+    own_fd_closing(efd);
+    ::close(efd);
+  }
 }
 
 void Epoll::sync_efd() {
@@ -275,6 +278,7 @@ extern "C" int xk_epoll_fd(int epfd) {
   if (ep.efd < 0) {
     ep.efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (ep.efd < 0) return fail(errno, "epoll_fd: eventfd");
+    own_fd_opened(ep.efd);
     ep.signalled = false;
     ep.sync_efd();
   }

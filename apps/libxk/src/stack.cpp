@@ -19,6 +19,7 @@
 #include "xk/drivers/loopback.hpp"
 #include "xk/drivers/memdev.hpp"
 #include "xk/drivers/shm.hpp"
+#include "xk/own_fds.hpp"
 #include "xk/protocols/arp.hpp"
 #include "xk/protocols/eth.hpp"
 #include "xk/protocols/fault.hpp"
@@ -404,9 +405,13 @@ void Stack::unlock_inline() noexcept {
 
 Stack::Bell::Bell() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd for a sleeper's bell");
+  own_fd_opened(fd_);
 }
 
-Stack::Bell::~Bell() { ::close(fd_); }
+Stack::Bell::~Bell() {
+  own_fd_closing(fd_);
+  ::close(fd_);
+}
 
 void Stack::Bell::ring() const noexcept { (void)eventfd_write(fd_, 1); }
 
