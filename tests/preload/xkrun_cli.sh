@@ -56,6 +56,16 @@ defaults=$(env -u XKRUN_PID -u XK_MODE -u XK_SPIN_US "$XKRUN" --graph "$GRAPH" -
 [ "$defaults" = "hybrid 200" ] || { echo "FAIL: defaults '$defaults', not 'hybrid 200'"; fails=$((fails + 1)); }
 given=$(env -u XKRUN_PID "$XKRUN" --spin-us 7 --graph "$GRAPH" -- sh -c 'echo "$XK_SPIN_US"')
 [ "$given" = 7 ] || { echo "FAIL: --spin-us 7 gave XK_SPIN_US='$given'"; fails=$((fails + 1)); }
+# A program that execs another (a wrapper script) hands nothing of its
+# stack on: the new image has as many descriptors as one started directly
+# (DPDK's own -- EAL pipes, epoll set, timer, memfd -- are close-on-exec).
+# Over a DPDK port (net_null: no peer needed).
+fds_direct=$(env -u XKRUN_PID "$XKRUN" --port net_null0 --ip 192.0.2.1/24 -- ls /proc/self/fd | wc -l)
+fds_execd=$(env -u XKRUN_PID "$XKRUN" --port net_null0 --ip 192.0.2.1/24 -- sh -c 'exec ls /proc/self/fd' | wc -l)
+if [ "$fds_direct" -lt 4 ] || [ "$fds_execd" != "$fds_direct" ]; then
+  echo "FAIL: descriptors after an exec: $fds_execd, started directly: $fds_direct"
+  fails=$((fails + 1))
+fi
 # --stats FILE: the stack's counters at exit, after a connection through it
 # (python3, a dynamically linked interpreter, over the loopback graph).
 stats=$(mktemp /tmp/xkrun-stats.XXXXXX)
