@@ -9,6 +9,8 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <set>
+#include <thread>
 #include <vector>
 
 namespace xk {
@@ -531,6 +533,40 @@ TEST(Msg, BulkChunksComeFromAnInstalledSourceAndGoBackToIt) {
   }
   EXPECT_EQ(source->given, 1) << "the chunk went back when its last reference dropped";
   Buf::set_chunk_source(nullptr);
+}
+
+// Set up in a thread before its block caches are (so destroyed after they
+// close): the buffers it makes as the thread ends must be blocks nobody
+// else owns.
+struct LateUser {
+  std::vector<Msg>* out = nullptr;
+  ~LateUser() {
+    if (out == nullptr) return;
+    for (int i = 0; i < 8; ++i) out->push_back(Msg::alloc(16));
+  }
+};
+thread_local LateUser t_late_user;
+
+Buf* buf_of(const Msg& m) { return m.fragments()[0].buf; }
+
+TEST(Msg, BuffersMadeAfterAThreadsCachesClosedHaveOneOwner) {
+  std::vector<Msg> late;  // made by the first thread's last destructor, alive after it
+  std::thread([&] {
+    t_late_user.out = &late;
+    std::vector<Msg> warm;
+    for (int i = 0; i < 8; ++i) warm.push_back(Msg::alloc(16));
+    warm.clear();  // eight blocks in this thread's cache
+  }).join();
+  ASSERT_EQ(late.size(), 8u);
+  // The first thread's cached blocks went to the process's shelf as it
+  // ended; a new thread, its own cache empty, takes from there.
+  std::vector<Msg> fresh;
+  std::thread([&] {
+    for (int i = 0; i < 8; ++i) fresh.push_back(Msg::alloc(16));
+  }).join();
+  std::set<Buf*> owned;
+  for (const Msg& m : late) EXPECT_TRUE(owned.insert(buf_of(m)).second) << "a block handed out twice";
+  for (const Msg& m : fresh) EXPECT_TRUE(owned.insert(buf_of(m)).second) << "a block handed out twice";
 }
 
 TEST(Copy, LargeCopiesMatchMemcpyAtEverySizeAndAlignment) {

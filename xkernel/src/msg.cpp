@@ -44,11 +44,7 @@ constexpr std::size_t kChunkCacheDepth = 64;  // 4 MiB a thread at most
 // Where a thread's cached blocks go when the thread ends: a process-wide
 // shelf (of the same depth) that a thread whose own cache runs dry takes
 // from, so threads that come and go do not each pay malloc for a warm-up.
-// Beyond its depth, blocks go back to malloc. (Freeing the exiting main
-// thread's cache while the process went on using the stack during exit --
-// a program's atexit close(), the preload's shut-down -- corrupted glibc's
-// fastbins in a hybrid-mode stack, and the cause was not found (ASan runs
-// with the caches on are clean); the shelf keeps them instead.)
+// Beyond its depth, blocks go back to malloc.
 template <std::size_t kDepth>
 class Shelf {
  public:
@@ -77,30 +73,35 @@ class Shelf {
   std::atomic<std::size_t> count_{0};
 };
 
-// kKind tells the caches of one depth apart: each kind has its own shelf.
+// One thread's cache of one kind of block (kKind tells the caches of one
+// depth apart: each kind has its own shelf). Plain data with no destructor
+// of its own: a thread's other destructors, and the rest of an exit on the
+// main thread (atexit handlers, the preload's shut-down running the stack),
+// still free and allocate buffers after the thread has ended as far as the
+// caches are concerned, so the cache must stay readable, and say it is
+// closed, after that. The closing is done from outside, by ThreadCaches's
+// destructor: a destructor's stores to its own object are dead to the
+// compiler (GCC's lifetime dead-store elimination drops them), and a cache
+// that closed itself that way kept its count and went on handing out the
+// blocks it had just shelved or freed -- a block given to two owners, which
+// corrupted glibc's heap at exit under xkrun (curl, socat).
 template <std::size_t kDepth, int kKind>
-class BlockCache {
- public:
-  // The thread ends: its blocks go to the shelf. A buffer freed after this
-  // (by a static destroyed later at exit) goes straight back to malloc.
-  ~BlockCache() {
+struct BlockCache {
+  void* take() noexcept {
+    if (n_ == 0 && !closed_) n_ = shelf().take(blocks_, kDepth / 2);
+    return n_ != 0 ? blocks_[--n_] : nullptr;
+  }
+  bool give(void* block) noexcept;  // below: it arms the closer
+  // The thread ends: the blocks go to the shelf (or malloc), and a buffer
+  // freed after this goes straight back to malloc.
+  void close() noexcept {
     for (std::size_t i = 0; i < n_; ++i) {
       if (!shelf().give(blocks_[i])) std::free(blocks_[i]);
     }
     n_ = 0;
     closed_ = true;
   }
-  void* take() noexcept {
-    if (n_ == 0 && !closed_) n_ = shelf().take(blocks_, kDepth / 2);
-    return n_ != 0 ? blocks_[--n_] : nullptr;
-  }
-  bool give(void* block) noexcept {
-    if (closed_ || n_ == kDepth) return false;
-    blocks_[n_++] = block;
-    return true;
-  }
 
- private:
   // Made on first use, never destroyed: threads may end (and shelve) during exit.
   static Shelf<kDepth>& shelf() {
     static auto* const s = new Shelf<kDepth>();
@@ -114,6 +115,29 @@ class BlockCache {
 thread_local BlockCache<kCacheDepth, 0> t_header_blocks;      // internal storage of kHeaderBufSize
 thread_local BlockCache<kCacheDepth, 1> t_wrap_blocks;        // a Buf for external storage
 thread_local BlockCache<kChunkCacheDepth, 2> t_chunk_blocks;  // internal storage of kChunkSize
+
+// Closes the thread's caches as it ends. A thread_local with a destructor
+// is set up on its first use in a thread: a cache's first give() makes it.
+struct ThreadCaches {
+  ~ThreadCaches() {
+    t_header_blocks.close();
+    t_wrap_blocks.close();
+    t_chunk_blocks.close();
+  }
+};
+thread_local ThreadCaches t_caches;
+thread_local bool t_caches_armed = false;
+
+template <std::size_t kDepth, int kKind>
+bool BlockCache<kDepth, kKind>::give(void* block) noexcept {
+  if (closed_ || n_ == kDepth) return false;
+  if (!t_caches_armed) {
+    t_caches_armed = true;
+    (void)&t_caches;  // its first use: the destructor is registered
+  }
+  blocks_[n_++] = block;
+  return true;
+}
 
 // A cached block for internal storage of `capacity` bytes, or null.
 void* take_block(std::size_t capacity) noexcept {
