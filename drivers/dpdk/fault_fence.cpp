@@ -42,6 +42,10 @@ struct GiveBack {
       slot->env = nullptr;
       slot->tid.store(0, std::memory_order_release);
     }
+    // The thread may still run fenced code after this (the main thread's
+    // exit runs the stack): unfenced from now on, not in a slot another
+    // thread may have claimed.
+    t_slot = nullptr;
   }
 };
 thread_local GiveBack t_give_back;
