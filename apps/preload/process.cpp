@@ -344,6 +344,7 @@ int Process::side_of(int epfd) {
   if (static_cast<std::size_t>(epfd) >= size_) return fail(EMFILE);
   std::lock_guard<std::mutex> lock(mu_);
   const int v = slots_[epfd].load();
+  if (v == kOwn) return fail(EBADF);  // the library's: not open, to the program
   if (v < -1) return -v - 2;
   if (v != 0) return fail(EINVAL);
   touch(epfd);
