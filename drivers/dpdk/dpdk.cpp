@@ -16,9 +16,11 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 #include "xk/byteorder.hpp"
 #include "xk/checksum.hpp"
@@ -96,6 +98,10 @@ std::string devarg(const std::string& devargs, const std::string& key) {
   const std::size_t from = at + k.size();
   return devargs.substr(from, devargs.find(',', from) - from);
 }
+
+// How long a memif client tries to start while its server is not there yet.
+constexpr int kClientStartTries = 100;
+constexpr auto kClientStartPause = std::chrono::milliseconds(50);
 
 bool memif_client(const std::string& devargs) {
   return devargs.rfind("net_memif", 0) == 0 && devargs.find("role=server") == std::string::npos;
@@ -348,6 +354,20 @@ void DpdkDriver::start_port() {
     if (rc == 0) rc = rte_eth_rx_queue_setup(port_, 0, rxd, static_cast<unsigned>(socket), nullptr, pool_);
     if (rc == 0) rc = rte_eth_tx_queue_setup(port_, 0, txd, static_cast<unsigned>(socket), nullptr);
     if (rc == 0) rc = rte_eth_dev_start(port_);
+    // A memif client cannot start before its server listens (its connect is
+    // refused): one started beside its peer (mpirun's two ranks) waits for
+    // it a while, as it would wait for the link.
+    if (rc != 0 && memif_client(config_.devargs)) {
+      // Quietly: the PMD logs every refused connect.
+      const int log_type = rte_log_register("pmd.net.memif");
+      const int level = log_type >= 0 ? rte_log_get_level(static_cast<std::uint32_t>(log_type)) : -1;
+      if (level >= 0) (void)rte_log_set_level(static_cast<std::uint32_t>(log_type), RTE_LOG_CRIT);
+      for (int tries = 0; rc != 0 && tries < kClientStartTries; ++tries) {
+        std::this_thread::sleep_for(kClientStartPause);
+        rc = rte_eth_dev_start(port_);
+      }
+      if (level >= 0) (void)rte_log_set_level(static_cast<std::uint32_t>(log_type), static_cast<std::uint32_t>(level));
+    }
     if (rc == 0) {
       started_ = true;
       rx_intr_ = want_intr;  // confirmed (or not) in setup_wait()
