@@ -10,7 +10,8 @@
 #
 # standalone: (1) 16m in 64k writes: both ends print the same sha256 and
 # byte count, sane numbers, the aggregate line, STATS only where --stats was
-# given; (1b) one transmitter with --connections 4: four streams at once,
+# given; (1a) a transmitter started a second before its receiver (a memif
+# client before its server) waits for it and the stream arrives; (1b) one transmitter with --connections 4: four streams at once,
 # each intact (its own RESULT line, the receiver's sha256), one total line
 # with connections=4 and the transfer's own CPU (xfer_cpu_s, at most the
 # whole life's cpu_s); (2) --csum off on both stacks and --seconds 1: the sha256 still
@@ -95,6 +96,15 @@ if [ -z "$FD" ]; then
   [ "$(key "$(grep '^RESULT role=transmitter' "$OUT/tx1.log")" label)" = first ] || die "(1): no label=first"
   grep -q '^STATS who=receiver ' "$OUT/rx1.log" || die "(1): no STATS line from the receiver (--stats)"
   ! grep -q '^STATS' "$OUT/tx1.log" || die "(1): a STATS line from the transmitter without --stats"
+
+  step "(1a) a transmitter started before its receiver waits for it (memif client before server)"
+  transmitter tx1a.log --peer 192.0.2.10:5001 --bytes 4m &
+  EARLY=$!
+  sleep 1
+  receiver rx1a.log
+  wait "$EARLY" || { cat "$OUT/tx1a.log" >&2; die "(1a): the transmitter started first failed"; }
+  wait_rx || { cat "$OUT/rx1a.log" >&2; die "(1a): the receiver failed"; }
+  same_stream tx1a.log rx1a.log 4194304
 
   step "(1b) one transmitter, --connections 4, 4m each"
   receiver rx1b.log --connections 4
