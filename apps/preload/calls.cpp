@@ -20,6 +20,7 @@
 #include "exports.hpp"
 #include "interfaces.hpp"
 #include "process.hpp"
+#include "xk/own_fds.hpp"
 
 using namespace xk::preload;
 
@@ -70,12 +71,36 @@ int decide_for(Process& p, int fd, const sockaddr* a, socklen_t len) {
   return -2;
 }
 
+// What the kernel made on one of the library's threads -- a memif peer
+// DPDK's interrupt thread took (its socket, and the memory and interrupt
+// descriptors that come over it), the loop's new connection to a restarted
+// filterd -- is the library's own, as what it opened while it started.
+int made_by_library(int fd) {
+  Process* p = Process::instance();
+  return fd >= 0 && p != nullptr && xk::on_library_thread() ? p->adopt(fd) : fd;
+}
+
+ssize_t received_by_library(ssize_t r, const msghdr* m) {
+  if (r < 0 || m == nullptr || !xk::on_library_thread()) return r;
+  for (cmsghdr* c = CMSG_FIRSTHDR(m); c != nullptr; c = CMSG_NXTHDR(const_cast<msghdr*>(m), c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < n; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      (void)made_by_library(fd);
+    }
+  }
+  return r;
+}
+
 }  // namespace
 
 // ---- making and deciding -------------------------------------------------------------
 
 XK_EXPORT int socket(int domain, int type, int protocol) {
   const int fd = libc().socket(domain, type, protocol);
+  if (xk::on_library_thread()) return made_by_library(fd);
   Process* p = Process::instance();
   if (fd < 0 || p == nullptr || p->stack() == nullptr || domain != AF_INET) return fd;
   const int base = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -128,7 +153,7 @@ XK_EXPORT int accept4(int fd, sockaddr* a, socklen_t* len, int flags) {
         Process::instance()->map_xk(k, y);
         return k;
       },
-      [&] { return libc().accept4(fd, a, len, flags); });
+      [&] { return made_by_library(libc().accept4(fd, a, len, flags)); });
 }
 
 XK_EXPORT int accept(int fd, sockaddr* a, socklen_t* len) { return accept4(fd, a, len, 0); }
@@ -312,7 +337,7 @@ XK_EXPORT ssize_t sendto(int fd, const void* buf, size_t n, int flags, const soc
 }
 
 XK_EXPORT ssize_t recvmsg(int fd, msghdr* m, int flags) {
-  return route(fd, [&](int x) { return xk_recvmsg(x, m, flags); }, [&] { return libc().recvmsg(fd, m, flags); });
+  return route(fd, [&](int x) { return xk_recvmsg(x, m, flags); }, [&] { return received_by_library(libc().recvmsg(fd, m, flags), m); });
 }
 
 XK_EXPORT ssize_t sendmsg(int fd, const msghdr* m, int flags) {

@@ -119,6 +119,7 @@ const Libc& libc() {
     resolve(c.epoll_ctl, "epoll_ctl");
     resolve(c.epoll_wait, "epoll_wait");
     resolve(c.epoll_pwait, "epoll_pwait");
+    resolve(c.epoll_pwait2, "epoll_pwait2");
     resolve(c.sendfile, "sendfile");
     resolve(c.getifaddrs, "getifaddrs");
     resolve(c.freeifaddrs, "freeifaddrs");
@@ -244,15 +245,20 @@ void Process::touch(int fd) noexcept {
 
 void Process::mark_opened_since(const std::vector<int>& before) {
   for (const int fd : open_fds()) {
-    if (std::binary_search(before.begin(), before.end(), fd)) continue;
-    mark_own(fd);
-    // DPDK leaves its own (the EAL's pipes, epoll set and timer, the
-    // memory's memfd, a port's socket) open across exec: a program that
-    // execs another (a shell script, a wrapper) would hand each stack's on
-    // to the next, memory and packet sockets included.
-    const int flags = libc().fcntl(fd, F_GETFD);
-    if (flags >= 0 && (flags & FD_CLOEXEC) == 0) (void)libc().fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+    if (!std::binary_search(before.begin(), before.end(), fd)) (void)adopt(fd);
   }
+}
+
+int Process::adopt(int fd) noexcept {
+  if (fd < 0) return fd;
+  mark_own(fd);
+  // DPDK leaves its own (the EAL's pipes, epoll set and timer, the
+  // memory's memfd, a port's socket) open across exec: a program that
+  // execs another (a shell script, a wrapper) would hand each stack's on
+  // to the next, memory and packet sockets included.
+  const int flags = libc().fcntl(fd, F_GETFD);
+  if (flags >= 0 && (flags & FD_CLOEXEC) == 0) (void)libc().fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+  return fd;
 }
 
 void Process::mark_own(int fd) noexcept {

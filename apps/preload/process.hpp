@@ -84,6 +84,7 @@ struct Libc {
   int (*epoll_ctl)(int, int, int, epoll_event*);
   int (*epoll_wait)(int, epoll_event*, int, int);
   int (*epoll_pwait)(int, epoll_event*, int, int, const sigset_t*);
+  int (*epoll_pwait2)(int, epoll_event*, int, const timespec*, const sigset_t*);
   ssize_t (*sendfile)(int, int, off_t*, size_t);
   int (*getifaddrs)(ifaddrs**);
   void (*freeifaddrs)(ifaddrs*);
@@ -197,6 +198,10 @@ class Process {
   // The library opened `fd` for itself / is about to close it (own_fds.hpp).
   void mark_own(int fd) noexcept;
   void unmark_own(int fd) noexcept;
+  // `fd` was made on one of the library's threads (DPDK's interrupt
+  // thread taking a memif peer, the loop reconnecting to filterd): the
+  // library's own, and closed on exec. Returns `fd`.
+  int adopt(int fd) noexcept;
 
   // At exit: close every xk socket gracefully and let the stack send what
   // that makes (FINs) for a moment.

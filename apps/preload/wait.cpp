@@ -21,6 +21,7 @@
 #include "exports.hpp"
 #include "process.hpp"
 #include "signals.hpp"
+#include "xk/own_fds.hpp"
 
 using namespace xk::preload;
 
@@ -257,11 +258,11 @@ int select_mixed(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* ts, 
 
 // ---- epoll ----------------------------------------------------------------------------
 
-int epoll_mixed(int epfd, int side, epoll_event* ev, int max, int timeout_ms, const sigset_t* mask) {
+// `deadline` as the call's timeout gave it; `at_once`: the timeout was zero.
+int epoll_mixed(int epfd, int side, epoll_event* ev, int max, Deadline deadline, bool at_once, const sigset_t* mask) {
   if (max <= 0 || ev == nullptr) return fail(EINVAL);
   const std::uint64_t signals = handlers_run();
   const CallMask call_mask(mask);
-  const Deadline deadline = Deadline::after_ms(timeout_ms);
   auto look = [&]() -> int {
     int n = xk_epoll_wait(side, ev, max, 0);
     if (n < 0) return -1;
@@ -275,7 +276,7 @@ int epoll_mixed(int epfd, int side, epoll_event* ev, int max, int timeout_ms, co
   bool slept = false;  // woken, it looks and sleeps again without a spin
   for (;;) {
     const int n = look();
-    if (n != 0 || timeout_ms == 0 || deadline.passed()) return n;
+    if (n != 0 || at_once || deadline.passed()) return n;
     if (!slept) {
       int got = 0;
       const Spun spun = spin(signals, [&] { return (got = xk_epoll_wait(side, ev, max, 0)) != 0; });
@@ -346,6 +347,23 @@ XK_EXPORT int pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec*
   return n;
 }
 
+// A set is the kernel's until an xk socket joins it (its side set is made
+// then). One made on a library thread is the library's own: DPDK's
+// interrupt thread makes its set again each time its sources change (a
+// memif peer comes or goes), under a new number.
+XK_EXPORT int epoll_create1(int flags) {
+  const int fd = libc().epoll_create1(flags);
+  if (fd >= 0 && xk::on_library_thread()) {
+    if (Process* p = Process::instance()) return p->adopt(fd);
+  }
+  return fd;
+}
+
+XK_EXPORT int epoll_create(int size) {
+  if (size <= 0) return fail(EINVAL);
+  return epoll_create1(0);
+}
+
 XK_EXPORT int epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
   const Slot s = where(fd);
   if (s.kind == Slot::Kind::xk) {
@@ -362,11 +380,20 @@ XK_EXPORT int epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
 XK_EXPORT int epoll_wait(int epfd, epoll_event* ev, int max, int timeout_ms) {
   const Slot s = where(epfd);
   if (s.kind != Slot::Kind::side) return libc().epoll_wait(epfd, ev, max, timeout_ms);
-  return epoll_mixed(epfd, s.xk, ev, max, timeout_ms, nullptr);
+  return epoll_mixed(epfd, s.xk, ev, max, Deadline::after_ms(timeout_ms), timeout_ms == 0, nullptr);
 }
 
 XK_EXPORT int epoll_pwait(int epfd, epoll_event* ev, int max, int timeout_ms, const sigset_t* mask) {
   const Slot s = where(epfd);
   if (s.kind != Slot::Kind::side) return libc().epoll_pwait(epfd, ev, max, timeout_ms, mask);
-  return epoll_mixed(epfd, s.xk, ev, max, timeout_ms, mask);
+  return epoll_mixed(epfd, s.xk, ev, max, Deadline::after_ms(timeout_ms), timeout_ms == 0, mask);
+}
+
+// As epoll_pwait, the timeout to the nanosecond (null: none).
+XK_EXPORT int epoll_pwait2(int epfd, epoll_event* ev, int max, const timespec* ts, const sigset_t* mask) {
+  const Slot s = where(epfd);
+  if (s.kind != Slot::Kind::side) return libc().epoll_pwait2(epfd, ev, max, ts, mask);
+  if (ts != nullptr && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1'000'000'000)) return fail(EINVAL);
+  const Deadline deadline = Deadline::after(ts);
+  return epoll_mixed(epfd, s.xk, ev, max, deadline, deadline.zero_wait(ts), mask);
 }

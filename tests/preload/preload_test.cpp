@@ -449,6 +449,43 @@ TEST(Preload, EpollMixesSocketsEventfdsAndPipes) {
   for (int fd : {c, s, ev, ep}) close(fd);
 }
 
+TEST(Preload, EpollPwait2TimesOutToTheNanosecondAndWakesOnEitherSide) {
+  auto [c, s] = xk_pair(7019);
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  epoll_event e{};
+  e.events = EPOLLIN;
+  e.data.u64 = 1;
+  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, s, &e), 0);
+  e.data.u64 = 2;
+  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, p[0], &e), 0);
+  epoll_event out[4];
+  const timespec zero{0, 0};
+  EXPECT_EQ(epoll_pwait2(ep, out, 4, &zero, nullptr), 0);
+  // 30 ms given as nanoseconds: no sooner (the kernel's side would say 0 at once).
+  const timespec t30{0, 30'000'000};
+  auto t0 = Clock::now();
+  EXPECT_EQ(epoll_pwait2(ep, out, 4, &t30, nullptr), 0);
+  EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(29));
+  const timespec bad{0, 1'000'000'000};
+  EXPECT_EQ(epoll_pwait2(ep, out, 4, &bad, nullptr), -1);
+  EXPECT_EQ(errno, EINVAL);
+  // No timeout: woken by the xk socket, then by the pipe.
+  std::thread later([c = c] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    send_all(c, "x");
+  });
+  ASSERT_EQ(epoll_pwait2(ep, out, 4, nullptr, nullptr), 1);
+  EXPECT_EQ(out[0].data.u64, 1u);
+  later.join();
+  EXPECT_EQ(read_some(s), "x");
+  ASSERT_EQ(write(p[1], "y", 1), 1);
+  ASSERT_EQ(epoll_pwait2(ep, out, 4, nullptr, nullptr), 1);
+  EXPECT_EQ(out[0].data.u64, 2u);
+  for (int fd : {c, s, p[0], p[1], ep}) close(fd);
+}
+
 TEST(Preload, EpollRegistrationBeforeConnectFollowsTheSocket) {
   const int l = listener("192.0.2.1", 7006);
   // Added while the socket is undecided (a kernel socket), connected after:
