@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <memory_resource>
 #include <optional>
 #include <vector>
 
@@ -33,6 +34,15 @@ Slot where(int fd) {
   const Process* p = Process::instance();
   return p != nullptr ? p->slot(fd) : Slot{Slot::Kind::kernel, -1};
 }
+
+// The lists a wait makes of its set live on the stack while they fit (a
+// program's sets are small: iperf3 asks about two or three descriptors on
+// every select): nothing allocated per call. A larger set spills to the heap.
+template <std::size_t kBytes>
+struct Scratch {
+  alignas(std::max_align_t) std::byte bytes[kBytes];
+  std::pmr::monotonic_buffer_resource pool{bytes, kBytes};
+};
 
 // When a wait ends: none = never.
 struct Deadline {
@@ -115,7 +125,7 @@ class CallMask {
 // A set whose only non-kernel entries are stale (inherited across fork):
 // those read POLLNVAL, which makes the call return at once, as the kernel's
 // does for a closed descriptor; the kernel answers for the rest.
-int merge_stale_only(pollfd* fds, nfds_t n, std::vector<pollfd>& ks, const std::vector<nfds_t>& k_at,
+int merge_stale_only(pollfd* fds, nfds_t n, std::pmr::vector<pollfd>& ks, const std::pmr::vector<nfds_t>& k_at,
                      const sigset_t* mask) {
   const timespec now{0, 0};
   const int r = ks.empty() ? 0 : libc().ppoll(ks.data(), ks.size(), &now, mask);
@@ -138,10 +148,13 @@ int poll_mixed(pollfd* fds, nfds_t n, const timespec* ts, const sigset_t* mask) 
   const std::uint64_t signals = handlers_run();
   const CallMask call_mask(mask);
   // The xk sockets, with their xk numbers; the rest as they are.
-  std::vector<nfds_t> xk_at;
-  std::vector<pollfd> xs;
-  std::vector<nfds_t> k_at;
-  std::vector<pollfd> ks;
+  Scratch<4096> scratch;  // the four lists of up to 128 descriptors
+  std::pmr::vector<nfds_t> xk_at(&scratch.pool);
+  std::pmr::vector<pollfd> xs(&scratch.pool);
+  std::pmr::vector<nfds_t> k_at(&scratch.pool);
+  std::pmr::vector<pollfd> ks(&scratch.pool);
+  for (auto* v : {&xk_at, &k_at}) v->reserve(n);
+  for (auto* v : {&xs, &ks}) v->reserve(n);
   for (nfds_t i = 0; i < n; ++i) {
     fds[i].revents = 0;
     const Slot s = fds[i].fd >= 0 ? where(fds[i].fd) : Slot{Slot::Kind::kernel, -1};
@@ -192,7 +205,7 @@ int poll_mixed(pollfd* fds, nfds_t n, const timespec* ts, const sigset_t* mask) 
       e.events = static_cast<std::uint16_t>(x.events) | EPOLLERR | EPOLLHUP;
       (void)xk_epoll_ctl(ep, EPOLL_CTL_ADD, x.fd, &e);
     }
-    std::vector<pollfd> sleep = ks;
+    std::pmr::vector<pollfd> sleep(ks, &scratch.pool);
     timespec buf{};
     const int w = CallMask::sleep(signals, [&](const sigset_t* call) {
       return xk_epoll_psleep(ep, sleep.data(), sleep.size(), deadline.left(buf), call);
@@ -217,7 +230,8 @@ int select_mixed(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* ts, 
     *any_xk = k == Slot::Kind::xk || k == Slot::Kind::stale;
   }
   if (!*any_xk) return 0;
-  std::vector<pollfd> fds;
+  Scratch<2048> scratch;  // up to 256 descriptors
+  std::pmr::vector<pollfd> fds(&scratch.pool);
   for (int fd = 0; fd < nfds; ++fd) {
     short ev = 0;
     if (r != nullptr && FD_ISSET(fd, r)) ev |= POLLIN;
