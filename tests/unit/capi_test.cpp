@@ -782,6 +782,29 @@ TEST(CApiStack, BadDescriptorsAndArguments) {
   EXPECT_EQ(xk_close(ep), 0);
 }
 
+TEST_P(CApi, TheLastErrorNamesTheCallAndWhatWentWrong) {
+  int fd = tcp();
+  char b[4];
+  ASSERT_EQ(xk_read(fd, b, 4), -1);
+  EXPECT_EQ(errno, ENOTCONN);
+  EXPECT_STREQ(xk_last_error(), "recv: not connected");
+  // Asked again, the same text; a later failure replaces it.
+  EXPECT_STREQ(xk_last_error(), "recv: not connected");
+  EXPECT_EQ(xk_close(-1), -1);
+  EXPECT_EQ(std::string(xk_last_error()).find("recv"), std::string::npos) << xk_last_error();
+  auto [c, s] = pair(5091);
+  ASSERT_EQ(xk_read(s, b, 4), -1);  // non-blocking, nothing there
+  EXPECT_EQ(errno, EAGAIN);
+  EXPECT_STREQ(xk_last_error(), "recv: would block");
+  // One failure after a message made from text, and back.
+  EXPECT_EQ(xk_close(-1), -1);
+  const std::string closed = xk_last_error();
+  ASSERT_EQ(xk_read(s, b, 4), -1);
+  EXPECT_STREQ(xk_last_error(), "recv: would block");
+  EXPECT_NE(closed, xk_last_error());
+  for (int x : {fd, c, s}) xk_close(x);
+}
+
 TEST_P(CApi, SocketArgumentsAreChecked) {
   EXPECT_EQ(xk_socket(stack_, AF_INET6, SOCK_STREAM, 0), -1);
   EXPECT_EQ(errno, EAFNOSUPPORT);

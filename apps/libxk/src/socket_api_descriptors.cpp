@@ -12,11 +12,19 @@
 
 namespace xk::capi {
 
-thread_local std::string t_last_error;
+thread_local LastError t_last_error;
+
+const char* LastError::text() {
+  if (what_ != nullptr) {
+    text_ = std::string(what_) + ": " + to_string(code_);
+    what_ = nullptr;
+  }
+  return text_.c_str();
+}
 
 // Fails the call: errno and the message of xk_last_error().
 int fail(int err, std::string message) {
-  t_last_error = std::move(message);
+  t_last_error.set(std::move(message));
   errno = err;
   return -1;
 }
@@ -48,7 +56,11 @@ int errno_of(Errc e) noexcept {
   return EIO;
 }
 
-int fail(Errc e, const char* what) { return fail(errno_of(e), std::string(what) + ": " + to_string(e)); }
+int fail(Errc e, const char* what) {
+  t_last_error.set(what, e);
+  errno = errno_of(e);
+  return -1;
+}
 
 FdTable& table() {
   static FdTable* t = new FdTable;  // never destroyed: descriptors may outlive static destruction
@@ -161,7 +173,7 @@ int close_sock(const std::shared_ptr<Sock>& sp, bool reset) {
 using namespace xk;
 using namespace xk::capi;
 
-extern "C" const char* xk_last_error(void) { return t_last_error.c_str(); }
+extern "C" const char* xk_last_error(void) { return t_last_error.text(); }
 
 // ---- sockets ---------------------------------------------------------------------------
 

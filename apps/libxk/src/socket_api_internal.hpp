@@ -59,14 +59,38 @@ namespace xk::capi {
 using Clock = std::chrono::steady_clock;
 using Deadline = std::optional<Clock::time_point>;
 
-// The message of xk_last_error(), per thread.
-extern thread_local std::string t_last_error;
+// The message of xk_last_error(), per thread. A failure with an Errc
+// keeps only what it was (a string literal naming the call) and the code:
+// the text is made when asked for, so an EAGAIN -- which a program that
+// does not block meets on every burst -- allocates nothing.
+class LastError {
+ public:
+  void set(std::string message) {
+    text_ = std::move(message);
+    what_ = nullptr;
+  }
+  void set(const char* what, Errc e) noexcept {
+    what_ = what;
+    code_ = e;
+  }
+  void clear() noexcept {
+    what_ = nullptr;
+    text_.clear();
+  }
+  const char* text();
+
+ private:
+  std::string text_;
+  const char* what_ = nullptr;  // a literal; null: text_ is the message
+  Errc code_ = Errc::ok;
+};
+extern thread_local LastError t_last_error;
 
 // Errors (socket_api_descriptors.cpp): fail() sets errno and the message of
 // xk_last_error() and returns -1; errno_of() is the errno of an Errc.
 int fail(int err, std::string message);
 int errno_of(Errc e) noexcept;
-int fail(Errc e, const char* what);
+int fail(Errc e, const char* what);  // `what`: a string literal (kept, not copied)
 
 // ---- files and the descriptor table --------------------------------------------
 
