@@ -71,15 +71,7 @@ int decide_for(Process& p, int fd, const sockaddr* a, socklen_t len) {
   return -2;
 }
 
-// What the kernel made on one of the library's threads -- a memif peer
-// DPDK's interrupt thread took (its socket, and the memory and interrupt
-// descriptors that come over it), the loop's new connection to a restarted
-// filterd -- is the library's own, as what it opened while it started.
-int made_by_library(int fd) {
-  Process* p = Process::instance();
-  return fd >= 0 && p != nullptr && xk::on_library_thread() ? p->adopt(fd) : fd;
-}
-
+// The descriptors that came with a message the library received.
 ssize_t received_by_library(ssize_t r, const msghdr* m) {
   if (r < 0 || m == nullptr || !xk::on_library_thread()) return r;
   for (cmsghdr* c = CMSG_FIRSTHDR(m); c != nullptr; c = CMSG_NXTHDR(const_cast<msghdr*>(m), c)) {
@@ -88,7 +80,7 @@ ssize_t received_by_library(ssize_t r, const msghdr* m) {
     for (std::size_t i = 0; i < n; ++i) {
       int fd;
       std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-      (void)made_by_library(fd);
+      (void)Process::adopt_if_made_by_library(fd);
     }
   }
   return r;
@@ -100,7 +92,7 @@ ssize_t received_by_library(ssize_t r, const msghdr* m) {
 
 XK_EXPORT int socket(int domain, int type, int protocol) {
   const int fd = libc().socket(domain, type, protocol);
-  if (xk::on_library_thread()) return made_by_library(fd);
+  if (xk::on_library_thread()) return Process::adopt_if_made_by_library(fd);
   Process* p = Process::instance();
   if (fd < 0 || p == nullptr || p->stack() == nullptr || domain != AF_INET) return fd;
   const int base = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -153,7 +145,7 @@ XK_EXPORT int accept4(int fd, sockaddr* a, socklen_t* len, int flags) {
         Process::instance()->map_xk(k, y);
         return k;
       },
-      [&] { return made_by_library(libc().accept4(fd, a, len, flags)); });
+      [&] { return Process::adopt_if_made_by_library(libc().accept4(fd, a, len, flags)); });
 }
 
 XK_EXPORT int accept(int fd, sockaddr* a, socklen_t* len) { return accept4(fd, a, len, 0); }
@@ -337,7 +329,8 @@ XK_EXPORT ssize_t sendto(int fd, const void* buf, size_t n, int flags, const soc
 }
 
 XK_EXPORT ssize_t recvmsg(int fd, msghdr* m, int flags) {
-  return route(fd, [&](int x) { return xk_recvmsg(x, m, flags); }, [&] { return received_by_library(libc().recvmsg(fd, m, flags), m); });
+  return route(fd, [&](int x) { return xk_recvmsg(x, m, flags); },
+               [&] { return received_by_library(libc().recvmsg(fd, m, flags), m); });
 }
 
 XK_EXPORT ssize_t sendmsg(int fd, const msghdr* m, int flags) {

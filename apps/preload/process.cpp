@@ -261,6 +261,11 @@ int Process::adopt(int fd) noexcept {
   return fd;
 }
 
+int Process::adopt_if_made_by_library(int fd) noexcept {
+  Process* p = instance();
+  return fd >= 0 && p != nullptr && xk::on_library_thread() ? p->adopt(fd) : fd;
+}
+
 void Process::mark_own(int fd) noexcept {
   if (fd < 0 || static_cast<std::size_t>(fd) >= size_) return;
   touch(fd);

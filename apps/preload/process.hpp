@@ -198,10 +198,15 @@ class Process {
   // The library opened `fd` for itself / is about to close it (own_fds.hpp).
   void mark_own(int fd) noexcept;
   void unmark_own(int fd) noexcept;
-  // `fd` was made on one of the library's threads (DPDK's interrupt
-  // thread taking a memif peer, the loop reconnecting to filterd): the
-  // library's own, and closed on exec. Returns `fd`.
+  // The library's own, and closed on exec (what the stack opened as it
+  // started). Returns `fd`.
   int adopt(int fd) noexcept;
+  // What a call made on one of the library's threads -- DPDK's interrupt
+  // thread taking a memif peer (its socket, the memory and interrupt
+  // descriptors that come over it, the EAL's epoll set made again), the
+  // loop reconnecting to filterd -- is adopted; a program's is left as it
+  // is. Returns `fd`.
+  static int adopt_if_made_by_library(int fd) noexcept;
 
   // At exit: close every xk socket gracefully and let the stack send what
   // that makes (FINs) for a moment.

@@ -22,7 +22,6 @@
 #include "exports.hpp"
 #include "process.hpp"
 #include "signals.hpp"
-#include "xk/own_fds.hpp"
 
 using namespace xk::preload;
 
@@ -365,13 +364,7 @@ XK_EXPORT int pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec*
 // then). One made on a library thread is the library's own: DPDK's
 // interrupt thread makes its set again each time its sources change (a
 // memif peer comes or goes), under a new number.
-XK_EXPORT int epoll_create1(int flags) {
-  const int fd = libc().epoll_create1(flags);
-  if (fd >= 0 && xk::on_library_thread()) {
-    if (Process* p = Process::instance()) return p->adopt(fd);
-  }
-  return fd;
-}
+XK_EXPORT int epoll_create1(int flags) { return Process::adopt_if_made_by_library(libc().epoll_create1(flags)); }
 
 XK_EXPORT int epoll_create(int size) {
   if (size <= 0) return fail(EINVAL);
