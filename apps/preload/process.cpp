@@ -211,6 +211,15 @@ Process::Process() {
   const std::vector<int> before = open_fds();
   xk_stack* const made = xk_stack_create(nullptr);
   if (made == nullptr) die(std::string("the xk stack did not start: ") + xk_last_error());
+  // The program's main has not run, but the DPDK EAL has parsed its own
+  // arguments with glibc's getopt, which keeps (beyond optind) how to order
+  // them: it was set up for the EAL's option string, and the program's
+  // first getopt would take it over -- GNU env, whose '+' says "stop at the
+  // command", went on parsing the command's own options ("env: invalid
+  // option -- 'c'" from `env python3 -c ...`). optind = 0 is glibc's "start
+  // afresh": the program's first getopt sets up from its own option string
+  // (and optind reads 1 from then on).
+  optind = 0;
   mark_opened_since(before);
   // And those it opens from now on (a sleeping thread's bell, an epoll
   // set's eventfd).

@@ -26,6 +26,20 @@
 namespace xk::drivers::dpdk {
 namespace {
 
+// The process-wide getopt variables (glibc's parser keeps more of its own,
+// which only optind = 0 resets: see the preload's start, apps/preload).
+struct GetoptState {
+  int ind, err, opt;
+  char* arg;
+  static GetoptState save() noexcept { return {optind, opterr, optopt, optarg}; }
+  void restore() const noexcept {
+    optind = ind;
+    opterr = err;
+    optopt = opt;
+    optarg = arg;
+  }
+};
+
 struct EalState {
   std::mutex mutex;
   bool ready = false;
@@ -153,7 +167,13 @@ void ensure_eal(const EalConfig& config) {
   sigset_t before;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &before);
+  // The EAL parses its arguments with the process's getopt and leaves it
+  // set to 1 and its own option string: the program's getopt state comes
+  // back as it was (a program that parsed its options before it made the
+  // stack still finds its operands at argv[optind]).
+  const GetoptState program = GetoptState::save();
   int rc = rte_eal_init(static_cast<int>(s.args.size()), s.argv.data());
+  program.restore();
   pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (rc < 0) {
     if (rte_errno == EALREADY) {
