@@ -66,6 +66,11 @@ if [ "$fds_direct" -lt 4 ] || [ "$fds_execd" != "$fds_direct" ]; then
   echo "FAIL: descriptors after an exec: $fds_execd, started directly: $fds_direct"
   fails=$((fails + 1))
 fi
+# The program's getopt starts afresh after the stack's DPDK EAL parsed its
+# own arguments: GNU env stops at its command ('+'), and the command's -c is
+# the command's (it was "env: invalid option -- 'c'", status 125).
+got=$(env -u XKRUN_PID "$XKRUN" --port net_null0 --ip 192.0.2.1/24 -- env -u XK_NOTHING echo -c ok 2>&1)
+[ "$got" = "-c ok" ] || { echo "FAIL: env under xkrun parsed its command's options: '$got'"; fails=$((fails + 1)); }
 # --stats FILE: the stack's counters at exit, after a connection through it
 # (python3, a dynamically linked interpreter, over the loopback graph).
 stats=$(mktemp /tmp/xkrun-stats.XXXXXX)
