@@ -250,7 +250,11 @@ printf "%-46s %10s %10s %8s %s\n" "plain-socket ping-pong 14 B, half-RTT us" "${
 printf "%-46s %10s %10s %8s %s\n" "iperf3 one stream, Gbit/s" "${R[xk_gbps]}" "${R[lnx_gbps]}" \
   "$(ratio "${R[xk_gbps]}" "${R[lnx_gbps]}")" ""
 printf "%-46s %10s %10s %8s %s\n" "iperf3 under xkrun vs native xk-tcp-perf, Gbit/s" "${R[xk_gbps]}" "${R[nat_gbps]}" \
-  "$(ratio "${R[xk_gbps]}" "${R[nat_gbps]}")" ">= 0.9x"
+  "$(ratio "${R[xk_gbps]}" "${R[nat_gbps]}")" "(medians of each)"
+# The target's figure: each run's two programs measured seconds apart, so a
+# run that caught the vCPUs slow for one program only is one ratio of many.
+printf "%-46s %10s %10s %8s %s\n" "  the same, median of the runs' own ratios" "" "" "$(printf '%sx' "${R[nat_ratio]}")" \
+  ">= 0.9x"
 echo "median of each run's own ratio: half-RTT mean $(printf '%sx' "${R[lat_ratio]}") (runs $(runs_of lat_ratio))," \
   "median $(printf '%sx' "${R[p50_ratio]}") (runs $(runs_of p50_ratio)), native floor" \
   "$(printf '%sx' "${R[nat_lat_ratio]}") (runs $(runs_of nat_lat_ratio)), plain-socket ping-pong" \
