@@ -19,8 +19,9 @@
 # (c) socat under xkrun sends a file to socat on Linux (cmp), and a python3
 #     program under xkrun echoes TCP and UDP through socat on Linux (in the
 #     hybrid mode, xkrun's default, and in the service mode);
-# (d) sockperf ping-pong (TCP and UDP) and NPtcp under xkrun against their
-#     Linux servers: they finish and report.
+# (d) sockperf ping-pong and throughput (TCP and UDP) and NPtcp under xkrun
+#     against their Linux servers: they finish and report, and every
+#     message sockperf's throughput run says it sent reached Linux's interface.
 #
 # Artifacts (logs) stay in ./preload_linux.out. Everything it creates
 # (namespaces, veths, processes) is removed on exit. XK_INT_PRELOAD_MB sets
@@ -230,7 +231,7 @@ ip netns exec "$NSB" "$XKRUN" --mode service --port "net_af_packet0,iface=$XKIF"
   "$PY" "$OUT/echo.py" "$LNX_IP" 9100 || die "python3 under xkrun --mode service failed"
 
 # ---- (d) sockperf and NetPIPE -------------------------------------------------------------
-step "(d) sockperf ping-pong (TCP, UDP) and NPtcp under xkrun"
+step "(d) sockperf ping-pong and throughput (TCP, UDP) and NPtcp under xkrun"
 for proto in tcp udp; do
   flag=()
   [ "$proto" = tcp ] && flag=(--tcp)
@@ -242,6 +243,20 @@ for proto in tcp udp; do
     || { tail "$OUT/sockperf-$proto.log" >&2; die "sockperf ping-pong ($proto) under xkrun failed"; }
   grep -q "Summary: Latency is" "$OUT/sockperf-$proto.log" || die "sockperf ($proto): no summary"
   echo "sockperf $proto: $(grep -o 'Summary: Latency is [0-9.]* usec' "$OUT/sockperf-$proto.log")"
+  # Throughput: 1400-byte messages one way for 1 s. sockperf's server
+  # reports nothing of what it got, so Linux's interface does: the bytes it
+  # received over the run hold at least every message sockperf says it sent
+  # (TCP's and UDP's payload alike; headers only add).
+  rx0=$(lnx cat "/sys/class/net/$LNX/statistics/rx_bytes")
+  xk sockperf throughput -i "$LNX_IP" -p 11111 "${flag[@]}" -t 1 -m 1400 > "$OUT/sockperf-tp-$proto.log" 2>&1 \
+    || { tail "$OUT/sockperf-tp-$proto.log" >&2; die "sockperf throughput ($proto) under xkrun failed"; }
+  sleep 0.2
+  rx=$(($(lnx cat "/sys/class/net/$LNX/statistics/rx_bytes") - rx0))
+  sent=$(sed -n 's/.*Total of \([0-9]*\) messages sent.*/\1/p' "$OUT/sockperf-tp-$proto.log")
+  [ -n "$sent" ] && [ "$sent" -gt 1000 ] || { cat "$OUT/sockperf-tp-$proto.log" >&2; die "sockperf throughput ($proto): ${sent:-no} messages sent"; }
+  [ "$rx" -ge $((sent * 1400)) ] || die "sockperf throughput ($proto): $sent messages of 1400 B sent, Linux's $LNX received $rx B"
+  echo "sockperf throughput $proto: $sent messages of 1400 B sent, $rx B on Linux's interface;" \
+    "$(grep -o 'BandWidth is [0-9.]* MBps' "$OUT/sockperf-tp-$proto.log")"
   stop "$SP" || true
 done
 (cd "$OUT" && exec ip netns exec "$NSA" NPtcp -p 0 -u 65536) > "$OUT/nptcp-receiver.log" 2>&1 &
