@@ -15,13 +15,13 @@
 // Every PERIOD_MS (default 100) one thread on each CPU wakes and the pair
 // bounces a cache line ROUND_TRIPS times (default 1000: ~0.1-0.5 ms, well
 // under 1 % of either CPU), in ten batches; the fastest batch is the
-// burst's figure, so an interrupt on either CPU does not read as distance. The threads run SCHED_FIFO when allowed, so a
-// busy-polling program on the same CPU does not delay the burst; otherwise
-// they run as ordinary threads and a burst can include a wait for the CPU.
-// Before the round trips each thread times a fixed chain of arithmetic, the
-// CPU's own speed (a vCPU whose core's other hyperthread is busy, or whose
-// clock is down, runs it slower). Runs until SIGTERM or SIGINT, printing
-// one line per burst
+// burst's figure, so an interrupt on either CPU does not read as distance.
+// The threads run SCHED_FIFO when allowed, so a busy-polling program on the
+// same CPU does not delay the burst; otherwise they run as ordinary threads
+// and a burst can include a wait for the CPU. Before the round trips each
+// thread times a fixed chain of arithmetic, the CPU's own speed (a vCPU
+// whose clock is down runs it slower). Runs until SIGTERM or SIGINT,
+// printing one line per burst
 //   BURST t=SECONDS rt_ns=NS work_a_ns=NS work_b_ns=NS
 // and at the end
 //   RESULT bursts=N rt_ns_min=A rt_ns_p50=B rt_ns_max=C fifo=0|1
@@ -103,8 +103,8 @@ Line g_quit;    // nonzero: B leaves
 Line g_work_b;  // B's last work time, ns
 
 // A fixed chain of dependent multiply-adds (~16k cycles): how fast this CPU
-// runs plain work right now. A slow result with the CPUs near says the
-// vCPU shares its core (an SMT sibling busy) or runs at a lower clock.
+// runs plain work right now (a lower clock shows; a chain bound by latency
+// feels little of a busy hyperthread beside it).
 long work_ns() {
   const double t0 = now_s();
   std::uint64_t x = 1;
@@ -121,7 +121,8 @@ timespec burst_time(const timespec& start, long burst, long period_ms) { return 
 
 bool quitting() { return g_quit.value.load(std::memory_order_acquire) != 0; }
 
-// Spins until the ball holds WANT; false if the probe is quitting. Both
+// Spins until the ball holds WANT; false if the probe is quitting (only B
+// ever sees that: A is the one that quits). Both
 // threads may hold their CPU at real-time priority, so no wait is unbounded:
 // after a second (the other thread cannot be running) the probe ends with an
 // error rather than keep a CPU from everything else.
@@ -197,7 +198,7 @@ int main(int argc, char** argv) {
     const long work_a = work_ns();
     const long base = (burst - 1) * 2 * n;
     g_ball.value.store(base + 1, std::memory_order_release);
-    if (!await_ball(base + 2)) break;
+    await_ball(base + 2);
     // The fastest batch is the burst's figure: an interrupt or softirq that
     // lands on either CPU mid-burst (the kernel's own network work beside a
     // Linux run) only lengthens a batch, so the fastest is the cache line's
@@ -208,12 +209,11 @@ int main(int argc, char** argv) {
       const double t0 = now_s();
       for (long i = first; i < first + shape.batch; ++i) {
         g_ball.value.store(base + 2 * i - 1, std::memory_order_release);
-        if (!await_ball(base + 2 * i)) break;
+        await_ball(base + 2 * i);
       }
       const double ns = (now_s() - t0) * 1e9 / static_cast<double>(shape.batch);
       if (k == 0 || ns < rt_ns) rt_ns = ns;
     }
-    if (g_stop.load(std::memory_order_relaxed)) break;
     rts.push_back(rt_ns);
     // B stored its work time before it returned the first ball.
     std::printf("BURST t=%.3f rt_ns=%.1f work_a_ns=%ld work_b_ns=%ld\n", static_cast<double>(burst * period_ms) / 1e3,

@@ -331,11 +331,10 @@ fi
 if [ -n "${R[far_ns]:-}" ]; then
   echo "placement of each bulk run (xk-core-probe, CPU 0 <-> CPU 1; far = round trip over ${R[far_ns]} ns;"
   echo "share of far samples; median us of the probe's fixed work on CPU 0/CPU 1):"
+  where() { echo "${R[place_$1]:--} (${R[far_share_$1]:--}; ${R[work_$1]:--})"; }  # NAME-RUN
   for run in $(seq "$RUNS"); do
-    for side in lnx xk nat; do
-      R[where_$side]="${R[place_$side-$run]:--} (${R[far_share_$side-$run]:--}; ${R[work_$side-$run]:--})"
-    done
-    echo "  run $run: Linux ${R[where_lnx]}, xkrun iperf3 ${R[where_xk]}, native ${R[where_nat]}; iperf3/native ${R[nat_ratio_$run]}x"
+    echo "  run $run: Linux $(where lnx-$run), xkrun iperf3 $(where xk-$run), native $(where nat-$run);" \
+      "iperf3/native ${R[nat_ratio_$run]}x"
   done
 fi
 echo "median of each run's own ratio: half-RTT mean $(printf '%sx' "${R[lat_ratio]}") (runs $(runs_of lat_ratio))," \
