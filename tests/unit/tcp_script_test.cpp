@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
+
+#include <unistd.h>
 
 namespace xk::tcp::script {
 namespace {
@@ -153,7 +156,9 @@ TEST_F(TcpScript, ActiveOpenOffersEverythingAndUsesOnlyWhatTheSynAckGives) {
 }
 
 TEST_F(TcpScript, ActiveOpenWithEveryOption) {
-  start();
+  TcpConfig c;
+  c.rcvbuf = std::size_t{1} << 20;  // (the default depends on the machine's cache)
+  start(c);
   active_open(Offer().mss(1460).ws(2).sack().ts());
   ConnStats st = sock.stats();
   EXPECT_EQ(st.snd_wscale, 2);
@@ -958,6 +963,23 @@ class TcpAutotune : public Script {
     return sock.stats().rcvbuf;
   }
 };
+
+// Buffers nobody named start at a quarter of the core's L2 cache, 256 KiB to
+// 1 MiB (docs/tcp.md, "Buffer autotuning"): the window bounds what both ends
+// keep in flight, and past the cache every byte misses on its way out.
+TEST_F(TcpScript, BuffersNobodyNamedStartAtAQuarterOfTheL2Cache) {
+  const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
+  const std::size_t want =
+      l2 > 0 ? std::clamp<std::size_t>(static_cast<std::size_t>(l2) / 4, 256u << 10, 1u << 20) : 256u << 10;
+  EXPECT_EQ(cache_fit_buffer(), want) << "L2 " << l2;
+  const TcpConfig c;
+  EXPECT_EQ(c.rcvbuf, want);
+  EXPECT_EQ(c.sndbuf, want);
+  start(c);
+  passive_open(Offer().ws(7));
+  EXPECT_EQ(sock.stats().rcvbuf, want);
+  EXPECT_EQ(sock.stats().sndbuf, want) << "more than two initial windows: autotuning left it";
+}
 
 // Dynamic right-sizing: once per receiver RTT (here from how long a window
 // takes to arrive: no timestamps), the buffer grows to hold two RTTs of what

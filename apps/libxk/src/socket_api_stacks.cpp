@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <thread>
 
 #include <arpa/inet.h>
@@ -52,35 +51,6 @@ std::string read_file(const std::string& path) {
 constexpr std::pair<int, IdleMode> kIdleModes[] = {{XK_IDLE_SPIN_THEN_SLEEP, IdleMode::spin_then_sleep},
                                                    {XK_IDLE_BUSY_POLL, IdleMode::busy_poll},
                                                    {XK_IDLE_YIELD_THEN_SLEEP, IdleMode::yield_then_sleep}};
-
-// The receive buffer a socket of the C API starts with, unless the tcp
-// options name one (autotuning still grows it on a path of a millisecond or
-// more; SO_RCVBUF still sets it): half the core's L2 cache, at least
-// 256 KiB, at most the tcp kind's 1 MiB. A program behind the socket reads
-// on its own schedule -- iperf3 takes 128 KiB per select() -- while each
-// pass of the stack takes all the ring holds, so the queue fills to the
-// window; at 1 MiB the bytes (in 2 KiB mbufs: ~1.4 times the payload) leave
-// the L2 cache before read() copies them out. On the EPYC measured (512 KiB
-// of L2 a core) iperf3 under xkrun received 8-10 % more at 256 KiB than at
-// 1 MiB, and 128 KiB and 512 KiB were both slower than 256 KiB
-// (docs/BENCHMARKS.md, session 47). The apps keep 1 MiB: their loops drain
-// the queue every pass, and a smaller window made them no faster. (Linux
-// starts its sockets at 128 KiB, tcp_rmem, and grows them as they are read.)
-std::size_t socket_rcvbuf() {
-  constexpr std::size_t kLeast = std::size_t{256} << 10;
-  constexpr std::size_t kMost = std::size_t{1} << 20;
-  const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
-  return l2 > 0 ? std::clamp(static_cast<std::size_t>(l2) / 2, kLeast, kMost) : kLeast;
-}
-
-std::string with_socket_defaults(const std::string& tcp_opts) {
-  std::istringstream words(tcp_opts);
-  for (std::string w; words >> w;) {
-    if (w.rfind("rcvbuf=", 0) == 0) return tcp_opts;
-  }
-  const std::string rcvbuf = "rcvbuf=" + std::to_string(socket_rcvbuf());
-  return tcp_opts.empty() ? rcvbuf : rcvbuf + " " + tcp_opts;
-}
 
 unsigned env_number(const char* name, unsigned fallback, unsigned max) {
   std::string v = env_or(name);
@@ -148,7 +118,6 @@ StackConfig config_from(const xk_stack_config* c) {
     g.tcp_opts = c->tcp_opts != nullptr ? c->tcp_opts : "";
     g.csum = c->csum != 0;
   }
-  g.tcp_opts = with_socket_defaults(g.tcp_opts);
   if (c->mode != XK_MODE_INLINE && c->mode != XK_MODE_SERVICE && c->mode != XK_MODE_HYBRID) {
     throw std::invalid_argument("mode: inline, service or hybrid");
   }

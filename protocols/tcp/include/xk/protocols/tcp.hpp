@@ -60,6 +60,14 @@ class TcpProtocol;
 class TcpConnection;
 class ListenSession;
 
+// The send and receive buffer a connection starts with when neither the
+// options nor the program name one: a quarter of the core's L2 cache, at
+// least 256 KiB, at most 1 MiB (docs/tcp.md, "Buffer autotuning"). The window
+// bounds what both ends hold in flight -- the sender's unacknowledged bytes,
+// the receiver's queue, ~1.4 times the payload in 2 KiB mbufs -- and a window
+// past the cache makes every byte miss on the way out of the stack.
+std::size_t cache_fit_buffer() noexcept;
+
 struct TcpConfig {
   ChecksumMode csum = ChecksumMode::on;  // off means off end to end: both sides must agree
   std::uint16_t mss = 0;                 // 0: from the path (IP MTU - 40)
@@ -112,8 +120,8 @@ struct TcpConfig {
   Duration keepalive_idle = std::chrono::hours(2);  // RFC 1122 4.2.3.6
   Duration keepalive_interval = std::chrono::seconds(75);
   unsigned keepalive_probes = 9;
-  std::size_t sndbuf = 1 << 20;         // default buffer sizes; sockets may change them
-  std::size_t rcvbuf = 1 << 20;
+  std::size_t sndbuf = cache_fit_buffer();  // default buffer sizes; sockets may change them
+  std::size_t rcvbuf = cache_fit_buffer();
   std::size_t buf_max = 64u << 20;      // the largest SO_SNDBUF/SO_RCVBUF
   // Buffer autotuning (docs/tcp.md, "Buffer autotuning"): a connection
   // whose program did not set SO_RCVBUF / SO_SNDBUF grows its receive
