@@ -70,6 +70,19 @@ start_end() {
   eval "exec {${name}_fd}>\"\$OUT/\$name.go\""  # hold the fifo open for writing
 }
 
+# finished PID: the status of a client, which exits by itself after its
+# ECHOED line -- up to tens of ms later for one tearing down a stack; a
+# SIGTERM sent before that would read as its failure. Stopped only if it
+# has not exited within 30 s.
+finished() {
+  local pid=$1 i
+  for ((i = 0; i < 600; i++)); do
+    kill -0 "$pid" 2> /dev/null || break
+    sleep 0.05
+  done
+  stop "$pid"
+}
+
 # ---- xk ------------------------------------------------------------------------
 step "xk: $N connections over $P ports, two xk processes over net_memif"
 start_end xks "" server xk --count "$N" --ports "$P" --ip 192.0.2.10 \
@@ -98,7 +111,7 @@ echo go >&"$xkc_fd"
 wait_for "$OUT/xkc.log" "ECHOED n=$N" "$XKC" 300
 wait_for "$OUT/xks.log" "ECHOED n=$N" "$XKS" 60
 echo "   one byte echoed on each of the $N connections"
-stop "$XKC" || die "the xk client failed"
+finished "$XKC" || die "the xk client failed"
 stop "$XKS" || true  # it runs until stopped
 
 # ---- Linux ----------------------------------------------------------------------
@@ -164,7 +177,7 @@ for ((j = 0; j < PAIRS; j++)); do
 done
 echo "   one byte echoed on each of the $N connections"
 for ((j = 0; j < PAIRS; j++)); do
-  eval "stop \$LXC$j" || die "a Linux client failed"
+  eval "finished \$LXC$j" || die "a Linux client failed"
   eval "stop \$LXS$j" || true
 done
 
