@@ -465,7 +465,9 @@ TEST_F(TcpScript, SackBlocksMostRecentFirstAndDsack) {
 // write of it makes: full ones, PSH and the short one only at the end --
 // even with TCP_NODELAY, which would send a piece's short tail at once.
 TEST_F(TcpScript, ALargeWriteLeavesInFullSegmentsThoughCopiedInPieces) {
-  start();
+  TcpConfig c;
+  c.sndbuf = std::size_t{1} << 20;  // named: the default follows the host's cache
+  start(c);
   passive_open(Offer().ws(7));  // MSS 1000; the peer's windows below are 1 MiB
   sock.set_nodelay(true);
   // Takes what was sent, acking each segment as it comes (slow start
