@@ -93,23 +93,41 @@ Result<std::size_t> RelayConnection::write(std::span<const std::byte> bytes, boo
   return done;
 }
 
+Status RelayConnection::push(Msg msg) {
+  if (proto_ != nullptr && phase_ == Phase::open) {
+    const std::size_t frames = (msg.size() + proto_->max_payload() - 1) / proto_->max_payload();
+    if (msg.size() > credit_ || frames > proto_->tx_room()) return Errc::would_block;
+  }
+  return write_msg(msg);
+}
+
 Status RelayConnection::write_msg(Msg& msg) {
   if (error_ != Errc::ok) return take_error();
   if (fin_sent_ || phase_ == Phase::done || proto_ == nullptr) return Errc::closed;
   if (phase_ == Phase::idle) return Errc::not_connected;
-  if (phase_ == Phase::connecting || msg.size() > credit_ || proto_->tx_full()) return Errc::would_block;
-  // Whole or nothing, as TCP's: the chunks share the message's buffers.
-  while (msg.size() > 0) {
-    const std::size_t k = std::min(msg.size(), proto_->max_payload());
-    Result<Msg> rest = msg.split(k);
-    if (!rest) return rest.error();
+  if (msg.empty()) return {};
+  if (phase_ == Phase::connecting || credit_ == 0 || proto_->tx_full()) return Errc::would_block;
+  // As much as the credit and the frame queue allow, as TCP's send buffer
+  // takes (a partial write); the chunks share the message's buffers, and
+  // what is not sent stays in msg.
+  std::size_t allowed = std::min(msg.size(), credit_);
+  while (allowed > 0 && !proto_->tx_full()) {
+    const std::size_t k = std::min(allowed, proto_->max_payload());
     Msg chunk = std::move(msg);
-    msg = std::move(*rest);
+    if (k < chunk.size()) {
+      Result<Msg> rest = chunk.split(k);
+      if (!rest) {
+        msg = std::move(chunk);
+        return rest.error();
+      }
+      msg = std::move(*rest);
+    }
     // A chunk's first buffer is shared with the rest: its header goes in a
     // buffer of its own when there is no room of ours in front.
     if (Status st = send_data(std::move(chunk)); !st) return st;
+    allowed -= k;
   }
-  return {};
+  return msg.empty() ? Status{} : Status{Errc::would_block};
 }
 
 void RelayConnection::grant(std::size_t read) {

@@ -24,13 +24,20 @@ std::size_t SendBuffer::write(std::span<const std::byte> bytes) {
 }
 
 Status SendBuffer::write(Msg& msg) {
-  if (msg.size() > space()) return Errc::would_block;
   if (msg.empty()) return {};
+  const std::size_t room = space();
+  if (room == 0) return Errc::would_block;
+  Msg rest;
+  if (msg.size() > room) {
+    Result<Msg> tail = msg.split(room);
+    if (!tail) return tail.error();
+    rest = std::move(*tail);
+  }
   size_ += msg.size();
   chunks_.push_back(std::move(msg));
-  msg = Msg();
+  msg = std::move(rest);
   tail_open_ = false;
-  return {};
+  return msg.empty() ? Status{} : Status{Errc::would_block};
 }
 
 Result<Msg> SendBuffer::slice(std::size_t off, std::size_t len) const {

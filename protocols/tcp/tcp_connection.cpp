@@ -119,7 +119,11 @@ Ref<TcpConnection> TcpConnection::from_cookie(TcpProtocol& proto, ListenSession&
   return c;
 }
 
-Status TcpConnection::push(Msg msg) { return write_msg(msg); }
+Status TcpConnection::push(Msg msg) {
+  // A session's push is whole or nothing: a part of msg would be lost here.
+  if (msg.size() > sndbuf_.space()) return Errc::would_block;
+  return write_msg(msg);
+}
 
 Status TcpConnection::pop(Session&, Msg) { return Errc::unsupported; }  // input arrives through segment_arrives
 
@@ -234,10 +238,12 @@ Status TcpConnection::write_msg(Msg& msg) {
       state_ != State::close_wait) {
     return state_ == State::closed && proto_ != nullptr ? Errc::not_connected : Errc::closed;
   }
-  if (Status st = sndbuf_.write(msg); !st) return st;
+  const std::size_t before = msg.size();
+  const Status st = sndbuf_.write(msg);
+  if (msg.size() == before) return st;  // nothing taken
   mark_push();
   output();
-  return {};
+  return st;
 }
 
 void TcpConnection::mark_push() {

@@ -335,6 +335,39 @@ TEST_F(CentralTest, AStalledReaderClosesTheWindowEndToEndAndNothingIsLost) {
   EXPECT_EQ(central_counter("over_credit"), 0u);
 }
 
+// A node's Msg write through the relay takes what the credit and the frame
+// queue allow and leaves the rest in the Msg, as TCP's send buffer does: a
+// writable relay stream always takes something, and no byte is lost.
+TEST_F(CentralTest, ANodesMsgWriteTakesWhatTheCreditAllowsAndKeepsTheRest) {
+  Result<tcp::TcpListener> l = tcp_of(*node1).listen(Ipv4Addr{}, Port{80});
+  ASSERT_TRUE(l.ok());
+  tcp::TcpSocket c = tcp_of(*peer).socket();
+  ASSERT_TRUE(c.connect(kShared, Port{80}).ok());
+  std::optional<tcp::TcpSocket> s = accept_on(*l);
+  ASSERT_TRUE(s.has_value());
+  ASSERT_TRUE(run_until([&] { return (s->events() & tcp::ev_writable) != 0; }));
+  const auto data = pattern(4 << 20, 8);
+  Msg m = Msg::copy_of(data);
+  Status st = s->write(m);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error(), Errc::would_block);
+  EXPECT_GT(m.size(), 0u);
+  EXPECT_LT(m.size(), data.size()) << "a part went";
+  std::vector<std::byte> got;
+  ASSERT_TRUE(run_until([&] {
+    if (!m.empty() && (s->events() & tcp::ev_writable)) {
+      const std::size_t before = m.size();
+      (void)s->write(m);
+      EXPECT_LT(m.size(), before) << "writable, yet nothing taken";
+    }
+    drain(c, got);
+    return got.size() >= data.size();
+  }));
+  EXPECT_TRUE(m.empty());
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(central_counter("over_credit"), 0u);
+}
+
 TEST_F(CentralTest, HalfCloseWorksEachWay) {
   Result<tcp::TcpListener> l = tcp_of(*node1).listen(Ipv4Addr{}, Port{80});
   ASSERT_TRUE(l.ok());

@@ -1056,6 +1056,51 @@ TEST_F(TcpScript, SendBufferGrowsWithTheCongestionWindow) {
   EXPECT_EQ(sock.stats().sndbuf, 8192u);
 }
 
+// A Msg larger than the room left is taken in part, as a POSIX write:
+// the rest stays with the caller, so a writable socket always makes
+// progress (an echo that waited for "writable" with a Msg larger than the
+// room would otherwise spin). Nothing is copied and nothing is lost.
+TEST_F(TcpScript, AMsgWriteTakesWhatFitsAndLeavesTheRest) {
+  start(no_quickack());
+  passive_open(Offer());  // MSS 1000, no timestamps
+  sock.set_sndbuf(4000);
+  std::vector<std::byte> b(10000);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = pattern_byte(i, 1);
+  Msg m = Msg::copy_of(b);
+  Status st = sock.write(m);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error(), Errc::would_block);
+  EXPECT_EQ(m.size(), 6000u) << "4000 taken, the rest left in the Msg";
+  EXPECT_EQ(sock.events() & tcp::ev_writable, 0u);
+  for (std::uint32_t seq = 1; seq < 3001; seq += 1000) expect(ack().seq(seq).ack(1).len(1000));
+  expect(psh_ack().seq(3001).ack(1).len(1000));  // the end of what was taken
+  st = sock.write(m);  // no room: nothing taken
+  EXPECT_EQ(st.error(), Errc::would_block);
+  EXPECT_EQ(m.size(), 6000u);
+  inject(ack().seq(1).ack(2001));
+  EXPECT_NE(sock.events() & tcp::ev_writable, 0u);
+  st = sock.write(m);
+  EXPECT_EQ(st.error(), Errc::would_block);
+  EXPECT_EQ(m.size(), 4000u);
+  inject(ack().seq(1).ack(4001));
+  inject(ack().seq(1).ack(6001));
+  st = sock.write(m);
+  EXPECT_TRUE(st.ok());
+  EXPECT_TRUE(m.empty());
+  inject(ack().seq(1).ack(8001));
+  inject(ack().seq(1).ack(10001));
+  std::size_t sent = 0;
+  while (!ip.sent.empty()) {
+    const std::vector<std::byte> seg = ip.sent.front().bytes;
+    ip.sent.pop_front();
+    const std::size_t hl = (std::to_integer<std::size_t>(seg[12]) >> 4) * 4;
+    for (std::size_t i = hl; i < seg.size(); ++i, ++sent) {
+      ASSERT_EQ(seg[i], pattern_byte(4000 + sent, 1)) << "byte " << 4000 + sent;
+    }
+  }
+  EXPECT_EQ(sent, 6000u) << "every byte of the Msg went out once, in order";
+}
+
 // ---- urgent data (RFC 9293 3.8.5, in line as RFC 6093 asks) ------------------------
 
 // The pointer names the byte after the urgent one, goes on every segment

@@ -47,7 +47,8 @@ class RelayConnection final : public tcp::StreamEndpoint {
   RelayConnection(RelayProtocol& proto);
   ~RelayConnection() override;
 
-  Status push(Msg msg) override { return write_msg(msg); }
+  // Whole or nothing (write_msg may take a part).
+  Status push(Msg msg) override;
   Status pop(Session&, Msg) override { return Errc::unsupported; }
   Status close() override { return close_gracefully(); }
 
@@ -174,6 +175,7 @@ class RelayProtocol final : public Protocol, public Pollable, public tcp::Stream
   std::size_t max_payload() const noexcept { return max_payload_; }
   std::size_t tx_queued() const noexcept { return txq_.size(); }
   bool tx_full() const noexcept { return txq_.size() >= config_.tx_queue_frames; }
+  std::size_t tx_room() const noexcept { return tx_full() ? 0 : config_.tx_queue_frames - txq_.size(); }
 
  private:
   friend class RelayConnection;

@@ -86,7 +86,9 @@ class SendBuffer {
 
   // Copies as much of `bytes` as there is space for; returns how much.
   std::size_t write(std::span<const std::byte> bytes);
-  // Takes `msg` whole (no copy) if it fits; else would_block and msg untouched.
+  // Takes as much of `msg` as there is space for (no copy); what does not fit
+  // stays in msg and the answer is would_block -- a partial write, as POSIX's,
+  // so a writable socket always takes something.
   Status write(Msg& msg);
 
   // The bytes [off, off + len) counted from the front, sharing the buffers.

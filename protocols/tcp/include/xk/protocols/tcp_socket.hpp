@@ -144,6 +144,9 @@ class StreamEndpoint : public Session {
   // `more`: the caller's write goes on in its next call (the next buffer of
   // a writev): a short tail waits for it and the PSH is left to that call.
   virtual Result<std::size_t> write(std::span<const std::byte> bytes, bool more) = 0;
+  // Takes as much of msg as there is room for, without a copy; what does not
+  // fit stays in msg and the answer is would_block (a partial write: an
+  // endpoint that reads writable takes something).
   virtual Status write_msg(Msg& msg) = 0;
   virtual Result<std::size_t> read(std::span<std::byte> dst) = 0;
   virtual Result<Msg> read_msg(std::size_t max) = 0;
@@ -243,6 +246,7 @@ class TcpSocket {
   Status connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr = {}, Port local_port = {});
   // `more`: see StreamEndpoint::write.
   Result<std::size_t> write(std::span<const std::byte> bytes, bool more = false);
+  // See StreamEndpoint::write_msg: what does not fit stays in msg.
   Status write(Msg& msg);
   Result<std::size_t> read(std::span<std::byte> dst);
   Result<Msg> read_msg(std::size_t max = SIZE_MAX);
