@@ -29,9 +29,10 @@ std::size_t TcpEchoServer::poll(std::size_t) {
 bool TcpEchoServer::before_sleep() noexcept {
   if (listener_.events() & tcp::ev_acceptable) return false;
   return std::none_of(conns_.begin(), conns_.end(), [](const std::unique_ptr<Conn>& c) {
-    // Something to read, or an echo waiting for room that may have come.
+    // An echo waiting for room reads nothing more until it has left: then
+    // only room wakes it, else something to read.
     const bool unsent = !c->pending.empty() || c->left > 0;
-    return (c->sock.events() & tcp::ev_readable) || (unsent && (c->sock.events() & tcp::ev_writable));
+    return (c->sock.events() & (unsent ? tcp::ev_writable | tcp::ev_error : tcp::ev_readable)) != 0;
   });
 }
 

@@ -212,7 +212,16 @@ class Server final : public xk::Pollable {
     if (a_.count != 0 && finished_ >= a_.count && conns_.empty()) loop_.stop();
     return work;
   }
-  bool before_sleep() noexcept override { return false; }
+  // Under --idle sleep or yield the loop may sleep once no connection waits
+  // for us: a frame (or the driver's timer) wakes it again.
+  bool before_sleep() noexcept override {
+    if (l_.events() & xk::tcp::ev_acceptable) return false;
+    return std::none_of(conns_.begin(), conns_.end(), [](const std::unique_ptr<Conn>& c) {
+      // An echo still waiting for room reads nothing more until it has left.
+      const std::uint32_t e = c->sock.events();
+      return (e & (c->echo_pending.empty() ? xk::tcp::ev_readable : xk::tcp::ev_writable | xk::tcp::ev_error)) != 0;
+    });
+  }
   std::uint64_t failures() const noexcept { return failures_; }
 
  private:
@@ -339,7 +348,15 @@ class Client final : public xk::Pollable {
     if (s_.state() == xk::tcp::State::syn_sent) return 0;
     return a_.mode == "send" ? poll_send() : poll_pingpong();
   }
-  bool before_sleep() noexcept override { return false; }
+  // Sleep (under --idle sleep or yield) only while nothing we wait for is
+  // there: the connection's answer, room in the send buffer, the echo, the
+  // peer's FIN. The no-progress check rides on the driver's wake-ups.
+  bool before_sleep() noexcept override {
+    const std::uint32_t e = s_.events();
+    if (e & (xk::tcp::ev_readable | xk::tcp::ev_hangup | xk::tcp::ev_error)) return false;
+    if (!connected_) return (e & xk::tcp::ev_writable) == 0;  // established: the first write
+    return !(a_.mode == "send" && sent_ < a_.bytes && (e & xk::tcp::ev_writable));
+  }
   int rc() const noexcept { return rc_; }
 
  private:
