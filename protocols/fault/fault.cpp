@@ -114,12 +114,14 @@ Status FaultProtocol::process(Dir d, PassSession& s, Msg msg) {
     msg.offload().tos |= 0x03;
     ++*c.ce_marked;
   }
-  if (chance(config_.corrupt) && !msg.empty()) {
+  const bool corrupt = chance(config_.corrupt) && !msg.empty();
+  if (corrupt) {
     msg = corrupted_copy(msg);
     ++*c.corrupted;
   }
   if (chance(config_.duplicate)) {
     ++*c.duplicated;
+    if (corrupt) ++*c.corrupted;  // the twin is a second corrupted message on the wire
     Ref<PassSession> keep(&s);  // the first delivery may close the session
     Msg twin = msg.share();
     Status st = reorder_stage(d, s, std::move(msg), queued);

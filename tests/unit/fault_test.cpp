@@ -223,6 +223,22 @@ TEST(Fault, CorruptionFlipsOneBitOfAPrivateCopy) {
   EXPECT_EQ(t.f0.counters().value("tx_corrupted"), 1u);
 }
 
+// A corrupted message that is also duplicated is two corrupted messages on
+// the wire, and counts as two: the receiver drops both for their checksum,
+// and "dropped for a bad checksum <= corrupted" holds (soak.sh checks it).
+TEST(Fault, ACorruptedDuplicateCountsTwice) {
+  FaultConfig c = with(&FaultConfig::corrupt, 1.0);
+  c.duplicate = 1.0;
+  Faulty t(c);
+  const std::string original = "one bit off, twice";
+  ASSERT_TRUE(t.s->push(msg_of(original)).ok());
+  ASSERT_EQ(t.link.sent.size(), 2u);
+  EXPECT_NE(text_of(t.link.sent[0]), original);
+  EXPECT_EQ(text_of(t.link.sent[0]), text_of(t.link.sent[1])) << "the twin of the corrupted copy";
+  EXPECT_EQ(t.f0.counters().value("tx_corrupted"), 2u);
+  EXPECT_EQ(t.f0.counters().value("tx_duplicated"), 1u);
+}
+
 TEST(Fault, SameSeedSameRunOtherSeedOtherRun) {
   auto run = [](std::uint64_t seed) {
     FaultConfig c;
