@@ -81,8 +81,19 @@ wait "$RS" || true
 FLOOR=$(sed -n 's/.*half_rtt_avg_us=\([^ ]*\).*/\1/p' "$OUT/raw-cli.log" | head -1)
 echo "   half-RTT $FLOOR us"
 
+# The machine's floor for bulk (tests/bench/copy_floor.cpp): two copies
+# through shared memory in 64 KiB slots, no protocol. Its time for a message
+# of S bytes is S x 8 / rate; each figure's share of the floor's speed at
+# that size is that time over the figure's.
+step "floor: the copy floor, 64 KiB slots"
+CF=$(readlink -f "$1/tests/bench/xk-copy-floor")
+[ -x "$CF" ] || die "$CF is missing"
+"$CF" --slot 65536 --bytes 4g --runs 3 > "$OUT/copy-floor.log" 2>&1 || { cat "$OUT/copy-floor.log" >&2; die "the copy floor failed"; }
+COPY_FLOOR=$(sed -n 's/^RESULT .*gbps=\([^ ]*\) .*/\1/p' "$OUT/copy-floor.log")
+echo "   $COPY_FLOOR Gbit/s (median of 3)"
+
 step "result: half round trip (us) and throughput (Mbit/s) per size; ratio xk / Linux"
-python3 - "$OUT/xk.csv" "$OUT/np.out" "$FLOOR" "$OUT/xk-shm.csv" <<'PY'
+python3 - "$OUT/xk.csv" "$OUT/np.out" "$FLOOR" "$OUT/xk-shm.csv" "$COPY_FLOOR" <<'PY'
 import csv, sys
 def sweep(path):
     got = {}
@@ -109,11 +120,20 @@ for s in sizes:
     print("   %9d  %10.2f %10.2f %6.2fx   %10.1f %10.1f %6.2fx   %10.2f %6.2fx" % (s, xl, ll, xl / ll, xt, lt, xt / lt,
                                                                            sl, sl / ll))
 print("   (xk: over net_memif; shm: xk over its own shared-memory link, docs/shm-driver.md; ratios against Linux)")
+copy_floor = float(sys.argv[5])
+print("   as a fraction of the copy floor's speed (%.1f Gbit/s, 64 KiB slots): floor time / figure's time" % copy_floor)
+print("   %9s  %10s %8s %8s %8s" % ("bytes", "floor us", "xk", "shm", "Linux"))
+for s in sizes:
+    if s < 4096:
+        continue
+    f_us = s * 8 / (copy_floor * 1e3)
+    sl = shm.get(s, (float("nan"), 0))[0]
+    print("   %9d  %10.2f %8.3f %8.3f %8.3f" % (s, f_us, f_us / xk[s][0], f_us / sl, f_us / np[s][0]))
 floor = float(sys.argv[3])
 out_of_reach = [s for s in sizes if s <= 4096 and np[s][0] * 0.25 < floor]
 print("   floor: raw memif frames %.2f us half-RTT; 0.25x of Linux's figure is below it at %s"
       % (floor, ", ".join("%d B" % s for s in out_of_reach) if out_of_reach else "no size up to 4 KiB"))
 lo, hi = sizes[0], sizes[-1]
 print("RESULT sizes=%d half_rtt_1B_xk_us=%.2f half_rtt_1B_linux_us=%.2f mbit_%d_xk=%.0f mbit_%d_linux=%.0f floor_us=%.2f"
-      % (len(sizes), xk[lo][0], np[lo][0], hi, xk[hi][1], hi, np[hi][1], floor))
+      " copy_floor_gbps=%.1f" % (len(sizes), xk[lo][0], np[lo][0], hi, xk[hi][1], hi, np[hi][1], floor, copy_floor))
 PY

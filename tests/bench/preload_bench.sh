@@ -36,7 +36,8 @@ PERF=$BUILD/apps/tcp-perf/xk-tcp-perf
 LEAN=$BUILD/tests/bench/xk-sock-pingpong
 FLOOR=$BUILD/tests/bench/xk-wake-floor
 PROBE=$BUILD/tests/bench/xk-core-probe
-for b in "$XKRUN" "$PERF" "$LEAN" "$FLOOR" "$PROBE"; do [ -x "$b" ] || die "build the release preset first ($b)"; done
+COPY_FLOOR=$BUILD/tests/bench/xk-copy-floor
+for b in "$XKRUN" "$PERF" "$LEAN" "$FLOOR" "$PROBE" "$COPY_FLOOR"; do [ -x "$b" ] || die "build the release preset first ($b)"; done
 [ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces for the Linux side)"
 for t in iperf3 sockperf NPtcp; do command -v $t > /dev/null || die "needs $t"; done
 SECS=${XK_BENCH_SECONDS:-3}
@@ -232,7 +233,12 @@ for run in $(seq "$RUNS"); do
   R[lean_ratio_$run]=$(ratio "${R[xk_lean_$run]}" "${R[lnx_lean_$run]}")
   echo "   plain-socket ping-pong half-RTT mean: Linux ${R[lnx_lean_$run]} us, xkrun ${R[xk_lean_$run]} us"
 
-  step "run $run/$RUNS: iperf3 one stream, Linux then xkrun; xk-tcp-perf $BYTES"
+  step "run $run/$RUNS: iperf3 one stream, Linux then xkrun; xk-tcp-perf $BYTES; the copy floor"
+  # The machine's floor for bulk (tests/bench/copy_floor.cpp): two copies
+  # through shared memory in 64 KiB slots, no protocol.
+  "$COPY_FLOOR" --slot 65536 --bytes 4g --runs 1 > "$OUT/copy-floor-$run.log" 2>&1 \
+    || { cat "$OUT/copy-floor-$run.log" >&2; die "the copy floor failed"; }
+  R[floor_gbps_$run]=$(sed -n 's/^RESULT .*gbps=\([^ ]*\) .*/\1/p' "$OUT/copy-floor-$run.log")
   ip netns exec "$NSA" "${PIN_S[@]}" iperf3 -s -1 > /dev/null 2>&1 &
   IS=$!
   PIDS+=("$IS")
@@ -290,7 +296,7 @@ done
 
 for k in lnx_lat xk_lat nat_lat lnx_p50 xk_p50 nat_p50 lat_ratio p50_ratio nat_lat_ratio lnx_lean xk_lean lean_ratio \
   lnx_slow xk_slow slow_ratio wake \
-  lnx_gbps xk_gbps nat_gbps nat_ratio \
+  lnx_gbps xk_gbps nat_gbps nat_ratio floor_gbps \
   lnx_cpu_c lnx_cpu_s xk_cpu_c xk_cpu_s; do
   # shellcheck disable=SC2046  # one word a run
   R[$k]=$(median $(runs_of "$k"))
@@ -349,6 +355,9 @@ xk_best=$(printf '%s\n' $(runs_of xk_gbps) | sort -g | tail -1)
 nat_best=$(printf '%s\n' $(runs_of nat_gbps) | sort -g | tail -1)
 printf "%-46s %10s %10s %8s %s\n" "iperf3 under xkrun vs native, best run, Gbit/s" "$xk_best" "$nat_best" \
   "$(ratio "$xk_best" "$nat_best")" "(the fastest of $RUNS runs each)"
+printf "%-46s %10s %10s %8s %s\n" "iperf3, as a fraction of the copy floor" "$(ratio "${R[xk_gbps]}" "${R[floor_gbps]}")" \
+  "$(ratio "${R[lnx_gbps]}" "${R[floor_gbps]}")" "" "(floor: ${R[floor_gbps]} Gbit/s, two copies in 64 KiB slots;" \
+  "native xk-tcp-perf $(ratio "${R[nat_gbps]}" "${R[floor_gbps]}"))"
 printf "%-46s %10s %10s\n" "iperf3 CPU s/GB, sender" "${R[xk_cpu_c]}" "${R[lnx_cpu_c]}"
 printf "%-46s %10s %10s\n" "iperf3 CPU s/GB, receiver" "${R[xk_cpu_s]}" "${R[lnx_cpu_s]}"
 

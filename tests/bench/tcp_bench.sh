@@ -17,6 +17,7 @@
 #   XK_BENCH_SECONDS  seconds per Linux measurement (default 5)
 #   XK_BENCH_BYTES    bytes per xk transfer (default 8g)
 #   XK_BENCH_RUNS     runs of each bulk figure (default 3)
+#   XK_FLOOR_BYTES    bytes per copy-floor run (default 4g)
 set -euo pipefail
 TEST_NAME=tcp_bench
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -117,12 +118,27 @@ xk_bulk() {  # name mtu csum run link (memif or shm)
   echo "   xk $name run $run: ${R[${name}_gbps_$run]} Gbit/s, CPU s/GB client ${R[${name}_cpu_c_$run]}" \
        "server ${R[${name}_cpu_s_$run]}, retransmits $rexmit"
 }
+# The machine's floor (tests/bench/copy_floor.cpp): two copies through
+# shared memory in 64 KiB slots and in 1500-byte ones, once per run beside
+# the bulk figures, which are also printed as a fraction of it.
+FLOOR=$BUILD/tests/bench/xk-copy-floor
+[ -x "$FLOOR" ] || die "$FLOOR is missing"
+floor_run() {  # run
+  local slot
+  for slot in 65536 1500; do
+    "$FLOOR" --slot "$slot" --bytes "${XK_FLOOR_BYTES:-4g}" --runs 1 > "$OUT/floor-$slot-$1.log" 2>&1 \
+      || { cat "$OUT/floor-$slot-$1.log" >&2; die "the copy floor failed"; }
+    R[floor${slot}_gbps_$1]=$(field gbps "$OUT/floor-$slot-$1.log")
+  done
+  echo "   copy floor run $1: ${R[floor65536_gbps_$1]} Gbit/s in 64 KiB slots, ${R[floor1500_gbps_$1]} in 1500-byte slots"
+}
 # Over net_memif, and over our own shm link (docs/shm-driver.md: the
 # payload by reference, two copies end to end).
 XK_RUNS=(mtu1500:1500:on:memif mtu9000:9000:on:memif mtu1500_nocsum:1500:off:memif mtu9000_nocsum:9000:off:memif
          shm1500:1500:on:shm shm9000:9000:on:shm shm1500_nocsum:1500:off:shm shm9000_nocsum:9000:off:shm)
 step "bulk: Linux iperf3 $SECS s and xk over memif and shm $BYTES, $RUNS runs each, interleaved"
 for run in $(seq "$RUNS"); do
+  floor_run "$run"
   linux_bulk 1500 "$run"
   linux_bulk 9000 "$run"
   for x in "${XK_RUNS[@]}"; do
@@ -131,7 +147,7 @@ for run in $(seq "$RUNS"); do
   done
 done
 # The medians: R[key] from R[key_1..RUNS].
-for key in lnx1500_gbps lnx1500_cpu_c lnx1500_cpu_s lnx9000_gbps lnx9000_cpu_c lnx9000_cpu_s; do
+for key in floor65536_gbps floor1500_gbps lnx1500_gbps lnx1500_cpu_c lnx1500_cpu_s lnx9000_gbps lnx9000_cpu_c lnx9000_cpu_s; do
   vals=()
   for run in $(seq "$RUNS"); do vals+=("${R[${key}_$run]}"); done
   R[$key]=$(median "${vals[@]}")
@@ -208,6 +224,19 @@ printf "%-44s %10s %10s %8s %s\n" "14-byte ping-pong half-RTT, us" "$XK_PP" "$LN
 printf "%-44s %10s %10s\n" "1-byte ping-pong half-RTT, us (xk only)" "${R[pp1]}" "-"
 printf "%-44s %10s %10s %8s %s\n" "xk's overhead over raw memif frames, us" \
   "$(awk -v a="$XK_PP" -v b="$RAW_PP" 'BEGIN { printf "%.3f", a - b }')" "$RAW_PP" "" "<= 1 us (raw half-RTT in the Linux column)"
+echo
+echo "As a fraction of the copy floor (two copies through shared memory, no protocol; same runs):" \
+     "${R[floor65536_gbps]} Gbit/s in 64 KiB slots, ${R[floor1500_gbps]} in 1500-byte slots"
+fraction() { awk -v a="$1" -v b="${R[floor65536_gbps]}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+printf "%-44s %10s %10s %s\n" "what" "Gbit/s" "of floor" "target"
+for row in "xk memif, MTU 1500:mtu1500:>= 0.5" "xk memif, MTU 9000:mtu9000:>= 0.5" \
+           "xk shm, MTU 1500:shm1500:>= 0.5" "xk shm, MTU 9000:shm9000:>= 0.5" \
+           "xk shm, MTU 1500, checksum off:shm1500_nocsum:" "xk memif, MTU 1500, checksum off:mtu1500_nocsum:" \
+           "Linux veth, MTU 1500:lnx1500:" "Linux veth, MTU 9000:lnx9000:" \
+           "copy floor, 1500-byte slots:floor1500:"; do
+  IFS=: read -r label key target <<< "$row"
+  printf "%-44s %10s %10s %s\n" "$label" "${R[${key}_gbps]}" "$(fraction "${R[${key}_gbps]}")" "$target"
+done
 echo "  (checksum rows compare xk with itself: off / on; checksum off, xk CPU s/GB client / server:" \
      "MTU 1500 ${R[mtu1500_nocsum_cpu_c]} / ${R[mtu1500_nocsum_cpu_s]}, MTU 9000 ${R[mtu9000_nocsum_cpu_c]} / ${R[mtu9000_nocsum_cpu_s]})"
 echo "  xk's CPU: getrusage of each process over the transfer, whose loop busy-polls a core (so CPU s/GB is about 1 / rate);" \
