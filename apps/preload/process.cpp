@@ -186,6 +186,12 @@ Process::Process() {
   }
   if (mode == nullptr) setenv("XK_MODE", "hybrid", 1);
   if (const char* s = std::getenv("XK_SPIN_US"); s != nullptr) spin_us_ = static_cast<unsigned>(std::atoi(s));
+  if (const char* s = std::getenv("XK_KERNEL_POLL_US"); s != nullptr) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v > 1'000'000) die(std::string("XK_KERNEL_POLL_US='") + s + "': microseconds, 0 to 1000000");
+    kernel_poll_us_ = static_cast<unsigned>(v);
+  }
   if (const char* k = std::getenv("XK_PRELOAD_KERNEL"); k != nullptr) {
     std::string list = k;
     for (char& c : list) c = c == ',' ? ' ' : c;

@@ -140,6 +140,9 @@ class Process {
   xk_stack* stack() const noexcept { return forked_ ? nullptr : stack_.load(std::memory_order_acquire); }
   const Policy& policy() const noexcept { return policy_; }
   unsigned spin_us() const noexcept { return spin_us_; }
+  // How long a zero-timeout wait that found its kernel descriptors idle
+  // answers for them again without asking the kernel (XK_KERNEL_POLL_US).
+  unsigned kernel_poll_us() const noexcept { return kernel_poll_us_; }
 
   Slot slot(int fd) const noexcept {
     if (fd < 0 || static_cast<std::size_t>(fd) >= size_) return {Slot::Kind::kernel, -1};
@@ -230,6 +233,7 @@ class Process {
   pid_t owner_ = 0;
   Policy policy_;
   unsigned spin_us_ = 50;
+  unsigned kernel_poll_us_ = 20;
   static inline bool forked_ = false;
 
   std::atomic<int>* slots_ = nullptr;

@@ -121,6 +121,61 @@ class CallMask {
 
 // ---- poll ---------------------------------------------------------------------------
 
+// A progress loop (Open MPI's) waits on its set with a zero timeout on every
+// turn. Its xk sockets are answered here, but each turn would still ask the
+// kernel about its kernel descriptors, a system call of 0.5-2 us for what is
+// nearly always "nothing" (an eventfd and a listening socket, in Open MPI's
+// case). As OpenOnload's fast poll does, a zero-timeout look at a kernel
+// set that found it idle is taken as still true for XK_KERNEL_POLL_US: a
+// kernel descriptor that becomes ready is reported at most that much later
+// to a program that keeps looking, and a look that found one ready is never
+// reused. A wait that may block always asks the kernel. Per thread, a few
+// sets at a time (keyed by their descriptors and events, or the epoll set).
+struct KernelLook {
+  std::uint64_t key = 0;
+  std::optional<Clock::time_point> idle_since;
+};
+
+class KernelLooks {
+ public:
+  // Whether the kernel must be asked about set `key` now.
+  static bool due(std::uint64_t key, Clock::time_point now) {
+    const Process* p = Process::instance();
+    const unsigned us = p != nullptr ? p->kernel_poll_us() : 0;
+    if (us == 0) return true;
+    for (const Entry& e : entries_) {
+      if (e.key == key && e.idle_since.has_value()) return now - *e.idle_since >= std::chrono::microseconds(us);
+    }
+    return true;
+  }
+  // What the kernel said of set `key`: idle, or something ready.
+  static void saw(std::uint64_t key, Clock::time_point now, bool idle) {
+    Entry* slot = &entries_[next_];
+    for (Entry& e : entries_) {
+      if (e.key == key) slot = &e;
+    }
+    if (slot == &entries_[next_] && slot->key != key) next_ = (next_ + 1) % kEntries;
+    slot->key = key;
+    if (idle) slot->idle_since = now;
+    else slot->idle_since.reset();
+  }
+  static std::uint64_t key_of(const pollfd* fds, std::size_t n) {
+    std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over (fd, events)
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint64_t v = (std::uint64_t{static_cast<std::uint32_t>(fds[i].fd)} << 16) |
+                              static_cast<std::uint16_t>(fds[i].events);
+      h = (h ^ v) * 0x100000001b3ull;
+    }
+    return h ^ n;
+  }
+
+ private:
+  using Entry = KernelLook;
+  static constexpr std::size_t kEntries = 4;
+  static inline thread_local Entry entries_[kEntries]{};
+  static inline thread_local std::size_t next_ = 0;
+};
+
 // A set whose only non-kernel entries are stale (inherited across fork):
 // those read POLLNVAL, which makes the call return at once, as the kernel's
 // does for a closed descriptor; the kernel answers for the rest.
@@ -178,18 +233,24 @@ int poll_mixed(pollfd* fds, nfds_t n, const timespec* ts, const sigset_t* mask) 
     for (nfds_t i = 0; i < n; ++i) ready += fds[i].revents != 0;
     return ready;
   };
+  const bool at_once = deadline.zero_wait(ts);
+  const std::uint64_t kernel_key = at_once ? KernelLooks::key_of(ks.data(), ks.size()) : 0;
   auto look = [&]() -> int {
     const int a = xk_poll(xs.data(), xs.size(), 0);
     if (a < 0) return -1;
-    const int b = ks.empty() ? 0 : libc().poll(ks.data(), ks.size(), 0);
+    if (ks.empty()) return a;
+    const Clock::time_point now = at_once ? Clock::now() : Clock::time_point{};
+    if (at_once && !KernelLooks::due(kernel_key, now)) return a;  // idle a moment ago: still so
+    const int b = libc().poll(ks.data(), ks.size(), 0);
     if (b < 0) return -1;
+    if (at_once) KernelLooks::saw(kernel_key, now, b == 0);
     return a + b;
   };
   bool slept = false;  // woken, it looks and sleeps again without a spin
   for (;;) {
     const int r = look();
     if (r < 0) return -1;
-    if (r > 0 || stale || deadline.zero_wait(ts) || deadline.passed()) return merge();
+    if (r > 0 || stale || at_once || deadline.passed()) return merge();
     if (!slept) {
       const Spun spun = spin(signals, [&] { return xk_poll(xs.data(), xs.size(), 0) > 0; });
       if (spun == Spun::interrupted) return fail(EINTR);
@@ -276,12 +337,16 @@ int epoll_mixed(int epfd, int side, epoll_event* ev, int max, Deadline deadline,
   if (max <= 0 || ev == nullptr) return fail(EINVAL);
   const std::uint64_t signals = handlers_run();
   const CallMask call_mask(mask);
+  const std::uint64_t kernel_key = ~static_cast<std::uint64_t>(static_cast<std::uint32_t>(epfd));
   auto look = [&]() -> int {
     int n = xk_epoll_wait(side, ev, max, 0);
     if (n < 0) return -1;
     if (n < max) {
+      const Clock::time_point now = at_once ? Clock::now() : Clock::time_point{};
+      if (at_once && !KernelLooks::due(kernel_key, now)) return n;  // idle a moment ago: still so
       const int m = libc().epoll_wait(epfd, ev + n, max - n, 0);
       if (m < 0) return n > 0 ? n : -1;
+      if (at_once) KernelLooks::saw(kernel_key, now, m == 0);
       n += m;
     }
     return n;

@@ -7,7 +7,15 @@
  *   mpirun -np 2 [--mca btl tcp,self] mpi_pingpong [ROUNDS]
  *
  * Prints one line per size and "mpi_pingpong: N messages verified" at the
- * end; exits 1 on the first wrong byte. */
+ * end; exits 1 on the first wrong byte.
+ *
+ *   mpirun -np 2 ... mpi_pingpong bench [MAX_BYTES]
+ *
+ * The benchmark form (tests/bench/mpi_bench.sh): powers of two from 1 B to
+ * MAX_BYTES (default 8 MiB), a few round trips to warm up, then enough to
+ * move ~64 MiB each way (10 to 2000); only the exchanges are timed, the
+ * bytes are checked once after them. One line per size:
+ *   MPIBENCH bytes=N rounds=R half_rtt_us=T */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +38,45 @@ static int check(const unsigned char* buf, size_t size, int round, const char* w
   return 1;
 }
 
+/* One round trip of `size` bytes: rank 0 sends and takes the echo. */
+static void exchange(unsigned char* buf, size_t size, int rank, int tag) {
+  MPI_Status st;
+  if (rank == 0) {
+    MPI_Send(buf, (int)size, MPI_BYTE, 1, tag, MPI_COMM_WORLD);
+    MPI_Recv(buf, (int)size, MPI_BYTE, 1, tag, MPI_COMM_WORLD, &st);
+  } else {
+    MPI_Recv(buf, (int)size, MPI_BYTE, 0, tag, MPI_COMM_WORLD, &st);
+    MPI_Send(buf, (int)size, MPI_BYTE, 0, tag, MPI_COMM_WORLD);
+  }
+}
+
+static int bench(int rank, size_t max) {
+  if (max > ((size_t)1 << 32)) MPI_Abort(MPI_COMM_WORLD, 2);
+  unsigned char* buf = malloc(max);
+  if (buf == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+  int tag = 0;
+  for (size_t size = 1; size <= max; size *= 2, ++tag) {
+    size_t rounds = ((size_t)64 << 20) / size;
+    rounds = rounds < 10 ? 10 : rounds > 2000 ? 2000 : rounds;
+    if (rank == 0) {
+      for (size_t i = 0; i < size; ++i) buf[i] = pattern(size, 0, i);
+    }
+    for (int w = 0; w < 5; ++w) exchange(buf, size, rank, tag);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    for (size_t r = 0; r < rounds; ++r) exchange(buf, size, rank, tag);
+    const double t = MPI_Wtime() - t0;
+    if (!check(buf, size, 0, rank == 0 ? "echo" : "received")) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (rank == 0) {
+      printf("MPIBENCH bytes=%zu rounds=%zu half_rtt_us=%.3f\n", size, rounds, t / (double)rounds / 2 * 1e6);
+      fflush(stdout);
+    }
+  }
+  free(buf);
+  MPI_Finalize();
+  return 0;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0, ranks = 0;
@@ -38,6 +85,11 @@ int main(int argc, char** argv) {
   if (ranks != 2) {
     if (rank == 0) fprintf(stderr, "mpi_pingpong: run with exactly 2 ranks, not %d\n", ranks);
     MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  if (argc > 1 && strcmp(argv[1], "bench") == 0) {
+    const long max = argc > 2 ? atol(argv[2]) : 8L << 20;
+    if (max < 1) MPI_Abort(MPI_COMM_WORLD, 2);
+    return bench(rank, (size_t)max);
   }
   const int rounds = argc > 1 ? atoi(argv[1]) : 3;
   size_t sizes[40];

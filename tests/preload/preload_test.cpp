@@ -406,6 +406,78 @@ TEST(Preload, PollMixesSocketsAndPipes) {
   for (int fd : {c, s, p[0]}) close(fd);
 }
 
+// A progress loop's zero-timeout waits answer for their kernel descriptors
+// from the last look while it found them idle less than XK_KERNEL_POLL_US
+// ago (kKernelPollUs here, set in main) -- and never later: a look that
+// starts past the bound asks the kernel, a ready descriptor is never
+// answered from memory, and a wait that may block always asks.
+constexpr int kKernelPollUs = 2000;
+
+TEST(Preload, AZeroTimeoutLoopSeesAReadyKernelDescriptorWithinItsBound) {
+  auto [c, s] = xk_pair(7014);
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  const auto bound = std::chrono::microseconds(kKernelPollUs);
+  pollfd fds[2] = {{s, POLLIN, 0}, {p[0], POLLIN, 0}};
+  for (int round = 0; round < 20; ++round) {
+    ASSERT_EQ(poll(fds, 2, 0), 0);  // idle: remembered
+    const auto idle_end = Clock::now();
+    ASSERT_EQ(write(p[1], "x", 1), 1);
+    int n = 0;
+    for (auto until = Clock::now() + std::chrono::seconds(5); n == 0 && Clock::now() < until;) {
+      const auto start = Clock::now();
+      n = poll(fds, 2, 0);
+      ASSERT_GE(n, 0);
+      if (n == 0) {
+        ASSERT_LT(start - idle_end, bound) << "a look past the bound answered from memory";
+      }
+    }
+    ASSERT_EQ(n, 1) << "the pipe was never seen";
+    EXPECT_EQ(fds[1].revents, POLLIN);
+    EXPECT_EQ(poll(fds, 2, 0), 1) << "a ready descriptor is asked about again";
+    char x;
+    ASSERT_EQ(read(p[0], &x, 1), 1);
+  }
+  // A wait that may block asks the kernel at once.
+  ASSERT_EQ(poll(fds, 2, 0), 0);
+  ASSERT_EQ(write(p[1], "y", 1), 1);
+  auto t0 = Clock::now();
+  EXPECT_EQ(poll(fds, 2, 1000), 1);
+  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(500));
+  EXPECT_EQ(fds[1].revents, POLLIN);
+  char y;
+  ASSERT_EQ(read(p[0], &y, 1), 1);
+  // The same for an epoll set that holds both kinds.
+  const int ev = eventfd(0, EFD_NONBLOCK);
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  epoll_event e{};
+  e.events = EPOLLIN;
+  e.data.u64 = 1;
+  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, s, &e), 0);
+  e.data.u64 = 2;
+  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, ev, &e), 0);
+  epoll_event out[4];
+  for (int round = 0; round < 20; ++round) {
+    ASSERT_EQ(epoll_wait(ep, out, 4, 0), 0);
+    const auto idle_end = Clock::now();
+    ASSERT_EQ(eventfd_write(ev, 1), 0);
+    int n = 0;
+    for (auto until = Clock::now() + std::chrono::seconds(5); n == 0 && Clock::now() < until;) {
+      const auto start = Clock::now();
+      n = epoll_wait(ep, out, 4, 0);
+      ASSERT_GE(n, 0);
+      if (n == 0) {
+        ASSERT_LT(start - idle_end, bound) << "a look past the bound answered from memory";
+      }
+    }
+    ASSERT_EQ(n, 1) << "the eventfd was never seen";
+    EXPECT_EQ(out[0].data.u64, 2u);
+    eventfd_t v;
+    ASSERT_EQ(eventfd_read(ev, &v), 0);
+  }
+  for (int fd : {c, s, p[0], p[1], ev, ep}) close(fd);
+}
+
 TEST(Preload, EpollMixesSocketsEventfdsAndPipes) {
   auto [c, s] = xk_pair(7005);
   const int ev = eventfd(0, EFD_NONBLOCK);
@@ -832,8 +904,11 @@ int main(int argc, char** argv) {
   // Not yet under xkrun: start again under it (the stack comes from the
   // loopback graph), the same arguments.
   if (std::getenv("XKRUN_PID") == nullptr) {
-    std::vector<char*> args = {const_cast<char*>(XK_XKRUN), const_cast<char*>("--graph"),
-                               const_cast<char*>(XK_PRELOAD_GRAPH), const_cast<char*>("--")};
+    // The kernel-poll bound long enough to observe (AZeroTimeoutLoop...).
+    const std::string kernel_poll = std::to_string(kKernelPollUs);
+    std::vector<char*> args = {const_cast<char*>(XK_XKRUN),          const_cast<char*>("--graph"),
+                               const_cast<char*>(XK_PRELOAD_GRAPH),  const_cast<char*>("--kernel-poll-us"),
+                               const_cast<char*>(kernel_poll.c_str()), const_cast<char*>("--")};
     for (int i = 0; i < argc; ++i) args.push_back(argv[i]);
     args.push_back(nullptr);
     execv(XK_XKRUN, args.data());
