@@ -138,26 +138,18 @@ struct KernelLook {
 
 class KernelLooks {
  public:
-  // Whether the kernel must be asked about set `key` now.
-  static bool due(std::uint64_t key, Clock::time_point now) {
-    const Process* p = Process::instance();
-    const unsigned us = p != nullptr ? p->kernel_poll_us() : 0;
-    if (us == 0) return true;
-    for (const Entry& e : entries_) {
-      if (e.key == key && e.idle_since.has_value()) return now - *e.idle_since >= std::chrono::microseconds(us);
-    }
-    return true;
-  }
-  // What the kernel said of set `key`: idle, or something ready.
-  static void saw(std::uint64_t key, Clock::time_point now, bool idle) {
-    Entry* slot = &entries_[next_];
-    for (Entry& e : entries_) {
-      if (e.key == key) slot = &e;
-    }
-    if (slot == &entries_[next_] && slot->key != key) next_ = (next_ + 1) % kEntries;
-    slot->key = key;
-    if (idle) slot->idle_since = now;
-    else slot->idle_since.reset();
+  // What `ask_kernel` (a zero-timeout look at the kernel descriptors of set
+  // `key`) returns -- or 0 without asking, while the kernel said "idle" of
+  // the set less than XK_KERNEL_POLL_US ago. Only for a call that must not
+  // block (`at_once`); any other asks.
+  template <class Ask>
+  static int ask(bool at_once, std::uint64_t key, Ask&& ask_kernel) {
+    if (!at_once) return ask_kernel();
+    const Clock::time_point now = Clock::now();
+    if (!due(key, now)) return 0;
+    const int r = ask_kernel();
+    if (r >= 0) saw(key, now, r == 0);
+    return r;
   }
   static std::uint64_t key_of(const pollfd* fds, std::size_t n) {
     std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over (fd, events)
@@ -170,9 +162,31 @@ class KernelLooks {
   }
 
  private:
-  using Entry = KernelLook;
-  static constexpr std::size_t kEntries = 4;
-  static inline thread_local Entry entries_[kEntries]{};
+  static bool due(std::uint64_t key, Clock::time_point now) {
+    const Process* p = Process::instance();
+    const unsigned us = p != nullptr ? p->kernel_poll_us() : 0;
+    if (us == 0) return true;
+    for (const KernelLook& e : looks_) {
+      if (e.key == key && e.idle_since.has_value()) return now - *e.idle_since >= std::chrono::microseconds(us);
+    }
+    return true;
+  }
+  static void saw(std::uint64_t key, Clock::time_point now, bool idle) {
+    KernelLook* slot = nullptr;
+    for (KernelLook& e : looks_) {
+      if (e.key == key) slot = &e;
+    }
+    if (slot == nullptr) {  // the oldest entry makes room
+      slot = &looks_[next_];
+      next_ = (next_ + 1) % kLooks;
+    }
+    slot->key = key;
+    if (idle) slot->idle_since = now;
+    else slot->idle_since.reset();
+  }
+
+  static constexpr std::size_t kLooks = 4;
+  static inline thread_local KernelLook looks_[kLooks]{};
   static inline thread_local std::size_t next_ = 0;
 };
 
@@ -239,11 +253,8 @@ int poll_mixed(pollfd* fds, nfds_t n, const timespec* ts, const sigset_t* mask) 
     const int a = xk_poll(xs.data(), xs.size(), 0);
     if (a < 0) return -1;
     if (ks.empty()) return a;
-    const Clock::time_point now = at_once ? Clock::now() : Clock::time_point{};
-    if (at_once && !KernelLooks::due(kernel_key, now)) return a;  // idle a moment ago: still so
-    const int b = libc().poll(ks.data(), ks.size(), 0);
+    const int b = KernelLooks::ask(at_once, kernel_key, [&] { return libc().poll(ks.data(), ks.size(), 0); });
     if (b < 0) return -1;
-    if (at_once) KernelLooks::saw(kernel_key, now, b == 0);
     return a + b;
   };
   bool slept = false;  // woken, it looks and sleeps again without a spin
@@ -342,11 +353,8 @@ int epoll_mixed(int epfd, int side, epoll_event* ev, int max, Deadline deadline,
     int n = xk_epoll_wait(side, ev, max, 0);
     if (n < 0) return -1;
     if (n < max) {
-      const Clock::time_point now = at_once ? Clock::now() : Clock::time_point{};
-      if (at_once && !KernelLooks::due(kernel_key, now)) return n;  // idle a moment ago: still so
-      const int m = libc().epoll_wait(epfd, ev + n, max - n, 0);
+      const int m = KernelLooks::ask(at_once, kernel_key, [&] { return libc().epoll_wait(epfd, ev + n, max - n, 0); });
       if (m < 0) return n > 0 ? n : -1;
-      if (at_once) KernelLooks::saw(kernel_key, now, m == 0);
       n += m;
     }
     return n;
