@@ -43,6 +43,9 @@ expect 2 "--exit-linger-ms: '-1' is not a number" -- --exit-linger-ms -1 -- true
 expect 1 "XK_MODE='inline'" XK_MODE=inline -- --graph "$GRAPH" -- true
 expect 1 "XK_HAND_BACK_US=0" XK_HAND_BACK_US=0 -- --graph "$GRAPH" -- true
 expect 1 "XK_EXIT_LINGER_MS='x'" XK_EXIT_LINGER_MS=x -- --graph "$GRAPH" -- true
+expect 2 "--kernel-poll-us: 'soon' is not a number" -- --kernel-poll-us soon -- true
+expect 1 "XK_KERNEL_POLL_US='2000000'" XK_KERNEL_POLL_US=2000000 -- --graph "$GRAPH" -- true
+expect 1 "XK_KERNEL_POLL_US='-5'" XK_KERNEL_POLL_US=-5 -- --graph "$GRAPH" -- true
 expect 1 "the xk stack did not start" -- --filterd /nonexistent/filterd.sock -- true
 expect 1 "XK_PRELOAD_KERNEL: '10.0.0.0/33'" -- --kernel-nets 10.0.0.0/33 --graph "$GRAPH" -- true
 expect 0 "" -- --graph "$GRAPH" -- true
@@ -56,6 +59,8 @@ defaults=$(env -u XKRUN_PID -u XK_MODE -u XK_SPIN_US "$XKRUN" --graph "$GRAPH" -
 [ "$defaults" = "hybrid 200" ] || { echo "FAIL: defaults '$defaults', not 'hybrid 200'"; fails=$((fails + 1)); }
 given=$(env -u XKRUN_PID "$XKRUN" --spin-us 7 --graph "$GRAPH" -- sh -c 'echo "$XK_SPIN_US"')
 [ "$given" = 7 ] || { echo "FAIL: --spin-us 7 gave XK_SPIN_US='$given'"; fails=$((fails + 1)); }
+given=$(env -u XKRUN_PID "$XKRUN" --kernel-poll-us 0 --graph "$GRAPH" -- sh -c 'echo "$XK_KERNEL_POLL_US"')
+[ "$given" = 0 ] || { echo "FAIL: --kernel-poll-us 0 gave XK_KERNEL_POLL_US='$given'"; fails=$((fails + 1)); }
 # A program that execs another (a wrapper script) hands nothing of its
 # stack on: the new image has as many descriptors as one started directly
 # (DPDK's own -- EAL pipes, epoll set, timer, memfd -- are close-on-exec).
