@@ -406,6 +406,20 @@ TEST(Preload, PollMixesSocketsAndPipes) {
   for (int fd : {c, s, p[0]}) close(fd);
 }
 
+// An epoll set holding an xk socket (data 1) and a kernel descriptor (data
+// 2), both level-triggered for reading.
+int epoll_of(int xk_sock, int kernel_fd) {
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  EXPECT_GE(ep, 0) << std::strerror(errno);
+  epoll_event e{};
+  e.events = EPOLLIN;
+  e.data.u64 = 1;
+  EXPECT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, xk_sock, &e), 0) << std::strerror(errno);
+  e.data.u64 = 2;
+  EXPECT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, kernel_fd, &e), 0) << std::strerror(errno);
+  return ep;
+}
+
 // A progress loop's zero-timeout waits answer for their kernel descriptors
 // from the last look while it found them idle less than XK_KERNEL_POLL_US
 // ago (kKernelPollUs here, set in main) -- and never later: a look that
@@ -457,13 +471,7 @@ TEST(Preload, AZeroTimeoutLoopSeesAReadyKernelDescriptorWithinItsBound) {
   ASSERT_EQ(read(p[0], &y, 1), 1);
   // The same for an epoll set that holds both kinds.
   const int ev = eventfd(0, EFD_NONBLOCK);
-  const int ep = epoll_create1(EPOLL_CLOEXEC);
-  epoll_event e{};
-  e.events = EPOLLIN;
-  e.data.u64 = 1;
-  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, s, &e), 0);
-  e.data.u64 = 2;
-  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, ev, &e), 0);
+  const int ep = epoll_of(s, ev);
   epoll_event out[4];
   for (int round = 0; round < 20; ++round) {
     seen_within_bound([&] { return epoll_wait(ep, out, 4, 0); }, [&] { ASSERT_EQ(eventfd_write(ev, 1), 0); });
@@ -477,14 +485,8 @@ TEST(Preload, AZeroTimeoutLoopSeesAReadyKernelDescriptorWithinItsBound) {
 TEST(Preload, EpollMixesSocketsEventfdsAndPipes) {
   auto [c, s] = xk_pair(7005);
   const int ev = eventfd(0, EFD_NONBLOCK);
-  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  const int ep = epoll_of(s, ev);
   ASSERT_GE(ep, 0);
-  epoll_event e{};
-  e.events = EPOLLIN;
-  e.data.u64 = 1;
-  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, s, &e), 0) << std::strerror(errno);
-  e.data.u64 = 2;
-  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, ev, &e), 0);
   epoll_event out[4];
   EXPECT_EQ(epoll_wait(ep, out, 4, 30), 0);
   // Both sides at once.
@@ -506,6 +508,7 @@ TEST(Preload, EpollMixesSocketsEventfdsAndPipes) {
   ASSERT_EQ(eventfd_read(ev, &v), 0);
   EXPECT_EQ(epoll_wait(ep, out, 4, 0), 0);
   // Edge-triggered and one-shot on the socket.
+  epoll_event e{};
   e.events = EPOLLIN | EPOLLONESHOT;
   e.data.u64 = 1;
   ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_MOD, s, &e), 0);
@@ -521,13 +524,7 @@ TEST(Preload, EpollPwait2TimesOutToTheNanosecondAndWakesOnEitherSide) {
   auto [c, s] = xk_pair(7019);
   int p[2];
   ASSERT_EQ(pipe(p), 0);
-  const int ep = epoll_create1(EPOLL_CLOEXEC);
-  epoll_event e{};
-  e.events = EPOLLIN;
-  e.data.u64 = 1;
-  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, s, &e), 0);
-  e.data.u64 = 2;
-  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, p[0], &e), 0);
+  const int ep = epoll_of(s, p[0]);
   epoll_event out[4];
   const timespec zero{0, 0};
   EXPECT_EQ(epoll_pwait2(ep, out, 4, &zero, nullptr), 0);
