@@ -43,6 +43,18 @@ void resolve(F*& f, const char* name) {
   _exit(1);
 }
 
+// A count from the environment, 0..max (`unit`: what it counts); unset, `fallback`.
+unsigned env_number(const char* name, unsigned long max, const char* unit, unsigned fallback) {
+  const char* s = std::getenv(name);
+  if (s == nullptr) return fallback;
+  char* end = nullptr;
+  const unsigned long v = std::strtoul(s, &end, 10);
+  if (*s == '\0' || *end != '\0' || v > max) {
+    die(std::string(name) + "='" + s + "': " + unit + ", 0.." + std::to_string(max));
+  }
+  return static_cast<unsigned>(v);
+}
+
 // "A.B.C.D/N" -> (net, mask) in host order.
 bool parse_net(const std::string& s, std::uint32_t& net, std::uint32_t& mask) {
   const auto slash = s.find('/');
@@ -186,12 +198,7 @@ Process::Process() {
   }
   if (mode == nullptr) setenv("XK_MODE", "hybrid", 1);
   if (const char* s = std::getenv("XK_SPIN_US"); s != nullptr) spin_us_ = static_cast<unsigned>(std::atoi(s));
-  if (const char* s = std::getenv("XK_KERNEL_POLL_US"); s != nullptr) {
-    char* end = nullptr;
-    const unsigned long v = std::strtoul(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v > 1'000'000) die(std::string("XK_KERNEL_POLL_US='") + s + "': microseconds, 0 to 1000000");
-    kernel_poll_us_ = static_cast<unsigned>(v);
-  }
+  kernel_poll_us_ = env_number("XK_KERNEL_POLL_US", 1'000'000, "microseconds", kernel_poll_us_);
   if (const char* k = std::getenv("XK_PRELOAD_KERNEL"); k != nullptr) {
     std::string list = k;
     for (char& c : list) c = c == ',' ? ' ' : c;
@@ -202,12 +209,7 @@ Process::Process() {
       policy_.kernel_nets.emplace_back(net, m);
     }
   }
-  if (const char* l = std::getenv("XK_EXIT_LINGER_MS"); l != nullptr) {
-    char* end = nullptr;
-    const unsigned long ms = std::strtoul(l, &end, 10);
-    if (*l == '\0' || *end != '\0' || ms > 600'000) die(std::string("XK_EXIT_LINGER_MS='") + l + "': a number of ms, 0..600000");
-    exit_linger_ms_ = static_cast<unsigned>(ms);
-  }
+  exit_linger_ms_ = env_number("XK_EXIT_LINGER_MS", 600'000, "milliseconds", exit_linger_ms_);
   if (const char* f = std::getenv("XK_STATS"); f != nullptr) {
     if (*f == '\0') die("XK_STATS='': a file for the stack's counters at exit, or - for stderr");
     stats_path_ = f;
