@@ -664,9 +664,10 @@ void ShmDriver::deliver(const Desc& d) {
   for (std::size_t i = 0; i < d.nref; ++i) {
     const Desc::Ref& r = d.refs[i];
     peer_arena_->hold();
-    // Read-only memory: the layers read payload, never write it.
-    auto* at = const_cast<std::byte*>(peer_arena_->base + r.off);
-    Result<Msg> piece = Msg::wrap(at, r.len, 0, r.len, BufDeleter{&PeerArena::give_back, &peer_arena_->recs[r.token]});
+    // Mapped read-only: a layer that answers with these bytes (an echo, the
+    // central relay) pushes its headers into a fragment of its own.
+    Result<Msg> piece = Msg::wrap_read_only(peer_arena_->base + r.off, r.len, 0, r.len,
+                                            BufDeleter{&PeerArena::give_back, &peer_arena_->recs[r.token]});
     if (!piece) {
       // The deleter ran: this token is back; the rest go back unused.
       Desc rest = d;

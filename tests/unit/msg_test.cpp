@@ -3,6 +3,7 @@
 #include "xk/copy.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <array>
 #include <cstring>
@@ -358,6 +359,33 @@ TEST(Msg, OwnIfScarceCopiesOnlyWhenThePortIsShort) {
   m->offload().flags |= Offload::rx_scarce;
   ASSERT_TRUE(m->own_if_scarce().ok());
   EXPECT_FALSE(m->holds_external());
+}
+
+// A frame received by reference from a peer that maps it read-only (the shm
+// link): a layer that pops the headers and answers with the payload (an
+// echo, the central relay) must get a header fragment of its own, not the
+// popped bytes -- a write there faults.
+TEST(Msg, AReadOnlyBufferIsNeverPushedInto) {
+  const std::size_t page = 4096;
+  void* p = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  auto* bytes = static_cast<std::byte*>(p);
+  std::memset(bytes, 0x5A, page);
+  ASSERT_EQ(::mprotect(p, page, PROT_READ), 0);
+  {
+    auto m = Msg::wrap_read_only(bytes, page, 0, page, BufDeleter{});
+    ASSERT_TRUE(m.ok());
+    ASSERT_TRUE(m->pop(22).ok());
+    EXPECT_EQ(m->headroom(), 0u) << "the popped bytes are not ours to write";
+    EXPECT_FALSE(m->push_in_place(8).ok());
+    auto h = m->push(8);
+    ASSERT_TRUE(h.ok());
+    std::memset(h->data(), 0x11, h->size());
+    EXPECT_EQ(m->fragment_count(), 2u);
+    EXPECT_EQ(m->size(), page - 22 + 8);
+  }
+  for (std::size_t i = 0; i < page; ++i) ASSERT_EQ(bytes[i], std::byte{0x5A});
+  ::munmap(p, page);
 }
 
 TEST(Msg, ExternalStorageWithoutDeleterIsNeitherWrittenNorCached) {

@@ -278,6 +278,14 @@ Result<Msg> Msg::wrap(std::byte* base, std::size_t capacity, std::size_t off, st
   return single(claim(b, off, len));
 }
 
+Result<Msg> Msg::wrap_read_only(const std::byte* base, std::size_t capacity, std::size_t off, std::size_t len,
+                                BufDeleter deleter) {
+  // The cast only lets Buf hold the pointer: read_only_ keeps every write out.
+  Result<Msg> m = wrap(const_cast<std::byte*>(base), capacity, off, len, deleter);
+  if (m) m->frags_[0].buf->read_only_ = true;
+  return m;
+}
+
 // ---- fragment array -------------------------------------------------------
 
 Status Msg::reserve(std::uint32_t cap) {
@@ -322,7 +330,7 @@ void Msg::erase_front(std::uint32_t count) noexcept {
 std::size_t Msg::headroom() const noexcept {
   if (n_ == 0) return 0;
   const Frag& f = frags_[0];
-  if (f.off != f.buf->head_mark_ && f.buf->refs() != 1) return 0;
+  if (f.buf->read_only_ || (f.off != f.buf->head_mark_ && f.buf->refs() != 1)) return 0;
   return f.off;
 }
 

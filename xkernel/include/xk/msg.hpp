@@ -91,6 +91,7 @@ class Buf {
   std::byte* data_ = nullptr;
   BufDeleter deleter_{};  // external storage or a source's chunk; may be empty (nothing to release)
   bool external_ = false;  // storage not ours: never cached, never appended to
+  bool read_only_ = false;  // storage we may not write: no push in place either
 
   static std::atomic<std::int64_t> live_;
   static std::atomic<std::uint64_t> created_;
@@ -185,6 +186,11 @@ class Msg {
   // headroom. `deleter` runs when the last reference drops (also on failure).
   static Result<Msg> wrap(std::byte* base, std::size_t capacity, std::size_t off,
                           std::size_t len, BufDeleter deleter);
+  // As wrap, for storage this process may only read (a peer's memory mapped
+  // read-only): nothing is ever written into it, a push always takes a
+  // header fragment of its own.
+  static Result<Msg> wrap_read_only(const std::byte* base, std::size_t capacity, std::size_t off,
+                                    std::size_t len, BufDeleter deleter);
 
   std::size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
@@ -300,7 +306,7 @@ inline bool Msg::push_in_place_fast(std::size_t n, std::span<std::byte>& out) no
   if (n_ == 0) return false;
   Frag& f = frags_[0];
   Buf* b = f.buf;
-  if (f.off < n) return false;
+  if (f.off < n || b->read_only_) return false;
   // The headroom is ours if nobody shares the buffer, or if we stand at the
   // frontier (nobody else has written in front of us).
   if (f.off != b->head_mark_ && b->refs() != 1) return false;
