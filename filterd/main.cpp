@@ -1,7 +1,7 @@
 // filterd: the I/O-node daemon (docs/filterd.md).
 //
 //   filterd --port DEVARGS --ip A.B.C.D/N [--gw A.B.C.D] [--control PATH]
-//           [--memif-socket PATH] [--channels memif|shm] [--port-opts 'K=V ..'] [--secret HEX32]
+//           [--memif-socket PATH] [--channels shm|memif] [--port-opts 'K=V ..'] [--secret HEX32]
 //           [--mode steer|central] [--csum on|off] [--tcp-opts 'K=V ..']
 //           [--control-tcp A.B.C.D:PORT --control-token FILE]
 //           [--node-port DEVARGS [--node-port-opts 'K=V ..']] [--heartbeat-ms MS]
@@ -67,8 +67,8 @@ every frame to the compute node that owns its flow (docs/filterd.md).
   --control PATH        the control socket (default /run/xk/filterd.sock)
   --memif-socket PATH   where the nodes' channels meet (default /run/xk/filterd.memif; shm
                         channels: one socket each, PATH.<id>)
-  --channels memif|shm  the nodes' channels: net_memif (default) or xk's own shared-memory
-                        link, whose payload crosses by reference (docs/shm-driver.md)
+  --channels shm|memif  the nodes' channels: xk's own shared-memory link (default), whose
+                        payload crosses by reference (docs/shm-driver.md), or net_memif
   --secret HEX32        the nodes' ISN and SYN-cookie key (default: random at start); give the
                         same one to a filterd that restarts, so resumed nodes and new ones agree
   --rules-file PATH     keep the user rules (xkctl rule add) in this file, so a filterd that
@@ -116,7 +116,7 @@ struct Flags {
   std::optional<Ipv4Cidr> ip;
   std::optional<Ipv4Addr> gw;
   bool central = false;
-  bool shm = false;  // --channels shm
+  bool shm = true;  // --channels shm (the default) or memif
   long long resync_grace_ms = 3000;
   std::string control_tcp, control_token, node_port, node_port_opts, rules_file;
   long long heartbeat_ms = 0;

@@ -84,8 +84,8 @@ each run:
                         other on a small machine; yield: spin giving the core away)
   --peer-idle busy|sleep|yield  how an xk receiver idles (default sleep)
   --filterd-idle spin|busy|yield  filterd's --idle (default spin)
-  --channels memif|shm  the nodes' channels to filterd (its --channels; default memif):
-                        shm is xk's own link, payload by reference (docs/shm-driver.md)
+  --channels shm|memif  the nodes' channels to filterd (its --channels; default shm, xk's
+                        own link, payload by reference: docs/shm-driver.md)
   --timeout SEC         the longest one run may take (default 600)
   --progress SEC        print the receiver's throughput every SEC seconds
 
@@ -147,7 +147,7 @@ struct Args {
   std::string tcp_opts;
   bool verify = false;
   std::string idle = "sleep", peer_idle = "sleep", filterd_idle = "spin";
-  std::string channels = "memif";  // the nodes' channels to filterd
+  std::string channels = "shm";  // the nodes' channels to filterd
   double timeout_s = 600;
   std::optional<double> progress_s;
   Launcher launcher = Launcher::local;

@@ -2,17 +2,19 @@
 # apps.scale_smoke: a short xk-scale run (the remote side an xk receiver
 # over net_memif; root only for step 5), in seconds rather than minutes:
 #
-# (1) N=1,2 x steer,central x checksum on,off, local launcher: scale.csv has
+# (1) N=1,2 x steer,central x checksum on,off, local launcher, the default
+#     (shm) channels: scale.csv has
 #     the header and all 8 rows, every figure positive and the bytes exact;
 #     the plots are PNG files (signature, IHDR, a sane size); the table's
 #     comparisons (steer / central per component, checksum off / on), the
 #     model and the paper's figures; nothing is left behind (no process, no
 #     memif socket, no temporary folder);
 # (1b) --repeat 3, checksum on and off, and a sweep of connections (--conns
-#     1,2,8: N=2 with K=4, checksum on): the runs in rounds, the median and
-#     min..max of each point, off against on round by round, per-connection
-#     spread and Jain's index, the connection plots; report.html names every
-#     run and embeds valid PNGs, and headless Chromium renders it;
+#     1,2,8: N=2 with K=4, checksum on), over memif channels: the runs in
+#     rounds, the median and min..max of each point, off against on round by
+#     round, per-connection spread and Jain's index, the connection plots;
+#     report.html names every run and embeds valid PNGs, and headless
+#     Chromium renders it;
 # (2) the mpirun path: N=2 as one `mpirun -np 2` job (steer, checksum on, shm channels),
 #     each rank a node with its own label;
 # (3) SIGINT in the middle of a run: xk-scale exits 130 within seconds and
@@ -77,9 +79,9 @@ no_leftovers() {
 # check_csv FILE ROWS LAUNCHER [REMOTE [LINK [REPEAT]]]: the header, ROWS
 # rows, each (mode, csum, n, k) of the matrix REPEAT times (default 1), every
 # figure positive, bytes = connections x BYTES, the remote REMOTE (default
-# xk), node_link LINK (default memif; standalone rows memif).
+# xk), node_link LINK (default shm, xk-scale's default; standalone rows memif).
 check_csv() {
-  /usr/bin/python3 - "$1" "$2" "$3" "$(numfmt --from=iec "${BYTES^^}")" "${4:-xk}" "${5:-memif}" "${6:-1}" <<'PY'
+  /usr/bin/python3 - "$1" "$2" "$3" "$(numfmt --from=iec "${BYTES^^}")" "${4:-xk}" "${5:-shm}" "${6:-1}" <<'PY'
 import collections, csv, sys
 path, rows_wanted, launcher, per_conn, remote, link, repeat = (sys.argv[1], int(sys.argv[2]), sys.argv[3],
                                                                int(sys.argv[4]), sys.argv[5], sys.argv[6],
@@ -174,8 +176,8 @@ grep -qE "^  checksum off +paper \+50 % .* ours steer [-+][0-9]+ % \(N=1\)" "$OU
 grep -q "^machine: .*, [0-9]* cores, kernel $(uname -r), DPDK " "$OUT/local.log" || die "(1): no machine line"
 no_leftovers "$SCALE_PID"
 
-step "(1b) --repeat 3, checksum on and off, and a sweep of connections (--conns 1,2,8: N=2, K=4); the report"
-start_scale "$OUT/sweep.log" --n 1,2 --modes steer --csum on,off --conns 1,2,8 --repeat 3 --results "$OUT/sweep" \
+step "(1b) --repeat 3, checksum on and off, a sweep of connections (--conns 1,2,8: N=2, K=4), memif channels; the report"
+start_scale "$OUT/sweep.log" --n 1,2 --modes steer --csum on,off --conns 1,2,8 --repeat 3 --channels memif --results "$OUT/sweep" \
   "${COMMON[@]}"
 wait "$SCALE_PID" || { cat "$OUT/sweep.log" >&2; die "(1b): xk-scale failed"; }
 PIDS=()
@@ -304,7 +306,7 @@ PIDS=()
 sed 's/^/   /' "$OUT/remote-filterd.log"
 check_csv "$OUT/rfd/scale.csv" 1 local xk-filterd
 RLOG=$OUT/rfd/runs/steer-csumon-n1/remote-filterd.log
-grep -q "attached on memif" "$RLOG" || die "(4): the receiver did not attach to the remote filterd ($RLOG)"
+grep -q "attached on shm" "$RLOG" || die "(4): the receiver did not attach to the remote filterd ($RLOG)"
 no_leftovers "$SCALE_PID"
 
 step "(5) nodes on other hosts: node port, TCP control, mpirun ranks on their own ports (%r)"

@@ -7,7 +7,7 @@
 #
 # The topology of integration.filterd_linux: Linux in one network namespace,
 # filterd on a veth (DPDK net_af_packet) in another, NODES xk-tcp-perf nodes
-# attached to filterd over net_memif. For each mode, filterd is started
+# attached to filterd over its default (shm) channels. For each mode, filterd is started
 # afresh and the same transfers run:
 #
 #   in:  CONNS concurrent connections from Linux to a port the nodes listen

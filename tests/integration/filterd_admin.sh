@@ -5,7 +5,7 @@
 #
 #   netns xk-fa-<pid>-a: Linux, xkal<pid> 192.0.2.1/24
 #   netns xk-fa-<pid>-b: filterd on xkax<pid> (DPDK net_af_packet) as
-#                        192.0.2.10/24, and its nodes over net_memif:
+#                        192.0.2.10/24, and its nodes over shm channels:
 #                        sink-a, sink-b (xk-test-node: count UDP to 9999),
 #                        echo (xk-tcp-perf echo server on TCP 5001), and later
 #                        forger (xk-test-node sending frames it does not own)

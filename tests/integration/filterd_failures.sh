@@ -6,7 +6,7 @@
 #
 #   netns xk-ff-<pid>-a: Linux, xkffl<pid> 192.0.2.1/24
 #   netns xk-ff-<pid>-b: filterd on xkffx<pid> (DPDK net_af_packet) as
-#                        192.0.2.10/24; xk-tcp-perf nodes over net_memif
+#                        192.0.2.10/24; xk-tcp-perf nodes over shm channels
 #
 # (a) kill -9 of a node mid-transfer. Linux streams into it (port 5002)
 #     while 6 paced echo connections run through the two nodes of the

@@ -8,7 +8,7 @@
 #   netns xk-mq-<pid>-a: Linux, xkml<pid> 192.0.2.1/24
 #   netns xk-mq-<pid>-b: filterd on xkmx<pid> (DPDK net_af_packet) as
 #                        192.0.2.10/24; 2 xk-echo nodes, each --stacks 2
-#                        --cpus 0,1, attached over net_memif (4 channels)
+#                        --cpus 0,1, attached over shm (4 channels)
 #
 # (1) both nodes' 4 stacks listen on 192.0.2.10:7 as one group; Linux opens
 #     32 connections at once: every stream comes back intact (SHA-256), and

@@ -1,6 +1,6 @@
 // xk-test-node: a node for filterd's integration tests, not an xk stack.
-// It registers over the control socket (HELLO), opens its memif channel with
-// the DPDK driver, and then
+// It registers over the control socket (HELLO), opens the channel filterd
+// offers (an shm link, or memif with the DPDK driver), and then
 //   --sink-udp PORT   counts the UDP datagrams to PORT that filterd steers to
 //                     it ("RX udp dport=PORT n=N" whenever N changes), and
 //   --forge SPEC      sends hand-made frames from the shared address that the
@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include "xk/drivers/dpdk.hpp"
+#include "xk/drivers/shm.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/filterd/control.hpp"
 #include "xk/filterd/token.hpp"
@@ -203,6 +205,27 @@ class Sink final : public xk::Protocol {
   std::uint16_t port_;
 };
 
+// The node's one channel: its own --port (a node on another host), else
+// what filterd's HELLO reply names -- "shm:PATH" for an shm link listening
+// on PATH.<id>, or a memif socket. Frames of MTU size only, as filterd takes.
+std::unique_ptr<xk::Driver> channel_driver(const ctl::HelloReply& h, const std::string& port, xk::EventLoop& loop) {
+  const std::string& where = h.memif_socket;
+  const std::uint32_t id = h.channels.front().memif_id;
+  if (port.empty() && where.rfind("shm:", 0) == 0) {
+    xk::drivers::ShmDriver::Config sc;
+    sc.path = where.substr(4) + "." + std::to_string(id);
+    sc.mtu = h.mtu;
+    sc.frame_max = 0;
+    return std::make_unique<xk::drivers::ShmDriver>("net0", sc, &loop);
+  }
+  xk::drivers::DpdkDriver::Config dc;
+  dc.devargs = !port.empty() ? port : "net_memif0,role=client,id=" + std::to_string(id) + ",socket=" + where;
+  dc.mtu = h.mtu;
+  dc.mbufs = 2047;
+  dc.frame_max = 0;
+  return std::make_unique<xk::drivers::DpdkDriver>("net0", dc, &loop);
+}
+
 int run(int argc, char** argv) {
   std::string control, name = "test-node", token_file, port;
   std::optional<xk::MacAddr> mac, forge_from;
@@ -263,21 +286,14 @@ int run(int argc, char** argv) {
   }
 
   xk::EventLoop loop;
-  xk::drivers::DpdkDriver::Config dc;
-  dc.devargs = !port.empty() ? port
-                             : "net_memif0,role=client,id=" + std::to_string(h->channels.front().memif_id) +
-                                   ",socket=" + h->memif_socket;
-  dc.mtu = h->mtu;
-  dc.mbufs = 2047;
-  dc.frame_max = 0;  // filterd takes MTU-sized frames only
-  xk::drivers::DpdkDriver net("net0", dc, &loop);
+  std::unique_ptr<xk::Driver> net = channel_driver(*h, port, loop);
   Sink sink(sink_port);
   xk::Participants none;
-  if (xk::Status st = net.open_enable(sink, none); !st) throw std::runtime_error("cannot receive on the channel");
+  if (xk::Status st = net->open_enable(sink, none); !st) throw std::runtime_error("cannot receive on the channel");
 
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!net.link().up) {
-    if (std::chrono::steady_clock::now() > deadline || g_stop.load()) throw std::runtime_error("memif link down");
+  while (net->link_state() != xk::Driver::Link::up) {
+    if (std::chrono::steady_clock::now() > deadline || g_stop.load()) throw std::runtime_error("channel link down");
     loop.run_once();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -289,11 +305,11 @@ int run(int argc, char** argv) {
   for (const Forge& f : forges) {
     for (int k = 0; k < f.count; ++k) {
       xk::Msg m = xk::Msg::copy_of(forged_frame(*h, f, ip_id++, forge_from), 0);
-      while (net.transmit(m) == xk::Status(xk::Errc::would_block)) {
-        net.flush();
+      while (net->send(m.share()) == xk::Status(xk::Errc::would_block)) {
+        loop.flush_output();
         loop.run_once();
       }
-      net.flush();
+      loop.flush_output();
       ++sent;
     }
   }
@@ -320,7 +336,7 @@ int run(int argc, char** argv) {
   }
   std::printf("EXIT frames=%llu datagrams=%llu\n", static_cast<unsigned long long>(sink.frames),
               static_cast<unsigned long long>(sink.datagrams));
-  (void)net.open_disable(sink, none);
+  (void)net->open_disable(sink, none);
   return 0;
 }
 
