@@ -245,13 +245,14 @@ int run(const Flags& f) {
   // steer mode the external port coalesces what arrives (GRO) into frames
   // no larger than a node's channel takes, and steer forwards them whole
   // (docs/filterd.md, "Large frames to the nodes"): checksums are carried,
-  // not checked -- each node checks its own. Central mode's TCP and the
+  // not checked -- each node checks its own. An shm channel takes a whole
+  // 64 KiB datagram, a memif one a 16 KiB slot. Central mode's TCP and the
   // node port take frames as they came.
-  auto port_opts = [](const std::string& opts, bool gro) {
+  const std::size_t gro_max = f.shm ? drivers::shm::kFrameMax : drivers::DpdkDriver::kDefaultFrameMax;
+  auto port_opts = [gro_max](const std::string& opts, bool gro) {
     std::string out = " ";
     if (opts.find("gro=") == std::string::npos) {
-      out += gro ? "gro=on gro_csum=carry gro_max=" + std::to_string(drivers::DpdkDriver::kDefaultFrameMax) + " "
-                 : "gro=off ";
+      out += gro ? "gro=on gro_csum=carry gro_max=" + std::to_string(gro_max) + " " : "gro=off ";
     }
     if (opts.find("frame_max=") == std::string::npos) out += "frame_max=0 ";
     return out + opts;
