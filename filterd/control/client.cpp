@@ -804,8 +804,7 @@ std::string FilterdClient::graph_spec(const std::string& tcp_opts, std::uint16_t
       << " mac=" << to_string(ch.node_mac);
     if (!options_.node_port_opts.empty()) g << " " << options_.node_port_opts;
   } else if (shm_channels()) {
-    // filterd's shm link for this queue listens on PATH.<id> (docs/shm-driver.md).
-    g << "shm net0 path=" << spec_value(hello_.memif_socket.substr(4) + "." + std::to_string(ch.memif_id))
+    g << "shm net0 path=" << spec_value(*filterd::ctl::shm_channel_path(hello_, ch.memif_id))
       << " mtu=" << hello_.mtu;
     if (!options_.node_port_opts.empty()) g << " " << options_.node_port_opts;
   } else {

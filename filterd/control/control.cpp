@@ -785,4 +785,10 @@ ReadResult FrameReader::next() {
   return out;
 }
 
+std::optional<std::string> shm_channel_path(const HelloReply& h, std::uint32_t memif_id) {
+  constexpr std::string_view kShm = "shm:";
+  if (!h.memif_socket.starts_with(kShm)) return std::nullopt;
+  return h.memif_socket.substr(kShm.size()) + "." + std::to_string(memif_id);
+}
+
 }  // namespace xk::filterd::ctl

@@ -206,20 +206,19 @@ class Sink final : public xk::Protocol {
 };
 
 // The node's one channel: its own --port (a node on another host), else
-// what filterd's HELLO reply names -- "shm:PATH" for an shm link listening
-// on PATH.<id>, or a memif socket. Frames of MTU size only, as filterd takes.
+// the shm link or memif socket filterd's HELLO reply names. Frames of MTU
+// size only, as filterd takes.
 std::unique_ptr<xk::Driver> channel_driver(const ctl::HelloReply& h, const std::string& port, xk::EventLoop& loop) {
-  const std::string& where = h.memif_socket;
   const std::uint32_t id = h.channels.front().memif_id;
-  if (port.empty() && where.rfind("shm:", 0) == 0) {
+  if (std::optional<std::string> shm = ctl::shm_channel_path(h, id); port.empty() && shm) {
     xk::drivers::ShmDriver::Config sc;
-    sc.path = where.substr(4) + "." + std::to_string(id);
+    sc.path = *shm;
     sc.mtu = h.mtu;
     sc.frame_max = 0;
     return std::make_unique<xk::drivers::ShmDriver>("net0", sc, &loop);
   }
   xk::drivers::DpdkDriver::Config dc;
-  dc.devargs = !port.empty() ? port : "net_memif0,role=client,id=" + std::to_string(id) + ",socket=" + where;
+  dc.devargs = !port.empty() ? port : "net_memif0,role=client,id=" + std::to_string(id) + ",socket=" + h.memif_socket;
   dc.mtu = h.mtu;
   dc.mbufs = 2047;
   dc.frame_max = 0;

@@ -391,6 +391,16 @@ TEST(ControlGolden, Listen) {
   EXPECT_EQ(only_message(golden), m);
 }
 
+// filterd names shm channels "shm:PATH" where it names memif's socket; a
+// node finds channel <id> listening on PATH.<id>.
+TEST(ControlHelloReply, ShmChannelsAreFoundAtPathDotId) {
+  HelloReply h;
+  h.memif_socket = "shm:/run/xk/filterd.memif";
+  EXPECT_EQ(shm_channel_path(h, 64), std::optional<std::string>("/run/xk/filterd.memif.64"));
+  h.memif_socket = "/run/xk/filterd.memif";
+  EXPECT_EQ(shm_channel_path(h, 64), std::nullopt) << "a memif socket";
+}
+
 TEST(ControlGolden, Hello) {
   const Message m{1, Hello{.name = "web", .pid = 4242, .queues = 2, .version_min = 1, .version_max = 1}};
   const Bytes golden = bytes({

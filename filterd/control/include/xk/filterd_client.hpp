@@ -163,7 +163,7 @@ class FilterdClient final : public PortAuthority, public Pollable {
   bool ethernet() const noexcept { return !options_.node_port.empty(); }
   // filterd gives its channels as shm links (its memif socket says "shm:PATH";
   // queue q's link is PATH.<its id>), not memif interfaces.
-  bool shm_channels() const noexcept { return !ethernet() && hello_.memif_socket.rfind("shm:", 0) == 0; }
+  bool shm_channels() const { return !ethernet() && filterd::ctl::shm_channel_path(hello_, 0).has_value(); }
   State state() const noexcept { return state_; }
   const Stats& stats() const noexcept { return stats_; }
   // Ports leased to stack `queue`, and those of them no connection uses.

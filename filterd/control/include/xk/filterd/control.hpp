@@ -251,6 +251,11 @@ struct HelloReply {
   friend bool operator==(const HelloReply&, const HelloReply&) = default;
 };
 
+// Where the node's shm channel `memif_id` listens: filterd names shm
+// channels "shm:PATH" in memif_socket, and each listens on PATH.<id>
+// (docs/shm-driver.md). nullopt: the channels are memif.
+std::optional<std::string> shm_channel_path(const HelloReply& h, std::uint32_t memif_id);
+
 struct ListenReply {
   static constexpr MsgType kType = MsgType::listen_reply;
   std::uint16_t port = 0;
