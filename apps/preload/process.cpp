@@ -197,7 +197,7 @@ Process::Process() {
     die(std::string("XK_MODE='") + mode + "': an unmodified program needs a stack with a thread of its own (hybrid or service)");
   }
   if (mode == nullptr) setenv("XK_MODE", "hybrid", 1);
-  if (const char* s = std::getenv("XK_SPIN_US"); s != nullptr) spin_us_ = static_cast<unsigned>(std::atoi(s));
+  spin_us_ = env_number("XK_SPIN_US", 1'000'000, "microseconds", spin_us_);
   kernel_poll_us_ = env_number("XK_KERNEL_POLL_US", 1'000'000, "microseconds", kernel_poll_us_);
   if (const char* k = std::getenv("XK_PRELOAD_KERNEL"); k != nullptr) {
     std::string list = k;
