@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstring>
@@ -366,7 +367,7 @@ TEST(Msg, OwnIfScarceCopiesOnlyWhenThePortIsShort) {
 // echo, the central relay) must get a header fragment of its own, not the
 // popped bytes -- a write there faults.
 TEST(Msg, AReadOnlyBufferIsNeverPushedInto) {
-  const std::size_t page = 4096;
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   void* p = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(p, MAP_FAILED);
   auto* bytes = static_cast<std::byte*>(p);
