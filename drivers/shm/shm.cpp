@@ -309,6 +309,9 @@ ShmDriver::ShmDriver(std::string name, Config config, EventLoop* loop)
 
 ShmDriver::~ShmDriver() {
   if (loop_ != nullptr) loop_->remove(*this);
+  // Frames handed to us before the end still go: the last of a connection
+  // (its FIN or RST) is often sent just before the process exits.
+  flush();
   link_down("closed");
   if (copy_chunk_ != nullptr) copy_chunk_->unref();
   for (int fd : {listen_fd_, timer_fd_, epoll_fd_, wake_fd_}) {
@@ -542,8 +545,10 @@ void ShmDriver::link_down(const char* /*why*/) {
 }
 
 // The socket says only that the peer went (EOF); anything it sends after
-// the hello is junk, read and counted.
-void ShmDriver::check_socket() {
+// the hello is junk, read and counted. What the peer published before it
+// left is still in its ring (our mapping outlives it): taken before the
+// link goes down, so its last frames -- a FIN, an RST -- are not lost.
+std::size_t ShmDriver::check_socket() {
   std::array<char, 256> junk;
   for (;;) {
     const ssize_t n = recv(sock_, junk.data(), junk.size(), MSG_DONTWAIT);
@@ -551,8 +556,14 @@ void ShmDriver::check_socket() {
       ++rx_bad_;
       continue;
     }
-    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) link_down("the peer left");
-    return;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+    std::size_t done = 0;
+    for (std::size_t got = 1; got != 0 && state_ == State::up;) {
+      got = receive(config_.burst);
+      done += got;
+    }
+    link_down("the peer left");
+    return done;
   }
 }
 
@@ -577,8 +588,8 @@ std::size_t ShmDriver::poll(std::size_t budget) {
   if (++polls_since_check_ >= 1024) {
     polls_since_check_ = 0;
     returns_lost_.inc(peer_arena_->lost.exchange(0, std::memory_order_relaxed));
-    check_socket();
-    if (state_ != State::up) return 0;
+    const std::size_t last = check_socket();
+    if (state_ != State::up) return last;
   }
   std::size_t done = take_returns();
   if (state_ == State::up) done += receive(std::min(budget, config_.burst));

@@ -253,6 +253,29 @@ TEST(Shm, APeerThatLeavesGivesEverythingBackAndHeldBuffersStayReadable) {
   EXPECT_EQ(bytes_of(ss.received[0]), pattern(60, 2));
 }
 
+TEST(Shm, FramesSentJustBeforeAPeerLeavesStillArrive) {
+  // A process's last frames -- the FIN or RST of its close -- are handed to
+  // the driver right before it goes, with no pass of the loop after them
+  // to publish the ring: they must arrive all the same.
+  const std::string path = link_name();
+  ShmDriver server("s0", end(path, true));
+  auto client = std::make_unique<ShmDriver>("c0", end(path, false));
+  Sink ss, sc;
+  enable(server, ss);
+  enable(*client, sc);
+  ASSERT_TRUE(poll_until({&server, client.get()}, [&] { return server.up() && client->up(); }));
+  Bytes head = pattern(14, 8), body = pattern(20000, 9);
+  ASSERT_TRUE(client->transmit(Msg::copy_of(pattern(60, 7))).ok());
+  ASSERT_TRUE(client->transmit(chunk_frame(head, body)).ok());
+  client.reset();  // no flush, no poll: the end of the process
+  ASSERT_TRUE(poll_until({&server}, [&] { return !server.up(); }));
+  ASSERT_EQ(ss.received.size(), 2u);
+  EXPECT_EQ(bytes_of(ss.received[0]), pattern(60, 7));
+  Bytes whole = head;
+  whole.insert(whole.end(), body.begin(), body.end());
+  EXPECT_EQ(bytes_of(ss.received[1]), whole);
+}
+
 // ---- a peer that lies --------------------------------------------------------
 
 int sealed_memfd(std::size_t bytes, bool seal = true) {

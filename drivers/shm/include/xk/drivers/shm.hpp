@@ -188,7 +188,7 @@ class ShmDriver final : public Driver, public Pollable {
   void start_hello(int fd);
   void read_hello();
   void link_down(const char* why);
-  void check_socket();
+  std::size_t check_socket();  // the frames taken from a peer that left
   std::size_t take_returns();
   std::size_t receive(std::size_t budget);
   void deliver(const Desc& d);
