@@ -1,14 +1,16 @@
 // xk-pingpong: a NetPIPE-style latency and bandwidth sweep over TCP
 // (docs/apps-pingpong.md).
 //
-//   xk-pingpong server STACK [--tcp-port 5002] [--count N]
+//   xk-pingpong server STACK [--tcp-port 5002] [--count N] [--echo whole|stream]
 //   xk-pingpong client STACK --peer A.B.C.D:P [--min 1] [--max 8m] [--perturb 3]
 //                      [--trial-seconds 0.02] [--trials 3] [--warmup 1000] [--csv FILE] [--verify]
+//                      [--echo whole|stream]
 //
 // The client walks the message sizes NetPIPE walks -- every power of two from
 // --min to --max, each also 3 bytes smaller and 3 bytes larger (--perturb) --
 // and for each size times a run of exchanges (write the message, read the
-// server's echo of it). The number of exchanges per run is chosen from the
+// server's echo of it; by default the server reads all of it first, as
+// NetPIPE's receiver does: --echo). The number of exchanges per run is chosen from the
 // previous size's time so that a run lasts about --trial-seconds; each size
 // gets --trials runs and the fastest counts (what a loaded machine adds is
 // noise, not the network's cost). Per size: half the round-trip time, and the
@@ -16,6 +18,7 @@
 // as CSV.
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -76,6 +79,10 @@ test:
                       server writes it back from there), as NPtcp and every program
                       calling read() and write() does; zero-copy: take the received
                       buffers themselves (read_msg) and echo them as they are
+  --echo MODE         whole (default, both roles): the server reads each message
+                      in full before it writes it back, as NPtcp's receiver and an
+                      MPI rank do; stream: it echoes every byte as it comes (a
+                      plain echo server, or any other one: the client's --peer)
   --timeout SEC       give up after this long without progress (default 30)
   --help
 
@@ -97,6 +104,7 @@ struct Args : xk::apps::CommonArgs {
   std::string csv;
   bool verify = false;
   bool read_copy = true;
+  bool whole = true;  // --echo whole
   double timeout_s = 30;
 };
 
@@ -155,6 +163,10 @@ Args parse_args(int argc, char** argv) {
       auto v = f.value();
       if (v != "copy" && v != "zero-copy") throw UsageError{"--read: copy or zero-copy"};
       a.read_copy = v == "copy";
+    } else if (f.name() == "--echo") {
+      auto v = f.value();
+      if (v != "whole" && v != "stream") throw UsageError{"--echo: whole or stream"};
+      a.whole = v == "whole";
     } else if (f.name() == "--timeout") {
       a.timeout_s = xk::apps::parse_seconds(f.name(), f.value());
     } else {
@@ -195,6 +207,223 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// ---- --echo whole: the run header ----------------------------------------------------
+//
+// NetPIPE's receiver reads each message in full before it sends it back, so
+// the two directions never overlap; an echo server cannot, not knowing where
+// a message ends. With --echo whole the client says so before every run
+// (the warm-up included), untimed: "XKPP-RUN", the message size and the
+// number of exchanges (big-endian 32-bit each); the server answers
+// "XKPP-GO!" and then, that many times, reads `size` bytes and writes them
+// back. A plain echo server returns the header itself, which the client
+// recognises and reports.
+
+constexpr std::size_t kRunHeader = 16;
+constexpr std::size_t kRunReply = 8;
+constexpr std::string_view kRunMagic = "XKPP-RUN";
+constexpr std::string_view kRunGo = "XKPP-GO!";
+
+std::array<std::byte, kRunHeader> run_header(std::size_t size, std::uint64_t reps) {
+  std::array<std::byte, kRunHeader> h{};
+  std::memcpy(h.data(), kRunMagic.data(), kRunMagic.size());
+  auto be32 = [&](std::size_t at, std::uint64_t v) {
+    for (int i = 0; i < 4; ++i) h[at + i] = std::byte(static_cast<unsigned char>(v >> (24 - 8 * i)));
+  };
+  be32(8, size);
+  be32(12, reps);
+  return h;
+}
+
+// The size and count of a run header, or nothing if it is not one.
+std::optional<std::pair<std::size_t, std::uint64_t>> parse_run_header(std::span<const std::byte, kRunHeader> h) {
+  if (std::memcmp(h.data(), kRunMagic.data(), kRunMagic.size()) != 0) return std::nullopt;
+  auto be32 = [&](std::size_t at) {
+    std::uint64_t v = 0;
+    for (int i = 0; i < 4; ++i) v = v << 8 | std::to_integer<std::uint64_t>(h[at + i]);
+    return v;
+  };
+  return std::pair{static_cast<std::size_t>(be32(8)), be32(12)};
+}
+
+// Moves bytes between a fixed buffer and the socket until it is full or
+// sent: true when done, false while the socket would block, an error else.
+xk::Result<bool> fill(xk::tcp::TcpSocket& s, std::span<std::byte> buf, std::size_t& at) {
+  while (at < buf.size()) {
+    auto r = s.read(buf.subspan(at));
+    if (!r) return r.error() == xk::Errc::would_block ? xk::Result<bool>(false) : xk::Result<bool>(r.error());
+    if (*r == 0) return xk::Errc::closed;
+    at += *r;
+  }
+  return true;
+}
+xk::Result<bool> drain(xk::tcp::TcpSocket& s, std::span<const std::byte> buf, std::size_t& at) {
+  while (at < buf.size()) {
+    auto w = s.write(buf.subspan(at));
+    if (!w) return w.error() == xk::Errc::would_block ? xk::Result<bool>(false) : xk::Result<bool>(w.error());
+    at += *w;
+  }
+  return true;
+}
+
+// ---- server: --echo whole -----------------------------------------------------------
+
+// The server's side of a run: each message read in full, then written
+// back; into a buffer of its own (--read copy) or as the received buffers
+// (--read zero-copy). Any number of connections at once, as the stream
+// echo.
+class WholeEchoServer final : public xk::Pollable {
+ public:
+  WholeEchoServer(xk::tcp::TcpListener& listener, xk::EventLoop& loop, const Args& a)
+      : listener_(listener), loop_(loop), a_(a) {}
+
+  std::size_t poll(std::size_t) override {
+    std::size_t work = 0;
+    while (auto s = listener_.accept()) {
+      s->set_nodelay(true);
+      conns_.push_back(std::make_unique<Conn>(std::move(*s)));
+      ++work;
+    }
+    for (auto& c : conns_) work += serve(*c);
+    std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->done; });
+    if (a_.count != 0 && finished_ >= a_.count && conns_.empty()) loop_.stop();
+    return work;
+  }
+  bool before_sleep() noexcept override {
+    if (listener_.events() & xk::tcp::ev_acceptable) return false;
+    return std::none_of(conns_.begin(), conns_.end(), [](const std::unique_ptr<Conn>& c) {
+      const bool sending = c->phase == Phase::reply || c->phase == Phase::back;
+      return (c->sock.events() & (sending ? xk::tcp::ev_writable | xk::tcp::ev_error : xk::tcp::ev_readable)) != 0;
+    });
+  }
+  std::uint64_t failures() const noexcept { return failures_; }
+
+ private:
+  enum class Phase { header, reply, in, back };
+  struct Conn {
+    explicit Conn(xk::tcp::TcpSocket s) : sock(std::move(s)) {}
+    xk::tcp::TcpSocket sock;
+    Phase phase = Phase::header;
+    std::array<std::byte, kRunHeader> header{};
+    std::size_t at = 0;  // of the header, the reply, or the message
+    std::size_t size = 0;
+    std::uint64_t left = 0;       // exchanges of this run still to do
+    std::vector<std::byte> buf;   // --read copy: the message
+    xk::Msg held;                 // --read zero-copy: the message
+    bool done = false;
+  };
+
+  std::size_t serve(Conn& c) {
+    std::size_t work = 0;
+    for (int i = 0; i < 64 && !c.done; ++i) {
+      xk::Result<bool> r = step(c);
+      if (!r) return work + fail(c, r.error());
+      if (!*r) return work;
+      ++work;
+    }
+    return work;
+  }
+
+  // One phase of a connection's run to its end: true when it moved on.
+  xk::Result<bool> step(Conn& c) {
+    switch (c.phase) {
+      case Phase::header: {
+        if (c.at == 0) {
+          // Between runs, the end of the connection is the client's goodbye.
+          auto r = c.sock.read(std::span(c.header).first(1));
+          if (!r) return r.error() == xk::Errc::would_block ? xk::Result<bool>(false) : xk::Result<bool>(r.error());
+          if (*r == 0) {
+            finish(c);
+            return true;
+          }
+          c.at = 1;
+        }
+        auto r = fill(c.sock, c.header, c.at);
+        if (!r && r.error() == xk::Errc::closed) {
+          std::fprintf(stderr, "%s: the connection ended inside a run header (a client with --echo stream?)\n", kProg);
+          return xk::Errc::invalid_argument;
+        }
+        if (!r || !*r) return r;
+        auto run = parse_run_header(c.header);
+        if (!run) {
+          std::fprintf(stderr, "%s: a connection did not start a run (a client without --echo whole?)\n", kProg);
+          return xk::Errc::invalid_argument;
+        }
+        if (run->first == 0 || run->first > kMaxMessage || run->second == 0) {
+          std::fprintf(stderr, "%s: a run of %llu messages of %zu bytes: out of range\n", kProg,
+                       static_cast<unsigned long long>(run->second), run->first);
+          return xk::Errc::invalid_argument;
+        }
+        c.size = run->first;
+        c.left = run->second;
+        if (a_.read_copy && c.buf.size() < c.size) c.buf.resize(c.size);
+        c.phase = Phase::reply;
+        c.at = 0;
+        return true;
+      }
+      case Phase::reply: {
+        auto r = drain(c.sock, std::as_bytes(std::span(kRunGo)), c.at);
+        if (!r || !*r) return r;
+        c.phase = Phase::in;
+        c.at = 0;
+        return true;
+      }
+      case Phase::in: {
+        if (a_.read_copy) {
+          auto r = fill(c.sock, std::span(c.buf).first(c.size), c.at);
+          if (!r || !*r) return r;
+        } else {
+          while (c.held.size() < c.size) {
+            auto m = c.sock.read_msg(c.size - c.held.size());
+            if (!m) return m.error() == xk::Errc::would_block ? xk::Result<bool>(false) : xk::Result<bool>(m.error());
+            if (m->empty()) return xk::Errc::closed;
+            c.held.join(std::move(*m));
+          }
+        }
+        bytes_ += c.size;
+        c.phase = Phase::back;
+        c.at = 0;
+        return true;
+      }
+      case Phase::back: {
+        if (a_.read_copy) {
+          auto r = drain(c.sock, std::span<const std::byte>(c.buf).first(c.size), c.at);
+          if (!r || !*r) return r;
+        } else if (xk::Status st = c.sock.write(c.held); !st) {
+          return st.error() == xk::Errc::would_block ? xk::Result<bool>(false) : xk::Result<bool>(st.error());
+        }
+        c.at = 0;
+        c.phase = --c.left == 0 ? Phase::header : Phase::in;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  std::size_t fail(Conn& c, xk::Errc e) {
+    if (e == xk::Errc::closed) {
+      std::fprintf(stderr, "%s: the client closed the connection in the middle of a run\n", kProg);
+    } else if (e != xk::Errc::invalid_argument) {  // (a bad header: said already)
+      std::fprintf(stderr, "%s: connection: %s\n", kProg, xk::to_string(e));
+    }
+    ++failures_;
+    finish(c);
+    return 1;
+  }
+  void finish(Conn& c) {
+    (void)c.sock.close();
+    c.done = true;
+    ++finished_;
+  }
+
+  xk::tcp::TcpListener& listener_;
+  xk::EventLoop& loop_;
+  const Args& a_;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  std::uint64_t finished_ = 0;
+  std::uint64_t bytes_ = 0;
+  std::uint64_t failures_ = 0;
+};
+
 // ---- client: the sweep -------------------------------------------------------------
 
 struct Point {
@@ -225,9 +454,28 @@ class Sweep final : public xk::Pollable {
       started_ = true;
       std::printf("%12s %10s %14s %12s\n", "bytes", "reps", "half-RTT us", "Mbit/s");
       warm_left_ = a_.warmup;
-      if (warm_left_ == 0) begin_size();
+      if (warm_left_ == 0) {
+        begin_size();
+      } else {
+        announce(sizes_[idx_], warm_left_);
+      }
     }
     std::size_t work = 0;
+    if (announcing_) {
+      xk::Result<bool> r = drain(s_, announce_, announced_);
+      if (r && *r) r = fill(s_, answer_, answered_);
+      if (!r) return fail(std::string("starting a run: ") + xk::to_string(r.error()));
+      if (!*r) return 0;
+      if (std::memcmp(answer_.data(), kRunGo.data(), kRunGo.size()) != 0) {
+        return fail(std::memcmp(answer_.data(), kRunMagic.data(), kRunMagic.size()) == 0
+                        ? "the server echoed the run header: it is a stream echo (xk-pingpong server --echo stream, "
+                          "or another echo server); use --echo stream here, or --echo whole there"
+                        : "the server's answer to a run header is not xk-pingpong's");
+      }
+      announcing_ = false;
+      trial_start_ = Clock::now();  // the run starts now, not with its header
+      ++work;
+    }
     std::size_t size = sizes_[idx_];
     while (written_ < size) {
       auto w = s_.write(std::span<const std::byte>(tx_).subspan(written_, size - written_));
@@ -313,6 +561,15 @@ class Sweep final : public xk::Pollable {
     rep_ = 0;
     written_ = echoed_ = 0;
     trial_start_ = now;
+    announce(sizes_[idx_], reps_);
+  }
+
+  // --echo whole: the next run's header goes first (no-op for a stream echo).
+  void announce(std::size_t size, std::uint64_t reps) {
+    if (!a_.whole) return;
+    announce_ = run_header(size, reps);
+    announced_ = answered_ = 0;
+    announcing_ = true;
   }
 
   void exchange_done(Clock::time_point now) {
@@ -371,6 +628,10 @@ class Sweep final : public xk::Pollable {
   double best_s_ = 0;
   double per_exchange_s_ = 0;
   std::size_t written_ = 0, echoed_ = 0;
+  std::array<std::byte, kRunHeader> announce_{};  // --echo whole: the run's header ...
+  std::array<std::byte, kRunReply> answer_{};     // ... and the server's answer
+  std::size_t announced_ = 0, answered_ = 0;
+  bool announcing_ = false;
   Clock::time_point trial_start_{}, last_progress_{};
   bool started_ = false;
   bool done_ = false;
@@ -404,13 +665,15 @@ int run(const Args& a) {
       std::fprintf(stderr, "%s: cannot listen on port %u: %s\n", kProg, a.port, xk::to_string(l.error()));
       return kExitFail;
     }
-    xk::apps::TcpEchoServer server(kProg, *l, loop, a.count, a.read_copy);
+    xk::apps::TcpEchoServer stream(kProg, *l, loop, a.count, a.read_copy);
+    WholeEchoServer whole(*l, loop, a);
+    xk::Pollable& server = a.whole ? static_cast<xk::Pollable&>(whole) : stream;
     loop.add(server);
-    std::printf("%s: echo server on tcp port %u: ready\n", kProg, a.port);
+    std::printf("%s: %s echo server on tcp port %u: ready\n", kProg, a.whole ? "whole-message" : "stream", a.port);
     std::fflush(stdout);
     loop.run();
     loop.remove(server);
-    if (server.failures() != 0) rc = kExitFail;
+    if ((a.whole ? whole.failures() : stream.failures()) != 0) rc = kExitFail;
     (void)l->close();
     finish_handshakes(loop, tcp);
   } else {

@@ -79,6 +79,7 @@ expect xk-pingpong 2 "--csv: empty file name" client "${STACK[@]}" "${PEER[@]}" 
 expect xk-pingpong 2 "are for the client" server "${STACK[@]}" --verify
 expect xk-pingpong 2 "--tcp-port and --count are for the server" client "${STACK[@]}" "${PEER[@]}" --count 3
 expect xk-pingpong 2 "--peer is for the client" server "${STACK[@]}" "${PEER[@]}"
+expect xk-pingpong 2 "--echo: whole or stream" client "${STACK[@]}" "${PEER[@]}" --echo both
 
 # xk-echo (no role word)
 expect xk-echo 0 "usage: xk-echo" --help

@@ -42,7 +42,7 @@ wait_for "$OUT/echo.log" "waiting for the link" "$SERVER_PID"
 # TCP, then UDP: each client is its own memif client (the server's link goes
 # down and up between them).
 timeout 120 "$PP" client --port "net_memif1,role=client,id=0,socket=$SOCK" --ip 192.0.2.11/24 \
-  --peer 192.0.2.10:7 --max 16k --trial-seconds 0.002 --trials 1 --warmup 20 --verify --idle sleep \
+  --peer 192.0.2.10:7 --max 16k --trial-seconds 0.002 --trials 1 --warmup 20 --verify --idle sleep --echo stream \
   > "$OUT/pingpong.log" 2>&1 || { cat "$OUT/pingpong.log"; die "the TCP client failed"; }
 grep -q '^RESULT role=pingpong' "$OUT/pingpong.log" || die "no RESULT from the TCP client"
 wait_for "$OUT/echo.log" "ready" "$SERVER_PID"

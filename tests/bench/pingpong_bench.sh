@@ -11,7 +11,9 @@
 # the powers of two both measured, xk's figure next to Linux's and their
 # ratio. NPtcp is NetPIPE 3.7 from Debian (netpipe-tcp): its receiver in one
 # namespace, its transmitter in the other; xk-pingpong busy-polls (both
-# sides), as NPtcp's processes spin in recv on their own cores.
+# sides), as NPtcp's processes spin in recv on their own cores, and its
+# server reads each message in full before sending it back (--echo whole,
+# the default), as NPtcp's receiver does.
 set -euo pipefail
 TEST_NAME=pingpong_bench
 HERE=$(cd "$(dirname "$0")" && pwd)
