@@ -724,7 +724,7 @@ bool ShmDriver::add_piece(Builder& b, Buf* buf, const std::byte* p, std::size_t 
     Desc::Ref& last = d.refs[d.nref - 1];
     const auto fill = static_cast<std::uint32_t>(copy_chunk_->data() - arena_.base() + copy_fill_);
     if (tokens_[last.token] == copy_chunk_ && last.off + last.len == fill && copy_fill_ + n <= kChunk) {
-      copy_bytes(copy_chunk_->data() + copy_fill_, p, n);
+      copy_into_shared(copy_chunk_->data() + copy_fill_, p, n);
       copy_fill_ += n;
       last.len += static_cast<std::uint32_t>(n);
       return true;
@@ -755,7 +755,7 @@ bool ShmDriver::add_piece(Builder& b, Buf* buf, const std::byte* p, std::size_t 
     copy_fill_ = 0;
   }
   const std::uint32_t t = take_token(copy_chunk_);
-  copy_bytes(copy_chunk_->data() + copy_fill_, p, n);
+  copy_into_shared(copy_chunk_->data() + copy_fill_, p, n);
   d.refs[d.nref++] = Desc::Ref{t, static_cast<std::uint32_t>(copy_chunk_->data() - arena_.base() + copy_fill_),
                                static_cast<std::uint32_t>(n)};
   copy_fill_ += n;

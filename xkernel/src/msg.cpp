@@ -519,7 +519,7 @@ Status Msg::append(std::span<const std::byte> bytes) {
     std::uint32_t end = f.off + f.len;
     bool ours = b->refs() == 1 || end == b->tail_mark_;
     if (ours && !b->external_ && b->capacity() - end >= bytes.size()) {
-      copy_bytes(b->data() + end, bytes.data(), bytes.size());
+      copy_into_shared(b->data() + end, bytes.data(), bytes.size());
       f.len += static_cast<std::uint32_t>(bytes.size());
       b->tail_mark_ = f.off + f.len;
       size_ += bytes.size();
@@ -528,7 +528,7 @@ Status Msg::append(std::span<const std::byte> bytes) {
   }
   Buf* b = Buf::allocate(bytes.size());
   if (b == nullptr) return Errc::no_memory;
-  copy_bytes(b->data(), bytes.data(), bytes.size());
+  copy_into_shared(b->data(), bytes.data(), bytes.size());
   Frag f = claim(b, 0, bytes.size());
   if (Status s = push_back_frag(f); !s) {
     b->unref();
