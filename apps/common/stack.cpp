@@ -107,7 +107,7 @@ std::pair<Ipv4Addr, std::uint16_t> parse_endpoint(std::string_view flag, std::st
 const char* const kStackFlagsHelp =
     R"(  --port DEVARGS      DPDK device, e.g. net_af_packet0,iface=veth1 or
                       net_memif0,role=client,socket=/run/xk.sock (required without --graph);
-                      or shm:PATH[,role=server]: xk's own link to another xk process of
+                      or shm:PATH[,role=server|auto]: xk's own link to another xk process of
                       this host, payload by reference (docs/shm-driver.md)
   --port-opts 'K=V ..' more options of the port's kind, e.g. 'mbuf_data=64k mbufs=1023'
   --ip A.B.C.D/N      our address and prefix (required without --graph)

@@ -273,6 +273,10 @@ ShmDriver::ShmDriver(std::string name, Config config, EventLoop* loop)
     throw std::invalid_argument("shm: ring must be a power of two in 2..65536");
   }
   if (config_.frame_max > shm::kFrameMax) throw std::invalid_argument("shm: frame_max is at most 65549");
+  // With role=auto the end that comes first listens; the role (and so the
+  // derived MAC) is settled here, before anything else is set up.
+  int connected = -1;
+  if (config_.auto_role) settle_role(connected);
   mac_ = config_.mac ? *config_.mac : derived_mac(config_.path, config_.server);
   tokens_.assign(shm::kTokens, nullptr);
   free_tokens_.reserve(shm::kTokens);
@@ -295,12 +299,16 @@ ShmDriver::ShmDriver(std::string name, Config config, EventLoop* loop)
   socklen_t len = 0;
   sockaddr_un sa = socket_address(config_.path, len);
   if (config_.server) {
-    listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (listen_fd_ < 0) fail("socket");
-    if (config_.path[0] != '@') (void)unlink(config_.path.c_str());  // a socket file left by a crash
-    if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), len) != 0) fail("bind " + config_.path);
-    if (listen(listen_fd_, 4) != 0) fail("listen");
+    if (listen_fd_ < 0) {  // (settle_role may have bound it)
+      listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (listen_fd_ < 0) fail("socket");
+      if (config_.path[0] != '@') (void)unlink(config_.path.c_str());  // a socket file left by a crash
+      if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), len) != 0) fail("bind " + config_.path);
+      if (listen(listen_fd_, 4) != 0) fail("listen");
+    }
     watch(listen_fd_);
+  } else if (connected >= 0) {
+    start_hello(connected);
   } else {
     try_connect();
   }
@@ -343,6 +351,44 @@ Result<ControlReply> ShmDriver::control_any(const ControlQuery& query) {
 }
 
 // ---- set-up and tear-down -------------------------------------------------
+
+// role=auto: connect if an end listens already (`connected` gets the
+// socket), else listen. Two ends that start together: one binds first, the
+// other's bind fails and it connects. A file path is never unlinked here
+// (it may be a live server's); a stale one leaves this end a client that
+// keeps trying, as any client of a dead server.
+void ShmDriver::settle_role(int& connected) {
+  socklen_t len = 0;
+  sockaddr_un sa = socket_address(config_.path, len);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) fail("socket");
+    if (connect(fd, reinterpret_cast<sockaddr*>(&sa), len) == 0) {
+      config_.server = false;
+      connected = fd;
+      return;
+    }
+    const int why = errno;
+    if (why != ECONNREFUSED && why != ENOENT) {  // a listener whose backlog is full: a client
+      close(fd);
+      config_.server = false;
+      return;
+    }
+    if (bind(fd, reinterpret_cast<sockaddr*>(&sa), len) == 0) {
+      if (listen(fd, 4) != 0) {
+        close(fd);
+        fail("listen");
+      }
+      config_.server = true;
+      listen_fd_ = fd;
+      return;
+    }
+    close(fd);
+    if (errno != EADDRINUSE) fail("bind " + config_.path);
+    // Bound by the other end meanwhile (or a stale file): connect to it.
+  }
+  config_.server = false;
+}
 
 void ShmDriver::try_connect() {
   next_try_ = std::chrono::steady_clock::now() + config_.retry;
@@ -934,7 +980,9 @@ void register_shm(Registry& registry) {
       KindSpec("shm", "Ethernet link to another xk process over shared memory, payload by reference")
           .with_below(0, 0)
           .with_option(OptionSpec::string("path", "set-up socket both ends name (a file, or @name: abstract)").mandatory())
-          .with_option(OptionSpec::choice("role", {"server", "client"}, "server listens on path").defaults_to("client"))
+          .with_option(OptionSpec::choice("role", {"server", "client", "auto"},
+                                          "server listens on path; auto: the end that comes first does")
+                           .defaults_to("client"))
           .with_option(OptionSpec::mac("mac", "this end's MAC address (default: from path and role)"))
           .with_option(OptionSpec::size("mtu", 68, 65535 - 14, "IP MTU").defaults_to("1500"))
           .with_option(OptionSpec::size("frame_max", 0, shm::kFrameMax, "largest frame taken, Ethernet header "
@@ -950,6 +998,7 @@ void register_shm(Registry& registry) {
             ShmDriver::Config c;
             c.path = o.get_string("path");
             c.server = o.get_string("role") == "server";
+            c.auto_role = o.get_string("role") == "auto";
             if (o.has("mac")) c.mac = o.get_mac("mac");
             c.mtu = o.get_size("mtu");
             c.frame_max = o.get_size("frame_max");

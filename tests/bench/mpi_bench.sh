@@ -48,7 +48,7 @@ xk_run() {  # LINK RUN
   local sock=@xk-mpib-$$-$1-$2 server client
   case $1 in
     memif) server="net_memif0,role=server,id=0,socket=$sock" client="net_memif1,role=client,id=0,socket=$sock" ;;
-    shm) server="shm:$sock,role=server" client="shm:$sock" ;;
+    shm) server="shm:$sock,role=auto" client="shm:$sock,role=auto" ;;  # either may come first
   esac
   mpi "$OUT/$1-$2.log" --mca btl_tcp_if_include xk0 \
     -np 1 "$XKRUN" --port "$server" --ip 198.51.100.1/24 -- "$PP" bench "$MAX" : \

@@ -276,6 +276,37 @@ TEST(Shm, FramesSentJustBeforeAPeerLeavesStillArrive) {
   EXPECT_EQ(bytes_of(ss.received[1]), whole);
 }
 
+TEST(Shm, WithRoleAutoTheFirstEndListensAndTheSecondConnects) {
+  Registry reg;
+  drivers::register_shm(reg);
+  EventLoop loop;
+  // An abstract name, and a file path (where nothing may be unlinked).
+  char dir[] = "/tmp/xk-shm-auto-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  for (const std::string& path : {link_name(), std::string(dir) + "/link.sock"}) {
+    Graph a = Graph::build("shm net0 path=" + path + " role=auto\n", reg, &loop);
+    Graph b = Graph::build("shm net0 path=" + path + " role=auto\n", reg, &loop);
+    auto* first = a.find_as<ShmDriver>("net0");
+    auto* second = b.find_as<ShmDriver>("net0");
+    ASSERT_NE(first, nullptr);
+    ASSERT_NE(second, nullptr);
+    EXPECT_TRUE(first->listening()) << path;
+    EXPECT_FALSE(second->listening()) << path;
+    ASSERT_TRUE(poll_until({first, second}, [&] { return first->up() && second->up(); })) << path;
+    // The two ends' MACs differ (derived from the path and the role each took).
+    EXPECT_NE(first->mac(), second->mac()) << path;
+    Sink sa, sb;
+    enable(*first, sa);
+    enable(*second, sb);
+    ASSERT_TRUE(second->transmit(Msg::copy_of(pattern(60, 3))).ok());
+    second->flush();
+    ASSERT_TRUE(poll_until({first, second}, [&] { return sa.received.size() == 1; })) << path;
+    EXPECT_EQ(bytes_of(sa.received[0]), pattern(60, 3));
+  }
+  (void)rmdir(dir);
+  EXPECT_THROW((void)Graph::build("shm net0 path=" + link_name() + " role=both\n", reg, &loop), std::exception);
+}
+
 // ---- a peer that lies --------------------------------------------------------
 
 int sealed_memfd(std::size_t bytes, bool seal = true) {

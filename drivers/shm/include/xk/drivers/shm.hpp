@@ -127,6 +127,7 @@ class ShmDriver final : public Driver, public Pollable {
   struct Config {
     std::string path;              // the set-up socket (a file; "@name" for an abstract one)
     bool server = false;           // listens on `path` (the other end connects)
+    bool auto_role = false;        // whichever end comes first listens (`server` then says which)
     std::optional<MacAddr> mac;    // unset: derived from path and role
     std::size_t mtu = 1500;        // IP MTU of the frames a peer that is not xk would see
     std::size_t frame_max = shm::kFrameMax;  // largest frame taken (0: MTU-sized only)
@@ -169,6 +170,8 @@ class ShmDriver final : public Driver, public Pollable {
   }
 
   bool up() const noexcept { return state_ == State::up; }
+  // This end listens (with role=auto: it came first).
+  bool listening() const noexcept { return config_.server; }
   MacAddr mac() const noexcept { return mac_; }
   // The largest frame the peer takes now (0 while down).
   std::size_t tx_frame_max() const noexcept;
@@ -184,6 +187,7 @@ class ShmDriver final : public Driver, public Pollable {
   struct Builder;
   void try_connect();
   void arm_timer(std::chrono::milliseconds after) noexcept;
+  void settle_role(int& connected);
   void try_accept();
   void start_hello(int fd);
   void read_hello();
