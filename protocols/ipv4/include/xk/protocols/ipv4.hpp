@@ -170,7 +170,6 @@ class Ipv4Protocol final : public Protocol {
   bool evict_oldest(const ReasmKey& spare);
   void drain_loopback();
   Status resolve_l4_checksum(Msg& payload);
-  Status route_and_send(Ipv4Addr dst, Msg packet);
   Status emit(Ipv4Addr next_hop, Msg packet);
   bool delivered_here(std::uint8_t protocol, Msg& payload);
   bool verify_rx() const noexcept { return config_.csum == ChecksumMode::on || config_.csum == ChecksumMode::rx_only; }

@@ -30,10 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <functional>
-#include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
