@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Where the cycles go in a bulk transfer (issue 21): xk-tcp-perf client and
-# sink server over net_memif, each sampled by `perf record -e cpu-clock`
+# sink server over the shm link (or net_memif), each sampled by `perf record -e cpu-clock`
 # (software events work in a VM), then the top symbols of each side, and the
 # share of samples spent in the Internet checksum (the checksum ablation's
 # cost, in CPU seconds per GB: share x the side's CPU s/GB).
 #
 #   tests/bench/profile_bulk.sh [BUILD_DIR]      (perf from linux-perf)
+#   XK_PROF_LINK    shm (default, xk's own link) or memif
 #   XK_PROF_MTU     MTU (default 1500)
 #   XK_PROF_CSUM    on|off (default on)
 #   XK_PROF_BYTES   bytes to send (default 8g)
@@ -17,13 +18,19 @@ BUILD=$(readlink -f "${1:-$HERE/../../build/release}")
 PERF_APP=$BUILD/apps/tcp-perf/xk-tcp-perf
 [ -x "$PERF_APP" ] || { echo "profile_bulk: $PERF_APP is missing" >&2; exit 1; }
 command -v perf > /dev/null || { echo "profile_bulk: needs perf (apt-get install linux-perf)" >&2; exit 1; }
+LINK=${XK_PROF_LINK:-shm}
 MTU=${XK_PROF_MTU:-1500}
 CSUM=${XK_PROF_CSUM:-on}
 BYTES=${XK_PROF_BYTES:-8g}
 TOP=${XK_PROF_TOP:-25}
 OUT=${XK_PROF_OUT:-$(mktemp -d /tmp/xk-prof.XXXXXX)}
 mkdir -p "$OUT"
-SOCK=$OUT/memif.sock
+SOCK=$OUT/link.sock
+case $LINK in
+  shm) SPORT="shm:$SOCK,role=server" CPORT="shm:$SOCK" ;;
+  memif) SPORT="net_memif0,role=server,id=0,socket=$SOCK" CPORT="net_memif1,role=client,id=0,socket=$SOCK" ;;
+  *) echo "profile_bulk: XK_PROF_LINK is shm or memif" >&2; exit 2 ;;
+esac
 SRV=
 cleanup() {
   [ -z "$SRV" ] || kill "$SRV" 2> /dev/null || true
@@ -32,15 +39,15 @@ cleanup() {
 trap cleanup EXIT
 
 echo "machine: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) CPUs, kernel $(uname -r)"
-echo "bulk: MTU $MTU, checksum $CSUM, $BYTES, sink reading into its own buffer (--read copy)"
-"$PERF_APP" server --port "net_memif0,role=server,id=0,socket=$SOCK" --port-opts "mtu=$MTU" --ip 192.0.2.10/24 \
+echo "bulk over $LINK: MTU $MTU, checksum $CSUM, $BYTES, sink reading into its own buffer (--read copy)"
+"$PERF_APP" server --port "$SPORT" --port-opts "mtu=$MTU" --ip 192.0.2.10/24 \
   --csum "$CSUM" --count 1 --verify off > "$OUT/server.log" 2>&1 &
 SRV=$!
 for _ in $(seq 100); do grep -q "waiting for the link" "$OUT/server.log" && break; sleep 0.1; done
 perf record -e cpu-clock -F 4999 -g -o "$OUT/perf-server.data" -p "$SRV" > /dev/null 2>&1 &
 REC=$!
 perf record -e cpu-clock -F 4999 -g -o "$OUT/perf-client.data" -- \
-  "$PERF_APP" client --port "net_memif1,role=client,id=0,socket=$SOCK" --port-opts "mtu=$MTU" --ip 192.0.2.11/24 \
+  "$PERF_APP" client --port "$CPORT" --port-opts "mtu=$MTU" --ip 192.0.2.11/24 \
   --peer 192.0.2.10:5001 --csum "$CSUM" --bytes "$BYTES" --verify off > "$OUT/client.log" 2>&1
 wait "$SRV"
 SRV=
@@ -57,8 +64,12 @@ for side in client server; do
   # The checksum kernels, and memif's copies (its symbols are stripped: the
   # whole PMD library), for the record.
   share=$(report --sort symbol | awk '/csum|checksum|cksum/ { gsub("%", "", $1); s += $1 } END { printf "%.1f", s }')
-  pmd=$(report --sort dso | awk '/librte_net_memif/ { gsub("%", "", $1); s += $1 } END { printf "%.1f", s }')
-  echo "   memif PMD (its ring copies): $pmd % of samples"
+  if [ "$LINK" = memif ]; then
+    pmd=$(report --sort dso | awk '/librte_net_memif/ { gsub("%", "", $1); s += $1 } END { printf "%.1f", s }')
+    echo "   memif PMD (its ring copies): $pmd % of samples"
+  fi
+  copies=$(report --sort symbol | awk '/memmove|memcpy|copy_avx2/ { gsub("%", "", $1); s += $1 } END { printf "%.1f", s }')
+  echo "   the program's copies into and out of the stack: $copies % of samples"
   echo "   checksum: $share % of samples$( [ -n "$cpu" ] && awk -v s="$share" -v c="$cpu" \
     'BEGIN { printf " = %.3f CPU s/GB", s / 100 * c }')"
 done
