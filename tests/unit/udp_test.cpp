@@ -1,5 +1,5 @@
 // UDP and its socket API over a fake IP layer that keeps the ipv4 contract of
-// docs/layers.md (tests/unit/support/fake_ip.hpp).
+// docs/architecture.md (tests/unit/support/fake_ip.hpp).
 #include "xk/protocols/udp.hpp"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 #pragma once
 // Stands where ipv4 stands, for a transport under test (tcp, udp, and
-// micro-protocols between): the ipv4 contract of docs/layers.md --
+// micro-protocols between): the ipv4 contract of docs/architecture.md --
 //   - one session per peer, opened with remote {Ipv4Addr, ProtoNum} (a second
 //     open of the same peer is Errc::exists, as in ipv4);
 //   - one passive open on the transport's protocol number; a packet from a

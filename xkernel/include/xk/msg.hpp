@@ -121,7 +121,7 @@ struct Offload {
     rx_l4_good = 16,  // the port verified the UDP/TCP checksum
     // The port's receive buffers are running low: a layer that keeps this
     // frame a while (a receive or reassembly queue) copies it with
-    // Msg::own() and lets the port's buffer go (docs/framework.md,
+    // Msg::own() and lets the port's buffer go (docs/xkernel.md,
     // "Buffers from a port").
     rx_scarce = 32,
     // Segmentation offload: the frame is one TCP segment larger than the
@@ -153,14 +153,14 @@ class Msg {
   // A header fragment allocated when a push finds no room in place.
   static constexpr std::size_t kHeaderBufSize = 256;
   // The size of bulk data buffers (a TCP send buffer's chunks): freed ones
-  // are kept per thread like header buffers (docs/framework.md, "Buffers").
+  // are kept per thread like header buffers (docs/xkernel.md, "Buffers").
   static constexpr std::size_t kChunkSize = 64 * 1024;
   // Largest contiguous region a single push or pull-up may ask for.
   static constexpr std::size_t kMaxContiguous = 64 * 1024;
 
   // Moves and destruction are inline: a frame passes through each layer by
   // value, so a packet sees several of each, and most destroyed messages are
-  // the empty shells left by a move (docs/framework.md, "Buffers").
+  // the empty shells left by a move (docs/xkernel.md, "Buffers").
   Msg() noexcept = default;
   Msg(Msg&& other) noexcept { take(other); }
   Msg& operator=(Msg&& other) noexcept {

@@ -1,6 +1,6 @@
 #pragma once
 // arp: the Address Resolution Protocol (RFC 826) for IPv4 over Ethernet, as
-// the NextHopResolver of ipv4 (xk/link.hpp, docs/layers.md, docs/eth-arp.md).
+// the NextHopResolver of ipv4 (xk/link.hpp, docs/architecture.md, docs/eth-arp.md).
 //
 //   arp arp0 below=eth0 timeout=60 retries=3 pending=64 static=192.0.2.1@02:00:00:00:00:01
 //

@@ -1,5 +1,5 @@
 #pragma once
-// eth: Ethernet II over one driver (docs/layers.md, docs/eth-arp.md).
+// eth: Ethernet II over one driver (docs/architecture.md, docs/eth-arp.md).
 //
 //   open(upper, {remote: MacAddr dst, ProtoNum type})  -> a session sending to dst
 //   open_enable(upper, {local: ProtoNum type})         -> frames of that type from

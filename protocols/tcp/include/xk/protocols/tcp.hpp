@@ -24,7 +24,7 @@
 //   tcb.hpp       (private) the connection's and the listener's state; the
 //                 protocol reaches them through their public calls only
 //
-// Threading: one stack, one thread (docs/framework.md). The socket API is
+// Threading: one stack, one thread (docs/xkernel.md). The socket API is
 // called on the stack's thread; blocking and cross-thread use are built on top.
 
 #include <cstddef>

@@ -3,7 +3,7 @@
 //
 //   udp u0 below=ip0 csum=on
 //
-// Below it, udp keeps the ipv4 contract of docs/layers.md: one IP session per
+// Below it, udp keeps the ipv4 contract of docs/architecture.md: one IP session per
 // peer (opened with remote {Ipv4Addr peer, ProtoNum 17}, or handed up by a
 // passive open on ProtoNum 17), whose GetLocalAddr/GetPeerAddr give the
 // addresses of the pseudo-header.
