@@ -79,7 +79,7 @@ class ControlServer final : public Pollable {
   // nothing: a filterd forwarding a bulk transfer passes its loop once per
   // burst, and the system call was a good part of each pass. Looking every
   // 16th pass always halved the rate of a node that opens each connection
-  // with a CONNECT round trip (tried, stop 22); a stream of requests keeps
+  // with a CONNECT round trip (tried and measured); a stream of requests keeps
   // every-pass looking on. After a sleep it looks at once.
   static constexpr std::uint32_t kLookEvery = 16;
   static constexpr std::uint32_t kQuietLooks = 256;
