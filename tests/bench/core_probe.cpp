@@ -8,7 +8,7 @@
 // a run goes on: here a round trip is ~100 ns near and ~400 ns far, and a
 // bulk transfer over net_memif -- whose every frame is written by one core and
 // read by the other -- runs at half speed while they are far
-// (docs/BENCHMARKS.md, "The slow mode is the vCPUs' placement"). A benchmark
+// (docs/BENCHMARKS.md, "The vCPUs' placement"). A benchmark
 // that compares two programs run seconds apart needs to know which runs
 // caught which placement.
 //

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # filterd's cost per byte, steer mode against central mode, in one run
-# (docs/BENCHMARKS.md, "filterd: steer vs central").
+# (docs/BENCHMARKS.md, "filterd: steer against central").
 #
 #   filterd_bench.sh BUILD_DIR                   (as root; e.g. build/release)
 #   filterd_bench.sh FILTERD XK_TCP_PERF

@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::printf("# one connection, a %g Mbit/s bottleneck with a queue of one BDP (%.2f MB), RTT %g ms, %g s of protocol "
-              "time (manual clock); default buffers 1 MiB\n",
+              "time (manual clock); the stack's default buffers (a quarter of the L2 cache, 256 KiB to 1 MiB)\n",
               p.rate_mbit, p.bdp() / 1e6, p.rtt_ms, p.seconds);
   std::printf("%-10s %12s %12s %8s %12s %12s %8s %6s %8s\n", "autotune", "goodput_Mb", "steady_Mb", "of_path",
               "rcvbuf_B", "sndbuf_B", "rexmits", "rtos", "dropped");
