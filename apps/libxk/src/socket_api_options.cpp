@@ -39,204 +39,262 @@ timeval ns_timeval(std::int64_t ns) {
 }
 // What getsockopt says of a buffer size a program set (see SO_SNDBUF).
 int doubled(std::size_t bytes) { return static_cast<int>(std::min<std::size_t>(2 * bytes, INT32_MAX)); }
+
+// ---- setsockopt: one handler per level, on the stack's thread --------------------
+
+// An option's value as the program passed it, read before the stack is
+// called: an int for most, a struct linger for SO_LINGER.
+struct SetValue {
+  int iv = 0;
+  linger lg{};
+};
+
+// What a handler sees: the socket, its connection (null for a datagram
+// socket or one not yet connected), and the value. It returns 0 or an errno.
+struct SetCall {
+  Sock& s;
+  bool stream;
+  tcp::StreamEndpoint* c;
+  const SetValue& v;
+};
+
+int set_sol_socket(SetCall& k, int name) {
+  Sock& s = k.s;
+  const int iv = k.v.iv;
+  switch (name) {
+    case SO_REUSEADDR:
+      s.reuse_addr = iv != 0;
+      if (!k.stream) {
+        udp::SocketOptions o = s.udp.session()->options();
+        o.reuse_addr = s.reuse_addr;
+        if (!s.udp.set_options(o)) return EINVAL;  // after bind()
+      }
+      return 0;
+    case SO_REUSEPORT:
+      // Nodes sharing an address through filterd: listen as one of a
+      // group that new connections are spread over.
+      if (s.listening) return EINVAL;
+      s.reuse_port = iv != 0;
+      return 0;
+    case SO_OOBINLINE:
+      // Urgent data is always delivered in line (RFC 6093 asks no less);
+      // out-of-line urgent bytes are not offered.
+      return iv != 0 ? 0 : EINVAL;
+    case SO_KEEPALIVE:
+      if (!k.stream) return ENOPROTOOPT;
+      s.keepalive = iv != 0;
+      if (k.c != nullptr) s.conn.set_keepalive(s.keepalive);
+      return 0;
+    // Linux doubles the value it is given (for its bookkeeping) and reads
+    // back the double; xk keeps the value and reads back twice it, so
+    // programs that check what they set see what they expect.
+    case SO_SNDBUF:
+      s.sndbuf = static_cast<std::size_t>(std::clamp(iv, 2048, 64 << 20));
+      if (k.c != nullptr) s.conn.set_sndbuf(s.sndbuf);
+      return 0;  // a datagram socket sends without a buffer: recorded only
+    case SO_RCVBUF:
+      s.rcvbuf = static_cast<std::size_t>(std::clamp(iv, 2048, 64 << 20));
+      if (k.c != nullptr) s.conn.set_rcvbuf(s.rcvbuf);
+      if (!k.stream) {
+        udp::SocketOptions o = s.udp.session()->options();
+        o.rcvbuf_bytes = s.rcvbuf;
+        (void)s.udp.set_options(o);
+      }
+      return 0;
+    case SO_LINGER:
+      s.linger = Linger{k.v.lg.l_onoff != 0, k.v.lg.l_linger};
+      return 0;
+    case SO_RCVLOWAT:
+      // Readable (and a blocking read satisfied) from this many bytes.
+      if (iv < 0) return EINVAL;
+      s.rcvlowat = static_cast<std::size_t>(std::max(iv, 1));
+      refresh(s, false);
+      return 0;
+    default:
+      return ENOPROTOOPT;
+  }
+}
+
+int set_ip(SetCall& k, int name) {
+  if (name != IP_TOS) return ENOPROTOOPT;
+  if (k.stream) {
+    // The DSCP bits of every packet the connection sends (the ECN bits are
+    // the stack's, as on Linux); remembered for what a listener accepts and
+    // for a connect to come.
+    tcp::Tuning t;
+    t.tos = static_cast<std::uint8_t>(k.v.iv & 0xfc);
+    if (k.c != nullptr) (void)k.s.conn.tune(t);
+    k.s.tuning.update(t);
+    return 0;
+  }
+  // A datagram socket: the whole byte, ECN bits too (as Linux).
+  udp::SocketOptions o = k.s.udp.session()->options();
+  o.tos = static_cast<std::uint8_t>(k.v.iv);
+  return k.s.udp.set_options(o) ? 0 : EINVAL;
+}
+
+// The TCP options that become a per-connection Tuning: applied to the
+// connection if there is one, and remembered for the connections a
+// listener accepts (quick-ACK mode is a moment's state, not inherited).
+int set_tcp_tuning(SetCall& k, int name) {
+  Sock& s = k.s;
+  const int iv = k.v.iv;
+  tcp::Tuning t;
+  using std::chrono::seconds, std::chrono::milliseconds;
+  switch (name) {
+    case TCP_KEEPIDLE:
+    case TCP_KEEPINTVL:
+      if (iv < 1 || iv > 32767) return EINVAL;  // Linux's bounds, in seconds
+      (name == TCP_KEEPIDLE ? t.keepalive_idle : t.keepalive_interval) = seconds(iv);
+      break;
+    case TCP_KEEPCNT:
+      if (iv < 1 || iv > 127) return EINVAL;
+      t.keepalive_probes = static_cast<unsigned>(iv);
+      break;
+    case TCP_USER_TIMEOUT:
+      if (iv < 0) return EINVAL;
+      t.user_timeout = milliseconds(iv);
+      break;
+    case TCP_MAXSEG:
+      // 0 takes the option back; else 88..32767 (Linux's bounds).
+      if (iv != 0 && (iv < 88 || iv > 32767)) return EINVAL;
+      if (iv == 0) {
+        s.tuning.max_segment.reset();
+        if (s.listening) (void)s.listener.set_max_segment(std::nullopt);
+        return 0;
+      }
+      t.max_segment = static_cast<std::uint16_t>(iv);
+      // A listener: what its SYN-ACKs offer from now on.
+      if (s.listening) (void)s.listener.set_max_segment(t.max_segment);
+      break;
+    default:  // TCP_QUICKACK
+      t.quickack = iv != 0;
+      s.quickack = iv != 0;
+      break;
+  }
+  if (k.c != nullptr) {
+    if (Status st = s.conn.tune(t); !st && st.error() != Errc::unsupported) return EINVAL;
+  }
+  s.tuning.update(t);
+  return 0;
+}
+
+int set_tcp(SetCall& k, int name) {
+  if (!k.stream) return ENOPROTOOPT;
+  Sock& s = k.s;
+  const int iv = k.v.iv;
+  switch (name) {
+    case TCP_NODELAY:
+      s.nodelay = iv != 0;
+      if (k.c != nullptr) s.conn.set_nodelay(s.nodelay);
+      return 0;
+    case TCP_CORK:
+      s.cork = iv != 0;
+      if (k.c != nullptr) s.conn.set_cork(s.cork);
+      return 0;
+    case TCP_KEEPIDLE:
+    case TCP_KEEPINTVL:
+    case TCP_KEEPCNT:
+    case TCP_USER_TIMEOUT:
+    case TCP_MAXSEG:
+    case TCP_QUICKACK:
+      return set_tcp_tuning(k, name);
+    case TCP_NOTSENT_LOWAT:
+      // Writable only while fewer bytes than this wait unsent (0: none may).
+      if (iv < 0) return EINVAL;
+      s.notsent_lowat = static_cast<std::size_t>(iv);
+      refresh(s, false);
+      return 0;
+    case TCP_INQ:
+      // recvmsg adds a TCP_CM_INQ message: the bytes left to read.
+      if (iv < 0 || iv > 1) return EINVAL;
+      s.inq = iv != 0;
+      return 0;
+    case TCP_DEFER_ACCEPT:
+      // Accepted for programs that set it (nginx); connections are handed
+      // to accept() once established, data or not.
+      if (iv < 0) return EINVAL;
+      s.defer_accept = iv;
+      return 0;
+    case XK_TCP_CHECKSUM:
+      if (iv < 0 || iv > 3) return EINVAL;
+      s.csum = static_cast<ChecksumMode>(iv);
+      if (k.c != nullptr) s.conn.set_checksum(*s.csum);
+      if (s.listening) s.listener.set_checksum(*s.csum);
+      return 0;
+    default:
+      return ENOPROTOOPT;
+  }
+}
+
+struct LevelSetter {
+  int level;
+  int (*set)(SetCall&, int name);
+};
+constexpr LevelSetter kSetters[] = {
+    {SOL_SOCKET, &set_sol_socket},
+    {IPPROTO_IP, &set_ip},
+    {IPPROTO_TCP, &set_tcp},
+};
+
+// SO_RCVTIMEO / SO_SNDTIMEO: a struct timeval, kept by the C API itself.
+int set_timeout(Sock& s, int name, const void* value, socklen_t len) {
+  timeval tv{};
+  if (!opt_in(value, len, tv) || tv.tv_sec < 0 || tv.tv_usec < 0 || tv.tv_usec >= 1'000'000) {
+    return fail(EINVAL, "setsockopt: a struct timeval");
+  }
+  (name == SO_RCVTIMEO ? s.rcvtimeo_ns : s.sndtimeo_ns).store(timeval_ns(tv));
+  return 0;
+}
+
+// TCP_CONGESTION: a name, not an int -- "cubic", or "reno"/"newreno"
+// (Linux's reno is NewReno, RFC 6582, as xk's is).
+int set_congestion(Sock& s, const void* value, socklen_t len) {
+  if (value == nullptr || len == 0) return fail(EINVAL, "setsockopt: TCP_CONGESTION takes a name");
+  std::string want(static_cast<const char*>(value), strnlen(static_cast<const char*>(value), len));
+  if (want == "reno") want = "newreno";
+  if (s.type != SOCK_STREAM) return fail(ENOPROTOOPT, "setsockopt: TCP_CONGESTION of a datagram socket");
+  return guarded("setsockopt", [&] {
+    const int err = s.stack->call([&]() -> int {
+      if (s.closed.load()) return EBADF;
+      const auto names = tcp::congestion_control_names();
+      if (std::find(names.begin(), names.end(), want) == names.end()) return ENOENT;  // as Linux
+      tcp::Tuning t;
+      t.congestion = want;
+      if (s.conn.endpoint() != nullptr) {
+        if (Status st = s.conn.tune(t); !st && st.error() != Errc::unsupported) return EINVAL;
+      }
+      s.tuning.update(t);
+      return 0;
+    });
+    if (err != 0) return fail(err, "setsockopt: TCP_CONGESTION " + want);
+    return 0;
+  });
+}
 }  // namespace
 
 extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, socklen_t len) {
   auto s = get_sock(fd);
   if (!s) return -1;
-  int iv = 0;
-  if (level == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO)) {
-    timeval tv{};
-    if (!opt_in(value, len, tv) || tv.tv_sec < 0 || tv.tv_usec < 0 || tv.tv_usec >= 1'000'000) {
-      return fail(EINVAL, "setsockopt: a struct timeval");
-    }
-    (name == SO_RCVTIMEO ? s->rcvtimeo_ns : s->sndtimeo_ns).store(timeval_ns(tv));
-    return 0;
-  }
-  if (level == IPPROTO_TCP && name == TCP_CONGESTION) {
-    // A name, not an int: "cubic", or "reno"/"newreno" (Linux's reno is
-    // NewReno, RFC 6582, as xk's is).
-    if (value == nullptr || len == 0) return fail(EINVAL, "setsockopt: TCP_CONGESTION takes a name");
-    std::string want(static_cast<const char*>(value), strnlen(static_cast<const char*>(value), len));
-    if (want == "reno") want = "newreno";
-    if (s->type != SOCK_STREAM) return fail(ENOPROTOOPT, "setsockopt: TCP_CONGESTION of a datagram socket");
-    return guarded("setsockopt", [&] {
-      const int err = s->stack->call([&]() -> int {
-        if (s->closed.load()) return EBADF;
-        const auto names = tcp::congestion_control_names();
-        if (std::find(names.begin(), names.end(), want) == names.end()) return ENOENT;  // as Linux
-        tcp::Tuning t;
-        t.congestion = want;
-        if (s->conn.endpoint() != nullptr) {
-          if (Status st = s->conn.tune(t); !st && st.error() != Errc::unsupported) return EINVAL;
-        }
-        s->tuning.update(t);
-        return 0;
-      });
-      if (err != 0) return fail(err, "setsockopt: TCP_CONGESTION " + want);
-      return 0;
-    });
-  }
-  linger lg{};
+  if (level == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO)) return set_timeout(*s, name, value, len);
+  if (level == IPPROTO_TCP && name == TCP_CONGESTION) return set_congestion(*s, value, len);
+  SetValue v;
   if (level == SOL_SOCKET && name == SO_LINGER) {
-    if (!opt_in(value, len, lg) || lg.l_linger < 0) return fail(EINVAL, "setsockopt: a struct linger");
-  } else if (!opt_in(value, len, iv)) {
+    if (!opt_in(value, len, v.lg) || v.lg.l_linger < 0) return fail(EINVAL, "setsockopt: a struct linger");
+  } else if (!opt_in(value, len, v.iv)) {
     return fail(EINVAL, "setsockopt: an int");
   }
+  const LevelSetter* setter = nullptr;
+  for (const LevelSetter& l : kSetters) {
+    if (l.level == level) setter = &l;
+  }
   return guarded("setsockopt", [&] {
-    int err = s->stack->call([&]() -> int {
+    const int err = s->stack->call([&]() -> int {
       if (s->closed.load()) return EBADF;
+      if (setter == nullptr) return ENOPROTOOPT;
       const bool stream = s->type == SOCK_STREAM;
-      tcp::StreamEndpoint* c = stream ? s->conn.endpoint() : nullptr;
-      auto buf_size = [&] { return static_cast<std::size_t>(std::clamp(iv, 2048, 64 << 20)); };
-      if (level == SOL_SOCKET) {
-        switch (name) {
-          case SO_REUSEADDR:
-            s->reuse_addr = iv != 0;
-            if (!stream) {
-              udp::SocketOptions o = s->udp.session()->options();
-              o.reuse_addr = s->reuse_addr;
-              if (!s->udp.set_options(o)) return EINVAL;  // after bind()
-            }
-            return 0;
-          case SO_REUSEPORT:
-            // Nodes sharing an address through filterd: listen as one of a
-            // group that new connections are spread over.
-            if (s->listening) return EINVAL;
-            s->reuse_port = iv != 0;
-            return 0;
-          case SO_OOBINLINE:
-            // Urgent data is always delivered in line (RFC 6093 asks no
-            // less); out-of-line urgent bytes are not offered.
-            return iv != 0 ? 0 : EINVAL;
-          case SO_KEEPALIVE:
-            if (!stream) return ENOPROTOOPT;
-            s->keepalive = iv != 0;
-            if (c != nullptr) s->conn.set_keepalive(s->keepalive);
-            return 0;
-          // Linux doubles the value it is given (for its bookkeeping) and
-          // reads back the double; xk keeps the value and reads back twice
-          // it, so programs that check what they set see what they expect.
-          case SO_SNDBUF:
-            s->sndbuf = buf_size();
-            if (c != nullptr) s->conn.set_sndbuf(s->sndbuf);
-            return 0;  // a datagram socket sends without a buffer: recorded only
-          case SO_RCVBUF:
-            s->rcvbuf = buf_size();
-            if (c != nullptr) s->conn.set_rcvbuf(s->rcvbuf);
-            if (!stream) {
-              udp::SocketOptions o = s->udp.session()->options();
-              o.rcvbuf_bytes = s->rcvbuf;
-              (void)s->udp.set_options(o);
-            }
-            return 0;
-          case SO_LINGER:
-            s->linger = Linger{lg.l_onoff != 0, lg.l_linger};
-            return 0;
-          case SO_RCVLOWAT:
-            // Readable (and a blocking read satisfied) from this many bytes.
-            if (iv < 0) return EINVAL;
-            s->rcvlowat = static_cast<std::size_t>(std::max(iv, 1));
-            refresh(*s, false);
-            return 0;
-          default:
-            return ENOPROTOOPT;
-        }
-      }
-      if (level == IPPROTO_IP && name == IP_TOS && stream) {
-        // The DSCP bits of every packet the connection sends (the ECN bits
-        // are the stack's, as on Linux); remembered for what a listener
-        // accepts and for a connect to come.
-        tcp::Tuning t;
-        t.tos = static_cast<std::uint8_t>(iv & 0xfc);
-        if (c != nullptr) (void)s->conn.tune(t);
-        s->tuning.update(t);
-        return 0;
-      }
-      if (level == IPPROTO_IP && name == IP_TOS) {
-        // A datagram socket: the whole byte, ECN bits too (as Linux).
-        udp::SocketOptions o = s->udp.session()->options();
-        o.tos = static_cast<std::uint8_t>(iv);
-        return s->udp.set_options(o) ? 0 : EINVAL;
-      }
-      if (level == IPPROTO_TCP && stream) {
-        switch (name) {
-          case TCP_NODELAY:
-            s->nodelay = iv != 0;
-            if (c != nullptr) s->conn.set_nodelay(s->nodelay);
-            return 0;
-          case TCP_CORK:
-            s->cork = iv != 0;
-            if (c != nullptr) s->conn.set_cork(s->cork);
-            return 0;
-          case TCP_KEEPIDLE:
-          case TCP_KEEPINTVL:
-          case TCP_KEEPCNT:
-          case TCP_USER_TIMEOUT:
-          case TCP_MAXSEG:
-          case TCP_QUICKACK: {
-            tcp::Tuning t;
-            using std::chrono::seconds, std::chrono::milliseconds;
-            if (name == TCP_KEEPIDLE || name == TCP_KEEPINTVL) {
-              if (iv < 1 || iv > 32767) return EINVAL;  // Linux's bounds, in seconds
-              (name == TCP_KEEPIDLE ? t.keepalive_idle : t.keepalive_interval) = seconds(iv);
-            } else if (name == TCP_KEEPCNT) {
-              if (iv < 1 || iv > 127) return EINVAL;
-              t.keepalive_probes = static_cast<unsigned>(iv);
-            } else if (name == TCP_USER_TIMEOUT) {
-              if (iv < 0) return EINVAL;
-              t.user_timeout = milliseconds(iv);
-            } else if (name == TCP_MAXSEG) {
-              // 0 takes the option back; else 88..32767 (Linux's bounds).
-              if (iv != 0 && (iv < 88 || iv > 32767)) return EINVAL;
-              if (iv == 0) {
-                s->tuning.max_segment.reset();
-                if (s->listening) (void)s->listener.set_max_segment(std::nullopt);
-                return 0;
-              }
-              t.max_segment = static_cast<std::uint16_t>(iv);
-              // A listener: what its SYN-ACKs offer from now on.
-              if (s->listening) (void)s->listener.set_max_segment(t.max_segment);
-            } else {
-              t.quickack = iv != 0;
-              s->quickack = iv != 0;
-            }
-            if (c != nullptr) {
-              if (Status st = s->conn.tune(t); !st && st.error() != Errc::unsupported) return EINVAL;
-            }
-            // Remembered for the connections a listener accepts (quick-ACK
-            // mode is a moment's state, not inherited).
-            s->tuning.update(t);
-            return 0;
-          }
-          case TCP_NOTSENT_LOWAT:
-            // Writable only while fewer bytes than this wait unsent (0: none may).
-            if (iv < 0) return EINVAL;
-            s->notsent_lowat = static_cast<std::size_t>(iv);
-            refresh(*s, false);
-            return 0;
-          case TCP_INQ:
-            // recvmsg adds a TCP_CM_INQ message: the bytes left to read.
-            if (iv < 0 || iv > 1) return EINVAL;
-            s->inq = iv != 0;
-            return 0;
-          case TCP_DEFER_ACCEPT:
-            // Accepted for programs that set it (nginx); connections are
-            // handed to accept() once established, data or not.
-            if (iv < 0) return EINVAL;
-            s->defer_accept = iv;
-            return 0;
-          case XK_TCP_CHECKSUM:
-            if (iv < 0 || iv > 3) return EINVAL;
-            s->csum = static_cast<ChecksumMode>(iv);
-            if (c != nullptr) s->conn.set_checksum(*s->csum);
-            if (s->listening) s->listener.set_checksum(*s->csum);
-            return 0;
-          default:
-            return ENOPROTOOPT;
-        }
-      }
-      return ENOPROTOOPT;
+      SetCall k{*s, stream, stream ? s->conn.endpoint() : nullptr, v};
+      return setter->set(k, name);
     });
     if (err != 0) return fail(err, "setsockopt: option " + std::to_string(level) + "/" + std::to_string(name));
     return 0;
