@@ -379,7 +379,6 @@ class WholeEchoServer final : public xk::Pollable {
             c.held.join(std::move(*m));
           }
         }
-        bytes_ += c.size;
         c.phase = Phase::back;
         c.at = 0;
         return true;
@@ -420,7 +419,6 @@ class WholeEchoServer final : public xk::Pollable {
   const Args& a_;
   std::vector<std::unique_ptr<Conn>> conns_;
   std::uint64_t finished_ = 0;
-  std::uint64_t bytes_ = 0;
   std::uint64_t failures_ = 0;
 };
 
