@@ -47,12 +47,13 @@ kernel_run() { mpi "$OUT/kernel-$1.log" --mca btl_tcp_if_include lo -np 2 "$PP" 
 xk_run() {  # LINK RUN
   local sock=@xk-mpib-$$-$1-$2 server client
   case $1 in
-    memif) server="net_memif0,role=server,id=0,socket=$sock" client="net_memif1,role=client,id=0,socket=$sock" ;;
-    shm) server="shm:$sock,role=auto" client="shm:$sock,role=auto" ;;  # either may come first
+    memif) server=(--port "net_memif0,role=server,id=0,socket=$sock")
+           client=(--port "net_memif1,role=client,id=0,socket=$sock") ;;
+    shm) server=(--link "mpib-$$-$2") client=("${server[@]}") ;;  # the same words: either may come first
   esac
   mpi "$OUT/$1-$2.log" --mca btl_tcp_if_include xk0 \
-    -np 1 "$XKRUN" --port "$server" --ip 198.51.100.1/24 -- "$PP" bench "$MAX" : \
-    -np 1 "$XKRUN" --port "$client" --ip 198.51.100.2/24 -- "$PP" bench "$MAX"
+    -np 1 "$XKRUN" "${server[@]}" --ip 198.51.100.1/24 -- "$PP" bench "$MAX" : \
+    -np 1 "$XKRUN" "${client[@]}" --ip 198.51.100.2/24 -- "$PP" bench "$MAX"
 }
 
 step "MPI ping-pong, 1 B to $MAX: kernel loopback, xkrun over memif, xkrun over shm; $RUNS runs each, taking turns"
