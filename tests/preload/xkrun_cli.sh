@@ -60,6 +60,7 @@ defaults=$(env -u XKRUN_PID -u XK_MODE -u XK_SPIN_US "$XKRUN" --graph "$GRAPH" -
 given=$(env -u XKRUN_PID "$XKRUN" --spin-us 7 --graph "$GRAPH" -- sh -c 'echo "$XK_SPIN_US"')
 [ "$given" = 7 ] || { echo "FAIL: --spin-us 7 gave XK_SPIN_US='$given'"; fails=$((fails + 1)); }
 expect 2 "--link: 'a/b' is not a name" -- --link a/b -- true
+expect 2 "--link and --port both name" -- --link job --port net_null0 -- true
 given=$(env -u XKRUN_PID "$XKRUN" --link job-7 --graph "$GRAPH" -- sh -c 'echo "$XK_PORT"')
 [ "$given" = "shm:@xk-link-job-7,role=auto" ] || { echo "FAIL: --link job-7 gave XK_PORT='$given'"; fails=$((fails + 1)); }
 given=$(env -u XKRUN_PID "$XKRUN" --kernel-poll-us 0 --graph "$GRAPH" -- sh -c 'echo "$XK_KERNEL_POLL_US"')
