@@ -58,6 +58,21 @@ struct SetCall {
   const SetValue& v;
 };
 
+// A buffer size a program asks for, within what the stack takes.
+std::size_t buffer_size(int bytes) { return static_cast<std::size_t>(std::clamp(bytes, 2048, 64 << 20)); }
+
+// Per-connection settings: applied to the connection, if there is one, and
+// remembered for a connect to come and the connections a listener accepts.
+// EINVAL if the connection refuses them (a relayed stream takes none:
+// remembered only).
+int apply_tuning(Sock& s, const tcp::Tuning& t) {
+  if (s.conn.endpoint() != nullptr) {
+    if (Status st = s.conn.tune(t); !st && st.error() != Errc::unsupported) return EINVAL;
+  }
+  s.tuning.update(t);
+  return 0;
+}
+
 int set_sol_socket(SetCall& k, int name) {
   Sock& s = k.s;
   const int iv = k.v.iv;
@@ -89,11 +104,11 @@ int set_sol_socket(SetCall& k, int name) {
     // back the double; xk keeps the value and reads back twice it, so
     // programs that check what they set see what they expect.
     case SO_SNDBUF:
-      s.sndbuf = static_cast<std::size_t>(std::clamp(iv, 2048, 64 << 20));
+      s.sndbuf = buffer_size(iv);
       if (k.c != nullptr) s.conn.set_sndbuf(s.sndbuf);
       return 0;  // a datagram socket sends without a buffer: recorded only
     case SO_RCVBUF:
-      s.rcvbuf = static_cast<std::size_t>(std::clamp(iv, 2048, 64 << 20));
+      s.rcvbuf = buffer_size(iv);
       if (k.c != nullptr) s.conn.set_rcvbuf(s.rcvbuf);
       if (!k.stream) {
         udp::SocketOptions o = s.udp.session()->options();
@@ -123,8 +138,7 @@ int set_ip(SetCall& k, int name) {
     // for a connect to come.
     tcp::Tuning t;
     t.tos = static_cast<std::uint8_t>(k.v.iv & 0xfc);
-    if (k.c != nullptr) (void)k.s.conn.tune(t);
-    k.s.tuning.update(t);
+    (void)apply_tuning(k.s, t);
     return 0;
   }
   // A datagram socket: the whole byte, ECN bits too (as Linux).
@@ -133,9 +147,8 @@ int set_ip(SetCall& k, int name) {
   return k.s.udp.set_options(o) ? 0 : EINVAL;
 }
 
-// The TCP options that become a per-connection Tuning: applied to the
-// connection if there is one, and remembered for the connections a
-// listener accepts (quick-ACK mode is a moment's state, not inherited).
+// The TCP options that become a per-connection Tuning (apply_tuning;
+// quick-ACK mode is a moment's state, not inherited).
 int set_tcp_tuning(SetCall& k, int name) {
   Sock& s = k.s;
   const int iv = k.v.iv;
@@ -172,11 +185,7 @@ int set_tcp_tuning(SetCall& k, int name) {
       s.quickack = iv != 0;
       break;
   }
-  if (k.c != nullptr) {
-    if (Status st = s.conn.tune(t); !st && st.error() != Errc::unsupported) return EINVAL;
-  }
-  s.tuning.update(t);
-  return 0;
+  return apply_tuning(s, t);
 }
 
 int set_tcp(SetCall& k, int name) {
@@ -261,11 +270,7 @@ int set_congestion(Sock& s, const void* value, socklen_t len) {
       if (std::find(names.begin(), names.end(), want) == names.end()) return ENOENT;  // as Linux
       tcp::Tuning t;
       t.congestion = want;
-      if (s.conn.endpoint() != nullptr) {
-        if (Status st = s.conn.tune(t); !st && st.error() != Errc::unsupported) return EINVAL;
-      }
-      s.tuning.update(t);
-      return 0;
+      return apply_tuning(s, t);
     });
     if (err != 0) return fail(err, "setsockopt: TCP_CONGESTION " + want);
     return 0;
