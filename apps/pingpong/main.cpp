@@ -245,12 +245,16 @@ std::optional<std::pair<std::size_t, std::uint64_t>> parse_run_header(std::span<
   return std::pair{static_cast<std::size_t>(be32(8)), be32(12)};
 }
 
+// A step's answer to a socket error: false (try again later) while the
+// socket would block, else the error.
+xk::Result<bool> later_or(xk::Errc e) { return e == xk::Errc::would_block ? xk::Result<bool>(false) : e; }
+
 // Moves bytes between a fixed buffer and the socket until it is full or
 // sent: true when done, false while the socket would block, an error else.
 xk::Result<bool> fill(xk::tcp::TcpSocket& s, std::span<std::byte> buf, std::size_t& at) {
   while (at < buf.size()) {
     auto r = s.read(buf.subspan(at));
-    if (!r) return r.error() == xk::Errc::would_block ? xk::Result<bool>(false) : xk::Result<bool>(r.error());
+    if (!r) return later_or(r.error());
     if (*r == 0) return xk::Errc::closed;
     at += *r;
   }
@@ -259,7 +263,7 @@ xk::Result<bool> fill(xk::tcp::TcpSocket& s, std::span<std::byte> buf, std::size
 xk::Result<bool> drain(xk::tcp::TcpSocket& s, std::span<const std::byte> buf, std::size_t& at) {
   while (at < buf.size()) {
     auto w = s.write(buf.subspan(at));
-    if (!w) return w.error() == xk::Errc::would_block ? xk::Result<bool>(false) : xk::Result<bool>(w.error());
+    if (!w) return later_or(w.error());
     at += *w;
   }
   return true;
@@ -327,18 +331,13 @@ class WholeEchoServer final : public xk::Pollable {
   xk::Result<bool> step(Conn& c) {
     switch (c.phase) {
       case Phase::header: {
-        if (c.at == 0) {
+        auto r = fill(c.sock, c.header, c.at);
+        if (!r && r.error() == xk::Errc::closed) {
           // Between runs, the end of the connection is the client's goodbye.
-          auto r = c.sock.read(std::span(c.header).first(1));
-          if (!r) return r.error() == xk::Errc::would_block ? xk::Result<bool>(false) : xk::Result<bool>(r.error());
-          if (*r == 0) {
+          if (c.at == 0) {
             finish(c);
             return true;
           }
-          c.at = 1;
-        }
-        auto r = fill(c.sock, c.header, c.at);
-        if (!r && r.error() == xk::Errc::closed) {
           std::fprintf(stderr, "%s: the connection ended inside a run header (a client with --echo stream?)\n", kProg);
           return xk::Errc::invalid_argument;
         }
@@ -374,7 +373,7 @@ class WholeEchoServer final : public xk::Pollable {
         } else {
           while (c.held.size() < c.size) {
             auto m = c.sock.read_msg(c.size - c.held.size());
-            if (!m) return m.error() == xk::Errc::would_block ? xk::Result<bool>(false) : xk::Result<bool>(m.error());
+            if (!m) return later_or(m.error());
             if (m->empty()) return xk::Errc::closed;
             c.held.join(std::move(*m));
           }
@@ -388,7 +387,7 @@ class WholeEchoServer final : public xk::Pollable {
           auto r = drain(c.sock, std::span<const std::byte>(c.buf).first(c.size), c.at);
           if (!r || !*r) return r;
         } else if (xk::Status st = c.sock.write(c.held); !st) {
-          return st.error() == xk::Errc::would_block ? xk::Result<bool>(false) : xk::Result<bool>(st.error());
+          return later_or(st.error());
         }
         c.at = 0;
         c.phase = --c.left == 0 ? Phase::header : Phase::in;
