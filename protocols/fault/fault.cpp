@@ -80,12 +80,12 @@ bool FaultProtocol::chance(double p) noexcept {
 }
 
 Status FaultProtocol::on_tx(PassSession& s, Msg msg) {
-  if (!applies(kTx)) return deliver(kTx, s, std::move(msg), std::nullopt);
+  if (!applies(kTx)) return deliver(kTx, s, std::move(msg));
   return process(kTx, s, std::move(msg));
 }
 
 Status FaultProtocol::on_rx(PassSession& s, Msg msg) {
-  if (!applies(kRx)) return deliver(kRx, s, std::move(msg), std::nullopt);
+  if (!applies(kRx)) return deliver(kRx, s, std::move(msg));
   return process(kRx, s, std::move(msg));
 }
 
@@ -134,14 +134,12 @@ Status FaultProtocol::process(Dir d, PassSession& s, Msg msg) {
 Status FaultProtocol::reorder_stage(Dir d, PassSession& s, Msg msg, Duration queued) {
   if (!held_[d] && chance(config_.reorder)) {
     ++*dir_counters_[d].reordered;
-    held_[d] = Held{Ref<PassSession>(&s), std::move(msg), rx_info_now(d, s), queued};
+    held_[d] = Held{Ref<PassSession>(&s), std::move(msg), queued};
     std::optional<Timer>& t = d == kTx ? hold_timer_tx_ : hold_timer_rx_;
     if (t && config_.reorder_hold.count() > 0) t->arm_after(config_.reorder_hold);
     return {};
   }
-  // Passing on now, inside IP's upcall: nothing to replay (delay_stage
-  // asks IP only if it holds the message back).
-  Status st = delay_stage(d, s, std::move(msg), std::nullopt, queued);
+  Status st = delay_stage(d, s, std::move(msg), queued);
   // The held message goes out behind this one: the two are swapped.
   if (held_[d]) release_held(d);
   return st;
@@ -153,22 +151,13 @@ void FaultProtocol::release_held(Dir d) {
   held_[d].reset();
   std::optional<Timer>& t = d == kTx ? hold_timer_tx_ : hold_timer_rx_;
   if (t) t->cancel();
-  (void)delay_stage(d, *h.session, std::move(h.msg), std::move(h.rx), h.queued);
+  (void)delay_stage(d, *h.session, std::move(h.msg), h.queued);
 }
 
-std::optional<RxInfo> FaultProtocol::rx_info_now(Dir d, PassSession& s) {
-  if (d != kRx) return std::nullopt;
-  Result<ControlReply> r = s.control_any(ctl::GetRxInfo{});
-  if (!r) return std::nullopt;
-  if (const RxInfo* info = std::get_if<RxInfo>(&*r)) return *info;
-  return std::nullopt;
-}
-
-Status FaultProtocol::delay_stage(Dir d, PassSession& s, Msg msg, std::optional<RxInfo> rx, Duration queued) {
+Status FaultProtocol::delay_stage(Dir d, PassSession& s, Msg msg, Duration queued) {
   if (config_.delay.count() == 0 && config_.jitter.count() == 0 && queued.count() == 0) {
-    return deliver(d, s, std::move(msg), rx);
+    return deliver(d, s, std::move(msg));
   }
-  if (!rx) rx = rx_info_now(d, s);  // a message arriving now: what IP says of it, for later
   Duration extra = queued;
   if (config_.jitter.count() > 0) {
     extra += Duration(static_cast<Duration::rep>(uniform() * static_cast<double>(config_.jitter.count())));
@@ -177,7 +166,7 @@ Status FaultProtocol::delay_stage(Dir d, PassSession& s, Msg msg, std::optional<
   // Keep the queue sorted by due time; equal times stay in arrival order.
   auto at = std::upper_bound(delayed_.begin(), delayed_.end(), due,
                              [](Time t, const Pending& p) { return t < p.due; });
-  delayed_.insert(at, Pending{due, d, Ref<PassSession>(&s), std::move(msg), std::move(rx)});
+  delayed_.insert(at, Pending{due, d, Ref<PassSession>(&s), std::move(msg)});
   ++*dir_counters_[d].delayed;
   arm_delay_timer();
   return {};
@@ -198,16 +187,16 @@ void FaultProtocol::on_delay_timer() {
   while (!delayed_.empty() && delayed_.front().due <= now) {
     Pending p = std::move(delayed_.front());
     delayed_.pop_front();
-    (void)deliver(p.dir, *p.session, std::move(p.msg), p.rx);
+    (void)deliver(p.dir, *p.session, std::move(p.msg));
   }
   arm_delay_timer();
 }
 
-Status FaultProtocol::deliver(Dir d, PassSession& s, Msg msg, const std::optional<RxInfo>& rx) {
+Status FaultProtocol::deliver(Dir d, PassSession& s, Msg msg) {
   if (s.is_closed()) return Errc::closed;
   ++*dir_counters_[d].passed;
   if (d == kTx) return s.send_down(std::move(msg));
-  return rx ? deliver_with(s, std::move(msg), *rx) : s.deliver_up(std::move(msg));
+  return s.deliver_up(std::move(msg));
 }
 
 bool FaultProtocol::within_rate(Dir d, std::size_t bytes) noexcept {
@@ -247,7 +236,11 @@ Msg FaultProtocol::corrupted_copy(const Msg& msg) {
   // The copy carries no Offload flags: a port's "checksum verified" must not
   // vouch for the flipped bit, and a transmit request is dropped with it, so
   // the frame leaves with a checksum that no longer matches, as on a bad link.
-  return Msg::copy_of(bytes);
+  // What IP learned of a received packet still holds: the bit is in the payload
+  // or below it.
+  Msg copy = Msg::copy_of(bytes);
+  copy.rx() = msg.rx();
+  return copy;
 }
 
 // ---- graph kind ---------------------------------------------------------

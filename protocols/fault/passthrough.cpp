@@ -65,9 +65,6 @@ static Result<ControlReply> without_segmentation(const ControlQuery& query, Resu
 }
 
 Result<ControlReply> PassSession::control_any(const ControlQuery& query) {
-  if (proto_ != nullptr && proto_->replay_rx_ != nullptr && std::holds_alternative<ctl::GetRxInfo>(query)) {
-    return ControlReply{*proto_->replay_rx_};
-  }
   return without_segmentation(query, lower_->control_any(query));
 }
 
@@ -115,13 +112,6 @@ Status PassThrough::open_enable(Protocol& upper, Participants& parts) {
 
 Status PassThrough::open_disable(Protocol& upper, Participants& parts) {
   return below_.open_disable(tap_for(upper), parts);
-}
-
-Status PassThrough::deliver_with(PassSession& s, Msg msg, const RxInfo& info) {
-  const RxInfo* outer = std::exchange(replay_rx_, &info);
-  Status st = s.deliver_up(std::move(msg));
-  replay_rx_ = outer;
-  return st;
 }
 
 Result<ControlReply> PassThrough::control_any(const ControlQuery& query) {

@@ -71,8 +71,8 @@ Status IcmpProtocol::open_done(Protocol&, Session&, Participants&) { return {}; 
 
 Status IcmpProtocol::demux(Session& lower, Msg msg) {
   ++rx_msgs_;
-  Result<RxInfo> info = lower.control(ctl::GetRxInfo{});
-  Status st = handle(info ? &*info : nullptr, msg);
+  const RxInfo info = msg.rx();
+  Status st = handle(info.src.is_v4() ? &info : nullptr, msg);
   // No state per peer: forget the session ipv4 made for this message (it
   // keeps its own reference until the upcall returns).
   (void)lower.close();
@@ -98,7 +98,7 @@ Status IcmpProtocol::handle(const RxInfo* info, Msg& msg) {
   switch (h.type) {
     case kEchoRequest: {
       ++rx_echo_request_;
-      if (info == nullptr) return Errc::bad_state;  // not called from ipv4's upcall
+      if (info == nullptr) return Errc::bad_state;  // not from ipv4
       // RFC 1122 3.2.2.6 lets a host ignore echo requests to a broadcast
       // address; answering them is how smurf amplification works.
       if (info->broadcast) {
@@ -113,7 +113,7 @@ Status IcmpProtocol::handle(const RxInfo* info, Msg& msg) {
       reply[1] = std::byte{0};
       reply[2] = reply[3] = std::byte{0};
       fill_checksum(reply);
-      Status st = ip_.send(info->src, ipv4::kProtoIcmp, message_of(reply));
+      Status st = ip_.send(info->src.v4(), ipv4::kProtoIcmp, message_of(reply));
       if (st) {
         ++tx_echo_reply_;
       } else {

@@ -311,12 +311,9 @@ Status Ipv4Protocol::deliver(Session* lower, const Header& h, Msg packet, bool b
     return Errc::proto_unreachable;
   }
 
-  RxInfo info{h.src, h.dst, h.protocol, h.ttl, h.tos, broadcast, reassembled};
-  const RxInfo* outer = rx_info_;
-  rx_info_ = &info;
+  packet.rx() = RxInfo{h.src, h.dst, h.protocol, h.ttl, h.tos, broadcast, reassembled};
   ++rx_delivered_;
   Status st = s->pop(lower != nullptr ? *lower : *s, std::move(packet));
-  rx_info_ = outer;
   // RFC 1122 3.2.2.1 / 4.1.3.1: the transport has no receiver for the port.
   if (st.error() == Errc::port_unreachable && may_answer) {
     ++icmp_port_unreach_;
@@ -686,10 +683,6 @@ Result<ControlReply> Ipv4Protocol::control_any(const ControlQuery& query) {
     return ControlReply{(room ? *room : std::size_t{0}) + Header::kMinSize};
   }
   if (std::holds_alternative<ctl::GetLocalAddr>(query)) return ControlReply{Participant{address()}};
-  if (std::holds_alternative<ctl::GetRxInfo>(query)) {
-    if (rx_info_ == nullptr) return Errc::bad_state;  // asked outside a delivery
-    return ControlReply{*rx_info_};
-  }
   if (std::holds_alternative<ctl::GetOffloads>(query)) return ControlReply{offloads_};
   if (std::holds_alternative<ctl::GetChecksum>(query)) return ControlReply{config_.csum};
   if (const auto* set = std::get_if<ctl::SetChecksum>(&query)) {

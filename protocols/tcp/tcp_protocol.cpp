@@ -465,9 +465,12 @@ void TcpProtocol::send_reset_for(IpPeer& ip, const Header& h, std::size_t seg_le
 
 Status TcpProtocol::demux(Session& lower, Msg msg) {
   ++c_.rx_segments;
-  Result<RxInfo> rx = lower.control(ctl::GetRxInfo{});
-  if (!rx) return rx.error();
-  Result<IpPeer*> ipr = ip_for(rx->src, &lower);
+  // What ipv4 learned of the packet (it travels in the Msg, which moves on
+  // below): over IPv4 only, so far.
+  if (!msg.rx().src.is_v4()) return Errc::bad_state;
+  const Ipv4Addr src = msg.rx().src.v4();
+  const bool ce = (msg.rx().traffic_class & kEcnMask) == kEcnCe;
+  Result<IpPeer*> ipr = ip_for(src, &lower);
   if (!ipr) return ipr.error();
   IpPeer* ip = *ipr;
 
@@ -526,7 +529,7 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
     const std::optional<TimeWaitRecord> old =
         c->state() == State::time_wait ? std::optional(c->time_wait_record({})) : std::nullopt;
     if (!old || !syn_reopens(h, *opts, *old)) {
-      c->segment_arrives(h, *opts, std::move(payload), (rx->tos & kEcnMask) == kEcnCe);
+      c->segment_arrives(h, *opts, std::move(payload), ce);
       return {};
     }
     ++c_.time_wait_reused;
@@ -557,9 +560,9 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
     }
   }
   // A peer nobody talks to any more keeps no IP session.
-  if (IpPeer* p = peers_.find(PeerKey{rx->src.value}); p != nullptr && p->users == 0) {
+  if (IpPeer* p = peers_.find(PeerKey{src.value}); p != nullptr && p->users == 0) {
     ++p->users;
-    drop_ip_user(rx->src);
+    drop_ip_user(src);
   }
   return {};
 }

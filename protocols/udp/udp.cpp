@@ -433,11 +433,12 @@ Result<SessionRef> UdpProtocol::open(Protocol& upper, Participants& parts) {
 Status UdpProtocol::demux(Session& lower, Msg msg) {
   // Whom it came from and where it went: ipv4's facts about this packet (the
   // destination may be a broadcast address, not the session's local one).
-  Result<RxInfo> rx = lower.control(ctl::GetRxInfo{});
-  if (!rx) {
+  if (!msg.rx().src.is_v4()) {
     ++drops_no_session();
-    return rx.error();
+    return Errc::bad_state;
   }
+  const Ipv4Addr src = msg.rx().src.v4();
+  const Ipv4Addr dst = msg.rx().dst.v4();
   Result<std::span<const std::byte>> raw = msg.peek(Header::kSize);
   if (!raw) {
     ++drop_truncated_;
@@ -458,15 +459,14 @@ Status UdpProtocol::demux(Session& lower, Msg msg) {
   } else if (verifies(config_.csum) && msg.offload().has(Offload::rx_l4_good)) {
     ++rx_csum_by_port_;
   } else if (verifies(config_.csum)) {
-    std::uint32_t sum = csum::pseudo_header_v4(rx->src, rx->dst, kIpProtocol, h.length);
+    std::uint32_t sum = csum::pseudo_header_v4(src, dst, kIpProtocol, h.length);
     if (csum::fold(csum::partial(msg, sum)) != 0xffff) {
       ++drop_bad_csum_;
       return Errc::malformed;
     }
   }
   (void)msg.trim_front(Header::kSize);
-  Endpoint from{rx->src, Port{h.src_port}};
-  const Ipv4Addr dst = rx->dst;
+  Endpoint from{src, Port{h.src_port}};
   SessionRef found;
   if (SessionRef* r = receiver(dst, h.dst_port, from.addr, h.src_port)) found = *r;
   if (!found) {

@@ -52,6 +52,26 @@ TEST(Address, ParseAndPrintIpv4) {
   }
 }
 
+// One type for both families: an IPv4 address is kept IPv4-mapped
+// (::ffff:a.b.c.d, RFC 4291 2.5.5.2) and comes back unchanged.
+TEST(Address, IpAddrHoldsEitherFamily) {
+  const Ipv4Addr v4{0xC000020A};  // 192.0.2.10
+  const IpAddr a(v4);
+  EXPECT_TRUE(a.is_v4());
+  EXPECT_EQ(a.v4(), v4);
+  const IpAddr::Bytes mapped{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 10};
+  EXPECT_EQ(a.bytes(), mapped);
+  EXPECT_EQ(IpAddr::v6(mapped), a) << "the mapped bytes are the same address";
+  EXPECT_EQ(IpAddr(Ipv4Addr{0}).v4(), Ipv4Addr{0});
+  EXPECT_TRUE(IpAddr(Ipv4Addr{0}).is_v4()) << "0.0.0.0 is still IPv4";
+  EXPECT_FALSE(IpAddr().is_v4()) << ":: is not";
+  const IpAddr doc = IpAddr::v6({0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10});  // 2001:db8::10
+  EXPECT_FALSE(doc.is_v4());
+  EXPECT_NE(doc, a);
+  const IpAddr::Bytes compat{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 192, 0, 2, 10};  // deprecated ::a.b.c.d
+  EXPECT_FALSE(IpAddr::v6(compat).is_v4());
+}
+
 TEST(Address, ParseAndPrintMac) {
   auto mac = parse_mac("02:00:5e:10:00:ff");
   ASSERT_TRUE(mac.ok());

@@ -164,12 +164,10 @@ class Transport final : public Protocol {
   struct Delivery {
     Session* session;
     std::string text;
-    std::optional<RxInfo> info;
+    RxInfo info;
   };
   Status demux(Session& lower, Msg msg) override {
-    std::optional<RxInfo> info;
-    if (Result<RxInfo> r = lower.control(ctl::GetRxInfo{})) info = *r;
-    received.push_back({&lower, text_of(msg), info});
+    received.push_back({&lower, text_of(msg), msg.rx()});
     return answer;
   }
   Status open_done(Protocol&, Session& s, Participants& parts) override {
@@ -300,13 +298,11 @@ TEST_F(Ipv4Test, PassiveOpenDeliversPayloadAndNamesTheParticipants) {
   ASSERT_EQ(tp.received.size(), 1u);
   EXPECT_EQ(tp.received[0].text, "hello");
   EXPECT_EQ(tp.received[0].session, tp.opened[0].get());
-  ASSERT_TRUE(tp.received[0].info.has_value());
-  EXPECT_EQ(tp.received[0].info->src, kPeer);
-  EXPECT_EQ(tp.received[0].info->dst, kUs);
-  EXPECT_FALSE(tp.received[0].info->broadcast);
-  Result<RxInfo> after = tp.opened[0]->control(ctl::GetRxInfo{});
-  ASSERT_FALSE(after.ok()) << "only valid during the upcall";
-  EXPECT_EQ(after.error(), Errc::bad_state);
+  EXPECT_EQ(tp.received[0].info.src, IpAddr(kPeer));
+  EXPECT_EQ(tp.received[0].info.dst, IpAddr(kUs));
+  EXPECT_EQ(tp.received[0].info.protocol, 17);
+  EXPECT_FALSE(tp.received[0].info.broadcast);
+  EXPECT_FALSE(tp.received[0].info.reassembled);
   // open_done parts: remote {Ipv4Addr peer, ProtoNum} (top last), local {Ipv4Addr dst}.
   EXPECT_EQ(*tp.last_parts.remote.pop<ProtoNum>(), ProtoNum{17});
   EXPECT_EQ(*tp.last_parts.remote.pop<Ipv4Addr>(), kPeer);
@@ -473,9 +469,9 @@ TEST_F(Ipv4Test, BroadcastsAreAcceptedAndMarked) {
   directed.dst = kSubnetBcast;
   ASSERT_TRUE(feed(directed).ok());
   ASSERT_EQ(tp.received.size(), 2u);
-  EXPECT_TRUE(tp.received[0].info->broadcast);
-  EXPECT_TRUE(tp.received[1].info->broadcast);
-  EXPECT_EQ(tp.received[1].info->dst, kSubnetBcast);
+  EXPECT_TRUE(tp.received[0].info.broadcast);
+  EXPECT_TRUE(tp.received[1].info.broadcast);
+  EXPECT_EQ(tp.received[1].info.dst, IpAddr(kSubnetBcast));
 }
 
 TEST_F(Ipv4Test, UnknownProtocolIsCountedAndOpenDisableStopsPassiveOpens) {
@@ -701,7 +697,7 @@ TEST_F(Ipv4Test, PacketsToOurselvesAreDeliveredLaterWithoutTheLink) {
   loop.timers().advance();
   ASSERT_EQ(tp.received.size(), 1u);
   EXPECT_EQ(tp.received[0].text, "me");
-  EXPECT_EQ(tp.received[0].info->src, kUs);
+  EXPECT_EQ(tp.received[0].info.src, IpAddr(kUs));
   EXPECT_EQ(count("tx_loopback"), 1u);
 }
 
@@ -788,7 +784,7 @@ TEST_F(Ipv4Test, ReassemblyInOrderReversedAndRandom) {
     }
     ASSERT_EQ(tp.received.size(), 1u);
     EXPECT_EQ(tp.received[0].text, data) << "round " << round;
-    EXPECT_TRUE(tp.received[0].info->reassembled);
+    EXPECT_TRUE(tp.received[0].info.reassembled);
   }
   EXPECT_EQ(count("reasm_ok"), 30u);
   EXPECT_EQ(ip->reassemblies(), 0u);
@@ -1048,7 +1044,7 @@ TEST(Ipv4Graph, ComposesOverABareIpDriverWithoutEth) {
   EXPECT_EQ(lo->poll(10), 3u);
   ASSERT_EQ(tp.received.size(), 1u);
   EXPECT_EQ(tp.received[0].text, data);
-  EXPECT_EQ(tp.received[0].info->ttl, 9);
+  EXPECT_EQ(tp.received[0].info.hop_limit, 9);
   tp.opened.clear();
 }
 

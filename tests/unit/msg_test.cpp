@@ -527,6 +527,31 @@ TEST(MsgOffload, TravelsWithTheMessage) {
   EXPECT_EQ(moved.offload().l3_len, 0);
 }
 
+// What IP learned of a packet follows it the same way, and survives the
+// copy a layer makes of a frame whose port is short of buffers.
+TEST(MsgRxInfo, TravelsWithTheMessage) {
+  static std::array<std::byte, 256> storage{};
+  Result<Msg> wrapped = Msg::wrap(storage.data(), storage.size(), 0, 200, BufDeleter{});
+  ASSERT_TRUE(wrapped.ok());
+  Msg m = std::move(*wrapped);
+  EXPECT_EQ(m.rx().src, IpAddr()) << "nothing learned yet";
+  m.rx() = RxInfo{Ipv4Addr{0xC0000201}, Ipv4Addr{0xC000020A}, 6, 63, 0xb9, false, true};
+  Msg moved = std::move(m);
+  EXPECT_EQ(moved.rx().src.v4(), Ipv4Addr{0xC0000201});
+  EXPECT_EQ(moved.rx().hop_limit, 63);
+  Msg shared = moved.share();
+  EXPECT_EQ(shared.rx().dst.v4(), Ipv4Addr{0xC000020A});
+  auto tail = moved.split(120);
+  ASSERT_TRUE(tail.ok());
+  EXPECT_EQ(tail->rx().traffic_class, 0xb9);
+  EXPECT_TRUE(tail->rx().reassembled);
+  ASSERT_TRUE(moved.own().ok());
+  EXPECT_FALSE(moved.holds_external());
+  EXPECT_EQ(moved.rx().protocol, 6) << "own() copies the bytes and keeps the facts";
+  moved.reset();
+  EXPECT_EQ(moved.rx().src, IpAddr());
+  EXPECT_EQ(moved.rx().hop_limit, 0);
+}
 
 // ---- a chunk source (the shm driver's arena) ---------------------------------
 

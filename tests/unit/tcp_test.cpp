@@ -336,8 +336,7 @@ TEST_P(Tcp2Loss, EveryByteArrivesUnderLoss) {
 }
 
 // A fault layer that delays what it receives hands it up after IP's upcall
-// ended: TCP must still learn whom it came from (the layer replays IP's
-// RxInfo). Before that, every delayed segment was dropped unanswered.
+// ended: TCP still learns whom it came from (the facts travel in the Msg).
 TEST_F(Tcp2, AStreamCrossesADelayedPath) {
   build({.fault = "delay=5"}, {.fault = "delay=5"});
   const Time t0 = clock.now();

@@ -492,6 +492,7 @@ Result<Msg> Msg::split(std::size_t off) {
   n_ = first_moved;
   size_ = off;
   tail.offload_ = offload_;
+  tail.rx_ = rx_;
   return tail;
 }
 
@@ -547,6 +548,7 @@ Msg Msg::share() const {
   m.n_ = n_;
   m.size_ = size_;
   m.offload_ = offload_;
+  m.rx_ = rx_;
   return m;
 }
 
@@ -573,12 +575,14 @@ Status Msg::copy_to_one(std::size_t headroom) {
   Frag f = claim(b, headroom, size_);
   (void)copy_out(0, {f.data(), size_});
   std::size_t total = size_;
-  Offload kept = offload_;
+  const Offload kept = offload_;
+  const RxInfo facts = rx_;
   reset();
   frags_[0] = f;
   n_ = 1;
   size_ = total;
   offload_ = kept;
+  rx_ = facts;
   return {};
 }
 

@@ -5,9 +5,9 @@
 //     open of the same peer is Errc::exists, as in ipv4);
 //   - one passive open on the transport's protocol number; a packet from a
 //     new peer is announced with open_done before it is handed up;
-//   - sessions answer GetLocalAddr, GetPeerAddr, GetMtu, SetDontFragment, and
-//     during receive()'s upcall ctl::GetRxInfo; the protocol answers GetMtu,
-//     GetHeaderRoom and GetOffloads;
+//   - what it hands up carries the packet's facts (Msg::rx());
+//   - sessions answer GetLocalAddr, GetPeerAddr, GetMtu and SetDontFragment;
+//     the protocol answers GetMtu, GetHeaderRoom and GetOffloads;
 // and what is pushed kept in `sent`: the message as given, a copy of its
 // bytes (the message may share buffers its sender reuses), and its offloads.
 #include <cstddef>
@@ -56,10 +56,6 @@ class FakeIp final : public Protocol {
       if (const auto* df = std::get_if<ctl::SetDontFragment>(&q)) {
         dont_fragment = df->df;
         return ControlReply{std::monostate{}};
-      }
-      if (std::holds_alternative<ctl::GetRxInfo>(q)) {
-        if (!ip_.rx_) return Errc::bad_state;
-        return ControlReply{*ip_.rx_};
       }
       return Session::control_any(q);
     }
@@ -119,16 +115,14 @@ class FakeIp final : public Protocol {
       if (it == sessions.end()) return Errc::closed;
     }
     SessionRef s = it->second;
-    RxInfo info;
+    RxInfo& info = m.rx();
+    info = RxInfo{};
     info.src = peer;
     info.dst = dst.value != 0 ? dst : local_;
     info.protocol = protocol_;
-    info.broadcast = info.dst != local_;
-    info.tos = rx_tos;
-    rx_ = info;
-    Status st = s->upper()->demux(*s, std::move(m));
-    rx_.reset();
-    return st;
+    info.broadcast = info.dst != IpAddr(local_);
+    info.traffic_class = rx_tos;
+    return s->upper()->demux(*s, std::move(m));
   }
   Status receive(Ipv4Addr peer, std::span<const std::byte> bytes, Ipv4Addr dst = Ipv4Addr{}) {
     return receive(peer, Msg::copy_of(bytes), dst);
@@ -147,7 +141,6 @@ class FakeIp final : public Protocol {
   Ipv4Addr local_;
   std::uint8_t protocol_;
   std::size_t mtu_;
-  std::optional<RxInfo> rx_;
 };
 
 }  // namespace xk::test

@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "xk/ip_addr.hpp"
 #include "xk/result.hpp"
 
 namespace xk {
@@ -21,11 +22,6 @@ struct MacAddr {
   friend bool operator==(const MacAddr&, const MacAddr&) = default;
 };
 
-// IPv4 address, value in host byte order (192.0.2.1 == 0xC0000201).
-struct Ipv4Addr {
-  std::uint32_t value = 0;
-  friend bool operator==(const Ipv4Addr&, const Ipv4Addr&) = default;
-};
 
 // A transport port (TCP, UDP).
 struct Port {

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <span>
 
+#include "xk/ip_addr.hpp"
 #include "xk/result.hpp"
 
 namespace xk {
@@ -147,6 +148,20 @@ struct Offload {
   bool has(Flag f) const noexcept { return (flags & f) != 0; }
 };
 
+// What the network layer learned of a received packet: IP fills it as it
+// hands the packet up, the transports read it (Msg::rx()). It travels with
+// the message, so a layer that holds a packet back (fault's delay) keeps it
+// without asking anyone again.
+struct RxInfo {
+  IpAddr src;
+  IpAddr dst;
+  std::uint8_t protocol = 0;       // IPv4 protocol; IPv6: the payload's next header
+  std::uint8_t hop_limit = 0;      // IPv4 TTL, IPv6 hop limit
+  std::uint8_t traffic_class = 0;  // IPv4 TOS byte, IPv6 traffic class (DSCP and ECN)
+  bool broadcast = false;          // a limited or subnet-directed broadcast destination
+  bool reassembled = false;        // built from fragments
+};
+
 class Msg {
  public:
   static constexpr std::size_t kDefaultHeadroom = 128;
@@ -251,10 +266,15 @@ class Msg {
   void reset() noexcept {
     if (!is_bare()) release();
     offload_ = Offload{};
+    rx_ = RxInfo{};
   }
 
   Offload& offload() noexcept { return offload_; }
   const Offload& offload() const noexcept { return offload_; }
+  // The received packet's facts (RxInfo); moves, splits and shares carry
+  // them, reset() clears them.
+  RxInfo& rx() noexcept { return rx_; }
+  const RxInfo& rx() const noexcept { return rx_; }
 
  private:
   static constexpr std::uint32_t kInline = 4;
@@ -279,6 +299,7 @@ class Msg {
     n_ = other.n_;
     size_ = other.size_;
     offload_ = other.offload_;
+    rx_ = other.rx_;
     other.n_ = 0;
     other.size_ = 0;
     other.offload_ = Offload{};
@@ -300,6 +321,7 @@ class Msg {
   std::uint32_t cap_ = kInline;
   std::size_t size_ = 0;
   Offload offload_;
+  RxInfo rx_;
 };
 
 inline bool Msg::push_in_place_fast(std::size_t n, std::span<std::byte>& out) noexcept {

@@ -98,18 +98,6 @@ struct LinkOffloads {
   friend bool operator==(const LinkOffloads&, const LinkOffloads&) = default;
 };
 
-// Facts about the IPv4 packet being delivered: the one way a transport learns
-// whom a packet came from and where it went (ctl::GetRxInfo).
-struct RxInfo {
-  Ipv4Addr src;
-  Ipv4Addr dst;
-  std::uint8_t protocol = 0;
-  std::uint8_t ttl = 0;
-  std::uint8_t tos = 0;
-  bool broadcast = false;    // limited or subnet-directed broadcast destination
-  bool reassembled = false;  // built from fragments
-};
-
 namespace ctl {
 // Largest message an upper layer may push through this layer in one go.
 struct GetMtu {
@@ -170,9 +158,6 @@ struct DeliverError {
 // Asked of the session a packet came up through, inside the demux upcall:
 // ipv4 answers for the packet it is delivering (Errc::bad_state outside an
 // upcall); micro-protocols between pass it down.
-struct GetRxInfo {
-  using Reply = RxInfo;
-};
 // RFC 1191: whether the session's packets carry IPv4's don't-fragment bit
 // (ipv4 sessions answer; micro-protocols between pass it down).
 struct SetDontFragment {
@@ -196,10 +181,10 @@ struct ClaimsOwn {
 
 using ControlQuery = std::variant<ctl::GetMtu, ctl::GetHeaderRoom, ctl::GetLocalAddr, ctl::GetPeerAddr,
                                   ctl::GetChecksum, ctl::SetChecksum, ctl::GetCounters, ctl::DeliverError,
-                                  ctl::GetOffloads, ctl::GetFrameMax, ctl::GetRxInfo, ctl::SetDontFragment,
+                                  ctl::GetOffloads, ctl::GetFrameMax, ctl::SetDontFragment,
                                   ctl::ClaimsOwn>;
 using ControlReply =
-    std::variant<std::monostate, std::size_t, Participant, ChecksumMode, const CounterSet*, LinkOffloads, RxInfo>;
+    std::variant<std::monostate, std::size_t, Participant, ChecksumMode, const CounterSet*, LinkOffloads>;
 
 namespace detail {
 template <class Q>

@@ -86,13 +86,11 @@ class FaultProtocol final : public PassThrough {
     Counter* reordered;
     Counter* delayed;
   };
-  // A received message held back keeps what IP said about it (ctl::
-  // GetRxInfo answers only during IP's own upcall): it is told again when
-  // the message goes up.
+  // A message held back (what IP learned of a received one travels in it,
+  // Msg::rx()).
   struct Held {
     Ref<PassSession> session;
     Msg msg;
-    std::optional<RxInfo> rx;
     Duration queued{0};
   };
   struct Pending {
@@ -100,7 +98,6 @@ class FaultProtocol final : public PassThrough {
     Dir dir;
     Ref<PassSession> session;
     Msg msg;
-    std::optional<RxInfo> rx;
   };
   struct Bucket {
     double tokens = 0;
@@ -113,12 +110,10 @@ class FaultProtocol final : public PassThrough {
   double uniform() noexcept { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
   Status process(Dir d, PassSession& s, Msg msg);
   Status reorder_stage(Dir d, PassSession& s, Msg msg, Duration queued);
-  // `rx`: what IP said of a message held back before; none for one that
-  // arrives now (asked of IP here if it is delayed). `queued`: its wait in
-  // the bottleneck queue (queue=), added to the delay.
-  Status delay_stage(Dir d, PassSession& s, Msg msg, std::optional<RxInfo> rx, Duration queued);
-  Status deliver(Dir d, PassSession& s, Msg msg, const std::optional<RxInfo>& rx);
-  static std::optional<RxInfo> rx_info_now(Dir d, PassSession& s);
+  // `queued`: the message's wait in the bottleneck queue (queue=), added
+  // to the delay.
+  Status delay_stage(Dir d, PassSession& s, Msg msg, Duration queued);
+  Status deliver(Dir d, PassSession& s, Msg msg);
   bool within_rate(Dir d, std::size_t bytes) noexcept;
   // queue=: how long a message of `bytes` waits until it has left the
   // bottleneck link, or none when the queue is full.

@@ -79,10 +79,6 @@ class PassThrough : public Protocol {
   // A message crossing the edge. The defaults pass it on unchanged.
   virtual Status on_tx(PassSession& s, Msg msg) { return s.send_down(std::move(msg)); }
   virtual Status on_rx(PassSession& s, Msg msg) { return s.deliver_up(std::move(msg)); }
-  // Delivers a message held back after the lower layer's upcall ended:
-  // while it goes up, ctl::GetRxInfo on our sessions answers `info` (what
-  // the lower layer said when it arrived) instead of asking below.
-  Status deliver_with(PassSession& s, Msg msg, const RxInfo& info);
 
  private:
   friend class PassSession;
@@ -99,7 +95,6 @@ class PassThrough : public Protocol {
   void forget(PassSession& s) noexcept;
 
   Protocol& below_;
-  const RxInfo* replay_rx_ = nullptr;  // set by deliver_with() during its upcall
   std::vector<std::unique_ptr<Tap>> taps_;
   FlatMap<LowerKey, Ref<PassSession>> by_lower_;
 };

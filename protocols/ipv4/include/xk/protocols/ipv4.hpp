@@ -183,7 +183,6 @@ class Ipv4Protocol final : public Protocol {
   SessionRef link_session_;
   bool link_enabled_ = false;
   IcmpErrorSink* icmp_ = nullptr;
-  const RxInfo* rx_info_ = nullptr;
   std::uint16_t next_id_;
   ActiveMap<Key> active_;
   EnableTable<ProtoKey> passive_;
