@@ -40,13 +40,10 @@
 #include "xk/filterd/steer.hpp"
 #include "xk/filterd/token.hpp"
 #include "xk/graph.hpp"
+#include "xk/kinds.hpp"
 #include "xk/options.hpp"
 #include "xk/protocols/arp.hpp"
-#include "xk/protocols/eth.hpp"
-#include "xk/protocols/icmp.hpp"
-#include "xk/protocols/ipv4.hpp"
 #include "xk/protocols/tcp.hpp"
-#include "xk/protocols/udp.hpp"
 #include "xk/timer.hpp"
 
 namespace {
@@ -225,14 +222,8 @@ int run(const Flags& f) {
   std::vector<std::byte> token;
   if (!f.control_token.empty()) token = read_token_file(f.control_token);
   Registry kinds;
-  drivers::register_dpdk(kinds);
+  register_all_kinds(kinds);
   register_steer(kinds);
-  eth::register_eth(kinds);
-  arp::register_arp(kinds);
-  ipv4::register_ipv4(kinds);
-  icmp::register_icmp(kinds);
-  udp::register_udp(kinds);
-  tcp::register_tcp(kinds);
 
   // filterd's own stack answers ARP and ping for the shared address, and --
   // with no listeners and no sockets -- RST and port unreachable for flows

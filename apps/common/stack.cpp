@@ -308,8 +308,6 @@ StackSpec stack_spec(const StackFlags& a) {
   return {compose_graph(g), "flags"};
 }
 
-void register_all(Registry& registry) { register_all_kinds(registry); }
-
 namespace {
 sigset_t stop_signals() {
   sigset_t set;

@@ -45,6 +45,7 @@
 #include "xk/counters.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
+#include "xk/kinds.hpp"
 #include "xk/protocols/udp.hpp"
 #include "xk/timer.hpp"
 
@@ -365,7 +366,7 @@ class EchoClient final : public xk::Pollable {
 int run(const Args& a) {
   xk::apps::StackSpec spec = xk::apps::stack_spec(a.stack);
   xk::Registry registry;
-  xk::apps::register_all(registry);
+  xk::register_all_kinds(registry);
 
   if (a.print_graph) {
     try {

@@ -27,6 +27,9 @@
 
 namespace {
 
+// Only kinds that stay inside the process: not the one list of
+// xk/kinds.hpp, whose dpdk, shm and capture would open ports, sockets and
+// files named by the fuzzer's input.
 struct Kinds {
   xk::drivers::PairHub hub;
   xk::Registry registry;

@@ -4,6 +4,7 @@
 // entries, gratuitous ARP, malformed packets and storms. A tiny fake upper
 // stands in for ipv4: it enables 0x0800 on eth and records what arrives.
 #include "doubles.hpp"
+#include "xk/kinds.hpp"
 #include "xk/protocols/arp.hpp"
 
 #include <gtest/gtest.h>
@@ -601,9 +602,8 @@ TEST_F(ArpPair, DataWithNobodyListeningIsCountedAtTheSink) {
 // What an arp graph built from a spec needs: the kinds and a loop.
 struct ArpKinds {
   ArpKinds() {
+    register_all_kinds(reg);
     drivers::register_pair(reg, hub);
-    eth::register_eth(reg);
-    arp::register_arp(reg);
   }
   Graph build(const std::string& spec) { return Graph::build(spec, reg, &loop); }
   drivers::PairHub hub;
@@ -664,9 +664,8 @@ TEST_F(ArpPair, AWindowOfPacketsToAnUnresolvedNeighbourAllLeaveOnItsReply) {
 TEST(ArpGraph, ConfigurationErrorsAreReported) {
   drivers::PairHub hub;
   Registry reg;
+  register_all_kinds(reg);
   drivers::register_pair(reg, hub);
-  eth::register_eth(reg);
-  arp::register_arp(reg);
   const char* spec = "pair net0 link=w mac=02:00:00:00:00:01\neth eth0 below=net0\narp arp0 below=eth0\n";
   try {
     (void)Graph::build(spec, reg);

@@ -5,6 +5,7 @@
 // how the packetdrill adapter composes its graph.
 #include "doubles.hpp"
 #include "xk/drivers/memdev.hpp"
+#include "xk/kinds.hpp"
 
 #include <gtest/gtest.h>
 
@@ -116,9 +117,7 @@ TEST(MemDev, Ipv4SitsOnItWithoutEthernet) {
   // bare IP packet comes back as a bare IP echo reply, through the gateway
   // route (the sender is off-link) with no resolver in the graph.
   Registry reg;
-  drivers::register_memdev(reg);
-  ipv4::register_ipv4(reg);
-  icmp::register_icmp(reg);
+  register_all_kinds(reg);
   ManualClock clock(Time(std::chrono::seconds(1)));
   EventLoop loop(clock);
   Graph g = Graph::build("memdev net0 mtu=1500\n"

@@ -15,6 +15,7 @@
 #include "xk/drivers/pair.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
+#include "xk/kinds.hpp"
 #include "xk/msg.hpp"
 #include "xk/protocols/arp.hpp"
 #include "xk/protocols/eth.hpp"
@@ -56,12 +57,8 @@ struct Offload2 : ::testing::TestWithParam<std::pair<bool, bool>> {
   std::unique_ptr<Graph> b;
 
   void build(bool offload_a, bool offload_b) {
+    register_all_kinds(registry);
     drivers::register_pair(registry, hub);
-    eth::register_eth(registry);
-    arp::register_arp(registry);
-    ipv4::register_ipv4(registry);
-    icmp::register_icmp(registry);
-    udp::register_udp(registry);
     a = std::make_unique<Graph>(Graph::build(spec("02:00:00:00:00:0a", "192.0.2.10/24", offload_a), registry, &loop_a, "A"));
     b = std::make_unique<Graph>(Graph::build(spec("02:00:00:00:00:14", "192.0.2.20/24", offload_b), registry, &loop_b, "B"));
   }
@@ -191,11 +188,8 @@ TEST(OffloadWire, FramesOnTheWireCarryCorrectChecksums) {
   EventLoop loop{clock};
   drivers::PairHub hub;
   Registry registry;
+  register_all_kinds(registry);
   drivers::register_pair(registry, hub);
-  eth::register_eth(registry);
-  arp::register_arp(registry);
-  ipv4::register_ipv4(registry);
-  udp::register_udp(registry);
   auto g = Graph::build(
       "pair net0 link=w mac=02:00:00:00:00:0a csum_offload=on\n"
       "eth  eth0 below=net0\n"

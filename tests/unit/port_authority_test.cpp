@@ -15,6 +15,7 @@
 #include "xk/drivers/loopback.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
+#include "xk/kinds.hpp"
 #include "xk/port_authority.hpp"
 #include "xk/protocols/ipv4.hpp"
 #include "xk/protocols/tcp.hpp"
@@ -65,10 +66,7 @@ class FakeAuthority final : public PortAuthority {
 class PortAuthorityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    drivers::register_loopback(registry);
-    ipv4::register_ipv4(registry);
-    tcp::register_tcp(registry);
-    udp::register_udp(registry);
+    register_all_kinds(registry);
     graph.emplace(Graph::build(
         "loopback lo0\nipv4 ip0 below=lo0 addr=192.0.2.1/24\ntcp tcp0 below=ip0 msl_ms=2 delack_ms=1\n"
         "udp udp0 below=ip0\n",

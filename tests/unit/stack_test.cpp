@@ -13,6 +13,7 @@
 #include "xk/drivers/pair.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
+#include "xk/kinds.hpp"
 #include "xk/protocols/arp.hpp"
 #include "xk/protocols/eth.hpp"
 #include "xk/protocols/icmp.hpp"
@@ -62,12 +63,8 @@ struct TwoStacks : ::testing::Test {
   std::unique_ptr<Graph> b;
 
   void SetUp() override {
+    register_all_kinds(registry);
     drivers::register_pair(registry, hub);
-    eth::register_eth(registry);
-    arp::register_arp(registry);
-    ipv4::register_ipv4(registry);
-    icmp::register_icmp(registry);
-    udp::register_udp(registry);
     a = std::make_unique<Graph>(Graph::build(spec("02:00:00:00:00:0a", "192.0.2.10/24"), registry, &loop_a, "A"));
     b = std::make_unique<Graph>(Graph::build(spec("02:00:00:00:00:14", "192.0.2.20/24"), registry, &loop_b, "B"));
   }

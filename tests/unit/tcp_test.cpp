@@ -18,6 +18,7 @@
 #include "xk/drivers/pair.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
+#include "xk/kinds.hpp"
 #include "xk/protocols/arp.hpp"
 #include "xk/protocols/eth.hpp"
 #include "xk/protocols/fault.hpp"
@@ -75,12 +76,8 @@ struct Tcp2 : ::testing::Test {
   std::unique_ptr<Graph> b;
 
   void build(const StackOpts& oa = {}, const StackOpts& ob = {}) {
+    register_all_kinds(registry);
     drivers::register_pair(registry, hub);
-    eth::register_eth(registry);
-    arp::register_arp(registry);
-    ipv4::register_ipv4(registry);
-    fault::register_fault(registry);
-    register_tcp(registry);
     a = std::make_unique<Graph>(Graph::build(spec("02:00:00:00:00:0a", "192.0.2.10/24", oa), registry, &loop_a, "A"));
     b = std::make_unique<Graph>(Graph::build(spec("02:00:00:00:00:14", "192.0.2.20/24", ob), registry, &loop_b, "B"));
   }
@@ -502,12 +499,8 @@ TEST_P(Tcp2Faults, StreamsSurviveEveryImpairmentWithChecksumsOn) {
   // The fault layer sits on the driver: frames of every layer are hit.
   oa.fault = faults + " seed=21";
   ob.fault = faults + " seed=22";
+  register_all_kinds(registry);
   drivers::register_pair(registry, hub);
-  eth::register_eth(registry);
-  arp::register_arp(registry);
-  ipv4::register_ipv4(registry);
-  fault::register_fault(registry);
-  register_tcp(registry);
   auto mk = [&](const char* mac, const char* addr, const StackOpts& o) {
     return std::string("pair net0 link=wire mac=") + mac + " " + o.pair + "\nfault f0 below=net0 " + o.fault +
            "\neth eth0 below=f0\narp arp0 below=eth0\nipv4 ip0 below=eth0,arp0 addr=" + addr +

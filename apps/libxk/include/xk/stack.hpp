@@ -35,6 +35,7 @@
 
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
+#include "xk/kinds.hpp"  // register_all_kinds: what compose_graph's graphs are built from
 
 // The C API's handle of a stack (xk/xk.h).
 struct xk_stack;
@@ -117,10 +118,6 @@ struct SimpleGraph {
 // Throws std::invalid_argument for a missing port or address (the graph's own
 // parser checks the rest).
 std::string compose_graph(const SimpleGraph& g);
-
-// Every kind this build has: dpdk (if built), capture (with libpcap), fault,
-// loopback, memdev, eth, arp, ipv4, icmp, udp, tcp.
-void register_all_kinds(Registry& registry);
 
 // How a wait ended: what it waited for happened, its deadline passed, or a
 // signal handler ran while it slept (the caller's EINTR).

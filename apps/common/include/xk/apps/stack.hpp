@@ -179,10 +179,6 @@ struct StackSpec {
 };
 StackSpec stack_spec(const StackFlags& flags);
 
-// Every kind this build has: dpdk, capture (with libpcap), eth, arp, ipv4,
-// icmp, udp, tcp, fault.
-void register_all(Registry& registry);
-
 // SIGINT/SIGTERM, blocked in every thread (call block() before the EAL starts
 // its threads, so they inherit the mask) and read from a signalfd that the
 // loop polls: the loop stops, and the program tears down normally.
