@@ -8,12 +8,12 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "xk/sha256.hpp"
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
 
 namespace xk::filterd::ctl {
 namespace {
-
-constexpr std::size_t kBlock = 64;  // SHA-256's block size
 
 std::span<const std::byte> bytes_of(std::string_view s) noexcept { return std::as_bytes(std::span(s.data(), s.size())); }
 
@@ -24,26 +24,27 @@ constexpr std::string_view kNodeLabel = "xk-filterd control v1: the node proves 
 }  // namespace
 
 Proof hmac_sha256(std::span<const std::byte> key, std::initializer_list<std::span<const std::byte>> parts) noexcept {
-  // RFC 2104: a key longer than the block is hashed first; then
-  // H((K ^ opad) || H((K ^ ipad) || message)).
-  std::array<std::byte, kBlock> k{};
-  if (key.size() > kBlock) {
-    const Sha256::Digest d = Sha256::of(key);
-    std::memcpy(k.data(), d.data(), d.size());
-  } else if (!key.empty()) {
-    std::memcpy(k.data(), key.data(), key.size());
+  // RFC 2104 HMAC with SHA-256, from OpenSSL's libcrypto.
+  Proof out{};
+  EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  EVP_MAC_CTX* ctx = mac != nullptr ? EVP_MAC_CTX_new(mac) : nullptr;
+  char digest[] = "SHA256";
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0), OSSL_PARAM_construct_end()};
+  // An empty key is a valid HMAC key; OpenSSL wants a non-null pointer for it.
+  static const unsigned char kNoKey = 0;
+  const auto* k = key.empty() ? &kNoKey : reinterpret_cast<const unsigned char*>(key.data());
+  bool ok = ctx != nullptr && EVP_MAC_init(ctx, k, key.size(), params) == 1;
+  for (std::span<const std::byte> p : parts) {
+    ok = ok && EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(p.data()), p.size()) == 1;
   }
-  std::array<std::byte, kBlock> pad{};
-  for (std::size_t i = 0; i < kBlock; ++i) pad[i] = k[i] ^ std::byte{0x36};
-  Sha256 inner;
-  inner.update(pad);
-  for (std::span<const std::byte> p : parts) inner.update(p);
-  const Sha256::Digest inner_digest = inner.digest();
-  for (std::size_t i = 0; i < kBlock; ++i) pad[i] = k[i] ^ std::byte{0x5c};
-  Sha256 outer;
-  outer.update(pad);
-  outer.update(inner_digest);
-  return outer.digest();
+  std::size_t len = 0;
+  ok = ok && EVP_MAC_final(ctx, reinterpret_cast<unsigned char*>(out.data()), &len, out.size()) == 1 && len == out.size();
+  EVP_MAC_CTX_free(ctx);
+  EVP_MAC_free(mac);
+  // Without libcrypto's HMAC nothing can be proved: an all-zero proof, which
+  // no peer's real proof equals, refuses the peer rather than crash.
+  if (!ok) out.fill(std::byte{0});
+  return out;
 }
 
 Proof server_proof(std::span<const std::byte> token, const Nonce& node_nonce, const Nonce& filterd_nonce) noexcept {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tcb.hpp"
+#include "xk/apps/digest.hpp"
 #include "xk/clock.hpp"
 #include "xk/drivers/pair.hpp"
 #include "xk/event_loop.hpp"
@@ -24,7 +25,6 @@
 #include "xk/protocols/fault.hpp"
 #include "xk/protocols/ipv4.hpp"
 #include "xk/protocols/tcp.hpp"
-#include "xk/sha256.hpp"
 
 namespace xk::tcp {
 namespace {
@@ -470,7 +470,7 @@ constexpr std::size_t kFaultBytes = 256u << 20;
 std::pair<std::string, std::string> stream(Tcp2& t, TcpSocket& from, TcpSocket& to, std::size_t total, unsigned seed) {
   std::vector<std::byte> block = pattern(1 << 20, seed);
   std::vector<std::byte> buf(1 << 16);
-  Sha256 sent_sha, got_sha;
+  apps::StreamDigest sent_sha, got_sha;
   std::size_t sent = 0, got = 0;
   bool ok = t.run_until([&] {
     while (sent < total) {
@@ -490,7 +490,7 @@ std::pair<std::string, std::string> stream(Tcp2& t, TcpSocket& from, TcpSocket& 
     return got >= total;
   }, 3600s);
   EXPECT_TRUE(ok) << "stalled at " << got << " of " << total << " bytes";
-  return {Sha256::hex(sent_sha.digest()), Sha256::hex(got_sha.digest())};
+  return {sent_sha.hex(), got_sha.hex()};
 }
 
 TEST_P(Tcp2Faults, StreamsSurviveEveryImpairmentWithChecksumsOn) {

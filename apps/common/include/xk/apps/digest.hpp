@@ -1,10 +1,8 @@
 #pragma once
 // SHA-256 of a byte stream, for checking end to end that it arrived intact
-// (--verify in xk-ttcp and xk-tcp-perf). OpenSSL's libcrypto does the hashing:
-// it uses the CPU's SHA extensions where there are some, and xkernel's
-// portable Sha256 (kept for the framework, which takes no dependency) would
-// cap a verified transfer far below the link (docs/BENCHMARKS.md, "Stream
-// digests"). The digest is the same either way.
+// (--verify in xk-ttcp and xk-tcp-perf, and the TCP tests' streams).
+// OpenSSL's libcrypto does the hashing, with the CPU's SHA extensions where
+// there are some, so a verified transfer still runs near the link's rate.
 #include <cstddef>
 #include <span>
 #include <string>
