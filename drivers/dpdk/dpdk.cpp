@@ -561,6 +561,11 @@ Status DpdkDriver::restart() {
   return {};
 }
 
+Status DpdkDriver::reconnect() {
+  if (!memif_client(config_.devargs)) return Errc::unsupported;
+  return restart();
+}
+
 std::size_t DpdkDriver::poll(std::size_t budget) {
   if (!started_) return 0;
   rte_mbuf* burst[kMaxBurst];

@@ -25,13 +25,11 @@
 
 #include <thread>
 
+#include "xk/driver.hpp"
 #include "xk/filterd/token.hpp"
 #include "xk/graph.hpp"
 #include "xk/protocols/tcp.hpp"
 #include "xk/protocols/udp.hpp"
-#ifdef XK_HAVE_DPDK
-#include "xk/drivers/dpdk.hpp"
-#endif
 
 namespace xk {
 
@@ -1038,29 +1036,27 @@ FilterdClient::Holdings filterd_holdings(const tcp::TcpProtocol* tcp, const udp:
 }
 
 void attach_node(FilterdClient& client, EventLoop& loop, tcp::TcpProtocol* tcp, udp::UdpProtocol* udp,
-                 Protocol* net, std::uint16_t queue) {
+                 Driver* net, std::uint16_t queue) {
   FilterdClient::Hooks hooks;
   hooks.holdings = [tcp, udp] { return filterd_holdings(tcp, udp); };
-#ifdef XK_HAVE_DPDK
-  // A memif client does not reconnect by itself; a port of our own on the
-  // node port never lost its link.
-  if (auto* d = dynamic_cast<drivers::DpdkDriver*>(net); d != nullptr && !client.ethernet()) {
-    hooks.resumed = [d] {
-      // filterd made our memif interface again before it answered; connect
-      // to it (a few tries: its socket may take a moment to listen).
+  // A channel that does not come back by itself (a memif client) is started
+  // again; a port of our own on the node port never lost its link.
+  if (net != nullptr && !client.ethernet()) {
+    hooks.resumed = [net] {
+      // filterd made our end of the channel again before it answered;
+      // connect to it (a few tries: its socket may take a moment to listen).
       for (int i = 0; i < 50; ++i) {
-        if (d->restart()) {
-          std::fprintf(stderr, "filterd: channel %s started again\n", d->name().c_str());
+        const Status st = net->reconnect();
+        if (st.error() == Errc::unsupported) return;  // it comes back by itself
+        if (st) {
+          std::fprintf(stderr, "filterd: channel %s started again\n", net->name().c_str());
           return;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
-      std::fprintf(stderr, "filterd: channel %s does not start again\n", d->name().c_str());
+      std::fprintf(stderr, "filterd: channel %s does not start again\n", net->name().c_str());
     };
   }
-#else
-  (void)net;
-#endif
   client.attach_queue(queue, loop, std::move(hooks));
 }
 

@@ -1846,6 +1846,54 @@ TEST_F(DpdkTest, MemifClientSurvivesItsServerGoingAwayMidBurst) {
               static_cast<unsigned long long>(cuts), static_cast<unsigned long long>(sent_total));
 }
 
+// A node's channel after filterd restarted: DPDK 22.11's memif client does
+// not connect again by itself, Driver::reconnect starts it again (the hook
+// filterd's client calls on resume); a memif server end has nothing to do.
+TEST_F(DpdkTest, MemifClientReconnectsToAServerThatCameBack) {
+  TempDir dir;
+  const std::string sock = (dir / "again.sock").string();
+  DpdkDriver::Config sc;
+  sc.devargs = memif_end("server", sock);
+  sc.doorbell = false;
+  DpdkDriver::Config cc = sc;
+  cc.devargs = memif_end("client", sock);
+  auto server = std::make_unique<DpdkDriver>("asrv0", sc);
+  DpdkDriver client("acli0", cc);
+  ASSERT_TRUE(both_up(*server, client));
+  EXPECT_EQ(server->reconnect().error(), Errc::unsupported) << "a memif server waits for its client";
+  server.reset();
+  for (int i = 0; i < 300 && client.link().up; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_FALSE(client.link().up);
+  server = std::make_unique<DpdkDriver>("asrv1", sc);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(client.link().up) << "the client does not come back by itself";
+  Status st = client.reconnect();
+  for (int i = 0; i < 50 && !st; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    st = client.reconnect();
+  }
+  ASSERT_TRUE(st.ok()) << to_string(st.error());
+  ASSERT_TRUE(both_up(*server, client));
+  // Frames flow again.
+  Sink sink;
+  Participants parts;
+  ASSERT_TRUE(server->open_enable(sink, parts).ok());
+  Result<SessionRef> cs = client.open(sink, parts);
+  ASSERT_TRUE(cs.ok());
+  const Bytes frame = test_frame(600, 7);
+  ASSERT_TRUE((*cs)->push(Msg::copy_of(frame)).ok());
+  (void)client.poll(8);
+  for (int i = 0; i < 200 && sink.received.empty(); ++i) {
+    (void)server->poll(8);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(sink.received.size(), 1u);
+  EXPECT_EQ(bytes_of(sink.received[0]), frame);
+  sink.received.clear();
+  ASSERT_TRUE(server->open_disable(sink, parts).ok());
+  (void)(*cs)->close();
+}
+
 // A memif server closed while its peer leaves: DPDK 22.11's memif handles
 // the peer's going on the EAL's interrupt thread without locking against
 // rte_eth_dev_stop, so the driver stops and closes its ports there too

@@ -259,7 +259,7 @@ std::unique_ptr<Stack> Stack::build(StackConfig config, std::shared_ptr<FilterdC
     if (s->tcp_ != nullptr) s->tcp_->set_port_authority(&authority);
     if (s->udp_ != nullptr) s->udp_->set_port_authority(&authority);
     // filterd may restart under us: reconnect, and declare what we hold.
-    attach_node(*s->node_, s->loop_, s->tcp_, s->udp_, s->graph_->find("net0"), queue);
+    attach_node(*s->node_, s->loop_, s->tcp_, s->udp_, s->graph_->find_as<Driver>("net0"), queue);
     s->attached_ = true;
   }
   if (s->config_.wait_link && !s->wait_for_link(s->config_.link_wait)) {

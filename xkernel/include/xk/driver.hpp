@@ -32,6 +32,11 @@ class Driver : public Protocol {
   // its address (what it sent while down reached nobody).
   enum class Link : std::uint8_t { none, down, up };
   virtual Link link_state() { return Link::none; }
+  // The link's other end came back after going away (filterd restarted):
+  // a driver whose link does not come back by itself starts it again.
+  // unsupported: nothing to do here (the link reconnects alone, or has no
+  // other end); not_connected: the other end is not there yet, try later.
+  virtual Status reconnect() { return Errc::unsupported; }
 
  protected:
   bool receiving() const noexcept { return receiver_ != nullptr; }

@@ -53,6 +53,7 @@
 
 namespace xk {
 
+class Driver;
 namespace tcp {
 class TcpProtocol;
 }
@@ -317,10 +318,10 @@ class FilterdClient final : public PortAuthority, public Pollable {
 FilterdClient::Holdings filterd_holdings(const tcp::TcpProtocol* tcp, const udp::UdpProtocol* udp);
 
 // attach() for a node's stack: RESYNC from its tcp and udp, and after a
-// resume its channel `net` (the graph's DPDK memif client; may be null)
-// started again, since a memif client does not reconnect by itself.
+// resume its channel `net` (the graph's driver; may be null) reconnected
+// (Driver::reconnect), since a memif client does not come back by itself.
 // `queue`: the stack's queue, for a node that runs several.
 void attach_node(FilterdClient& client, EventLoop& loop, tcp::TcpProtocol* tcp, udp::UdpProtocol* udp,
-                 Protocol* net, std::uint16_t queue = 0);
+                 Driver* net, std::uint16_t queue = 0);
 
 }  // namespace xk

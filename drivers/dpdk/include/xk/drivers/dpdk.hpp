@@ -241,6 +241,9 @@ class DpdkDriver final : public Driver, public Pollable {
   // whose filterd came back starts its channel again. not_connected if the
   // port does not start (the memif server is not there yet); try later.
   Status restart();
+  // Driver::reconnect: a memif client restarts (restart()); any other port
+  // comes back by itself.
+  Status reconnect() override;
   // The port's own statistics (rte_eth_stats), folded into counters named
   // port_ipackets, port_opackets, port_imissed, port_ierrors, port_oerrors,
   // port_rx_nombuf.
