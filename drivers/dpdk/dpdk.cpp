@@ -1,4 +1,6 @@
 #include "xk/drivers/dpdk.hpp"
+#include "xk/protocols/eth_wire.hpp"
+#include "xk/protocols/tcp_wire.hpp"
 
 #include <rte_dev.h>
 #include <rte_epoll.h>
@@ -31,7 +33,7 @@
 namespace xk::drivers {
 namespace {
 
-constexpr std::size_t kEthHeader = 14;
+constexpr std::size_t kEthHeader = eth::Header::kSize;
 constexpr std::size_t kDefaultMbufData = 2048;
 // Shorter payload pieces are copied: an mbuf to attach costs about as much.
 constexpr std::size_t kMinAttach = 256;
@@ -922,7 +924,7 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
     std::uint64_t ol_flags = offloads_.tx_ipv4_cksum ? RTE_MBUF_F_TX_IP_CKSUM : 0;
     std::uint32_t sum = 0;
     std::uint32_t* summing = nullptr;
-    std::byte* field = hdr.data() + kEthHeader + cut->ip_header_len() + 16;
+    std::byte* field = hdr.data() + kEthHeader + cut->ip_header_len() + tcp::Header::kChecksumOffset;
     if (tcp_csum) {
       if (offloads_.tx_tcp_cksum) {
         const std::uint16_t pseudo = csum::fold(cut->tcp_sum(hdr.data(), n, false));  // the port sums the rest

@@ -8,14 +8,17 @@
 
 #include "xk/byteorder.hpp"
 #include "xk/checksum.hpp"
+#include "xk/protocols/eth_wire.hpp"
+#include "xk/protocols/ipv4_wire.hpp"
+#include "xk/protocols/tcp_wire.hpp"
 
 namespace xk::drivers::gro {
 namespace {
 
-constexpr std::size_t kEth = 14;
-constexpr std::size_t kIp = 20;
-constexpr std::uint8_t kAck = 0x10;
-constexpr std::uint8_t kPsh = 0x08;
+constexpr std::size_t kEth = eth::Header::kSize;
+constexpr std::size_t kIp = ipv4::Header::kMinSize;  // coalesced segments carry no IP options
+using tcp::kAck;
+using tcp::kPsh;
 // Flows whose groups stay open at once; a burst with more flows closes the
 // oldest first (its frame is ready where it stands).
 constexpr std::size_t kOpenGroups = 8;

@@ -22,6 +22,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "xk/protocols/eth_wire.hpp"
+#include "xk/protocols/ipv4_wire.hpp"
+
 struct rte_mbuf;
 
 namespace xk::drivers::gro {
@@ -45,7 +48,7 @@ struct Stats {
 };
 
 // The largest merged frame by default: an IPv4 datagram of 64 KB.
-inline constexpr std::size_t kMaxFrame = 14 + 65535;
+inline constexpr std::size_t kMaxFrame = eth::Header::kSize + ipv4::Header::kMaxTotal;
 
 // Coalesces frames[0..n) in place: on return frames[0..result) are the
 // frames to deliver, in order, merged ones as mbuf chains with their IPv4

@@ -1,4 +1,5 @@
 #include "xk/drivers/pair.hpp"
+#include "xk/protocols/eth_wire.hpp"
 
 #include <array>
 #include <cstring>
@@ -86,7 +87,7 @@ Result<ControlReply> PairDriver::control_any(const ControlQuery& query) {
 // ---- checksum offload, done as a port would --------------------------------
 
 namespace {
-constexpr std::size_t kEthHeader = 14;
+constexpr std::size_t kEthHeader = eth::Header::kSize;
 constexpr std::uint16_t kEtherTypeIpv4 = 0x0800;
 }  // namespace
 

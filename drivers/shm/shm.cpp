@@ -1,4 +1,6 @@
 #include "xk/drivers/shm.hpp"
+#include "xk/protocols/eth_wire.hpp"
+#include "xk/protocols/tcp_wire.hpp"
 
 #include <fcntl.h>
 #include <sys/epoll.h>
@@ -26,7 +28,7 @@ namespace xk::drivers {
 
 namespace {
 
-constexpr std::size_t kEthHeader = 14;
+constexpr std::size_t kEthHeader = eth::Header::kSize;
 constexpr std::size_t kChunk = Msg::kChunkSize;
 // Payload pieces shorter than this are copied (inline or into a copy
 // chunk) rather than referenced: a reference costs the receiver a buffer
@@ -938,7 +940,7 @@ Status ShmDriver::transmit_segmented(const Msg& frame) {
       // A large frame's field is 0 only when it carries no checksum (as
       // the DPDK driver's large frames: RFC 768's other zero).
       if (ck == 0 && n > seg) ck = 0xffff;
-      std::memcpy(b.d.bytes + kEthHeader + cut->ip_header_len() + 16, &ck, 2);
+      std::memcpy(b.d.bytes + kEthHeader + cut->ip_header_len() + tcp::Header::kChecksumOffset, &ck, 2);
     }
     if (Status st = post(b); !st) return i == 0 ? st : Status{};
   }

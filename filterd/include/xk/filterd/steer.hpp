@@ -38,7 +38,9 @@
 #include "xk/graph.hpp"
 #include "xk/link.hpp"
 #include "xk/options.hpp"
+#include "xk/protocols/eth_wire.hpp"
 #include "xk/protocols/ipv4_wire.hpp"
+#include "xk/protocols/tcp_wire.hpp"
 #include "xk/protocols/passthrough.hpp"
 
 namespace xk::filterd {
@@ -123,7 +125,7 @@ class Steer final : public fault::PassThrough {
   // The headers of one TCP segment carried in a frame of several (a node's
   // large frame, or one the external port coalesced), copied.
   struct TcpHeaders {
-    std::array<std::byte, 14 + 60 + 60> bytes{};  // Ethernet, IPv4, TCP; total length cut to the headers
+    std::array<std::byte, eth::Header::kSize + ipv4::Header::kMaxSize + tcp::Header::kMaxSize> bytes{};  // total length cut to the headers
     std::size_t len = 0;
     std::size_t ip_len = 0;          // IPv4 header bytes
     std::uint16_t seg_size = 0;      // payload bytes of each segment it holds

@@ -44,6 +44,8 @@
 #include "xk/event_loop.hpp"
 #include "xk/graph.hpp"
 #include "xk/protocol.hpp"
+#include "xk/protocols/eth_wire.hpp"
+#include "xk/protocols/ipv4_wire.hpp"
 
 namespace xk::drivers {
 
@@ -63,7 +65,7 @@ inline constexpr std::uint32_t kVersion = 1;
 inline constexpr std::size_t kInline = 176;         // frame bytes carried in the descriptor
 inline constexpr std::size_t kMaxRefs = 6;          // pieces of payload by reference
 inline constexpr std::uint32_t kTokens = 16384;     // references a sender may have out
-inline constexpr std::size_t kFrameMax = 65535 + 14;  // an IPv4 datagram and its Ethernet header
+inline constexpr std::size_t kFrameMax = ipv4::Header::kMaxTotal + eth::Header::kSize;  // an IPv4 datagram and its Ethernet header
 
 // One frame: its first inline_len bytes in `bytes`, the rest in nref pieces
 // of the sender's arena, in order. The token names the reference, for the

@@ -10,14 +10,17 @@
 #include <cstdint>
 
 #include "xk/msg.hpp"
+#include "xk/protocols/eth_wire.hpp"
+#include "xk/protocols/ipv4_wire.hpp"
+#include "xk/protocols/tcp_wire.hpp"
 #include "xk/result.hpp"
 
 namespace xk {
 
 class SegmentCut {
  public:
-  static constexpr std::size_t kEthHeader = 14;
-  static constexpr std::size_t kMaxHeaders = kEthHeader + 60 + 60;
+  static constexpr std::size_t kEthHeader = eth::Header::kSize;
+  static constexpr std::size_t kMaxHeaders = kEthHeader + ipv4::Header::kMaxSize + tcp::Header::kMaxSize;
 
   // The frame's Ethernet, IPv4 and TCP headers, read once. invalid_argument
   // unless the frame is one IPv4 TCP segment with payload behind its
