@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "doubles.hpp"
 #include "xk/checksum.hpp"
 #include "xk/drivers/loopback.hpp"
 #include "xk/event_loop.hpp"
@@ -96,49 +97,6 @@ struct Pkt {
     return b;
   }
   Msg msg() const { return Msg::copy_of(bytes()); }
-};
-
-// Bottom of the graph: records every packet pushed into it.
-class CaptureLink final : public Protocol {
- public:
-  explicit CaptureLink(std::size_t mtu = 1500) : Protocol("cap0", "capture"), mtu_(mtu) {}
-  class S final : public Session {
-   public:
-    S(CaptureLink& d, Protocol* up) : Session(d, up), d_(d) {}
-    Status push(Msg m) override {
-      if (d_.fail_next) {
-        d_.fail_next = false;
-        return Errc::would_block;
-      }
-      d_.sent.push_back(std::move(m));
-      return {};
-    }
-    Status pop(Session&, Msg) override { return Errc::unsupported; }
-
-   private:
-    CaptureLink& d_;
-  };
-  Result<SessionRef> open(Protocol& up, Participants&) override { return SessionRef(make_ref<S>(*this, &up)); }
-  Status open_enable(Protocol&, Participants& p) override {
-    enabled_type = p.local.peek<ProtoNum>().ok() ? p.local.peek<ProtoNum>()->value : 0;
-    return {};
-  }
-  Status open_disable(Protocol&, Participants&) override { return {}; }
-  Result<ControlReply> control_any(const ControlQuery& q) override {
-    if (std::holds_alternative<ctl::GetMtu>(q)) return ControlReply{mtu_};
-    if (std::holds_alternative<ctl::GetHeaderRoom>(q)) return ControlReply{std::size_t{0}};
-    return Protocol::control_any(q);
-  }
-  SessionRef rx_session() {
-    Participants none;
-    return *open(*this, none);
-  }
-  std::vector<Msg> sent;
-  bool fail_next = false;
-  std::uint32_t enabled_type = 0;
-
- private:
-  std::size_t mtu_;
 };
 
 // A resolver in the graph (below[1]): records what ipv4 asks of it.
@@ -255,7 +213,8 @@ constexpr Ipv4Cidr kCidr{kUs, 24};
 struct Ipv4Test : ::testing::Test {
   ManualClock clock;
   EventLoop loop{clock};
-  CaptureLink link;
+  // The link below: a 1500-byte MTU, no header room, records what is pushed.
+  test::CaptureDriver link{{.mac = std::nullopt, .mtu = 1500, .header_room = std::size_t{0}}};
   std::unique_ptr<ipv4::Ipv4Protocol> ip;
   Transport tp;
   SessionRef rx;

@@ -44,6 +44,10 @@ class CaptureDriver final : public Protocol {
    public:
     S(CaptureDriver& d, Protocol* up) : Session(d, up), d_(d) {}
     Status push(Msg m) override {
+      if (d_.fail_next) {
+        d_.fail_next = false;
+        return Errc::would_block;
+      }
       d_.sent.push_back(std::move(m));
       return {};
     }
@@ -53,8 +57,9 @@ class CaptureDriver final : public Protocol {
     CaptureDriver& d_;
   };
   Result<SessionRef> open(Protocol& up, Participants&) override { return SessionRef(make_ref<S>(*this, &up)); }
-  Status open_enable(Protocol& up, Participants&) override {
+  Status open_enable(Protocol& up, Participants& p) override {
     receiver = &up;
+    enabled_type = p.local.peek<ProtoNum>().ok() ? p.local.peek<ProtoNum>()->value : 0;
     return {};
   }
   Status open_disable(Protocol&, Participants&) override {
@@ -71,9 +76,16 @@ class CaptureDriver final : public Protocol {
   }
   // What was pushed, as text (byte for byte).
   std::string sent_text(std::size_t i) const { return text_of_msg(sent.at(i)); }
+  // A session to hand frames up on, as a driver's receive session.
+  SessionRef rx_session() {
+    Participants none;
+    return *open(*this, none);
+  }
 
   std::vector<Msg> sent;
-  Protocol* receiver = nullptr;  // who enabled us last
+  Protocol* receiver = nullptr;    // who enabled us last
+  std::uint32_t enabled_type = 0;  // the ProtoNum it enabled (an EtherType), or 0
+  bool fail_next = false;          // the next push is refused (would_block)
 
  private:
   Config config_;
