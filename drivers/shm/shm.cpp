@@ -161,12 +161,9 @@ class Arena final : public ChunkSource {
 };
 
 Arena& arena(std::size_t bytes) {
-  // Made once and never freed: buffers anywhere in the process point into it.
-  static Arena* a = [bytes] {
-    auto* made = new Arena(bytes);
-    Buf::set_chunk_source(made);
-    return made;
-  }();
+  // One per process, shared by its links; made once and never freed:
+  // buffers anywhere in the process may point into it.
+  static Arena* a = new Arena(bytes);
   return *a;
 }
 
@@ -349,6 +346,8 @@ Result<ControlReply> ShmDriver::control_any(const ControlQuery& query) {
     return ControlReply{o};
   }
   if (std::holds_alternative<ctl::GetFrameMax>(query)) return ControlReply{std::max(mtu_frame, tx_frame_max())};
+  // Send buffers in the arena: their segments cross by reference.
+  if (std::holds_alternative<ctl::GetChunkSource>(query)) return ControlReply{static_cast<ChunkSource*>(&arena_)};
   return Protocol::control_any(query);
 }
 

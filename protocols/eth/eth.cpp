@@ -273,7 +273,9 @@ Result<ControlReply> EthProtocol::control_any(const ControlQuery& query) {
     return ControlReply{(room ? *room : std::size_t{0}) + Header::kSize};
   }
   if (std::holds_alternative<ctl::GetLocalAddr>(query)) return ControlReply{mac_part(mac_)};
-  if (std::holds_alternative<ctl::GetOffloads>(query)) return below_.control_any(query);
+  if (std::holds_alternative<ctl::GetOffloads>(query) || std::holds_alternative<ctl::GetChunkSource>(query)) {
+    return below_.control_any(query);
+  }
   return Protocol::control_any(query);
 }
 

@@ -684,6 +684,7 @@ Result<ControlReply> Ipv4Protocol::control_any(const ControlQuery& query) {
   }
   if (std::holds_alternative<ctl::GetLocalAddr>(query)) return ControlReply{Participant{address()}};
   if (std::holds_alternative<ctl::GetOffloads>(query)) return ControlReply{offloads_};
+  if (std::holds_alternative<ctl::GetChunkSource>(query)) return link_.control_any(query);
   if (std::holds_alternative<ctl::GetChecksum>(query)) return ControlReply{config_.csum};
   if (const auto* set = std::get_if<ctl::SetChecksum>(&query)) {
     config_.csum = set->mode;

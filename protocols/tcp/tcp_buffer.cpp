@@ -11,7 +11,7 @@ std::size_t SendBuffer::write(std::span<const std::byte> bytes) {
     if (!tail_open_ || chunks_.back().size() >= kChunk) {
       // A chunk with no headroom of its own: segments are slices of it, and
       // their headers go in a fragment in front.
-      chunks_.push_back(Msg::alloc(0, 0, kChunk));
+      chunks_.push_back(Msg::chunk(source_));
       tail_open_ = true;
     }
     Msg& tail = chunks_.back();

@@ -27,7 +27,7 @@ RtoConfig rto_config(const TcpConfig& c) {
 TcpConnection::TcpConnection(TcpProtocol& proto, Protocol* upper)
     : StreamEndpoint(proto, upper),
       proto_(&proto),
-      sndbuf_(proto.config().sndbuf),
+      sndbuf_(proto.config().sndbuf, proto.chunk_source()),
       rcvbuf_limit_(proto.config().rcvbuf),
       rto_(rto_config(proto.config())),
       cc_(make_cc(proto.config())),

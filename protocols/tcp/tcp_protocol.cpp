@@ -190,6 +190,7 @@ TcpProtocol::TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, 
     throw std::invalid_argument("tcp: bad ephemeral port range");
   }
   if (Result<LinkOffloads> o = below.control(ctl::GetOffloads{})) offloads_ = *o;
+  if (Result<ChunkSource*> c = below.control(ctl::GetChunkSource{})) chunks_ = *c;
   if (Status st = ensure_enabled(); !st) {
     throw std::invalid_argument("tcp: '" + below.name() + "' refused to pass up IP protocol 6: " + to_string(st.error()));
   }

@@ -568,11 +568,10 @@ class CountingSource final : public ChunkSource {
   int left = 1, taken = 0, given = 0;
 };
 
-TEST(Msg, BulkChunksComeFromAnInstalledSourceAndGoBackToIt) {
+TEST(Msg, BulkChunksComeFromTheSourceGivenAndGoBackToIt) {
   auto source = std::make_unique<CountingSource>();
-  Buf::set_chunk_source(source.get());
   {
-    Msg a = Msg::alloc(0, 0, Msg::kChunkSize);
+    Msg a = Msg::chunk(source.get());
     const std::byte* first = a.fragments().empty() ? nullptr : a.fragments()[0].buf->data();
     EXPECT_EQ(source->taken, 1);
     EXPECT_EQ(first, source->store[1].data()) << "the chunk is the source's";
@@ -581,12 +580,18 @@ TEST(Msg, BulkChunksComeFromAnInstalledSourceAndGoBackToIt) {
     EXPECT_EQ(a.fragment_count(), 1u) << "appended in place: a source's chunk is the stack's own";
     EXPECT_FALSE(a.holds_external());
     // The source is out: the heap serves.
-    Msg b = Msg::alloc(0, 0, Msg::kChunkSize);
+    Msg b = Msg::chunk(source.get());
     EXPECT_EQ(source->taken, 1);
     EXPECT_EQ(source->given, 0);
+    EXPECT_EQ(b.size(), 0u);
+    ASSERT_EQ(b.fragment_count(), 1u);
+    EXPECT_EQ(b.fragments()[0].buf->capacity(), Msg::kChunkSize);
+    // Nobody else's 64 KiB buffer comes from it: only those asked of it.
+    Msg c = Msg::alloc(0, 0, Msg::kChunkSize);
+    Msg d = Msg::chunk(nullptr);
+    EXPECT_EQ(source->taken, 1);
   }
   EXPECT_EQ(source->given, 1) << "the chunk went back when its last reference dropped";
-  Buf::set_chunk_source(nullptr);
 }
 
 // Set up in a thread before its block caches are (so destroyed after they

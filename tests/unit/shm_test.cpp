@@ -71,13 +71,15 @@ bool poll_until(std::initializer_list<ShmDriver*> ends, const std::function<bool
   return done();
 }
 
-// A frame whose payload lies in a bulk chunk (from the arena, once a
-// driver made it), behind a 14-byte header of its own buffer.
+// A frame whose payload lies in bulk chunks from the chunk source `link`
+// offers (its arena), behind a 14-byte header of its own buffer.
 // (A send buffer's way: 60 000 bytes a chunk.)
-Msg chunk_frame(const Bytes& head, const Bytes& payload) {
+Msg chunk_frame(Protocol& link, const Bytes& head, const Bytes& payload) {
+  Result<ChunkSource*> source = link.control(ctl::GetChunkSource{});
+  EXPECT_TRUE(source.ok() && *source != nullptr);
   Msg frame = Msg::copy_of(head);
   for (std::size_t at = 0; at < payload.size(); at += 60000) {
-    Msg body = Msg::alloc(0, 0, Msg::kChunkSize);
+    Msg body = Msg::chunk(source.ok() ? *source : nullptr);
     const std::size_t n = std::min<std::size_t>(60000, payload.size() - at);
     EXPECT_TRUE(body.append(std::span(payload).subspan(at, n)).ok());
     frame.join(std::move(body));
@@ -108,7 +110,7 @@ TEST(Shm, FramesCrossInlineByReferenceOrCopiedOnceAndReferencesComeBack) {
   ASSERT_TRUE(l.client.transmit(Msg::copy_of(heap)).ok());
   // Payload in a send-buffer chunk: by reference.
   Bytes head = pattern(14, 3), body = pattern(20000, 4);
-  ASSERT_TRUE(l.client.transmit(chunk_frame(head, body)).ok());
+  ASSERT_TRUE(l.client.transmit(chunk_frame(l.client, head, body)).ok());
   // Held until the poll's end or a flush: EventLoop::flush_output() publishes them.
   EXPECT_EQ(l.client.flush_output(), 3u);
   EXPECT_EQ(l.client.flush_output(), 0u);
@@ -133,7 +135,7 @@ TEST(Shm, FramesCrossInlineByReferenceOrCopiedOnceAndReferencesComeBack) {
   // And the other way, many at once (more than a ring's worth of returns).
   for (int round = 0; round < 3; ++round) {
     for (unsigned i = 0; i < 500; ++i) {
-      ASSERT_TRUE(l.server.transmit(chunk_frame(pattern(14, i), pattern(1000 + i, i))).ok());
+      ASSERT_TRUE(l.server.transmit(chunk_frame(l.server, pattern(14, i), pattern(1000 + i, i))).ok());
       if (i % 32 == 31) (void)l.client.poll(64);
     }
     l.server.flush();
@@ -151,7 +153,7 @@ TEST(Shm, FramesCrossInlineByReferenceOrCopiedOnceAndReferencesComeBack) {
 }
 
 // Ethernet + IPv4 + TCP (20 bytes) + payload, marked for segmentation.
-Msg tso_frame(const Bytes& payload, std::uint16_t seg) {
+Msg tso_frame(Protocol& link, const Bytes& payload, std::uint16_t seg) {
   Bytes h(54);
   store_be16(h.data() + 12, 0x0800);
   std::byte* ip = h.data() + 14;
@@ -170,7 +172,7 @@ Msg tso_frame(const Bytes& payload, std::uint16_t seg) {
   tcp[12] = std::byte{0x50};
   tcp[13] = std::byte{0x18};  // ACK PSH
   store_be16(tcp + 14, 65535);
-  Msg m = chunk_frame(h, payload);
+  Msg m = chunk_frame(link, h, payload);
   m.offload().flags = Offload::tx_tcp_seg | Offload::tx_tcp_csum;
   m.offload().seg_size = seg;
   m.offload().l3_len = 20;
@@ -183,7 +185,7 @@ TEST(Shm, SegmentsLeaveAsLargeFramesOfWholeSegmentsWithTheirChecksums) {
   // segments leaves as two frames of whole segments.
   ASSERT_GT(l.client.tx_frame_max(), 60000u);
   Bytes payload = pattern(100000, 9);
-  ASSERT_TRUE(l.client.transmit(tso_frame(payload, 1460)).ok());
+  ASSERT_TRUE(l.client.transmit(tso_frame(l.client, payload, 1460)).ok());
   l.client.flush();
   ASSERT_TRUE(poll_until({&l.server}, [&] { return l.sink_s.received.size() == 2; }));
   Bytes joined;
@@ -221,8 +223,8 @@ TEST(Shm, APeerThatLeavesGivesEverythingBackAndHeldBuffersStayReadable) {
   enable(*client, sc);
   ASSERT_TRUE(poll_until({server.get(), client.get()}, [&] { return server->up() && client->up(); }));
   Bytes head = pattern(14, 5), body = pattern(30000, 6);
-  ASSERT_TRUE(client->transmit(chunk_frame(head, body)).ok());
-  ASSERT_TRUE(server->transmit(chunk_frame(head, body)).ok());
+  ASSERT_TRUE(client->transmit(chunk_frame(*client, head, body)).ok());
+  ASSERT_TRUE(server->transmit(chunk_frame(*server, head, body)).ok());
   client->flush();
   server->flush();
   ASSERT_TRUE(poll_until({server.get(), client.get()}, [&] { return ss.received.size() == 1 && sc.received.size() == 1; }));
@@ -266,7 +268,7 @@ TEST(Shm, FramesSentJustBeforeAPeerLeavesStillArrive) {
   ASSERT_TRUE(poll_until({&server, client.get()}, [&] { return server.up() && client->up(); }));
   Bytes head = pattern(14, 8), body = pattern(20000, 9);
   ASSERT_TRUE(client->transmit(Msg::copy_of(pattern(60, 7))).ok());
-  ASSERT_TRUE(client->transmit(chunk_frame(head, body)).ok());
+  ASSERT_TRUE(client->transmit(chunk_frame(*client, head, body)).ok());
   client.reset();  // no flush, no poll: the end of the process
   ASSERT_TRUE(poll_until({&server}, [&] { return !server.up(); }));
   ASSERT_EQ(ss.received.size(), 2u);

@@ -155,22 +155,18 @@ bool give_block(void* block, std::size_t capacity) noexcept {
 
 constexpr std::size_t kWrapBlock = (sizeof(Buf) + kBufAlign - 1) / kBufAlign * kBufAlign;
 
-std::atomic<ChunkSource*> g_chunk_source{nullptr};
 }  // namespace
-
-void Buf::set_chunk_source(ChunkSource* source) noexcept { g_chunk_source.store(source, std::memory_order_release); }
 
 void Buf::give_chunk(void* source, std::byte* chunk) { static_cast<ChunkSource*>(source)->give(chunk); }
 
-Buf* Buf::allocate(std::size_t capacity) {
+Buf* Buf::allocate(std::size_t capacity, ChunkSource* source) {
   if (capacity > UINT32_MAX - kHeaderSpace) return nullptr;
   // Every small buffer (a header, a bare ACK, a SYN-ACK) is a header block:
   // the cache serves them all, and the spare bytes are tailroom.
   if (capacity < Msg::kHeaderBufSize) capacity = Msg::kHeaderBufSize;
-  if (capacity == Msg::kChunkSize) {
-    // A chunk from the installed source: a bare Buf over its storage.
-    ChunkSource* source = g_chunk_source.load(std::memory_order_acquire);
-    std::byte* chunk = source != nullptr ? source->take() : nullptr;
+  if (capacity == Msg::kChunkSize && source != nullptr) {
+    // A chunk from the source: a bare Buf over its storage.
+    std::byte* chunk = source->take();
     if (chunk != nullptr) {
       // A bare Buf over it, as for external storage -- but the storage is
       // the stack's own: appended to like any other.
@@ -256,6 +252,12 @@ Msg Msg::alloc(std::size_t len, std::size_t headroom, std::size_t tailroom) {
   Buf* b = Buf::allocate(headroom + len + tailroom);
   if (b == nullptr) throw std::bad_alloc();
   return single(claim(b, headroom, len));
+}
+
+Msg Msg::chunk(ChunkSource* source) {
+  Buf* b = Buf::allocate(kChunkSize, source);
+  if (b == nullptr) throw std::bad_alloc();
+  return single(claim(b, 0, 0));
 }
 
 Msg Msg::copy_of(std::span<const std::byte> bytes, std::size_t headroom) {

@@ -35,8 +35,10 @@ struct BufDeleter {
 
 // Where bulk chunks (Msg::kChunkSize bytes: a TCP send buffer's) come
 // from when not from the heap. A driver whose link can send straight out
-// of such memory installs one: the shm driver's arena, which its peers map,
-// so a segment's payload crosses as a reference (docs/shm-driver.md).
+// of such memory offers one (ctl::GetChunkSource): the shm driver's arena,
+// which its peers map, so a segment's payload crosses as a reference
+// (docs/shm-driver.md). TCP asks for it through the graph and hands it to
+// its send buffers (Msg::chunk).
 class ChunkSource {
  public:
   virtual ~ChunkSource() = default;
@@ -48,15 +50,11 @@ class ChunkSource {
 
 class Buf {
  public:
-  // Internal storage of `capacity` bytes, 64-byte aligned.
-  static Buf* allocate(std::size_t capacity);
+  // Internal storage of `capacity` bytes, 64-byte aligned; a bulk chunk
+  // (capacity Msg::kChunkSize) from `source` when it has one.
+  static Buf* allocate(std::size_t capacity, ChunkSource* source = nullptr);
   // External storage; `deleter` runs when the last reference drops.
   static Buf* wrap(std::byte* data, std::size_t capacity, BufDeleter deleter);
-
-  // Bulk chunks are taken from `source` from now on (null: the heap again).
-  // The source must outlive every buffer it gave; chunks it has none of
-  // come from the heap.
-  static void set_chunk_source(ChunkSource* source) noexcept;
 
   std::byte* data() const noexcept { return data_; }
   std::uint32_t capacity() const noexcept { return capacity_; }
@@ -196,6 +194,10 @@ class Msg {
   static Msg alloc(std::size_t len, std::size_t headroom = kDefaultHeadroom,
                    std::size_t tailroom = 0);
   static Msg copy_of(std::span<const std::byte> bytes, std::size_t headroom = kDefaultHeadroom);
+  // An empty message over a fresh bulk chunk (kChunkSize bytes, no
+  // headroom) to append to: from `source` when it has one to give (it must
+  // outlive the buffer), else from the heap.
+  static Msg chunk(ChunkSource* source);
   // Carry an external buffer without copying: [base, base+capacity) is the
   // storage, the data is [base+off, base+off+len); the bytes in front of it are
   // headroom. `deleter` runs when the last reference drops (also on failure).

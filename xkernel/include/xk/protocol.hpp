@@ -135,6 +135,13 @@ struct GetOffloads {
 struct GetFrameMax {
   using Reply = std::size_t;
 };
+// Where the link wants bulk buffers to come from (xk/msg.hpp's
+// ChunkSource): a link that sends straight out of memory its peer maps
+// (the shm driver's arena) answers; eth, ipv4 and the micro-protocols pass
+// it down; unsupported: the heap serves.
+struct GetChunkSource {
+  using Reply = ChunkSource*;
+};
 // An ICMP error about one of our flows, handed by ipv4 to the transport
 // protocol that owns the inner packet's protocol number (RFC 1122 3.2.2.1,
 // RFC 1191 for frag-needed). Ports are 0 for transports without them.
@@ -181,10 +188,11 @@ struct ClaimsOwn {
 
 using ControlQuery = std::variant<ctl::GetMtu, ctl::GetHeaderRoom, ctl::GetLocalAddr, ctl::GetPeerAddr,
                                   ctl::GetChecksum, ctl::SetChecksum, ctl::GetCounters, ctl::DeliverError,
-                                  ctl::GetOffloads, ctl::GetFrameMax, ctl::SetDontFragment,
+                                  ctl::GetOffloads, ctl::GetFrameMax, ctl::GetChunkSource, ctl::SetDontFragment,
                                   ctl::ClaimsOwn>;
 using ControlReply =
-    std::variant<std::monostate, std::size_t, Participant, ChecksumMode, const CounterSet*, LinkOffloads>;
+    std::variant<std::monostate, std::size_t, Participant, ChecksumMode, const CounterSet*, LinkOffloads,
+                 ChunkSource*>;
 
 namespace detail {
 template <class Q>

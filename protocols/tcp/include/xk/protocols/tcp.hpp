@@ -233,6 +233,9 @@ class TcpProtocol final : public Protocol {
   // RFC 7323 5.4: TSval is a clock of 1 ms ticks.
   std::uint32_t tsval() const noexcept;
   ChecksumMode checksum_mode() const noexcept { return config_.csum; }
+  // Where the connections' send buffers take their chunks: the link's
+  // (ctl::GetChunkSource, the shm driver's arena), or null for the heap.
+  ChunkSource* chunk_source() const noexcept { return chunks_; }
 
  private:
   // The TCB and the listener are the protocol's own parts (tcb.hpp): they use
@@ -304,6 +307,7 @@ class TcpProtocol final : public Protocol {
   TimerWheel& timers_;
   TcpConfig config_;
   LinkOffloads offloads_;
+  ChunkSource* chunks_ = nullptr;  // where send buffers come from (the link's; null: the heap)
   IsnGenerator isn_;
   SynCookies cookies_;
   bool enabled_ = false;

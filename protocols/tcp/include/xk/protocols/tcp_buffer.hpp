@@ -77,7 +77,8 @@ class SendBuffer {
  public:
   static constexpr std::size_t kChunk = Msg::kChunkSize;  // a size the Buf cache keeps
 
-  explicit SendBuffer(std::size_t limit) noexcept : limit_(limit) {}
+  // `chunks`: where its chunks come from (the link's arena; null: the heap).
+  explicit SendBuffer(std::size_t limit, ChunkSource* chunks = nullptr) noexcept : limit_(limit), source_(chunks) {}
 
   std::size_t size() const noexcept { return size_; }
   std::size_t limit() const noexcept { return limit_; }
@@ -102,6 +103,7 @@ class SendBuffer {
   MsgQueue chunks_;
   std::size_t size_ = 0;
   std::size_t limit_;
+  ChunkSource* source_;
   bool tail_open_ = false;  // the last chunk is ours and may be appended to
 };
 
