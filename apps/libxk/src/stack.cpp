@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <climits>
 #include <ctime>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
@@ -177,7 +178,135 @@ WaitEnd WaitPoint::wait_since(std::uint64_t signals, std::uint32_t seen,
 
 // ---- Stack ----------------------------------------------------------------------
 
-Stack::Stack(StackConfig config)
+class Stack::Core {
+ public:
+  explicit Core(StackConfig config);
+  ~Core();
+
+  bool runs_inline() const noexcept { return config_.mode != StackMode::service_thread; }
+  void post_and_wait(void (*run)(void*), void* frame);
+  WaitEnd wait(const WaitPoint& ready, std::uint32_t seen, std::optional<std::chrono::steady_clock::time_point> deadline);
+  void hand_over() noexcept;
+  int sleep_beside(std::span<pollfd> fds, std::optional<Duration> max, const sigset_t* mask,
+                   const std::function<bool()>& done, bool& taken);
+  std::size_t poll();
+  void sync_counters() noexcept;
+  bool wait_for_link(std::chrono::milliseconds limit);
+
+  StackConfig config_;
+  Registry registry_;
+  EventLoop loop_;
+  // filterd's side of the ports (null: standalone), shared by the stacks of
+  // a node; this stack is its queue `queue_`. Before the graph, so it
+  // outlives the connections that give their ports back to it.
+  std::shared_ptr<FilterdClient> node_;
+  std::uint16_t queue_ = 0;
+  bool attached_ = false;  // its loop is attached to the node (detach before going)
+  std::optional<Graph> graph_;
+  tcp::TcpProtocol* tcp_ = nullptr;
+  udp::UdpProtocol* udp_ = nullptr;
+
+  // Inline and hybrid mode: one caller runs the stack at a time. A caller
+  // that finds it taken wakes the holder (which may be asleep in the loop,
+  // waiting for the network on behalf of a blocked call, or the hybrid
+  // stack's thread) and counts itself in `contenders_`, so a blocked caller
+  // that drives the stack, or the thread, lets it go between passes.
+  // False: this thread holds the stack already (hybrid: a signal handler
+  // calling in, or a program that longjmp()ed out of a call -- iperf3 does
+  // on SIGTERM -- and now exits): it goes on holding it.
+  // A caller that finds the loop asleep (sleep_id_) finishes that sleep
+  // and wakes the sleeper as it leaves -- unless it is the sleep `own`.
+  bool lock_inline(std::uint64_t own = 0);
+  void unlock_inline() noexcept;
+  // One caller's turn at running the stack (inline and hybrid).
+  class Turn {
+   public:
+    explicit Turn(Core& s, std::uint64_t own_sleep = 0) : s_(s), took_(s_.lock_inline(own_sleep)) {}
+    ~Turn() {
+      if (took_) s_.unlock_inline();
+    }
+    Turn(const Turn&) = delete;
+    Turn& operator=(const Turn&) = delete;
+
+   private:
+    Core& s_;
+    bool took_;
+  };
+  std::mutex inline_mu_;
+  std::atomic<int> contenders_{0};
+  // Hybrid: the thread's part. `entries_` counts the callers' turns (the
+  // thread takes the stack over only after a hand_back with none);
+  // `kick_` wakes it at once (hand_over, destruction).
+  void drive_while_alone();
+  bool run_alone();
+  std::atomic<std::uint64_t> entries_{0};
+  // The thread's looks back off to one every kLongestLook x hand_back while
+  // the calls keep coming (drive_while_alone).
+  static constexpr int kLongestLook = 8;
+  // Counted by the thread outside the lock, copied into the loop's table
+  // (as hand_back_looks and takeovers) by sync_counters().
+  std::atomic<std::uint64_t> looks_{0};
+  std::atomic<std::uint64_t> takeovers_{0};
+  Counter& looks_counter_;
+  Counter& takeovers_counter_;
+  // Whoever sleeps in the loop -- the hybrid thread (run_alone) or a caller
+  // (sleep_beside) -- sleeps without the lock: `sleep_id_` names that sleep
+  // (0: none) while it is still to be finished, by the sleeper or by
+  // whoever takes the lock first (under the lock, as are `sleep_` and
+  // `sleeper_bell_`). A caller that finds it so counts in
+  // `sleep_takeovers_` (the loop's table: the holder is its thread) and
+  // rings the sleeper's own bell as it leaves. (Not the loop's doorbell: a
+  // new sleeper in the loop would wake for it, and might drain it before
+  // the old one saw it, leaving that one asleep with its sleep taken.)
+  class Bell {
+   public:
+    Bell();  // throws std::system_error
+    ~Bell();
+    Bell(const Bell&) = delete;
+    Bell& operator=(const Bell&) = delete;
+    int fd() const noexcept { return fd_; }
+    void ring() const noexcept;
+    void drain() const noexcept;
+
+   private:
+    int fd_;
+  };
+  static std::shared_ptr<const Bell> caller_bell() noexcept;
+  std::uint64_t sleep_id_ = 0;
+  std::uint64_t last_sleep_id_ = 0;
+  EventLoop::Sleep sleep_;
+  std::shared_ptr<const Bell> sleeper_bell_;
+  std::shared_ptr<const Bell> ring_on_unlock_;  // the caller that finished a sleep wakes its sleeper as it leaves
+  std::shared_ptr<const Bell> thread_bell_;     // hybrid: the thread's
+  Counter& sleep_takeovers_;
+  Counter& beside_sleeps_;
+  std::uint64_t begin_sleep(const EventLoop::Sleep& sleep, std::shared_ptr<const Bell> bell) noexcept;
+  // The system call of a sleep in the loop, under no lock: ppoll on `fds`,
+  // the loop's descriptor and the sleeper's bell (drained). r: ppoll's
+  // count for `fds` alone, or -1 (err). What the loop reported is taken
+  // (how) only by the owner of the sleep, under the lock: a sleeper whose
+  // sleep was taken may wake beside the next one, and must not drain a
+  // doorbell rung for that one.
+  struct Woken {
+    long r;
+    int err;
+    bool loop;
+    EventLoop::Woke how(EventLoop& l) const noexcept;
+  };
+  Woken block_beside(std::span<pollfd> fds, const Bell& bell, std::optional<Duration> timeout,
+                     const sigset_t* mask) noexcept;
+  // Stack::wait's sleep on a hybrid stack (sleep_beside, no descriptors of
+  // its own): an end, or nullopt to look again.
+  std::optional<WaitEnd> wait_beside(const WaitPoint& ready, std::uint32_t seen,
+                                     std::optional<std::chrono::steady_clock::time_point> deadline,
+                                     std::uint64_t signals, bool& taken);
+  void finish_loop_sleep(std::optional<EventLoop::Woke> woke) noexcept;
+  WaitPoint kick_;
+  std::atomic<bool> wanted_{false};  // hand_over() asked; the thread has not taken it yet
+  std::atomic<bool> stopping_{false};
+};
+
+Stack::Core::Core(StackConfig config)
     : config_(std::move(config)),
       loop_(config_.clock, config_.loop),
       looks_counter_(loop_.counters().add("hand_back_looks",
@@ -189,7 +318,7 @@ Stack::Stack(StackConfig config)
       beside_sleeps_(loop_.counters().add(
           "beside_sleeps", "sleeps of a caller on its own descriptors and the loop's at once (sleep_beside)")) {}
 
-void Stack::sync_counters() noexcept {
+void Stack::Core::sync_counters() noexcept {
   looks_counter_.set(looks_.load(std::memory_order_relaxed));
   takeovers_counter_.set(takeovers_.load(std::memory_order_relaxed));
 }
@@ -244,38 +373,62 @@ std::vector<std::unique_ptr<Stack>> Stack::create_node(StackConfig config, std::
 std::unique_ptr<Stack> Stack::build(StackConfig config, std::shared_ptr<FilterdClient> node, std::uint16_t queue) {
   if (config.loop.name == "loop") config.loop.name = "stack";
   std::unique_ptr<Stack> s(new Stack(std::move(config)));
-  register_all_kinds(s->registry_);
+  Core& c = *s->core_;
+  register_all_kinds(c.registry_);
   if (node != nullptr) {
-    s->config_.graph = node->graph_spec(s->config_.tcp_opts, queue);
-    s->config_.source = node->queues() > 1 ? "filterd (stack " + std::to_string(queue) + ")" : "filterd";
-    s->node_ = std::move(node);
-    s->queue_ = queue;
+    c.config_.graph = node->graph_spec(c.config_.tcp_opts, queue);
+    c.config_.source = node->queues() > 1 ? "filterd (stack " + std::to_string(queue) + ")" : "filterd";
+    c.node_ = std::move(node);
+    c.queue_ = queue;
   }
-  s->graph_.emplace(Graph::build(s->config_.graph, s->registry_, &s->loop_, s->config_.source));
-  s->tcp_ = s->graph_->find_as<tcp::TcpProtocol>(s->config_.tcp);
-  s->udp_ = s->graph_->find_as<udp::UdpProtocol>(s->config_.udp);
-  if (s->node_) {
-    PortAuthority& authority = s->node_->queue(queue);
-    if (s->tcp_ != nullptr) s->tcp_->set_port_authority(&authority);
-    if (s->udp_ != nullptr) s->udp_->set_port_authority(&authority);
+  c.graph_.emplace(Graph::build(c.config_.graph, c.registry_, &c.loop_, c.config_.source));
+  c.tcp_ = s->tcp_ = c.graph_->find_as<tcp::TcpProtocol>(c.config_.tcp);
+  c.udp_ = s->udp_ = c.graph_->find_as<udp::UdpProtocol>(c.config_.udp);
+  if (c.node_) {
+    PortAuthority& authority = c.node_->queue(queue);
+    if (c.tcp_ != nullptr) c.tcp_->set_port_authority(&authority);
+    if (c.udp_ != nullptr) c.udp_->set_port_authority(&authority);
     // filterd may restart under us: reconnect, and declare what we hold.
-    attach_node(*s->node_, s->loop_, s->tcp_, s->udp_, s->graph_->find_as<Driver>("net0"), queue);
-    s->attached_ = true;
+    attach_node(*c.node_, c.loop_, c.tcp_, c.udp_, c.graph_->find_as<Driver>("net0"), queue);
+    c.attached_ = true;
   }
-  if (s->config_.wait_link && !s->wait_for_link(s->config_.link_wait)) {
-    throw std::runtime_error("the link of port net0 stayed down for " + std::to_string(s->config_.link_wait.count()) +
+  if (c.config_.wait_link && !c.wait_for_link(c.config_.link_wait)) {
+    throw std::runtime_error("the link of port net0 stayed down for " + std::to_string(c.config_.link_wait.count()) +
                              " ms");
   }
-  if (s->config_.mode == StackMode::service_thread) s->loop_.start_thread(s->config_.thread);
-  if (s->config_.mode == StackMode::hybrid) {
-    Stack* self = s.get();
-    s->thread_bell_ = std::make_shared<const Bell>();
-    s->loop_.start_thread(s->config_.thread, Task([self] { self->drive_while_alone(); }));
+  if (c.config_.mode == StackMode::service_thread) c.loop_.start_thread(c.config_.thread);
+  if (c.config_.mode == StackMode::hybrid) {
+    Core* self = &c;
+    c.thread_bell_ = std::make_shared<const Core::Bell>();
+    c.loop_.start_thread(c.config_.thread, Task([self] { self->drive_while_alone(); }));
   }
   return s;
 }
 
-Stack::~Stack() {
+Stack::Stack(StackConfig config)
+    : core_(std::make_unique<Core>(std::move(config))), mode_(core_->config_.mode), loop_(core_->loop_) {}
+
+Stack::~Stack() = default;
+
+const StackConfig& Stack::config() const noexcept { return core_->config_; }
+Graph& Stack::graph() noexcept { return *core_->graph_; }
+bool Stack::take_turn() { return core_->lock_inline(); }
+void Stack::end_turn() noexcept { core_->unlock_inline(); }
+void Stack::post_and_wait(void (*run)(void*), void* frame) { core_->post_and_wait(run, frame); }
+WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
+                    std::optional<std::chrono::steady_clock::time_point> deadline) {
+  return core_->wait(ready, seen, deadline);
+}
+void Stack::hand_over() noexcept { core_->hand_over(); }
+int Stack::sleep_beside(std::span<pollfd> fds, std::optional<Duration> max, const sigset_t* mask,
+                        const std::function<bool()>& done, bool& taken) {
+  return core_->sleep_beside(fds, max, mask, done, taken);
+}
+std::size_t Stack::poll() { return core_->poll(); }
+void Stack::sync_counters() noexcept { core_->sync_counters(); }
+bool Stack::wait_for_link(std::chrono::milliseconds limit) { return core_->wait_for_link(limit); }
+
+Stack::Core::~Core() {
   if (config_.mode == StackMode::service_thread) {
     loop_.stop();
     loop_.join();
@@ -292,12 +445,14 @@ Stack::~Stack() {
   node_.reset();   // the last stack of a node closes its control connection
 }
 
-struct Stack::Completion {
+namespace {
+struct Completion {
   // 0: running, 1: done, 2: the caller sleeps on the futex.
   std::atomic<std::uint32_t> state{0};
 };
+}  // namespace
 
-void Stack::post_and_wait(void (*run)(void*), void* frame) {
+void Stack::Core::post_and_wait(void (*run)(void*), void* frame) {
   Completion done;
   loop_.post([run, frame, &done]() noexcept {
     run(frame);
@@ -322,11 +477,11 @@ void Stack::post_and_wait(void (*run)(void*), void* frame) {
   }
 }
 
-bool Stack::lock_inline(std::uint64_t own) {
+bool Stack::Core::lock_inline(std::uint64_t own) {
   const bool hybrid = config_.mode == StackMode::hybrid;
   if (hybrid && loop_.in_loop_thread()) return false;
   if (!inline_mu_.try_lock()) {
-    contenders_.fetch_add(1, std::memory_order_seq_cst);  // before the wake-up: see Stack::wait
+    contenders_.fetch_add(1, std::memory_order_seq_cst);  // before the wake-up: see Stack::Core::wait
     loop_.wake();
     bool got = false;
     // The holder lets go within a pass (the hybrid stack's thread as soon
@@ -357,7 +512,7 @@ bool Stack::lock_inline(std::uint64_t own) {
   return true;
 }
 
-void Stack::unlock_inline() noexcept {
+void Stack::Core::unlock_inline() noexcept {
   const bool hybrid = config_.mode == StackMode::hybrid;
   if (hybrid) loop_.leave();
   std::shared_ptr<const Bell> ring = std::move(ring_on_unlock_);
@@ -370,19 +525,19 @@ void Stack::unlock_inline() noexcept {
 
 // ---- sleeping in the loop -------------------------------------------------------
 
-Stack::Bell::Bell() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+Stack::Core::Bell::Bell() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd for a sleeper's bell");
   own_fd_opened(fd_);
 }
 
-Stack::Bell::~Bell() {
+Stack::Core::Bell::~Bell() {
   own_fd_closing(fd_);
   ::close(fd_);
 }
 
-void Stack::Bell::ring() const noexcept { (void)eventfd_write(fd_, 1); }
+void Stack::Core::Bell::ring() const noexcept { (void)eventfd_write(fd_, 1); }
 
-void Stack::Bell::drain() const noexcept {
+void Stack::Core::Bell::drain() const noexcept {
   eventfd_t v;
   (void)eventfd_read(fd_, &v);
 }
@@ -390,7 +545,7 @@ void Stack::Bell::drain() const noexcept {
 // One per thread that ever sleeps beside a stack, made at its first such
 // sleep and closed when the thread ends (or when the last taker that may
 // ring it lets go: a ring never reaches a descriptor number reused).
-std::shared_ptr<const Stack::Bell> Stack::caller_bell() noexcept {
+std::shared_ptr<const Stack::Core::Bell> Stack::Core::caller_bell() noexcept {
   thread_local std::shared_ptr<const Bell> bell;
   if (bell == nullptr) {
     try {
@@ -402,20 +557,20 @@ std::shared_ptr<const Stack::Bell> Stack::caller_bell() noexcept {
   return bell;
 }
 
-std::uint64_t Stack::begin_sleep(const EventLoop::Sleep& sleep, std::shared_ptr<const Bell> bell) noexcept {
+std::uint64_t Stack::Core::begin_sleep(const EventLoop::Sleep& sleep, std::shared_ptr<const Bell> bell) noexcept {
   sleep_ = sleep;
   sleeper_bell_ = std::move(bell);
   sleep_id_ = ++last_sleep_id_;
   return sleep_id_;
 }
 
-void Stack::finish_loop_sleep(std::optional<EventLoop::Woke> woke) noexcept {
+void Stack::Core::finish_loop_sleep(std::optional<EventLoop::Woke> woke) noexcept {
   sleep_id_ = 0;
   sleeper_bell_.reset();
   loop_.finish_sleep(sleep_, woke);
 }
 
-Stack::Woken Stack::block_beside(std::span<pollfd> fds, const Bell& bell, std::optional<Duration> timeout,
+Stack::Core::Woken Stack::Core::block_beside(std::span<pollfd> fds, const Bell& bell, std::optional<Duration> timeout,
                                  const sigset_t* mask) noexcept {
   constexpr std::size_t kOnStack = 8;
   pollfd on_stack[kOnStack];
@@ -445,12 +600,12 @@ Stack::Woken Stack::block_beside(std::span<pollfd> fds, const Bell& bell, std::o
   return w;
 }
 
-EventLoop::Woke Stack::Woken::how(EventLoop& l) const noexcept {
+EventLoop::Woke Stack::Core::Woken::how(EventLoop& l) const noexcept {
   if (loop) return l.reap();
   return r == 0 ? EventLoop::Woke::timeout : EventLoop::Woke::interrupted;
 }
 
-int Stack::sleep_beside(std::span<pollfd> fds, std::optional<Duration> max, const sigset_t* mask,
+int Stack::Core::sleep_beside(std::span<pollfd> fds, std::optional<Duration> max, const sigset_t* mask,
                         const std::function<bool()>& done, bool& taken) {
   taken = false;
   std::shared_ptr<const Bell> bell = caller_bell();
@@ -490,7 +645,7 @@ int Stack::sleep_beside(std::span<pollfd> fds, std::optional<Duration> max, cons
   return static_cast<int>(w.r);
 }
 
-WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
+WaitEnd Stack::Core::wait(const WaitPoint& ready, std::uint32_t seen,
                     std::optional<std::chrono::steady_clock::time_point> deadline) {
   if (config_.mode == StackMode::service_thread) {
     return ready.wait(seen, deadline, config_.loop.spin, config_.loop.idle);
@@ -559,7 +714,7 @@ WaitEnd Stack::wait(const WaitPoint& ready, std::uint32_t seen,
   }
 }
 
-std::optional<WaitEnd> Stack::wait_beside(const WaitPoint& ready, std::uint32_t seen,
+std::optional<WaitEnd> Stack::Core::wait_beside(const WaitPoint& ready, std::uint32_t seen,
                                           std::optional<std::chrono::steady_clock::time_point> deadline,
                                           std::uint64_t signals, bool& taken) {
   // Every signal is blocked from the last look at the count until ppoll
@@ -584,7 +739,7 @@ std::optional<WaitEnd> Stack::wait_beside(const WaitPoint& ready, std::uint32_t 
   return std::nullopt;  // the wait's loop looks again
 }
 
-void Stack::hand_over() noexcept {
+void Stack::Core::hand_over() noexcept {
   if (config_.mode != StackMode::hybrid) return;
   wanted_.store(true, std::memory_order_seq_cst);
   kick_.bump();
@@ -599,7 +754,7 @@ void Stack::hand_over() noexcept {
 // one every 500 us it put 1 % of a 14-byte sockperf ping-pong's exchanges
 // at 30 us (docs/BENCHMARKS.md, issue 24). So calls that stop are noticed
 // within hand_back to kLongestLook x hand_back.
-void Stack::drive_while_alone() {
+void Stack::Core::drive_while_alone() {
   using clock = std::chrono::steady_clock;
   const auto longest = config_.hand_back * kLongestLook;
   for (;;) {
@@ -629,7 +784,7 @@ void Stack::drive_while_alone() {
 // without the lock: a call that comes meanwhile takes the stack at once,
 // instead of waking the thread (tens of microseconds in a VM) and waiting
 // for it to let go.
-bool Stack::run_alone() {
+bool Stack::Core::run_alone() {
   if (!inline_mu_.try_lock()) return true;  // a caller has it
   if (sleep_id_ != 0) {
     // A caller sleeps beside the stack and runs it when anything comes:
@@ -642,7 +797,7 @@ bool Stack::run_alone() {
   loop_.enter();
   bool held = true;
   struct Release {
-    Stack* s;
+    Core* s;
     bool& held;
     ~Release() {
       if (held) s->unlock_inline();
@@ -695,7 +850,7 @@ bool Stack::run_alone() {
   return true;
 }
 
-bool Stack::wait_for_link(std::chrono::milliseconds limit) {
+bool Stack::Core::wait_for_link(std::chrono::milliseconds limit) {
   auto* net = graph_->find_as<Driver>("net0");
   if (net == nullptr || net->link_state() == Driver::Link::none) return true;
   // A memif peer connects through DPDK's interrupt thread, a shm peer
@@ -720,7 +875,7 @@ bool Stack::wait_for_link(std::chrono::milliseconds limit) {
   return true;
 }
 
-std::size_t Stack::poll() {
+std::size_t Stack::Core::poll() {
   if (config_.mode == StackMode::service_thread) return 0;
   Turn turn(*this);
   return loop_.run_once();

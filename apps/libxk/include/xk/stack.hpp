@@ -25,7 +25,6 @@
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -192,10 +191,10 @@ class Stack {
   Stack(const Stack&) = delete;
   Stack& operator=(const Stack&) = delete;
 
-  StackMode mode() const noexcept { return config_.mode; }
-  const StackConfig& config() const noexcept { return config_; }
+  StackMode mode() const noexcept { return mode_; }
+  const StackConfig& config() const noexcept;
   EventLoop& loop() noexcept { return loop_; }
-  Graph& graph() noexcept { return *graph_; }
+  Graph& graph() noexcept;
   tcp::TcpProtocol* tcp() const noexcept { return tcp_; }
   udp::UdpProtocol* udp() const noexcept { return udp_; }
 
@@ -240,7 +239,7 @@ class Stack {
   // (EINTR: a signal). `taken`: another thread ran the stack meanwhile
   // and woke this one; a caller of a busy stack does better sleeping as
   // service-mode callers do (hand_over) than being woken at each call.
-  bool can_sleep_beside() const noexcept { return runs_inline(); }
+  bool can_sleep_beside() const noexcept { return mode_ != StackMode::service_thread; }
   int sleep_beside(std::span<pollfd> fds, std::optional<Duration> max, const sigset_t* mask,
                    const std::function<bool()>& done, bool& taken);
 
@@ -259,135 +258,40 @@ class Stack {
   bool wait_for_link(std::chrono::milliseconds limit);
 
  private:
+  // What the stack owns and how it is run -- the graph, the loop, the
+  // callers' lock, the hybrid thread, sleeps beside the loop (stack.cpp).
+  class Core;
   explicit Stack(StackConfig config);
   static std::unique_ptr<Stack> build(StackConfig config, std::shared_ptr<FilterdClient> node, std::uint16_t queue);
-  struct Completion;
-  void post_and_wait(void (*run)(void*), void* frame);
-  bool runs_inline() const noexcept { return config_.mode != StackMode::service_thread; }
   template <class F>
   std::invoke_result_t<F&> call(F&& f, bool pass_before);
+  // Inline and hybrid: a caller's turn at running the stack, taken and
+  // given back around each call (false: this thread holds it already).
+  bool take_turn();
+  void end_turn() noexcept;
+  // Service: runs run(frame) on the stack's thread and waits for it.
+  void post_and_wait(void (*run)(void*), void* frame);
 
-  StackConfig config_;
-  Registry registry_;
-  EventLoop loop_;
-  // filterd's side of the ports (null: standalone), shared by the stacks of
-  // a node; this stack is its queue `queue_`. Before the graph, so it
-  // outlives the connections that give their ports back to it.
-  std::shared_ptr<FilterdClient> node_;
-  std::uint16_t queue_ = 0;
-  bool attached_ = false;  // its loop is attached to the node (detach before going)
-  std::optional<Graph> graph_;
+  std::unique_ptr<Core> core_;
+  // What call() and the socket layer read on every call, from the core.
+  StackMode mode_;
+  EventLoop& loop_;
   tcp::TcpProtocol* tcp_ = nullptr;
   udp::UdpProtocol* udp_ = nullptr;
-  // Inline and hybrid mode: one caller runs the stack at a time. A caller
-  // that finds it taken wakes the holder (which may be asleep in the loop,
-  // waiting for the network on behalf of a blocked call, or the hybrid
-  // stack's thread) and counts itself in `contenders_`, so a blocked caller
-  // that drives the stack, or the thread, lets it go between passes.
-  // False: this thread holds the stack already (hybrid: a signal handler
-  // calling in, or a program that longjmp()ed out of a call -- iperf3 does
-  // on SIGTERM -- and now exits): it goes on holding it.
-  // A caller that finds the loop asleep (sleep_id_) finishes that sleep
-  // and wakes the sleeper as it leaves -- unless it is the sleep `own`.
-  bool lock_inline(std::uint64_t own = 0);
-  void unlock_inline() noexcept;
-  // One caller's turn at running the stack (inline and hybrid).
-  class Turn {
-   public:
-    explicit Turn(Stack& s, std::uint64_t own_sleep = 0) : s_(s), took_(s_.lock_inline(own_sleep)) {}
-    ~Turn() {
-      if (took_) s_.unlock_inline();
-    }
-    Turn(const Turn&) = delete;
-    Turn& operator=(const Turn&) = delete;
-
-   private:
-    Stack& s_;
-    bool took_;
-  };
-  std::mutex inline_mu_;
-  std::atomic<int> contenders_{0};
-  // Hybrid: the thread's part. `entries_` counts the callers' turns (the
-  // thread takes the stack over only after a hand_back with none);
-  // `kick_` wakes it at once (hand_over, destruction).
-  void drive_while_alone();
-  bool run_alone();
-  std::atomic<std::uint64_t> entries_{0};
-  // The thread's looks back off to one every kLongestLook x hand_back while
-  // the calls keep coming (drive_while_alone).
-  static constexpr int kLongestLook = 8;
-  // Counted by the thread outside the lock, copied into the loop's table
-  // (as hand_back_looks and takeovers) by sync_counters().
-  std::atomic<std::uint64_t> looks_{0};
-  std::atomic<std::uint64_t> takeovers_{0};
-  Counter& looks_counter_;
-  Counter& takeovers_counter_;
-  // Whoever sleeps in the loop -- the hybrid thread (run_alone) or a caller
-  // (sleep_beside) -- sleeps without the lock: `sleep_id_` names that sleep
-  // (0: none) while it is still to be finished, by the sleeper or by
-  // whoever takes the lock first (under the lock, as are `sleep_` and
-  // `sleeper_bell_`). A caller that finds it so counts in
-  // `sleep_takeovers_` (the loop's table: the holder is its thread) and
-  // rings the sleeper's own bell as it leaves. (Not the loop's doorbell: a
-  // new sleeper in the loop would wake for it, and might drain it before
-  // the old one saw it, leaving that one asleep with its sleep taken.)
- public:
-  class Bell {
-   public:
-    Bell();  // throws std::system_error
-    ~Bell();
-    Bell(const Bell&) = delete;
-    Bell& operator=(const Bell&) = delete;
-    int fd() const noexcept { return fd_; }
-    void ring() const noexcept;
-    void drain() const noexcept;
-
-   private:
-    int fd_;
-  };
-
- private:
-  static std::shared_ptr<const Bell> caller_bell() noexcept;
-  std::uint64_t sleep_id_ = 0;
-  std::uint64_t last_sleep_id_ = 0;
-  EventLoop::Sleep sleep_;
-  std::shared_ptr<const Bell> sleeper_bell_;
-  std::shared_ptr<const Bell> ring_on_unlock_;  // the caller that finished a sleep wakes its sleeper as it leaves
-  std::shared_ptr<const Bell> thread_bell_;     // hybrid: the thread's
-  Counter& sleep_takeovers_;
-  Counter& beside_sleeps_;
-  std::uint64_t begin_sleep(const EventLoop::Sleep& sleep, std::shared_ptr<const Bell> bell) noexcept;
-  // The system call of a sleep in the loop, under no lock: ppoll on `fds`,
-  // the loop's descriptor and the sleeper's bell (drained). r: ppoll's
-  // count for `fds` alone, or -1 (err). What the loop reported is taken
-  // (how) only by the owner of the sleep, under the lock: a sleeper whose
-  // sleep was taken may wake beside the next one, and must not drain a
-  // doorbell rung for that one.
-  struct Woken {
-    long r;
-    int err;
-    bool loop;
-    EventLoop::Woke how(EventLoop& l) const noexcept;
-  };
-  Woken block_beside(std::span<pollfd> fds, const Bell& bell, std::optional<Duration> timeout,
-                     const sigset_t* mask) noexcept;
-  // Stack::wait's sleep on a hybrid stack (sleep_beside, no descriptors of
-  // its own): an end, or nullopt to look again.
-  std::optional<WaitEnd> wait_beside(const WaitPoint& ready, std::uint32_t seen,
-                                     std::optional<std::chrono::steady_clock::time_point> deadline,
-                                     std::uint64_t signals, bool& taken);
-  void finish_loop_sleep(std::optional<EventLoop::Woke> woke) noexcept;
-  WaitPoint kick_;
-  std::atomic<bool> wanted_{false};  // hand_over() asked; the thread has not taken it yet
-  std::atomic<bool> stopping_{false};
 };
 
 template <class F>
 std::invoke_result_t<F&> Stack::call(F&& f, bool pass_before) {
   using R = std::invoke_result_t<F&>;
-  if (config_.mode == StackMode::hybrid && loop_.in_loop_thread()) return f();
-  if (runs_inline()) {
-    Turn turn(*this);
+  if (mode_ == StackMode::hybrid && loop_.in_loop_thread()) return f();
+  if (mode_ != StackMode::service_thread) {
+    struct Turn {
+      Stack& s;
+      bool took;
+      ~Turn() {
+        if (took) s.end_turn();
+      }
+    } turn{*this, take_turn()};
     if (pass_before) loop_.run_once();
     // After: a whole pass, or (call_after: the caller reads what is there
     // and looks at the input later) only what `f` queued.
