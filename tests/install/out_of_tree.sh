@@ -2,7 +2,8 @@
 # cmake --install of a build tree into a scratch prefix, then the example of
 # apps/examples/echo built OUTSIDE the source tree against it, the way a user
 # would: with CMake + pkg-config (shared libxk), and with cc and libxk.a; both
-# run. Also checks that the public C++ headers compile on their own.
+# run. Also checks that every installed header compiles on its own and that
+# the internal ones stay out.
 #
 #   out_of_tree.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -54,4 +55,22 @@ step "the C++ headers compile on their own"
 printf '#include <xk/stack.hpp>\n#include <xk/protocols/tcp.hpp>\n#include <xk/protocols/udp.hpp>\nint main() { xk::StackConfig c; return c.graph.empty() ? 0 : 1; }\n' > "$work/hdr.cpp"
 c++ -std=c++20 -o "$work/hdr" "$work/hdr.cpp" $(pkg-config --cflags --libs libxk)
 LD_LIBRARY_PATH="$libdir" "$work/hdr"
+
+step "every installed header compiles alone (none needs one left out)"
+n=0
+while IFS= read -r h; do
+  rel=${h#"$work/prefix/include/"}
+  case $rel in
+    *.h) printf '#include <%s>\n#include <%s>\n' "$rel" "$rel" > "$work/one.c"
+         cc -std=c11 -fsyntax-only $(pkg-config --cflags libxk) "$work/one.c" || die "$rel does not compile alone (C)" ;;
+  esac
+  printf '#include <%s>\n#include <%s>\n' "$rel" "$rel" > "$work/one.cpp"
+  c++ -std=c++20 -fsyntax-only $(pkg-config --cflags libxk) "$work/one.cpp" || die "$rel does not compile alone"
+  n=$((n + 1))
+done < <(find "$work/prefix/include" -type f -name '*.h*' | sort)
+(( n >= 40 )) || die "only $n headers installed"
+for internal in own_fds.hpp copy.hpp filterd_client.hpp filterd/control.hpp; do
+  [[ ! -e $work/prefix/include/xk/$internal ]] || die "internal header installed: xk/$internal"
+done
+echo "   $n headers, each alone"
 echo "PASS: installed libxk works for a program outside the tree"
