@@ -308,8 +308,7 @@ class Receiver final : public xk::Pollable {
   }
 
   static std::string peer(const Conn& c) {
-    auto t = c.sock.tuple();
-    return xk::to_string(t.remote_addr) + ":" + std::to_string(t.remote_port);
+    return xk::to_string(c.sock.tuple().remote);
   }
 
   void end(Conn& c, bool eof) {

@@ -145,9 +145,9 @@ void Central::accept_all(std::uint16_t port) {
   for (;;) {
     Result<tcp::TcpSocket> s = p->second.listener.accept();
     if (!s) break;
-    const tcp::FourTuple t = s->tuple();
+    const tcp::FourTuple t = s->tuple();  // IPv4's: filterd's own stack is
     std::optional<Target> target =
-        steer_.filter().listener_for(FlowKey{Proto::tcp, t.remote_addr, t.remote_port, t.local_port});
+        steer_.filter().listener_for(FlowKey{Proto::tcp, t.remote.addr.v4(), t.remote.port, t.local.port});
     if (!target || !steer_.attached(target->node)) {
       ++no_node_;
       s->abort();
@@ -159,7 +159,7 @@ void Central::accept_all(std::uint16_t port) {
     s->set_rcvbuf(config_.rcvbuf);
     Bridge& b = add_bridge(target->node, id, std::move(*s));
     b.granted = config_.sndbuf;
-    relay::TupleBody body{t.local_addr, t.remote_addr, t.local_port, t.remote_port};
+    relay::TupleBody body{t.local.addr.v4(), t.remote.addr.v4(), t.local.port, t.remote.port};
     std::byte raw[relay::TupleBody::kSize];
     body.write(raw);
     ++accepted_;
@@ -193,7 +193,7 @@ void Central::pump(Bridge& b) {
     ++connected_;
     const tcp::FourTuple t = b.sock.tuple();
     b.granted = config_.sndbuf;
-    relay::TupleBody body{t.local_addr, t.remote_addr, t.local_port, t.remote_port};
+    relay::TupleBody body{t.local.addr.v4(), t.remote.addr.v4(), t.local.port, t.remote.port};
     std::byte raw[relay::TupleBody::kSize];
     body.write(raw);
     (void)send_control(b.node, Op::connected, b.id, clamp32(b.granted), raw);

@@ -154,13 +154,14 @@ class FilterdClient::QueuePort final : public PortAuthority {
     return c_.claim_listen_on(q_, proto, port, group);
   }
   void release_listen(std::uint8_t proto, std::uint16_t port) noexcept override { c_.release_listen_on(q_, proto, port); }
-  Result<std::uint16_t> claim_connect(std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
+  Result<std::uint16_t> claim_connect(std::uint8_t proto, std::uint16_t local_port, const IpAddr& remote,
                                       std::uint16_t remote_port) override {
-    return c_.claim_connect_on(q_, proto, local_port, remote, remote_port);
+    if (!remote.is_v4()) return Errc::unsupported;
+    return c_.claim_connect_on(q_, proto, local_port, remote.v4(), remote_port);
   }
-  void release_connect(std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
+  void release_connect(std::uint8_t proto, std::uint16_t local_port, const IpAddr& remote,
                        std::uint16_t remote_port) noexcept override {
-    c_.release_connect_on(q_, proto, local_port, remote, remote_port);
+    if (remote.is_v4()) c_.release_connect_on(q_, proto, local_port, remote.v4(), remote_port);
   }
 
  private:
@@ -1024,9 +1025,10 @@ FilterdClient::Holdings filterd_holdings(const tcp::TcpProtocol* tcp, const udp:
     for (const tcp::TcpProtocol::ConnectionInfo& c : tcp->connections()) {
       // A connection opened without the authority (none at the time) has no
       // flow at filterd to declare.
-      if (!c.claimed && !c.passive) continue;
-      h.flows.push_back(fc::FlowEntry{fc::Proto::tcp, c.tuple.local_port, c.tuple.remote_addr, c.tuple.remote_port, 0,
-                                      c.passive});
+      // (filterd's flows are IPv4's, as every flow it steered.)
+      if ((!c.claimed && !c.passive) || !c.tuple.remote.addr.is_v4()) continue;
+      h.flows.push_back(fc::FlowEntry{fc::Proto::tcp, c.tuple.local.port, c.tuple.remote.addr.v4(), c.tuple.remote.port,
+                                      0, c.passive});
     }
   }
   if (udp != nullptr) {

@@ -44,20 +44,20 @@ void RelayConnection::set_rcvbuf(std::size_t bytes) noexcept {
   }
 }
 
-Status RelayConnection::connect(Ipv4Addr addr, Port port, Ipv4Addr, Port local_port) {
+Status RelayConnection::connect(IpAddr addr, Port port, IpAddr, Port local_port) {
   if (proto_ == nullptr || phase_ == Phase::done) return Errc::closed;
   if (phase_ != Phase::idle) return Errc::exists;
-  if (port.value == 0 || addr.value == 0) return Errc::invalid_argument;
+  if (port.value == 0 || addr.is_unspecified()) return Errc::invalid_argument;
+  if (!addr.is_v4()) return Errc::unsupported;  // the relay protocol carries IPv4 tuples
   id_ = kNodeIdBit | (proto_->next_id_++ & ~kNodeIdBit);
   if (id_ == kNodeIdBit) id_ = kNodeIdBit | (proto_->next_id_++ & ~kNodeIdBit);
-  ConnectBody b{addr, port.value, local_port.value};
+  ConnectBody b{addr.v4(), port.value, local_port.value};
   std::byte body[ConnectBody::kSize];
   b.write(body);
   rcv_allowed_ = window_;
   if (Status st = proto_->send_control(Op::connect, id_, clamp32(window_), body); !st) return st;
-  tuple_.remote_addr = addr;
-  tuple_.remote_port = port.value;
-  tuple_.local_port = local_port.value;
+  tuple_.remote = {addr, port.value};
+  tuple_.local.port = local_port.value;
   phase_ = Phase::connecting;
   proto_->conns_.emplace(id_, Ref<RelayConnection>(this));
   return {};
@@ -278,7 +278,7 @@ void RelayConnection::on_frame(const Parsed& p, Msg payload) {
   switch (h.op) {
     case Op::connected:
       if (phase_ != Phase::connecting) break;
-      tuple_ = tcp::FourTuple{p.tuple->local_addr, p.tuple->local_port, p.tuple->remote_addr, p.tuple->remote_port};
+      tuple_ = tcp::FourTuple{{p.tuple->local_addr, p.tuple->local_port}, {p.tuple->remote_addr, p.tuple->remote_port}};
       credit_ += h.arg;
       phase_ = Phase::open;
       notify();
@@ -329,7 +329,7 @@ void RelayConnection::on_frame(const Parsed& p, Msg payload) {
 
 // ---- RelayListener -----------------------------------------------------------
 
-RelayListener::RelayListener(RelayProtocol& proto, Ipv4Addr addr, Port port, std::size_t backlog,
+RelayListener::RelayListener(RelayProtocol& proto, IpAddr addr, Port port, std::size_t backlog,
                              PortAuthority* authority)
     : ListenEndpoint(proto, nullptr), proto_(&proto), addr_(addr), port_(port), backlog_(backlog),
       authority_(authority) {}
@@ -415,7 +415,7 @@ Result<ControlReply> RelayProtocol::control_any(const ControlQuery& query) {
 
 Ref<tcp::StreamEndpoint> RelayProtocol::make_stream() { return make_ref<RelayConnection>(*this); }
 
-Result<Ref<tcp::ListenEndpoint>> RelayProtocol::make_listener(Ipv4Addr addr, Port port, std::size_t backlog,
+Result<Ref<tcp::ListenEndpoint>> RelayProtocol::make_listener(IpAddr addr, Port port, std::size_t backlog,
                                                               PortAuthority* authority) {
   if (port.value == 0) return Errc::invalid_argument;  // the authority gives one
   if (listeners_.count(port.value) != 0) return Errc::exists;
@@ -500,7 +500,7 @@ void RelayProtocol::on_open(const Parsed& p) {
   Ref<RelayConnection> c = make_ref<RelayConnection>(*this);
   c->id_ = id;
   c->phase_ = RelayConnection::Phase::open;
-  c->tuple_ = tcp::FourTuple{p.tuple->local_addr, p.tuple->local_port, p.tuple->remote_addr, p.tuple->remote_port};
+  c->tuple_ = tcp::FourTuple{{p.tuple->local_addr, p.tuple->local_port}, {p.tuple->remote_addr, p.tuple->remote_port}};
   c->credit_ = p.header.arg;
   c->rcv_allowed_ = c->window_;
   conns_.emplace(id, c);

@@ -47,7 +47,7 @@ class TcpConnection final : public StreamEndpoint {
   // ---- the user calls (RFC 9293 3.10.1 - 3.10.6) --------------------------
   // From an ephemeral port, or from `local_port` (and `local_addr`, which must
   // be the address the stack reaches `addr` from) when the socket was bound.
-  Status connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr = {}, Port local_port = {}) override;
+  Status connect(IpAddr addr, Port port, IpAddr local_addr = {}, Port local_port = {}) override;
   // Copies what fits in the send buffer; would_block when nothing does.
   Result<std::size_t> write(std::span<const std::byte> bytes, bool more) override;
   Status write_msg(Msg& msg) override;
@@ -389,7 +389,7 @@ class TcpConnection final : public StreamEndpoint {
 // A passive open: a port (and address) that accepts connections.
 class ListenSession final : public ListenEndpoint {
  public:
-  ListenSession(TcpProtocol& proto, Ipv4Addr addr, Port port, std::size_t backlog, bool group = false);
+  ListenSession(TcpProtocol& proto, IpAddr addr, Port port, std::size_t backlog, bool group = false);
   ~ListenSession() override;
   Status push(Msg) override { return Errc::unsupported; }
   Status pop(Session&, Msg) override { return Errc::unsupported; }
@@ -410,7 +410,7 @@ class ListenSession final : public ListenEndpoint {
     return {};
   }
   std::optional<std::uint16_t> max_segment() const noexcept { return max_segment_; }
-  Ipv4Addr addr() const noexcept override { return addr_; }
+  IpAddr addr() const noexcept override { return addr_; }
   Port port() const noexcept override { return port_; }
   bool group() const noexcept { return group_; }
   bool detached() const noexcept override { return proto_ == nullptr; }
@@ -432,7 +432,7 @@ class ListenSession final : public ListenEndpoint {
  private:
 
   TcpProtocol* proto_;
-  Ipv4Addr addr_;
+  IpAddr addr_;
   Port port_;
   std::size_t backlog_;
   bool group_;

@@ -132,14 +132,14 @@ Status TcpConnection::close() { return close_gracefully(); }
 Result<ControlReply> TcpConnection::control_any(const ControlQuery& query) {
   if (std::holds_alternative<ctl::GetLocalAddr>(query)) {
     Participant p;
-    p.push(tuple_.local_addr);
-    p.push(Port{tuple_.local_port});
+    p.push(tuple_.local.addr.v4());  // the graph's address parts are IPv4's so far
+    p.push(Port{tuple_.local.port});
     return ControlReply{p};
   }
   if (std::holds_alternative<ctl::GetPeerAddr>(query)) {
     Participant p;
-    p.push(tuple_.remote_addr);
-    p.push(Port{tuple_.remote_port});
+    p.push(tuple_.remote.addr.v4());
+    p.push(Port{tuple_.remote.port});
     return ControlReply{p};
   }
   if (std::holds_alternative<ctl::GetMtu>(query)) return ControlReply{std::size_t{payload_mss()}};
@@ -156,13 +156,13 @@ Result<ControlReply> TcpConnection::control_any(const ControlQuery& query) {
 // ---- user calls -----------------------------------------------------------------
 
 // RFC 9293 3.10.1, active OPEN.
-Status TcpConnection::connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr, Port local_port) {
+Status TcpConnection::connect(IpAddr addr, Port port, IpAddr local_addr, Port local_port) {
   if (proto_ == nullptr) return Errc::closed;
   if (state_ != State::closed || accepted_ || iss_ != SeqNum{} || snd_max_ != SeqNum{}) return Errc::bad_state;
-  if (addr.value == 0 || port.value == 0) return Errc::invalid_argument;
+  if (addr.is_unspecified() || port.value == 0) return Errc::invalid_argument;
   Result<TcpProtocol::IpPeer*> ip = proto_->ip_for(addr, nullptr);
   if (!ip) return ip.error();
-  if (local_addr.value != 0 && local_addr != (*ip)->local) return Errc::invalid_argument;
+  if (!local_addr.is_unspecified() && local_addr != (*ip)->local) return Errc::invalid_argument;
   Result<std::uint16_t> lport = Errc::exists;
   if (PortAuthority* a = proto_->authority_) {
     // filterd picks (or grants) the host-wide port and installs the flow's
@@ -174,7 +174,7 @@ Status TcpConnection::connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr, Por
   }
   if (!lport) return lport.error();
   claimed_ = proto_->authority_ != nullptr;
-  tuple_ = FourTuple{(*ip)->local, *lport, addr, port.value};
+  tuple_ = FourTuple{{(*ip)->local, *lport}, {addr, port.value}};
   ip_ = (*ip)->session;
   ++(*ip)->users;
   if (Status st = proto_->insert(*this); !st) {
@@ -662,7 +662,7 @@ void TcpConnection::release() {
   p->remove(*this);
   if (ip_) {
     ip_ = nullptr;
-    p->drop_ip_user(tuple_.remote_addr);
+    p->drop_ip_user(tuple_.remote.addr);
   }
   sndbuf_.clear();
   push_marks_ = {};

@@ -47,13 +47,13 @@ Errc errc_of(const ctl::NetError& e) noexcept {
 
 // ---- the protocol ---------------------------------------------------------------
 
-void TcpProtocol::allow_fragments(Ipv4Addr peer) noexcept {
-  if (IpPeer* p = peers_.find(PeerKey{peer.value})) (void)p->session->control(ctl::SetDontFragment{false});
+void TcpProtocol::allow_fragments(IpAddr peer) noexcept {
+  if (IpPeer* p = peers_.find(PeerKey{peer})) (void)p->session->control(ctl::SetDontFragment{false});
 }
 
 void TcpProtocol::icmp_error(const ctl::NetError& err) {
   ++c_.icmp_errors;
-  const ConnKey key{err.local.value, err.remote.value, err.local_port.value, err.remote_port.value};
+  const ConnKey key{{err.local, err.local_port.value}, {err.remote, err.remote_port.value}};
   SessionRef* s = err.protocol == kIpProtocol ? conns_.find(key) : nullptr;
   if (s == nullptr) {
     // A TIME-WAIT has nothing in flight (RFC 5927 4.1), as in the connection.
@@ -135,7 +135,7 @@ void TcpConnection::frag_needed(std::uint16_t next_hop_mtu) {
   if (mtu < kMinPathMtu) {
     mtu = kMinPathMtu;
     fragment = true;
-    proto_->allow_fragments(tuple_.remote_addr);
+    proto_->allow_fragments(tuple_.remote.addr);
   }
   if (mtu < current) {
     pmtu_ = static_cast<std::uint16_t>(mtu);

@@ -24,13 +24,24 @@ Secret random_secret() {
   return s;
 }
 
-std::array<std::byte, kFourTupleBytes> tuple_bytes(const FourTuple& t) noexcept {
-  std::array<std::byte, kFourTupleBytes> b;
-  store_be32(b.data(), t.local_addr.value);
-  store_be16(b.data() + 4, t.local_port);
-  store_be32(b.data() + 6, t.remote_addr.value);
-  store_be16(b.data() + 10, t.remote_port);
-  return b;
+TupleBytes::TupleBytes(const FourTuple& t) noexcept : b_{} {
+  std::byte* p = b_.data();
+  auto put_addr = [&p](const IpAddr& a) {
+    if (a.is_v4()) {
+      store_be32(p, a.v4().value);
+      p += 4;
+    } else {
+      std::memcpy(p, a.bytes().data(), 16);
+      p += 16;
+    }
+  };
+  put_addr(t.local.addr);
+  store_be16(p, t.local.port);
+  p += 2;
+  put_addr(t.remote.addr);
+  store_be16(p, t.remote.port);
+  p += 2;
+  n_ = static_cast<std::size_t>(p - b_.data());
 }
 
 IsnGenerator::IsnGenerator() : secret_(random_secret()) {}
@@ -43,8 +54,7 @@ std::uint32_t IsnGenerator::clock_ticks(Time now) noexcept {
 }
 
 std::uint32_t IsnGenerator::offset(const FourTuple& t) const noexcept {
-  auto bytes = tuple_bytes(t);
-  return static_cast<std::uint32_t>(siphash24(secret_, bytes));
+  return static_cast<std::uint32_t>(siphash24(secret_, TupleBytes(t).span()));
 }
 
 SeqNum IsnGenerator::isn(const FourTuple& t, Time now) const noexcept {

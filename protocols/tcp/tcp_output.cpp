@@ -147,8 +147,8 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
   Header h;
   auto room = push_header(payload, &o, h);
   if (!room) return room.status();
-  h.src_port = tuple_.local_port;
-  h.dst_port = tuple_.remote_port;
+  h.src_port = tuple_.local.port;
+  h.dst_port = tuple_.remote.port;
   h.seq = seq;
   h.flags = flags;
   if (flags & kAck) {
@@ -216,7 +216,7 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
   }
   if (end > snd_max_) snd_max_ = end;
   if (end != seq && !rtx_timer_.armed()) arm_rto(now);
-  return proto_->transmit(*ip_, tuple_.local_addr, tuple_.remote_addr, std::move(payload), checksum_mode());
+  return proto_->transmit(*ip_, tuple_.local.addr, tuple_.remote.addr, std::move(payload), checksum_mode());
 }
 
 // Our SYN (SYN-SENT) or SYN-ACK (SYN-RECEIVED), with the options we offer.
@@ -238,8 +238,8 @@ void TcpConnection::send_syn() {
   Header h;
   auto room = push_header(m, &o, h);
   if (!room) return;
-  h.src_port = tuple_.local_port;
-  h.dst_port = tuple_.remote_port;
+  h.src_port = tuple_.local.port;
+  h.dst_port = tuple_.remote.port;
   h.seq = iss_;
   h.flags = synack ? (kSyn | kAck) : kSyn;
   // RFC 3168 6.1.1: ask for ECN with ECE and CWR (not on a retransmitted
@@ -260,7 +260,7 @@ void TcpConnection::send_syn() {
   snd_nxt_ = iss_ + 1;
   if (snd_max_ < snd_nxt_) snd_max_ = snd_nxt_;
   arm_rtx();
-  (void)proto_->transmit(*ip_, tuple_.local_addr, tuple_.remote_addr, std::move(m), checksum_mode());
+  (void)proto_->transmit(*ip_, tuple_.local.addr, tuple_.remote.addr, std::move(m), checksum_mode());
 }
 
 void TcpConnection::send_ack_now() {
@@ -281,10 +281,10 @@ void TcpConnection::send_ack_now() {
 // A RST from this connection's 4-tuple, outside its sequence bookkeeping.
 void TcpConnection::send_reset(SeqNum seq, SeqNum ack, std::uint8_t flags) {
   if (proto_ == nullptr || !ip_) return;
-  TcpProtocol::IpPeer* ip = proto_->peers_.find(TcpProtocol::PeerKey{tuple_.remote_addr.value});
+  TcpProtocol::IpPeer* ip = proto_->peers_.find(TcpProtocol::PeerKey{tuple_.remote.addr});
   if (ip == nullptr) return;
   ++proto_->c_.resets_sent;
-  (void)proto_->send_raw(*ip, tuple_.local_port, tuple_.remote_port, seq, ack, flags, 0, nullptr, checksum_mode());
+  (void)proto_->send_raw(*ip, tuple_.local.port, tuple_.remote.port, seq, ack, flags, 0, nullptr, checksum_mode());
 }
 
 void TcpConnection::send_rst_and_close() {

@@ -36,7 +36,7 @@ const char* to_string(State s) noexcept {
 
 // ---- listener ---------------------------------------------------------------
 
-ListenSession::ListenSession(TcpProtocol& proto, Ipv4Addr addr, Port port, std::size_t backlog, bool group)
+ListenSession::ListenSession(TcpProtocol& proto, IpAddr addr, Port port, std::size_t backlog, bool group)
     : ListenEndpoint(proto, nullptr), proto_(&proto), addr_(addr), port_(port), backlog_(backlog), group_(group) {}
 
 ListenSession::~ListenSession() = default;
@@ -45,7 +45,7 @@ Status ListenSession::close() {
   if (proto_ == nullptr) return Errc::closed;
   TcpProtocol* p = std::exchange(proto_, nullptr);
   Ref<ListenSession> keep(this);
-  p->listeners_.erase(TcpProtocol::ListenKey{addr_.value, port_.value});
+  p->listeners_.erase(TcpProtocol::ListenKey{TcpProtocol::listen_key_addr(addr_), port_.value});
   if (p->authority_ != nullptr) p->authority_->release_listen(kIpProtocol, port_.value);
   // Connections nobody will accept are reset (RFC 9293 3.10.4: like ABORT).
   std::deque<Ref<TcpConnection>> q;
@@ -230,14 +230,16 @@ Status TcpProtocol::ensure_enabled() {
   return {};
 }
 
-Result<TcpProtocol::IpPeer*> TcpProtocol::ip_for(Ipv4Addr peer, Session* known) {
-  if (IpPeer* p = peers_.find(PeerKey{peer.value})) return p;
+Result<TcpProtocol::IpPeer*> TcpProtocol::ip_for(IpAddr peer, Session* known) {
+  if (IpPeer* p = peers_.find(PeerKey{peer})) return p;
   SessionRef s;
   if (known != nullptr) {
     s = SessionRef(known);
   } else {
+    // The IP layer below is IPv4's so far.
+    if (!peer.is_v4()) return Errc::unsupported;
     Participants parts;
-    parts.remote.push(peer);
+    parts.remote.push(peer.v4());
     parts.remote.push(ProtoNum{kIpProtocol});
     Result<SessionRef> r = below_.open(*this, parts);
     if (!r) return r.error();
@@ -248,19 +250,19 @@ Result<TcpProtocol::IpPeer*> TcpProtocol::ip_for(Ipv4Addr peer, Session* known) 
   if (!local_addr) return Errc::bad_state;
   // RFC 1191 3: our segments may not be fragmented; routers tell us the MTU.
   (void)s->control(ctl::SetDontFragment{true});
-  auto [p, inserted] = peers_.insert(PeerKey{peer.value}, IpPeer{std::move(s), *local_addr, peer, 0});
+  auto [p, inserted] = peers_.insert(PeerKey{peer}, IpPeer{std::move(s), *local_addr, peer, 0});
   (void)inserted;
   return p;
 }
 
-void TcpProtocol::drop_ip_user(Ipv4Addr peer) noexcept {
-  IpPeer* p = peers_.find(PeerKey{peer.value});
+void TcpProtocol::drop_ip_user(IpAddr peer) noexcept {
+  IpPeer* p = peers_.find(PeerKey{peer});
   if (p == nullptr) return;
   if (p->users > 0) --p->users;
   if (p->users == 0) {
     // ipv4 keeps a session until its upper closes it: close the idle ones.
     SessionRef s = std::move(p->session);
-    peers_.erase(PeerKey{peer.value});
+    peers_.erase(PeerKey{peer});
     (void)s->close();
   }
 }
@@ -276,23 +278,23 @@ Status TcpProtocol::open_done(Protocol&, Session& session, Participants& parts) 
   return ip_for(*peer, &session).status();
 }
 
-Result<std::uint16_t> TcpProtocol::pick_ephemeral(Ipv4Addr local, Ipv4Addr remote, std::uint16_t rport) {
+Result<std::uint16_t> TcpProtocol::pick_ephemeral(IpAddr local, IpAddr remote, std::uint16_t rport) {
   std::uint32_t span = std::uint32_t{config_.ephemeral_max} - config_.ephemeral_min + 1;
   for (std::uint32_t i = 0; i < span; ++i) {
     std::uint32_t p = next_ephemeral_;
     next_ephemeral_ = p >= config_.ephemeral_max ? config_.ephemeral_min : p + 1;
     auto port = static_cast<std::uint16_t>(p);
     if (port_claimed(local, port)) continue;
-    const ConnKey k{local.value, remote.value, port, rport};
+    const ConnKey k{{local, port}, {remote, rport}};
     if (conns_.find(k) == nullptr && !in_time_wait(k)) return port;
   }
   return Errc::exists;
 }
 
-bool TcpProtocol::port_claimed(Ipv4Addr addr, std::uint16_t port) {
+bool TcpProtocol::port_claimed(IpAddr addr, std::uint16_t port) {
   auto overlaps = [&](auto& map) {
-    if (map.find(ListenKey{0, port}) != nullptr) return true;
-    if (addr.value != 0) return map.find(ListenKey{addr.value, port}) != nullptr;
+    if (map.find(ListenKey{IpAddr{}, port}) != nullptr) return true;
+    if (!addr.is_unspecified()) return map.find(ListenKey{addr, port}) != nullptr;
     bool any = false;  // the wildcard overlaps every specific address
     map.for_each([&](const ListenKey& k, const auto&) { any = any || k.port == port; });
     return any;
@@ -300,13 +302,13 @@ bool TcpProtocol::port_claimed(Ipv4Addr addr, std::uint16_t port) {
   return overlaps(listeners_) || overlaps(reserved_);
 }
 
-ListenSession* TcpProtocol::listener_at(Ipv4Addr local, std::uint16_t port) {
-  if (ListenSession** f = listeners_.find(ListenKey{local.value, port})) return *f;
-  if (ListenSession** w = listeners_.find(ListenKey{0, port})) return *w;
+ListenSession* TcpProtocol::listener_at(IpAddr local, std::uint16_t port) {
+  if (ListenSession** f = listeners_.find(ListenKey{local, port})) return *f;
+  if (ListenSession** w = listeners_.find(ListenKey{IpAddr{}, port})) return *w;
   return nullptr;
 }
 
-Result<Port> TcpProtocol::reserve_port(Ipv4Addr addr, Port port, bool reuse_addr, bool group) {
+Result<Port> TcpProtocol::reserve_port(IpAddr addr, Port port, bool reuse_addr, bool group) {
   std::uint16_t p = port.value;
   if (p == 0) {
     // An ephemeral port no connection uses at all, so any later connect works.
@@ -316,7 +318,7 @@ Result<Port> TcpProtocol::reserve_port(Ipv4Addr addr, Port port, bool reuse_addr
       next_ephemeral_ = c >= config_.ephemeral_max ? config_.ephemeral_min : c + 1;
       auto cand = static_cast<std::uint16_t>(c);
       bool used = port_claimed(addr, cand);
-      if (!used) used = local_port_used(Ipv4Addr{}, cand);
+      if (!used) used = local_port_used(IpAddr{}, cand);
       if (!used) p = cand;
     }
     if (p == 0) return Errc::exists;
@@ -330,26 +332,26 @@ Result<Port> TcpProtocol::reserve_port(Ipv4Addr addr, Port port, bool reuse_addr
       // as a listener's, the use a bind to a named port almost always has.
       Result<std::uint16_t> granted = authority_->claim_listen(kIpProtocol, p, group);
       if (!granted) return granted.error();
-      reserved_.insert(ListenKey{addr.value, p}, kClaimedReservation);
+      reserved_.insert(ListenKey{listen_key_addr(addr), p}, kClaimedReservation);
       return Port{p};
     }
   }
-  reserved_.insert(ListenKey{addr.value, p}, 1u);
+  reserved_.insert(ListenKey{listen_key_addr(addr), p}, 1u);
   return Port{p};
 }
 
-bool TcpProtocol::local_port_used(Ipv4Addr addr, std::uint16_t port) {
+bool TcpProtocol::local_port_used(IpAddr addr, std::uint16_t port) {
   bool used = false;
   auto check = [&](const ConnKey& k, auto&) {
-    used = used || (k.local_port == port && (addr.value == 0 || k.local_addr == addr.value));
+    used = used || (k.local.port == port && (addr.is_unspecified() || k.local.addr == addr));
   };
   conns_.for_each(check);
   if (!used) time_waits_.for_each(check);
   return used;
 }
 
-void TcpProtocol::release_port(Ipv4Addr addr, Port port) noexcept {
-  const ListenKey k{addr.value, port.value};
+void TcpProtocol::release_port(IpAddr addr, Port port) noexcept {
+  const ListenKey k{listen_key_addr(addr), port.value};
   const std::uint32_t* v = reserved_.find(k);
   if (v == nullptr) return;
   if (*v == kClaimedReservation && authority_ != nullptr) authority_->release_listen(kIpProtocol, port.value);
@@ -398,7 +400,7 @@ bool TcpProtocol::challenge_ack_allowed(Time now) noexcept {
 
 // A finished segment (header, options and payload) goes out with its
 // checksum, or with 0 in the field when `csum` computes none.
-Status TcpProtocol::transmit(Session& ip, Ipv4Addr src, Ipv4Addr dst, Msg segment, ChecksumMode csum) {
+Status TcpProtocol::transmit(Session& ip, IpAddr src, IpAddr dst, Msg segment, ChecksumMode csum) {
   if (segment.offload().has(Offload::tx_tcp_seg)) {
     // Cut below: every piece gets its own checksum there, or none (csum off).
     if (csum == ChecksumMode::on || csum == ChecksumMode::tx_only) segment.offload().flags |= Offload::tx_tcp_csum;
@@ -408,7 +410,7 @@ Status TcpProtocol::transmit(Session& ip, Ipv4Addr src, Ipv4Addr dst, Msg segmen
   }
   const auto len = static_cast<std::uint16_t>(segment.size());
   if (csum == ChecksumMode::on || csum == ChecksumMode::tx_only) {
-    std::uint32_t pseudo = csum::pseudo_header_v4(src, dst, kIpProtocol, len);
+    std::uint32_t pseudo = csum::pseudo_header(src, dst, kIpProtocol, len);
     std::uint16_t ck;
     if (offloads_.tx_tcp_csum) {
       ck = csum::fold(pseudo);  // the port sums the rest (docs/checksum.md, "Offload")
@@ -469,7 +471,7 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
   // What ipv4 learned of the packet (it travels in the Msg, which moves on
   // below): over IPv4 only, so far.
   if (!msg.rx().src.is_v4()) return Errc::bad_state;
-  const Ipv4Addr src = msg.rx().src.v4();
+  const IpAddr src = msg.rx().src.v4();
   const bool ce = (msg.rx().traffic_class & kEcnMask) == kEcnCe;
   Result<IpPeer*> ipr = ip_for(src, &lower);
   if (!ipr) return ipr.error();
@@ -487,7 +489,7 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
   }
   // Who the segment is for decides whether its checksum is verified (the
   // per-socket switch); a segment for nobody follows the stack's mode.
-  ConnKey key{ip->local.value, ip->peer.value, h.dst_port, h.src_port};
+  const ConnKey key{{ip->local, h.dst_port}, {ip->peer, h.src_port}};
   SessionRef* s = conns_.find(key);
   TimeWaitRecord* tw = s == nullptr ? time_waits_.find(key) : nullptr;
   ChecksumMode csum_mode = config_.csum;
@@ -502,7 +504,7 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
     if (msg.offload().has(Offload::rx_l4_good)) {
       ++c_.rx_csum_by_port;
     } else {
-      std::uint32_t pseudo = csum::pseudo_header_v4(ip->peer, ip->local, kIpProtocol, static_cast<std::uint16_t>(msg.size()));
+      std::uint32_t pseudo = csum::pseudo_header(ip->peer, ip->local, kIpProtocol, static_cast<std::uint32_t>(msg.size()));
       if (csum::fold(csum::partial(msg, pseudo)) != 0xffff) {
         ++c_.drop_bad_csum;
         return Errc::malformed;
@@ -561,7 +563,7 @@ Status TcpProtocol::demux(Session& lower, Msg msg) {
     }
   }
   // A peer nobody talks to any more keeps no IP session.
-  if (IpPeer* p = peers_.find(PeerKey{src.value}); p != nullptr && p->users == 0) {
+  if (IpPeer* p = peers_.find(PeerKey{src}); p != nullptr && p->users == 0) {
     ++p->users;
     drop_ip_user(src);
   }
@@ -661,7 +663,7 @@ Result<ControlReply> TcpProtocol::control_any(const ControlQuery& query) {
     return ControlReply{std::monostate{}};
   }
   if (const auto* c = std::get_if<ctl::ClaimsOwn>(&query)) {
-    const ConnKey k{c->addr.value, c->addr.value, c->to.value, c->from.value};
+    const ConnKey k{{c->addr, c->to.value}, {c->addr, c->from.value}};
     const bool ours = conns_.find(k) != nullptr || in_time_wait(k) || (c->opens && listener_at(c->addr, c->to.value));
     if (!ours) return Errc::not_found;
     return ControlReply{std::monostate{}};
@@ -678,7 +680,7 @@ void TcpProtocol::flush_releases() noexcept {
   std::vector<FourTuple> due;
   due.swap(releases_);
   if (authority_ == nullptr) return;
-  for (const FourTuple& t : due) authority_->release_connect(kIpProtocol, t.local_port, t.remote_addr, t.remote_port);
+  for (const FourTuple& t : due) authority_->release_connect(kIpProtocol, t.local.port, t.remote.addr, t.remote.port);
 }
 
 std::uint32_t TcpProtocol::tsval() const noexcept {
@@ -688,7 +690,7 @@ std::uint32_t TcpProtocol::tsval() const noexcept {
 
 std::size_t TcpProtocol::time_wait_count() const noexcept {
   std::size_t n = time_waits_.size();
-  const_cast<ActiveMap<ConnKey>&>(conns_).for_each([&](const ConnKey&, SessionRef& s) {
+  const_cast<TupleMap<SessionRef>&>(conns_).for_each([&](const ConnKey&, SessionRef& s) {
     if (static_cast<TcpConnection*>(s.get())->state() == State::time_wait) ++n;
   });
   return n;
@@ -705,12 +707,11 @@ std::vector<TcpProtocol::ListenerInfo> TcpProtocol::listeners() const {
 std::vector<TcpProtocol::ConnectionInfo> TcpProtocol::connections() const {
   std::vector<ConnectionInfo> out;
   // Only inserted connections are in the map: each has its 4-tuple.
-  const_cast<ActiveMap<ConnKey>&>(conns_).for_each([&](const ConnKey&, SessionRef& s) {
+  const_cast<TupleMap<SessionRef>&>(conns_).for_each([&](const ConnKey&, SessionRef& s) {
     out.push_back(static_cast<const TcpConnection*>(s.get())->info());
   });
-  const_cast<FlatMap<ConnKey, TimeWaitRecord>&>(time_waits_).for_each([&](const ConnKey& k, TimeWaitRecord& tw) {
-    const FourTuple t{Ipv4Addr{k.local_addr}, k.local_port, Ipv4Addr{k.remote_addr}, k.remote_port};
-    out.push_back(ConnectionInfo{t, State::time_wait, tw.passive, tw.claimed});
+  const_cast<TupleMap<TimeWaitRecord>&>(time_waits_).for_each([&](const ConnKey& k, TimeWaitRecord& tw) {
+    out.push_back(ConnectionInfo{k, State::time_wait, tw.passive, tw.claimed});
   });
   return out;
 }
@@ -720,7 +721,7 @@ TcpSocket TcpProtocol::socket() {
   return TcpSocket(TcpConnection::active(*this, nullptr));
 }
 
-Result<TcpListener> TcpProtocol::listen(Ipv4Addr addr, Port port, std::size_t backlog, bool group) {
+Result<TcpListener> TcpProtocol::listen(IpAddr addr, Port port, std::size_t backlog, bool group) {
   std::uint16_t p = port.value;
   if (p != 0 && port_claimed(addr, p)) return Errc::exists;
   if (authority_ != nullptr) {
@@ -733,7 +734,7 @@ Result<TcpListener> TcpProtocol::listen(Ipv4Addr addr, Port port, std::size_t ba
       return Errc::exists;
     }
   } else if (p == 0) {
-    Result<std::uint16_t> e = pick_ephemeral(addr, Ipv4Addr{}, 0);
+    Result<std::uint16_t> e = pick_ephemeral(addr, IpAddr{}, 0);
     if (!e) return e.error();
     p = *e;
   }
@@ -742,8 +743,8 @@ Result<TcpListener> TcpProtocol::listen(Ipv4Addr addr, Port port, std::size_t ba
   return l;
 }
 
-Result<TcpListener> TcpProtocol::listen_reserved(Ipv4Addr addr, Port port, std::size_t backlog, bool group) {
-  const ListenKey k{addr.value, port.value};
+Result<TcpListener> TcpProtocol::listen_reserved(IpAddr addr, Port port, std::size_t backlog, bool group) {
+  const ListenKey k{listen_key_addr(addr), port.value};
   const std::uint32_t* held = reserved_.find(k);
   if (held == nullptr) return Errc::not_found;
   const std::uint32_t kind = *held;
@@ -758,7 +759,7 @@ Result<TcpListener> TcpProtocol::listen_reserved(Ipv4Addr addr, Port port, std::
   return l;
 }
 
-Result<TcpListener> TcpProtocol::open_listener(Ipv4Addr addr, std::uint16_t port, std::size_t backlog, bool group) {
+Result<TcpListener> TcpProtocol::open_listener(IpAddr addr, std::uint16_t port, std::size_t backlog, bool group) {
   backlog = std::max<std::size_t>(backlog, 1);
   if (backend_ != nullptr) {
     Result<Ref<ListenEndpoint>> b = backend_->make_listener(addr, Port{port}, backlog, authority_);
@@ -766,7 +767,7 @@ Result<TcpListener> TcpProtocol::open_listener(Ipv4Addr addr, std::uint16_t port
     return TcpListener(std::move(*b));
   }
   Ref<ListenSession> l = make_ref<ListenSession>(*this, addr, Port{port}, backlog, group);
-  listeners_.insert(ListenKey{addr.value, port}, l.get());
+  listeners_.insert(ListenKey{listen_key_addr(addr), port}, l.get());
   return TcpListener(std::move(l));
 }
 
@@ -782,7 +783,7 @@ TcpSocket& TcpSocket::operator=(TcpSocket&& other) noexcept {
 
 TcpSocket::~TcpSocket() { (void)close(); }
 
-Status TcpSocket::connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr, Port local_port) {
+Status TcpSocket::connect(IpAddr addr, Port port, IpAddr local_addr, Port local_port) {
   if (!c_) return Errc::closed;
   return c_->connect(addr, port, local_addr, local_port);
 }

@@ -45,13 +45,14 @@ std::uint8_t SynCookies::mss_index(std::uint16_t peer_mss) noexcept {
 
 std::uint32_t SynCookies::hash(const FourTuple& t, SeqNum client_isn, std::uint32_t count,
                                std::uint8_t mss_idx) const noexcept {
-  std::array<std::byte, kFourTupleBytes + 4 + 4 + 1> in;
-  auto tuple = tuple_bytes(t);
-  std::memcpy(in.data(), tuple.data(), tuple.size());
-  store_be32(in.data() + kFourTupleBytes, client_isn.raw());
-  store_be32(in.data() + kFourTupleBytes + 4, count);
-  in[kFourTupleBytes + 8] = std::byte{mss_idx};
-  return static_cast<std::uint32_t>(siphash24(secret_, in)) & kHashMask;
+  std::array<std::byte, TupleBytes::kMax + 4 + 4 + 1> in;
+  const TupleBytes tuple(t);
+  const std::size_t n = tuple.size();
+  std::memcpy(in.data(), tuple.data(), n);
+  store_be32(in.data() + n, client_isn.raw());
+  store_be32(in.data() + n + 4, count);
+  in[n + 8] = std::byte{mss_idx};
+  return static_cast<std::uint32_t>(siphash24(secret_, std::span(in).first(n + 9))) & kHashMask;
 }
 
 SeqNum SynCookies::make_isn(const FourTuple& t, SeqNum client_isn, std::uint16_t peer_mss,

@@ -32,7 +32,7 @@ void TcpProtocol::end_time_wait(const ConnKey& key, bool release_flow) noexcept 
   TimeWaitRecord* tw = time_waits_.find(key);
   if (tw == nullptr) return;
   if (release_flow && (tw->claimed || tw->passive) && authority_ != nullptr) {
-    defer_release(FourTuple{Ipv4Addr{key.local_addr}, key.local_port, Ipv4Addr{key.remote_addr}, key.remote_port});
+    defer_release(key);
   }
   time_waits_.erase(key);
 }
@@ -52,7 +52,7 @@ void TcpProtocol::time_wait_ack(const ConnKey& key, const TimeWaitRecord& tw, Ip
   Options o;
   if (tw.ts_ok) o.timestamps = Timestamps{tsval(), tw.ts_recent};
   if (tw.sack_ok && dsack) (void)o.add_sack(*dsack);  // RFC 2883
-  (void)send_raw(ip, key.local_port, key.remote_port, tw.snd_nxt, tw.rcv_nxt, kAck, tw.window, &o, tw.csum);
+  (void)send_raw(ip, key.local.port, key.remote.port, tw.snd_nxt, tw.rcv_nxt, kAck, tw.window, &o, tw.csum);
 }
 
 // RFC 9293 3.10.7.4 in TIME-WAIT, with what TcpConnection::segment_arrives

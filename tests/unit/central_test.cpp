@@ -72,11 +72,11 @@ class CentralAuthority final : public PortAuthority {
     }
     c_.unlistened(node_, port);
   }
-  Result<std::uint16_t> claim_connect(std::uint8_t, std::uint16_t port, Ipv4Addr, std::uint16_t) override {
+  Result<std::uint16_t> claim_connect(std::uint8_t, std::uint16_t port, const IpAddr&, std::uint16_t) override {
     ++connect_claims;
     return port;
   }
-  void release_connect(std::uint8_t, std::uint16_t, Ipv4Addr, std::uint16_t) noexcept override {}
+  void release_connect(std::uint8_t, std::uint16_t, const IpAddr&, std::uint16_t) noexcept override {}
   int connect_claims = 0;
 
  private:
@@ -203,9 +203,9 @@ TEST_F(CentralTest, PeersConnectionsToAGroupReachBothNodesAndStreamBothWays) {
   EXPECT_GT(std::count(owner.begin(), owner.end(), 2), 0);
   // Each accepted stream knows its peer: the 4-tuple filterd's TCP has.
   for (auto& s : servers) {
-    EXPECT_EQ(s.tuple().local_addr, kShared);
-    EXPECT_EQ(s.tuple().local_port, 80);
-    EXPECT_EQ(s.tuple().remote_addr, kPeer);
+    EXPECT_EQ(s.tuple().local.addr, kShared);
+    EXPECT_EQ(s.tuple().local.port, 80);
+    EXPECT_EQ(s.tuple().remote.addr, kPeer);
     EXPECT_EQ(s.state(), tcp::State::established);
     EXPECT_EQ(s.connection(), nullptr);  // no TCB on the node: a relayed stream
     ASSERT_NE(s.endpoint(), nullptr);
@@ -214,10 +214,10 @@ TEST_F(CentralTest, PeersConnectionsToAGroupReachBothNodesAndStreamBothWays) {
   for (auto& s : servers) {
     tcp::TcpSocket* c = nullptr;
     for (auto& cl : clients) {
-      if (cl.tuple().local_port == s.tuple().remote_port) c = &cl;
+      if (cl.tuple().local.port == s.tuple().remote.port) c = &cl;
     }
     ASSERT_NE(c, nullptr);
-    auto up = pattern(200000, s.tuple().remote_port), down = pattern(100000, s.tuple().remote_port + 1u);
+    auto up = pattern(200000, s.tuple().remote.port), down = pattern(100000, s.tuple().remote.port + 1u);
     std::vector<std::byte> got_up, got_down;
     ASSERT_TRUE(move_bytes(*this, *c, s, up, got_up));
     ASSERT_TRUE(move_bytes(*this, s, *c, down, got_down));
@@ -261,10 +261,10 @@ TEST_F(CentralTest, ANodeConnectsOutThroughFilterdsTcp) {
   ASSERT_TRUE(s.has_value());
   ASSERT_TRUE(run_until([&] { return (c.events() & tcp::ev_writable) != 0; }));
   EXPECT_EQ(c.state(), tcp::State::established);
-  EXPECT_EQ(c.tuple().local_addr, kShared);
-  EXPECT_EQ(c.tuple().remote_addr, kPeer);
-  EXPECT_EQ(c.tuple().remote_port, 7);
-  EXPECT_EQ(c.tuple().local_port, s->tuple().remote_port);
+  EXPECT_EQ(c.tuple().local.addr, kShared);
+  EXPECT_EQ(c.tuple().remote.addr, kPeer);
+  EXPECT_EQ(c.tuple().remote.port, 7);
+  EXPECT_EQ(c.tuple().local.port, s->tuple().remote.port);
   EXPECT_EQ(auth2->connect_claims, 0);  // filterd's TCP picks the port itself
   auto up = pattern(300000, 3), down = pattern(250000, 4);
   std::vector<std::byte> got_up, got_down;

@@ -582,6 +582,27 @@ TEST(Checksum, PseudoHeaderEqualsSumOfItsBytes) {
   EXPECT_EQ(fold(s), fold(partial(ph, 12)));
 }
 
+// RFC 8200 8.1: the IPv6 pseudo-header, against a segment scapy made
+// (IPv6(src='2001:db8::a', dst='2001:db8::7')/TCP(sport=80, dport=40001,
+// seq=1, flags='S', window=65535)/b'hello': checksum 0x73f6).
+TEST(Checksum, Ipv6PseudoHeaderGivesScapysTcpChecksum) {
+  IpAddr::Bytes s{0x20, 0x01, 0x0d, 0xb8};
+  IpAddr::Bytes d = s;
+  s[15] = 0x0a;
+  d[15] = 0x07;
+  Bytes seg = from_hex("00509c4100000001000000005002ffff73f6000068656c6c6f");
+  const auto len = static_cast<std::uint32_t>(seg.size());
+  const std::uint32_t ph = pseudo_header(IpAddr::v6(s), IpAddr::v6(d), 6, len);
+  // Verifies as it came...
+  EXPECT_EQ(fold(partial(seg.data(), seg.size(), ph)), 0xffff);
+  // ...and computed afresh gives scapy's value.
+  seg[16] = seg[17] = std::byte{0};
+  EXPECT_EQ(wire_value(finish(partial(seg.data(), seg.size(), ph))), 0x73f6);
+  // Either family through the one call: IPv4 addresses take IPv4's.
+  EXPECT_EQ(pseudo_header(IpAddr(Ipv4Addr{0xC0000201}), IpAddr(Ipv4Addr{0xC6336402}), 17, 8),
+            pseudo_header_v4(Ipv4Addr{0xC0000201}, Ipv4Addr{0xC6336402}, 17, 8));
+}
+
 TEST(Checksum, DispatchPicksAnAvailableKernel) {
   EXPECT_NE(implementation(Impl::scalar), nullptr);
   EXPECT_NE(implementation(selected()), nullptr);

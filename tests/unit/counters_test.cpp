@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "xk/address.hpp"
+#include "xk/endpoint.hpp"
 
 namespace xk {
 namespace {
@@ -70,6 +71,23 @@ TEST(Address, IpAddrHoldsEitherFamily) {
   EXPECT_NE(doc, a);
   const IpAddr::Bytes compat{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 192, 0, 2, 10};  // deprecated ::a.b.c.d
   EXPECT_FALSE(IpAddr::v6(compat).is_v4());
+  // Both wildcards are unspecified; nothing else is.
+  EXPECT_TRUE(IpAddr().is_unspecified());
+  EXPECT_TRUE(IpAddr(Ipv4Addr{0}).is_unspecified());
+  EXPECT_FALSE(a.is_unspecified());
+  EXPECT_FALSE(doc.is_unspecified());
+  // The same answers at compile time.
+  static_assert(IpAddr(Ipv4Addr{0xC000020A}).is_v4() && !IpAddr().is_v4());
+}
+
+TEST(Address, EndpointsPrintInTheirFamilysForm) {
+  EXPECT_EQ(to_string(IpAddr(Ipv4Addr{0xC000020A})), "192.0.2.10");
+  const IpAddr doc = IpAddr::v6({0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10});
+  EXPECT_EQ(to_string(doc), "2001:db8::10");  // RFC 5952: zeros compressed, lower case
+  EXPECT_EQ(to_string(Endpoint{Ipv4Addr{0xC000020A}, 80}), "192.0.2.10:80");
+  EXPECT_EQ(to_string(Endpoint{doc, 443}), "[2001:db8::10]:443");
+  EXPECT_EQ((Endpoint{doc, 443}.family()), Family::v6);
+  EXPECT_EQ((Endpoint{Ipv4Addr{1}, 1}).family(), Family::v4);
 }
 
 TEST(Address, ParseAndPrintMac) {

@@ -4,6 +4,9 @@
 
 #include <random>
 #include <unordered_map>
+#include <vector>
+
+#include "xk/endpoint.hpp"
 
 namespace xk {
 namespace {
@@ -145,6 +148,71 @@ TEST(ActiveMap, HoldsSessionReferencesUntilErased) {
   ASSERT_NE(active.find(key), nullptr);
   active.erase(key);
   EXPECT_EQ(Session::live(), live);
+}
+
+// The transports' key (xk/endpoint.hpp); FourTuple above is this file's own.
+using Flow = ::xk::FourTuple;
+
+Flow v6_tuple(std::uint8_t local_last, std::uint16_t lport, std::uint8_t remote_last, std::uint16_t rport) {
+  IpAddr::Bytes l{0x20, 0x01, 0x0d, 0xb8};
+  IpAddr::Bytes r = l;
+  l[15] = local_last;
+  r[15] = remote_last;
+  return Flow{{IpAddr::v6(l), lport}, {IpAddr::v6(r), rport}};
+}
+
+TEST(TupleMap, HoldsFlowsOfBothFamiliesAndGivesBackTheirTuples) {
+  TupleMap<int> m;
+  const Flow a{{Ipv4Addr{0xC0000201}, 80}, {Ipv4Addr{0xC6336407}, 40001}};
+  const Flow b = v6_tuple(1, 80, 7, 40001);
+  // The v4-mapped twin of a's addresses written as IPv6 bytes is a itself.
+  IpAddr::Bytes mapped{};
+  mapped[10] = mapped[11] = 0xff;
+  mapped[12] = 0xc0, mapped[13] = 0x00, mapped[14] = 0x02, mapped[15] = 0x01;
+  EXPECT_EQ(IpAddr::v6(mapped), a.local.addr);
+  EXPECT_TRUE(m.insert(a, 1).second);
+  EXPECT_TRUE(m.insert(b, 2).second);
+  EXPECT_FALSE(m.insert(a, 3).second);
+  EXPECT_EQ(m.size(), 2u);
+  ASSERT_NE(m.find(a), nullptr);
+  EXPECT_EQ(*m.find(a), 1);
+  ASSERT_NE(m.find(b), nullptr);
+  EXPECT_EQ(*m.find(b), 2);
+  // Reversed, or another port: another flow.
+  EXPECT_EQ(m.find(Flow{a.remote, a.local}), nullptr);
+  EXPECT_EQ(m.find(v6_tuple(1, 80, 7, 40002)), nullptr);
+  std::vector<std::pair<Flow, int>> seen;
+  m.for_each([&](const Flow& t, int& v) { seen.emplace_back(t, v); });
+  ASSERT_EQ(seen.size(), 2u);
+  for (const auto& [t, v] : seen) EXPECT_EQ(t, v == 1 ? a : b);
+  EXPECT_TRUE(m.erase(b));
+  EXPECT_FALSE(m.erase(b));
+  EXPECT_EQ(m.find(b), nullptr);
+  EXPECT_EQ(*m.find(a), 1);
+  m.clear();
+  EXPECT_TRUE(m.empty());
+}
+
+TEST(TupleMap, MatchesAMapOfWholeTuplesUnderChurn) {
+  std::mt19937_64 rng(7);
+  TupleMap<std::uint64_t> m;
+  FlatMap<Flow, std::uint64_t> ref;
+  for (int i = 0; i < 20000; ++i) {
+    const auto port = static_cast<std::uint16_t>(rng() % 512);
+    const Flow t = rng() % 2 == 0 ? Flow{{Ipv4Addr{0xC0000201}, 80}, {Ipv4Addr{0xC6336400u + port % 8}, port}}
+                                       : v6_tuple(1, 80, static_cast<std::uint8_t>(port % 8), port);
+    if (rng() % 3 == 0) {
+      EXPECT_EQ(m.erase(t), ref.erase(t));
+    } else {
+      EXPECT_EQ(m.insert(t, i).second, ref.insert(t, i).second);
+    }
+    ASSERT_EQ(m.size(), ref.size());
+  }
+  ref.for_each([&](const Flow& t, std::uint64_t& v) {
+    const std::uint64_t* got = m.find(t);
+    ASSERT_NE(got, nullptr);
+    EXPECT_EQ(*got, v);
+  });
 }
 
 TEST(EnableTable, CountsRepeatedEnablesAndRefusesASecondProtocol) {

@@ -47,14 +47,14 @@ class FakeAuthority final : public PortAuthority {
   void release_listen(std::uint8_t proto, std::uint16_t port) noexcept override {
     calls.push_back({proto == 17 ? "udp-unbind" : "unlisten", port, 0, 0, false});
   }
-  Result<std::uint16_t> claim_connect(std::uint8_t, std::uint16_t port, Ipv4Addr remote,
+  Result<std::uint16_t> claim_connect(std::uint8_t, std::uint16_t port, const IpAddr& remote,
                                       std::uint16_t remote_port) override {
-    calls.push_back({"connect", port, remote.value, remote_port, false});
+    calls.push_back({"connect", port, remote.v4().value, remote_port, false});
     if (refuse) return Errc::exists;
     return port != 0 ? port : next_connect++;
   }
-  void release_connect(std::uint8_t, std::uint16_t port, Ipv4Addr remote, std::uint16_t remote_port) noexcept override {
-    calls.push_back({"release", port, remote.value, remote_port, false});
+  void release_connect(std::uint8_t, std::uint16_t port, const IpAddr& remote, std::uint16_t remote_port) noexcept override {
+    calls.push_back({"release", port, remote.v4().value, remote_port, false});
   }
 
   std::vector<Call> calls;
@@ -101,13 +101,13 @@ TEST_F(PortAuthorityTest, ListenAndConnectUseTheGrantedPortsAndGiveThemBack) {
   EXPECT_EQ(l->port(), Port{7000});
   tcp::TcpSocket c = tcp->socket();
   ASSERT_TRUE(c.connect(Ipv4Addr{kSelf}, Port{7000}).ok());
-  EXPECT_EQ(c.tuple().local_port, 40000);
+  EXPECT_EQ(c.tuple().local.port, 40000);
   std::optional<tcp::TcpSocket> s;
   ASSERT_TRUE(run_until([&] {
     if (Result<tcp::TcpSocket> a = l->accept(); a.ok()) s.emplace(std::move(*a));
     return s.has_value();
   }));
-  EXPECT_EQ(s->tuple().remote_port, 40000);
+  EXPECT_EQ(s->tuple().remote.port, 40000);
   // The active side closes first and so holds TIME-WAIT: its port is given
   // back only when that is over.
   ASSERT_TRUE(c.close().ok());
@@ -152,7 +152,7 @@ TEST_F(PortAuthorityTest, AnExplicitLocalPortIsAskedFor) {
   ASSERT_TRUE(l.ok());
   tcp::TcpSocket c = tcp->socket();
   ASSERT_TRUE(c.connect(Ipv4Addr{kSelf}, Port{5000}, Ipv4Addr{}, Port{41000}).ok());
-  EXPECT_EQ(c.tuple().local_port, 41000);
+  EXPECT_EQ(c.tuple().local.port, 41000);
   EXPECT_EQ(authority.calls[1], (Call{"connect", 41000, kSelf, 5000, false}));
   c.abort();
   EXPECT_EQ(authority.calls.back().what, "connect");  // the RST goes out first

@@ -62,16 +62,16 @@ class DirectAuthority final : public PortAuthority {
   void release_listen(std::uint8_t proto, std::uint16_t port) noexcept override {
     (void)f_.unlisten(static_cast<Proto>(proto), port);
   }
-  Result<std::uint16_t> claim_connect(std::uint8_t proto, std::uint16_t port, Ipv4Addr remote,
+  Result<std::uint16_t> claim_connect(std::uint8_t proto, std::uint16_t port, const IpAddr& remote,
                                       std::uint16_t remote_port) override {
     std::uint16_t p = port != 0 ? port : next_++;
-    if (Status st = f_.add_flow(FlowKey{static_cast<Proto>(proto), remote, remote_port, p}, Target{node_, 0}); !st) {
+    if (Status st = f_.add_flow(FlowKey{static_cast<Proto>(proto), remote.v4(), remote_port, p}, Target{node_, 0}); !st) {
       return st.error();
     }
     return p;
   }
-  void release_connect(std::uint8_t proto, std::uint16_t port, Ipv4Addr remote, std::uint16_t remote_port) noexcept override {
-    (void)f_.remove_flow(FlowKey{static_cast<Proto>(proto), remote, remote_port, port});
+  void release_connect(std::uint8_t proto, std::uint16_t port, const IpAddr& remote, std::uint16_t remote_port) noexcept override {
+    (void)f_.remove_flow(FlowKey{static_cast<Proto>(proto), remote.v4(), remote_port, port});
   }
 
  private:
@@ -158,7 +158,7 @@ TEST_F(SteerTest, ANodeConnectsOutThroughTheRuleItsAuthorityInstalled) {
   ASSERT_TRUE(l.ok());
   tcp::TcpSocket c = tcp_of(*node2).socket();
   ASSERT_TRUE(c.connect(kPeer, Port{7}).ok());
-  EXPECT_EQ(c.tuple().local_port, 50000);
+  EXPECT_EQ(c.tuple().local.port, 50000);
   std::optional<tcp::TcpSocket> s;
   ASSERT_TRUE(run_until([&] {
     if (auto a = l->accept(); a.ok()) s.emplace(std::move(*a));
@@ -269,7 +269,7 @@ TEST_F(SteerTest, ARestartedFilterdKeepsQuietAboutFlowsItDoesNotKnowYet) {
   // The node declares the connection again (RESYNC): the peer's
   // retransmission gets through, and the stream carries on.
   const tcp::FourTuple t = c.tuple();
-  ASSERT_TRUE(steer->filter().add_flow(FlowKey{Proto::tcp, t.local_addr, t.local_port, 80}, Target{1, 0}).ok());
+  ASSERT_TRUE(steer->filter().add_flow(FlowKey{Proto::tcp, t.local.addr.v4(), t.local.port, 80}, Target{1, 0}).ok());
   std::vector<std::byte> got;
   std::vector<std::byte> buf(4096);
   ASSERT_TRUE(run_until([&] {
@@ -294,8 +294,8 @@ class LeasedAuthority final : public PortAuthority {
  public:
   Result<std::uint16_t> claim_listen(std::uint8_t, std::uint16_t port, bool) override { return port; }
   void release_listen(std::uint8_t, std::uint16_t) noexcept override {}
-  Result<std::uint16_t> claim_connect(std::uint8_t, std::uint16_t, Ipv4Addr, std::uint16_t) override { return 40000; }
-  void release_connect(std::uint8_t, std::uint16_t, Ipv4Addr, std::uint16_t) noexcept override {}
+  Result<std::uint16_t> claim_connect(std::uint8_t, std::uint16_t, const IpAddr&, std::uint16_t) override { return 40000; }
+  void release_connect(std::uint8_t, std::uint16_t, const IpAddr&, std::uint16_t) noexcept override {}
 };
 
 TEST_F(SteerTest, ALeasedPortsSegmentsPassWhileFilterdKeepsQuiet) {
@@ -307,7 +307,7 @@ TEST_F(SteerTest, ALeasedPortsSegmentsPassWhileFilterdKeepsQuiet) {
   steer->keep_quiet_until(loop.clock().now() + std::chrono::hours(1));
   tcp::TcpSocket c = tcp_of(*node1).socket();
   ASSERT_TRUE(c.connect(kPeer, Port{7}).ok());
-  EXPECT_EQ(c.tuple().local_port, 40000);
+  EXPECT_EQ(c.tuple().local.port, 40000);
   std::optional<tcp::TcpSocket> s;
   ASSERT_TRUE(run_until([&] {
     if (auto a = l->accept(); a.ok()) s.emplace(std::move(*a));
@@ -363,14 +363,14 @@ class QueueAuthority final : public PortAuthority {
   void release_listen(std::uint8_t proto, std::uint16_t port) noexcept override {
     (void)f_.leave_group(static_cast<Proto>(proto), port, t_);
   }
-  Result<std::uint16_t> claim_connect(std::uint8_t proto, std::uint16_t port, Ipv4Addr remote,
+  Result<std::uint16_t> claim_connect(std::uint8_t proto, std::uint16_t port, const IpAddr& remote,
                                       std::uint16_t remote_port) override {
     std::uint16_t p = port != 0 ? port : next_++;
-    if (Status st = f_.add_flow(FlowKey{static_cast<Proto>(proto), remote, remote_port, p}, t_); !st) return st.error();
+    if (Status st = f_.add_flow(FlowKey{static_cast<Proto>(proto), remote.v4(), remote_port, p}, t_); !st) return st.error();
     return p;
   }
-  void release_connect(std::uint8_t proto, std::uint16_t port, Ipv4Addr remote, std::uint16_t remote_port) noexcept override {
-    (void)f_.remove_flow(FlowKey{static_cast<Proto>(proto), remote, remote_port, port});
+  void release_connect(std::uint8_t proto, std::uint16_t port, const IpAddr& remote, std::uint16_t remote_port) noexcept override {
+    (void)f_.remove_flow(FlowKey{static_cast<Proto>(proto), remote.v4(), remote_port, port});
   }
 
  private:
@@ -445,7 +445,7 @@ TEST_F(SteerQueuesTest, AFlowsFramesArriveOnItsQueuesChannelOnly) {
   // Queue 1 of node 1 connects out: only its channel carries the replies.
   tcp::TcpSocket c = tcp_of(1).socket();
   ASSERT_TRUE(c.connect(kPeer, Port{9}).ok());
-  EXPECT_EQ(c.tuple().local_port, 51000);
+  EXPECT_EQ(c.tuple().local.port, 51000);
   EXPECT_EQ((steer->filter().find_flow(FlowKey{Proto::tcp, kPeer, 9, 51000})), (Target{1, 1}));
   std::optional<tcp::TcpSocket> s;
   ASSERT_TRUE(run_until([&] {
@@ -523,7 +523,7 @@ TEST_F(SteerQueuesTest, AGroupSpreadsConnectionsOverTheQueuesOfOneNodeAndOfSever
     // of the queue that answered.
     for (const tcp::TcpSocket& s : accepted[i]) {
       const tcp::FourTuple t = s.tuple();
-      std::optional<Target> f = steer->filter().find_flow(FlowKey{Proto::tcp, t.remote_addr, t.remote_port, 80});
+      std::optional<Target> f = steer->filter().find_flow(FlowKey{Proto::tcp, t.remote.addr.v4(), t.remote.port, 80});
       ASSERT_TRUE(f.has_value());
       EXPECT_EQ(*f, target_of(i));
     }
@@ -553,7 +553,7 @@ TEST_F(SteerQueuesTest, TheEgressCheckGuardsNodesAndCountsAStackSendingForAnothe
   ASSERT_TRUE(echo.ok());
   tcp::TcpSocket c = tcp_of(1).socket();
   ASSERT_TRUE(c.connect(kPeer, Port{9}).ok());
-  const std::uint16_t lport = c.tuple().local_port;
+  const std::uint16_t lport = c.tuple().local.port;
   ASSERT_TRUE(run_until([&] { return c.state() == tcp::State::established; }));
   const std::uint64_t denied_before = steer_counter("tx_denied");
   // Queue 0 of the same node sends on queue 1's 4-tuple: it goes (the node

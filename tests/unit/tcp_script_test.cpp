@@ -119,12 +119,12 @@ TEST_F(TcpScript, EphemeralPortsStartAtARandomPortOfTheRange) {
     tcp = std::make_unique<TcpProtocol>("tcp0", ip, loop.timers(), c);
     sock = tcp->socket();
     ASSERT_TRUE(sock.connect(kPeer, Port{80}).ok());
-    const std::uint16_t first = sock.tuple().local_port;
+    const std::uint16_t first = sock.tuple().local.port;
     EXPECT_GE(first, 40000);
     EXPECT_LE(first, 40999);
     TcpSocket next = tcp->socket();
     ASSERT_TRUE(next.connect(kPeer, Port{80}).ok());
-    EXPECT_EQ(next.tuple().local_port, first == 40999 ? 40000 : first + 1) << "then steps of one, wrapping";
+    EXPECT_EQ(next.tuple().local.port, first == 40999 ? 40000 : first + 1) << "then steps of one, wrapping";
     firsts.insert(first);
   }
   EXPECT_GT(firsts.size(), 1u) << "eight stacks, one first port: not random";
@@ -2367,7 +2367,7 @@ TEST_F(TcpScript, AFullSynQueueFallsBackToCookies) {
   inject(ack().seq(1).ack(1));
   Result<TcpSocket> a = listener.accept();
   ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->tuple().remote_port, 41001);
+  EXPECT_EQ(a->tuple().remote.port, 41001);
   EXPECT_EQ(a->stats().mss, 536) << "1000 is stored as the table's 536";
   EXPECT_EQ(stats().syncookies_ok.value(), 1u);
   EXPECT_EQ(tcp->connection_count(), 2u);
@@ -2377,7 +2377,7 @@ TEST_F(TcpScript, AFullSynQueueFallsBackToCookies) {
 
 TEST_F(TcpScript, SequenceNumbersWrapAround) {
   start();
-  clock.set(time_for_isn(FourTuple{kLocal, kListenPort, kPeer, kPeerPort}, 0xFFFFFF00));
+  clock.set(time_for_isn(FourTuple{{kLocal, kListenPort}, {kPeer, kPeerPort}}, 0xFFFFFF00));
   passive_open(Offer().sack().rtt(10ms), 0xFFFFFF80);
   EXPECT_EQ(iss.raw(), 0xFFFFFF00u);
   // A hole whose two sides lie on either side of the wrap.

@@ -188,10 +188,10 @@ TEST_F(Tcp2, HandshakeNegotiatesWindowScaleSackTimestampsAndMss) {
     EXPECT_EQ(st.rcv_wscale, 11);
     EXPECT_EQ(st.mss, 1460);
   }
-  EXPECT_EQ(c.tuple().remote_port, 5001);
-  EXPECT_EQ(s.tuple().local_port, 5001);
-  EXPECT_EQ(s.tuple().remote_port, c.tuple().local_port);
-  EXPECT_GE(c.tuple().local_port, 49152);
+  EXPECT_EQ(c.tuple().remote.port, 5001);
+  EXPECT_EQ(s.tuple().local.port, 5001);
+  EXPECT_EQ(s.tuple().remote.port, c.tuple().local.port);
+  EXPECT_GE(c.tuple().local.port, 49152);
   EXPECT_EQ(counter(*a, "tcp0", "active_opens"), 1u);
   EXPECT_EQ(counter(*b, "tcp0", "passive_opens"), 1u);
 }

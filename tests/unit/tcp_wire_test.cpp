@@ -536,7 +536,7 @@ TEST(SipHash, PapersWorkedExample) {
 
 // ---------------------------------------------------------------- ISNs
 
-const FourTuple kTuple{ip("192.0.2.10"), 80, ip("198.51.100.7"), 40001};
+const FourTuple kTuple{{ip("192.0.2.10"), 80}, {ip("198.51.100.7"), 40001}};
 
 TEST(TcpIsn, SameSecretSameTimeSameIsn) {
   IsnGenerator a(secret_of(7));
@@ -553,19 +553,19 @@ TEST(TcpIsn, EachTupleHasItsOwnOffset) {
   const Time now = at(42s);
   std::vector<FourTuple> tuples{kTuple};
   FourTuple t = kTuple;
-  t.local_addr = ip("192.0.2.11");
+  t.local.addr = ip("192.0.2.11");
   tuples.push_back(t);
   t = kTuple;
-  t.local_port = 81;
+  t.local.port = 81;
   tuples.push_back(t);
   t = kTuple;
-  t.remote_addr = ip("198.51.100.8");
+  t.remote.addr = ip("198.51.100.8");
   tuples.push_back(t);
   t = kTuple;
-  t.remote_port = 40002;
+  t.remote.port = 40002;
   tuples.push_back(t);
   // The same numbers on the other side: the direction counts.
-  tuples.push_back(FourTuple{kTuple.remote_addr, kTuple.remote_port, kTuple.local_addr, kTuple.local_port});
+  tuples.push_back(FourTuple{kTuple.remote, kTuple.local});
   std::set<std::uint32_t> isns;
   for (const FourTuple& x : tuples) isns.insert(g.isn(x, now).raw());
   EXPECT_EQ(isns.size(), tuples.size());
@@ -577,8 +577,9 @@ TEST(TcpIsn, IsClockPlusKeyedHash) {
   const SeqNum isn0 = g.isn(kTuple, t0);
   // RFC 6528 3: M + F.
   EXPECT_EQ(isn0, SeqNum(IsnGenerator::clock_ticks(t0)) + g.offset(kTuple));
-  Bytes tuple(12);
-  std::memcpy(tuple.data(), tuple_bytes(kTuple).data(), 12);
+  const TupleBytes tb(kTuple);
+  ASSERT_EQ(tb.size(), 12u);  // an IPv4 tuple hashes as it always did
+  Bytes tuple(tb.data(), tb.data() + tb.size());
   EXPECT_EQ(hex_of(tuple), "c000020a0050c63364079c41");
   EXPECT_EQ(g.offset(kTuple), static_cast<std::uint32_t>(siphash24(secret_of(5), tuple)));
   // M ticks every 4 microseconds.
@@ -588,6 +589,24 @@ TEST(TcpIsn, IsClockPlusKeyedHash) {
   EXPECT_GT(g.isn(kTuple, t0 + 1ms), isn0);
   // M wraps after 2^32 ticks (about 4.77 hours).
   EXPECT_EQ(g.isn(kTuple, t0 + 4us * 0x100000000ll), isn0);
+}
+
+TEST(TcpIsn, AnIpv6TupleHashesItsSixteenByteAddresses) {
+  IpAddr::Bytes l{0x20, 0x01, 0x0d, 0xb8};
+  l[15] = 0x0a;
+  IpAddr::Bytes r{0x20, 0x01, 0x0d, 0xb8};
+  r[15] = 0x07;
+  const FourTuple t{{IpAddr::v6(l), 80}, {IpAddr::v6(r), 40001}};
+  const TupleBytes tb(t);
+  ASSERT_EQ(tb.size(), 36u);
+  EXPECT_EQ(hex_of(Bytes(tb.data(), tb.data() + tb.size())),
+            "20010db800000000000000000000000a0050"
+            "20010db8000000000000000000000007"
+            "9c41");
+  IsnGenerator g(secret_of(5));
+  EXPECT_EQ(g.offset(t), static_cast<std::uint32_t>(siphash24(secret_of(5), tb.span())));
+  // A v6 tuple is not its v4-mapped twin's.
+  EXPECT_NE(g.offset(t), g.offset(kTuple));
 }
 
 TEST(TcpIsn, ClockTicksAroundTheEpoch) {
@@ -648,7 +667,7 @@ TEST(TcpSynCookie, DifferentInputsDifferentCookies) {
   seen.insert(c.make_isn(kTuple, SeqNum(1), 1460, now).raw());
   seen.insert(c.make_isn(kTuple, SeqNum(2), 1460, now).raw());
   FourTuple other = kTuple;
-  other.remote_port = 40002;
+  other.remote.port = 40002;
   seen.insert(c.make_isn(other, SeqNum(1), 1460, now).raw());
   seen.insert(c.make_isn(kTuple, SeqNum(1), 1460, now + kPeriod).raw());
   EXPECT_EQ(seen.size(), 4u);
@@ -663,18 +682,18 @@ TEST(TcpSynCookie, RejectsWhatItDidNotMake) {
 
   // Another tuple: each field in turn, and the reverse direction.
   FourTuple t = kTuple;
-  t.local_addr = ip("192.0.2.99");
+  t.local.addr = ip("192.0.2.99");
   EXPECT_EQ(c.check_ack(t, client_isn + 1, isn + 1, now).error(), Errc::malformed);
   t = kTuple;
-  t.local_port = 8080;
+  t.local.port = 8080;
   EXPECT_FALSE(c.check_ack(t, client_isn + 1, isn + 1, now).ok());
   t = kTuple;
-  t.remote_addr = ip("198.51.100.77");
+  t.remote.addr = ip("198.51.100.77");
   EXPECT_FALSE(c.check_ack(t, client_isn + 1, isn + 1, now).ok());
   t = kTuple;
-  t.remote_port = 1;
+  t.remote.port = 1;
   EXPECT_FALSE(c.check_ack(t, client_isn + 1, isn + 1, now).ok());
-  EXPECT_FALSE(c.check_ack({kTuple.remote_addr, kTuple.remote_port, kTuple.local_addr, kTuple.local_port},
+  EXPECT_FALSE(c.check_ack(FourTuple{kTuple.remote, kTuple.local},
                            client_isn + 1, isn + 1, now)
                    .ok());
   // Another client ISN, or an ACK that is off by one.

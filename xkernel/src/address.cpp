@@ -1,7 +1,11 @@
 #include "xk/address.hpp"
 
+#include <arpa/inet.h>
+
 #include <charconv>
 #include <cstdio>
+
+#include "xk/endpoint.hpp"
 
 namespace xk {
 
@@ -17,6 +21,17 @@ std::string to_string(const Ipv4Addr& a) {
   std::snprintf(buf, sizeof buf, "%u.%u.%u.%u", (a.value >> 24) & 0xff, (a.value >> 16) & 0xff,
                 (a.value >> 8) & 0xff, a.value & 0xff);
   return buf;
+}
+
+std::string to_string(const IpAddr& a) {
+  if (a.is_v4()) return to_string(a.v4());
+  char buf[INET6_ADDRSTRLEN];
+  return inet_ntop(AF_INET6, a.bytes().data(), buf, sizeof buf) != nullptr ? buf : "?";
+}
+
+std::string to_string(const Endpoint& e) {
+  const std::string port = ":" + std::to_string(e.port);
+  return e.addr.is_v4() ? to_string(e.addr) + port : "[" + to_string(e.addr) + "]" + port;
 }
 
 std::string to_string(const AddressPart& a) {

@@ -103,7 +103,7 @@ extern "C" int xk_accept4(int fd, struct sockaddr* addr, socklen_t* len, int fla
       close_sock(child, true);
       return fail(EMFILE, "accept: too many xk descriptors");
     }
-    write_sockaddr(tuple.remote_addr, Port{tuple.remote_port}, addr, len);
+    write_sockaddr(tuple.remote, addr, len);
     return nfd;
   });
 }
@@ -113,22 +113,22 @@ extern "C" int xk_accept(int fd, struct sockaddr* addr, socklen_t* len) { return
 extern "C" int xk_connect(int fd, const struct sockaddr* addr, socklen_t len) {
   auto s = get_sock(fd);
   if (!s) return -1;
-  Ipv4Addr a;
-  Port p;
+  Endpoint to;
   int err = 0;
-  if (!read_sockaddr(addr, len, a, p, err)) return fail(err, "connect: bad address");
+  if (!read_sockaddr(addr, len, to, err)) return fail(err, "connect: bad address");
+  const Port p{to.port};
   return guarded("connect", [&]() -> int {
     if (s->type == SOCK_DGRAM) {
       Errc e = s->stack->call([&] {
         if (s->closed.load()) return Errc::closed;
-        Errc r = s->udp.connect(a, p).error();
+        Errc r = s->udp.connect(to.addr.v4(), p).error();
         refresh(*s, false);
         return r;
       });
       if (e != Errc::ok) return fail(e, "connect");
       return 0;
     }
-    if (p.value == 0 || a.value == 0) return fail(EINVAL, "connect: no address or port");
+    if (p.value == 0 || to.addr.is_unspecified()) return fail(EINVAL, "connect: no address or port");
     // 1: started now, 2: in progress already, 3: connected already.
     Result<int> started = s->stack->call([&]() -> Result<int> {
       if (s->closed.load()) return Errc::closed;
@@ -139,7 +139,7 @@ extern "C" int xk_connect(int fd, const struct sockaddr* addr, socklen_t len) {
         return s->conn.state() == tcp::State::syn_sent ? 2 : 3;
       }
       if (s->reserved) s->stack->tcp()->release_port(s->bind_addr, s->bind_port);
-      Status st = s->conn.connect(a, p, s->bind_addr, s->bind_port);
+      Status st = s->conn.connect(to.addr, p, s->bind_addr, s->bind_port);
       if (!st) {
         if (s->reserved) (void)s->stack->tcp()->reserve_port(s->bind_addr, s->bind_port, true, s->reuse_port);
         return st.error();

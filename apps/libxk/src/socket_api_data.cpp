@@ -204,12 +204,13 @@ ssize_t dgram_recv(Sock& s, const iovec* iov, int iovcnt, int flags, DgramInfo& 
 
 // One datagram of the buffers' bytes, to `to` (null: the connected peer).
 ssize_t dgram_send(Sock& s, const iovec* iov, int iovcnt, const sockaddr* to, socklen_t tolen) {
-  Ipv4Addr a;
-  Port p;
+  Endpoint dest;
   if (to != nullptr) {
     int err = 0;
-    if (!read_sockaddr(to, tolen, a, p, err)) return fail(err, "sendto: bad address");
+    if (!read_sockaddr(to, tolen, dest, err)) return fail(err, "sendto: bad address");
   }
+  const Ipv4Addr a = dest.addr.v4();  // UDP is IPv4's so far
+  const Port p{dest.port};
   std::size_t len = 0;
   for (int i = 0; i < iovcnt; ++i) {
     len += iov[i].iov_len;
@@ -392,7 +393,7 @@ extern "C" ssize_t xk_recvfrom(int fd, void* buf, size_t len, int flags, struct 
   return guarded("recvfrom", [&]() -> ssize_t {
     DgramInfo info;
     const ssize_t n = dgram_recv(*s, &v, 1, flags, info);
-    if (n >= 0) write_sockaddr(info.from, info.port, from, fromlen);
+    if (n >= 0) write_sockaddr(Endpoint{info.from, info.port.value}, from, fromlen);
     return n;
   });
 }
@@ -422,7 +423,7 @@ extern "C" ssize_t xk_recvmsg(int fd, struct msghdr* msg, int flags) {
       if (n < 0) return n;
       if (info.length > info.copied) msg->msg_flags |= MSG_TRUNC;
       if (msg->msg_name != nullptr) {
-        write_sockaddr(info.from, info.port, static_cast<sockaddr*>(msg->msg_name), &msg->msg_namelen);
+        write_sockaddr(Endpoint{info.from, info.port.value}, static_cast<sockaddr*>(msg->msg_name), &msg->msg_namelen);
       } else {
         msg->msg_namelen = 0;
       }

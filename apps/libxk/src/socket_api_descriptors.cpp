@@ -86,23 +86,33 @@ Deadline deadline_after_ns(std::int64_t ns) {
 }
 
 namespace {
-sockaddr_in to_sockaddr(Ipv4Addr a, Port p) {
-  sockaddr_in sin{};
-  sin.sin_family = AF_INET;
-  sin.sin_port = htons(p.value);
-  sin.sin_addr.s_addr = htonl(a.value);
-  return sin;
+template <class S>
+void copy_out(const S& sa, sockaddr* addr, socklen_t* len) {
+  std::memcpy(addr, &sa, std::min<std::size_t>(*len, sizeof sa));
+  *len = sizeof sa;
 }
 }  // namespace
 
-void write_sockaddr(Ipv4Addr a, Port p, sockaddr* addr, socklen_t* len) {
+// An IPv4 end as a sockaddr_in, any other as a sockaddr_in6.
+void write_sockaddr(const Endpoint& e, sockaddr* addr, socklen_t* len) {
   if (addr == nullptr || len == nullptr) return;
-  sockaddr_in sin = to_sockaddr(a, p);
-  std::memcpy(addr, &sin, std::min<std::size_t>(*len, sizeof sin));
-  *len = sizeof sin;
+  if (e.addr.is_v4()) {
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons(e.port);
+    sin.sin_addr.s_addr = htonl(e.addr.v4().value);
+    copy_out(sin, addr, len);
+    return;
+  }
+  sockaddr_in6 sin6{};
+  sin6.sin6_family = AF_INET6;
+  sin6.sin6_port = htons(e.port);
+  std::memcpy(sin6.sin6_addr.s6_addr, e.addr.bytes().data(), 16);
+  copy_out(sin6, addr, len);
 }
 
-bool read_sockaddr(const sockaddr* addr, socklen_t len, Ipv4Addr& a, Port& p, int& err) {
+// The sockets are AF_INET's (xk_socket refuses AF_INET6 so far).
+bool read_sockaddr(const sockaddr* addr, socklen_t len, Endpoint& e, int& err) {
   if (addr == nullptr || len < static_cast<socklen_t>(sizeof(sockaddr_in))) {
     err = EINVAL;
     return false;
@@ -113,8 +123,7 @@ bool read_sockaddr(const sockaddr* addr, socklen_t len, Ipv4Addr& a, Port& p, in
     err = EAFNOSUPPORT;
     return false;
   }
-  a = Ipv4Addr{ntohl(sin.sin_addr.s_addr)};
-  p = Port{ntohs(sin.sin_port)};
+  e = Endpoint{Ipv4Addr{ntohl(sin.sin_addr.s_addr)}, ntohs(sin.sin_port)};
   return true;
 }
 
@@ -225,19 +234,19 @@ extern "C" int xk_socket(xk_stack* h, int domain, int type, int protocol) {
 extern "C" int xk_bind(int fd, const struct sockaddr* addr, socklen_t len) {
   auto s = get_sock(fd);
   if (!s) return -1;
-  Ipv4Addr a;
-  Port p;
+  Endpoint at;
   int err = 0;
-  if (!read_sockaddr(addr, len, a, p, err)) return fail(err, "bind: bad address");
+  if (!read_sockaddr(addr, len, at, err)) return fail(err, "bind: bad address");
+  const Port p{at.port};
   return guarded("bind", [&] {
     Errc e = s->stack->call([&]() -> Errc {
       if (s->closed.load()) return Errc::closed;
-      if (s->type == SOCK_DGRAM) return s->udp.bind(a, p).error();
+      if (s->type == SOCK_DGRAM) return s->udp.bind(at.addr.v4(), p).error();
       if (s->reserved || s->listening || s->connected) return Errc::bad_state;
-      Result<Port> r = s->stack->tcp()->reserve_port(a, p, s->reuse_addr, s->reuse_port);
+      Result<Port> r = s->stack->tcp()->reserve_port(at.addr, p, s->reuse_addr, s->reuse_port);
       if (!r) return r.error();
       s->reserved = true;
-      s->bind_addr = a;
+      s->bind_addr = at.addr;
       s->bind_port = *r;
       return Errc::ok;
     });

@@ -42,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "xk/endpoint.hpp"
 #include "xk/protocols/tcp.hpp"
 #include "xk/protocols/udp.hpp"
 #include "xk/stack.hpp"
@@ -155,7 +156,7 @@ struct Sock final : File {
   bool listening = false;
   bool connected = false;  // connect() issued, or accepted
   bool reserved = false;   // bind() holds (bind_addr, bind_port) in tcp
-  Ipv4Addr bind_addr;
+  IpAddr bind_addr;
   Port bind_port;
   bool reuse_addr = false;
   bool reuse_port = false;  // listen as one of a group of nodes (filterd)
@@ -310,8 +311,8 @@ Outcome blocking(Sock& s, bool may_block, Deadline deadline, Op&& op, std::uint3
   }
 }
 
-void write_sockaddr(Ipv4Addr a, Port p, sockaddr* addr, socklen_t* len);
-bool read_sockaddr(const sockaddr* addr, socklen_t len, Ipv4Addr& a, Port& p, int& err);
+void write_sockaddr(const Endpoint& e, sockaddr* addr, socklen_t* len);
+bool read_sockaddr(const sockaddr* addr, socklen_t len, Endpoint& e, int& err);
 
 // Runs `body`, turning what escapes into errno (the C API never throws).
 template <class Body>

@@ -459,20 +459,19 @@ extern "C" int xk_getsockname(int fd, struct sockaddr* addr, socklen_t* len) {
   if (!s) return -1;
   if (addr == nullptr || len == nullptr) return fail(EFAULT, "getsockname: no buffer");
   return guarded("getsockname", [&] {
-    std::pair<Ipv4Addr, Port> ep = s->stack->call([&]() -> std::pair<Ipv4Addr, Port> {
+    Endpoint ep = s->stack->call([&]() -> Endpoint {
       if (s->type == SOCK_DGRAM) {
         Result<udp::Endpoint> e = s->udp.local_endpoint();
-        if (!e) return {};
-        return {e->addr, e->port};
+        if (!e) return Endpoint{Ipv4Addr{}, 0};
+        return {e->addr, e->port.value};
       }
-      if (s->listening) return {s->bind_addr, s->listener.port()};
-      if (s->connected) {
-        tcp::FourTuple t = s->conn.tuple();
-        return {t.local_addr, Port{t.local_port}};
-      }
-      return {s->bind_addr, s->bind_port};
+      // (An unbound socket's is the wildcard of its family: 0.0.0.0.)
+      const IpAddr bound = s->bind_addr.is_unspecified() ? IpAddr(Ipv4Addr{}) : s->bind_addr;
+      if (s->listening) return {bound, s->listener.port().value};
+      if (s->connected) return s->conn.tuple().local;
+      return {bound, s->bind_port.value};
     });
-    write_sockaddr(ep.first, ep.second, addr, len);
+    write_sockaddr(ep, addr, len);
     return 0;
   });
 }
@@ -482,20 +481,19 @@ extern "C" int xk_getpeername(int fd, struct sockaddr* addr, socklen_t* len) {
   if (!s) return -1;
   if (addr == nullptr || len == nullptr) return fail(EFAULT, "getpeername: no buffer");
   return guarded("getpeername", [&] {
-    std::optional<std::pair<Ipv4Addr, Port>> ep = s->stack->call([&]() -> std::optional<std::pair<Ipv4Addr, Port>> {
+    std::optional<Endpoint> ep = s->stack->call([&]() -> std::optional<Endpoint> {
       if (s->type == SOCK_DGRAM) {
         Result<udp::Endpoint> e = s->udp.remote_endpoint();
         if (!e) return std::nullopt;
-        return std::pair{e->addr, e->port};
+        return Endpoint{e->addr, e->port.value};
       }
       if (!s->connected || s->listening) return std::nullopt;
       tcp::State st = s->conn.state();
       if (st == tcp::State::syn_sent || st == tcp::State::closed) return std::nullopt;
-      tcp::FourTuple t = s->conn.tuple();
-      return std::pair{t.remote_addr, Port{t.remote_port}};
+      return s->conn.tuple().remote;
     });
     if (!ep) return fail(ENOTCONN, "getpeername: not connected");
-    write_sockaddr(ep->first, ep->second, addr, len);
+    write_sockaddr(*ep, addr, len);
     return 0;
   });
 }

@@ -345,7 +345,7 @@ struct Stack {
     // Flow 1: the stack connects to the peer.
     xk::tcp::TcpSocket c = tcp().socket();
     if (!c.connect(xk::Ipv4Addr{kPeerIp}, xk::Port{5000}).ok()) std::abort();
-    fl[1].stack_port = c.tuple().local_port;
+    fl[1].stack_port = c.tuple().local.port;
     socks[1] = std::move(c);
     settle();
     std::uint32_t iss = fl[1].stack_nxt;  // one past our SYN

@@ -39,6 +39,8 @@ using AddressPart = std::variant<MacAddr, Ipv4Addr, Port, ProtoNum>;
 
 std::string to_string(const MacAddr& a);
 std::string to_string(const Ipv4Addr& a);
+// Dotted quad for an IPv4 address, RFC 5952 text for an IPv6 one.
+std::string to_string(const IpAddr& a);
 std::string to_string(const AddressPart& a);
 // Parse dotted quad ("192.0.2.1") and colon MAC ("02:00:00:00:00:01").
 Result<Ipv4Addr> parse_ipv4(std::string_view text);

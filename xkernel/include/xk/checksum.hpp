@@ -16,6 +16,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 
 #include "xk/address.hpp"
@@ -112,6 +113,22 @@ constexpr std::uint32_t pseudo_header_v4(Ipv4Addr src, Ipv4Addr dst, std::uint8_
                     (dst.value & 0xffffu) + proto + length;
   // s is the sum of host-order values of big-endian words; on a little-endian
   // host the words in memory are byte-swapped, and so is their sum.
+  if constexpr (std::endian::native == std::endian::little) s = std::rotl(s, 8);
+  return s;
+}
+
+// The same for either family: IPv4's above when both addresses are IPv4,
+// else IPv6's (RFC 8200 8.1: source, destination, the upper-layer length as
+// 32 bits, three zero bytes, the next header).
+constexpr std::uint32_t pseudo_header(const IpAddr& src, const IpAddr& dst, std::uint8_t proto,
+                                      std::uint32_t length) noexcept {
+  if (src.is_v4() && dst.is_v4()) {
+    return pseudo_header_v4(src.v4(), dst.v4(), proto, static_cast<std::uint16_t>(length));
+  }
+  std::uint32_t s = (length >> 16) + (length & 0xffffu) + proto;
+  for (const IpAddr* a : {&src, &dst}) {
+    for (std::size_t i = 0; i < 16; i += 2) s += std::uint32_t{a->bytes()[i]} << 8 | a->bytes()[i + 1];
+  }
   if constexpr (std::endian::native == std::endian::little) s = std::rotl(s, 8);
   return s;
 }

@@ -9,7 +9,10 @@
 // implicitly and back with v4().
 
 #include <array>
+#include <bit>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 namespace xk {
 
@@ -41,11 +44,20 @@ class IpAddr {
   }
 
   // An IPv4 address (in its mapped form).
+  // (On every received packet and demux lookup: two loads and compares,
+  // not a loop, at run time.)
   constexpr bool is_v4() const noexcept {
-    for (int i = 0; i < 10; ++i) {
-      if (b_[i] != 0) return false;
+    if (std::is_constant_evaluated()) {
+      for (int i = 0; i < 10; ++i) {
+        if (b_[i] != 0) return false;
+      }
+      return b_[10] == 0xff && b_[11] == 0xff;
     }
-    return b_[10] == 0xff && b_[11] == 0xff;
+    std::uint64_t head;
+    std::uint32_t mark;
+    std::memcpy(&head, b_.data(), 8);
+    std::memcpy(&mark, b_.data() + 8, 4);
+    return head == 0 && mark == std::bit_cast<std::uint32_t>(std::array<std::uint8_t, 4>{0, 0, 0xff, 0xff});
   }
   // The IPv4 address; meaningful when is_v4().
   constexpr Ipv4Addr v4() const noexcept {
@@ -53,6 +65,9 @@ class IpAddr {
                     static_cast<std::uint32_t>(b_[14]) << 8 | b_[15]};
   }
   constexpr const Bytes& bytes() const noexcept { return b_; }
+  // No address: :: (either family's, a dual-stack wildcard) or 0.0.0.0
+  // (IPv4's).
+  constexpr bool is_unspecified() const noexcept { return *this == IpAddr{} || *this == IpAddr(Ipv4Addr{}); }
 
   friend constexpr bool operator==(const IpAddr&, const IpAddr&) = default;
 

@@ -27,10 +27,10 @@ class PortAuthority {
   // An active open to (remote, remote_port) from `local_port` (0: the
   // authority picks a host-wide free one). Returns the local port; the
   // flow's frames come to this node from then on.
-  virtual Result<std::uint16_t> claim_connect(std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
+  virtual Result<std::uint16_t> claim_connect(std::uint8_t proto, std::uint16_t local_port, const IpAddr& remote,
                                               std::uint16_t remote_port) = 0;
   // The connection is over (after TIME-WAIT): the 4-tuple may be reused.
-  virtual void release_connect(std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
+  virtual void release_connect(std::uint8_t proto, std::uint16_t local_port, const IpAddr& remote,
                                std::uint16_t remote_port) noexcept = 0;
 };
 

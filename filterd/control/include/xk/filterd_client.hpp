@@ -192,13 +192,16 @@ class FilterdClient final : public PortAuthority, public Pollable {
     return claim_listen_on(0, proto, port, group);
   }
   void release_listen(std::uint8_t proto, std::uint16_t port) noexcept override { release_listen_on(0, proto, port); }
-  Result<std::uint16_t> claim_connect(std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
+  // filterd's flows are IPv4's so far (docs/control-protocol.md): another
+  // family is unsupported.
+  Result<std::uint16_t> claim_connect(std::uint8_t proto, std::uint16_t local_port, const IpAddr& remote,
                                       std::uint16_t remote_port) override {
-    return claim_connect_on(0, proto, local_port, remote, remote_port);
+    if (!remote.is_v4()) return Errc::unsupported;
+    return claim_connect_on(0, proto, local_port, remote.v4(), remote_port);
   }
-  void release_connect(std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
+  void release_connect(std::uint8_t proto, std::uint16_t local_port, const IpAddr& remote,
                        std::uint16_t remote_port) noexcept override {
-    release_connect_on(0, proto, local_port, remote, remote_port);
+    if (remote.is_v4()) release_connect_on(0, proto, local_port, remote.v4(), remote_port);
   }
   Result<std::uint16_t> claim_listen_on(std::uint16_t queue, std::uint8_t proto, std::uint16_t port, bool group);
   void release_listen_on(std::uint16_t queue, std::uint8_t proto, std::uint16_t port) noexcept;

@@ -52,7 +52,7 @@ class RelayConnection final : public tcp::StreamEndpoint {
   Status pop(Session&, Msg) override { return Errc::unsupported; }
   Status close() override { return close_gracefully(); }
 
-  Status connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr = {}, Port local_port = {}) override;
+  Status connect(IpAddr addr, Port port, IpAddr local_addr = {}, Port local_port = {}) override;
   // `more` means nothing here: the relay carries bytes, filterd makes the segments.
   Result<std::size_t> write(std::span<const std::byte> bytes, bool more) override;
   Status write_msg(Msg& msg) override;
@@ -120,7 +120,7 @@ class RelayConnection final : public tcp::StreamEndpoint {
 
 class RelayListener final : public tcp::ListenEndpoint {
  public:
-  RelayListener(RelayProtocol& proto, Ipv4Addr addr, Port port, std::size_t backlog, PortAuthority* authority);
+  RelayListener(RelayProtocol& proto, IpAddr addr, Port port, std::size_t backlog, PortAuthority* authority);
   ~RelayListener() override;
   Status push(Msg) override { return Errc::unsupported; }
   Status pop(Session&, Msg) override { return Errc::unsupported; }
@@ -131,14 +131,14 @@ class RelayListener final : public tcp::ListenEndpoint {
   std::uint32_t events() const noexcept override { return accept_q_.empty() ? 0u : std::uint32_t{tcp::ev_acceptable}; }
   void set_on_event(std::function<void()> fn) override { on_event_ = std::move(fn); }
   void set_checksum(ChecksumMode) noexcept override {}
-  Ipv4Addr addr() const noexcept override { return addr_; }
+  IpAddr addr() const noexcept override { return addr_; }
   Port port() const noexcept override { return port_; }
   bool detached() const noexcept override { return proto_ == nullptr; }
 
  private:
   friend class RelayProtocol;
   RelayProtocol* proto_;
-  Ipv4Addr addr_;
+  IpAddr addr_;
   Port port_;
   std::size_t backlog_;
   PortAuthority* authority_;
@@ -163,7 +163,7 @@ class RelayProtocol final : public Protocol, public Pollable, public tcp::Stream
   Result<ControlReply> control_any(const ControlQuery& query) override;
 
   Ref<tcp::StreamEndpoint> make_stream() override;
-  Result<Ref<tcp::ListenEndpoint>> make_listener(Ipv4Addr addr, Port port, std::size_t backlog,
+  Result<Ref<tcp::ListenEndpoint>> make_listener(IpAddr addr, Port port, std::size_t backlog,
                                                  PortAuthority* authority) override;
   std::size_t stream_count() const noexcept override { return conns_.size(); }
 

@@ -173,15 +173,16 @@ class TcpProtocol final : public Protocol {
   Result<ControlReply> control_any(const ControlQuery& query) override;
 
   TcpSocket socket();
-  // Listen on `port` (0: an ephemeral one) of `addr` (0: every address).
+  // Listen on `port` (0: an ephemeral one) of `addr` (unspecified, 0.0.0.0
+  // or ::, every address).
   // `group`: with a PortAuthority, share the port with other nodes
   // (SO_REUSEPORT); new connections are spread among them.
-  Result<TcpListener> listen(Ipv4Addr addr, Port port, std::size_t backlog = 128, bool group = false);
+  Result<TcpListener> listen(IpAddr addr, Port port, std::size_t backlog = 128, bool group = false);
   // listen() on what reserve_port(addr, port) holds: the reservation becomes
   // the listener without a moment when the port is free, and a claim the
   // bind made of a PortAuthority carries over (one control round trip for
   // bind + listen, not three). Refused: the reservation is held again.
-  Result<TcpListener> listen_reserved(Ipv4Addr addr, Port port, std::size_t backlog = 128, bool group = false);
+  Result<TcpListener> listen_reserved(IpAddr addr, Port port, std::size_t backlog = 128, bool group = false);
 
   // Ports and connections are agreed with `authority` (filterd) from now on;
   // null: the stack owns its address alone. Must outlive the protocol's use
@@ -195,21 +196,21 @@ class TcpProtocol final : public Protocol {
 
   // bind() before listen() or connect(): hold (addr, port) (port 0: an
   // ephemeral one) so nobody else takes it meanwhile. Refused (exists) when a
-  // listener or another reservation overlaps it -- address 0 overlaps every
-  // address -- or, unless `reuse_addr` (SO_REUSEADDR), when a connection still
+  // listener or another reservation overlaps it -- an unspecified address
+  // overlaps every address -- or, unless `reuse_addr` (SO_REUSEADDR), when a connection still
   // uses it as its local end (TIME-WAIT ones included). A listen takes it
   // over (listen_reserved); release it before the connect() that uses it. With a
   // PortAuthority (filterd), a named port is claimed from it as a listener's
   // (`group`: SO_REUSEPORT) and given back by release_port.
-  Result<Port> reserve_port(Ipv4Addr addr, Port port, bool reuse_addr, bool group = false);
-  void release_port(Ipv4Addr addr, Port port) noexcept;
+  Result<Port> reserve_port(IpAddr addr, Port port, bool reuse_addr, bool group = false);
+  void release_port(IpAddr addr, Port port) noexcept;
 
   // What this stack holds, for a PortAuthority that has to learn it again
   // (filterd restarted: docs/filterd.md): every listener, and every
   // connection that has its 4-tuple (SYN-SENT to TIME-WAIT), with whether a
   // listener made it and whether the authority gave its local port.
   struct ListenerInfo {
-    Ipv4Addr addr;
+    IpAddr addr;
     Port port;
     bool group = false;
   };
@@ -244,47 +245,43 @@ class TcpProtocol final : public Protocol {
   friend class TcpConnection;
   friend class ListenSession;
 
-  struct ConnKey {
-    std::uint32_t local_addr;
-    std::uint32_t remote_addr;
-    std::uint16_t local_port;
-    std::uint16_t remote_port;
-    friend bool operator==(const ConnKey&, const ConnKey&) = default;
-  };
+  // Connections are keyed by their FourTuple itself (xk/endpoint.hpp): a
+  // plain key of either family.
+  using ConnKey = FourTuple;
   struct ListenKey {
-    std::uint32_t addr;
+    IpAddr addr;  // unspecified: every address (IpAddr::is_unspecified)
     std::uint16_t port;
-    std::uint16_t zero = 0;
     friend bool operator==(const ListenKey&, const ListenKey&) = default;
   };
   struct PeerKey {
-    std::uint32_t addr;
+    IpAddr addr;
     friend bool operator==(const PeerKey&, const PeerKey&) = default;
   };
   struct IpPeer {
     SessionRef session;
-    Ipv4Addr local;
-    Ipv4Addr peer;
+    IpAddr local;
+    IpAddr peer;
     std::size_t users = 0;
   };
-  static ConnKey key_of(const FourTuple& t) noexcept {
-    return ConnKey{t.local_addr.value, t.remote_addr.value, t.local_port, t.remote_port};
-  }
+  static const ConnKey& key_of(const FourTuple& t) noexcept { return t; }
+  // A listener's or a reservation's key address: every unspecified address
+  // (0.0.0.0, ::) is one wildcard.
+  static IpAddr listen_key_addr(const IpAddr& a) noexcept { return a.is_unspecified() ? IpAddr{} : a; }
 
   Status ensure_enabled();
-  Result<IpPeer*> ip_for(Ipv4Addr peer, Session* known);
-  void drop_ip_user(Ipv4Addr peer) noexcept;
-  Result<std::uint16_t> pick_ephemeral(Ipv4Addr local, Ipv4Addr remote, std::uint16_t rport);
+  Result<IpPeer*> ip_for(IpAddr peer, Session* known);
+  void drop_ip_user(IpAddr peer) noexcept;
+  Result<std::uint16_t> pick_ephemeral(IpAddr local, IpAddr remote, std::uint16_t rport);
   // A listener or a reservation on (addr, port), address 0 overlapping all.
-  bool port_claimed(Ipv4Addr addr, std::uint16_t port);
+  bool port_claimed(IpAddr addr, std::uint16_t port);
   // The listener on `port`, whose claim (if any) the caller holds.
-  Result<TcpListener> open_listener(Ipv4Addr addr, std::uint16_t port, std::size_t backlog, bool group);
+  Result<TcpListener> open_listener(IpAddr addr, std::uint16_t port, std::size_t backlog, bool group);
   // The listener a SYN to (local, port) goes to: one on that address, else
   // one on every address; null if none.
-  ListenSession* listener_at(Ipv4Addr local, std::uint16_t port);
+  ListenSession* listener_at(IpAddr local, std::uint16_t port);
   // A connection (TIME-WAIT ones included) has (addr, port) as its local
   // end; address 0: any address.
-  bool local_port_used(Ipv4Addr addr, std::uint16_t port);
+  bool local_port_used(IpAddr addr, std::uint16_t port);
   Status insert(TcpConnection& c);
   void remove(TcpConnection& c) noexcept;
   void listen_input(ListenSession& l, IpPeer& ip, const Header& h, const Options& opts, Msg payload,
@@ -294,13 +291,13 @@ class TcpProtocol final : public Protocol {
                   std::uint8_t flags, std::uint16_t window, const Options* opts, ChecksumMode csum);
   bool challenge_ack_allowed(Time now) noexcept;
   // `csum`: the connection's (or listener's, or the stack's) mode.
-  Status transmit(Session& ip, Ipv4Addr src, Ipv4Addr dst, Msg segment, ChecksumMode csum);
+  Status transmit(Session& ip, IpAddr src, IpAddr dst, Msg segment, ChecksumMode csum);
   std::uint16_t path_mss(Session& ip) const;
   // Connections may hand the port segments to cut (Offload::tx_tcp_seg).
   bool segmentation_offload() const noexcept { return offloads_.tx_tcp_seg && config_.gso; }
   // ---- ICMP and the IP sessions' DF bit (tcp_icmp.cpp) ----
   void icmp_error(const ctl::NetError& err);
-  void allow_fragments(Ipv4Addr peer) noexcept;
+  void allow_fragments(IpAddr peer) noexcept;
   std::uint8_t our_wscale(std::size_t rcvbuf_max) const noexcept;
 
   Protocol& below_;
@@ -312,7 +309,7 @@ class TcpProtocol final : public Protocol {
   SynCookies cookies_;
   bool enabled_ = false;
   std::uint32_t next_ephemeral_;
-  ActiveMap<ConnKey> conns_;
+  TupleMap<SessionRef> conns_;
   FlatMap<ListenKey, ListenSession*> listeners_;
   FlatMap<ListenKey, std::uint32_t> reserved_;  // bound, not yet listening or connected: 1, or
   static constexpr std::uint32_t kClaimedReservation = 2;  // claimed from the authority too
@@ -343,7 +340,7 @@ class TcpProtocol final : public Protocol {
   void end_time_wait(const ConnKey& key, bool release_flow = true) noexcept;
   void expire_time_waits();
   bool in_time_wait(const ConnKey& key) const noexcept { return time_waits_.find(key) != nullptr; }
-  FlatMap<ConnKey, TimeWaitRecord> time_waits_;
+  TupleMap<TimeWaitRecord> time_waits_;
   // Parked records by expiry (all last 2 MSL, so the order is the parking
   // order): a record restarted by a retransmitted FIN is queued again, and
   // its older entry skipped.

@@ -20,6 +20,7 @@
 
 #include "xk/address.hpp"
 #include "xk/clock.hpp"
+#include "xk/endpoint.hpp"
 #include "xk/protocols/tcp_seq.hpp"
 #include "xk/hash.hpp"
 
@@ -36,19 +37,24 @@ Secret random_secret();
 // SipHash-2-4 (xk/hash.hpp).
 using xk::siphash24;
 
-// A connection's addresses seen from this end.
-struct FourTuple {
-  Ipv4Addr local_addr;
-  std::uint16_t local_port = 0;
-  Ipv4Addr remote_addr;
-  std::uint16_t remote_port = 0;
-  friend bool operator==(const FourTuple&, const FourTuple&) = default;
-};
+// A connection's addresses seen from this end (xk/endpoint.hpp).
+using FourTuple = xk::FourTuple;
 
-// The tuple as hashed: local address, local port, remote address, remote port,
-// each big-endian (12 bytes).
-inline constexpr std::size_t kFourTupleBytes = 12;
-std::array<std::byte, kFourTupleBytes> tuple_bytes(const FourTuple& t) noexcept;
+// The tuple as hashed: local address, local port, remote address, remote
+// port, each big-endian -- 12 bytes for IPv4 (the addresses' 4 bytes), 36
+// for IPv6.
+class TupleBytes {
+ public:
+  static constexpr std::size_t kMax = 36;
+  explicit TupleBytes(const FourTuple& t) noexcept;
+  const std::byte* data() const noexcept { return b_.data(); }
+  std::size_t size() const noexcept { return n_; }
+  std::span<const std::byte> span() const noexcept { return {b_.data(), n_}; }
+
+ private:
+  std::array<std::byte, kMax> b_;
+  std::size_t n_ = 0;
+};
 
 class IsnGenerator {
  public:

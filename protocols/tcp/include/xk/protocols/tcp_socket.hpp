@@ -140,7 +140,7 @@ class StreamEndpoint : public Session {
  public:
   using Session::Session;
 
-  virtual Status connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr = {}, Port local_port = {}) = 0;
+  virtual Status connect(IpAddr addr, Port port, IpAddr local_addr = {}, Port local_port = {}) = 0;
   // `more`: the caller's write goes on in its next call (the next buffer of
   // a writev): a short tail waits for it and the PSH is left to that call.
   virtual Result<std::size_t> write(std::span<const std::byte> bytes, bool more) = 0;
@@ -200,7 +200,7 @@ class ListenEndpoint : public Session {
   virtual std::uint32_t events() const noexcept = 0;
   virtual void set_on_event(std::function<void()> fn) = 0;
   virtual void set_checksum(ChecksumMode mode) noexcept = 0;
-  virtual Ipv4Addr addr() const noexcept = 0;
+  virtual IpAddr addr() const noexcept = 0;
   virtual Port port() const noexcept = 0;
   virtual bool detached() const noexcept = 0;
   // TCP_MAXSEG on a listener: the MSS its SYN-ACKs offer and its
@@ -216,7 +216,7 @@ class StreamBackend {
   virtual ~StreamBackend() = default;
   virtual Ref<StreamEndpoint> make_stream() = 0;
   // `authority`: to give the port back to when the listener closes (or null).
-  virtual Result<Ref<ListenEndpoint>> make_listener(Ipv4Addr addr, Port port, std::size_t backlog,
+  virtual Result<Ref<ListenEndpoint>> make_listener(IpAddr addr, Port port, std::size_t backlog,
                                                     PortAuthority* authority) = 0;
   virtual std::size_t stream_count() const noexcept = 0;
 };
@@ -243,7 +243,7 @@ class TcpSocket {
   bool is_open() const noexcept { return c_ && !c_->detached(); }
   // Starts the handshake; the socket becomes writable when it is done. A
   // local port (from TcpProtocol::reserve_port) may be given.
-  Status connect(Ipv4Addr addr, Port port, Ipv4Addr local_addr = {}, Port local_port = {});
+  Status connect(IpAddr addr, Port port, IpAddr local_addr = {}, Port local_port = {});
   // `more`: see StreamEndpoint::write.
   Result<std::size_t> write(std::span<const std::byte> bytes, bool more = false);
   // See StreamEndpoint::write_msg: what does not fit stays in msg.
