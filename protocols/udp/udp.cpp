@@ -36,7 +36,7 @@ UdpSession::~UdpSession() {
 Status UdpSession::push(Msg msg) {
   if (proto_ == nullptr) return Errc::closed;
   if (!connected_) return Errc::bad_state;
-  return proto_->send(*this, std::move(msg), remote_.addr, remote_.port, nullptr);
+  return proto_->send(*this, std::move(msg), remote_.addr, Port{remote_.port}, nullptr);
 }
 
 Status UdpSession::pop(Session& lower, Msg msg) { return receive(lower, std::move(msg), remote_); }
@@ -55,11 +55,12 @@ Status UdpSession::close() {
 
 Result<ControlReply> UdpSession::control_any(const ControlQuery& query) {
   if (std::holds_alternative<ctl::GetLocalAddr>(query)) {
-    return ControlReply{Participant{connected_ ? conn_local_ : local_.addr, local_.port}};
+    // (The graph's address parts are IPv4's so far, as is the IP below.)
+    return ControlReply{Participant{(connected_ ? conn_local_ : local_.addr).v4(), Port{local_.port}}};
   }
   if (std::holds_alternative<ctl::GetPeerAddr>(query)) {
     if (!connected_) return Errc::bad_state;
-    return ControlReply{Participant{remote_.addr, remote_.port}};
+    return ControlReply{Participant{remote_.addr.v4(), Port{remote_.port}}};
   }
   if (std::holds_alternative<ctl::GetMtu>(query) && ip_) {
     Result<std::size_t> mtu = ip_->control(ctl::GetMtu{});
@@ -70,17 +71,17 @@ Result<ControlReply> UdpSession::control_any(const ControlQuery& query) {
   return proto_->control_any(query);
 }
 
-Status UdpSession::bind(Ipv4Addr addr, Port port) {
+Status UdpSession::bind(IpAddr addr, Port port) {
   if (proto_ == nullptr) return Errc::closed;
   return proto_->bind_session(*this, addr, port);
 }
 
-Status UdpSession::connect(Ipv4Addr addr, Port port) {
+Status UdpSession::connect(IpAddr addr, Port port) {
   if (proto_ == nullptr) return Errc::closed;
   return proto_->connect_session(*this, addr, port);
 }
 
-Status UdpSession::sendto(Msg msg, Ipv4Addr addr, Port port) {
+Status UdpSession::sendto(Msg msg, IpAddr addr, Port port) {
   if (proto_ == nullptr) return Errc::closed;
   return proto_->send(*this, std::move(msg), addr, port, nullptr);
 }
@@ -105,7 +106,7 @@ Status UdpSession::receive(Session&, Msg payload, Endpoint from) {
   }
   (void)payload.own_if_scarce();  // may wait long: let a scarce port buffer go
   rxq_bytes_ += payload.size();
-  rxq_.push_back(Datagram{std::move(payload), from.addr, from.port});
+  rxq_.push_back(Datagram{std::move(payload), from.addr, Port{from.port}});
   if (on_readable_) on_readable_();
   return {};
 }
@@ -125,14 +126,14 @@ UdpSocket& UdpSocket::operator=(UdpSocket&& other) noexcept {
 
 UdpSocket::~UdpSocket() { (void)close(); }
 
-Status UdpSocket::bind(Ipv4Addr addr, Port port) { return s_ ? s_->bind(addr, port) : Errc::closed; }
-Status UdpSocket::connect(Ipv4Addr addr, Port port) { return s_ ? s_->connect(addr, port) : Errc::closed; }
+Status UdpSocket::bind(IpAddr addr, Port port) { return s_ ? s_->bind(addr, port) : Errc::closed; }
+Status UdpSocket::connect(IpAddr addr, Port port) { return s_ ? s_->connect(addr, port) : Errc::closed; }
 Status UdpSocket::send(Msg msg) { return s_ ? s_->push(std::move(msg)) : Errc::closed; }
 Status UdpSocket::send(std::span<const std::byte> bytes) { return send(Msg::copy_of(bytes)); }
-Status UdpSocket::sendto(Msg msg, Ipv4Addr addr, Port port) {
+Status UdpSocket::sendto(Msg msg, IpAddr addr, Port port) {
   return s_ ? s_->sendto(std::move(msg), addr, port) : Errc::closed;
 }
-Status UdpSocket::sendto(std::span<const std::byte> bytes, Ipv4Addr addr, Port port) {
+Status UdpSocket::sendto(std::span<const std::byte> bytes, IpAddr addr, Port port) {
   return sendto(Msg::copy_of(bytes), addr, port);
 }
 Result<Datagram> UdpSocket::recvfrom() { return s_ ? s_->recvfrom() : Result<Datagram>(Errc::closed); }
@@ -239,16 +240,18 @@ Result<UdpProtocol::IpPeer*> UdpProtocol::learn(Session& ip, bool opened_by_us) 
   if (!local_addr || !peer_addr) return Errc::bad_state;
   auto [p, inserted] = ip_by_session_.insert(key, IpPeer{SessionRef(&ip), *local_addr, *peer_addr, opened_by_us});
   (void)inserted;
-  ip_by_peer_.insert(PeerKey{peer_addr->value}, &ip);
+  ip_by_peer_.insert(PeerKey{*peer_addr}, &ip);
   return p;
 }
 
-Result<UdpProtocol::IpPeer*> UdpProtocol::route_to(Ipv4Addr peer, Ipv4Addr local_hint) {
-  if (Session** s = ip_by_peer_.find(PeerKey{peer.value})) return learn(**s, false);
+Result<UdpProtocol::IpPeer*> UdpProtocol::route_to(IpAddr peer, IpAddr local_hint) {
+  if (Session** s = ip_by_peer_.find(PeerKey{peer})) return learn(**s, false);
+  // The IP layer below is IPv4's so far.
+  if (!peer.is_v4() || !(local_hint.is_unspecified() || local_hint.is_v4())) return Errc::unsupported;
   Participants parts;
-  parts.remote.push(peer);
+  parts.remote.push(peer.v4());
   parts.remote.push(ProtoNum{kIpProtocol});
-  if (local_hint.value != 0) parts.local.push(local_hint);
+  if (!local_hint.is_unspecified()) parts.local.push(local_hint.v4());
   Result<SessionRef> ip = below_.open(*this, parts);
   if (!ip) return ip.error();
   return learn(**ip, true);
@@ -260,12 +263,12 @@ Status UdpProtocol::open_done(Protocol&, Session& session, Participants&) {
   return p.status();
 }
 
-bool UdpProtocol::port_conflicts(const UdpSession& s, Ipv4Addr addr, std::uint16_t port) {
+bool UdpProtocol::port_conflicts(const UdpSession& s, IpAddr addr, std::uint16_t port) {
   std::vector<UdpSession*>* users = port_users_.find(PortKey{port});
   if (users == nullptr) return false;
   for (UdpSession* u : *users) {
     if (u == &s) continue;
-    bool overlap = u->local_.addr == addr || u->local_.addr.value == 0 || addr.value == 0;
+    bool overlap = u->local_.addr == addr || u->local_.addr.is_unspecified() || addr.is_unspecified();
     if (overlap && !(s.options_.reuse_addr && u->options_.reuse_addr)) return true;
   }
   return false;
@@ -289,10 +292,10 @@ std::vector<std::uint16_t> UdpProtocol::bound_ports() const {
   return out;
 }
 
-Status UdpProtocol::bind_session(UdpSession& s, Ipv4Addr addr, Port port) {
+Status UdpProtocol::bind_session(UdpSession& s, IpAddr addr, Port port) {
   if (s.bound_) return Errc::bad_state;
   std::uint16_t p = port.value;
-  if (p != 0 && (port_conflicts(s, addr, p) || bound_.contains(BindKey{addr.value, p}))) return Errc::exists;
+  if (p != 0 && (port_conflicts(s, addr, p) || bound_.contains(BindKey{bind_key_addr(addr), p}))) return Errc::exists;
   bool claimed = false;
   if (authority_ != nullptr && (p == 0 || port_users_.find(PortKey{p}) == nullptr)) {
     // A port new to this stack is host-wide: filterd grants (or picks) it and
@@ -310,32 +313,32 @@ Status UdpProtocol::bind_session(UdpSession& s, Ipv4Addr addr, Port port) {
     if (claimed) authority_->release_listen(kIpProtocol, p);
     return st;
   }
-  s.local_ = Endpoint{addr, Port{p}};
+  s.local_ = Endpoint{addr, p};
   s.bound_ = true;
-  bound_.insert(BindKey{addr.value, p}, SessionRef(&s));
+  bound_.insert(BindKey{bind_key_addr(addr), p}, SessionRef(&s));
   port_users_.insert(PortKey{p}, {}).first->push_back(&s);
   return {};
 }
 
-Status UdpProtocol::connect_session(UdpSession& s, Ipv4Addr addr, Port port) {
-  if (addr.value == 0 || port.value == 0) return Errc::invalid_argument;
+Status UdpProtocol::connect_session(UdpSession& s, IpAddr addr, Port port) {
+  if (addr.is_unspecified() || port.value == 0) return Errc::invalid_argument;
   if (!s.bound_) {
-    if (Status st = bind_session(s, Ipv4Addr{}, Port{}); !st) return st;
+    if (Status st = bind_session(s, IpAddr{}, Port{}); !st) return st;
   }
   Result<IpPeer*> ip = route_to(addr, s.local_.addr);
   if (!ip) return ip.error();
-  Ipv4Addr local = s.local_.addr.value != 0 ? s.local_.addr : (*ip)->local;
-  ConnKey key{local.value, addr.value, s.local_.port.value, port.value};
+  const IpAddr local = !s.local_.addr.is_unspecified() ? s.local_.addr : (*ip)->local;
+  const FourTuple key{{local, s.local_.port}, {addr, port.value}};
   if (connected_.contains(key)) return Errc::exists;
   SessionRef keep(&s);
   if (s.connected_) {
-    connected_.erase(ConnKey{s.conn_local_.value, s.remote_.addr.value, s.local_.port.value, s.remote_.port.value});
+    connected_.erase(FourTuple{{s.conn_local_, s.local_.port}, s.remote_});
   } else {
-    bound_.erase(BindKey{s.local_.addr.value, s.local_.port.value});
+    bound_.erase(BindKey{bind_key_addr(s.local_.addr), s.local_.port});
   }
   connected_.insert(key, keep);
   s.conn_local_ = local;
-  s.remote_ = Endpoint{addr, port};
+  s.remote_ = Endpoint{addr, port.value};
   s.connected_ = true;
   s.ip_ = (*ip)->session;
   return {};
@@ -343,19 +346,19 @@ Status UdpProtocol::connect_session(UdpSession& s, Ipv4Addr addr, Port port) {
 
 void UdpProtocol::unbind(UdpSession& s) noexcept {
   if (!s.bound_) return;
-  if (std::vector<UdpSession*>* users = port_users_.find(PortKey{s.local_.port.value})) {
+  if (std::vector<UdpSession*>* users = port_users_.find(PortKey{s.local_.port})) {
     std::erase(*users, &s);
     if (users->empty()) {
-      port_users_.erase(PortKey{s.local_.port.value});
-      if (authority_ != nullptr) authority_->release_listen(kIpProtocol, s.local_.port.value);
+      port_users_.erase(PortKey{s.local_.port});
+      if (authority_ != nullptr) authority_->release_listen(kIpProtocol, s.local_.port);
     }
   }
   s.bound_ = false;
   if (s.connected_) {
     s.connected_ = false;
-    connected_.erase(ConnKey{s.conn_local_.value, s.remote_.addr.value, s.local_.port.value, s.remote_.port.value});
+    connected_.erase(FourTuple{{s.conn_local_, s.local_.port}, s.remote_});
   } else {
-    bound_.erase(BindKey{s.local_.addr.value, s.local_.port.value});
+    bound_.erase(BindKey{bind_key_addr(s.local_.addr), s.local_.port});
   }
 }
 
@@ -364,15 +367,15 @@ void UdpProtocol::forget(UdpSession& s) noexcept {
   unbind(s);
 }
 
-Status UdpProtocol::send(UdpSession& s, Msg msg, Ipv4Addr addr, Port port, IpPeer* ip) {
+Status UdpProtocol::send(UdpSession& s, Msg msg, IpAddr addr, Port port, IpPeer* ip) {
   if (Errc e = s.take_error(); e != Errc::ok) return e;
-  if (addr.value == 0 || port.value == 0) return Errc::invalid_argument;
+  if (addr.is_unspecified() || port.value == 0) return Errc::invalid_argument;
   if (msg.size() > kMaxPayload) return Errc::too_large;
   if (!s.bound_) {
-    if (Status st = bind_session(s, Ipv4Addr{}, Port{}); !st) return st;
+    if (Status st = bind_session(s, IpAddr{}, Port{}); !st) return st;
   }
   if (ip == nullptr) {
-    if (s.connected_ && s.remote_ == Endpoint{addr, port}) {
+    if (s.connected_ && s.remote_ == Endpoint{addr, port.value}) {
       Result<IpPeer*> known = learn(*s.ip_, false);
       if (!known) return known.error();
       ip = *known;
@@ -385,9 +388,9 @@ Status UdpProtocol::send(UdpSession& s, Msg msg, Ipv4Addr addr, Port port, IpPee
   auto length = static_cast<std::uint16_t>(msg.size() + Header::kSize);
   Result<std::span<std::byte>> room = msg.push(Header::kSize);
   if (!room) return room.status();
-  Header{s.local_.port.value, port.value, length, 0}.write(room->first<Header::kSize>());
+  Header{s.local_.port, port.value, length, 0}.write(room->first<Header::kSize>());
   if (computes(config_.csum)) {
-    std::uint32_t sum = csum::pseudo_header_v4(ip->local, addr, kIpProtocol, length);
+    std::uint32_t sum = csum::pseudo_header(ip->local, addr, kIpProtocol, length);
     std::uint16_t ck;
     if (offloads_.tx_udp_csum) {
       // The port sums the rest: the field holds the pseudo-header sum, not
@@ -437,8 +440,8 @@ Status UdpProtocol::demux(Session& lower, Msg msg) {
     ++drops_no_session();
     return Errc::bad_state;
   }
-  const Ipv4Addr src = msg.rx().src.v4();
-  const Ipv4Addr dst = msg.rx().dst.v4();
+  const IpAddr src = msg.rx().src;
+  const IpAddr dst = msg.rx().dst;
   Result<std::span<const std::byte>> raw = msg.peek(Header::kSize);
   if (!raw) {
     ++drop_truncated_;
@@ -459,14 +462,14 @@ Status UdpProtocol::demux(Session& lower, Msg msg) {
   } else if (verifies(config_.csum) && msg.offload().has(Offload::rx_l4_good)) {
     ++rx_csum_by_port_;
   } else if (verifies(config_.csum)) {
-    std::uint32_t sum = csum::pseudo_header_v4(src, dst, kIpProtocol, h.length);
+    std::uint32_t sum = csum::pseudo_header(src, dst, kIpProtocol, h.length);
     if (csum::fold(csum::partial(msg, sum)) != 0xffff) {
       ++drop_bad_csum_;
       return Errc::malformed;
     }
   }
   (void)msg.trim_front(Header::kSize);
-  Endpoint from{src, Port{h.src_port}};
+  Endpoint from{src, h.src_port};
   SessionRef found;
   if (SessionRef* r = receiver(dst, h.dst_port, from.addr, h.src_port)) found = *r;
   if (!found) {
@@ -493,7 +496,7 @@ Status UdpProtocol::deliver_error(const ctl::NetError& e) {
   // IP_RECVERR: an unconnected socket cannot tell which send failed. Time
   // exceeded, parameter problems and frag-needed are soft errors for UDP.
   SessionRef* s = connected_.find(
-      ConnKey{e.local.value, e.remote.value, e.local_port.value, e.remote_port.value});
+      FourTuple{{e.local, e.local_port.value}, {e.remote, e.remote_port.value}});
   if (err == Errc::ok || s == nullptr) {
     ++icmp_errors_ignored_;
     return {};
@@ -506,10 +509,10 @@ Status UdpProtocol::deliver_error(const ctl::NetError& e) {
   return {};
 }
 
-SessionRef* UdpProtocol::receiver(Ipv4Addr dst, std::uint16_t dport, Ipv4Addr src, std::uint16_t sport) {
-  if (SessionRef* s = connected_.find(ConnKey{dst.value, src.value, dport, sport})) return s;
-  if (SessionRef* b = bound_.find(BindKey{dst.value, dport})) return b;
-  return bound_.find(BindKey{0, dport});
+SessionRef* UdpProtocol::receiver(IpAddr dst, std::uint16_t dport, IpAddr src, std::uint16_t sport) {
+  if (SessionRef* s = connected_.find(FourTuple{{dst, dport}, {src, sport}})) return s;
+  if (SessionRef* b = bound_.find(BindKey{dst, dport})) return b;
+  return bound_.find(BindKey{IpAddr{}, dport});
 }
 
 Result<ControlReply> UdpProtocol::control_any(const ControlQuery& query) {

@@ -288,6 +288,21 @@ TEST_F(Tcp2, ConnectToAClosedPortIsRefused) {
   EXPECT_EQ(counter(*b, "tcp0", "resets_sent"), 1u);
 }
 
+// TCP takes IPv6 endpoints; the IP layer under it is IPv4's so far, and says
+// so instead of sending anything.
+TEST_F(Tcp2, AnIpv6PeerIsUnsupportedBelowAndNothingLeaves) {
+  build();
+  TcpSocket c = tcp_a().socket();
+  const IpAddr v6 = IpAddr::v6({0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10});
+  EXPECT_EQ(c.connect(v6, Port{80}).error(), Errc::unsupported);
+  EXPECT_EQ(c.state(), State::closed);
+  EXPECT_EQ(tcp_a().connection_count(), 0u);
+  EXPECT_EQ(counter(*a, "tcp0", "tx_segments"), 0u);
+  // The socket is still good for an IPv4 peer.
+  ASSERT_TRUE(c.connect(kIpB, Port{7777}).ok());
+  ASSERT_TRUE(run_until([&] { return c.state() == State::closed; }, 10s));
+}
+
 TEST_F(Tcp2, AbortResetsThePeer) {
   build();
   auto [c, s] = connected();

@@ -182,8 +182,8 @@ TEST_F(Udp, EphemeralPortsComeFromTheDynamicRange) {
   UdpSocket b = u0.socket();
   ASSERT_TRUE(a.bind(Ipv4Addr{}, Port{0}).ok());
   ASSERT_TRUE(b.bind(Ipv4Addr{}, Port{0}).ok());
-  std::uint16_t pa = a.local_endpoint()->port.value;
-  std::uint16_t pb = b.local_endpoint()->port.value;
+  std::uint16_t pa = a.local_endpoint()->port;
+  std::uint16_t pb = b.local_endpoint()->port;
   EXPECT_GE(pa, 49152);
   EXPECT_GE(pb, 49152);
   EXPECT_NE(pa, pb);
@@ -192,9 +192,9 @@ TEST_F(Udp, EphemeralPortsComeFromTheDynamicRange) {
   EXPECT_EQ(c.local_endpoint().error(), Errc::bad_state);
   ASSERT_TRUE(c.sendto(bytes_of("x"), kPeer, Port{9}).ok());
   ASSERT_TRUE(c.local_endpoint().ok());
-  EXPECT_GE(c.local_endpoint()->port.value, 49152);
+  EXPECT_GE(c.local_endpoint()->port, 49152);
   ASSERT_EQ(fip.sent.size(), 1u);
-  EXPECT_EQ(load_be16(fip.sent[0].msg.fragments()[0].data()), c.local_endpoint()->port.value);
+  EXPECT_EQ(load_be16(fip.sent[0].msg.fragments()[0].data()), c.local_endpoint()->port);
 }
 
 // IP_TOS: every datagram carries the socket's TOS byte to IPv4, ECN bits
@@ -226,7 +226,7 @@ TEST_F(Udp, EphemeralRangeCanRunOut) {
   EXPECT_EQ(c.bind(Ipv4Addr{}, Port{0}).error(), Errc::exists);
   ASSERT_TRUE(a.close().ok());
   EXPECT_TRUE(c.bind(Ipv4Addr{}, Port{0}).ok()) << "a closed socket frees its port";
-  EXPECT_EQ(c.local_endpoint()->port.value, 40000);
+  EXPECT_EQ(c.local_endpoint()->port, 40000);
 }
 
 TEST_F(Udp, PortInUse) {
@@ -310,19 +310,29 @@ TEST_F(Udp, NoListenerIsPortUnreachable) {
   EXPECT_EQ(u0.counters().value("drop_no_session"), 2u);
 }
 
+TEST_F(Udp, AnIpv6PeerIsUnsupportedBelowAndNothingLeaves) {
+  UdpSocket s = u0.socket();
+  const IpAddr v6 = IpAddr::v6({0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10});
+  EXPECT_EQ(s.sendto(bytes_of("x"), v6, Port{53}).error(), Errc::unsupported);
+  EXPECT_EQ(s.connect(v6, Port{53}).error(), Errc::unsupported);
+  EXPECT_TRUE(fip.sent.empty());
+  ASSERT_TRUE(s.sendto(bytes_of("x"), kPeer, Port{53}).ok());
+  EXPECT_EQ(fip.sent.size(), 1u);
+}
+
 TEST_F(Udp, ConnectedSocketSendsToItsPeerAndIgnoresOthers) {
   UdpSocket s = u0.socket();
   EXPECT_EQ(s.send(bytes_of("x")).error(), Errc::bad_state) << "not connected";
   EXPECT_EQ(s.connect(Ipv4Addr{}, Port{1}).error(), Errc::invalid_argument);
   ASSERT_TRUE(s.connect(kPeer, Port{53}).ok());
-  EXPECT_EQ(s.remote_endpoint()->port, Port{53});
+  EXPECT_EQ(s.remote_endpoint()->port, 53);
   ASSERT_TRUE(s.send(bytes_of("query")).ok());
   ASSERT_EQ(fip.sent.size(), 1u);
   EXPECT_EQ(fip.sent[0].peer, kPeer);
   Msg& m = fip.sent[0].msg;
   ASSERT_TRUE(m.trim_front(2).ok());
   EXPECT_EQ(text_of(m).substr(0, 2), std::string("\x00\x35", 2));
-  std::uint16_t lport = s.local_endpoint()->port.value;
+  std::uint16_t lport = s.local_endpoint()->port;
   EXPECT_EQ(from_peer(54, lport, "other port").error(), Errc::port_unreachable);
   EXPECT_EQ(fip.receive(kOther, datagram(kOther, kLocal, 53, lport, "other host")).error(), Errc::port_unreachable);
   ASSERT_TRUE(from_peer(53, lport, "answer").ok());
@@ -387,7 +397,7 @@ TEST(UdpConfigured, ChecksumOffFromTheGraph) {
   EXPECT_EQ(*u0->control(ctl::GetHeaderRoom{}), 42u);
   UdpSocket s = u0->socket();
   ASSERT_TRUE(s.bind(Ipv4Addr{}, Port{0}).ok());
-  EXPECT_EQ(s.local_endpoint()->port.value, 50000);
+  EXPECT_EQ(s.local_endpoint()->port, 50000);
   ASSERT_TRUE(s.close().ok());
 }
 
@@ -462,7 +472,7 @@ ctl::NetError port_unreachable(Ipv4Addr local, std::uint16_t lport, Ipv4Addr rem
 TEST_F(Udp, IcmpPortUnreachableReachesTheConnectedSocketOnce) {
   UdpSocket s = u0.socket();
   ASSERT_TRUE(s.connect(kPeer, Port{53}).ok());
-  std::uint16_t lport = s.local_endpoint()->port.value;
+  std::uint16_t lport = s.local_endpoint()->port;
   int calls = 0;
   s.set_on_readable([&] { ++calls; });
   ASSERT_TRUE(u0.control(ctl::DeliverError{port_unreachable(kLocal, lport, kPeer, 53)}).ok());

@@ -121,7 +121,7 @@ extern "C" int xk_connect(int fd, const struct sockaddr* addr, socklen_t len) {
     if (s->type == SOCK_DGRAM) {
       Errc e = s->stack->call([&] {
         if (s->closed.load()) return Errc::closed;
-        Errc r = s->udp.connect(to.addr.v4(), p).error();
+        Errc r = s->udp.connect(to.addr, p).error();
         refresh(*s, false);
         return r;
       });

@@ -153,7 +153,7 @@ ssize_t stream_send(Sock& s, const iovec* iov, int iovcnt, int flags) {
 
 // Who sent a datagram and how long it was (recvfrom, recvmsg).
 struct DgramInfo {
-  Ipv4Addr from;
+  IpAddr from;
   Port port;
   std::size_t length = 0;  // the whole datagram
   std::size_t copied = 0;  // what of it fit in the buffers
@@ -209,7 +209,7 @@ ssize_t dgram_send(Sock& s, const iovec* iov, int iovcnt, const sockaddr* to, so
     int err = 0;
     if (!read_sockaddr(to, tolen, dest, err)) return fail(err, "sendto: bad address");
   }
-  const Ipv4Addr a = dest.addr.v4();  // UDP is IPv4's so far
+  const IpAddr a = dest.addr;
   const Port p{dest.port};
   std::size_t len = 0;
   for (int i = 0; i < iovcnt; ++i) {

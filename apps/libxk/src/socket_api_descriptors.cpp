@@ -241,7 +241,7 @@ extern "C" int xk_bind(int fd, const struct sockaddr* addr, socklen_t len) {
   return guarded("bind", [&] {
     Errc e = s->stack->call([&]() -> Errc {
       if (s->closed.load()) return Errc::closed;
-      if (s->type == SOCK_DGRAM) return s->udp.bind(at.addr.v4(), p).error();
+      if (s->type == SOCK_DGRAM) return s->udp.bind(at.addr, p).error();
       if (s->reserved || s->listening || s->connected) return Errc::bad_state;
       Result<Port> r = s->stack->tcp()->reserve_port(at.addr, p, s->reuse_addr, s->reuse_port);
       if (!r) return r.error();

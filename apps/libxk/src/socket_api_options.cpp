@@ -461,9 +461,9 @@ extern "C" int xk_getsockname(int fd, struct sockaddr* addr, socklen_t* len) {
   return guarded("getsockname", [&] {
     Endpoint ep = s->stack->call([&]() -> Endpoint {
       if (s->type == SOCK_DGRAM) {
-        Result<udp::Endpoint> e = s->udp.local_endpoint();
+        Result<Endpoint> e = s->udp.local_endpoint();
         if (!e) return Endpoint{Ipv4Addr{}, 0};
-        return {e->addr, e->port.value};
+        return {e->addr.is_unspecified() ? IpAddr(Ipv4Addr{}) : e->addr, e->port};
       }
       // (An unbound socket's is the wildcard of its family: 0.0.0.0.)
       const IpAddr bound = s->bind_addr.is_unspecified() ? IpAddr(Ipv4Addr{}) : s->bind_addr;
@@ -483,9 +483,9 @@ extern "C" int xk_getpeername(int fd, struct sockaddr* addr, socklen_t* len) {
   return guarded("getpeername", [&] {
     std::optional<Endpoint> ep = s->stack->call([&]() -> std::optional<Endpoint> {
       if (s->type == SOCK_DGRAM) {
-        Result<udp::Endpoint> e = s->udp.remote_endpoint();
+        Result<Endpoint> e = s->udp.remote_endpoint();
         if (!e) return std::nullopt;
-        return Endpoint{e->addr, e->port.value};
+        return *e;
       }
       if (!s->connected || s->listening) return std::nullopt;
       tcp::State st = s->conn.state();

@@ -238,6 +238,7 @@ class TupleMap {
 
   V* find(const FourTuple& t) noexcept { return v4(t) ? v4_.find(short_key(t)) : v6_.find(t); }
   const V* find(const FourTuple& t) const noexcept { return v4(t) ? v4_.find(short_key(t)) : v6_.find(t); }
+  bool contains(const FourTuple& t) const noexcept { return find(t) != nullptr; }
   std::pair<V*, bool> insert(const FourTuple& t, V value) {
     return v4(t) ? v4_.insert(short_key(t), std::move(value)) : v6_.insert(t, std::move(value));
   }

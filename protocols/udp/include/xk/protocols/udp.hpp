@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "xk/demux.hpp"
+#include "xk/endpoint.hpp"
 #include "xk/graph.hpp"
 #include "xk/port_authority.hpp"
 #include "xk/protocol.hpp"
@@ -37,16 +38,13 @@ namespace xk::udp {
 
 class UdpProtocol;
 
-struct Endpoint {
-  Ipv4Addr addr;
-  Port port;
-  friend bool operator==(const Endpoint&, const Endpoint&) = default;
-};
+// A socket's ends: xk::Endpoint (xk/endpoint.hpp), either family.
+using Endpoint = xk::Endpoint;
 
 // One received datagram: the payload (zero-copy) and who sent it.
 struct Datagram {
   Msg payload;
-  Ipv4Addr from;
+  IpAddr from;
   Port from_port;
 };
 
@@ -82,9 +80,9 @@ class UdpSession final : public Session {
   Status close() override;
   Result<ControlReply> control_any(const ControlQuery& query) override;
 
-  Status bind(Ipv4Addr addr, Port port);
-  Status connect(Ipv4Addr addr, Port port);
-  Status sendto(Msg msg, Ipv4Addr addr, Port port);
+  Status bind(IpAddr addr, Port port);
+  Status connect(IpAddr addr, Port port);
+  Status sendto(Msg msg, IpAddr addr, Port port);
   Result<Datagram> recvfrom();
 
   bool is_closed() const noexcept { return proto_ == nullptr; }
@@ -115,7 +113,7 @@ class UdpSession final : public Session {
   UdpProtocol* proto_;  // null once closed (or the protocol is gone)
   SocketOptions options_;
   Endpoint local_;        // as bound: addr 0 is the wildcard
-  Ipv4Addr conn_local_;   // the local address of the connected 4-tuple
+  IpAddr conn_local_;   // the local address of the connected 4-tuple
   Endpoint remote_;
   bool bound_ = false;
   bool connected_ = false;
@@ -146,15 +144,15 @@ class UdpSocket {
   bool is_open() const noexcept { return s_ && !s_->is_closed(); }
 
   // Port 0 picks a free ephemeral port; address 0 is every local address.
-  Status bind(Ipv4Addr addr, Port port);
+  Status bind(IpAddr addr, Port port);
   // Fix the peer: send() goes there, and only its datagrams are received.
   // Binds an ephemeral port first if needed. May be called again.
-  Status connect(Ipv4Addr addr, Port port);
+  Status connect(IpAddr addr, Port port);
   Status send(Msg msg);
   Status send(std::span<const std::byte> bytes);
   // Binds an ephemeral port first if needed.
-  Status sendto(Msg msg, Ipv4Addr addr, Port port);
-  Status sendto(std::span<const std::byte> bytes, Ipv4Addr addr, Port port);
+  Status sendto(Msg msg, IpAddr addr, Port port);
+  Status sendto(std::span<const std::byte> bytes, IpAddr addr, Port port);
   // The oldest queued datagram; would_block if there is none.
   Result<Datagram> recvfrom();
 
@@ -210,25 +208,20 @@ class UdpProtocol final : public Protocol {
  private:
   friend class UdpSession;
 
-  struct ConnKey {
-    std::uint32_t local_addr;
-    std::uint32_t remote_addr;
-    std::uint16_t local_port;
-    std::uint16_t remote_port;
-    friend bool operator==(const ConnKey&, const ConnKey&) = default;
-  };
   struct BindKey {
-    std::uint32_t addr;
+    IpAddr addr;  // unspecified: every address
     std::uint16_t port;
-    std::uint16_t zero = 0;  // explicit, so the key has no padding to hash
     friend bool operator==(const BindKey&, const BindKey&) = default;
   };
+  // A bound socket's key address: every unspecified address (0.0.0.0, ::)
+  // is one wildcard.
+  static IpAddr bind_key_addr(const IpAddr& a) noexcept { return a.is_unspecified() ? IpAddr{} : a; }
   struct PortKey {
     std::uint16_t port;
     friend bool operator==(const PortKey&, const PortKey&) = default;
   };
   struct PeerKey {
-    std::uint32_t addr;
+    IpAddr addr;
     friend bool operator==(const PeerKey&, const PeerKey&) = default;
   };
   struct PtrKey {
@@ -238,24 +231,24 @@ class UdpProtocol final : public Protocol {
   // An IP session we send and receive through, with its addresses.
   struct IpPeer {
     SessionRef session;
-    Ipv4Addr local;
-    Ipv4Addr peer;
+    IpAddr local;
+    IpAddr peer;
     bool opened_by_us = false;
   };
 
   Status ensure_enabled();
   Result<IpPeer*> learn(Session& ip, bool opened_by_us);
-  Result<IpPeer*> route_to(Ipv4Addr peer, Ipv4Addr local_hint);
-  Status bind_session(UdpSession& s, Ipv4Addr addr, Port port);
-  Status connect_session(UdpSession& s, Ipv4Addr addr, Port port);
-  Status send(UdpSession& s, Msg msg, Ipv4Addr addr, Port port, IpPeer* ip);
+  Result<IpPeer*> route_to(IpAddr peer, IpAddr local_hint);
+  Status bind_session(UdpSession& s, IpAddr addr, Port port);
+  Status connect_session(UdpSession& s, IpAddr addr, Port port);
+  Status send(UdpSession& s, Msg msg, IpAddr addr, Port port, IpPeer* ip);
   void unbind(UdpSession& s) noexcept;
   void forget(UdpSession& s) noexcept;
   Result<std::uint16_t> pick_ephemeral();
-  bool port_conflicts(const UdpSession& s, Ipv4Addr addr, std::uint16_t port);
+  bool port_conflicts(const UdpSession& s, IpAddr addr, std::uint16_t port);
   // The socket a datagram to (dst, dport) from (src, sport) goes to: a
   // connected one, else one bound to dst, else one bound to every address.
-  SessionRef* receiver(Ipv4Addr dst, std::uint16_t dport, Ipv4Addr src, std::uint16_t sport);
+  SessionRef* receiver(IpAddr dst, std::uint16_t dport, IpAddr src, std::uint16_t sport);
   Status deliver_error(const ctl::NetError& e);
 
   Protocol& below_;
@@ -263,7 +256,7 @@ class UdpProtocol final : public Protocol {
   LinkOffloads offloads_;
   bool enabled_ = false;
   std::uint32_t next_ephemeral_;
-  ActiveMap<ConnKey> connected_;
+  TupleMap<SessionRef> connected_;  // by (local, remote)
   ActiveMap<BindKey> bound_;
   FlatMap<PortKey, std::vector<UdpSession*>> port_users_;
   PortAuthority* authority_ = nullptr;
