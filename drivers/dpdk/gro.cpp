@@ -70,24 +70,30 @@ std::uint32_t chain_sum(const rte_mbuf* m, std::size_t off, std::size_t len) noe
 
 // The TCP pseudo-header and header (checksum field as it is) of `s`, summed.
 std::uint32_t header_sum(const Seg& s, std::size_t tcp_len) noexcept {
-  const std::uint32_t pseudo = csum::pseudo_header_v4(Ipv4Addr{load_be32(s.ip + 12)}, Ipv4Addr{load_be32(s.ip + 16)},
-                                                      6, static_cast<std::uint16_t>(tcp_len));
+  const std::uint32_t pseudo =
+      csum::pseudo_header_v4(Ipv4Addr{s.key.saddr}, Ipv4Addr{s.key.daddr}, tcp::kIpProtocol, static_cast<std::uint16_t>(tcp_len));
   return csum::partial(s.tcp, s.thl, pseudo);
 }
 
+// The timestamps option alone, as senders lay it out: NOP NOP TS 10.
+constexpr std::uint32_t kTimestampsWord = 0x01u << 24 | 0x01u << 16 | std::uint32_t{tcp::kOptTimestamps} << 8 |
+                                          tcp::kOptTimestampsLen;
+
 Parse parse(rte_mbuf* m, Csum mode, Seg& s, Stats& stats) noexcept {
-  if (m->data_len < kEth + kIp + 20) return Parse::other;
+  if (m->data_len < kEth + kIp + tcp::Header::kMinSize) return Parse::other;
   std::byte* eth = data(m);
-  if (load_be16(eth + 12) != 0x0800) return Parse::other;
+  if (eth::Header::read(std::span<const std::byte, kEth>(eth, kEth)).type != eth::kTypeIpv4) return Parse::other;
   std::byte* ip = eth + kEth;
-  if (ip[0] != std::byte{0x45} || ip[9] != std::byte{6}) return Parse::other;  // IPv4, no options; TCP
+  const ipv4::Header iph = ipv4::Header::read(std::span<const std::byte, kIp>(ip, kIp));
+  // IPv4 without options, carrying TCP.
+  if (iph.version != 4 || iph.ihl != kIp / 4 || iph.protocol != tcp::kIpProtocol) return Parse::other;
   s.m = m;
   s.ip = ip;
   s.tcp = ip + kIp;
-  s.key = {load_be32(ip + 12), load_be32(ip + 16), load_be32(s.tcp)};
-  const std::uint16_t frag = load_be16(ip + 6);
-  const std::uint16_t tot = load_be16(ip + 2);
-  if ((frag & 0x3fff) != 0 || tot < kIp + 20 || kEth + tot > m->pkt_len) return Parse::flow_only;
+  const tcp::Header th = tcp::Header::read(std::span<const std::byte, tcp::Header::kMinSize>(s.tcp, tcp::Header::kMinSize));
+  s.key = {iph.src.value, iph.dst.value, std::uint32_t{th.src_port} << 16 | th.dst_port};
+  const std::uint16_t tot = iph.total_length;
+  if (iph.is_fragment() || tot < kIp + tcp::Header::kMinSize || kEth + tot > m->pkt_len) return Parse::flow_only;
   // The Ethernet padding after the datagram must be in the last mbuf, to
   // be trimmed off before anything is chained behind it.
   const std::size_t pad = m->pkt_len - kEth - tot;
@@ -95,13 +101,11 @@ Parse parse(rte_mbuf* m, Csum mode, Seg& s, Stats& stats) noexcept {
   const std::uint64_t ipck = m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
   if (ipck == RTE_MBUF_F_RX_IP_CKSUM_BAD) return Parse::flow_only;
   if (ipck != RTE_MBUF_F_RX_IP_CKSUM_GOOD && csum::fold(csum::partial(ip, kIp)) != 0xffff) return Parse::flow_only;
-  s.thl = static_cast<std::uint16_t>((std::to_integer<unsigned>(s.tcp[12]) >> 4) * 4);
-  s.flags = std::to_integer<std::uint8_t>(s.tcp[13]);
+  s.thl = static_cast<std::uint16_t>(th.header_length());
+  s.flags = th.flags;
   // Only ACK, or ACK and PSH; the reserved and AE bits clear.
-  if ((s.flags & ~(kAck | kPsh)) != 0 || (s.flags & kAck) == 0 || (s.tcp[12] & std::byte{0x0f}) != std::byte{0}) {
-    return Parse::flow_only;
-  }
-  if (s.thl < 20 || tot < kIp + s.thl || kEth + kIp + s.thl > m->data_len) return Parse::flow_only;
+  if ((s.flags & ~(kAck | kPsh)) != 0 || (s.flags & kAck) == 0 || th.reserved != 0) return Parse::flow_only;
+  if (s.thl < tcp::Header::kMinSize || tot < kIp + s.thl || kEth + kIp + s.thl > m->data_len) return Parse::flow_only;
   s.len = tot - kIp - s.thl;
   if (s.len == 0) return Parse::flow_only;
   const std::uint64_t l4 = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
@@ -122,16 +126,17 @@ Parse parse(rte_mbuf* m, Csum mode, Seg& s, Stats& stats) noexcept {
     m->ol_flags = (m->ol_flags & ~RTE_MBUF_F_RX_L4_CKSUM_MASK) | RTE_MBUF_F_RX_L4_CKSUM_GOOD;
   }
   m->ol_flags = (m->ol_flags & ~RTE_MBUF_F_RX_IP_CKSUM_MASK) | RTE_MBUF_F_RX_IP_CKSUM_GOOD;
-  s.seq = load_be32(s.tcp + 4);
-  s.ack = load_be32(s.tcp + 8);
-  s.win = load_be16(s.tcp + 14);
-  s.tos = std::to_integer<std::uint8_t>(ip[1]);
-  s.ttl = std::to_integer<std::uint8_t>(ip[8]);
-  s.frag = std::to_integer<std::uint8_t>(ip[6]);
-  s.ts = s.thl == 32 && load_be32(s.tcp + 20) == 0x0101080a;
+  s.seq = th.seq.raw();
+  s.ack = th.ack.raw();
+  s.win = th.window;
+  s.tos = iph.tos;
+  s.ttl = iph.ttl;
+  s.frag = static_cast<std::uint8_t>(iph.flags_offset >> 8);
+  const std::byte* opts = s.tcp + tcp::Header::kMinSize;
+  s.ts = s.thl == tcp::Header::kMinSize + 12 && load_be32(opts) == kTimestampsWord;
   if (s.ts) {
-    s.tsval = load_be32(s.tcp + 24);
-    s.tsecr = load_be32(s.tcp + 28);
+    s.tsval = load_be32(opts + 4);
+    s.tsecr = load_be32(opts + 8);
   }
   if (pad > 0) rte_pktmbuf_trim(m, static_cast<std::uint16_t>(pad));
   return Parse::segment;
@@ -154,15 +159,16 @@ bool can_join(const Group& g, const Seg& s, std::size_t max_ip) noexcept {
   const Seg& f = g.first;
   // The same Ethernet addresses too (as Linux's GRO compares the MAC
   // header): a frame for another MAC must not ride in on a group's.
-  if (std::memcmp(f.ip - kEth, s.ip - kEth, 12) != 0) return false;
+  if (std::memcmp(f.ip - kEth, s.ip - kEth, 2 * sizeof(MacAddr)) != 0) return false;
   if (g.closed || s.seq != g.next_seq || s.ack != f.ack || s.win != f.win || s.thl != f.thl || s.tos != f.tos ||
-      s.ttl != f.ttl || ((s.frag ^ f.frag) & 0x40) != 0 || s.len > f.len ||
+      s.ttl != f.ttl || ((s.frag ^ f.frag) & (ipv4::Header::kFlagDf >> 8)) != 0 || s.len > f.len ||
       kIp + f.thl + g.total + s.len > max_ip) {
     return false;
   }
-  if (f.thl == 20) return true;
+  constexpr std::size_t kFixed = tcp::Header::kMinSize;
+  if (f.thl == kFixed) return true;
   if (f.ts && s.ts) return s.tsecr == f.tsecr && static_cast<std::int32_t>(s.tsval - g.last_tsval) >= 0;
-  return std::memcmp(f.tcp + 20, s.tcp + 20, f.thl - 20) == 0;
+  return std::memcmp(f.tcp + kFixed, s.tcp + kFixed, f.thl - kFixed) == 0;
 }
 
 void join(Group& g, Seg& s, Stats& stats) noexcept {
@@ -188,14 +194,20 @@ void finish(Group& g, Stats& stats) noexcept {
   if (g.merged == 0) return;
   ++stats.groups;
   Seg& f = g.first;
-  store_be16(f.ip + 2, static_cast<std::uint16_t>(kIp + f.thl + g.total));
-  store_be16(f.ip + 10, 0);
+  const std::span<std::byte, kIp> ip(f.ip, kIp);
+  ipv4::Header iph = ipv4::Header::read(ip);
+  iph.total_length = static_cast<std::uint16_t>(kIp + f.thl + g.total);
+  iph.checksum = 0;
+  iph.write(ip);
   const std::uint16_t ipck = csum::finish(csum::partial(f.ip, kIp));
-  std::memcpy(f.ip + 10, &ipck, 2);
-  if (g.psh) f.tcp[13] |= std::byte{kPsh};
-  store_be16(f.tcp + 16, 0);
+  std::memcpy(f.ip + ipv4::Header::kChecksumOffset, &ipck, 2);
+  const std::span<std::byte, tcp::Header::kMinSize> tcp_fixed(f.tcp, tcp::Header::kMinSize);
+  tcp::Header th = tcp::Header::read(tcp_fixed);
+  if (g.psh) th.flags |= kPsh;
+  th.checksum = 0;
+  th.write(tcp_fixed);
   const std::uint16_t ck = csum::finish(csum::add(header_sum(f, f.thl + g.total), g.data_sum));
-  std::memcpy(f.tcp + 16, &ck, 2);
+  std::memcpy(f.tcp + tcp::Header::kChecksumOffset, &ck, 2);
   f.m->tso_segsz = f.len;
   f.m->ol_flags &= ~RTE_MBUF_F_RX_L4_CKSUM_MASK;
   f.m->ol_flags |= g.checked ? RTE_MBUF_F_RX_L4_CKSUM_GOOD : RTE_MBUF_F_RX_L4_CKSUM_UNKNOWN;

@@ -40,6 +40,7 @@ struct Header {
   static constexpr std::size_t kMinSize = 20;
   static constexpr std::size_t kMaxSize = 60;
   static constexpr std::size_t kMaxTotal = 65535;
+  static constexpr std::size_t kChecksumOffset = 10;
   static constexpr std::uint16_t kFlagReserved = 0x8000;
   static constexpr std::uint16_t kFlagDf = 0x4000;
   static constexpr std::uint16_t kFlagMf = 0x2000;
