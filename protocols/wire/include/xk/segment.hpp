@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "xk/msg.hpp"
 #include "xk/protocols/eth_wire.hpp"
@@ -46,6 +47,15 @@ class SegmentCut {
   std::uint32_t tcp_sum(const std::byte* out, std::size_t n, bool with_header) const noexcept;
 
  private:
+  // The frame's fixed IP header, and its TCP header (ihl_ known).
+  std::span<const std::byte, ipv4::Header::kMinSize> ip_fixed() const noexcept {
+    return std::span<const std::byte, ipv4::Header::kMinSize>(hdr_.data() + kEthHeader, ipv4::Header::kMinSize);
+  }
+  tcp::Header tcp_fixed() const noexcept {
+    return tcp::Header::read(
+        std::span<const std::byte, tcp::Header::kMinSize>(hdr_.data() + kEthHeader + ihl_, tcp::Header::kMinSize));
+  }
+
   std::array<std::byte, kMaxHeaders> hdr_{};
   std::size_t ihl_ = 0, doff_ = 0, hlen_ = 0, payload_ = 0, seg_ = 0;
 };
