@@ -276,6 +276,130 @@ int set_congestion(Sock& s, const void* value, socklen_t len) {
     return 0;
   });
 }
+
+// What a getsockopt handler gives back: an int or a struct linger, or an errno.
+struct Got {
+  int err = 0;
+  int iv = 0;
+  linger lg{};
+  bool is_linger = false;
+};
+
+// What a handler sees, as for the setters.
+struct GetCall {
+  Sock& s;
+  bool stream;
+  tcp::StreamEndpoint* c;
+};
+
+Got get_sol_socket(GetCall& k, int name) {
+  Got r;
+  switch (name) {
+    case SO_TYPE: r.iv = k.s.type; return r;
+    case SO_ACCEPTCONN: r.iv = k.s.listening ? 1 : 0; return r;
+    case SO_REUSEADDR: r.iv = k.s.reuse_addr ? 1 : 0; return r;
+    case SO_REUSEPORT: r.iv = k.s.reuse_port ? 1 : 0; return r;
+    case SO_KEEPALIVE: r.iv = k.s.keepalive ? 1 : 0; return r;
+    case SO_OOBINLINE: r.iv = 1; return r;
+    // Not set: the size now (autotuning grows it), as Linux reports.
+    case SO_SNDBUF:
+      if (k.s.sndbuf != 0) {
+        r.iv = doubled(k.s.sndbuf);
+      } else if (k.c != nullptr && k.c->tcb() != nullptr) {
+        r.iv = static_cast<int>(k.c->stats().sndbuf);
+      } else {
+        r.iv = static_cast<int>(k.s.stack->tcp() ? k.s.stack->tcp()->config().sndbuf : 0);
+      }
+      return r;
+    case SO_RCVBUF:
+      if (!k.stream) {
+        r.iv = k.s.rcvbuf != 0 ? doubled(k.s.rcvbuf) : static_cast<int>(k.s.udp.session()->options().rcvbuf_bytes);
+      } else if (k.s.rcvbuf != 0) {
+        r.iv = doubled(k.s.rcvbuf);
+      } else if (k.c != nullptr && k.c->tcb() != nullptr) {
+        r.iv = static_cast<int>(k.c->stats().rcvbuf);
+      } else {
+        r.iv = static_cast<int>(k.s.stack->tcp()->config().rcvbuf);
+      }
+      return r;
+    case SO_LINGER:
+      r.is_linger = true;
+      r.lg.l_onoff = k.s.linger.on ? 1 : 0;
+      r.lg.l_linger = k.s.linger.seconds;
+      return r;
+    case SO_RCVLOWAT: r.iv = static_cast<int>(k.s.rcvlowat); return r;
+    case SO_ERROR: {
+      Errc e = k.stream ? (k.c != nullptr ? k.c->take_error() : Errc::ok) : k.s.udp.take_error();
+      r.iv = errno_of(e);
+      refresh(k.s, false);
+      return r;
+    }
+    default: return Got{ENOPROTOOPT};
+  }
+}
+
+Got get_ip(GetCall& k, int name) {
+  if (name != IP_TOS) return Got{ENOPROTOOPT};
+  Got r;
+  r.iv = k.stream ? k.s.tuning.tos.value_or(0) : k.s.udp.session()->options().tos;
+  return r;
+}
+
+Got get_tcp(GetCall& k, int name) {
+  if (!k.stream) return Got{ENOPROTOOPT};
+  Got r;
+  switch (name) {
+    case TCP_NODELAY: r.iv = k.s.nodelay ? 1 : 0; return r;
+    case TCP_CORK: r.iv = k.s.cork ? 1 : 0; return r;
+    case TCP_MAXSEG: {
+      // Connected: the MSS in use; before: what was asked, or the default.
+      const tcp::State st = k.c != nullptr ? k.c->state() : tcp::State::closed;
+      if (st != tcp::State::closed && st != tcp::State::listen && st != tcp::State::syn_sent) {
+        r.iv = k.c->stats().mss;
+      } else {
+        r.iv = k.s.tuning.max_segment ? *k.s.tuning.max_segment : 536;
+      }
+      return r;
+    }
+    case TCP_KEEPIDLE:
+    case TCP_KEEPINTVL: {
+      const tcp::TcpConfig& cfg = k.s.stack->tcp()->config();
+      const auto& set = name == TCP_KEEPIDLE ? k.s.tuning.keepalive_idle : k.s.tuning.keepalive_interval;
+      const Duration d = set ? *set : name == TCP_KEEPIDLE ? cfg.keepalive_idle : cfg.keepalive_interval;
+      r.iv = static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(d).count());
+      return r;
+    }
+    case TCP_KEEPCNT:
+      r.iv = static_cast<int>(k.s.tuning.keepalive_probes.value_or(k.s.stack->tcp()->config().keepalive_probes));
+      return r;
+    case TCP_USER_TIMEOUT:
+      r.iv = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  k.s.tuning.user_timeout.value_or(Duration{0}))
+                                  .count());
+      return r;
+    case TCP_QUICKACK: r.iv = k.s.quickack ? 1 : 0; return r;
+    case TCP_NOTSENT_LOWAT:
+      r.iv = k.s.notsent_lowat == SIZE_MAX ? 0 : static_cast<int>(std::min<std::size_t>(k.s.notsent_lowat, INT32_MAX));
+      return r;
+    case TCP_DEFER_ACCEPT: r.iv = k.s.defer_accept; return r;
+    case TCP_INQ: r.iv = k.s.inq ? 1 : 0; return r;
+    case XK_TCP_CHECKSUM:
+      r.iv = static_cast<int>(k.s.csum.value_or(k.s.stack->tcp()->checksum_mode()));
+      return r;
+    default: return Got{ENOPROTOOPT};
+  }
+}
+
+struct LevelGetter {
+  int level;
+  Got (*get)(GetCall&, int name);
+};
+constexpr LevelGetter kGetters[] = {
+    {SOL_SOCKET, &get_sol_socket},
+    {IPPROTO_IP, &get_ip},
+    {IPPROTO_TCP, &get_tcp},
+};
+
 }  // namespace
 
 extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, socklen_t len) {
@@ -344,109 +468,17 @@ extern "C" int xk_getsockopt(int fd, int level, int name, void* value, socklen_t
       return 0;
     });
   }
+  const LevelGetter* getter = nullptr;
+  for (const LevelGetter& l : kGetters) {
+    if (l.level == level) getter = &l;
+  }
   return guarded("getsockopt", [&] {
-    struct Answer {
-      int err = 0;
-      int iv = 0;
-      linger lg{};
-      bool is_linger = false;
-    };
-    Answer a = s->stack->call([&]() -> Answer {
-      Answer r;
-      if (s->closed.load()) return Answer{EBADF};
+    Got a = s->stack->call([&]() -> Got {
+      if (s->closed.load()) return Got{EBADF};
+      if (getter == nullptr) return Got{ENOPROTOOPT};
       const bool stream = s->type == SOCK_STREAM;
-      tcp::StreamEndpoint* c = stream ? s->conn.endpoint() : nullptr;
-      if (level == SOL_SOCKET) {
-        switch (name) {
-          case SO_TYPE: r.iv = s->type; return r;
-          case SO_ACCEPTCONN: r.iv = s->listening ? 1 : 0; return r;
-          case SO_REUSEADDR: r.iv = s->reuse_addr ? 1 : 0; return r;
-          case SO_REUSEPORT: r.iv = s->reuse_port ? 1 : 0; return r;
-          case SO_KEEPALIVE: r.iv = s->keepalive ? 1 : 0; return r;
-          case SO_OOBINLINE: r.iv = 1; return r;
-          // Not set: the size now (autotuning grows it), as Linux reports.
-          case SO_SNDBUF:
-            if (s->sndbuf != 0) {
-              r.iv = doubled(s->sndbuf);
-            } else if (c != nullptr && c->tcb() != nullptr) {
-              r.iv = static_cast<int>(c->stats().sndbuf);
-            } else {
-              r.iv = static_cast<int>(s->stack->tcp() ? s->stack->tcp()->config().sndbuf : 0);
-            }
-            return r;
-          case SO_RCVBUF:
-            if (!stream) {
-              r.iv = s->rcvbuf != 0 ? doubled(s->rcvbuf) : static_cast<int>(s->udp.session()->options().rcvbuf_bytes);
-            } else if (s->rcvbuf != 0) {
-              r.iv = doubled(s->rcvbuf);
-            } else if (c != nullptr && c->tcb() != nullptr) {
-              r.iv = static_cast<int>(c->stats().rcvbuf);
-            } else {
-              r.iv = static_cast<int>(s->stack->tcp()->config().rcvbuf);
-            }
-            return r;
-          case SO_LINGER:
-            r.is_linger = true;
-            r.lg.l_onoff = s->linger.on ? 1 : 0;
-            r.lg.l_linger = s->linger.seconds;
-            return r;
-          case SO_RCVLOWAT: r.iv = static_cast<int>(s->rcvlowat); return r;
-          case SO_ERROR: {
-            Errc e = stream ? (c != nullptr ? c->take_error() : Errc::ok) : s->udp.take_error();
-            r.iv = errno_of(e);
-            refresh(*s, false);
-            return r;
-          }
-          default: return Answer{ENOPROTOOPT};
-        }
-      }
-      if (level == IPPROTO_IP && name == IP_TOS) {
-        r.iv = stream ? s->tuning.tos.value_or(0) : s->udp.session()->options().tos;
-        return r;
-      }
-      if (level == IPPROTO_TCP && stream) {
-        switch (name) {
-          case TCP_NODELAY: r.iv = s->nodelay ? 1 : 0; return r;
-          case TCP_CORK: r.iv = s->cork ? 1 : 0; return r;
-          case TCP_MAXSEG: {
-            // Connected: the MSS in use; before: what was asked, or the default.
-            const tcp::State st = c != nullptr ? c->state() : tcp::State::closed;
-            if (st != tcp::State::closed && st != tcp::State::listen && st != tcp::State::syn_sent) {
-              r.iv = c->stats().mss;
-            } else {
-              r.iv = s->tuning.max_segment ? *s->tuning.max_segment : 536;
-            }
-            return r;
-          }
-          case TCP_KEEPIDLE:
-          case TCP_KEEPINTVL: {
-            const tcp::TcpConfig& cfg = s->stack->tcp()->config();
-            const auto& set = name == TCP_KEEPIDLE ? s->tuning.keepalive_idle : s->tuning.keepalive_interval;
-            const Duration d = set ? *set : name == TCP_KEEPIDLE ? cfg.keepalive_idle : cfg.keepalive_interval;
-            r.iv = static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(d).count());
-            return r;
-          }
-          case TCP_KEEPCNT:
-            r.iv = static_cast<int>(s->tuning.keepalive_probes.value_or(s->stack->tcp()->config().keepalive_probes));
-            return r;
-          case TCP_USER_TIMEOUT:
-            r.iv = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                        s->tuning.user_timeout.value_or(Duration{0}))
-                                        .count());
-            return r;
-          case TCP_QUICKACK: r.iv = s->quickack ? 1 : 0; return r;
-          case TCP_NOTSENT_LOWAT:
-            r.iv = s->notsent_lowat == SIZE_MAX ? 0 : static_cast<int>(std::min<std::size_t>(s->notsent_lowat, INT32_MAX));
-            return r;
-          case TCP_DEFER_ACCEPT: r.iv = s->defer_accept; return r;
-          case TCP_INQ: r.iv = s->inq ? 1 : 0; return r;
-          case XK_TCP_CHECKSUM:
-            r.iv = static_cast<int>(s->csum.value_or(s->stack->tcp()->checksum_mode()));
-            return r;
-          default: return Answer{ENOPROTOOPT};
-        }
-      }
-      return Answer{ENOPROTOOPT};
+      GetCall k{*s, stream, stream ? s->conn.endpoint() : nullptr};
+      return getter->get(k, name);
     });
     if (a.err != 0) return fail(a.err, "getsockopt: option " + std::to_string(level) + "/" + std::to_string(name));
     if (a.is_linger) return opt_out(value, len, a.lg);
