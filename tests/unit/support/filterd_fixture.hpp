@@ -18,6 +18,7 @@
 #include "xk/event_loop.hpp"
 #include "xk/filterd/steer.hpp"
 #include "xk/graph.hpp"
+#include "xk/kinds.hpp"
 #include "xk/protocols/arp.hpp"
 #include "xk/protocols/eth.hpp"
 #include "xk/protocols/icmp.hpp"
@@ -31,16 +32,11 @@ namespace xk::test {
 inline const MacAddr kNode1{{0x02, 0, 0, 0, 1, 1}};
 inline const MacAddr kNode2{{0x02, 0, 0, 0, 1, 2}};
 
-// Every kind a filterd-and-nodes world over pair links uses.
+// Every kind a filterd-and-nodes world over pair links uses: the product's
+// list, the test links and filterd's steer.
 inline void register_filterd_kinds(Registry& registry, drivers::PairHub& hub) {
+  register_all_kinds(registry);
   drivers::register_pair(registry, hub);
-  eth::register_eth(registry);
-  arp::register_arp(registry);
-  ipv4::register_ipv4(registry);
-  icmp::register_icmp(registry);
-  udp::register_udp(registry);
-  tcp::register_tcp(registry);
-  relay::register_relay(registry);
   xk::filterd::register_steer(registry);
 }
 
