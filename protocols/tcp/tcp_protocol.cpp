@@ -575,7 +575,7 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
                                std::optional<SeqNum> iss_floor) {
   if (h.has(kRst)) return;  // first: an incoming RST is ignored
   const Time now = timers_.clock().now();
-  FourTuple t{ip.local, h.dst_port, ip.peer, h.src_port};
+  FourTuple t{{ip.local, h.dst_port}, {ip.peer, h.src_port}};
   if (h.has(kAck) && !h.has(kSyn)) {
     // Second: an ACK. Only a SYN cookie's third segment is acceptable here.
     if (config_.syncookies && !h.has(kFin)) {

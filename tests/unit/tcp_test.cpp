@@ -440,8 +440,8 @@ TEST_P(Tcp2Wrap, StreamsCrossTheSequenceWrapIntactUnderFaults) {
   Secret key{};
   for (std::size_t i = 0; i < key.size(); ++i) key[i] = std::byte(static_cast<unsigned char>(i));
   const IsnGenerator gen(key);
-  const FourTuple client_side{kIpA, 49152, kIpB, 5001};  // the first ephemeral port
-  const FourTuple server_side{kIpB, 5001, kIpA, 49152};
+  const FourTuple client_side{{kIpA, 49152}, {kIpB, 5001}};  // the first ephemeral port
+  const FourTuple server_side{{kIpB, 5001}, {kIpA, 49152}};
   const std::uint32_t f = gen.offset(GetParam() ? client_side : server_side);
   const std::uint32_t want_ticks = 0u - 100'000u - f;
   const std::uint32_t forward = want_ticks - IsnGenerator::clock_ticks(clock.now());
