@@ -101,28 +101,13 @@ using test::CaptureDriver;
 // The link under ipv4: a 1500-byte MTU, nothing else said.
 CaptureDriver::Config link_config() { return {.mac = std::nullopt, .mtu = 1500, .header_room = std::nullopt}; }
 
-// A transport: answers port_unreachable when told, records NetErrors.
-class Transport final : public Protocol {
- public:
-  Transport() : Protocol("tp0", "transport") {}
-  Status demux(Session&, Msg) override {
-    ++received;
-    return answer;
+// A transport (tests/unit/support/doubles.hpp): answers port_unreachable
+// when told, records NetErrors, keeps no session.
+struct Transport : test::App {
+  Transport() : test::App("tp0") {
+    answer = Errc::port_unreachable;
+    keep_opened = false;
   }
-  Status open_done(Protocol&, Session& s, Participants&) override {
-    (void)s.close();  // keeps nothing
-    return {};
-  }
-  Result<ControlReply> control_any(const ControlQuery& q) override {
-    if (const auto* d = std::get_if<ctl::DeliverError>(&q)) {
-      errors.push_back(d->error);
-      return ControlReply{std::monostate{}};
-    }
-    return Protocol::control_any(q);
-  }
-  int received = 0;
-  std::vector<ctl::NetError> errors;
-  Status answer = Errc::port_unreachable;
 };
 
 struct IcmpTest : ::testing::Test {
@@ -295,10 +280,10 @@ TEST_F(IcmpTest, FragNeededFromARouterReachesTheTransportAsNetError) {
   tp.answer = Status{};
   for (const auto& v : vectors("frag_needed")) {
     ASSERT_EQ(v.size(), 4u);
-    tp.errors.clear();
+    tp.net_errors.clear();
     ASSERT_TRUE(feed(ip_packet(kGw, kUs, 1, from_hex(v[3]))).ok()) << v[3];
-    ASSERT_EQ(tp.errors.size(), 1u);
-    const ctl::NetError& e = tp.errors[0];
+    ASSERT_EQ(tp.net_errors.size(), 1u);
+    const ctl::NetError& e = tp.net_errors[0];
     EXPECT_EQ(e.kind, ctl::NetError::Kind::frag_needed);
     EXPECT_EQ(e.icmp_type, 3);
     EXPECT_EQ(e.icmp_code, 4);
@@ -319,11 +304,11 @@ TEST_F(IcmpTest, OtherErrorsAndErrorsNobodyOwns) {
   auto quote = std::span<const std::byte>(udp).first(28);
   ASSERT_TRUE(feed(ip_packet(kGw, kUs, 1, icmp_message(icmp::kTimeExceeded, 0, 0, quote))).ok());
   ASSERT_TRUE(feed(ip_packet(kFar, kUs, 1, icmp_message(icmp::kDestUnreachable, 3, 0, quote))).ok());
-  ASSERT_EQ(tp.errors.size(), 2u);
-  EXPECT_EQ(tp.errors[0].kind, ctl::NetError::Kind::time_exceeded);
-  EXPECT_EQ(tp.errors[1].kind, ctl::NetError::Kind::unreachable);
-  EXPECT_EQ(tp.errors[1].local_port, Port{0xd431});
-  EXPECT_EQ(tp.errors[1].remote_port, Port{53});
+  ASSERT_EQ(tp.net_errors.size(), 2u);
+  EXPECT_EQ(tp.net_errors[0].kind, ctl::NetError::Kind::time_exceeded);
+  EXPECT_EQ(tp.net_errors[1].kind, ctl::NetError::Kind::unreachable);
+  EXPECT_EQ(tp.net_errors[1].local_port, Port{0xd431});
+  EXPECT_EQ(tp.net_errors[1].remote_port, Port{53});
   // Quoting somebody else's datagram.
   auto foreign = ip_packet(kPeer, kFar, 17, from_hex("d431003500080000"));
   auto fquote = std::span<const std::byte>(foreign).first(28);

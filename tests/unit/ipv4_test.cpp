@@ -115,44 +115,11 @@ class FakeResolver final : public Protocol, public NextHopResolver {
   Status answer;
 };
 
-// A transport above ipv4: records deliveries, answers as told.
-class Transport final : public Protocol {
- public:
-  Transport() : Protocol("tp0", "transport") {}
-  struct Delivery {
-    Session* session;
-    std::string text;
-    RxInfo info;
-  };
-  Status demux(Session& lower, Msg msg) override {
-    received.push_back({&lower, text_of(msg), msg.rx()});
-    return answer;
-  }
-  Status open_done(Protocol&, Session& s, Participants& parts) override {
-    opened.push_back(SessionRef(&s));
-    last_parts = parts;
-    return {};
-  }
-  Result<ControlReply> control_any(const ControlQuery& q) override {
-    if (const auto* d = std::get_if<ctl::DeliverError>(&q)) {
-      errors.push_back(d->error);
-      return ControlReply{std::monostate{}};
-    }
-    if (const auto* c = std::get_if<ctl::ClaimsOwn>(&q)) {
-      claims_asked.push_back(*c);
-      if (c->to.value != claimed_port) return Errc::not_found;
-      return ControlReply{std::monostate{}};
-    }
-    return Protocol::control_any(q);
-  }
-  std::uint16_t claimed_port = 0;  // the one port ClaimsOwn says is ours
-  std::vector<ctl::ClaimsOwn> claims_asked;
-  ipv4::Ipv4Protocol* ip = nullptr;
-  std::vector<Delivery> received;
-  std::vector<SessionRef> opened;
-  Participants last_parts;
-  std::vector<ctl::NetError> errors;
-  Status answer;
+// A transport above ipv4 (tests/unit/support/doubles.hpp): records
+// deliveries with their packet facts, answers as told, and says which port is
+// its own when ipv4 asks (ClaimsOwn).
+struct Transport : test::App {
+  Transport() : test::App("tp0") { claimed_port = 0; }
 };
 
 // Stands in for icmp: records what ipv4 asks for.
@@ -224,7 +191,6 @@ struct Ipv4Test : ::testing::Test {
     rx = nullptr;
     ip.reset();
     ip = std::make_unique<ipv4::Ipv4Protocol>("ip0", link, resolver, loop.timers(), c);
-    tp.ip = ip.get();
     rx = link.rx_session();
   }
   void TearDown() override {
@@ -489,9 +455,9 @@ TEST_F(Ipv4Test, DeliverErrorReachesTheProtocolThatEnabledTheNumber) {
   e.remote = kFar;
   e.protocol = 6;
   ASSERT_TRUE(ip->deliver_error(e).ok());
-  ASSERT_EQ(tp.errors.size(), 1u);
-  EXPECT_EQ(tp.errors[0].next_hop_mtu, 1400);
-  EXPECT_EQ(tp.errors[0].remote, kFar);
+  ASSERT_EQ(tp.net_errors.size(), 1u);
+  EXPECT_EQ(tp.net_errors[0].next_hop_mtu, 1400);
+  EXPECT_EQ(tp.net_errors[0].remote, kFar);
   e.protocol = 17;
   EXPECT_EQ(ip->deliver_error(e).error(), Errc::not_found);
   EXPECT_EQ(count("drop_error_no_owner"), 1u);
@@ -500,7 +466,7 @@ TEST_F(Ipv4Test, DeliverErrorReachesTheProtocolThatEnabledTheNumber) {
   auto s = ip->open(tp, parts);
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE(ip->deliver_error(e).ok());
-  EXPECT_EQ(tp.errors.size(), 2u);
+  EXPECT_EQ(tp.net_errors.size(), 2u);
   EXPECT_EQ(count("errors_delivered"), 2u);
   ASSERT_TRUE((*s)->close().ok());
 }
@@ -994,7 +960,6 @@ TEST(Ipv4Graph, ComposesOverABareIpDriverWithoutEth) {
   EXPECT_EQ(ip->config().reasm_timeout, std::chrono::seconds(5));
   EXPECT_EQ(*ip->control(ctl::GetMtu{}), 980u);
   Transport tp;
-  tp.ip = ip;
   auto en = local_proto(17);
   ASSERT_TRUE(ip->open_enable(tp, en).ok());
   // A broadcast comes back through the loopback driver, fragmented on the way.

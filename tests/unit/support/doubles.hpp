@@ -170,25 +170,39 @@ class FakeLink final : public Protocol {
   int closes = 0;
 };
 
-// The top of a graph, for layers that open sessions: records deliveries (and
-// the session each came up through), sessions announced to it, and errors.
-class App final : public Protocol {
+// The top of a graph, for layers that open sessions (a transport above ipv4,
+// an application above udp): records deliveries (the session each came up
+// through, its text, its packet facts) and answers `answer`; records the
+// sessions announced to it (or closes them at once: keep_opened = false) and
+// the errors delivered to it; answers ipv4's ClaimsOwn when told which port
+// is its own.
+class App : public Protocol {
  public:
   explicit App(std::string name = "app0") : Protocol(std::move(name), "app") {}
   Status demux(Session& lower, Msg msg) override {
-    received.push_back({&lower, text_of_msg(msg)});
-    return {};
+    received.push_back({&lower, text_of_msg(msg), msg.rx()});
+    return answer;
   }
   Status open_done(Protocol&, Session& s, Participants& parts) override {
     if (refuse) return Errc::bad_state;
     if (on_open) on_open(parts);
-    opened.push_back(SessionRef(&s));
+    if (keep_opened) {
+      opened.push_back(SessionRef(&s));
+    } else {
+      (void)s.close();
+    }
     last_parts = parts;
     return {};
   }
   Result<ControlReply> control_any(const ControlQuery& q) override {
-    if (std::holds_alternative<ctl::DeliverError>(q)) {
+    if (const auto* d = std::get_if<ctl::DeliverError>(&q)) {
+      net_errors.push_back(d->error);
       ++errors;
+      return ControlReply{std::monostate{}};
+    }
+    if (const auto* c = std::get_if<ctl::ClaimsOwn>(&q); c != nullptr && claimed_port) {
+      claims_asked.push_back(*c);
+      if (c->to.value != *claimed_port) return Errc::not_found;
       return ControlReply{std::monostate{}};
     }
     return Protocol::control_any(q);
@@ -196,12 +210,18 @@ class App final : public Protocol {
   struct Delivery {
     Session* session;
     std::string text;
+    RxInfo info;
   };
   std::vector<Delivery> received;
   std::vector<SessionRef> opened;
   Participants last_parts;
   int errors = 0;
+  std::vector<ctl::NetError> net_errors;
+  Status answer;                                 // what demux returns
   bool refuse = false;                           // open_done says no
+  bool keep_opened = true;                       // false: close what open_done is given
+  std::optional<std::uint16_t> claimed_port;     // set: ClaimsOwn answered (this port is ours)
+  std::vector<ctl::ClaimsOwn> claims_asked;
   std::function<void(Participants&)> on_open;  // a suite's checks of what open_done is given
 };
 
