@@ -203,8 +203,6 @@ class Stack::Core {
   std::uint16_t queue_ = 0;
   bool attached_ = false;  // its loop is attached to the node (detach before going)
   std::optional<Graph> graph_;
-  tcp::TcpProtocol* tcp_ = nullptr;
-  udp::UdpProtocol* udp_ = nullptr;
 
   // Inline and hybrid mode: one caller runs the stack at a time. A caller
   // that finds it taken wakes the holder (which may be asleep in the loop,
@@ -382,14 +380,14 @@ std::unique_ptr<Stack> Stack::build(StackConfig config, std::shared_ptr<FilterdC
     c.queue_ = queue;
   }
   c.graph_.emplace(Graph::build(c.config_.graph, c.registry_, &c.loop_, c.config_.source));
-  c.tcp_ = s->tcp_ = c.graph_->find_as<tcp::TcpProtocol>(c.config_.tcp);
-  c.udp_ = s->udp_ = c.graph_->find_as<udp::UdpProtocol>(c.config_.udp);
+  s->tcp_ = c.graph_->find_as<tcp::TcpProtocol>(c.config_.tcp);
+  s->udp_ = c.graph_->find_as<udp::UdpProtocol>(c.config_.udp);
   if (c.node_) {
     PortAuthority& authority = c.node_->queue(queue);
-    if (c.tcp_ != nullptr) c.tcp_->set_port_authority(&authority);
-    if (c.udp_ != nullptr) c.udp_->set_port_authority(&authority);
+    if (s->tcp_ != nullptr) s->tcp_->set_port_authority(&authority);
+    if (s->udp_ != nullptr) s->udp_->set_port_authority(&authority);
     // filterd may restart under us: reconnect, and declare what we hold.
-    attach_node(*c.node_, c.loop_, c.tcp_, c.udp_, c.graph_->find_as<Driver>("net0"), queue);
+    attach_node(*c.node_, c.loop_, s->tcp_, s->udp_, c.graph_->find_as<Driver>("net0"), queue);
     c.attached_ = true;
   }
   if (c.config_.wait_link && !c.wait_for_link(c.config_.link_wait)) {
