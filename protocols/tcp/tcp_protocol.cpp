@@ -45,7 +45,7 @@ Status ListenSession::close() {
   if (proto_ == nullptr) return Errc::closed;
   TcpProtocol* p = std::exchange(proto_, nullptr);
   Ref<ListenSession> keep(this);
-  p->listeners_.erase(TcpProtocol::ListenKey{TcpProtocol::listen_key_addr(addr_), port_.value});
+  p->listeners_.erase(TcpProtocol::ListenKey{addr_, port_.value});
   if (p->authority_ != nullptr) p->authority_->release_listen(kIpProtocol, port_.value);
   // Connections nobody will accept are reset (RFC 9293 3.10.4: like ABORT).
   std::deque<Ref<TcpConnection>> q;
@@ -332,11 +332,11 @@ Result<Port> TcpProtocol::reserve_port(IpAddr addr, Port port, bool reuse_addr, 
       // as a listener's, the use a bind to a named port almost always has.
       Result<std::uint16_t> granted = authority_->claim_listen(kIpProtocol, p, group);
       if (!granted) return granted.error();
-      reserved_.insert(ListenKey{listen_key_addr(addr), p}, kClaimedReservation);
+      reserved_.insert(ListenKey{addr, p}, kClaimedReservation);
       return Port{p};
     }
   }
-  reserved_.insert(ListenKey{listen_key_addr(addr), p}, 1u);
+  reserved_.insert(ListenKey{addr, p}, 1u);
   return Port{p};
 }
 
@@ -351,7 +351,7 @@ bool TcpProtocol::local_port_used(IpAddr addr, std::uint16_t port) {
 }
 
 void TcpProtocol::release_port(IpAddr addr, Port port) noexcept {
-  const ListenKey k{listen_key_addr(addr), port.value};
+  const ListenKey k{addr, port.value};
   const std::uint32_t* v = reserved_.find(k);
   if (v == nullptr) return;
   if (*v == kClaimedReservation && authority_ != nullptr) authority_->release_listen(kIpProtocol, port.value);
@@ -744,7 +744,7 @@ Result<TcpListener> TcpProtocol::listen(IpAddr addr, Port port, std::size_t back
 }
 
 Result<TcpListener> TcpProtocol::listen_reserved(IpAddr addr, Port port, std::size_t backlog, bool group) {
-  const ListenKey k{listen_key_addr(addr), port.value};
+  const ListenKey k{addr, port.value};
   const std::uint32_t* held = reserved_.find(k);
   if (held == nullptr) return Errc::not_found;
   const std::uint32_t kind = *held;
@@ -767,7 +767,7 @@ Result<TcpListener> TcpProtocol::open_listener(IpAddr addr, std::uint16_t port, 
     return TcpListener(std::move(*b));
   }
   Ref<ListenSession> l = make_ref<ListenSession>(*this, addr, Port{port}, backlog, group);
-  listeners_.insert(ListenKey{listen_key_addr(addr), port}, l.get());
+  listeners_.insert(ListenKey{addr, port}, l.get());
   return TcpListener(std::move(l));
 }
 

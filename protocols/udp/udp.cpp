@@ -295,7 +295,7 @@ std::vector<std::uint16_t> UdpProtocol::bound_ports() const {
 Status UdpProtocol::bind_session(UdpSession& s, IpAddr addr, Port port) {
   if (s.bound_) return Errc::bad_state;
   std::uint16_t p = port.value;
-  if (p != 0 && (port_conflicts(s, addr, p) || bound_.contains(BindKey{bind_key_addr(addr), p}))) return Errc::exists;
+  if (p != 0 && (port_conflicts(s, addr, p) || bound_.contains(BindKey{addr, p}))) return Errc::exists;
   bool claimed = false;
   if (authority_ != nullptr && (p == 0 || port_users_.find(PortKey{p}) == nullptr)) {
     // A port new to this stack is host-wide: filterd grants (or picks) it and
@@ -315,7 +315,7 @@ Status UdpProtocol::bind_session(UdpSession& s, IpAddr addr, Port port) {
   }
   s.local_ = Endpoint{addr, p};
   s.bound_ = true;
-  bound_.insert(BindKey{bind_key_addr(addr), p}, SessionRef(&s));
+  bound_.insert(BindKey{addr, p}, SessionRef(&s));
   port_users_.insert(PortKey{p}, {}).first->push_back(&s);
   return {};
 }
@@ -334,7 +334,7 @@ Status UdpProtocol::connect_session(UdpSession& s, IpAddr addr, Port port) {
   if (s.connected_) {
     connected_.erase(FourTuple{{s.conn_local_, s.local_.port}, s.remote_});
   } else {
-    bound_.erase(BindKey{bind_key_addr(s.local_.addr), s.local_.port});
+    bound_.erase(BindKey{s.local_.addr, s.local_.port});
   }
   connected_.insert(key, keep);
   s.conn_local_ = local;
@@ -358,7 +358,7 @@ void UdpProtocol::unbind(UdpSession& s) noexcept {
     s.connected_ = false;
     connected_.erase(FourTuple{{s.conn_local_, s.local_.port}, s.remote_});
   } else {
-    bound_.erase(BindKey{bind_key_addr(s.local_.addr), s.local_.port});
+    bound_.erase(BindKey{s.local_.addr, s.local_.port});
   }
 }
 

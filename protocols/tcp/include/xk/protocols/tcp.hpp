@@ -248,8 +248,11 @@ class TcpProtocol final : public Protocol {
   // Connections are keyed by their FourTuple itself (xk/endpoint.hpp): a
   // plain key of either family.
   using ConnKey = FourTuple;
+  // A listener's or a reservation's (address, port): every unspecified
+  // address (0.0.0.0, ::) is the one wildcard, ::.
   struct ListenKey {
-    IpAddr addr;  // unspecified: every address (IpAddr::is_unspecified)
+    ListenKey(const IpAddr& a, std::uint16_t p) noexcept : addr(a.is_unspecified() ? IpAddr{} : a), port(p) {}
+    IpAddr addr;
     std::uint16_t port;
     friend bool operator==(const ListenKey&, const ListenKey&) = default;
   };
@@ -264,9 +267,6 @@ class TcpProtocol final : public Protocol {
     std::size_t users = 0;
   };
   static const ConnKey& key_of(const FourTuple& t) noexcept { return t; }
-  // A listener's or a reservation's key address: every unspecified address
-  // (0.0.0.0, ::) is one wildcard.
-  static IpAddr listen_key_addr(const IpAddr& a) noexcept { return a.is_unspecified() ? IpAddr{} : a; }
 
   Status ensure_enabled();
   Result<IpPeer*> ip_for(IpAddr peer, Session* known);

@@ -208,14 +208,14 @@ class UdpProtocol final : public Protocol {
  private:
   friend class UdpSession;
 
+  // A bound socket's (address, port): every unspecified address (0.0.0.0,
+  // ::) is the one wildcard, ::.
   struct BindKey {
-    IpAddr addr;  // unspecified: every address
+    BindKey(const IpAddr& a, std::uint16_t p) noexcept : addr(a.is_unspecified() ? IpAddr{} : a), port(p) {}
+    IpAddr addr;
     std::uint16_t port;
     friend bool operator==(const BindKey&, const BindKey&) = default;
   };
-  // A bound socket's key address: every unspecified address (0.0.0.0, ::)
-  // is one wildcard.
-  static IpAddr bind_key_addr(const IpAddr& a) noexcept { return a.is_unspecified() ? IpAddr{} : a; }
   struct PortKey {
     std::uint16_t port;
     friend bool operator==(const PortKey&, const PortKey&) = default;
