@@ -468,10 +468,9 @@ void TcpProtocol::send_reset_for(IpPeer& ip, const Header& h, std::size_t seg_le
 
 Status TcpProtocol::demux(Session& lower, Msg msg) {
   ++c_.rx_segments;
-  // What ipv4 learned of the packet (it travels in the Msg, which moves on
-  // below): over IPv4 only, so far.
-  if (!msg.rx().src.is_v4()) return Errc::bad_state;
-  const IpAddr src = msg.rx().src.v4();
+  // Who sent it, as the IP layer below learned it (a copy: the Msg moves on
+  // below, its facts with it).
+  const IpAddr src = msg.rx().src;
   const bool ce = (msg.rx().traffic_class & kEcnMask) == kEcnCe;
   Result<IpPeer*> ipr = ip_for(src, &lower);
   if (!ipr) return ipr.error();
