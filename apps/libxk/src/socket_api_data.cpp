@@ -153,8 +153,7 @@ ssize_t stream_send(Sock& s, const iovec* iov, int iovcnt, int flags) {
 
 // Who sent a datagram and how long it was (recvfrom, recvmsg).
 struct DgramInfo {
-  IpAddr from;
-  Port port;
+  Endpoint from;
   std::size_t length = 0;  // the whole datagram
   std::size_t copied = 0;  // what of it fit in the buffers
 };
@@ -194,7 +193,7 @@ ssize_t dgram_recv(Sock& s, const iovec* iov, int iovcnt, int flags, DgramInfo& 
     }
     Result<std::size_t> n = scatter(d->payload, iov, iovcnt);
     if (!n) return Outcome::error(n.error());
-    info = DgramInfo{d->from, d->from_port, d->payload.size(), *n};
+    info = DgramInfo{Endpoint{d->from, d->from_port.value}, d->payload.size(), *n};
     return Outcome::ok(*n);
   });
   if (o.err == Errc::closed) return fail(EBADF, "recvfrom: the socket was closed");
@@ -393,7 +392,7 @@ extern "C" ssize_t xk_recvfrom(int fd, void* buf, size_t len, int flags, struct 
   return guarded("recvfrom", [&]() -> ssize_t {
     DgramInfo info;
     const ssize_t n = dgram_recv(*s, &v, 1, flags, info);
-    if (n >= 0) write_sockaddr(Endpoint{info.from, info.port.value}, from, fromlen);
+    if (n >= 0) write_sockaddr(info.from, from, fromlen);
     return n;
   });
 }
@@ -423,7 +422,7 @@ extern "C" ssize_t xk_recvmsg(int fd, struct msghdr* msg, int flags) {
       if (n < 0) return n;
       if (info.length > info.copied) msg->msg_flags |= MSG_TRUNC;
       if (msg->msg_name != nullptr) {
-        write_sockaddr(Endpoint{info.from, info.port.value}, static_cast<sockaddr*>(msg->msg_name), &msg->msg_namelen);
+        write_sockaddr(info.from, static_cast<sockaddr*>(msg->msg_name), &msg->msg_namelen);
       } else {
         msg->msg_namelen = 0;
       }
