@@ -54,16 +54,22 @@ const Data& data() {
   return d;
 }
 
+// Looks `probes` up in `map` in turn, one lookup an iteration.
+template <class Map, class Key>
+void lookups(benchmark::State& state, Map& map, const std::vector<Key>& probes) {
+  std::size_t i = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(map.find(probes[i]));
+    i = (i + 1) & (kProbes - 1);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 void BM_FlatMap_Lookup(benchmark::State& state) {
   const Data& d = data();
   xk::FlatMap<FourTuple, std::uint32_t> map(kKeys);
   for (std::size_t i = 0; i < kKeys; ++i) map.insert(d.keys[i], static_cast<std::uint32_t>(i));
-  std::size_t i = 0;
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(map.find(d.probes[i]));
-    i = (i + 1) & (kProbes - 1);
-  }
-  state.SetItemsProcessed(state.iterations());
+  lookups(state, map, d.probes);
 }
 BENCHMARK(BM_FlatMap_Lookup);
 
@@ -73,12 +79,7 @@ void BM_TupleMap_Lookup(benchmark::State& state) {
   const Data& d = data();
   xk::TupleMap<std::uint32_t> map(kKeys);
   for (std::size_t i = 0; i < kKeys; ++i) map.insert(d.wide_keys[i], static_cast<std::uint32_t>(i));
-  std::size_t i = 0;
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(map.find(d.wide_probes[i]));
-    i = (i + 1) & (kProbes - 1);
-  }
-  state.SetItemsProcessed(state.iterations());
+  lookups(state, map, d.wide_probes);
 }
 BENCHMARK(BM_TupleMap_Lookup);
 
@@ -106,12 +107,7 @@ void BM_UnorderedMap_Lookup(benchmark::State& state) {
   std::unordered_map<FourTuple, std::uint32_t, StdHash> map;
   map.reserve(kKeys);
   for (std::size_t i = 0; i < kKeys; ++i) map.emplace(d.keys[i], static_cast<std::uint32_t>(i));
-  std::size_t i = 0;
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(map.find(d.probes[i]));
-    i = (i + 1) & (kProbes - 1);
-  }
-  state.SetItemsProcessed(state.iterations());
+  lookups(state, map, d.probes);
 }
 BENCHMARK(BM_UnorderedMap_Lookup);
 
