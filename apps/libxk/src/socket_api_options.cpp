@@ -236,11 +236,22 @@ int set_tcp(SetCall& k, int name) {
   }
 }
 
-struct LevelSetter {
+// An option level's handler, and the one a table has for a level (null: the
+// level is not offered).
+template <class Handler>
+struct ByLevel {
   int level;
-  int (*set)(SetCall&, int name);
+  Handler handle;
 };
-constexpr LevelSetter kSetters[] = {
+template <class Handler, std::size_t N>
+Handler handler_for(const ByLevel<Handler> (&table)[N], int level) noexcept {
+  for (const ByLevel<Handler>& l : table) {
+    if (l.level == level) return l.handle;
+  }
+  return nullptr;
+}
+
+constexpr ByLevel<int (*)(SetCall&, int)> kSetters[] = {
     {SOL_SOCKET, &set_sol_socket},
     {IPPROTO_IP, &set_ip},
     {IPPROTO_TCP, &set_tcp},
@@ -390,11 +401,7 @@ Got get_tcp(GetCall& k, int name) {
   }
 }
 
-struct LevelGetter {
-  int level;
-  Got (*get)(GetCall&, int name);
-};
-constexpr LevelGetter kGetters[] = {
+constexpr ByLevel<Got (*)(GetCall&, int)> kGetters[] = {
     {SOL_SOCKET, &get_sol_socket},
     {IPPROTO_IP, &get_ip},
     {IPPROTO_TCP, &get_tcp},
@@ -413,17 +420,14 @@ extern "C" int xk_setsockopt(int fd, int level, int name, const void* value, soc
   } else if (!opt_in(value, len, v.iv)) {
     return fail(EINVAL, "setsockopt: an int");
   }
-  const LevelSetter* setter = nullptr;
-  for (const LevelSetter& l : kSetters) {
-    if (l.level == level) setter = &l;
-  }
+  const auto setter = handler_for(kSetters, level);
   return guarded("setsockopt", [&] {
     const int err = s->stack->call([&]() -> int {
       if (s->closed.load()) return EBADF;
       if (setter == nullptr) return ENOPROTOOPT;
       const bool stream = s->type == SOCK_STREAM;
       SetCall k{*s, stream, stream ? s->conn.endpoint() : nullptr, v};
-      return setter->set(k, name);
+      return setter(k, name);
     });
     if (err != 0) return fail(err, "setsockopt: option " + std::to_string(level) + "/" + std::to_string(name));
     return 0;
@@ -468,17 +472,14 @@ extern "C" int xk_getsockopt(int fd, int level, int name, void* value, socklen_t
       return 0;
     });
   }
-  const LevelGetter* getter = nullptr;
-  for (const LevelGetter& l : kGetters) {
-    if (l.level == level) getter = &l;
-  }
+  const auto getter = handler_for(kGetters, level);
   return guarded("getsockopt", [&] {
     Got a = s->stack->call([&]() -> Got {
       if (s->closed.load()) return Got{EBADF};
       if (getter == nullptr) return Got{ENOPROTOOPT};
       const bool stream = s->type == SOCK_STREAM;
       GetCall k{*s, stream, stream ? s->conn.endpoint() : nullptr};
-      return getter->get(k, name);
+      return getter(k, name);
     });
     if (a.err != 0) return fail(a.err, "getsockopt: option " + std::to_string(level) + "/" + std::to_string(name));
     if (a.is_linger) return opt_out(value, len, a.lg);
