@@ -156,12 +156,11 @@ class FilterdClient::QueuePort final : public PortAuthority {
   void release_listen(std::uint8_t proto, std::uint16_t port) noexcept override { c_.release_listen_on(q_, proto, port); }
   Result<std::uint16_t> claim_connect(std::uint8_t proto, std::uint16_t local_port, const IpAddr& remote,
                                       std::uint16_t remote_port) override {
-    if (!remote.is_v4()) return Errc::unsupported;
-    return c_.claim_connect_on(q_, proto, local_port, remote.v4(), remote_port);
+    return c_.claim_connect_on(q_, proto, local_port, remote, remote_port);
   }
   void release_connect(std::uint8_t proto, std::uint16_t local_port, const IpAddr& remote,
                        std::uint16_t remote_port) noexcept override {
-    if (remote.is_v4()) c_.release_connect_on(q_, proto, local_port, remote.v4(), remote_port);
+    c_.release_connect_on(q_, proto, local_port, remote, remote_port);
   }
 
  private:
@@ -259,6 +258,7 @@ std::unique_ptr<FilterdClient> FilterdClient::connect(const std::string& path, c
   }
   c->hello_ = *hr;
   c->leasing_ = options.lease_block != 0 && hr->version >= 3 && !hr->central;
+  c->ipv6_flows_ = hr->version >= fc::kProtocolVersionIpv6;
   c->leases_.resize(options.queues);
   return c;
 }
@@ -269,7 +269,7 @@ fc::Hello FilterdClient::make_hello() const {
   h.pid = static_cast<std::uint32_t>(::getpid());
   h.queues = options_.queues;
   h.version_min = fc::kProtocolVersionMin;
-  h.version_max = fc::kProtocolVersion;  // 3: LEASE
+  h.version_max = fc::kProtocolVersion;  // 3: LEASE; 4: IPv6 flows
   if (ethernet()) h.ethernet = options_.node_mac.value_or(MacAddr{});
   return h;
 }
@@ -523,6 +523,7 @@ bool FilterdClient::reconnect_now() {
           std::fprintf(stderr, "filterd: warning: filterd came back with another ISN secret (give it --secret)\n");
         }
         filterd_leases = hr->version >= 3 && !hr->central;
+        ipv6_flows_ = hr->version >= fc::kProtocolVersionIpv6;
         answered = true;
       } else {
         close_socket();
@@ -541,6 +542,12 @@ bool FilterdClient::reconnect_now() {
     if (!broken) {
       if (!renew_leases_locked(filterd_leases)) broken = true;
       leasing_ = leasing_ && filterd_leases;
+    }
+    if (!broken && !ipv6_flows_) {
+      // A filterd older than version 4 cannot keep them; their peers get
+      // RST from it.
+      const auto v6 = std::erase_if(held->flows, [](const fc::FlowEntry& f) { return !f.remote_addr.is_v4(); });
+      if (v6 != 0) std::fprintf(stderr, "filterd: %zu IPv6 flows not declared: filterd is older than version 4\n", v6);
     }
     if (!broken) {
       for (const fc::Resync& m : fc::split_resync(held->listeners, held->flows)) {
@@ -895,7 +902,7 @@ void FilterdClient::release_listen_on(std::uint16_t queue, std::uint8_t proto, s
 }
 
 Result<std::uint16_t> FilterdClient::claim_connect_on(std::uint16_t queue, std::uint8_t proto,
-                                                      std::uint16_t local_port, Ipv4Addr remote,
+                                                      std::uint16_t local_port, const IpAddr& remote,
                                                       std::uint16_t remote_port) {
   if (Status st = usable(); !st) return st.error();
   fc::Connect c;
@@ -906,6 +913,7 @@ Result<std::uint16_t> FilterdClient::claim_connect_on(std::uint16_t queue, std::
   c.queue = queue;
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ != State::connected) return Errc::would_block;
+  if (!remote.is_v4() && !ipv6_flows_) return Errc::unsupported;
   if (leasing_ && c.proto == fc::Proto::tcp && local_port == 0 && queue < leases_.size()) {
     // From the node's lease: filterd steers the port to this queue already.
     LeasePool& pool = leases_[queue];
@@ -993,7 +1001,7 @@ std::size_t FilterdClient::free_leased_ports(std::uint16_t queue) const {
 }
 
 void FilterdClient::release_connect_on(std::uint16_t queue, std::uint8_t proto, std::uint16_t local_port,
-                                       Ipv4Addr remote, std::uint16_t remote_port) noexcept {
+                                       const IpAddr& remote, std::uint16_t remote_port) noexcept {
   if (proto == 6) {
     std::lock_guard<std::mutex> lock(mu_);
     if (queue < leases_.size()) {
@@ -1010,6 +1018,7 @@ void FilterdClient::release_connect_on(std::uint16_t queue, std::uint8_t proto, 
       }
     }
   }
+  if (!remote.is_v4() && !ipv6_flows_) return;  // never claimed from this filterd
   // Nobody else can want this 4-tuple, and filterd reads our requests in
   // order: a connect of the same one later comes after it. Not waiting
   // takes a control round trip off every connection a node opens.
@@ -1025,10 +1034,9 @@ FilterdClient::Holdings filterd_holdings(const tcp::TcpProtocol* tcp, const udp:
     for (const tcp::TcpProtocol::ConnectionInfo& c : tcp->connections()) {
       // A connection opened without the authority (none at the time) has no
       // flow at filterd to declare.
-      // (filterd's flows are IPv4's, as every flow it steered.)
-      if ((!c.claimed && !c.passive) || !c.tuple.remote.addr.is_v4()) continue;
-      h.flows.push_back(fc::FlowEntry{fc::Proto::tcp, c.tuple.local.port, c.tuple.remote.addr.v4(), c.tuple.remote.port,
-                                      0, c.passive});
+      if (!c.claimed && !c.passive) continue;
+      h.flows.push_back(
+          fc::FlowEntry{fc::Proto::tcp, c.tuple.local.port, c.tuple.remote.addr, c.tuple.remote.port, 0, c.passive});
     }
   }
   if (udp != nullptr) {

@@ -45,6 +45,7 @@ const char* tag_name(Tag tag) noexcept {
     case Tag::remote_port: return "remote_port";
     case Tag::listener: return "listener";
     case Tag::flow: return "flow";
+    case Tag::flow6: return "flow6";
     case Tag::more: return "more";
     case Tag::count: return "count";
     case Tag::ports: return "ports";
@@ -72,6 +73,7 @@ const char* tag_name(Tag tag) noexcept {
     case Tag::port: return "port";
     case Tag::rule: return "rule";
     case Tag::node_flow: return "node_flow";
+    case Tag::node_flow6: return "node_flow6";
   }
   return "unknown";
 }
@@ -201,9 +203,9 @@ Check queue_count(const std::uint16_t& n, std::string_view what) {
   return bad(named(what, n) + " is not in 1.." + num(kMaxQueues));
 }
 
-Check specified_addr(const Ipv4Addr& a, std::string_view what) {
-  if (a.value != 0) return std::nullopt;
-  return bad(std::string(what) + " is 0.0.0.0");
+Check specified_addr(const IpAddr& a, std::string_view what) {
+  if (!a.is_unspecified()) return std::nullopt;
+  return bad(std::string(what) + " is " + (a.is_v4() ? "0.0.0.0" : "::"));
 }
 
 Check lease_count(const std::uint16_t& n, std::string_view what) {
@@ -290,14 +292,47 @@ constexpr auto kListener = record<ListenerEntry>(
     at(2, be<2>, &ListenerEntry::port, "local port", nonzero),                 //
     at(4, be<2>, &ListenerEntry::queue, "queue", queue_index));
 
-constexpr auto kFlow = with_rule(record<FlowEntry>(kFlowRecord,                                                    //
-                                                   at(0, be<1>, &FlowEntry::proto, "proto", flow_proto),          //
-                                                   flags<FlowEntry>(1, std::pair{kFlowFlagAccepted, &FlowEntry::accepted}),
-                                                   at(2, be<2>, &FlowEntry::local_port, "local port", nonzero),  //
-                                                   at(4, addr, &FlowEntry::remote_addr, "remote address"),        //
-                                                   at(8, be<2>, &FlowEntry::remote_port, "remote port"),          //
-                                                   at(10, be<2>, &FlowEntry::queue, "queue", queue_index)),
-                                 remote_port_fits_proto<FlowEntry>);
+// A flow of either family: the IPv4 record, or the IPv6 one (version 4)
+// whose remote address takes 16 bytes and moves what follows it.
+template <bool V6>
+constexpr auto flow_record() {
+  constexpr std::size_t a = V6 ? 12 : 0;  // what the longer address adds
+  return with_rule(record<FlowEntry>(V6 ? kFlow6Record : kFlowRecord,                               //
+                                     at(0, be<1>, &FlowEntry::proto, "proto", flow_proto),          //
+                                     flags<FlowEntry>(1, std::pair{kFlowFlagAccepted, &FlowEntry::accepted}),
+                                     at(2, be<2>, &FlowEntry::local_port, "local port", nonzero),  //
+                                     at(4, IpOf<V6>{}, &FlowEntry::remote_addr, "remote address"),  //
+                                     at(8 + a, be<2>, &FlowEntry::remote_port, "remote port"),      //
+                                     at(10 + a, be<2>, &FlowEntry::queue, "queue", queue_index)),
+                   remote_port_fits_proto<FlowEntry>);
+}
+constexpr auto kFlow = flow_record<false>();
+constexpr auto kFlow6 = flow_record<true>();
+
+bool is_v4_flow(const FlowEntry& f) { return f.remote_addr.is_v4(); }
+bool is_v6_flow(const FlowEntry& f) { return !f.remote_addr.is_v4(); }
+bool is_v4_node_flow(const NodeFlow& f) { return is_v4_flow(f.flow); }
+bool is_v6_node_flow(const NodeFlow& f) { return is_v6_flow(f.flow); }
+
+// An IPv6 flow counts twice against a list's cap: its record is at most
+// twice the size, so a full list of either family fits one body.
+std::size_t flow_weight(const FlowEntry& f) { return is_v4_flow(f) ? 1 : 2; }
+
+template <class List, class Flow>
+Check flows_within(const List& list, Flow flow, std::size_t cap) {
+  std::size_t weight = 0;
+  for (const auto& e : list) weight += flow_weight(flow(e));
+  if (weight <= cap) return std::nullopt;
+  return over("flows weigh " + num(weight) + " (an IPv6 one twice), over the limit of " + num(cap));
+}
+
+Check resync_flows_within_cap(const Resync& m) {
+  return flows_within(m.flows, [](const FlowEntry& f) -> const FlowEntry& { return f; }, kMaxResyncFlows);
+}
+
+Check flows_reply_within_cap(const FlowsReply& m) {
+  return flows_within(m.flows, [](const NodeFlow& f) -> const FlowEntry& { return f.flow; }, kMaxFlowRecords);
+}
 
 constexpr auto kCounter = record<Counter>(kCounterRecordMin,                               //
                                           at(0, be<8>, &Counter::value, "value"),          //
@@ -330,6 +365,9 @@ constexpr auto kPort = record<PortRecord>(kPortRecord,                          
 constexpr auto kNodeFlow = record<NodeFlow>(kNodeFlowRecord,                          //
                                             at(0, be<2>, &NodeFlow::node, "node"),   //
                                             nested(2, &NodeFlow::flow, kFlow));
+constexpr auto kNodeFlow6 = record<NodeFlow>(kNodeFlow6Record,                         //
+                                             at(0, be<2>, &NodeFlow::node, "node"),  //
+                                             nested(2, &NodeFlow::flow, kFlow6));
 
 constexpr auto kRule = record<RuleRecord>(kRuleRecordMin,                                   //
                                           at(0, be<4>, &RuleRecord::id, "rule id", nonzero),  //
@@ -390,20 +428,22 @@ constexpr auto fields_of(Of<Connect>) {
                          one(Tag::proto, be<1>, &Connect::proto, flow_proto),                //
                          optional(Tag::local_port, be<2>, &Connect::local_port),             //
                          one(Tag::queue, be<2>, &Connect::queue, queue_index),               //
-                         one(Tag::remote_addr, addr, &Connect::remote_addr, specified_addr),  //
+                         one(Tag::remote_addr, ip, &Connect::remote_addr, specified_addr),  //
                          one(Tag::remote_port, be<2>, &Connect::remote_port));
 }
 constexpr auto fields_of(Of<Release>) {
   return layout<Release>(remote_port_fits_proto<Release>,                           //
                          one(Tag::proto, be<1>, &Release::proto, flow_proto),       //
                          one(Tag::local_port, be<2>, &Release::local_port, nonzero),  //
-                         one(Tag::remote_addr, addr, &Release::remote_addr),        //
+                         one(Tag::remote_addr, ip, &Release::remote_addr),        //
                          one(Tag::remote_port, be<2>, &Release::remote_port));
 }
 constexpr auto fields_of(Of<Resync>) {
-  return layout<Resync>(many(Tag::listener, kListener, &Resync::listeners, kMaxResyncListeners),  //
-                        many(Tag::flow, kFlow, &Resync::flows, kMaxResyncFlows),                  //
-                        optional(Tag::more, boolean, &Resync::more));
+  return layout<Resync>(resync_flows_within_cap,                                              //
+                        many(Tag::listener, kListener, &Resync::listeners, kMaxResyncListeners),  //
+                        many_where(Tag::flow, kFlow, &Resync::flows, kMaxResyncFlows, is_v4_flow),  //
+                        optional(Tag::more, boolean, &Resync::more),                              //
+                        many_where(Tag::flow6, kFlow6, &Resync::flows, kMaxResyncFlows / 2, is_v6_flow));
 }
 constexpr auto fields_of(Of<Lease>) {
   return layout<Lease>(count_or_ports,                                                //
@@ -448,9 +488,9 @@ constexpr auto fields_of(Of<HelloReply>) {
                             many(Tag::channel, kChannel, &HelloReply::channels, kMaxQueues),       //
                             one(Tag::filterd_mac, mac, &HelloReply::filterd_mac),                  //
                             one(Tag::mtu, be<2>, &HelloReply::mtu, usable_mtu),                    //
-                            one(Tag::address, addr, &HelloReply::address),                         //
+                            one(Tag::address, ipv4, &HelloReply::address),                         //
                             one(Tag::prefix_len, be<1>, &HelloReply::prefix_len, prefix_length),   //
-                            optional(Tag::gateway, addr, &HelloReply::gateway),                    //
+                            optional(Tag::gateway, ipv4, &HelloReply::gateway),                    //
                             one(Tag::secret, raw<sizeof(Secret)>, &HelloReply::secret),            //
                             one(Tag::heartbeat_ms, be<4>, &HelloReply::heartbeat_ms),              //
                             optional(Tag::central, boolean, &HelloReply::central));
@@ -483,9 +523,12 @@ constexpr auto fields_of(Of<PortsReply>) {
                             many(Tag::port, kPort, &PortsReply::ports, kMaxPortRecords));
 }
 constexpr auto fields_of(Of<FlowsReply>) {
-  return layout<FlowsReply>(optional(Tag::cursor, blob<kMaxCursor>, &FlowsReply::cursor),  //
+  return layout<FlowsReply>(flows_reply_within_cap,                                         //
+                            optional(Tag::cursor, blob<kMaxCursor>, &FlowsReply::cursor),  //
                             one(Tag::total, be<4>, &FlowsReply::total),                    //
-                            many(Tag::node_flow, kNodeFlow, &FlowsReply::flows, kMaxFlowRecords));
+                            many_where(Tag::node_flow, kNodeFlow, &FlowsReply::flows, kMaxFlowRecords, is_v4_node_flow),
+                            many_where(Tag::node_flow6, kNodeFlow6, &FlowsReply::flows, kMaxFlowRecords / 2,
+                                       is_v6_node_flow));
 }
 constexpr auto fields_of(Of<RulesReply>) {
   return layout<RulesReply>(rules_fit_a_frame,                                              //
@@ -694,12 +737,13 @@ std::vector<Resync> split_resync(std::span<const ListenerEntry> listeners, std::
   do {
     Resync& r = out.emplace_back();
     const std::size_t ln = std::min(kMaxResyncListeners, listeners.size() - li);
-    const std::size_t fn = std::min(kMaxResyncFlows, flows.size() - fi);
     r.listeners.assign(listeners.begin() + static_cast<std::ptrdiff_t>(li),
                        listeners.begin() + static_cast<std::ptrdiff_t>(li + ln));
-    r.flows.assign(flows.begin() + static_cast<std::ptrdiff_t>(fi), flows.begin() + static_cast<std::ptrdiff_t>(fi + fn));
     li += ln;
-    fi += fn;
+    for (std::size_t weight = 0; fi < flows.size() && weight + flow_weight(flows[fi]) <= kMaxResyncFlows; ++fi) {
+      weight += flow_weight(flows[fi]);
+      r.flows.push_back(flows[fi]);
+    }
     r.more = li < listeners.size() || fi < flows.size();
   } while (out.back().more);
   return out;

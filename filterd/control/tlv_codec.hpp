@@ -5,7 +5,8 @@
 // descriptions are in control.cpp.
 //
 //   formats  how one value sits in bytes: be<N> (big-endian integer or enum),
-//            boolean, addr, mac, raw<N> (byte array), Text, Blob, U16List,
+//            boolean, ipv4, ip (4 or 16 bytes), ip4 / ip6 (one family
+//            in a record), mac, raw<N> (byte array), Text, Blob, U16List,
 //            and Record (a struct at fixed offsets, described by parts).
 //   fields   one TLV of a message: one(...) (required, or left out when it
 //            holds its default), maybe(...) (a std::optional member) and
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "xk/address.hpp"
+#include "xk/ip_addr.hpp"
 #include "xk/filterd/control_wire.hpp"
 #include "xk/result.hpp"
 
@@ -147,7 +149,8 @@ struct Boolean {
 };
 inline constexpr Boolean boolean{};
 
-struct Addr {
+// An IPv4-only field (HELLO_REPLY's shared address and gateway).
+struct Ipv4 {
   static constexpr std::size_t kSize = 4;
   static std::size_t size(const Ipv4Addr&) noexcept { return 4; }
   static void write(std::byte* p, const Ipv4Addr& a) noexcept { store_be32(p, a.value); }
@@ -158,7 +161,54 @@ struct Addr {
   }
   static Check check(const Ipv4Addr&, std::string_view) { return std::nullopt; }
 };
-inline constexpr Addr addr{};
+inline constexpr Ipv4 ipv4{};
+
+// An IP address of either family as its own TLV: 4 bytes for IPv4, 16 for
+// IPv6. An IPv4 address has one encoding only, so 16 bytes holding an
+// IPv4-mapped address are refused.
+struct Ip {
+  static std::size_t size(const IpAddr& a) noexcept { return a.is_v4() ? 4 : 16; }
+  static void write(std::byte* p, const IpAddr& a) noexcept {
+    if (a.is_v4())
+      store_be32(p, a.v4().value);
+    else
+      std::memcpy(p, a.bytes().data(), 16);
+  }
+  static Fault read(std::span<const std::byte> v, IpAddr& out) {
+    if (v.size() == 4) {
+      out = Ipv4Addr{load_be32(v.data())};
+      return std::nullopt;
+    }
+    if (v.size() != 16) return "length " + num(v.size()) + ", expected 4 (IPv4) or 16 (IPv6)";
+    IpAddr::Bytes b;
+    std::memcpy(b.data(), v.data(), 16);
+    out = IpAddr::v6(b);
+    if (out.is_v4()) return std::string("an IPv4-mapped address in 16 bytes (IPv4 takes 4)");
+    return std::nullopt;
+  }
+  static Check check(const IpAddr&, std::string_view) { return std::nullopt; }
+};
+inline constexpr Ip ip{};
+
+// An address of one family at a fixed offset of a record: 4 bytes (V6
+// false) or 16 (true). A list whose records come in both families sends
+// each under its family's tag.
+template <bool V6>
+struct IpOf {
+  static constexpr std::size_t kSize = V6 ? 16 : 4;
+  static std::size_t size(const IpAddr&) noexcept { return kSize; }
+  static void write(std::byte* p, const IpAddr& a) noexcept { Ip::write(p, a); }
+  static Fault read(std::span<const std::byte> v, IpAddr& out) {
+    if (Fault f = exact_length(v.size(), kSize)) return f;
+    return Ip::read(v, out);
+  }
+  static Check check(const IpAddr& a, std::string_view what) {
+    if (a.is_v4() == !V6) return std::nullopt;
+    return bad(std::string(what) + " is not an " + (V6 ? "IPv6" : "IPv4") + " address");
+  }
+};
+inline constexpr IpOf<false> ip4{};
+inline constexpr IpOf<true> ip6{};
 
 struct Mac {
   static constexpr std::size_t kSize = 6;
@@ -617,18 +667,23 @@ struct Maybe {
 
 // A list, one TLV per element in list order, at most `cap` of them. Access
 // may find no list in a message (the channels of a HELLO that resumes
-// nothing): elements sent then are refused.
+// nothing): elements sent then are refused. With `keep`, the field carries
+// only the elements it keeps and another field of the message the rest (the
+// flows of each address family under their own tag): decoding appends.
 template <class M, class T, class F, class Access>
 struct Many {
   Tag tag;
   F format;
   Access access;
   std::size_t cap;
+  bool (*keep)(const T&) = nullptr;
 
   constexpr FieldSpec spec() const noexcept { return {tag, Presence::repeated, cap}; }
+  bool mine(const T& v) const { return keep == nullptr || keep(v); }
   void put(Writer& w, const M& m) const {
     if (const std::vector<T>* list = access.get(m))
-      for (const T& v : *list) w.put(tag, format, v);
+      for (const T& v : *list)
+        if (mine(v)) w.put(tag, format, v);
   }
   void take(Decoder& d, M& m) const {
     const auto values = d.many(tag);
@@ -638,7 +693,7 @@ struct Many {
       d.fail(describe(tag) + " without " + access.needs());
       return;
     }
-    list->reserve(values.size());  // capped by the scan
+    list->reserve(list->size() + values.size());  // capped by the scan
     for (std::span<const std::byte> v : values) {
       if (Fault f = format.read(v, list->emplace_back())) {
         d.fail(describe(tag) + ": " + *f);
@@ -649,10 +704,11 @@ struct Many {
   Check check(const M& m) const {
     const std::vector<T>* list = access.get(m);
     if (!list) return std::nullopt;
-    if (list->size() > cap)
-      return over(num(list->size()) + " " + tag_name(tag) + " records, over the limit of " + num(cap));
+    const auto count = static_cast<std::size_t>(std::count_if(list->begin(), list->end(), [&](const T& v) { return mine(v); }));
+    if (count > cap) return over(num(count) + " " + tag_name(tag) + " records, over the limit of " + num(cap));
     for (std::size_t i = 0; i < list->size(); ++i)
-      if (Check c = format.check((*list)[i], std::string(tag_name(tag)) + " " + num(i))) return c;
+      if (mine((*list)[i]))
+        if (Check c = format.check((*list)[i], std::string(tag_name(tag)) + " " + num(i))) return c;
     return std::nullopt;
   }
 };
@@ -692,6 +748,11 @@ constexpr Maybe<M, T, F> maybe(Tag tag, F format, std::optional<T> M::*member,
 template <class M, class T, class F>
 constexpr Many<M, T, F, ListMember<M, T>> many(Tag tag, F format, std::vector<T> M::*member, std::size_t cap) {
   return {tag, format, {member}, cap};
+}
+template <class M, class T, class F>
+constexpr Many<M, T, F, ListMember<M, T>> many_where(Tag tag, F format, std::vector<T> M::*member, std::size_t cap,
+                                                     bool (*keep)(const T&)) {
+  return {tag, format, {member}, cap, keep};
 }
 template <class M, class T, class F, class Access>
 constexpr Many<M, T, F, Access> many_via(Tag tag, F format, Access access, std::size_t cap) {

@@ -162,21 +162,30 @@ FilterEngine::~FilterEngine() = default;
 
 // ---- Tables ----
 
+FilterEngine::PackedKey FilterEngine::packed(const FlowKey& key) noexcept {
+  return PackedKey{key.remote.v4().value, key.remote_port, key.local_port, static_cast<std::uint32_t>(key.proto)};
+}
+
+FilterEngine::Packed6Key FilterEngine::packed6(const FlowKey& key) noexcept {
+  return Packed6Key{key.remote.bytes(), key.remote_port, key.local_port, static_cast<std::uint32_t>(key.proto)};
+}
+
 Status FilterEngine::add_flow(const FlowKey& key, Target target) {
   if (key.proto != Proto::tcp && key.proto != Proto::udp && key.proto != Proto::icmp) return Errc::invalid_argument;
   if (key.proto == Proto::icmp && key.remote_port != 0) return Errc::invalid_argument;
-  const PackedKey k{key.remote.value, key.remote_port, key.local_port, static_cast<std::uint32_t>(key.proto)};
-  return flows_.insert(k, target).second ? Status() : Status(Errc::exists);
+  const bool added = key.remote.is_v4() ? flows_.insert(packed(key), target).second
+                                        : flows6_.insert(packed6(key), target).second;
+  return added ? Status() : Status(Errc::exists);
 }
 
 Status FilterEngine::remove_flow(const FlowKey& key) noexcept {
-  const PackedKey k{key.remote.value, key.remote_port, key.local_port, static_cast<std::uint32_t>(key.proto)};
-  return flows_.erase(k) ? Status() : Status(Errc::not_found);
+  const bool removed = key.remote.is_v4() ? flows_.erase(packed(key)) : flows6_.erase(packed6(key));
+  return removed ? Status() : Status(Errc::not_found);
 }
 
 std::optional<Target> FilterEngine::find_flow(const FlowKey& key) const noexcept {
-  const PackedKey k{key.remote.value, key.remote_port, key.local_port, static_cast<std::uint32_t>(key.proto)};
-  if (const Target* t = flows_.find(k)) return *t;
+  const Target* t = key.remote.is_v4() ? flows_.find(packed(key)) : flows6_.find(packed6(key));
+  if (t != nullptr) return *t;
   return std::nullopt;
 }
 
@@ -230,8 +239,13 @@ Status FilterEngine::unlisten(Proto proto, std::uint16_t port) noexcept {
 }
 
 std::optional<Target> FilterEngine::listener_for(const FlowKey& key) const noexcept {
-  const PackedKey k{key.remote.value, key.remote_port, key.local_port, static_cast<std::uint32_t>(key.proto)};
-  if (auto d = listen_lookup(k)) return d->target;
+  const std::optional<Decision> d =
+      key.remote.is_v4() ? listen_lookup(packed(key))
+                         : [&] {
+                             const Packed6Key k = packed6(key);
+                             return listen_lookup(k.proto, k.local_port, std::as_bytes(std::span(&k, 1)));
+                           }();
+  if (d) return d->target;
   return std::nullopt;
 }
 
@@ -248,6 +262,9 @@ std::vector<RuleInfo> FilterEngine::rules() const { return rules_->list(); }
 void FilterEngine::for_each_flow(const std::function<void(const FlowKey&, Target)>& f) {
   flows_.for_each([&](const PackedKey& k, Target& t) {
     f(FlowKey{static_cast<Proto>(k.proto), Ipv4Addr{k.remote}, k.remote_port, k.local_port}, t);
+  });
+  flows6_.for_each([&](const Packed6Key& k, Target& t) {
+    f(FlowKey{static_cast<Proto>(k.proto), IpAddr::v6(k.remote), k.remote_port, k.local_port}, t);
   });
 }
 
@@ -270,6 +287,11 @@ void FilterEngine::remove_node(NodeId node) {
     if (t.node == node) flows.push_back(k);
   });
   for (const PackedKey& k : flows) flows_.erase(k);
+  std::vector<Packed6Key> flows6;
+  flows6_.for_each([&](const Packed6Key& k, Target& t) {
+    if (t.node == node) flows6.push_back(k);
+  });
+  for (const Packed6Key& k : flows6) flows6_.erase(k);
 
   std::vector<ListenKey> ports;
   listeners_.for_each([&](const ListenKey& k, Listener& l) {
@@ -293,10 +315,15 @@ void FilterEngine::remove_node(NodeId node) {
 // joins takes only the flows it now wins; one that leaves gives up only its
 // own (Thaler and Ravishankar, 1998).
 std::optional<Decision> FilterEngine::listen_lookup(const PackedKey& key) const noexcept {
-  const Listener* l = listeners_.find(ListenKey{static_cast<std::uint16_t>(key.proto), key.local_port});
+  return listen_lookup(key.proto, key.local_port, std::as_bytes(std::span(&key, 1)));
+}
+
+std::optional<Decision> FilterEngine::listen_lookup(std::uint32_t proto, std::uint16_t local_port,
+                                                    std::span<const std::byte> flow_id) const noexcept {
+  const Listener* l = listeners_.find(ListenKey{static_cast<std::uint16_t>(proto), local_port});
   if (l == nullptr || l->members.empty()) return std::nullopt;
   if (!l->group) return deliver(l->lease ? Reason::lease_hit : Reason::listen_hit, l->members.front().target);
-  const std::uint64_t flow = siphash24(group_key_, std::as_bytes(std::span(&key, 1)));
+  const std::uint64_t flow = siphash24(group_key_, flow_id);
   const Member* best = nullptr;
   std::uint64_t best_score = 0;
   for (const Member& m : l->members) {

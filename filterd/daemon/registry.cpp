@@ -38,6 +38,10 @@ struct CursorWriter {
   }
   CursorWriter& u16(std::uint16_t v) { return u8(static_cast<std::uint8_t>(v >> 8)).u8(static_cast<std::uint8_t>(v)); }
   CursorWriter& u32(std::uint32_t v) { return u16(static_cast<std::uint16_t>(v >> 16)).u16(static_cast<std::uint16_t>(v)); }
+  CursorWriter& addr(const IpAddr& a) {
+    for (std::uint8_t b : a.bytes()) u8(b);
+    return *this;
+  }
 };
 
 struct CursorReader {
@@ -47,6 +51,11 @@ struct CursorReader {
   std::uint16_t u16() {
     const std::uint16_t hi = u8();
     return static_cast<std::uint16_t>((hi << 8) | u8());
+  }
+  IpAddr::Bytes addr() {
+    IpAddr::Bytes a;
+    for (std::uint8_t& b : a) b = u8();
+    return a;
   }
   std::uint32_t u32() {
     const std::uint32_t hi = u16();
@@ -63,7 +72,9 @@ Message bad_cursor(std::uint32_t id, std::size_t want) {
 }
 
 // The order flows are listed in: by node, then the flow's own key.
-using FlowOrder = std::tuple<NodeId, std::uint8_t, std::uint16_t, std::uint32_t, std::uint16_t>;
+// (node, proto, local port, remote address's 16 bytes, remote port)
+using FlowOrder = std::tuple<NodeId, std::uint8_t, std::uint16_t, IpAddr::Bytes, std::uint16_t>;
+constexpr std::size_t kFlowCursor = 2 + 1 + 2 + 16 + 2;
 }  // namespace
 
 NodeRegistry::NodeRegistry(RegistryConfig config, FilterEngine& filter, Hooks hooks)
@@ -457,7 +468,7 @@ bool NodeRegistry::leased_to(const NodeInfo& n, std::uint8_t proto, std::uint16_
   return it != ports_.end() && it->second.lease && it->second.node == n.id;
 }
 
-Status NodeRegistry::take_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, Ipv4Addr remote,
+Status NodeRegistry::take_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, const IpAddr& remote,
                                std::uint16_t rport, std::uint16_t queue) {
   // A connection from a port of the node's lease (RESYNC, or CONNECT naming
   // it): the lease steers it already, but through the listen table, which
@@ -477,7 +488,7 @@ Status NodeRegistry::take_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lp
     return st;
   }
   ports_[{proto, lport}] = PortUse{n.id, false, 1, false};
-  flows_[{proto, lport, remote.value, rport}] = n.id;
+  flows_[{proto, lport, remote.bytes(), rport}] = n.id;
   ++n.flows;
   return {};
 }
@@ -547,7 +558,7 @@ Message NodeRegistry::lease(std::uint32_t id, NodeInfo& n, const ctl::Lease& l) 
 
 Message NodeRegistry::release(std::uint32_t id, NodeInfo& n, const ctl::Release& r) {
   const std::uint8_t proto = num(r.proto);
-  auto it = flows_.find({proto, r.local_port, r.remote_addr.value, r.remote_port});
+  auto it = flows_.find({proto, r.local_port, r.remote_addr.bytes(), r.remote_port});
   if (it == flows_.end()) {
     // An accepted connection: steer made its flow at the SYN-ACK, on a port
     // the node listens on (or a group's), and the node says when it ended.
@@ -566,7 +577,7 @@ Message NodeRegistry::release(std::uint32_t id, NodeInfo& n, const ctl::Release&
   return reply(id, ctl::Ok{});
 }
 
-Status NodeRegistry::take_accepted_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, Ipv4Addr remote,
+Status NodeRegistry::take_accepted_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, const IpAddr& remote,
                                         std::uint16_t rport, std::uint16_t queue) {
   // An accepted connection's local port is its listener's, and stays the
   // listener's (or the group's): only the exact flow is the node's, as steer
@@ -615,7 +626,7 @@ Message NodeRegistry::resync(std::uint32_t id, NodeInfo& n, const ctl::Resync& r
       }
       continue;
     }
-    auto owner = flows_.find({num(f.proto), f.local_port, f.remote_addr.value, f.remote_port});
+    auto owner = flows_.find({num(f.proto), f.local_port, f.remote_addr.bytes(), f.remote_port});
     if (owner != flows_.end()) {
       if (owner->second != n.id) refuse("flow", i, what + " belongs to another node");
       continue;
@@ -760,11 +771,11 @@ Message NodeRegistry::list_ports(std::uint32_t id, const ctl::Ports& r) {
       }
     } else {
       // A connection's local port: its flow says the queue.
-      auto f = flows_.lower_bound({proto, port, 0, 0});
+      auto f = flows_.lower_bound({proto, port, IpAddr::Bytes{}, 0});
       std::uint16_t queue = 0;
       if (f != flows_.end() && std::get<0>(f->first) == proto && std::get<1>(f->first) == port) {
         const auto& [fp, lport, remote, rport] = f->first;
-        if (auto t = filter_.find_flow(FlowKey{static_cast<Proto>(fp), Ipv4Addr{remote}, rport, lport})) queue = t->queue;
+        if (auto t = filter_.find_flow(FlowKey{static_cast<Proto>(fp), IpAddr::v6(remote), rport, lport})) queue = t->queue;
       }
       owners.push_back({cp, port, false, false, use.node, queue});
     }
@@ -781,14 +792,14 @@ Message NodeRegistry::list_ports(std::uint32_t id, const ctl::Ports& r) {
 }
 
 Message NodeRegistry::list_flows(std::uint32_t id, const ctl::Flows& r) {
-  if (!r.cursor.empty() && r.cursor.size() != 11) return bad_cursor(id, 11);
+  if (!r.cursor.empty() && r.cursor.size() != kFlowCursor) return bad_cursor(id, kFlowCursor);
   std::optional<FlowOrder> after;
   if (!r.cursor.empty()) {
     CursorReader c{r.cursor};
     const NodeId n = c.u16();
     const std::uint8_t p = c.u8();
     const std::uint16_t lport = c.u16();
-    const std::uint32_t remote = c.u32();
+    const IpAddr::Bytes remote = c.addr();
     after = FlowOrder{n, p, lport, remote, c.u16()};
   }
   if (r.node != 0 && nodes_.count(r.node) == 0) return error(id, ErrorCode::not_found, "no node " + std::to_string(r.node));
@@ -801,7 +812,7 @@ Message NodeRegistry::list_flows(std::uint32_t id, const ctl::Flows& r) {
   filter_.for_each_flow([&](const FlowKey& k, Target t) {
     if (r.node != 0 && t.node != r.node) return;
     ++total;
-    const FlowOrder o{t.node, static_cast<std::uint8_t>(k.proto), k.local_port, k.remote.value, k.remote_port};
+    const FlowOrder o{t.node, static_cast<std::uint8_t>(k.proto), k.local_port, k.remote.bytes(), k.remote_port};
     if (after && !(*after < o)) return;
     ++beyond;
     if (best.size() < limit) {
@@ -817,16 +828,24 @@ Message NodeRegistry::list_flows(std::uint32_t id, const ctl::Flows& r) {
   for (std::size_t i = best.size(); i-- > 0;) {
     const auto& [o, queue] = best.top();
     const auto& [node, proto, lport, remote, rport] = o;
-    out.flows[i] = ctl::NodeFlow{node, ctl::FlowEntry{static_cast<ctl::Proto>(proto), lport, Ipv4Addr{remote}, rport, queue}};
+    out.flows[i] =
+        ctl::NodeFlow{node, ctl::FlowEntry{static_cast<ctl::Proto>(proto), lport, IpAddr::v6(remote), rport, queue}};
     best.pop();
   }
+  // An IPv6 flow counts twice against the page's cap; the rest is the next page's.
+  std::size_t weight = 0;
+  const auto fits = std::find_if(out.flows.begin(), out.flows.end(), [&](const ctl::NodeFlow& f) {
+    weight += f.flow.remote_addr.is_v4() ? 1 : 2;
+    return weight > ctl::kMaxFlowRecords;
+  });
+  out.flows.erase(fits, out.flows.end());
   if (beyond > out.flows.size() && !out.flows.empty()) {
     const ctl::NodeFlow& last = out.flows.back();
     out.cursor = CursorWriter{}
                      .u16(last.node)
                      .u8(static_cast<std::uint8_t>(last.flow.proto))
                      .u16(last.flow.local_port)
-                     .u32(last.flow.remote_addr.value)
+                     .addr(last.flow.remote_addr)
                      .u16(last.flow.remote_port)
                      .bytes;
   }

@@ -16,6 +16,8 @@
 #include <cstring>
 #include <map>
 
+#include "xk/endpoint.hpp"
+
 namespace xk::filterd::xkctl {
 
 const char* const kUsage =
@@ -304,7 +306,7 @@ std::string u(std::uint64_t v) { return std::to_string(v); }
 
 std::string proto_name(ctl::Proto p) { return ctl::to_string(p); }
 
-std::string flow_remote(const ctl::FlowEntry& f) { return to_string(f.remote_addr) + ":" + u(f.remote_port); }
+std::string flow_remote(const ctl::FlowEntry& f) { return to_string(Endpoint{f.remote_addr, f.remote_port}); }
 
 // JSON documents keep their keys in the order written (nlohmann's
 // ordered_json). Every string came through the codec's UTF-8 check; a bad

@@ -72,7 +72,7 @@ Bytes frame_for(const FlowKey& k, std::uint8_t tcp_flags = 0x10) {
   xk::store_be16(ip + 4, 1);
   ip[8] = std::byte{64};
   ip[9] = std::byte{static_cast<std::uint8_t>(k.proto)};
-  xk::store_be32(ip + 12, k.remote.value);
+  xk::store_be32(ip + 12, k.remote.v4().value);
   xk::store_be32(ip + 16, kShared.value);
   const std::uint16_t c = xk::csum::finish(xk::csum::partial(ip, 20));
   std::memcpy(ip + 10, &c, 2);
@@ -96,7 +96,7 @@ struct PackedKey {
   friend bool operator==(const PackedKey&, const PackedKey&) = default;
 };
 PackedKey packed(const FlowKey& k) {
-  return PackedKey{k.remote.value, k.remote_port, k.local_port, static_cast<std::uint32_t>(k.proto)};
+  return PackedKey{k.remote.v4().value, k.remote_port, k.local_port, static_cast<std::uint32_t>(k.proto)};
 }
 struct StdHash {
   std::size_t operator()(const PackedKey& k) const noexcept { return xk::KeyHash<PackedKey>{}(k); }

@@ -36,6 +36,9 @@ namespace {
 
 using Bytes = std::vector<std::byte>;
 
+// 2001:db8::7, from the documentation prefix (RFC 3849).
+const IpAddr kDocV6 = IpAddr::v6({0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7});
+
 Bytes bytes(std::initializer_list<int> v) {
   Bytes out;
   for (int x : v) out.push_back(static_cast<std::byte>(x));
@@ -174,23 +177,29 @@ std::vector<Message> samples() {
   v.push_back({2, Listen{.proto = Proto::tcp, .port = 80, .group = true, .queue = 3}});
   v.push_back({3, Listen{.proto = Proto::udp, .port = 0, .group = false, .queue = 0}});
   v.push_back({4, Unlisten{.proto = Proto::udp, .port = 5353}});
-  v.push_back({5, Connect{.proto = Proto::tcp, .remote_addr = {0xC6336401}, .remote_port = 443, .queue = 1}});
+  v.push_back({5, Connect{.proto = Proto::tcp, .remote_addr = Ipv4Addr{0xC6336401}, .remote_port = 443, .queue = 1}});
   v.push_back({6, Connect{.proto = Proto::udp,
-                          .remote_addr = {0x0A000001},
+                          .remote_addr = Ipv4Addr{0x0A000001},
                           .remote_port = 53,
                           .queue = 63,
                           .local_port = 40000}});
-  v.push_back({7, Release{.proto = Proto::tcp, .local_port = 49152, .remote_addr = {0xC6336401}, .remote_port = 443}});
+  v.push_back({7, Release{.proto = Proto::tcp, .local_port = 49152, .remote_addr = Ipv4Addr{0xC6336401}, .remote_port = 443}});
   // A ping's echo "connection": the identifier is the local port.
-  v.push_back({17, Connect{.proto = Proto::icmp, .remote_addr = {0xC0000263}, .remote_port = 0, .queue = 5}});
-  v.push_back({18, Release{.proto = Proto::icmp, .local_port = 0x1234, .remote_addr = {0xC0000263}, .remote_port = 0}});
+  v.push_back({17, Connect{.proto = Proto::icmp, .remote_addr = Ipv4Addr{0xC0000263}, .remote_port = 0, .queue = 5}});
+  v.push_back({18, Release{.proto = Proto::icmp, .local_port = 0x1234, .remote_addr = Ipv4Addr{0xC0000263}, .remote_port = 0}});
+  // Version 4: a peer of the other family.
+  v.push_back({19, Connect{.proto = Proto::tcp, .remote_addr = kDocV6, .remote_port = 443, .queue = 2}});
+  v.push_back({20, Release{.proto = Proto::udp, .local_port = 49153, .remote_addr = kDocV6, .remote_port = 53}});
   Resync rs;
   rs.listeners = {{Proto::tcp, 80, true, 0}, {Proto::udp, 5353, false, 2}};
-  rs.flows = {{Proto::tcp, 49152, {0xC6336401}, 443, 1},
-              {Proto::tcp, 80, {0x0A0000FE}, 51000, 3},
-              {Proto::udp, 40000, {0x0A000001}, 53, 0},
-              {Proto::icmp, 0x1234, {0xC0000263}, 0, 5},
-              {Proto::tcp, 8080, {0xC6336402}, 40001, 2, /*accepted=*/true}};
+  rs.flows = {{Proto::tcp, 49152, Ipv4Addr{0xC6336401}, 443, 1},
+              {Proto::tcp, 80, Ipv4Addr{0x0A0000FE}, 51000, 3},
+              {Proto::udp, 40000, Ipv4Addr{0x0A000001}, 53, 0},
+              {Proto::icmp, 0x1234, Ipv4Addr{0xC0000263}, 0, 5},
+              {Proto::tcp, 8080, Ipv4Addr{0xC6336402}, 40001, 2, /*accepted=*/true},
+              // (a decoded RESYNC lists the IPv4 flows first)
+              {Proto::tcp, 8081, kDocV6, 40002, 4, /*accepted=*/true},
+              {Proto::icmp, 0x4321, kDocV6, 0, 1}};
   rs.more = true;
   v.push_back({8, rs});
   v.push_back({9, Resync{}});
@@ -240,12 +249,15 @@ std::vector<Message> samples() {
   v.push_back({22, PortsReply{{{Proto::tcp, 80, true, true, 1, 0}, {Proto::tcp, 80, true, true, 2, 3},
                                {Proto::udp, 49152, false, false, 9, 0}},
                               {}}});
-  v.push_back({23, FlowsReply{{{3, {Proto::tcp, 80, {0xC6336401}, 51000, 1}}, {3, {Proto::icmp, 7, {0x0A000001}, 0, 0}}},
+  v.push_back({23, FlowsReply{{{3, {Proto::tcp, 80, Ipv4Addr{0xC6336401}, 51000, 1}}, {3, {Proto::icmp, 7, Ipv4Addr{0x0A000001}, 0, 0}}},
                               1000000,
                               Cursor(11, std::byte{1})}});
   v.push_back({24, FlowsReply{}});
   // A node_flow holds a flow record as RESYNC has it, accepted flag and all.
-  v.push_back({24, FlowsReply{{{2, {Proto::tcp, 5001, {0xC0000201}, 40000, 0, /*accepted=*/true}}}, 1, {}}});
+  v.push_back({24, FlowsReply{{{2, {Proto::tcp, 5001, Ipv4Addr{0xC0000201}, 40000, 0, /*accepted=*/true}},
+                               {5, {Proto::udp, 53, kDocV6, 40000, 3}}},
+                              2,
+                              {}}});
   v.push_back({25, RulesReply{{{.id = 4, .node = 2, .queue = 0, .priority = -3, .hits = 12, .expression = "udp"},
                                {.id = 1, .node = 1, .queue = 5, .priority = 0, .hits = 0,
                                 .expression = "tcp dst port 9000 and src net 10.0.0.0/8"}},
@@ -290,9 +302,16 @@ TEST(ControlRoundTrip, EveryFieldAtItsLimit) {
     r.listeners.push_back({Proto::tcp, static_cast<std::uint16_t>(i + 1), (i & 1) != 0,
                            static_cast<std::uint16_t>(i % kMaxQueues)});
   for (std::size_t i = 0; i < kMaxResyncFlows; ++i)
-    r.flows.push_back({Proto::udp, static_cast<std::uint16_t>(1024 + i), {static_cast<std::uint32_t>(0x0A000000 + i)},
+    r.flows.push_back({Proto::udp, static_cast<std::uint16_t>(1024 + i), Ipv4Addr{static_cast<std::uint32_t>(0x0A000000 + i)},
                        65535, static_cast<std::uint16_t>(i % kMaxQueues)});
   big.push_back({3, r});
+  // IPv6 flows count twice: half as many fill the message.
+  Resync r6;
+  for (std::size_t i = 0; i < kMaxResyncFlows / 2; ++i)
+    r6.flows.push_back({Proto::tcp, static_cast<std::uint16_t>(1024 + i), kDocV6, 65535,
+                        static_cast<std::uint16_t>(i % kMaxQueues), true});
+  r6.listeners = r.listeners;
+  big.push_back({3, r6});
   HelloReply hr = sample_hello_reply(kMaxQueues);
   hr.memif_socket = std::string(kMaxMemifSocket, 's');
   hr.prefix_len = 32;
@@ -320,10 +339,16 @@ TEST(ControlRoundTrip, EveryFieldAtItsLimit) {
   big.push_back({8, ports});
   FlowsReply flows;
   for (std::size_t i = 0; i < kMaxFlowRecords; ++i)
-    flows.flows.push_back({65535, {Proto::tcp, 65535, {~0u}, static_cast<std::uint16_t>(i + 1), kMaxQueues - 1}});
+    flows.flows.push_back({65535, {Proto::tcp, 65535, Ipv4Addr{~0u}, static_cast<std::uint16_t>(i + 1), kMaxQueues - 1}});
   flows.total = ~0u;
   flows.cursor = Cursor(kMaxCursor, std::byte{2});
   big.push_back({9, flows});
+  FlowsReply flows6;
+  for (std::size_t i = 0; i < kMaxFlowRecords / 2; ++i)
+    flows6.flows.push_back({65535, {Proto::tcp, 65535, kDocV6, static_cast<std::uint16_t>(i + 1), kMaxQueues - 1}});
+  flows6.total = ~0u;
+  flows6.cursor = Cursor(kMaxCursor, std::byte{2});
+  big.push_back({9, flows6});
   // Rules are bounded by the frame: as many longest expressions as fit.
   RulesReply rules;
   rules.cursor = Cursor(kMaxCursor, std::byte{3});
@@ -470,7 +495,7 @@ TEST(ControlGolden, RemoteHello) {
 
 TEST(ControlGolden, AcceptedFlow) {
   Resync r;
-  r.flows = {{Proto::tcp, 5001, {0xC0000201}, 40000, 0, /*accepted=*/true}};
+  r.flows = {{Proto::tcp, 5001, Ipv4Addr{0xC0000201}, 40000, 0, /*accepted=*/true}};
   const Bytes golden = bytes({
       0x58, 0x4B, 0x43, 0x31, 0x01, 0x06, 0x00, 0x00,  // "XKC1" v1 RESYNC, no flags
       0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x05,  // body 16 bytes, id 5
@@ -480,6 +505,75 @@ TEST(ControlGolden, AcceptedFlow) {
   });
   EXPECT_EQ(encoded(Message{5, r}), golden);
   EXPECT_EQ(only_message(golden), (Message{5, r}));
+}
+
+// Version 4: an IPv6 peer takes 16 bytes, in a TLV of its own and in the
+// flow6 record (the flow record's fields, the address widened).
+TEST(ControlGolden, Ipv6Peers) {
+  const Message c{6, Connect{.proto = Proto::tcp, .remote_addr = kDocV6, .remote_port = 443, .queue = 1}};
+  const Bytes connect = bytes({
+      0x58, 0x4B, 0x43, 0x31, 0x01, 0x04, 0x00, 0x00,  // "XKC1" v1 CONNECT, no flags
+      0x00, 0x00, 0x00, 0x25, 0x00, 0x00, 0x00, 0x06,  // body 37 bytes, id 6
+      0x00, 0x10, 0x00, 0x01, 0x06,                    // proto tcp
+      0x00, 0x13, 0x00, 0x02, 0x00, 0x01,              // queue 1
+      0x00, 0x14, 0x00, 0x10,                          // remote_addr, 16 bytes:
+      0x20, 0x01, 0x0D, 0xB8, 0x00, 0x00, 0x00, 0x00,  //   2001:db8::
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x07,  //   ...7
+      0x00, 0x15, 0x00, 0x02, 0x01, 0xBB,              // remote_port 443
+  });
+  EXPECT_EQ(encoded(c), connect);
+  EXPECT_EQ(only_message(connect), c);
+
+  Resync r;
+  r.flows = {{Proto::tcp, 5001, kDocV6, 40000, 3, /*accepted=*/true}};
+  const Bytes resync = bytes({
+      0x58, 0x4B, 0x43, 0x31, 0x01, 0x06, 0x00, 0x00,  // "XKC1" v1 RESYNC, no flags
+      0x00, 0x00, 0x00, 0x1C, 0x00, 0x00, 0x00, 0x05,  // body 28 bytes, id 5
+      0x80, 0x25, 0x00, 0x18,                          // flow6 (critical), 24 bytes:
+      0x06, 0x01, 0x13, 0x89,                          //   tcp, accepted, local port 5001
+      0x20, 0x01, 0x0D, 0xB8, 0x00, 0x00, 0x00, 0x00,  //   2001:db8::7
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x07,  //
+      0x9C, 0x40, 0x00, 0x03,                          //   port 40000, queue 3
+  });
+  EXPECT_EQ(encoded(Message{5, r}), resync);
+  EXPECT_EQ(only_message(resync), (Message{5, r}));
+
+  const FlowsReply f{{{9, {Proto::udp, 53, kDocV6, 40000, 0}}}, 1, {}};
+  const Bytes reply = bytes({
+      0x58, 0x4B, 0x43, 0x31, 0x01, 0x8E, 0x00, 0x00,  // "XKC1" v1 FLOWS_REPLY, no flags
+      0x00, 0x00, 0x00, 0x26, 0x00, 0x00, 0x00, 0x02,  // body 38 bytes, id 2
+      0x00, 0x72, 0x00, 0x04, 0x00, 0x00, 0x00, 0x01,  // total 1
+      0x80, 0x77, 0x00, 0x1A, 0x00, 0x09,              // node_flow6 (critical), 26 bytes: node 9
+      0x11, 0x00, 0x00, 0x35,                          //   udp, no flags, local port 53
+      0x20, 0x01, 0x0D, 0xB8, 0x00, 0x00, 0x00, 0x00,  //   2001:db8::7
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x07,  //
+      0x9C, 0x40, 0x00, 0x00,                          //   port 40000, queue 0
+  });
+  EXPECT_EQ(encoded(Message{2, f}), reply);
+  EXPECT_EQ(only_message(reply), (Message{2, f}));
+}
+
+// An address has one encoding: IPv4 in 4 bytes, never mapped into 16; and
+// a record holds the family its tag says.
+TEST(ControlTlv, AddressesHaveOneEncoding) {
+  const Bytes head = tlv(Tag::proto, bytes({6})) + tlv(Tag::queue, be16(0)) + tlv(Tag::remote_port, be16(80));
+  const Bytes mapped = bytes({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 192, 0, 2, 1});
+  ProtocolError e = only_error(frame(MsgType::connect, 1, head + tlv(Tag::remote_addr, mapped)));
+  EXPECT_EQ(e.severity, Severity::reject);
+  EXPECT_NE(e.text.find("IPv4-mapped"), std::string::npos) << e.text;
+  e = only_error(frame(MsgType::connect, 1, head + tlv(Tag::remote_addr, Bytes(8, std::byte{1}))));
+  EXPECT_NE(e.text.find("expected 4 (IPv4) or 16 (IPv6)"), std::string::npos) << e.text;
+  e = only_error(frame(MsgType::connect, 1, head + tlv(Tag::remote_addr, Bytes(16))));
+  EXPECT_NE(e.text.find("is ::"), std::string::npos) << e.text;
+
+  // flow6 with a mapped address; flow6 of the flow record's size.
+  Bytes flow6 = bytes({6, 0, 0, 80}) + mapped + bytes({0, 80, 0, 0});
+  EXPECT_EQ(only_error(frame(MsgType::resync, 1, tlv(Tag::flow6, flow6))).severity, Severity::reject);
+  EXPECT_EQ(only_error(frame(MsgType::resync, 1, tlv(Tag::flow6, bytes({6, 0, 0, 80, 10, 0, 0, 1, 0, 80, 0, 0}))))
+                .severity,
+            Severity::reject);
+  // The encoder refuses the same: an IPv6 connect to ::, and nothing else.
+  EXPECT_FALSE(encode(Message{1, Connect{.proto = Proto::tcp, .remote_addr = IpAddr{}, .remote_port = 80}}).ok());
 }
 
 TEST(ControlGolden, Error) {
@@ -497,7 +591,7 @@ TEST(ControlGolden, Error) {
 TEST(ControlGolden, ResyncRecords) {
   Resync r;
   r.listeners = {{Proto::udp, 53, true, 1}};
-  r.flows = {{Proto::tcp, 49152, {0xC0000201}, 80, 2}};
+  r.flows = {{Proto::tcp, 49152, Ipv4Addr{0xC0000201}, 80, 2}};
   r.more = true;
   const Message m{9, r};
   const Bytes golden = bytes({
@@ -1144,6 +1238,18 @@ TEST(ControlTlv, ListCapsAreEnforced) {
   for (std::size_t i = 0; i <= kMaxResyncFlows; ++i)
     flows += tlv(Tag::flow, bytes({6, 0, 0, 80, 10, 0, 0, 1, 0, 80, 0, 0}));
   EXPECT_EQ(only_error(frame(MsgType::resync, 1, flows)).severity, Severity::reject);
+  // An IPv6 flow counts twice: 1536 of them fill a RESYNC, and one IPv4
+  // flow more is over.
+  const Bytes one_flow6 = tlv(Tag::flow6, bytes({6, 0, 0, 80, 0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+                                                 0, 80, 0, 0}));
+  Bytes flows6;
+  for (std::size_t i = 0; i < kMaxResyncFlows / 2; ++i) flows6 += one_flow6;
+  Drained full = read_all(frame(MsgType::resync, 1, flows6));
+  ASSERT_TRUE(full.errors.empty());
+  EXPECT_EQ(std::get<Resync>(full.messages.at(0).body).flows.size(), kMaxResyncFlows / 2);
+  e = only_error(frame(MsgType::resync, 1, flows6 + tlv(Tag::flow, bytes({6, 0, 0, 80, 10, 0, 0, 1, 0, 80, 0, 0}))));
+  EXPECT_EQ(e.severity, Severity::reject);
+  EXPECT_NE(e.text.find("an IPv6 one twice"), std::string::npos) << e.text;
 
   Bytes counters;
   for (std::size_t i = 0; i <= kMaxCounters; ++i) counters += tlv(Tag::counter, Bytes(8) + bytes({1, 'c'}));
@@ -1233,7 +1339,7 @@ TEST(ControlHelpers, SplitResync) {
   std::vector<FlowEntry> flows;
   for (std::uint16_t i = 1; i <= 2500; ++i) listeners.push_back({Proto::tcp, i, false, 0});
   for (std::uint32_t i = 1; i <= 7000; ++i)
-    flows.push_back({Proto::udp, static_cast<std::uint16_t>(i), {0x0A000000 + i}, 53, 1});
+    flows.push_back({Proto::udp, static_cast<std::uint16_t>(i), Ipv4Addr{0x0A000000 + i}, 53, 1});
   const std::vector<Resync> parts = split_resync(listeners, flows);
   ASSERT_EQ(parts.size(), 3u);
   std::vector<ListenerEntry> all_listeners;
@@ -1247,6 +1353,21 @@ TEST(ControlHelpers, SplitResync) {
   }
   EXPECT_EQ(all_listeners, listeners);
   EXPECT_EQ(all_flows, flows);
+
+  // IPv6 flows weigh twice: 3000 of them and 1000 IPv4 flows take three
+  // messages, each within the body.
+  std::vector<FlowEntry> mixed;
+  for (std::uint32_t i = 1; i <= 4000; ++i)
+    mixed.push_back({Proto::tcp, static_cast<std::uint16_t>(i), i % 4 == 0 ? IpAddr(Ipv4Addr{0x0A000000 + i}) : kDocV6,
+                     80, 0});
+  const std::vector<Resync> split = split_resync({}, mixed);
+  ASSERT_EQ(split.size(), 3u);
+  std::vector<FlowEntry> back;
+  for (const Resync& r : split) {
+    EXPECT_LE(encoded(Message{1, r}).size(), kHeaderSize + kMaxBody);
+    back.insert(back.end(), r.flows.begin(), r.flows.end());
+  }
+  EXPECT_EQ(back, mixed);
 
   const std::vector<Resync> none = split_resync({}, {});
   ASSERT_EQ(none.size(), 1u);

@@ -297,6 +297,44 @@ TEST_F(FilterTest, ALeasedPortGoesToItsNodeAsALeaseHit) {
   EXPECT_EQ(classify(tcp_frame(kRemote, 80, 50001, tcp::kAck)).reason, Reason::default_rst);
 }
 
+// The flow table takes peers of either family; an IPv6 flow and an IPv4
+// one with the same ports are different flows. (Frames are parsed as IPv4
+// only: IPv6 steering comes with the IPv6 parser.)
+TEST_F(FilterTest, FlowsOfBothFamiliesAreKeptApart) {
+  const IpAddr v6 = IpAddr::v6({0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9});
+  const FlowKey k6{Proto::tcp, v6, 40000, 80};
+  const FlowKey k4{Proto::tcp, kRemote, 40000, 80};
+  ASSERT_TRUE(engine.add_flow(k6, kNode2).ok());
+  EXPECT_EQ(engine.add_flow(k6, kNode1).error(), Errc::exists);
+  EXPECT_FALSE(engine.find_flow(k4).has_value());
+  ASSERT_TRUE(engine.add_flow(k4, kNode1).ok());
+  EXPECT_EQ(engine.find_flow(k6), kNode2);
+  EXPECT_EQ(engine.find_flow(k4), kNode1);
+  EXPECT_EQ(engine.flow_count(), 2u);
+  std::vector<FlowKey> seen;
+  engine.for_each_flow([&](const FlowKey& k, Target) { seen.push_back(k); });
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_TRUE(std::find(seen.begin(), seen.end(), k6) != seen.end());
+  EXPECT_TRUE(std::find(seen.begin(), seen.end(), k4) != seen.end());
+  // A group spreads IPv6 peers too, the same one to the same member.
+  for (Target m : {Target{1, 0}, Target{2, 0}, Target{3, 0}}) ASSERT_TRUE(engine.join_group(Proto::tcp, 443, m).ok());
+  std::map<NodeId, int> per_member;
+  for (std::uint8_t i = 0; i < 48; ++i) {
+    const FlowKey k{Proto::tcp, IpAddr::v6({0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, i}), 50000, 443};
+    const std::optional<Target> t = engine.listener_for(k);
+    ASSERT_TRUE(t.has_value());
+    EXPECT_EQ(engine.listener_for(k), t);
+    ++per_member[t->node];
+  }
+  EXPECT_EQ(per_member.size(), 3u);
+  // A node's flows go with it, of both families.
+  engine.remove_node(kNode2.node);
+  EXPECT_FALSE(engine.find_flow(k6).has_value());
+  EXPECT_TRUE(engine.remove_flow(k4).ok());
+  EXPECT_EQ(engine.remove_flow(k6).error(), Errc::not_found);
+  EXPECT_EQ(engine.flow_count(), 0u);
+}
+
 TEST_F(FilterTest, GroupSpreadsStablyAndMovesOnlyTheLeaversFlows) {
   const Target members[] = {{1, 0}, {2, 0}, {3, 0}, {4, 0}};
   for (Target m : members) ASSERT_TRUE(engine.join_group(Proto::tcp, 443, m).ok());

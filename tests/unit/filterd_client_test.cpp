@@ -140,10 +140,14 @@ TEST_F(FilterdClientTest, ReconnectsResumesAndResyncsAfterFilterdRestarts) {
   ASSERT_TRUE(client->claim_listen(6, 5001, true).ok());
   Result<std::uint16_t> lport = client->claim_connect(6, 0, peer, 7001);
   ASSERT_TRUE(lport.ok());
-  // What the stack holds: the listener, a connection it accepted, the one it opened.
+  const IpAddr peer6 = IpAddr::v6({0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5});
+  Result<std::uint16_t> lport6 = client->claim_connect(17, 0, peer6, 53);
+  ASSERT_TRUE(lport6.ok());
+  // What the stack holds: the listener, a connection it accepted, the two it opened.
   held.listeners = {fc::ListenerEntry{fc::Proto::tcp, 5001, true, 0}};
   held.flows = {fc::FlowEntry{fc::Proto::tcp, 5001, peer, 40000, 0, true},
-                fc::FlowEntry{fc::Proto::tcp, *lport, peer, 7001, 0, false}};
+                fc::FlowEntry{fc::Proto::tcp, *lport, peer, 7001, 0, false},
+                fc::FlowEntry{fc::Proto::udp, *lport6, peer6, 53, 0, false}};
 
   first->stop();  // filterd dies: the control connection closes
   notice_loss();
@@ -164,7 +168,7 @@ TEST_F(FilterdClientTest, ReconnectsResumesAndResyncsAfterFilterdRestarts) {
   ASSERT_EQ(client->state(), FilterdClient::State::connected);
   EXPECT_EQ(resumed, 1);
   EXPECT_EQ(client->stats().resumes, 1u);
-  EXPECT_EQ(client->stats().resynced, 3u);
+  EXPECT_EQ(client->stats().resynced, 4u);
   EXPECT_EQ(client->stats().resync_refused, 0u);
   EXPECT_GE(client->stats().attempts, 2u);  // it tried while nobody was there
   EXPECT_EQ(client->hello().node_id, id);
@@ -175,6 +179,7 @@ TEST_F(FilterdClientTest, ReconnectsResumesAndResyncsAfterFilterdRestarts) {
     EXPECT_EQ(second.registry().node(id)->channels, channels);
     EXPECT_EQ(second.filter().find_flow(FlowKey{Proto::tcp, peer, 40000, 5001})->node, id);
     EXPECT_EQ(second.filter().find_flow(FlowKey{Proto::tcp, peer, 7001, *lport})->node, id);
+    EXPECT_EQ(second.filter().find_flow(FlowKey{Proto::udp, peer6, 53, *lport6})->node, id);
     EXPECT_EQ(second.filter().listener_for(FlowKey{Proto::tcp, peer, 1, 5001})->node, id);
   });
 }

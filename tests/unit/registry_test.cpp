@@ -112,7 +112,8 @@ TEST_F(RegistryTest, NothingBeforeHelloAndThePeersPidMustMatch) {
   EXPECT_EQ(code(ask(n, ctl::Listen{ctl::Proto::tcp, 80})), ErrorCode::not_registered);
   EXPECT_EQ(code(ask(n, ctl::Hello{"liar", 4242, 1}, /*peer_pid=*/100)), ErrorCode::permission_denied);
   EXPECT_EQ(n, 0);
-  EXPECT_EQ(code(ask(n, ctl::Hello{"new", 100, 1, 4, 5})), ErrorCode::unsupported_version);
+  constexpr std::uint8_t kNewer = ctl::kProtocolVersion + 1;
+  EXPECT_EQ(code(ask(n, ctl::Hello{"new", 100, 1, kNewer, kNewer + 1})), ErrorCode::unsupported_version);
   fail_attach = true;
   EXPECT_EQ(code(ask(n, ctl::Hello{"no channel", 100, 1})), ErrorCode::internal);
   EXPECT_EQ(reg->node_count(), 0u);
@@ -158,6 +159,27 @@ TEST_F(RegistryTest, ConnectInstallsTheFlowBeforeTheReplyAndReleaseRemovesIt) {
   EXPECT_TRUE(std::holds_alternative<ctl::Ok>(ask(a, ctl::Release{ctl::Proto::tcp, lport, peer, 7}).body));
   EXPECT_FALSE(filter->find_flow(FlowKey{Proto::tcp, peer, 7, lport}).has_value());
   EXPECT_EQ(code(ask(a, ctl::Release{ctl::Proto::tcp, lport, peer, 7})), ErrorCode::not_found);
+}
+
+// A peer may be IPv6 (protocol version 4): the flow is the node's, listed
+// and released like any other.
+TEST_F(RegistryTest, AnIpv6PeersFlowIsClaimedListedAndReleased) {
+  NodeId a = hello("a");
+  const IpAddr peer = IpAddr::v6({0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x42});
+  Message r = ask(a, ctl::Connect{ctl::Proto::udp, peer, 53});
+  ASSERT_TRUE(std::holds_alternative<ctl::ConnectReply>(r.body)) << static_cast<int>(code(r));
+  const std::uint16_t lport = std::get<ctl::ConnectReply>(r.body).local_port;
+  EXPECT_EQ(filter->find_flow(FlowKey{Proto::udp, peer, 53, lport}), (Target{a, 0}));
+  EXPECT_FALSE(filter->find_flow(FlowKey{Proto::udp, Ipv4Addr{0xC0000242}, 53, lport}).has_value());
+  NodeId admin = 0;
+  Message list = ask(admin, ctl::Flows{.node = a, .cursor = {}, .limit = 0});
+  ASSERT_TRUE(std::holds_alternative<ctl::FlowsReply>(list.body));
+  const auto& flows = std::get<ctl::FlowsReply>(list.body).flows;
+  ASSERT_EQ(flows.size(), 1u);
+  EXPECT_EQ(flows[0].flow.remote_addr, peer);
+  EXPECT_EQ(flows[0].flow.local_port, lport);
+  EXPECT_TRUE(std::holds_alternative<ctl::Ok>(ask(a, ctl::Release{ctl::Proto::udp, lport, peer, 53}).body));
+  EXPECT_FALSE(filter->find_flow(FlowKey{Proto::udp, peer, 53, lport}).has_value());
 }
 
 // An accepted connection's flow is one steer made at the node's SYN-ACK, on
@@ -704,13 +726,18 @@ TEST_F(RulesFileTest, ABadRulesFileIsRefusedWithItsLine) {
 
 TEST_F(RegistryTest, FlowsArePagedInOrderWithoutGapsOrRepeats) {
   NodeId a = hello("a"), b = hello("b");
-  // 2500 flows in the filter's hash table, for two nodes.
-  std::set<std::tuple<NodeId, std::uint16_t, std::uint32_t, std::uint16_t>> want_a;
+  // 2500 flows in the filter's hash table, for two nodes; every third
+  // one's peer is IPv6.
+  using Order = std::tuple<NodeId, std::uint16_t, IpAddr::Bytes, std::uint16_t>;
+  std::set<Order> want_a;
   for (std::uint32_t i = 0; i < 2500; ++i) {
     const NodeId owner = i % 5 == 0 ? b : a;
-    const FlowKey k{Proto::tcp, Ipv4Addr{0xC6336400 + (i * 7919) % 251}, static_cast<std::uint16_t>(1024 + i), 80};
+    const auto low = static_cast<std::uint8_t>((i * 7919) % 251);
+    const IpAddr remote = i % 3 == 0 ? IpAddr::v6({0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, low})
+                                     : IpAddr(Ipv4Addr{0xC6336400u + low});
+    const FlowKey k{Proto::tcp, remote, static_cast<std::uint16_t>(1024 + i), 80};
     ASSERT_TRUE(filter->add_flow(k, Target{owner, 0}).ok());
-    if (owner == a) want_a.insert({owner, k.local_port, k.remote.value, k.remote_port});
+    if (owner == a) want_a.insert({owner, k.local_port, k.remote.bytes(), k.remote_port});
   }
   NodeId admin = 0;
   std::vector<ctl::NodeFlow> got;
@@ -729,15 +756,15 @@ TEST_F(RegistryTest, FlowsArePagedInOrderWithoutGapsOrRepeats) {
   } while (!cursor.empty());
   EXPECT_EQ(pages, 7);  // 2000 flows, 300 a page
   ASSERT_EQ(got.size(), want_a.size());
-  std::set<std::tuple<NodeId, std::uint16_t, std::uint32_t, std::uint16_t>> seen;
+  std::set<Order> seen;
   for (std::size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(got[i].node, a);
-    seen.insert({got[i].node, got[i].flow.local_port, got[i].flow.remote_addr.value, got[i].flow.remote_port});
+    seen.insert({got[i].node, got[i].flow.local_port, got[i].flow.remote_addr.bytes(), got[i].flow.remote_port});
     if (i > 0) {
       const auto& p = got[i - 1].flow;
       const auto& q = got[i].flow;
-      EXPECT_LT(std::tie(p.local_port, p.remote_addr.value, p.remote_port),
-                std::tie(q.local_port, q.remote_addr.value, q.remote_port));
+      EXPECT_LT(std::tie(p.local_port, p.remote_addr.bytes(), p.remote_port),
+                std::tie(q.local_port, q.remote_addr.bytes(), q.remote_port));
     }
   }
   EXPECT_EQ(seen, want_a);

@@ -193,14 +193,18 @@ TEST(XkctlFormat, NodesPortsFlowsRules) {
             "tcp    49152  lease       no        4      1\n"
             "tcp    50000  connection  no        2      0\n");
 
-  const std::vector<ctl::NodeFlow> flows = {{3, {ctl::Proto::tcp, 5001, {0xC0000201}, 40000, 0}}};
-  EXPECT_EQ(format_flows(flows, 1, true),
-            "{\"total\":1,\"flows\":[{\"node\":3,\"queue\":0,\"proto\":\"tcp\",\"local_port\":5001,"
-            "\"remote_addr\":\"192.0.2.1\",\"remote_port\":40000}]}\n");
+  const IpAddr v6 = IpAddr::v6({0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1});
+  const std::vector<ctl::NodeFlow> flows = {{3, {ctl::Proto::tcp, 5001, Ipv4Addr{0xC0000201}, 40000, 0}},
+                                            {4, {ctl::Proto::udp, 53, v6, 40001, 1}}};
+  EXPECT_EQ(format_flows(flows, 2, true),
+            "{\"total\":2,\"flows\":[{\"node\":3,\"queue\":0,\"proto\":\"tcp\",\"local_port\":5001,"
+            "\"remote_addr\":\"192.0.2.1\",\"remote_port\":40000},{\"node\":4,\"queue\":1,\"proto\":\"udp\","
+            "\"local_port\":53,\"remote_addr\":\"2001:db8::1\",\"remote_port\":40001}]}\n");
   EXPECT_EQ(format_flows(flows, 5, false),
             "NODE  QUEUE  PROTO  LOCAL  REMOTE\n"
             "   3      0  tcp     5001  192.0.2.1:40000\n"
-            "(1 of 5 flows shown)\n");
+            "   4      1  udp       53  [2001:db8::1]:40001\n"
+            "(2 of 5 flows shown)\n");
 
   const std::vector<ctl::RuleRecord> rules = {{7, 2, 0, -1, 20, "udp dst port 9999"}};
   EXPECT_EQ(format_rules(rules, true),

@@ -192,22 +192,21 @@ class FilterdClient final : public PortAuthority, public Pollable {
     return claim_listen_on(0, proto, port, group);
   }
   void release_listen(std::uint8_t proto, std::uint16_t port) noexcept override { release_listen_on(0, proto, port); }
-  // filterd's flows are IPv4's so far (docs/control-protocol.md): another
-  // family is unsupported.
+  // A flow with an IPv6 peer needs a filterd that speaks version 4
+  // (docs/control-protocol.md); with an older one it is unsupported.
   Result<std::uint16_t> claim_connect(std::uint8_t proto, std::uint16_t local_port, const IpAddr& remote,
                                       std::uint16_t remote_port) override {
-    if (!remote.is_v4()) return Errc::unsupported;
-    return claim_connect_on(0, proto, local_port, remote.v4(), remote_port);
+    return claim_connect_on(0, proto, local_port, remote, remote_port);
   }
   void release_connect(std::uint8_t proto, std::uint16_t local_port, const IpAddr& remote,
                        std::uint16_t remote_port) noexcept override {
-    if (remote.is_v4()) release_connect_on(0, proto, local_port, remote.v4(), remote_port);
+    release_connect_on(0, proto, local_port, remote, remote_port);
   }
   Result<std::uint16_t> claim_listen_on(std::uint16_t queue, std::uint8_t proto, std::uint16_t port, bool group);
   void release_listen_on(std::uint16_t queue, std::uint8_t proto, std::uint16_t port) noexcept;
   Result<std::uint16_t> claim_connect_on(std::uint16_t queue, std::uint8_t proto, std::uint16_t local_port,
-                                         Ipv4Addr remote, std::uint16_t remote_port);
-  void release_connect_on(std::uint16_t queue, std::uint8_t proto, std::uint16_t local_port, Ipv4Addr remote,
+                                         const IpAddr& remote, std::uint16_t remote_port);
+  void release_connect_on(std::uint16_t queue, std::uint8_t proto, std::uint16_t local_port, const IpAddr& remote,
                           std::uint16_t remote_port) noexcept;
 
   // Pollable: a cheap look at the control socket every so many passes (and
@@ -309,6 +308,7 @@ class FilterdClient final : public PortAuthority, public Pollable {
   };
   std::vector<LeasePool> leases_;
   bool leasing_ = false;  // filterd speaks version 3 and is not central
+  std::atomic<bool> ipv6_flows_{false};  // filterd speaks version 4: a flow's peer may be IPv6
   std::atomic<bool> in_attempt_{false};
   Stats stats_;
 };

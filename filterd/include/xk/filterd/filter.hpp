@@ -32,6 +32,7 @@
 #include "xk/clock.hpp"
 #include "xk/counters.hpp"
 #include "xk/demux.hpp"
+#include "xk/ip_addr.hpp"
 #include "xk/filterd/filter_hash.hpp"
 #include "xk/result.hpp"
 
@@ -102,9 +103,10 @@ struct alignas(8) Decision {
 };
 
 // A flow as seen from the shared address (the local address is always it).
+// The remote address is of either family.
 struct FlowKey {
   Proto proto = Proto::tcp;
-  Ipv4Addr remote;
+  IpAddr remote;
   std::uint16_t remote_port = 0;
   std::uint16_t local_port = 0;
   friend bool operator==(const FlowKey&, const FlowKey&) = default;
@@ -208,8 +210,8 @@ class FilterEngine {
   Status add_flow(const FlowKey& key, Target target);
   Status remove_flow(const FlowKey& key) noexcept;  // not_found
   std::optional<Target> find_flow(const FlowKey& key) const noexcept;
-  std::size_t flow_count() const noexcept { return flows_.size(); }
-  void reserve_flows(std::size_t n) { flows_.reserve(n); }
+  std::size_t flow_count() const noexcept { return flows_.size() + flows6_.size(); }
+  void reserve_flows(std::size_t n) { flows_.reserve(n); }  // IPv4 flows
 
   // ---- Listeners (TCP and UDP) ----
   // A single target for a port; exists when the port has a listener or group.
@@ -309,6 +311,16 @@ class FilterEngine {
       return KeyHash<PackedKey>::mix(KeyHash<PackedKey>::mix(0x9e3779b97f4a7c15ull ^ w0) ^ k.proto);
     }
   };
+  // An IPv6 flow's key: the remote address in 16 bytes, no padding.
+  struct Packed6Key {
+    IpAddr::Bytes remote{};
+    std::uint16_t remote_port = 0;
+    std::uint16_t local_port = 0;
+    std::uint32_t proto = 0;
+    friend bool operator==(const Packed6Key&, const Packed6Key&) = default;
+  };
+  static PackedKey packed(const FlowKey& key) noexcept;  // an IPv4 key
+  static Packed6Key packed6(const FlowKey& key) noexcept;
   struct Parsed;  // one frame's headers, filter.cpp
   struct ListenKey {
     std::uint16_t proto = 0;
@@ -338,6 +350,9 @@ class FilterEngine {
   void expire_at(Time now);
   std::optional<Decision> owner_of(const PackedKey& key) const noexcept;
   std::optional<Decision> listen_lookup(const PackedKey& key) const noexcept;
+  // `flow` identifies the flow among a group's members (its packed key's bytes).
+  std::optional<Decision> listen_lookup(std::uint32_t proto, std::uint16_t local_port,
+                                        std::span<const std::byte> flow) const noexcept;
   EgressVerdict owns(const PackedKey& key, NodeId node, std::uint16_t queue) const noexcept;
   EgressVerdict egress(Frame frame, NodeId node, std::uint16_t queue);
   std::uint64_t seed_of(Target t) const noexcept;
@@ -350,7 +365,8 @@ class FilterEngine {
   const Clock& clock_;
   HashKey group_key_;
   std::uint64_t shared_mac_bits_;  // 0: no MAC check
-  FlatMap<PackedKey, Target, FlowHash> flows_;
+  FlatMap<PackedKey, Target, FlowHash> flows_;  // IPv4 flows, the hot path's
+  FlatMap<Packed6Key, Target> flows6_;
   FlatMap<ListenKey, Listener> listeners_;
   std::unique_ptr<RuleTable> rules_;
   std::unique_ptr<FragmentTracker> frags_;

@@ -150,9 +150,9 @@ class NodeRegistry {
   ctl::Message list_rules(std::uint32_t id, const ctl::Rules& r);
   std::optional<std::uint16_t> free_port(std::uint8_t proto);
   Status take_listen(NodeInfo& n, std::uint8_t proto, std::uint16_t port, bool group, std::uint16_t queue);
-  Status take_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, Ipv4Addr remote, std::uint16_t rport,
+  Status take_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, const IpAddr& remote, std::uint16_t rport,
                    std::uint16_t queue);
-  Status take_accepted_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, Ipv4Addr remote,
+  Status take_accepted_flow(NodeInfo& n, std::uint8_t proto, std::uint16_t lport, const IpAddr& remote,
                             std::uint16_t rport, std::uint16_t queue);
   // A registered node has this MAC already, or this memif id (memif
   // channels only: every Ethernet channel has id 0).
@@ -181,7 +181,8 @@ class NodeRegistry {
   std::map<NodeId, NodeInfo> nodes_;
   std::map<PortKey, PortUse> ports_;
   // A node's flows (for RELEASE checks and cleanup): (proto, lport, remote, rport) -> node.
-  std::map<std::tuple<std::uint8_t, std::uint16_t, std::uint32_t, std::uint16_t>, NodeId> flows_;
+  // (proto, local port, remote address's 16 bytes, remote port)
+  std::map<std::tuple<std::uint8_t, std::uint16_t, IpAddr::Bytes, std::uint16_t>, NodeId> flows_;
   std::uint16_t next_port_;
   NodeId next_id_ = 1;
   CounterSet counters_{"registry"};

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "xk/address.hpp"
+#include "xk/ip_addr.hpp"
 #include "xk/filterd/auth.hpp"
 #include "xk/filterd/control_wire.hpp"
 #include "xk/result.hpp"
@@ -91,7 +92,7 @@ struct Unlisten {
 struct Connect {
   static constexpr MsgType kType = MsgType::connect;
   Proto proto = Proto::tcp;
-  Ipv4Addr remote_addr;           // not 0.0.0.0
+  IpAddr remote_addr;             // specified; IPv6 from version 4
   std::uint16_t remote_port = 0;  // nonzero; 0 for icmp
   std::uint16_t queue = 0;
   std::uint16_t local_port = 0;   // 0 (the usual case): filterd picks an ephemeral port (icmp: an echo id)
@@ -102,7 +103,7 @@ struct Release {
   static constexpr MsgType kType = MsgType::release;
   Proto proto = Proto::tcp;
   std::uint16_t local_port = 0;   // nonzero
-  Ipv4Addr remote_addr;
+  IpAddr remote_addr;             // IPv6 from version 4
   std::uint16_t remote_port = 0;  // nonzero; 0 for icmp
   friend bool operator==(const Release&, const Release&) = default;
 };
@@ -130,10 +131,11 @@ struct ListenerEntry {
   friend bool operator==(const ListenerEntry&, const ListenerEntry&) = default;
 };
 
+// On the wire a flow record (IPv4) or, from version 4, a flow6 record.
 struct FlowEntry {
   Proto proto = Proto::tcp;
   std::uint16_t local_port = 0;   // nonzero
-  Ipv4Addr remote_addr;
+  IpAddr remote_addr;
   std::uint16_t remote_port = 0;  // nonzero; 0 for icmp
   std::uint16_t queue = 0;
   bool accepted = false;          // accepted on a listener (tcp), not given by CONNECT
@@ -145,7 +147,7 @@ struct FlowEntry {
 struct Resync {
   static constexpr MsgType kType = MsgType::resync;
   std::vector<ListenerEntry> listeners;  // at most kMaxResyncListeners
-  std::vector<FlowEntry> flows;          // at most kMaxResyncFlows
+  std::vector<FlowEntry> flows;          // at most kMaxResyncFlows, an IPv6 one counting twice
   bool more = false;
   friend bool operator==(const Resync&, const Resync&) = default;
 };
@@ -355,7 +357,7 @@ struct NodeFlow {
 
 struct FlowsReply {
   static constexpr MsgType kType = MsgType::flows_reply;
-  std::vector<NodeFlow> flows;  // by (node, proto, local port, remote); at most kMaxFlowRecords
+  std::vector<NodeFlow> flows;  // by (node, proto, local port, remote); at most kMaxFlowRecords, an IPv6 one counting twice
   std::uint32_t total = 0;      // flows of the node (or all) in the table
   Cursor cursor;
   friend bool operator==(const FlowsReply&, const FlowsReply&) = default;

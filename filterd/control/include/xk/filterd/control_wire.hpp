@@ -33,9 +33,13 @@ inline constexpr std::uint8_t kVersion = 1;  // of the framing (the header's ver
 // any rule from an admin connection). Nothing a node sends or receives
 // changed, so filterd accepts nodes speaking 1 or 2. Version 3 adds LEASE (a
 // block of local ports a node opens connections from without a CONNECT
-// each); a node uses it only when HELLO_REPLY says 3.
+// each); a node uses it only when HELLO_REPLY says 3. Version 4 lets a
+// flow's remote address be IPv6 (16 bytes in CONNECT and RELEASE, the
+// flow6 and node_flow6 records); a node sends one only when HELLO_REPLY
+// says 4.
 inline constexpr std::uint8_t kProtocolVersionMin = 1;
-inline constexpr std::uint8_t kProtocolVersion = 3;
+inline constexpr std::uint8_t kProtocolVersion = 4;
+inline constexpr std::uint8_t kProtocolVersionIpv6 = 4;
 inline constexpr std::size_t kHeaderSize = 16;
 inline constexpr std::size_t kMaxBody = 64 * 1024;
 inline constexpr std::size_t kTlvHeaderSize = 4;
@@ -138,13 +142,16 @@ enum class Tag : std::uint16_t {
   local_port = 0x0011,    // u16
   group = 0x0012,         // u8 bool
   queue = 0x0013,         // u16 0..63
-  remote_addr = 0x0014,   // u32
+  remote_addr = 0x0014,   // 4 bytes (IPv4) or, from version 4, 16 (IPv6)
   remote_port = 0x0015,   // u16, nonzero (0 for icmp)
   listener = 0x0020,      // record: proto u8, flags u8, local port u16, queue u16
   flow = 0x0021,          // record: proto u8, flags u8, local port u16, remote addr u32, remote port u16, queue u16
   more = 0x0022,          // u8 bool
   count = 0x0023,         // u16 1..kMaxLeasePorts
   ports = 0x0024,         // u16 list, 1..kMaxLeasePorts of them, none 0
+  // critical (version 4): a receiver that cannot keep an IPv6 flow must not
+  // drop it unnoticed
+  flow6 = 0x8025,         // record: a flow record with a 16-byte remote address
   expression = 0x0030,    // string 1..1024
   priority = 0x0031,      // i16
   rule_id = 0x0032,       // u32
@@ -169,6 +176,7 @@ enum class Tag : std::uint16_t {
   port = 0x0074,          // record, see kPortRecord
   rule = 0x0075,          // record, see kRuleRecordMin
   node_flow = 0x0076,     // record, see kNodeFlowRecord
+  node_flow6 = 0x8077,    // (version 4, critical) record, see kNodeFlow6Record
 };
 
 // Base sizes of the record values; a longer record carries fields from a
@@ -188,6 +196,9 @@ inline constexpr std::uint8_t kListenerFlagGroup = 0x01;
 //   rule:      rule id u32, node u16, queue u16, priority i16, hits u64,
 //              expression length u16, expression
 //   node_flow: node u16, then a flow record (12 bytes)
+// Version 4 records: flow6 and node_flow6, the same with a 16-byte remote
+// address. Each counts twice against its list's cap (kMaxResyncFlows,
+// kMaxFlowRecords), so a full message of either family fits kMaxBody.
 inline constexpr std::size_t kNodeRecordMin = 49;  // plus the name
 // After the name, for a node on the node port only: kind u8 (1: Ethernet)
 // and the node's MAC (6 bytes). A receiver that predates it skips it.
@@ -196,6 +207,8 @@ inline constexpr std::uint8_t kNodeKindEthernet = 1;
 inline constexpr std::size_t kPortRecord = 8;
 inline constexpr std::size_t kRuleRecordMin = 20;  // plus the expression
 inline constexpr std::size_t kNodeFlowRecord = 14;
+inline constexpr std::size_t kFlow6Record = 24;
+inline constexpr std::size_t kNodeFlow6Record = 26;
 inline constexpr std::uint8_t kPortFlagGroup = 0x01;
 inline constexpr std::uint8_t kPortFlagListen = 0x02;
 inline constexpr std::uint8_t kPortFlagLease = 0x04;  // version 3: a leased port
