@@ -187,16 +187,19 @@ Result<SessionRef> Ipv4Protocol::open(Protocol& upper, Participants& parts) {
   Result<ProtoNum> proto = parts.remote.pop<ProtoNum>();
   if (!proto) return proto.error();
   if (proto->value > 0xff) return Errc::invalid_argument;
-  Result<Ipv4Addr> peer = parts.remote.pop<Ipv4Addr>();
-  if (!peer) return peer.error();
-  if (Result<Ipv4Addr> local = parts.local.peek<Ipv4Addr>(); local) {
-    // We have one address; 0.0.0.0 means "any", which is that one.
-    if (local->value != 0 && *local != address()) return Errc::invalid_argument;
-    (void)parts.local.pop<Ipv4Addr>();
+  Result<IpAddr> peer_part = parts.remote.peek<IpAddr>();
+  if (!peer_part) return peer_part.error();
+  if (!peer_part->is_v4()) return Errc::unsupported;  // another family's layer takes it
+  const Ipv4Addr peer = peer_part->v4();
+  (void)parts.remote.pop<IpAddr>();
+  if (Result<IpAddr> local = parts.local.peek<IpAddr>(); local) {
+    // We have one address; 0.0.0.0 (or ::) means "any", which is that one.
+    if (!local->is_unspecified() && *local != IpAddr(address())) return Errc::invalid_argument;
+    (void)parts.local.pop<IpAddr>();
   }
-  Key key{peer->value, proto->value};
+  Key key{peer.value, proto->value};
   if (active_.contains(key)) return Errc::exists;
-  SessionRef s = make_ref<Ipv4Session>(*this, &upper, *peer, static_cast<std::uint8_t>(proto->value));
+  SessionRef s = make_ref<Ipv4Session>(*this, &upper, peer, static_cast<std::uint8_t>(proto->value));
   active_.insert(key, s);
   return s;
 }

@@ -132,13 +132,13 @@ Status TcpConnection::close() { return close_gracefully(); }
 Result<ControlReply> TcpConnection::control_any(const ControlQuery& query) {
   if (std::holds_alternative<ctl::GetLocalAddr>(query)) {
     Participant p;
-    p.push(tuple_.local.addr.v4());  // the graph's address parts are IPv4's so far
+    p.push(tuple_.local.addr);
     p.push(Port{tuple_.local.port});
     return ControlReply{p};
   }
   if (std::holds_alternative<ctl::GetPeerAddr>(query)) {
     Participant p;
-    p.push(tuple_.remote.addr.v4());
+    p.push(tuple_.remote.addr);
     p.push(Port{tuple_.remote.port});
     return ControlReply{p};
   }

@@ -236,17 +236,16 @@ Result<TcpProtocol::IpPeer*> TcpProtocol::ip_for(IpAddr peer, Session* known) {
   if (known != nullptr) {
     s = SessionRef(known);
   } else {
-    // The IP layer below is IPv4's so far.
-    if (!peer.is_v4()) return Errc::unsupported;
+    // The IP layer below says whether it takes the family.
     Participants parts;
-    parts.remote.push(peer.v4());
+    parts.remote.push(peer);
     parts.remote.push(ProtoNum{kIpProtocol});
     Result<SessionRef> r = below_.open(*this, parts);
     if (!r) return r.error();
     s = *r;
   }
   Result<Participant> local = s->control(ctl::GetLocalAddr{});
-  Result<Ipv4Addr> local_addr = local ? local->peek<Ipv4Addr>() : Result<Ipv4Addr>(local.error());
+  Result<IpAddr> local_addr = local ? local->peek<IpAddr>() : Result<IpAddr>(local.error());
   if (!local_addr) return Errc::bad_state;
   // RFC 1191 3: our segments may not be fragmented; routers tell us the MTU.
   (void)s->control(ctl::SetDontFragment{true});
@@ -269,10 +268,10 @@ void TcpProtocol::drop_ip_user(IpAddr peer) noexcept {
 
 Status TcpProtocol::open_done(Protocol&, Session& session, Participants& parts) {
   // ipv4 made a session for a new peer; its first segment follows at once.
-  Result<Ipv4Addr> peer = parts.remote.peek<Ipv4Addr>();
+  Result<IpAddr> peer = parts.remote.peek<IpAddr>();
   if (!peer) {
     Result<Participant> pa = session.control(ctl::GetPeerAddr{});
-    peer = pa ? pa->peek<Ipv4Addr>() : Result<Ipv4Addr>(pa.error());
+    peer = pa ? pa->peek<IpAddr>() : Result<IpAddr>(pa.error());
   }
   if (!peer) return peer.error();
   return ip_for(*peer, &session).status();
@@ -644,7 +643,7 @@ void TcpProtocol::listen_input(ListenSession& l, IpPeer& ip, const Header& h, co
 Result<SessionRef> TcpProtocol::open(Protocol& upper, Participants& parts) {
   Result<Port> rport = parts.remote.pop<Port>();
   if (!rport) return rport.error();
-  Result<Ipv4Addr> raddr = parts.remote.pop<Ipv4Addr>();
+  Result<IpAddr> raddr = parts.remote.pop<IpAddr>();
   if (!raddr) return raddr.error();
   Ref<TcpConnection> c = TcpConnection::active(*this, &upper);
   if (Status st = c->connect(*raddr, *rport); !st) return st.error();

@@ -55,12 +55,11 @@ Status UdpSession::close() {
 
 Result<ControlReply> UdpSession::control_any(const ControlQuery& query) {
   if (std::holds_alternative<ctl::GetLocalAddr>(query)) {
-    // (The graph's address parts are IPv4's so far, as is the IP below.)
-    return ControlReply{Participant{(connected_ ? conn_local_ : local_.addr).v4(), Port{local_.port}}};
+    return ControlReply{Participant{connected_ ? conn_local_ : local_.addr, Port{local_.port}}};
   }
   if (std::holds_alternative<ctl::GetPeerAddr>(query)) {
     if (!connected_) return Errc::bad_state;
-    return ControlReply{Participant{remote_.addr.v4(), Port{remote_.port}}};
+    return ControlReply{Participant{remote_.addr, Port{remote_.port}}};
   }
   if (std::holds_alternative<ctl::GetMtu>(query) && ip_) {
     Result<std::size_t> mtu = ip_->control(ctl::GetMtu{});
@@ -235,8 +234,8 @@ Result<UdpProtocol::IpPeer*> UdpProtocol::learn(Session& ip, bool opened_by_us) 
   Result<Participant> local = ip.control(ctl::GetLocalAddr{});
   Result<Participant> peer = ip.control(ctl::GetPeerAddr{});
   if (!local || !peer) return Errc::bad_state;
-  Result<Ipv4Addr> local_addr = local->peek<Ipv4Addr>();
-  Result<Ipv4Addr> peer_addr = peer->peek<Ipv4Addr>();
+  Result<IpAddr> local_addr = local->peek<IpAddr>();
+  Result<IpAddr> peer_addr = peer->peek<IpAddr>();
   if (!local_addr || !peer_addr) return Errc::bad_state;
   auto [p, inserted] = ip_by_session_.insert(key, IpPeer{SessionRef(&ip), *local_addr, *peer_addr, opened_by_us});
   (void)inserted;
@@ -246,12 +245,11 @@ Result<UdpProtocol::IpPeer*> UdpProtocol::learn(Session& ip, bool opened_by_us) 
 
 Result<UdpProtocol::IpPeer*> UdpProtocol::route_to(IpAddr peer, IpAddr local_hint) {
   if (Session** s = ip_by_peer_.find(PeerKey{peer})) return learn(**s, false);
-  // The IP layer below is IPv4's so far.
-  if (!peer.is_v4() || !(local_hint.is_unspecified() || local_hint.is_v4())) return Errc::unsupported;
+  // The IP layer below says whether it takes the family.
   Participants parts;
-  parts.remote.push(peer.v4());
+  parts.remote.push(peer);
   parts.remote.push(ProtoNum{kIpProtocol});
-  if (!local_hint.is_unspecified()) parts.local.push(local_hint.v4());
+  if (!local_hint.is_unspecified()) parts.local.push(local_hint);
   Result<SessionRef> ip = below_.open(*this, parts);
   if (!ip) return ip.error();
   return learn(**ip, true);
@@ -415,12 +413,12 @@ Status UdpProtocol::send(UdpSession& s, Msg msg, IpAddr addr, Port port, IpPeer*
 Result<SessionRef> UdpProtocol::open(Protocol& upper, Participants& parts) {
   Result<Port> rport = parts.remote.pop<Port>();
   if (!rport) return rport.error();
-  Result<Ipv4Addr> raddr = parts.remote.pop<Ipv4Addr>();
+  Result<IpAddr> raddr = parts.remote.pop<IpAddr>();
   if (!raddr) return raddr.error();
   Port lport{};
-  Ipv4Addr laddr{};
+  IpAddr laddr{};
   if (Result<Port> p = parts.local.pop<Port>()) lport = *p;
-  if (Result<Ipv4Addr> a = parts.local.pop<Ipv4Addr>()) laddr = *a;
+  if (Result<IpAddr> a = parts.local.pop<IpAddr>()) laddr = *a;
   Ref<UdpSession> s = make_ref<UdpSession>(*this, &upper, SocketOptions{});
   if (Status st = s->bind(laddr, lport); !st) {
     (void)s->close();

@@ -101,10 +101,10 @@ TEST(Address, ParseAndPrintMac) {
 
 TEST(Participant, PopsTopPartAndChecksType) {
   Participant p{Ipv4Addr{0xC0000201}, Port{80}};
-  EXPECT_EQ(p.pop<Ipv4Addr>().error(), Errc::invalid_argument) << "top is the port";
+  EXPECT_EQ(p.pop<IpAddr>().error(), Errc::invalid_argument) << "top is the port";
   EXPECT_EQ(p.size(), 2u) << "a wrong-type pop leaves the stack untouched";
   EXPECT_EQ(p.pop<Port>()->value, 80);
-  EXPECT_EQ(p.pop<Ipv4Addr>()->value, 0xC0000201u);
+  EXPECT_EQ(p.pop<IpAddr>()->v4().value, 0xC0000201u);
   EXPECT_EQ(p.pop<Port>().error(), Errc::not_found);
   EXPECT_EQ(to_string(AddressPart{Port{7}}), "port 7");
 }

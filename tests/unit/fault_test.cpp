@@ -101,7 +101,7 @@ TEST_F(PassThrough, PassiveOpensReachTheUpperWithAWrapper) {
   // Session control is the lower session's.
   auto peer = w->control(ctl::GetPeerAddr{});
   ASSERT_TRUE(peer.ok());
-  EXPECT_EQ(*peer->peek<Ipv4Addr>(), Ipv4Addr{0x0a000002});
+  EXPECT_EQ(*peer->peek<IpAddr>(), IpAddr(Ipv4Addr{0x0a000002}));
 }
 
 TEST_F(PassThrough, EachUpperHasItsOwnTap) {

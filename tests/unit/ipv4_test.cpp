@@ -230,8 +230,8 @@ TEST_F(Ipv4Test, PassiveOpenDeliversPayloadAndNamesTheParticipants) {
   EXPECT_FALSE(tp.received[0].info.reassembled);
   // open_done parts: remote {Ipv4Addr peer, ProtoNum} (top last), local {Ipv4Addr dst}.
   EXPECT_EQ(*tp.last_parts.remote.pop<ProtoNum>(), ProtoNum{17});
-  EXPECT_EQ(*tp.last_parts.remote.pop<Ipv4Addr>(), kPeer);
-  EXPECT_EQ(*tp.last_parts.local.pop<Ipv4Addr>(), kUs);
+  EXPECT_EQ(*tp.last_parts.remote.pop<IpAddr>(), IpAddr(kPeer));
+  EXPECT_EQ(*tp.last_parts.local.pop<IpAddr>(), IpAddr(kUs));
   // A second packet finds the session in the active map.
   p.payload = "again";
   ASSERT_TRUE(feed(p).ok());
@@ -604,12 +604,30 @@ TEST_F(Ipv4Test, LinkRefusalIsReturnedAndCounted) {
   EXPECT_EQ(count("tx_packets"), 0u);
 }
 
+// Participants carry addresses of either family; IPv4 takes its own and
+// says another is not its to open. A local :: is "any", as 0.0.0.0 is.
+TEST_F(Ipv4Test, OpensIpv4PeersAndRefusesAnotherFamily) {
+  Participants v6;
+  v6.remote.push(IpAddr::v6({0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}));
+  v6.remote.push(ProtoNum{17});
+  EXPECT_EQ(ip->open(tp, v6).error(), Errc::unsupported);
+  auto parts = remote(kPeer, 17);
+  parts.local.push(IpAddr{});
+  auto s = ip->open(tp, parts);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(parts.local.empty());
+  auto other = remote(Ipv4Addr{kPeer.value + 1}, 17);
+  other.local.push(Ipv4Addr{kUs.value + 1});  // not our address
+  EXPECT_EQ(ip->open(tp, other).error(), Errc::invalid_argument);
+  ASSERT_TRUE((*s)->close().ok());
+}
+
 TEST_F(Ipv4Test, SessionControlsNameBothEnds) {
   auto parts = remote(kPeer, 17);
   auto s = ip->open(tp, parts);
   ASSERT_TRUE(s.ok());
-  EXPECT_EQ(*(*s)->control(ctl::GetLocalAddr{})->peek<Ipv4Addr>(), kUs);
-  EXPECT_EQ(*(*s)->control(ctl::GetPeerAddr{})->peek<Ipv4Addr>(), kPeer);
+  EXPECT_EQ(*(*s)->control(ctl::GetLocalAddr{})->peek<IpAddr>(), IpAddr(kUs));
+  EXPECT_EQ(*(*s)->control(ctl::GetPeerAddr{})->peek<IpAddr>(), IpAddr(kPeer));
   EXPECT_EQ((*ip->control(ctl::GetCounters{}))->owner(), "ip0");
   ASSERT_TRUE((*s)->close().ok());
 }

@@ -37,7 +37,7 @@ std::string to_string(const Endpoint& e) {
 std::string to_string(const AddressPart& a) {
   struct Visitor {
     std::string operator()(const MacAddr& m) const { return "mac " + to_string(m); }
-    std::string operator()(const Ipv4Addr& ip) const { return "ipv4 " + to_string(ip); }
+    std::string operator()(const IpAddr& ip) const { return "ip " + to_string(ip); }
     std::string operator()(const Port& p) const { return "port " + std::to_string(p.value); }
     std::string operator()(const ProtoNum& p) const { return "proto " + std::to_string(p.value); }
   };

@@ -71,12 +71,14 @@ class FakeIp final : public Protocol {
     Result<ProtoNum> proto = parts.remote.pop<ProtoNum>();
     if (!proto) return proto.error();
     if (proto->value != protocol_) return Errc::invalid_argument;
-    Result<Ipv4Addr> peer = parts.remote.pop<Ipv4Addr>();
-    if (!peer) return peer.error();
-    if (sessions.contains(peer->value)) return Errc::exists;
+    Result<IpAddr> addr = parts.remote.pop<IpAddr>();
+    if (!addr) return addr.error();
+    if (!addr->is_v4()) return Errc::unsupported;  // as ipv4's
+    const Ipv4Addr peer = addr->v4();
+    if (sessions.contains(peer.value)) return Errc::exists;
     ++opens;
-    SessionRef s = make_ref<S>(*this, &up, *peer);
-    sessions[peer->value] = s;
+    SessionRef s = make_ref<S>(*this, &up, peer);
+    sessions[peer.value] = s;
     return s;
   }
   Status open_enable(Protocol& up, Participants& parts) override {

@@ -35,7 +35,10 @@ struct ProtoNum {
   friend bool operator==(const ProtoNum&, const ProtoNum&) = default;
 };
 
-using AddressPart = std::variant<MacAddr, Ipv4Addr, Port, ProtoNum>;
+// One layer's part of a participant. An IP address is of either family
+// (an IPv4 one pushed as Ipv4Addr becomes its mapped IpAddr); the IP layer
+// of that family takes it.
+using AddressPart = std::variant<MacAddr, IpAddr, Port, ProtoNum>;
 
 std::string to_string(const MacAddr& a);
 std::string to_string(const Ipv4Addr& a);
