@@ -17,6 +17,56 @@
 
 namespace xk::tcp {
 
+class TcpConnection;
+class ListenSession;
+
+class TcpProtocol::Host {
+ public:
+  using IpPeer = TcpProtocol::IpPeer;  // an IP session to one peer, shared by its connections
+
+  explicit Host(TcpProtocol& p) noexcept : p_(p) {}
+
+  // ---- for a connection ----
+  // The IP session to `peer`, opened if need be; the caller becomes a user.
+  Result<IpPeer*> ip_for(IpAddr peer) { return p_.ip_for(peer, nullptr); }
+  // The IP session to `peer` if there is one.
+  IpPeer* ip_of(IpAddr peer) noexcept { return p_.peers_.find(PeerKey{peer}); }
+  void drop_ip_user(IpAddr peer) noexcept { p_.drop_ip_user(peer); }
+  Result<std::uint16_t> pick_ephemeral(IpAddr local, IpAddr remote, std::uint16_t rport) {
+    return p_.pick_ephemeral(local, remote, rport);
+  }
+  Status insert(TcpConnection& c) { return p_.insert(c); }
+  void remove(TcpConnection& c) noexcept { p_.remove(c); }
+  // Give the authority's flow for `t` back, if there is an authority, once
+  // what this pass queued has left.
+  void release_flow_later(const FourTuple& t) {
+    if (p_.authority_ != nullptr) p_.defer_release(t);
+  }
+  SeqNum isn(const FourTuple& t, Time now) const noexcept { return p_.isn_.isn(t, now); }
+  bool park_time_wait(TcpConnection& c) { return p_.park_time_wait(c); }
+  void allow_fragments(IpAddr peer) noexcept { p_.allow_fragments(peer); }
+  std::uint16_t path_mss(Session& ip) const { return p_.path_mss(ip); }
+  std::uint8_t our_wscale(std::size_t rcvbuf_max) const noexcept { return p_.our_wscale(rcvbuf_max); }
+  bool challenge_ack_allowed(Time now) noexcept { return p_.challenge_ack_allowed(now); }
+  bool segmentation_offload() const noexcept { return p_.segmentation_offload(); }
+  Status transmit(Session& ip, IpAddr src, IpAddr dst, Msg segment, ChecksumMode csum) {
+    return p_.transmit(ip, src, dst, std::move(segment), csum);
+  }
+  Status send_raw(IpPeer& ip, std::uint16_t sport, std::uint16_t dport, SeqNum seq, SeqNum ack, std::uint8_t flags,
+                  std::uint16_t window, const Options* opts, ChecksumMode csum) {
+    return p_.send_raw(ip, sport, dport, seq, ack, flags, window, opts, csum);
+  }
+
+  // ---- for a listener ----
+  void remove_listener(IpAddr addr, Port port) noexcept { p_.listeners_.erase(ListenKey{addr, port.value}); }
+  // Every connection with a 4-tuple (not the TIME-WAIT records).
+  template <class F>
+  void for_each_connection(F&& f);
+
+ private:
+  TcpProtocol& p_;
+};
+
 // The TCB: one connection (RFC 9293 3.3.1). A Session, so another protocol can
 // sit on it; applications use it through TcpSocket.
 class TcpConnection final : public StreamEndpoint {
@@ -28,12 +78,12 @@ class TcpConnection final : public StreamEndpoint {
   // A passive open from a SYN that listener `l` takes (RFC 9293 3.10.7.2),
   // on IP session `ip` (whose user count it takes): the state SYN-RECEIVED
   // starts from, before the SYN-ACK. `iss`: our initial sequence number.
-  static Ref<TcpConnection> from_syn(TcpProtocol& proto, ListenSession& l, TcpProtocol::IpPeer& ip,
+  static Ref<TcpConnection> from_syn(TcpProtocol& proto, ListenSession& l, TcpProtocol::Host::IpPeer& ip,
                                      const FourTuple& t, const Header& h, const Options& opts, SeqNum iss);
   // The third segment of a SYN-cookie handshake (RFC 4987): what our SYN-ACK
   // offered, rebuilt from the cookie -- `mss` -- and from the options its
   // timestamp carried; the state ESTABLISHED starts from.
-  static Ref<TcpConnection> from_cookie(TcpProtocol& proto, ListenSession& l, TcpProtocol::IpPeer& ip,
+  static Ref<TcpConnection> from_cookie(TcpProtocol& proto, ListenSession& l, TcpProtocol::Host::IpPeer& ip,
                                         const FourTuple& t, const Header& h, const Options& opts,
                                         std::uint16_t mss, Time now);
   ~TcpConnection() override;
@@ -211,6 +261,8 @@ class TcpConnection final : public StreamEndpoint {
   void notify();
   std::uint32_t tsval_now() const noexcept;
   void start_rtt_timing(SeqNum seq, Time now);
+
+  TcpProtocol::Host host() const noexcept { return TcpProtocol::Host{*proto_}; }
 
   TcpProtocol* proto_;  // null once released
   State state_ = State::closed;
@@ -442,5 +494,10 @@ class ListenSession final : public ListenEndpoint {
   std::optional<ChecksumMode> csum_;
   std::optional<std::uint16_t> max_segment_;  // TCP_MAXSEG
 };
+
+template <class F>
+void TcpProtocol::Host::for_each_connection(F&& f) {
+  p_.conns_.for_each([&](const ConnKey&, SessionRef& s) { f(*static_cast<TcpConnection*>(s.get())); });
+}
 
 }  // namespace xk::tcp

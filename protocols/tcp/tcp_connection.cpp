@@ -43,7 +43,7 @@ Ref<TcpConnection> TcpConnection::active(TcpProtocol& proto, Protocol* upper) {
   return Ref<TcpConnection>(new TcpConnection(proto, upper));
 }
 
-Ref<TcpConnection> TcpConnection::from_syn(TcpProtocol& proto, ListenSession& l, TcpProtocol::IpPeer& ip,
+Ref<TcpConnection> TcpConnection::from_syn(TcpProtocol& proto, ListenSession& l, TcpProtocol::Host::IpPeer& ip,
                                            const FourTuple& t, const Header& h, const Options& opts, SeqNum iss) {
   Ref<TcpConnection> c(new TcpConnection(proto, nullptr));
   c->passive_ = true;
@@ -75,7 +75,7 @@ void TcpConnection::inherit_max_segment(const ListenSession& l) {
   tuning_->max_segment = l.max_segment();
 }
 
-Ref<TcpConnection> TcpConnection::from_cookie(TcpProtocol& proto, ListenSession& l, TcpProtocol::IpPeer& ip,
+Ref<TcpConnection> TcpConnection::from_cookie(TcpProtocol& proto, ListenSession& l, TcpProtocol::Host::IpPeer& ip,
                                               const FourTuple& t, const Header& h, const Options& opts,
                                               std::uint16_t mss, Time now) {
   const TcpConfig& cfg = proto.config();
@@ -95,7 +95,7 @@ Ref<TcpConnection> TcpConnection::from_cookie(TcpProtocol& proto, ListenSession&
   c->snd_wl1_ = h.seq;
   c->snd_wl2_ = h.ack;
   c->peer_mss_ = mss;
-  c->mss_ = std::min(mss, proto.path_mss(*ip.session));
+  c->mss_ = std::min(mss, TcpProtocol::Host{proto}.path_mss(*ip.session));
   c->inherit_max_segment(l);
   if (c->tuning_ && c->tuning_->max_segment) c->mss_ = std::min(c->mss_, *c->tuning_->max_segment);
   if (opts.timestamps) {
@@ -107,7 +107,7 @@ Ref<TcpConnection> TcpConnection::from_cookie(TcpProtocol& proto, ListenSession&
     c->sack_ok_ = cfg.sack && co.sack_permitted;
     if (co.wscale && cfg.wscale > 0) {
       c->snd_wscale_ = *co.wscale;
-      c->rcv_wscale_ = proto.our_wscale(cfg.buf_max);
+      c->rcv_wscale_ = TcpProtocol::Host{proto}.our_wscale(cfg.buf_max);
     }
   }
   c->snd_wnd_ = std::uint32_t{h.window} << c->snd_wscale_;
@@ -160,34 +160,34 @@ Status TcpConnection::connect(IpAddr addr, Port port, IpAddr local_addr, Port lo
   if (proto_ == nullptr) return Errc::closed;
   if (state_ != State::closed || accepted_ || iss_ != SeqNum{} || snd_max_ != SeqNum{}) return Errc::bad_state;
   if (addr.is_unspecified() || port.value == 0) return Errc::invalid_argument;
-  Result<TcpProtocol::IpPeer*> ip = proto_->ip_for(addr, nullptr);
+  Result<TcpProtocol::Host::IpPeer*> ip = host().ip_for(addr);
   if (!ip) return ip.error();
   if (!local_addr.is_unspecified() && local_addr != (*ip)->local) return Errc::invalid_argument;
   Result<std::uint16_t> lport = Errc::exists;
-  if (PortAuthority* a = proto_->authority_) {
+  if (PortAuthority* a = proto_->port_authority()) {
     // filterd picks (or grants) the host-wide port and installs the flow's
     // rule before our SYN leaves.
     lport = a->claim_connect(kIpProtocol, local_port.value, addr, port.value);
   } else {
     lport = local_port.value != 0 ? Result<std::uint16_t>(local_port.value)
-                                  : proto_->pick_ephemeral((*ip)->local, addr, port.value);
+                                  : host().pick_ephemeral((*ip)->local, addr, port.value);
   }
   if (!lport) return lport.error();
-  claimed_ = proto_->authority_ != nullptr;
+  claimed_ = proto_->port_authority() != nullptr;
   tuple_ = FourTuple{{(*ip)->local, *lport}, {addr, port.value}};
   ip_ = (*ip)->session;
   ++(*ip)->users;
-  if (Status st = proto_->insert(*this); !st) {
+  if (Status st = host().insert(*this); !st) {
     ip_ = nullptr;
-    proto_->drop_ip_user(addr);
-    if (claimed_) proto_->authority_->release_connect(kIpProtocol, *lport, addr, port.value);
+    host().drop_ip_user(addr);
+    if (claimed_) proto_->port_authority()->release_connect(kIpProtocol, *lport, addr, port.value);
     claimed_ = false;
     return st;
   }
   const Time now = proto_->timers().clock().now();
-  iss_ = proto_->isn_.isn(tuple_, now);
+  iss_ = host().isn(tuple_, now);
   snd_una_ = snd_nxt_ = snd_max_ = snd_sml_ = iss_;
-  ++proto_->c_.active_opens;
+  ++proto_->stats().active_opens;
   enter_state(State::syn_sent);
   send_syn();
   return {};
@@ -325,7 +325,7 @@ Status TcpConnection::mark_urgent(std::size_t ahead) {
   const SeqNum end = snd_una_ + static_cast<std::uint32_t>(sndbuf_.size() + ahead) + (snd_una_ == iss_ ? 1u : 0u);
   if (end == snd_una_ + (snd_una_ == iss_ ? 1u : 0u)) return Errc::invalid_argument;  // no byte to mark
   if (urg_out_ && end <= snd_up_) return {};
-  if (!urg_out_ || end != snd_up_) ++proto_->c_.urgent_out;
+  if (!urg_out_ || end != snd_up_) ++proto_->stats().urgent_out;
   snd_up_ = end;
   urg_out_ = true;
   return {};
@@ -342,7 +342,7 @@ void TcpConnection::process_urgent(const Header& h) {
   if (up - 1u < read_seq()) return;
   rcv_up_ = up;
   urg_in_ = true;
-  ++proto_->c_.urgent_in;
+  ++proto_->stats().urgent_in;
 }
 
 // RFC 9293 3.10.4 for one direction: FIN after the queued data.
@@ -514,7 +514,7 @@ void TcpConnection::autotune_rcvbuf() {
     want = std::min<std::uint64_t>(want, proto_->config().autotune_max);
     if (want > rcvbuf_limit_) {
       rcvbuf_limit_ = static_cast<std::size_t>(want);
-      ++proto_->c_.rcvbuf_grown;
+      ++proto_->stats().rcvbuf_grown;
     }
     t.space = copied;
   }
@@ -531,7 +531,7 @@ void TcpConnection::autotune_sndbuf() {
   const std::uint64_t want = std::min<std::uint64_t>(2 * std::uint64_t{flight}, proto_->config().autotune_max);
   if (want > sndbuf_.limit()) {
     sndbuf_.set_limit(static_cast<std::size_t>(want));
-    ++proto_->c_.sndbuf_grown;
+    ++proto_->stats().sndbuf_grown;
   }
 }
 
@@ -589,7 +589,7 @@ void TcpConnection::enter_state(State s) {
   state_ = s;
   if (proto_ == nullptr) return;
   if (s == State::established && old != State::established) {
-    ++proto_->c_.established;
+    ++proto_->stats().established;
     retries_ = 0;
     quickacks_ = proto_->config().quickacks;
     if (keepalive_) keepalive_timer_.arm_after(keepalive_idle());
@@ -619,7 +619,7 @@ void TcpConnection::enter_time_wait() {
 void TcpConnection::leave_for_time_wait() {
   if (proto_ == nullptr) return;
   Ref<TcpConnection> keep(this);
-  if (proto_->park_time_wait(*this)) claimed_ = passive_ = false;  // the record gives the flow back
+  if (host().park_time_wait(*this)) claimed_ = passive_ = false;  // the record gives the flow back
   state_ = State::closed;
   release();
 }
@@ -645,10 +645,11 @@ void TcpConnection::fail(Errc e) {
 void TcpConnection::release() {
   if (proto_ == nullptr) return;
   Ref<TcpConnection> keep(this);
-  TcpProtocol* p = std::exchange(proto_, nullptr);
+  TcpProtocol::Host p = host();
+  proto_ = nullptr;
   // The authority's flow goes with us: the one it made at connect(), or the
   // one it learnt from a passive open's SYN-ACK (filterd steer).
-  if ((claimed_ || passive_) && p->authority_ != nullptr) p->defer_release(tuple_);
+  if (claimed_ || passive_) p.release_flow_later(tuple_);
   claimed_ = false;
   rtx_timer_.cancel();
   delack_timer_.cancel();
@@ -659,10 +660,10 @@ void TcpConnection::release() {
     listener_->forget(*this);
     listener_ = nullptr;
   }
-  p->remove(*this);
+  p.remove(*this);
   if (ip_) {
     ip_ = nullptr;
-    p->drop_ip_user(tuple_.remote.addr);
+    p.drop_ip_user(tuple_.remote.addr);
   }
   sndbuf_.clear();
   push_marks_ = {};

@@ -82,7 +82,7 @@ std::uint16_t TcpConnection::path_mtu() const noexcept {
 void TcpConnection::icmp_error(const ctl::NetError& err) {
   if (proto_ == nullptr) return;
   Ref<TcpConnection> keep(this);
-  TcpProtocol::Counters& c = proto_->c_;
+  TcpProtocol::Counters& c = proto_->stats();
   // RFC 5927 4.1: believe only an error about a segment in flight,
   // SND.UNA <= SEG.SEQ < SND.NXT, so a blind attacker has to guess it. After
   // a go-back our SND.NXT lies below what was sent: SND.MAX is RFC 9293's
@@ -114,7 +114,7 @@ void TcpConnection::icmp_error(const ctl::NetError& err) {
 // RFC 1191: a router on the path could not forward a segment of ours with DF
 // set. Lower the path MTU, and with it the MSS, and send again what is lost.
 void TcpConnection::frag_needed(std::uint16_t next_hop_mtu) {
-  TcpProtocol::Counters& c = proto_->c_;
+  TcpProtocol::Counters& c = proto_->stats();
   const std::uint32_t current = path_mtu();
   // RFC 1191 section 5: an old router does not say. Take the plateau below the
   // packet it refused; IP quotes us only the first 8 bytes of TCP, so that is
@@ -135,7 +135,7 @@ void TcpConnection::frag_needed(std::uint16_t next_hop_mtu) {
   if (mtu < kMinPathMtu) {
     mtu = kMinPathMtu;
     fragment = true;
-    proto_->allow_fragments(tuple_.remote.addr);
+    host().allow_fragments(tuple_.remote.addr);
   }
   if (mtu < current) {
     pmtu_ = static_cast<std::uint16_t>(mtu);

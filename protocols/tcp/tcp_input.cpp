@@ -15,7 +15,7 @@ void TcpConnection::take_options(const Options& opts, bool syn) {
   if (!syn || proto_ == nullptr) return;
   const TcpConfig& cfg = proto_->config();
   peer_mss_ = opts.mss.value_or(536);  // RFC 9293 3.7.1: 536 when absent
-  mss_ = std::min(peer_mss_, proto_->path_mss(*ip_));
+  mss_ = std::min(peer_mss_, host().path_mss(*ip_));
   if (tuning_ && tuning_->max_segment) mss_ = std::min(mss_, *tuning_->max_segment);  // TCP_MAXSEG
   // A path MTU learnt during the handshake (RFC 1191) holds too.
   if (pmtu_ != 0) mss_ = std::min<std::uint16_t>(mss_, static_cast<std::uint16_t>(pmtu_ - kIpTcpHeaders));
@@ -23,7 +23,7 @@ void TcpConnection::take_options(const Options& opts, bool syn) {
   // RFC 7323 2.2: scaling only when both SYNs carry the option.
   if (opts.wscale && cfg.wscale > 0) {
     snd_wscale_ = std::min(*opts.wscale, kMaxWscale);
-    rcv_wscale_ = proto_->our_wscale(cfg.buf_max);
+    rcv_wscale_ = host().our_wscale(cfg.buf_max);
   } else {
     snd_wscale_ = rcv_wscale_ = 0;
   }
@@ -72,7 +72,7 @@ void TcpConnection::segment_arrives(Header h, const Options& opts, Msg payload, 
   }
   std::uint32_t len = seg_len(h, payload.size());
   if (!acceptable(h, payload.size())) {
-    ++proto_->c_.drop_out_of_window;
+    ++proto_->stats().drop_out_of_window;
     if (!h.has(kRst)) {
       // RFC 2883: report a duplicate we already had.
       if (sack_ok_ && len > 0 && h.seq + len <= rcv_nxt_) dsack_ = SackBlock{h.seq, h.seq + static_cast<std::uint32_t>(payload.size())};
@@ -104,7 +104,7 @@ void TcpConnection::segment_arrives(Header h, const Options& opts, Msg payload, 
   if (ecn_ok_) {
     if (h.has(kCwr)) ece_out_ = false;
     if (ce) {
-      ++proto_->c_.ecn_ce_received;
+      ++proto_->stats().ecn_ce_received;
       ce_news = !ece_out_;
       ece_out_ = true;
     }
@@ -150,7 +150,7 @@ void TcpConnection::input_syn_sent(const Header& h, const Options& opts, Msg pay
   // also do here; the ACK check is what RFC 9293 asks).
   if (h.has(kRst)) {
     if (ack_ok) {
-      ++proto_->c_.resets_received;
+      ++proto_->stats().resets_received;
       fail(Errc::refused);
     }
     return;
@@ -203,7 +203,7 @@ bool TcpConnection::check_paws(const Header& h, const Options& opts) {
     ts_recent_ = opts.timestamps->tsval;
     return true;
   }
-  ++proto_->c_.drop_paws;
+  ++proto_->stats().drop_paws;
   send_ack_now();
   return false;
 }
@@ -219,7 +219,7 @@ void TcpConnection::process_rst(const Header& h) {
     challenge_ack();
     return;
   }
-  ++proto_->c_.resets_received;
+  ++proto_->stats().resets_received;
   switch (state_) {
     case State::syn_received:
       // A passive open goes back to LISTEN: the listener just forgets it.
@@ -243,7 +243,7 @@ void TcpConnection::process_rst(const Header& h) {
 }
 
 void TcpConnection::challenge_ack() {
-  if (proto_->challenge_ack_allowed(proto_->timers().clock().now())) send_ack_now();
+  if (host().challenge_ack_allowed(proto_->timers().clock().now())) send_ack_now();
 }
 
 // Fifth check, the ACK field. Returns false when the segment must be dropped.
@@ -264,12 +264,12 @@ bool TcpConnection::process_ack(const Header& h, const Options& opts, std::size_
   }
   // RFC 5961 5.2: acceptable ACKs lie in [SND.UNA - MAX.SND.WND, SND.NXT].
   if (h.ack > snd_max_) {
-    ++proto_->c_.drop_ack_unacceptable;
+    ++proto_->stats().drop_ack_unacceptable;
     send_ack_now();
     return false;
   }
   if (h.ack < snd_una_ - max_snd_wnd_) {
-    ++proto_->c_.drop_ack_unacceptable;
+    ++proto_->stats().drop_ack_unacceptable;
     challenge_ack();
     return false;
   }
@@ -363,7 +363,7 @@ bool TcpConnection::spurious_timeout(const Options& opts) noexcept {
 
 void TcpConnection::undo_timeout(const Options& opts) noexcept {
   ++stats_.spurious_rtos;
-  ++proto_->c_.spurious_rtos;
+  ++proto_->stats().spurious_rtos;
   // Step 5: resume with the next unsent segment; the originals are in the
   // network (or delivered) and need no second copy.
   snd_nxt_ = snd_max_;
@@ -460,11 +460,11 @@ void TcpConnection::duplicate_ack(const Header&) {
   recover_ = snd_max_;
   recover_set_ = true;
   ++stats_.fast_retransmits;
-  ++proto_->c_.fast_retransmits;
+  ++proto_->stats().fast_retransmits;
   cc_->enter_recovery(now, flight);
   rtt_timing_ = false;
   if (sack_ok_) {
-    ++proto_->c_.sack_recoveries;
+    ++proto_->stats().sack_recoveries;
     SackScoreboard::Segment seg = sb_.enter_recovery(snd_max_);
     if (seg.kind != SackScoreboard::SegKind::none) (void)send_segment(seg.start, seg.len, kAck, true);
   } else {
@@ -495,7 +495,7 @@ void TcpConnection::process_data(const Header& h, Msg payload) {
   if (seq < rcv_nxt_) {
     std::uint32_t dup = static_cast<std::uint32_t>(rcv_nxt_ - seq);
     if (dup >= payload.size()) {
-      if (!payload.empty()) ++proto_->c_.dup_segments;
+      if (!payload.empty()) ++proto_->stats().dup_segments;
       if (!payload.empty() && sack_ok_) dsack_ = SackBlock{seq, seq + static_cast<std::uint32_t>(payload.size())};
       payload = Msg();
     } else {
@@ -559,12 +559,12 @@ void TcpConnection::process_data(const Header& h, Msg payload) {
   // Out of order: keep it, and ACK at once so the sender learns of the hole
   // (RFC 5681 4.2, RFC 2018 4).
   ++stats_.ooo_segments;
-  ++proto_->c_.ooo_segments;
+  ++proto_->stats().ooo_segments;
   if (!payload.empty()) {
     Reassembly::InsertResult r = reasm_.insert(seq, std::move(payload), rcv_nxt_, wnd);
     if (r.dsack && sack_ok_) dsack_ = r.dsack;
-    if (r.dsack) ++proto_->c_.dup_segments;
-    if (r.no_room != 0) proto_->c_.ooo_dropped.inc(r.no_room);
+    if (r.dsack) ++proto_->stats().dup_segments;
+    if (r.no_room != 0) proto_->stats().ooo_dropped.inc(r.no_room);
   }
   if (fin_at) fin_seq_pending_ = fin_at;
   send_ack_now();

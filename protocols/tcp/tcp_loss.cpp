@@ -35,7 +35,7 @@ void TcpConnection::rack_after_ack(const Rack::AckResult& ra, const Header& h, c
   std::optional<SackBlock> dsack;
   if (sr.dsack) dsack = sr.dsack_block;
   if (rack_->tlp.on_ack(h.ack, dsack, pure_dupack) == Tlp::Outcome::repaired) {
-    ++proto_->c_.loss_probe_repairs;
+    ++proto_->stats().loss_probe_repairs;
     if (!in_recovery_) reduce_window(now);
   }
   if (ra.advanced) rack_detect(now);
@@ -58,7 +58,7 @@ void TcpConnection::reduce_window(Time now) {
 void TcpConnection::ecn_echo(Time now) {
   if (in_recovery_ || cwr_out_ || (ecn_recover_set_ && snd_una_ < ecn_recover_)) return;
   reduce_window(now);
-  ++proto_->c_.ecn_reductions;
+  ++proto_->stats().ecn_reductions;
   cwr_out_ = true;
   ecn_recover_ = snd_max_;
   ecn_recover_set_ = true;
@@ -71,7 +71,7 @@ void TcpConnection::rack_detect(Time now) {
   const bool recovering = in_recovery_ || (recover_set_ && snd_una_ < recover_);
   const Duration wait = rack_->rack.detect_loss(now, rto_.srtt(), recovering, payload_mss());
   const std::uint32_t lost = rack_->rack.lost_bytes();
-  if (lost > lost_before) proto_->c_.rack_lost_bytes.inc(lost - lost_before);
+  if (lost > lost_before) proto_->stats().rack_lost_bytes.inc(lost - lost_before);
   if (lost > 0 && !recovering) enter_rack_recovery(now);
   if (wait > Duration{0}) {
     rtx_kind_ = RtxTimer::reorder;
@@ -86,8 +86,8 @@ void TcpConnection::enter_rack_recovery(Time now) {
   recover_ = snd_max_;
   recover_set_ = true;
   ++stats_.fast_retransmits;
-  ++proto_->c_.fast_retransmits;
-  ++proto_->c_.sack_recoveries;
+  ++proto_->stats().fast_retransmits;
+  ++proto_->stats().sack_recoveries;
   const std::uint32_t flight = seq_span(snd_una_, snd_max_);
   cc_->enter_recovery(now, flight);
   rack_->prr.start(flight);
@@ -142,7 +142,7 @@ void TcpConnection::on_probe_timeout() {
     arm_rto();
     return;
   }
-  ++proto_->c_.loss_probes;
+  ++proto_->stats().loss_probes;
   const SeqNum before = snd_max_;
   if (unsent_bytes() > 0 && snd_nxt_ == snd_max_) {
     probe_one_ = true;
@@ -163,7 +163,7 @@ void TcpConnection::on_probe_timeout() {
 // RFC 8985 6.2: the reordering window of a segment passed: look again.
 void TcpConnection::on_reorder_timeout() {
   if (rack_ == nullptr || snd_una_ == snd_max_) return;
-  ++proto_->c_.reorder_timeouts;
+  ++proto_->stats().reorder_timeouts;
   const bool was_recovering = in_recovery_;
   rack_detect(proto_->timers().clock().now());
   if (in_recovery_ && !was_recovering) prr_update(0);

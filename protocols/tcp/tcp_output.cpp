@@ -188,7 +188,7 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
   const Time now = end != seq ? proto_->timers().clock().now() : Time{};
   if (retransmit) {
     stats_.retransmits += pieces;
-    proto_->c_.retransmits.inc(pieces);
+    proto_->stats().retransmits.inc(pieces);
     // The TSval of the first retransmission still unacknowledged (Eifel's
     // RetransmitTS, should a timeout follow).
     if (o.timestamps && !retx_out_) {
@@ -216,7 +216,7 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
   }
   if (end > snd_max_) snd_max_ = end;
   if (end != seq && !rtx_timer_.armed()) arm_rto(now);
-  return proto_->transmit(*ip_, tuple_.local.addr, tuple_.remote.addr, std::move(payload), checksum_mode());
+  return host().transmit(*ip_, tuple_.local.addr, tuple_.remote.addr, std::move(payload), checksum_mode());
 }
 
 // Our SYN (SYN-SENT) or SYN-ACK (SYN-RECEIVED), with the options we offer.
@@ -225,11 +225,11 @@ void TcpConnection::send_syn() {
   const TcpConfig& cfg = proto_->config();
   const bool synack = state_ == State::syn_received;
   Options o;
-  o.mss = proto_->path_mss(*ip_);
+  o.mss = host().path_mss(*ip_);
   if (tuning_ && tuning_->max_segment) o.mss = std::min(*o.mss, *tuning_->max_segment);  // TCP_MAXSEG
   // RFC 7323 2.2 / RFC 2018 2: a SYN-ACK offers only what the SYN did.
   if (cfg.wscale > 0 && (!synack || rcv_wscale_ > 0 || snd_wscale_ > 0)) {
-    o.wscale = proto_->our_wscale(cfg.buf_max);
+    o.wscale = host().our_wscale(cfg.buf_max);
     if (!synack) rcv_wscale_ = *o.wscale;  // provisional until the SYN-ACK says
   }
   if (cfg.sack && (!synack || sack_ok_)) o.sack_permitted = true;
@@ -260,7 +260,7 @@ void TcpConnection::send_syn() {
   snd_nxt_ = iss_ + 1;
   if (snd_max_ < snd_nxt_) snd_max_ = snd_nxt_;
   arm_rtx();
-  (void)proto_->transmit(*ip_, tuple_.local.addr, tuple_.remote.addr, std::move(m), checksum_mode());
+  (void)host().transmit(*ip_, tuple_.local.addr, tuple_.remote.addr, std::move(m), checksum_mode());
 }
 
 void TcpConnection::send_ack_now() {
@@ -281,10 +281,10 @@ void TcpConnection::send_ack_now() {
 // A RST from this connection's 4-tuple, outside its sequence bookkeeping.
 void TcpConnection::send_reset(SeqNum seq, SeqNum ack, std::uint8_t flags) {
   if (proto_ == nullptr || !ip_) return;
-  TcpProtocol::IpPeer* ip = proto_->peers_.find(TcpProtocol::PeerKey{tuple_.remote.addr});
+  TcpProtocol::Host::IpPeer* ip = host().ip_of(tuple_.remote.addr);
   if (ip == nullptr) return;
-  ++proto_->c_.resets_sent;
-  (void)proto_->send_raw(*ip, tuple_.local.port, tuple_.remote.port, seq, ack, flags, 0, nullptr, checksum_mode());
+  ++proto_->stats().resets_sent;
+  (void)host().send_raw(*ip, tuple_.local.port, tuple_.remote.port, seq, ack, flags, 0, nullptr, checksum_mode());
 }
 
 void TcpConnection::send_rst_and_close() {
@@ -414,7 +414,7 @@ bool TcpConnection::send_new_data() {
     // An urgent pointer ahead: one segment at a time, each with its own
     // pointer (the port's cut would repeat the first segment's).
     const bool urgent_ahead = urg_out_ && snd_up_ > snd_nxt_;
-    if (len == smss && proto_->segmentation_offload() && !probe_one_ && !urgent_ahead) {
+    if (len == smss && host().segmentation_offload() && !probe_one_ && !urgent_ahead) {
       // Segmentation offload: every full segment the windows allow goes
       // down as one, up to what one IPv4 datagram holds; the port cuts it.
       const std::size_t full = std::min<std::size_t>(avail, usable) / smss;
@@ -491,7 +491,7 @@ void TcpConnection::on_rtx_timeout() {
   ++retries_;
   if (state_ == State::syn_sent || state_ == State::syn_received) {
     if (retries_ > proto_->config().syn_retries) {
-      ++proto_->c_.timeouts;
+      ++proto_->stats().timeouts;
       if (state_ == State::syn_received && listener_ != nullptr) {
         release();
         return;
@@ -502,7 +502,7 @@ void TcpConnection::on_rtx_timeout() {
     rto_.backoff();
     rtt_timing_ = false;
     ++stats_.rto_expiries;
-    ++proto_->c_.rto_expiries;
+    ++proto_->stats().rto_expiries;
     send_syn();
     return;
   }
@@ -513,7 +513,7 @@ void TcpConnection::on_rtx_timeout() {
   // TCP_USER_TIMEOUT, when set, decides instead of the retry count.
   const Duration user = user_timeout();
   if (user > Duration{0} ? now - rtx_since_ >= user : retries_ > proto_->config().max_retries) {
-    ++proto_->c_.timeouts;
+    ++proto_->stats().timeouts;
     fail(timeout_error());
     return;
   }
@@ -531,8 +531,8 @@ void TcpConnection::on_rtx_timeout() {
     }
   }
   ++stats_.rto_expiries;
-  ++proto_->c_.rto_expiries;
-  proto_->c_.rto_wait_us.inc(
+  ++proto_->stats().rto_expiries;
+  proto_->stats().rto_wait_us.inc(
       static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(rto_.rto()).count()));
   rto_.backoff();
   cc_->on_rto(now, seq_span(snd_una_, snd_max_));
@@ -578,9 +578,9 @@ void TcpConnection::on_delack_timeout() {
   Ref<TcpConnection> keep(this);
   if (proto_ == nullptr || !ack_pending_) return;
   if (unacked_segs_ >= 2) {
-    ++proto_->c_.burst_acks;
+    ++proto_->stats().burst_acks;
   } else {
-    ++proto_->c_.delayed_acks;
+    ++proto_->stats().delayed_acks;
   }
   send_ack_now();
 }
@@ -604,7 +604,7 @@ void TcpConnection::on_persist_timeout() {
     sws_override_ = false;
     return;
   }
-  ++proto_->c_.window_probes;
+  ++proto_->stats().window_probes;
   (void)send_segment(snd_una_ - 1, 0, kAck, false);
   // RFC 1122 4.2.2.17: the interval between probes grows exponentially.
   persist_interval_ = std::min(2 * persist_interval_, proto_->config().rto_max);
@@ -623,12 +623,12 @@ void TcpConnection::on_keepalive_timeout() {
   // TCP_USER_TIMEOUT also bounds how long probes go unanswered (as Linux).
   const Duration user = user_timeout();
   if (user > Duration{0} ? keepalive_sent_ > 0 && now - last_recv_ >= user : keepalive_sent_ >= keepalive_probes()) {
-    ++proto_->c_.timeouts;
+    ++proto_->stats().timeouts;
     fail(timeout_error());
     return;
   }
   ++keepalive_sent_;
-  ++proto_->c_.keepalive_probes;
+  ++proto_->stats().keepalive_probes;
   (void)send_segment(snd_una_ - 1, 0, kAck, false);
   keepalive_timer_.arm_after(keepalive_interval());
 }

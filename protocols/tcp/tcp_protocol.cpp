@@ -44,18 +44,18 @@ ListenSession::~ListenSession() = default;
 Status ListenSession::close() {
   if (proto_ == nullptr) return Errc::closed;
   TcpProtocol* p = std::exchange(proto_, nullptr);
+  TcpProtocol::Host host{*p};
   Ref<ListenSession> keep(this);
-  p->listeners_.erase(TcpProtocol::ListenKey{addr_, port_.value});
-  if (p->authority_ != nullptr) p->authority_->release_listen(kIpProtocol, port_.value);
+  host.remove_listener(addr_, port_);
+  if (PortAuthority* a = p->port_authority()) a->release_listen(kIpProtocol, port_.value);
   // Connections nobody will accept are reset (RFC 9293 3.10.4: like ABORT).
   std::deque<Ref<TcpConnection>> q;
   q.swap(accept_q_);
   for (Ref<TcpConnection>& c : q) c->listener_closed();
   // Half-open ones still point at us: they die with a RST too.
   std::vector<Ref<TcpConnection>> half;
-  p->conns_.for_each([&](const TcpProtocol::ConnKey&, SessionRef& s) {
-    auto* c = static_cast<TcpConnection*>(s.get());
-    if (c->opened_by(*this)) half.emplace_back(c);
+  host.for_each_connection([&](TcpConnection& c) {
+    if (c.opened_by(*this)) half.emplace_back(&c);
   });
   for (Ref<TcpConnection>& c : half) c->listener_closed();
   half_open_ = 0;

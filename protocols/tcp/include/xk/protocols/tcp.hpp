@@ -238,12 +238,13 @@ class TcpProtocol final : public Protocol {
   // (ctl::GetChunkSource, the shm driver's arena), or null for the heap.
   ChunkSource* chunk_source() const noexcept { return chunks_; }
 
+  // What the protocol's own parts -- its connections and listeners
+  // (tcb.hpp, not installed) -- may ask of it beyond the calls above: the
+  // IP sessions, tables and senders they share. Defined in tcb.hpp, the one
+  // list of them; the protocol reaches its parts through their public calls.
+  class Host;
+
  private:
-  // The TCB and the listener are the protocol's own parts (tcb.hpp): they use
-  // its tables, counters and IP sessions. The protocol, for its part, reaches
-  // them through their public calls only.
-  friend class TcpConnection;
-  friend class ListenSession;
 
   // Connections are keyed by their FourTuple itself (xk/endpoint.hpp): a
   // plain key of either family.
