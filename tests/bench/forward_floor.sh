@@ -22,7 +22,7 @@
 #
 # Prints throughput against direct, and forwarding CPU per GB: testpmd's
 # busy cycles turned into seconds at its measured clock, against central
-# filterd's CPU per GB in the same run. The figure that bounds issue 5's
+# filterd's CPU per GB in the same run. The figure that bounds the target
 # "filterd CPU steer/central <= 0.1x": no forwarder can be cheaper than
 # testpmd's io mode, which does strictly less than filterd must.
 #
@@ -129,7 +129,7 @@ TP_S_PER_GB=$(awk -v c="$BUSY" -v m="$MHZ" -v b="$FRAME_BYTES" 'BEGIN { printf "
 echo "   $TESTPMD Gbit/s; forwarding: $CPP cycles/frame over $PKTS frames, $TP_S_PER_GB s/GB of frames (busy cycles only)"
 
 step "through filterd (xk-scale steer and central: yielding for throughput, sleeping for CPU per GB)"
-# filterd's CPU per GB is measured with sleeping processes, as issue 5's
+# filterd's CPU per GB is measured with sleeping processes, as the target's
 # figure is: a yielding or busy filterd's CPU time is mostly its spinning.
 scale_run() {  # NAME [IDLE]: IDLE for every process, or xk-scale's defaults (sleeping)
   local idle=()

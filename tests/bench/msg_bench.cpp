@@ -1,6 +1,6 @@
 // Msg micro-benchmarks: what a layer pays to put on and take off its header.
 //
-// Target (issue 2): push+pop <= 10 ns per header with zero allocations. The
+// Target: push+pop <= 10 ns per header with zero allocations. The
 // reference in the same run is the naive way a stack without headroom builds a
 // frame: allocate a new buffer and copy header and payload into it.
 #include <benchmark/benchmark.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The NetPIPE sweep (issue 6): xk-pingpong between two xk stacks over
+# The NetPIPE sweep: xk-pingpong between two xk stacks over
 # net_memif, and over the shm driver, against NetPIPE's own NPtcp between two Linux namespaces over a
 # veth, in one run (docs/BENCHMARKS.md, "NetPIPE sweep").
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where the cycles go in a bulk transfer (issue 21): xk-tcp-perf client and
+# Where the cycles go in a bulk transfer: xk-tcp-perf client and
 # sink server over the shm link (or net_memif), each sampled by `perf record -e cpu-clock`
 # (software events work in a VM), then the top symbols of each side, and the
 # share of samples spent in the Internet checksum (the checksum ablation's

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SYN flood against a bulk transfer (issue 7; docs/BENCHMARKS.md, "SYN flood").
+# SYN flood against a bulk transfer (docs/BENCHMARKS.md, "SYN flood").
 #
 #   tests/bench/synflood_bench.sh [BUILD_DIR]
 #

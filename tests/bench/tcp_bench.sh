@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# TCP benchmark (issues 4, 21): xk <-> xk over net_memif against Linux TCP
+# TCP benchmark: xk <-> xk over net_memif against Linux TCP
 # over a veth pair, measured in the same run (docs/BENCHMARKS.md).
 #
 #   tests/bench/tcp_bench.sh [BUILD_DIR]     (as root: the Linux side uses netns)

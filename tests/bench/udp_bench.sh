@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# UDP benchmark (issue 3): xk <-> xk over net_memif against Linux UDP over a
+# UDP benchmark: xk <-> xk over net_memif against Linux UDP over a
 # veth pair, measured in the same run (docs/BENCHMARKS.md).
 #
 #   tests/bench/udp_bench.sh [BUILD_DIR]     (as root: the Linux side uses netns)

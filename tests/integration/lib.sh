@@ -110,7 +110,7 @@ check_pcap() {
   [ "$good" -gt 0 ] || die "$f: no checksum was verified at all"
 }
 
-# ---- Linux-side captures of TCP/UDP/ICMP links (issue 7 "capture checks") ----
+# ---- Linux-side captures of TCP/UDP/ICMP links (capture checks) ----
 # start_capture NS IFACE FILE: tcpdump in namespace NS on IFACE, every frame
 # whole (checksums need the payload), into FILE; its pid in CAPTURE_PID,
 # its messages in FILE.log.

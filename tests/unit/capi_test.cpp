@@ -1229,7 +1229,7 @@ TEST_P(CApi, OptionsRoundTrip) {
   xk_close(fd);
 }
 
-// The TCP options programs set (issue 23): each reads back what was set
+// The TCP options programs set: each reads back what was set
 // (or the stack's default before), and out-of-range values are EINVAL.
 TEST_P(CApi, TcpOptionsRoundTripAndRefuseBadValues) {
   int fd = tcp();

@@ -357,7 +357,7 @@ namespace {
 // each 128 KiB) reads next anyway, and its read runs the stack; a pass here
 // as well polled the ring after every read instead of once the data was
 // drained, in bursts of 5 frames instead of 10 -- GRO merged less, and the
-// sender got more ACKs (docs/BENCHMARKS.md, issue 24). Write readiness alone
+// sender got more ACKs (docs/BENCHMARKS.md). Write readiness alone
 // never skips poll()'s pass; a send with room skips its own only under the
 // same age (blocking()). So nothing goes longer than this without a pass: a
 // program that only writes, or polls a readable socket it does not read,

@@ -750,7 +750,7 @@ void Stack::Core::hand_over() noexcept {
 // calling, half as often each time, down to once every kLongestLook
 // hand_backs: each look is a wake-up on some program thread's CPU, and at
 // one every 500 us it put 1 % of a 14-byte sockperf ping-pong's exchanges
-// at 30 us (docs/BENCHMARKS.md, issue 24). So calls that stop are noticed
+// at 30 us (docs/BENCHMARKS.md). So calls that stop are noticed
 // within hand_back to kLongestLook x hand_back.
 void Stack::Core::drive_while_alone() {
   using clock = std::chrono::steady_clock;
