@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""Golden IPv6 packets, built by scapy, for tests/unit/ipv6_wire_test.cpp.
+
+scapy shares no code with xk: what our walk of the extension headers finds
+in a packet is checked against where scapy put each header. Run with the
+system python (Debian's python3-scapy):
+
+    /usr/bin/python3 tests/golden/gen_ipv6_vectors.py            # rewrite ipv6_vectors.txt
+    /usr/bin/python3 tests/golden/gen_ipv6_vectors.py --check F  # compare with F
+
+Fixed inputs only, so the output is the same on every run. One vector per
+line ('#' starts a comment), packets in hex, from the IPv6 header on:
+
+    header <packet> <traffic class> <flow label> <payload length> <next header> <hop limit> <src> <dst>
+        the fixed header's fields (addresses as 32 hex digits)
+    chain <packet> <upper> <upper offset> <headers> <router alert 0|1> <fragment>
+        an acceptable packet: the protocol after the extension headers,
+        where it starts, how many extension headers came first, and the
+        fragment header as offset:more:id:where (or -)
+    problem <packet> <error> <icmp 0|1> <code> <pointer> <unless multicast 0|1>
+        a refused packet: why (xk::ipv6::ChainError's name) and the
+        Parameter Problem to answer with (RFC 8200 4, RFC 4443 3.4)
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from scapy.layers.inet import TCP, UDP
+from scapy.layers.inet6 import (
+    HBHOptUnknown,
+    ICMPv6EchoRequest,
+    IPv6,
+    IPv6ExtHdrDestOpt,
+    IPv6ExtHdrFragment,
+    IPv6ExtHdrHopByHop,
+    IPv6ExtHdrRouting,
+    PadN,
+    RouterAlert,
+    fragment6,
+)
+from scapy.layers.ipsec import AH
+from scapy.packet import Raw
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "ipv6_vectors.txt"
+US = "2001:db8::10"
+PEER = "2001:db8::20"
+EXT = (IPv6ExtHdrHopByHop, IPv6ExtHdrDestOpt, IPv6ExtHdrRouting, IPv6ExtHdrFragment, AH)
+
+
+def pattern(n, seed):
+    return bytes((i * 31 + seed) & 0xFF for i in range(n))
+
+
+def v6(**kw):
+    return IPv6(src=PEER, dst=US, hlim=64, **kw)
+
+
+def offset_of(pkt, layer):
+    """Where `layer` (an instance inside pkt) starts in bytes(pkt)."""
+    return len(bytes(pkt)) - len(bytes(layer))
+
+
+def ext_layers(pkt):
+    out = []
+    layer = pkt[IPv6].payload
+    while isinstance(layer, EXT):
+        out.append(layer)
+        if isinstance(layer, IPv6ExtHdrFragment) and not (layer.offset == 0 and layer.m == 0):
+            break
+        layer = layer.payload
+    return out
+
+
+def chain_line(pkt):
+    pkt = IPv6(bytes(pkt))  # as it arrives: every length filled in
+    exts = ext_layers(pkt)
+    last = exts[-1] if exts else pkt[IPv6]
+    upper = last.nh
+    upper_offset = offset_of(pkt, last.payload) if exts else 40
+    alert = int(any(isinstance(o, RouterAlert) for e in exts if isinstance(e, IPv6ExtHdrHopByHop) for o in e.options))
+    frag = "-"
+    for e in exts:
+        if isinstance(e, IPv6ExtHdrFragment):
+            frag = f"{e.offset * 8}:{e.m}:{e.id}:{offset_of(pkt, e)}"
+    return f"chain {bytes(pkt).hex()} {upper} {upper_offset} {len(exts)} {alert} {frag}"
+
+
+def header_lines():
+    out = ["# the fixed header"]
+    for tc, fl, hl in ((0, 0, 64), (0xB8, 0xABCDE, 255), (0xFF, 0xFFFFF, 1)):
+        pkt = IPv6(bytes(IPv6(src=PEER, dst="ff02::1:ff00:10", tc=tc, fl=fl, hlim=hl) / UDP() / Raw(pattern(9, tc))))
+        out.append(
+            f"header {bytes(pkt).hex()} {pkt.tc} {pkt.fl} {pkt.plen} {pkt.nh} {pkt.hlim} "
+            f"{bytes(pkt)[8:24].hex()} {bytes(pkt)[24:40].hex()}"
+        )
+    return out
+
+
+def good_lines():
+    out = ["# acceptable chains"]
+    udp = UDP(sport=40000, dport=53) / Raw(pattern(11, 1))
+    out.append(chain_line(v6() / udp))
+    out.append(chain_line(v6() / TCP(sport=1, dport=80) / Raw(pattern(3, 2))))
+    out.append(chain_line(v6() / ICMPv6EchoRequest(id=7, seq=1)))
+    out.append(chain_line(v6() / IPv6ExtHdrHopByHop(options=[RouterAlert()]) / udp))
+    out.append(chain_line(v6() / IPv6ExtHdrHopByHop() / IPv6ExtHdrDestOpt() / udp))
+    # an option a node that does not know it skips (high bits 00)
+    out.append(chain_line(v6() / IPv6ExtHdrDestOpt(options=[HBHOptUnknown(otype=0x1E, optdata=b"ab")]) / udp))
+    out.append(chain_line(v6() / IPv6ExtHdrRouting(segleft=0, addresses=["2001:db8::99"]) / udp))
+    out.append(chain_line(v6() / AH(nh=17, payloadlen=4, icv=pattern(12, 9)) / udp))
+    out.append(chain_line(v6(nh=59) / Raw(pattern(8, 4))))
+    # an atomic fragment (RFC 6946): the walk goes on past it
+    out.append(chain_line(v6() / IPv6ExtHdrFragment(offset=0, m=0, id=0x1234) / IPv6ExtHdrDestOpt() / udp))
+    # real fragments: the walk stops at the fragment header
+    whole = v6() / IPv6ExtHdrHopByHop() / IPv6ExtHdrFragment(id=0xCAFE) / UDP(sport=7, dport=9) / Raw(pattern(3000, 5))
+    for f in fragment6(whole, 1280):
+        out.append(chain_line(f))
+    # eight extension headers: the limit
+    pkt = v6()
+    for _ in range(8):
+        pkt = pkt / IPv6ExtHdrDestOpt()
+    out.append(chain_line(pkt / udp))
+    return out
+
+
+def problem_lines():
+    out = ["# refused chains"]
+    udp = UDP(sport=40000, dport=53)
+
+    def problem(pkt, error, icmp=0, code=0, pointer=0, unless_multicast=0):
+        pkt = IPv6(bytes(pkt))
+        out.append(f"problem {bytes(pkt).hex()} {error} {icmp} {code} {pointer} {unless_multicast}")
+
+    # hop-by-hop after another header: code 1 at the byte that named it
+    problem(v6() / IPv6ExtHdrDestOpt() / IPv6ExtHdrHopByHop() / udp, "hop_by_hop_not_first", 1, 1, 40)
+    # unknown options: 01 drop, 10 drop and tell, 11 tell unless multicast
+    for otype, err in ((0x5E, (0, 0)), (0x9E, (1, 0)), (0xDE, (1, 1))):
+        pkt = v6() / IPv6ExtHdrDestOpt(options=[HBHOptUnknown(otype=otype, optdata=b"ab")]) / udp
+        problem(pkt, "unknown_option", err[0], 2 if err[0] else 0, 42 if err[0] else 0, err[1])
+    # behind a padding option, the pointer moves with it
+    pkt = v6() / IPv6ExtHdrHopByHop(options=[PadN(optdata=b"\x00\x00"), HBHOptUnknown(otype=0x9E, optdata=b"x")]) / udp
+    problem(pkt, "unknown_option", 1, 2, 46)
+    # a routing header with segments left: code 0 at its routing type
+    problem(v6() / IPv6ExtHdrRouting(segleft=1, addresses=["2001:db8::99"]) / udp, "unknown_routing", 1, 0, 42)
+    # limits: nine extension headers, nine options, eight bytes of padding
+    pkt = v6()
+    for _ in range(9):
+        pkt = pkt / IPv6ExtHdrDestOpt()
+    problem(pkt / udp, "too_many_headers")
+    problem(v6() / IPv6ExtHdrDestOpt(options=[HBHOptUnknown(otype=0x1E, optdata=b"")] * 9) / udp, "too_many_options")
+    problem(v6() / IPv6ExtHdrDestOpt(options=[PadN(optdata=b"\x00" * 6)]) / udp, "too_many_options")
+    # a header longer than the packet, and an option longer than its header
+    problem(v6(nh=60) / Raw(bytes([17, 1]) + bytes(6)), "truncated")
+    problem(v6(nh=60) / Raw(bytes([17, 0, 0x1E, 9]) + bytes(4)), "bad_option_length")
+    problem(v6(nh=44) / Raw(bytes([17, 0, 0, 8])), "truncated")
+    return out
+
+
+def generate():
+    lines = ["# IPv6 golden vectors. Generated by gen_ipv6_vectors.py (scapy); do not edit."]
+    lines += header_lines() + good_lines() + problem_lines()
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", type=Path, help="compare with this file instead of writing")
+    args = ap.parse_args()
+    text = generate()
+    if args.check:
+        if args.check.read_text() != text:
+            print(f"{args.check}: differs from what scapy generates now", file=sys.stderr)
+            return 1
+        print(f"{args.check}: matches scapy")
+        return 0
+    DEFAULT_OUT.write_text(text)
+    print(f"wrote {DEFAULT_OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
