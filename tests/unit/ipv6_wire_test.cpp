@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "xk/checksum.hpp"
+#include "xk/protocols/icmpv6_wire.hpp"
 #include "xk/protocols/ipv6_wire.hpp"
 
 namespace xk::ipv6 {
@@ -163,6 +165,143 @@ TEST(Ipv6Chain, HostileInputIsWalkedWithinItsBytes) {
     ++walked;
   }
   EXPECT_GT(walked, 20000u);
+}
+
+Bytes from_mac_text(const std::string& t) {
+  Result<MacAddr> m = parse_mac(t);
+  EXPECT_TRUE(m.ok()) << t;
+  return Bytes(reinterpret_cast<const std::byte*>(m->bytes.data()), reinterpret_cast<const std::byte*>(m->bytes.data()) + 6);
+}
+
+IpAddr addr_of(const std::string& hex) {
+  const Bytes b = from_hex(hex);
+  return Header::address_at(b.data());
+}
+
+TEST(Ipv6Addresses, LinkLocalSolicitedNodeAndMulticastMacAsScapyDerivesThem) {
+  const auto ll = vectors("link_local");
+  ASSERT_EQ(ll.size(), 3u);
+  for (const auto& w : ll) {
+    const IpAddr a = icmpv6::link_local_from_mac(*parse_mac(w[1]));
+    EXPECT_EQ(a, addr_of(w[2])) << w[1];
+    EXPECT_TRUE(icmpv6::is_link_local(a));
+  }
+  const auto sn = vectors("solicited");
+  ASSERT_EQ(sn.size(), 3u);
+  for (const auto& w : sn) {
+    const IpAddr group = icmpv6::solicited_node(addr_of(w[1]));
+    EXPECT_EQ(group, addr_of(w[2]));
+    EXPECT_TRUE(is_multicast(group));
+    const MacAddr mac = icmpv6::multicast_mac(group);
+    EXPECT_EQ(Bytes(reinterpret_cast<const std::byte*>(mac.bytes.data()),
+                    reinterpret_cast<const std::byte*>(mac.bytes.data()) + 6),
+              from_mac_text(w[3]));
+  }
+  EXPECT_FALSE(icmpv6::is_link_local(addr_of(sn[0][1])));
+  EXPECT_TRUE(is_multicast(icmpv6::all_nodes()));
+  EXPECT_EQ(icmpv6::all_routers().bytes()[15], 2);
+}
+
+// The ICMPv6 checksum: the IPv6 pseudo-header with next header 58 and the
+// whole message sum to zero in every message scapy checksummed.
+TEST(Icmpv6, ChecksumsAndHeadersMatchScapy) {
+  const auto v = vectors("icmpv6");
+  ASSERT_EQ(v.size(), 5u);
+  for (const auto& w : v) {
+    SCOPED_TRACE(w[1]);
+    Bytes p = from_hex(w[1]);
+    const Header ip = Header::read(std::span(p).first<Header::kSize>());
+    const std::span<std::byte> msg = std::span(p).subspan(Header::kSize);
+    const std::uint32_t pseudo = csum::pseudo_header(ip.src, ip.dst, kIcmpv6, static_cast<std::uint32_t>(msg.size()));
+    EXPECT_EQ(csum::finish(csum::partial(msg.data(), msg.size(), pseudo)), 0);
+    const icmpv6::Header h = icmpv6::Header::read(msg.first<icmpv6::Header::kSize>());
+    EXPECT_EQ(h.type, std::stoul(w[2]));
+    EXPECT_EQ(h.code, std::stoul(w[3]));
+    EXPECT_EQ(h.rest, std::stoul(w[4], nullptr, 16));
+    EXPECT_EQ(icmpv6::is_error(h.type), h.type < 128);
+    // Zeroing the field and summing again gives scapy's checksum back.
+    msg[2] = msg[3] = std::byte{0};
+    const std::uint16_t c = csum::finish(csum::partial(msg.data(), msg.size(), pseudo));
+    EXPECT_EQ(load_be16(reinterpret_cast<const std::byte*>(&c)), h.checksum);
+  }
+}
+
+TEST(NeighborDiscovery, MessagesAndOptionsReadAsScapyWroteThem) {
+  const auto v = vectors("nd");
+  ASSERT_EQ(v.size(), 5u);
+  for (const auto& w : v) {
+    SCOPED_TRACE(w[1]);
+    const Bytes p = from_hex(w[1]);
+    const Header ip = Header::read(std::span(p).first<Header::kSize>());
+    EXPECT_EQ(ip.hop_limit, icmpv6::kNdHopLimit);
+    const std::span<const std::byte> msg = std::span(p).subspan(Header::kSize);
+    const icmpv6::Header h = icmpv6::Header::read(msg.first<icmpv6::Header::kSize>());
+    ASSERT_EQ(h.type, std::stoul(w[2]));
+    std::size_t fixed = icmpv6::kRouterSolicitSize;
+    if (h.type == icmpv6::kNeighborSolicit || h.type == icmpv6::kNeighborAdvert) fixed = icmpv6::kNeighborMessageSize;
+    if (h.type == icmpv6::kRouterAdvert) fixed = icmpv6::kRouterAdvertSize;
+    if (w[3] != "-") {
+      EXPECT_EQ(Header::address_at(msg.data() + icmpv6::Header::kSize), addr_of(w[3]));
+    }
+    if (h.type == icmpv6::kNeighborAdvert) {
+      EXPECT_EQ(h.rest & (icmpv6::kNaRouter | icmpv6::kNaSolicited | icmpv6::kNaOverride),
+                icmpv6::kNaSolicited | icmpv6::kNaOverride);
+    }
+    const Result<icmpv6::NdOptions> o = icmpv6::read_nd_options(msg.subspan(fixed));
+    ASSERT_TRUE(o.ok());
+    EXPECT_EQ(o->source_link.has_value(), w[4] != "-");
+    if (o->source_link) {
+      EXPECT_EQ(*o->source_link, *parse_mac(w[4]));
+    }
+    EXPECT_EQ(o->target_link.has_value(), w[5] != "-");
+    if (o->target_link) {
+      EXPECT_EQ(*o->target_link, *parse_mac(w[5]));
+    }
+    EXPECT_EQ(o->mtu.has_value(), w[6] != "-");
+    if (o->mtu) {
+      EXPECT_EQ(*o->mtu, std::stoul(w[6]));
+    }
+    std::vector<icmpv6::PrefixInfo> want;
+    if (w[7] != "-") {
+      std::istringstream list(w[7]);
+      for (std::string item; std::getline(list, item, ',');) {
+        icmpv6::PrefixInfo pi;
+        unsigned len = 0, l = 0, a = 0;
+        unsigned long valid = 0, preferred = 0;
+        char prefix[33] = {};
+        ASSERT_EQ(std::sscanf(item.c_str(), "%u:%u:%u:%lu:%lu:%32s", &len, &l, &a, &valid, &preferred, prefix), 6);
+        pi.length = static_cast<std::uint8_t>(len);
+        pi.on_link = l == 1;
+        pi.autonomous = a == 1;
+        pi.valid_lifetime = static_cast<std::uint32_t>(valid);
+        pi.preferred_lifetime = static_cast<std::uint32_t>(preferred);
+        pi.prefix = addr_of(prefix);
+        want.push_back(pi);
+      }
+    }
+    EXPECT_EQ(o->prefixes, want);
+  }
+  // The link-layer option we write is the one scapy wrote.
+  Bytes opt(icmpv6::kLinkAddrOptionSize);
+  icmpv6::write_link_addr_option(std::span(opt).first<icmpv6::kLinkAddrOptionSize>(), icmpv6::kOptSourceLinkAddr,
+                                 *parse_mac("02:00:00:00:00:14"));
+  const Bytes ns = from_hex(v[0][1]);
+  EXPECT_TRUE(std::equal(opt.begin(), opt.end(), ns.end() - 8));
+}
+
+TEST(NeighborDiscovery, BadOptionsRefuseTheMessage) {
+  const auto v = vectors("nd_bad");
+  ASSERT_EQ(v.size(), 3u);
+  for (const auto& w : v) EXPECT_EQ(icmpv6::read_nd_options(from_hex(w[1])).error(), Errc::invalid_argument) << w[1];
+  // Every truncation of a good message's options is read or refused within
+  // its bytes.
+  const Bytes ra = from_hex(vectors("nd").back()[1]);
+  const std::size_t opts = Header::kSize + icmpv6::kRouterAdvertSize;
+  for (std::size_t n = opts; n <= ra.size(); ++n) {
+    const Bytes cut(ra.begin() + static_cast<std::ptrdiff_t>(opts), ra.begin() + static_cast<std::ptrdiff_t>(n));
+    const Result<icmpv6::NdOptions> o = icmpv6::read_nd_options(cut);
+    EXPECT_EQ(o.ok(), n == ra.size() || n == opts || n == opts + 8 || n == opts + 16 || n == opts + 48) << n;
+  }
 }
 
 }  // namespace
