@@ -18,24 +18,11 @@ constexpr std::uint8_t kIcmpProtoUnreachable = 2;
 constexpr std::uint8_t kIcmpPortUnreachable = 3;
 
 constexpr std::uint32_t kEtherTypeIpv4 = 0x0800;
-// Bookkeeping per held fragment beyond its buffers (the Fragment, the Buf header).
-constexpr std::size_t kFragOverhead = 64;
 // RFC 791: every host must accept 68-byte packets unfragmented; a smaller
 // link MTU is a configuration error we clamp rather than divide by.
 constexpr std::size_t kMinMtu = 68;
 // RFC 1122 3.3.3 suggests 576 when the link says nothing.
 constexpr std::size_t kDefaultMtu = 576;
-
-// What a held message really costs: the buffers it pins, not its length.
-std::size_t truesize(const Msg& m) {
-  std::size_t n = kFragOverhead;
-  const Buf* last = nullptr;
-  for (const Frag& f : m.fragments()) {
-    if (f.buf != last) n += f.buf->capacity();
-    last = f.buf;
-  }
-  return n;
-}
 
 std::vector<Protocol*> below_list(Protocol& link, NextHopResolver* resolver) {
   std::vector<Protocol*> v{&link};
@@ -76,9 +63,6 @@ Result<ControlReply> Ipv4Session::control_any(const ControlQuery& query) {
 }
 
 // ---- protocol -----------------------------------------------------------
-
-Ipv4Protocol::Datagram::Datagram(Ipv4Protocol& proto, ReasmKey k)
-    : key(k), timer(proto.timers_, [p = &proto, self = this] { p->reassembly_timeout(self); }) {}
 
 Ipv4Protocol::Ipv4Protocol(std::string name, Protocol& link, NextHopResolver* resolver, TimerWheel& timers,
                            Config config)
@@ -124,7 +108,12 @@ Ipv4Protocol::Ipv4Protocol(std::string name, Protocol& link, NextHopResolver* re
       rx_csum_by_port_(counters().add("rx_csum_by_port", "header checksums the port verified for us")),
       tx_csum_by_port_(counters().add("tx_csum_by_port", "header checksums left to the port")),
       tx_l4_csum_resolved_(counters().add("tx_l4_csum_resolved",
-                                          "transport checksums finished here: fragmented or looped back")) {
+                                          "transport checksums finished here: fragmented or looped back")),
+      reasm_(timers,
+             ip::ReasmLimits{std::min(config_.reasm_max_datagram, Header::kMaxTotal) - Header::kMinSize,
+                             config_.reasm_mem, config_.reasm_timeout},
+             ip::ReasmCounters{reasm_ok_, drop_frag_bad_len_, drop_frag_too_big_, drop_reasm_overlap_,
+                               drop_reasm_timeout_, drop_reasm_mem_}) {
   if (config_.gw && !config_.addr.contains(*config_.gw)) {
     throw std::invalid_argument("gw=" + to_string(*config_.gw) + " is not on the subnet of addr=" +
                                 to_string(config_.addr));
@@ -330,162 +319,40 @@ Status Ipv4Protocol::deliver(Session* lower, const Header& h, Msg packet, bool b
 Status Ipv4Protocol::reassemble(Session* lower, const Header& h, Msg packet, bool broadcast) {
   ++rx_fragments_;
   const std::size_t hl = h.header_length();
-  const std::size_t len = h.total_length - hl;
-  const std::size_t begin = h.frag_offset();
-  const std::size_t end = begin + len;
-  // RFC 791: all fragments but the last carry a multiple of 8 data bytes.
-  if (h.mf() && (len == 0 || len % 8 != 0)) {
-    ++drop_frag_bad_len_;
-    return Errc::malformed;
-  }
-  // A datagram may not end past 65535 bytes (the "ping of death") nor past
-  // what we agreed to reassemble.
-  if (Header::kMinSize + end > Header::kMaxTotal || Header::kMinSize + end > config_.reasm_max_datagram) {
-    ++drop_frag_too_big_;
-    return Errc::too_large;
-  }
-
-  const ReasmKey key{h.src.value, h.dst.value, h.id, h.protocol, 0};
   std::vector<std::byte> first_header;
-  if (begin == 0) {
+  if (h.frag_offset() == 0) {
     first_header.resize(hl);
     (void)packet.copy_out(0, first_header);
   }
   (void)packet.trim_front(hl);
-  // A small fragment in a big receive buffer would pin the whole buffer:
-  // copy it out so memory accounting stays close to the data.
-  std::size_t mem = truesize(packet);
-  if (mem > 2 * packet.size() + 2 * kFragOverhead + 512) {
-    std::vector<std::byte> tmp(packet.size());
-    (void)packet.copy_out(0, tmp);
-    packet = Msg::copy_of(tmp, 0);
-    mem = truesize(packet);
-  } else if (packet.offload().has(Offload::rx_scarce) && packet.own()) {
-    mem = truesize(packet);  // the port is short of buffers: keep a copy instead
+  std::optional<ip::Reassembler<ReasmKey>::Whole> whole;
+  const ReasmKey key{h.src.value, h.dst.value, h.id, h.protocol, 0};
+  switch (reasm_.add(key, h.frag_offset(), h.mf(), std::move(packet), first_header, whole)) {
+    case ip::ReasmOutcome::held: return {};
+    case ip::ReasmOutcome::complete: break;
+    case ip::ReasmOutcome::too_big: return Errc::too_large;
+    case ip::ReasmOutcome::no_memory: return Errc::no_memory;
+    case ip::ReasmOutcome::bad_length:
+    case ip::ReasmOutcome::overlap: return Errc::malformed;
   }
-
-  Datagram* d = nullptr;
-  if (std::unique_ptr<Datagram>* found = reasm_.find(key)) d = found->get();
-  // Per datagram: at most twice the largest datagram's bytes in buffers.
-  const std::size_t per_datagram_cap = 2 * config_.reasm_max_datagram + 64 * kFragOverhead;
-  if (mem > config_.reasm_mem || (d != nullptr && d->mem + mem > per_datagram_cap)) {
-    if (d != nullptr) drop_datagram(key);
-    ++drop_reasm_mem_;
-    return Errc::no_memory;
-  }
-  // Global cap: make room by giving up the oldest other reassemblies.
-  while (reasm_mem_used_ + mem > config_.reasm_mem) {
-    if (!evict_oldest(key)) {
-      if (d != nullptr) drop_datagram(key);
-      ++drop_reasm_mem_;
-      return Errc::no_memory;
-    }
-  }
-  if (d == nullptr) {
-    auto fresh = std::make_unique<Datagram>(*this, key);
-    fresh->serial = reasm_serial_++;
-    // RFC 1122 3.3.2: a fixed reassembly timeout is acceptable.
-    fresh->timer.arm_after(config_.reasm_timeout);
-    d = fresh.get();
-    reasm_.insert(key, std::move(fresh));
-  }
-
-  std::vector<Fragment>& frags = d->frags;
-  auto it = std::lower_bound(frags.begin(), frags.end(), begin,
-                             [](const Fragment& f, std::size_t b) { return f.begin < b; });
-  // RFC 5722 (IPv6, applied here too): overlapping fragments, exact
-  // duplicates included, poison the whole datagram. Overlaps are how IDS
-  // evasion and header-rewriting tricks work; a legitimate sender never
-  // overlaps, and a duplicated fragment costs one retransmission.
-  const bool overlaps_prev = it != frags.begin() && std::prev(it)->end > begin;
-  const bool overlaps_next = it != frags.end() && (it->begin < end || it->begin == begin);
-  if (overlaps_prev || overlaps_next) {
-    drop_datagram(key);
-    ++drop_reasm_overlap_;
-    return Errc::malformed;
-  }
-  if (!h.mf()) {
-    // The last fragment fixes the length: a second, different last fragment
-    // or data beyond it means the fragments do not belong together.
-    if ((d->total && *d->total != end) || (!frags.empty() && frags.back().end > end)) {
-      drop_datagram(key);
-      ++drop_frag_bad_len_;
-      return Errc::malformed;
-    }
-    d->total = end;
-  } else if (d->total && end > *d->total) {
-    drop_datagram(key);
-    ++drop_frag_bad_len_;
-    return Errc::malformed;
-  }
-  if (begin == 0) d->first_header = std::move(first_header);
-  frags.insert(it, Fragment{begin, end, std::move(packet)});
-  d->mem += mem;
-  reasm_mem_used_ += mem;
-
-  if (!d->total) return {};
-  std::size_t expect = 0;
-  for (const Fragment& f : frags) {
-    if (f.begin != expect) return {};  // a hole remains
-    expect = f.end;
-  }
-  if (expect != *d->total) return {};
-
   // Complete: the first fragment's header (options included, RFC 791)
   // becomes the datagram's, with the fragment fields cleared.
-  std::vector<std::byte> hdr = std::move(d->first_header);
-  if (hdr.size() + *d->total > Header::kMaxTotal) {
-    drop_datagram(key);
+  std::vector<std::byte> hdr = std::move(whole->first_head);
+  Msg payload = std::move(whole->payload);
+  if (hdr.size() + payload.size() > Header::kMaxTotal) {
     ++drop_frag_too_big_;
     return Errc::too_large;
   }
-  Msg whole;
-  for (Fragment& f : frags) whole.join(std::move(f.data));
-  // A port checks a transport checksum only in an unfragmented packet: no
-  // flag of the first fragment may speak for the whole datagram.
-  whole.offload().flags &= static_cast<std::uint8_t>(~Offload::rx_l4_good);
-  drop_datagram(key);
   Header rh = Header::read(std::span<const std::byte>(hdr).first<Header::kMinSize>());
-  rh.total_length = static_cast<std::uint16_t>(hdr.size() + whole.size());
+  rh.total_length = static_cast<std::uint16_t>(hdr.size() + payload.size());
   rh.flags_offset = 0;
   rh.checksum = 0;
   rh.write(std::span<std::byte>(hdr).first<Header::kMinSize>());
   fill_header_checksum(hdr);
-  Result<std::span<std::byte>> room = whole.push(hdr.size());
+  Result<std::span<std::byte>> room = payload.push(hdr.size());
   if (!room) return room.status();
   std::copy(hdr.begin(), hdr.end(), room->begin());
-  ++reasm_ok_;
-  return deliver(lower, rh, std::move(whole), broadcast, true);
-}
-
-void Ipv4Protocol::drop_datagram(const ReasmKey& key) {
-  if (std::unique_ptr<Datagram>* d = reasm_.find(key)) {
-    reasm_mem_used_ -= (*d)->mem;
-    reasm_.erase(key);  // its timer goes with it
-  }
-}
-
-void Ipv4Protocol::reassembly_timeout(Datagram* d) {
-  // RFC 792 allows time exceeded (code 1) here if the first fragment came;
-  // we only count it.
-  ++drop_reasm_timeout_;
-  const ReasmKey key = d->key;
-  drop_datagram(key);
-}
-
-bool Ipv4Protocol::evict_oldest(const ReasmKey& spare) {
-  const ReasmKey* victim = nullptr;
-  std::uint64_t oldest = ~std::uint64_t{0};
-  reasm_.for_each([&](const ReasmKey& k, std::unique_ptr<Datagram>& d) {
-    if (k == spare || d->serial >= oldest) return;
-    oldest = d->serial;
-    victim = &d->key;
-  });
-  if (victim == nullptr) return false;
-  const ReasmKey key = *victim;
-  drop_datagram(key);
-  ++drop_reasm_mem_;
-  return true;
+  return deliver(lower, rh, std::move(payload), broadcast, true);
 }
 
 // ---- send ---------------------------------------------------------------

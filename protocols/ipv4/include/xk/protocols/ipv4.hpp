@@ -30,6 +30,7 @@
 #include "xk/options.hpp"
 #include "xk/protocol.hpp"
 #include "xk/protocols/ipv4_wire.hpp"
+#include "xk/protocols/reassembly.hpp"
 #include "xk/timer.hpp"
 
 namespace xk::ipv4 {
@@ -122,7 +123,7 @@ class Ipv4Protocol final : public Protocol {
   bool is_broadcast(Ipv4Addr a) const noexcept;
   std::size_t session_count() const noexcept { return active_.size(); }
   std::size_t reassemblies() const noexcept { return reasm_.size(); }
-  std::size_t reassembly_memory() const noexcept { return reasm_mem_used_; }
+  std::size_t reassembly_memory() const noexcept { return reasm_.memory(); }
 
  private:
   friend class Ipv4Session;
@@ -146,28 +147,9 @@ class Ipv4Protocol final : public Protocol {
     std::uint8_t zero = 0;  // explicit, so the key has no padding to hash
     friend bool operator==(const ReasmKey&, const ReasmKey&) = default;
   };
-  struct Fragment {
-    std::size_t begin;  // payload offset, bytes
-    std::size_t end;
-    Msg data;           // payload only
-  };
-  struct Datagram {
-    Datagram(Ipv4Protocol& proto, ReasmKey key);
-    ReasmKey key;
-    std::vector<Fragment> frags;  // sorted by begin, never overlapping
-    std::optional<std::size_t> total;  // payload length, once the last fragment came
-    std::vector<std::byte> first_header;  // header of the offset-0 fragment
-    std::size_t mem = 0;
-    std::uint64_t serial = 0;  // creation order, for eviction
-    Timer timer;
-  };
-
   Status receive(Session* lower, Msg packet, bool verify);
   Status reassemble(Session* lower, const Header& h, Msg packet, bool broadcast);
   Status deliver(Session* lower, const Header& h, Msg packet, bool broadcast, bool reassembled);
-  void drop_datagram(const ReasmKey& key);
-  void reassembly_timeout(Datagram* d);
-  bool evict_oldest(const ReasmKey& spare);
   void drain_loopback();
   Status resolve_l4_checksum(Msg& payload);
   Status emit(Ipv4Addr next_hop, Msg packet);
@@ -186,9 +168,6 @@ class Ipv4Protocol final : public Protocol {
   std::uint16_t next_id_;
   ActiveMap<Key> active_;
   EnableTable<ProtoKey> passive_;
-  FlatMap<ReasmKey, std::unique_ptr<Datagram>> reasm_;
-  std::size_t reasm_mem_used_ = 0;
-  std::uint64_t reasm_serial_ = 0;
   std::deque<Msg> loopback_;
   Timer loopback_timer_;
 
@@ -224,6 +203,8 @@ class Ipv4Protocol final : public Protocol {
   Counter& rx_csum_by_port_;
   Counter& tx_csum_by_port_;
   Counter& tx_l4_csum_resolved_;
+
+  ip::Reassembler<ReasmKey> reasm_;  // after the counters it counts in
 };
 
 // Make the kind `ipv4` available to graph specs. The factory needs an event
