@@ -89,20 +89,18 @@ MacAddr multicast_mac(const IpAddr& group) noexcept {
   return MacAddr{{0x33, 0x33, g[12], g[13], g[14], g[15]}};
 }
 
-IpAddr all_nodes() noexcept {
+namespace {
+// ff02::N, a link-scope group.
+IpAddr link_scope_group(std::uint8_t n) noexcept {
   IpAddr::Bytes a{};
   a[0] = 0xff;
   a[1] = 0x02;
-  a[15] = 0x01;
+  a[15] = n;
   return IpAddr::v6(a);
 }
+}  // namespace
 
-IpAddr all_routers() noexcept {
-  IpAddr::Bytes a{};
-  a[0] = 0xff;
-  a[1] = 0x02;
-  a[15] = 0x02;
-  return IpAddr::v6(a);
-}
+IpAddr all_nodes() noexcept { return link_scope_group(1); }
+IpAddr all_routers() noexcept { return link_scope_group(2); }
 
 }  // namespace xk::icmpv6

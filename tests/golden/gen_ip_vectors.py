@@ -22,9 +22,10 @@ line ('#' starts a comment), all packets in hex:
         scapy's fragment() of the packet; reassembled they give its payload
 """
 
-import argparse
 import sys
 from pathlib import Path
+
+import golden_cli
 
 from scapy.layers.inet import ICMP, IP, TCP, UDP, fragment
 from scapy.packet import Raw
@@ -86,21 +87,5 @@ def generate():
     return "\n".join(lines) + "\n"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", type=Path, help="compare with this file instead of writing")
-    args = ap.parse_args()
-    text = generate()
-    if args.check:
-        if args.check.read_text() != text:
-            print(f"{args.check}: differs from what scapy generates now", file=sys.stderr)
-            return 1
-        print(f"{args.check}: matches scapy")
-        return 0
-    DEFAULT_OUT.write_text(text)
-    print(f"wrote {DEFAULT_OUT}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(golden_cli.run(__doc__, generate, DEFAULT_OUT))

@@ -16,10 +16,11 @@ One vector per line ('#' starts a comment): the message length n and the
 little-endian encoding).
 """
 
-import argparse
 import struct
 import sys
 from pathlib import Path
+
+import golden_cli
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "siphash_vectors.txt"
 MASK = (1 << 64) - 1
@@ -81,21 +82,5 @@ def generate():
     return "\n".join(lines) + "\n"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", type=Path, help="compare with this file instead of writing")
-    args = ap.parse_args()
-    text = generate()
-    if args.check:
-        if args.check.read_text() != text:
-            print(f"{args.check}: differs from what the script generates now", file=sys.stderr)
-            return 1
-        print(f"{args.check}: matches")
-        return 0
-    DEFAULT_OUT.write_text(text)
-    print(f"wrote {DEFAULT_OUT}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(golden_cli.run(__doc__, generate, DEFAULT_OUT, "the script"))

@@ -22,6 +22,7 @@
 
 #include "xk/address.hpp"
 #include "xk/byteorder.hpp"
+#include "xk/protocols/icmp_wire.hpp"
 #include "xk/ip_addr.hpp"
 #include "xk/result.hpp"
 
@@ -51,27 +52,10 @@ inline constexpr std::uint8_t kPortUnreachable = 4;
 // RFC 4443 2.4: an error is never sent about an error.
 inline constexpr bool is_error(std::uint8_t type) noexcept { return type < 128; }
 
-struct Header {
-  static constexpr std::size_t kSize = 8;
-  std::uint8_t type = 0;
-  std::uint8_t code = 0;
-  std::uint16_t checksum = 0;  // as the big-endian field reads
-  std::uint32_t rest = 0;      // echo: identifier, sequence; too big: MTU; problem: pointer
-
-  std::uint16_t identifier() const noexcept { return static_cast<std::uint16_t>(rest >> 16); }
-  std::uint16_t sequence() const noexcept { return static_cast<std::uint16_t>(rest); }
-
-  static Header read(std::span<const std::byte, kSize> b) noexcept {
-    return Header{std::to_integer<std::uint8_t>(b[0]), std::to_integer<std::uint8_t>(b[1]), load_be16(b.data() + 2),
-                  load_be32(b.data() + 4)};
-  }
-  void write(std::span<std::byte, kSize> b) const noexcept {
-    b[0] = std::byte{type};
-    b[1] = std::byte{code};
-    store_be16(b.data() + 2, checksum);
-    store_be32(b.data() + 4, rest);
-  }
-};
+// The header is ICMP's (type, code, checksum, four bytes by type): echo
+// keeps its identifier and sequence there, Packet Too Big its MTU,
+// Parameter Problem its pointer.
+using Header = icmp::Header;
 
 // ---- Neighbor Discovery ------------------------------------------------------
 
