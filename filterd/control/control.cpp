@@ -314,10 +314,6 @@ bool is_v6_flow(const FlowEntry& f) { return !f.remote_addr.is_v4(); }
 bool is_v4_node_flow(const NodeFlow& f) { return is_v4_flow(f.flow); }
 bool is_v6_node_flow(const NodeFlow& f) { return is_v6_flow(f.flow); }
 
-// An IPv6 flow counts twice against a list's cap: its record is at most
-// twice the size, so a full list of either family fits one body.
-std::size_t flow_weight(const FlowEntry& f) { return is_v4_flow(f) ? 1 : 2; }
-
 template <class List, class Flow>
 Check flows_within(const List& list, Flow flow, std::size_t cap) {
   std::size_t weight = 0;
@@ -729,6 +725,8 @@ Message make_error(std::uint32_t request_id, ErrorCode code, std::string_view te
   }
   return Message{request_id, std::move(e)};
 }
+
+std::size_t flow_weight(const FlowEntry& f) noexcept { return f.remote_addr.is_v4() ? 1 : 2; }
 
 std::vector<Resync> split_resync(std::span<const ListenerEntry> listeners, std::span<const FlowEntry> flows) {
   std::vector<Resync> out;

@@ -239,12 +239,13 @@ Status FilterEngine::unlisten(Proto proto, std::uint16_t port) noexcept {
 }
 
 std::optional<Target> FilterEngine::listener_for(const FlowKey& key) const noexcept {
-  const std::optional<Decision> d =
-      key.remote.is_v4() ? listen_lookup(packed(key))
-                         : [&] {
-                             const Packed6Key k = packed6(key);
-                             return listen_lookup(k.proto, k.local_port, std::as_bytes(std::span(&k, 1)));
-                           }();
+  std::optional<Decision> d;
+  if (key.remote.is_v4()) {
+    d = listen_lookup(packed(key));
+  } else {
+    const Packed6Key k = packed6(key);
+    d = listen_lookup(k.proto, k.local_port, std::as_bytes(std::span(&k, 1)));
+  }
   if (d) return d->target;
   return std::nullopt;
 }

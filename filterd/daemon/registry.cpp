@@ -775,7 +775,7 @@ Message NodeRegistry::list_ports(std::uint32_t id, const ctl::Ports& r) {
       std::uint16_t queue = 0;
       if (f != flows_.end() && std::get<0>(f->first) == proto && std::get<1>(f->first) == port) {
         const auto& [fp, lport, remote, rport] = f->first;
-        if (auto t = filter_.find_flow(FlowKey{static_cast<Proto>(fp), IpAddr::v6(remote), rport, lport})) queue = t->queue;
+        if (auto t = filter_.find_flow(FlowKey{static_cast<Proto>(fp), IpAddr::from_bytes(remote), rport, lport})) queue = t->queue;
       }
       owners.push_back({cp, port, false, false, use.node, queue});
     }
@@ -829,13 +829,13 @@ Message NodeRegistry::list_flows(std::uint32_t id, const ctl::Flows& r) {
     const auto& [o, queue] = best.top();
     const auto& [node, proto, lport, remote, rport] = o;
     out.flows[i] =
-        ctl::NodeFlow{node, ctl::FlowEntry{static_cast<ctl::Proto>(proto), lport, IpAddr::v6(remote), rport, queue}};
+        ctl::NodeFlow{node, ctl::FlowEntry{static_cast<ctl::Proto>(proto), lport, IpAddr::from_bytes(remote), rport, queue}};
     best.pop();
   }
   // An IPv6 flow counts twice against the page's cap; the rest is the next page's.
   std::size_t weight = 0;
   const auto fits = std::find_if(out.flows.begin(), out.flows.end(), [&](const ctl::NodeFlow& f) {
-    weight += f.flow.remote_addr.is_v4() ? 1 : 2;
+    weight += ctl::flow_weight(f.flow);
     return weight > ctl::kMaxFlowRecords;
   });
   out.flows.erase(fits, out.flows.end());

@@ -37,11 +37,15 @@ class IpAddr {
     b_[14] = static_cast<std::uint8_t>(a.value >> 8);
     b_[15] = static_cast<std::uint8_t>(a.value);
   }
-  static constexpr IpAddr v6(const Bytes& bytes) noexcept {
+  // An address from its 16 bytes, as stored: IPv4 when they are the mapped
+  // form (a key, a cursor), IPv6 otherwise.
+  static constexpr IpAddr from_bytes(const Bytes& bytes) noexcept {
     IpAddr a;
     a.b_ = bytes;
     return a;
   }
+  // An IPv6 address from the wire.
+  static constexpr IpAddr v6(const Bytes& bytes) noexcept { return from_bytes(bytes); }
 
   // An IPv4 address (in its mapped form).
   // (On every received packet and demux lookup: two loads and compares,

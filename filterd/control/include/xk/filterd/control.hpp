@@ -432,6 +432,11 @@ Result<std::vector<std::byte>> encode(const Message& m);
 // the result always encodes.
 Message make_error(std::uint32_t request_id, ErrorCode code, std::string_view text);
 
+// What a flow counts against a list's cap (kMaxResyncFlows, kMaxFlowRecords):
+// 1, or 2 for an IPv6 one, whose record is at most twice the size, so a full
+// list of either family fits one body.
+std::size_t flow_weight(const FlowEntry& f) noexcept;
+
 // Split a node's listeners and flows into RESYNC messages within the caps (at
 // least one, even for nothing to declare); every one but the last has more set.
 std::vector<Resync> split_resync(std::span<const ListenerEntry> listeners, std::span<const FlowEntry> flows);

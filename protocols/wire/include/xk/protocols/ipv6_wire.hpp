@@ -83,7 +83,7 @@ struct Header {
   static IpAddr address_at(const std::byte* p) noexcept {
     IpAddr::Bytes a;
     std::memcpy(a.data(), p, 16);
-    return IpAddr::v6(a);
+    return IpAddr::from_bytes(a);  // a mapped one shows as IPv4, for the caller to drop
   }
 };
 
