@@ -327,7 +327,7 @@ Status Ipv4Protocol::reassemble(Session* lower, const Header& h, Msg packet, boo
   (void)packet.trim_front(hl);
   std::optional<ip::Reassembler<ReasmKey>::Whole> whole;
   const ReasmKey key{h.src.value, h.dst.value, h.id, h.protocol, 0};
-  switch (reasm_.add(key, h.frag_offset(), h.mf(), std::move(packet), first_header, whole)) {
+  switch (reasm_.add(key, h.frag_offset(), h.mf(), std::move(packet), std::move(first_header), whole)) {
     case ip::ReasmOutcome::held: return {};
     case ip::ReasmOutcome::complete: break;
     case ip::ReasmOutcome::too_big: return Errc::too_large;

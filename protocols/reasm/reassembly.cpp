@@ -2,12 +2,9 @@
 #include "xk/protocols/reassembly.hpp"
 
 namespace xk::ip {
-namespace {
-constexpr std::size_t kPerFragment = 64;  // the piece's bookkeeping and the Buf header
-}  // namespace
 
 std::size_t truesize(const Msg& m) {
-  std::size_t n = kPerFragment;
+  std::size_t n = kFragmentOverhead;
   const Buf* last = nullptr;
   for (const Frag& f : m.fragments()) {
     if (f.buf != last) n += f.buf->capacity();
@@ -18,7 +15,7 @@ std::size_t truesize(const Msg& m) {
 
 std::size_t compact(Msg& payload) {
   std::size_t mem = truesize(payload);
-  if (mem > 2 * payload.size() + 2 * kPerFragment + 512) {
+  if (mem > 2 * payload.size() + 2 * kFragmentOverhead + 512) {
     std::vector<std::byte> tmp(payload.size());
     (void)payload.copy_out(0, tmp);
     payload = Msg::copy_of(tmp, 0);

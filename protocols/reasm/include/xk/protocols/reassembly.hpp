@@ -23,7 +23,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <span>
 #include <vector>
 
 #include "xk/clock.hpp"
@@ -50,6 +49,9 @@ struct ReasmCounters {
   Counter& mem;        // refused or evicted for memory
 };
 
+// Bookkeeping per held fragment beyond its buffers (the piece, the Buf header).
+inline constexpr std::size_t kFragmentOverhead = 64;
+
 enum class ReasmOutcome : std::uint8_t { held, complete, bad_length, too_big, overlap, no_memory };
 
 // What a held message really costs: the buffers it pins, not its length.
@@ -74,7 +76,7 @@ class Reassembler {
   // `more`: another follows. `head` (kept only when begin is 0): the bytes
   // the datagram's header is rebuilt from. On `complete`, `out` holds the
   // datagram and it is forgotten here.
-  ReasmOutcome add(const Key& key, std::size_t begin, bool more, Msg payload, std::span<const std::byte> head,
+  ReasmOutcome add(const Key& key, std::size_t begin, bool more, Msg payload, std::vector<std::byte> head,
                    std::optional<Whole>& out) {
     const std::size_t end = begin + payload.size();
     if (more && (payload.size() == 0 || payload.size() % 8 != 0)) {
@@ -88,7 +90,7 @@ class Reassembler {
     const std::size_t mem = compact(payload);
     Datagram* d = nullptr;
     if (std::unique_ptr<Datagram>* found = table_.find(key)) d = found->get();
-    const std::size_t per_datagram_cap = 2 * limits_.max_payload + 64 * kPerFragment;
+    const std::size_t per_datagram_cap = 2 * limits_.max_payload + 64 * kFragmentOverhead;
     if (mem > limits_.mem || (d != nullptr && d->mem + mem > per_datagram_cap)) {
       if (d != nullptr) drop(key);
       c_.mem.inc();
@@ -131,7 +133,7 @@ class Reassembler {
       c_.bad_len.inc();
       return ReasmOutcome::bad_length;
     }
-    if (begin == 0) d->first_head.assign(head.begin(), head.end());
+    if (begin == 0) d->first_head = std::move(head);
     pieces.insert(it, Piece{begin, end, std::move(payload)});
     d->mem += mem;
     used_ += mem;
@@ -162,8 +164,6 @@ class Reassembler {
   std::size_t memory() const noexcept { return used_; }
 
  private:
-  static constexpr std::size_t kPerFragment = 64;  // bookkeeping beyond the buffers (as truesize counts)
-
   struct Piece {
     std::size_t begin;
     std::size_t end;
