@@ -70,6 +70,7 @@ ArpProtocol::ArpProtocol(std::string name, Protocol& below, EventLoop& loop, Con
       drop_evicted_(counters().add("drop_evicted", "queued packets dropped with an evicted entry")),
       drop_hold_down_(counters().add("drop_hold_down", "packet refused during the failed hold-down")),
       drop_tx_error_(counters().add("drop_tx_error", "eth refused a packet")),
+      drop_not_ipv4_(counters().add("drop_not_ipv4", "packets for a next hop of another family")),
       drop_data_no_listener_(counters().add("drop_data_no_listener", "IPv4 frame with nobody enabled")),
       sink_(this->name() + ".data", drop_data_no_listener_) {
   Result<Participant> local = below.control(ctl::GetLocalAddr{});
@@ -306,7 +307,12 @@ std::optional<MacAddr> mapped_mac(Ipv4Addr ip) {
 }
 }  // namespace
 
-Status ArpProtocol::send_to(Ipv4Addr next_hop, Msg packet) {
+Status ArpProtocol::send_to(const IpAddr& next_hop_addr, Msg packet) {
+  if (!next_hop_addr.is_v4()) {
+    ++drop_not_ipv4_;
+    return Errc::unsupported;
+  }
+  const Ipv4Addr next_hop = next_hop_addr.v4();
   Entry* e = find(next_hop);
   if (e == nullptr) {
     if (std::optional<MacAddr> mac = mapped_mac(next_hop)) {
@@ -345,7 +351,9 @@ Status ArpProtocol::send_to(Ipv4Addr next_hop, Msg packet) {
   return {};
 }
 
-void ArpProtocol::add_local_address(Ipv4Addr addr) {
+void ArpProtocol::add_local_address(const IpAddr& local) {
+  if (!local.is_v4()) return;  // not ours to answer for
+  const Ipv4Addr addr = local.v4();
   if (is_local(addr)) return;
   locals_.push_back(addr);
   // Our own address is not a neighbour's.

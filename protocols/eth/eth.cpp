@@ -273,6 +273,10 @@ Result<ControlReply> EthProtocol::control_any(const ControlQuery& query) {
     return ControlReply{(room ? *room : std::size_t{0}) + Header::kSize};
   }
   if (std::holds_alternative<ctl::GetLocalAddr>(query)) return ControlReply{mac_part(mac_)};
+  if (const auto* join = std::get_if<ctl::JoinLinkGroup>(&query)) {
+    if (Status st = join_multicast(join->group); !st) return st.error();
+    return ControlReply{std::monostate{}};
+  }
   if (std::holds_alternative<ctl::GetOffloads>(query) || std::holds_alternative<ctl::GetChunkSource>(query)) {
     return below_.control_any(query);
   }

@@ -536,7 +536,7 @@ void Ipv4Protocol::drain_loopback() {
 Status Ipv4Protocol::deliver_error(const ctl::NetError& err) {
   Protocol* owner = passive_.upper(ProtoKey{err.protocol});
   if (owner == nullptr) {
-    if (SessionRef* s = active_.find(Key{err.remote.value, err.protocol})) owner = (*s)->upper();
+    if (SessionRef* s = active_.find(Key{err.remote.v4().value, err.protocol})) owner = (*s)->upper();
   }
   if (owner == nullptr) {
     ++drop_error_no_owner_;

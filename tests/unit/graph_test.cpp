@@ -492,9 +492,34 @@ TEST(Options, SizeIntegerAndRealEdges) {
   for (std::string_view bad : {"192.0.2.10", "192.0.2.10/", "192.0.2.10/33", "192.0.2.10/+1", "/24", "1.2.3.4/024"}) {
     EXPECT_EQ(check(cidr, bad).rfind("error:", 0), 0u) << bad;
   }
+  const OptionSpec ip = OptionSpec::ip("a");
+  EXPECT_EQ(check(ip, "192.0.2.1"), "192.0.2.1");
+  EXPECT_EQ(check(ip, "2001:DB8:0:0::1"), "2001:db8::1") << "RFC 5952 text";
+  EXPECT_EQ(check(ip, "::ffff:192.0.2.1"), "192.0.2.1") << "a mapped address is the IPv4 one";
+  for (std::string_view bad : {"", "2001:db8::1::2", "2001:db8::g", "192.0.2", "[::1]", "fe80::1%eth0"}) {
+    EXPECT_EQ(check(ip, bad).rfind("error: expected an IPv4 or IPv6 address", 0), 0u) << bad;
+  }
+  const OptionSpec cidrs = OptionSpec::ip_cidrs("p");
+  EXPECT_EQ(check(cidrs, "192.0.2.10/24,2001:db8::10/64"), "192.0.2.10/24,2001:db8::10/64");
+  for (std::string_view bad : {"2001:db8::10", "2001:db8::10/129", "192.0.2.10/33", "2001:db8::10/64,", "/64"}) {
+    EXPECT_EQ(check(cidrs, bad).rfind("error:", 0), 0u) << bad;
+  }
   const OptionSpec list = OptionSpec::list("l");
   EXPECT_EQ(check(list, "a,,b"), "error: empty element in list");
   EXPECT_EQ(check(list, "a,"), "error: empty element in list");
+}
+
+TEST(Options, IpCidrContainsItsFamilysPrefixOnly) {
+  const IpCidr v6 = *parse_ip_cidr("2001:db8:1:2::10/60");
+  EXPECT_TRUE(v6.contains(*parse_ip("2001:db8:1:f::1")));
+  EXPECT_FALSE(v6.contains(*parse_ip("2001:db8:1:12::1")));
+  EXPECT_FALSE(v6.contains(IpAddr(Ipv4Addr{0xC0000201})));
+  const IpCidr v4 = *parse_ip_cidr("192.0.2.10/24");
+  EXPECT_TRUE(v4.contains(IpAddr(Ipv4Addr{0xC00002FE})));
+  EXPECT_FALSE(v4.contains(IpAddr(Ipv4Addr{0xC0000301})));
+  EXPECT_FALSE(v4.contains(*parse_ip("::c000:201"))) << "not the mapped form: another family";
+  EXPECT_TRUE(parse_ip_cidr("::/0")->contains(*parse_ip("2001:db8::1")));
+  EXPECT_FALSE(parse_ip_cidr("::/0")->contains(IpAddr(Ipv4Addr{1})));
 }
 
 // ---- canonical form -----------------------------------------------------------

@@ -103,12 +103,12 @@ struct Pkt {
 class FakeResolver final : public Protocol, public NextHopResolver {
  public:
   FakeResolver() : Protocol("arp0", "fake-resolver") {}
-  Status send_to(Ipv4Addr next_hop, Msg packet) override {
-    hops.push_back(next_hop);
+  Status send_to(const IpAddr& next_hop, Msg packet) override {
+    hops.push_back(next_hop.v4());
     sent.push_back(std::move(packet));
     return answer;
   }
-  void add_local_address(Ipv4Addr a) override { locals.push_back(a); }
+  void add_local_address(const IpAddr& a) override { locals.push_back(a.v4()); }
   std::vector<Ipv4Addr> hops;
   std::vector<Msg> sent;
   std::vector<Ipv4Addr> locals;

@@ -65,6 +65,22 @@ Result<Ipv4Addr> parse_ipv4(std::string_view text) {
   return Ipv4Addr{value};
 }
 
+Result<IpAddr> parse_ip(std::string_view text) {
+  if (text.find(':') == std::string_view::npos) {
+    Result<Ipv4Addr> v4 = parse_ipv4(text);
+    if (!v4) return v4.error();
+    return IpAddr(*v4);
+  }
+  // inet_pton wants a terminated string; no IPv6 text is longer than this.
+  char buf[INET6_ADDRSTRLEN];
+  if (text.size() >= sizeof buf) return Errc::invalid_argument;
+  text.copy(buf, text.size());
+  buf[text.size()] = '\0';
+  IpAddr::Bytes b;
+  if (inet_pton(AF_INET6, buf, b.data()) != 1) return Errc::invalid_argument;
+  return IpAddr::from_bytes(b);
+}
+
 Result<MacAddr> parse_mac(std::string_view text) {
   if (text.size() != 17) return Errc::invalid_argument;
   MacAddr mac;

@@ -37,6 +37,41 @@ Result<Ipv4Cidr> parse_cidr(std::string_view text) {
   return Ipv4Cidr{*addr, static_cast<std::uint8_t>(prefix)};
 }
 
+// ---- IpCidr -------------------------------------------------------------
+
+bool IpCidr::contains(const IpAddr& a) const noexcept {
+  if (a.is_v4() != addr.is_v4()) return false;
+  // An IPv4 prefix counts from the mapped form's 96th bit.
+  const unsigned bits = prefix_len + (addr.is_v4() ? 96u : 0u);
+  const auto& x = a.bytes();
+  const auto& y = addr.bytes();
+  const unsigned whole = bits / 8;
+  for (unsigned i = 0; i < whole; ++i) {
+    if (x[i] != y[i]) return false;
+  }
+  const unsigned rest = bits % 8;
+  if (rest == 0) return true;
+  const auto mask = static_cast<std::uint8_t>(0xff << (8 - rest));
+  return (x[whole] & mask) == (y[whole] & mask);
+}
+
+std::string to_string(const IpCidr& c) { return to_string(c.addr) + "/" + std::to_string(c.prefix_len); }
+
+Result<IpCidr> parse_ip_cidr(std::string_view text) {
+  const auto slash = text.find('/');
+  if (slash == std::string_view::npos) return Errc::invalid_argument;
+  Result<IpAddr> addr = parse_ip(text.substr(0, slash));
+  if (!addr) return Errc::invalid_argument;
+  const std::string_view len = text.substr(slash + 1);
+  if (len.empty() || len.size() > 3 || len.front() < '0' || len.front() > '9') return Errc::invalid_argument;
+  unsigned prefix = 0;
+  auto [next, ec] = std::from_chars(len.data(), len.data() + len.size(), prefix);
+  if (ec != std::errc() || next != len.data() + len.size() || prefix > (addr->is_v4() ? 32u : 128u)) {
+    return Errc::invalid_argument;
+  }
+  return IpCidr{*addr, static_cast<std::uint8_t>(prefix)};
+}
+
 // ---- OptionSpec -----------------------------------------------------------
 
 namespace {
@@ -217,6 +252,14 @@ OptionSpec OptionSpec::list(std::string name, std::string help) {
   return make(std::move(name), OptionType::list, std::move(help));
 }
 
+OptionSpec OptionSpec::ip(std::string name, std::string help) {
+  return make(std::move(name), OptionType::ip, std::move(help));
+}
+
+OptionSpec OptionSpec::ip_cidrs(std::string name, std::string help) {
+  return make(std::move(name), OptionType::ip_cidrs, std::move(help));
+}
+
 std::string describe_type(const OptionSpec& s) {
   switch (s.type) {
     case OptionType::integer:
@@ -239,6 +282,10 @@ std::string describe_type(const OptionSpec& s) {
       return "size in bytes, k/m/g suffix" + range_text(s);
     case OptionType::list:
       return "comma-separated list";
+    case OptionType::ip:
+      return "IPv4 or IPv6 address (e.g. 192.0.2.1, 2001:db8::1)";
+    case OptionType::ip_cidrs:
+      return "comma-separated IPv4 or IPv6 address/prefix (e.g. 2001:db8::10/64)";
   }
   return "?";
 }
@@ -363,6 +410,34 @@ bool parse_option_value(const OptionSpec& s, std::string_view t, OptionValue& ou
       out = std::move(items);
       return true;
     }
+    case OptionType::ip: {
+      Result<IpAddr> a = parse_ip(t);
+      if (!a) {
+        why = "expected an IPv4 or IPv6 address";
+        return false;
+      }
+      out = *a;
+      return true;
+    }
+    case OptionType::ip_cidrs: {
+      std::vector<IpCidr> items;
+      std::size_t start = 0;
+      while (true) {
+        const auto comma = t.find(',', start);
+        const std::string_view item = t.substr(start, comma == std::string_view::npos ? t.npos : comma - start);
+        Result<IpCidr> c = parse_ip_cidr(item);
+        if (!c) {
+          why = "expected address/prefix of either family (a.b.c.d/n, n 0..32; x:x::x/n, n 0..128), got '" +
+                std::string(item) + "'";
+          return false;
+        }
+        items.push_back(*c);
+        if (comma == std::string_view::npos) break;
+        start = comma + 1;
+      }
+      out = std::move(items);
+      return true;
+    }
   }
   why = "unknown option type";
   return false;
@@ -389,6 +464,13 @@ std::string format_option_value(const OptionSpec& s, const OptionValue& v) {
       return format_size(std::get<std::uint64_t>(v));
     case OptionType::list:
       return join(std::get<std::vector<std::string>>(v), ",");
+    case OptionType::ip:
+      return to_string(std::get<IpAddr>(v));
+    case OptionType::ip_cidrs: {
+      std::vector<std::string> items;
+      for (const IpCidr& c : std::get<std::vector<IpCidr>>(v)) items.push_back(to_string(c));
+      return join(items, ",");
+    }
   }
   return {};
 }
@@ -469,6 +551,14 @@ std::uint64_t Options::get_size(std::string_view name) const {
 
 const std::vector<std::string>& Options::get_list(std::string_view name) const {
   return std::get<std::vector<std::string>>(value_of(name, "get_list", OptionType::list));
+}
+
+IpAddr Options::get_ip(std::string_view name) const {
+  return std::get<IpAddr>(value_of(name, "get_ip", OptionType::ip));
+}
+
+const std::vector<IpCidr>& Options::get_ip_cidrs(std::string_view name) const {
+  return std::get<std::vector<IpCidr>>(value_of(name, "get_ip_cidrs", OptionType::ip_cidrs));
 }
 
 std::string Options::text(std::string_view name) const {

@@ -47,6 +47,9 @@ std::string to_string(const IpAddr& a);
 std::string to_string(const AddressPart& a);
 // Parse dotted quad ("192.0.2.1") and colon MAC ("02:00:00:00:00:01").
 Result<Ipv4Addr> parse_ipv4(std::string_view text);
+// An address of either family: a dotted quad, or IPv6 text (RFC 4291 2.2,
+// "2001:db8::10", "::ffff:192.0.2.1" being the IPv4 address).
+Result<IpAddr> parse_ip(std::string_view text);
 Result<MacAddr> parse_mac(std::string_view text);
 
 class Participant {

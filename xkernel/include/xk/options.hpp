@@ -37,6 +37,20 @@ struct Ipv4Cidr {
 std::string to_string(const Ipv4Cidr& c);
 Result<Ipv4Cidr> parse_cidr(std::string_view text);
 
+// An address of either family with its prefix length, counted in that
+// family's bits ("192.0.2.10/24", "2001:db8::10/64").
+struct IpCidr {
+  IpAddr addr;
+  std::uint8_t prefix_len = 0;  // 0..32 for IPv4, 0..128 for IPv6
+
+  // Whether `a` is of the same family and on this prefix.
+  bool contains(const IpAddr& a) const noexcept;
+  friend bool operator==(const IpCidr&, const IpCidr&) = default;
+};
+
+std::string to_string(const IpCidr& c);
+Result<IpCidr> parse_ip_cidr(std::string_view text);
+
 enum class OptionType : std::uint8_t {
   integer,  // signed 64-bit, decimal or 0x-hex, within [int_min, int_max]
   real,     // finite double within [real_min, real_max]
@@ -48,14 +62,16 @@ enum class OptionType : std::uint8_t {
   mac,      // six colon-separated hex bytes
   size,     // byte count with optional k/m/g suffix (powers of 1024), within [size_min, size_max]
   list,     // comma-separated words, none empty
+  ip,       // an address of either family
+  ip_cidrs, // comma-separated addresses of either family, each "/" prefix length
 };
 
 // The value of one option; which alternative is held follows the OptionType:
 // integer -> int64_t, real -> double, boolean -> bool, string and choice ->
 // string, ipv4 -> Ipv4Addr, cidr -> Ipv4Cidr, mac -> MacAddr, size -> uint64_t,
-// list -> vector<string>.
+// list -> vector<string>, ip -> IpAddr, ip_cidrs -> vector<IpCidr>.
 using OptionValue = std::variant<std::int64_t, double, bool, std::string, Ipv4Addr, Ipv4Cidr, MacAddr, std::uint64_t,
-                                 std::vector<std::string>>;
+                                 std::vector<std::string>, IpAddr, std::vector<IpCidr>>;
 
 // One declared parameter of a kind: a key=value option or a positional word.
 // Build them with the named constructors, then chain .mandatory() or
@@ -88,6 +104,8 @@ struct OptionSpec {
   static OptionSpec mac(std::string name, std::string help = {});
   static OptionSpec size(std::string name, std::uint64_t min, std::uint64_t max, std::string help = {});
   static OptionSpec list(std::string name, std::string help = {});
+  static OptionSpec ip(std::string name, std::string help = {});
+  static OptionSpec ip_cidrs(std::string name, std::string help = {});
 
   OptionSpec& mandatory() & {
     required = true;
@@ -142,6 +160,8 @@ class Options {
   MacAddr get_mac(std::string_view name) const;
   std::uint64_t get_size(std::string_view name) const;
   const std::vector<std::string>& get_list(std::string_view name) const;
+  IpAddr get_ip(std::string_view name) const;
+  const std::vector<IpCidr>& get_ip_cidrs(std::string_view name) const;
   // The canonical text of any option's value.
   std::string text(std::string_view name) const;
 

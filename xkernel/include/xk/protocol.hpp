@@ -151,8 +151,8 @@ struct NetError {
   std::uint8_t icmp_type = 0;
   std::uint8_t icmp_code = 0;
   std::uint16_t next_hop_mtu = 0;  // frag_needed only; 0 if the router did not say
-  Ipv4Addr local;                  // the inner packet's source (us)
-  Ipv4Addr remote;                 // the inner packet's destination (the peer)
+  IpAddr local;                    // the inner packet's source (us)
+  IpAddr remote;                   // the inner packet's destination (the peer)
   std::uint8_t protocol = 0;
   Port local_port;
   Port remote_port;
@@ -177,6 +177,13 @@ struct SetDontFragment {
 // connection, listener (for a segment that opens one: `opens`) or socket
 // of its own at `to`, with `from` as the other end. Success: deliver it
 // here; not_found: it is another stack's, out through the link.
+// Receive frames sent to a link-layer group address (an IPv6 node's
+// solicited-node and all-nodes groups on Ethernet, RFC 2464 7): eth
+// answers; a link without groups is unsupported.
+struct JoinLinkGroup {
+  MacAddr group;
+  using Reply = std::monostate;
+};
 struct ClaimsOwn {
   Ipv4Addr addr;
   Port from;
@@ -189,7 +196,7 @@ struct ClaimsOwn {
 using ControlQuery = std::variant<ctl::GetMtu, ctl::GetHeaderRoom, ctl::GetLocalAddr, ctl::GetPeerAddr,
                                   ctl::GetChecksum, ctl::SetChecksum, ctl::GetCounters, ctl::DeliverError,
                                   ctl::GetOffloads, ctl::GetFrameMax, ctl::GetChunkSource, ctl::SetDontFragment,
-                                  ctl::ClaimsOwn>;
+                                  ctl::ClaimsOwn, ctl::JoinLinkGroup>;
 using ControlReply =
     std::variant<std::monostate, std::size_t, Participant, ChecksumMode, const CounterSet*, LinkOffloads,
                  ChunkSource*>;

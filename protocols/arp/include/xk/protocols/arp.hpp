@@ -83,8 +83,9 @@ class ArpProtocol final : public Protocol, public NextHopResolver {
   Status demux(Session& lower, Msg msg) override;
 
   // NextHopResolver.
-  Status send_to(Ipv4Addr next_hop, Msg packet) override;
-  void add_local_address(Ipv4Addr addr) override;
+  // IPv4 only: another family's address is unsupported (counted).
+  Status send_to(const IpAddr& next_hop, Msg packet) override;
+  void add_local_address(const IpAddr& addr) override;
   // Announce every local address again (RFC 5227 2.3), e.g. once the link
   // came up: an announcement sent while it was down reached nobody, and a
   // neighbour may still hold the MAC of whoever had the address before.
@@ -176,6 +177,7 @@ class ArpProtocol final : public Protocol, public NextHopResolver {
   Counter& drop_evicted_;
   Counter& drop_hold_down_;
   Counter& drop_tx_error_;
+  Counter& drop_not_ipv4_;
   Counter& drop_data_no_listener_;
   DataSink sink_;
 };
