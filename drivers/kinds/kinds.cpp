@@ -13,7 +13,10 @@
 #include "xk/protocols/eth.hpp"
 #include "xk/protocols/fault.hpp"
 #include "xk/protocols/icmp.hpp"
+#include "xk/protocols/icmpv6.hpp"
 #include "xk/protocols/ipv4.hpp"
+#include "xk/protocols/ipv6.hpp"
+#include "xk/protocols/nd.hpp"
 #include "xk/protocols/relay.hpp"
 #include "xk/protocols/tcp.hpp"
 #include "xk/protocols/udp.hpp"
@@ -35,6 +38,9 @@ void register_all_kinds(Registry& registry) {
   arp::register_arp(registry);
   ipv4::register_ipv4(registry);
   icmp::register_icmp(registry);
+  nd::register_nd(registry);
+  ipv6::register_ipv6(registry);
+  icmpv6::register_icmpv6(registry);
   udp::register_udp(registry);
   tcp::register_tcp(registry);
   relay::register_relay(registry);

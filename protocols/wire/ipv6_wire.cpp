@@ -112,6 +112,7 @@ ChainResult walk_chain(std::span<const std::byte> p, const ChainLimits& limits) 
         const FragmentHeader f = FragmentHeader::read(p.subspan(off).first<FragmentHeader::kSize>());
         chain.fragment = f;
         chain.fragment_offset = off;
+        chain.fragment_named_at = chain.next_header_offset;
         if (!f.atomic()) {
           // The walk stops: what follows is a piece of the fragmentable part.
           ++chain.headers;

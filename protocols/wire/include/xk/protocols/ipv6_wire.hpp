@@ -134,6 +134,7 @@ struct Chain {
   // begins with the upper-layer header.
   std::optional<FragmentHeader> fragment;
   std::size_t fragment_offset = 0;    // of the fragment header, when there is one
+  std::size_t fragment_named_at = 0;  // the Next Header byte that named it
 };
 
 // Why a walk refused a packet, and what RFC 8200 says to tell the sender.

@@ -1,0 +1,686 @@
+#include "xk/protocols/ipv6.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "xk/event_loop.hpp"
+#include "xk/protocols/icmpv6_wire.hpp"
+
+namespace xk::ipv6 {
+
+namespace {
+
+constexpr std::uint32_t kEtherTypeIpv6 = 0x86dd;
+
+// Multicast scope (RFC 4291 2.7): 1 interface-local, 2 link-local.
+constexpr unsigned scope_of_multicast(const IpAddr& a) noexcept { return a.bytes()[1] & 0x0f; }
+
+std::vector<Protocol*> below_list(Protocol& link, NextHopResolver* resolver) {
+  std::vector<Protocol*> v{&link};
+  if (auto* p = dynamic_cast<Protocol*>(resolver)) v.push_back(p);
+  return v;
+}
+
+// The protocols whose header follows the IPv6 header directly on the
+// common path: no chain to walk.
+constexpr bool plain_upper(std::uint8_t nh) noexcept {
+  return nh == kTcp || nh == kUdp || nh == kIcmpv6;
+}
+
+}  // namespace
+
+// ---- session ------------------------------------------------------------
+
+Ipv6Session::Ipv6Session(Ipv6Protocol& proto, Protocol* upper, IpAddr peer, std::uint8_t next_header)
+    : Session(proto, upper), proto_(proto), peer_(peer), next_header_(next_header) {}
+
+Status Ipv6Session::push(Msg msg) {
+  Ipv6Protocol::SendOptions opts;
+  opts.dont_fragment = dont_fragment_;
+  return proto_.send(peer_, next_header_, std::move(msg), opts);
+}
+
+Status Ipv6Session::pop(Session&, Msg msg) {
+  if (upper() == nullptr) return Errc::closed;
+  return upper()->demux(*this, std::move(msg));
+}
+
+Status Ipv6Session::close() {
+  const Ipv6Protocol::Key key{peer_.bytes(), next_header_};
+  if (SessionRef* s = proto_.active_.find(key); s != nullptr && s->get() == this) proto_.active_.erase(key);
+  return {};
+}
+
+Result<ControlReply> Ipv6Session::control_any(const ControlQuery& query) {
+  if (std::holds_alternative<ctl::GetPeerAddr>(query)) return ControlReply{Participant{peer_}};
+  if (std::holds_alternative<ctl::GetLocalAddr>(query)) {
+    std::optional<IpAddr> src = proto_.is_ours(peer_) ? std::optional<IpAddr>(peer_) : proto_.source_for(peer_);
+    if (!src) return Errc::bad_state;  // no address usable yet (duplicate check)
+    return ControlReply{Participant{*src}};
+  }
+  if (std::holds_alternative<ctl::GetMtu>(query)) return ControlReply{proto_.path_mtu(peer_) - Header::kSize};
+  if (const auto* df = std::get_if<ctl::SetDontFragment>(&query)) {
+    dont_fragment_ = df->df;
+    return ControlReply{std::monostate{}};
+  }
+  return proto_.control_any(query);
+}
+
+// ---- protocol -----------------------------------------------------------
+
+Ipv6Protocol::Ipv6Protocol(std::string name, Protocol& link, NextHopResolver* resolver, TimerWheel& timers,
+                           Config config)
+    : Protocol(std::move(name), "ipv6", below_list(link, resolver)),
+      link_(link),
+      resolver_(resolver),
+      timers_(timers),
+      config_(std::move(config)),
+      next_id_(0),
+      loopback_timer_(timers, [p = this] { p->drain_loopback(); }),
+      rx_packets_(counters().add("rx_packets")),
+      rx_delivered_(counters().add("rx_delivered", "packets handed to an upper protocol")),
+      drop_truncated_(counters().add("drop_truncated", "shorter than 40 bytes or than the payload length")),
+      drop_bad_version_(counters().add("drop_bad_version", "version field not 6")),
+      drop_bad_src_(counters().add("drop_bad_src", "multicast or IPv4-mapped source (RFC 4291 2.7, 2.5.5.2)")),
+      drop_not_for_us_(counters().add("drop_not_for_us", "destination neither ours nor a group we joined")),
+      drop_tentative_(counters().add("drop_tentative", "to an address still under its duplicate check")),
+      drop_chain_(counters().add("drop_chain", "extension headers refused (limits, bad options, routing)")),
+      drop_unknown_next_header_(counters().add("drop_unknown_next_header", "no upper protocol for it")),
+      rx_ext_headers_(counters().add("rx_ext_headers", "packets with extension headers walked")),
+      rx_fragments_(counters().add("rx_fragments")),
+      rx_atomic_fragments_(counters().add("rx_atomic_fragments", "whole packets behind a fragment header (RFC 6946)")),
+      reasm_ok_(counters().add("reasm_ok", "datagrams reassembled")),
+      drop_frag_bad_len_(counters().add("drop_frag_bad_len", "M fragment not a multiple of 8, or conflicting end")),
+      drop_frag_too_big_(counters().add("drop_frag_too_big", "fragments end past 65535 or reasm_max_datagram")),
+      drop_reasm_overlap_(counters().add("drop_reasm_overlap", "datagrams dropped for overlapping fragments")),
+      drop_reasm_timeout_(counters().add("drop_reasm_timeout", "datagrams not completed in reasm_timeout")),
+      drop_reasm_mem_(counters().add("drop_reasm_mem", "datagrams dropped for the memory caps")),
+      tx_packets_(counters().add("tx_packets", "packets handed to the link or resolver")),
+      tx_fragments_(counters().add("tx_fragments")),
+      drop_tx_too_large_(counters().add("drop_tx_too_large", "no fragments asked and too big, or over 65535")),
+      drop_no_route_(counters().add("drop_no_route", "off-link destination without gw")),
+      drop_no_source_(counters().add("drop_no_source", "no usable source address yet")),
+      drop_tx_link_(counters().add("drop_tx_link", "link or resolver refused the packet")),
+      tx_loopback_(counters().add("tx_loopback", "packets to our own address")),
+      drop_loopback_full_(counters().add("drop_loopback_full")),
+      pmtu_lowered_(counters().add("pmtu_lowered", "Packet Too Big that lowered a path MTU")),
+      icmp_errors_asked_(counters().add("icmp_errors_asked", "errors asked of icmpv6")),
+      errors_delivered_(counters().add("errors_delivered", "ICMPv6 errors handed to a transport")),
+      drop_error_no_owner_(counters().add("drop_error_no_owner", "ICMPv6 errors nobody owns")),
+      reasm_(timers,
+             ip::ReasmLimits{std::min(config_.reasm_max_datagram, Header::kSize + Header::kMaxPayload) - Header::kSize,
+                             config_.reasm_mem, config_.reasm_timeout},
+             ip::ReasmCounters{reasm_ok_, drop_frag_bad_len_, drop_frag_too_big_, drop_reasm_overlap_,
+                               drop_reasm_timeout_, drop_reasm_mem_}) {
+  if (config_.hop_limit == 0) throw std::invalid_argument("hop_limit must be 1..255");
+  std::random_device rd;
+  for (std::size_t i = 0; i < flow_key_.size(); i += 4) {
+    const std::uint32_t r = rd();
+    std::memcpy(flow_key_.data() + i, &r, 4);
+  }
+  // RFC 7739: identifications a remote host cannot predict from others.
+  next_id_ = rd();
+
+  if (config_.link_local) {
+    Result<Participant> local = link_.control(ctl::GetLocalAddr{});
+    if (Result<MacAddr> mac = local ? local->peek<MacAddr>() : Result<MacAddr>(local.error())) {
+      addrs_.push_back(IpCidr{icmpv6::link_local_from_mac(*mac), 64});
+    }
+  }
+  for (const IpCidr& a : config_.addrs) {
+    if (a.addr.is_v4() || is_multicast(a.addr) || a.addr.is_unspecified()) {
+      throw std::invalid_argument("addr=" + to_string(a) + " is not an IPv6 unicast address");
+    }
+    if (is_ours(a.addr)) continue;
+    addrs_.push_back(a);
+  }
+  if (config_.gw) {
+    const IpAddr& gw = *config_.gw;
+    if (gw.is_v4() || is_multicast(gw) || (!icmpv6::is_link_local(gw) && !on_link(gw))) {
+      throw std::invalid_argument("gw=" + to_string(gw) + " is neither link-local nor on a prefix of addr");
+    }
+  }
+  groups_.push_back(icmpv6::all_nodes());
+  for (const IpCidr& a : addrs_) {
+    const IpAddr g = icmpv6::solicited_node(a.addr);
+    if (std::find(groups_.begin(), groups_.end(), g) == groups_.end()) groups_.push_back(g);
+  }
+
+  Participants enable;
+  enable.local.push(ProtoNum{kEtherTypeIpv6});
+  if (Status st = link_.open_enable(*this, enable); !st) {
+    throw std::runtime_error("cannot receive from '" + link_.name() + "': open_enable failed: " + to_string(st.error()));
+  }
+  link_enabled_ = true;
+  if (resolver_ == nullptr) {
+    Participants none;
+    Result<SessionRef> s = link_.open(*this, none);
+    if (!s) {
+      (void)link_.open_disable(*this, enable);
+      throw std::runtime_error("cannot open a session on '" + link_.name() + "': " + to_string(s.error()) +
+                               " (a link that needs addresses wants a resolver: below=<link>,nd0)");
+    }
+    link_session_ = *s;
+  } else {
+    for (const IpCidr& a : addrs_) resolver_->add_local_address(a.addr);
+  }
+}
+
+Ipv6Protocol::~Ipv6Protocol() {
+  loopback_timer_.cancel();
+  loopback_.clear();
+  reasm_.clear();
+  active_.clear();
+  if (link_enabled_) {
+    Participants enable;
+    enable.local.push(ProtoNum{kEtherTypeIpv6});
+    (void)link_.open_disable(*this, enable);
+  }
+  if (link_session_) (void)link_session_->close();
+}
+
+// ---- addresses ----------------------------------------------------------
+
+std::optional<IpAddr> Ipv6Protocol::link_local() const noexcept {
+  if (!addrs_.empty() && icmpv6::is_link_local(addrs_.front().addr)) return addrs_.front().addr;
+  return std::nullopt;
+}
+
+bool Ipv6Protocol::is_ours(const IpAddr& a) const noexcept {
+  return std::any_of(addrs_.begin(), addrs_.end(), [&](const IpCidr& c) { return c.addr == a; });
+}
+
+bool Ipv6Protocol::is_joined(const IpAddr& group) const noexcept {
+  return std::find(groups_.begin(), groups_.end(), group) != groups_.end();
+}
+
+bool Ipv6Protocol::on_link(const IpAddr& dst) const noexcept {
+  return std::any_of(addrs_.begin(), addrs_.end(), [&](const IpCidr& c) { return c.contains(dst); });
+}
+
+bool Ipv6Protocol::usable(const IpAddr& a) const {
+  if (all_usable_ || resolver_ == nullptr) return true;
+  if (!resolver_->address_usable(a)) return false;
+  all_usable_ = std::all_of(addrs_.begin(), addrs_.end(),
+                            [&](const IpCidr& c) { return resolver_->address_usable(c.addr); });
+  return true;
+}
+
+std::optional<IpAddr> Ipv6Protocol::source_for(const IpAddr& dst) const {
+  const bool link_scope = icmpv6::is_link_local(dst) || (is_multicast(dst) && scope_of_multicast(dst) <= 2);
+  if (link_scope) {
+    std::optional<IpAddr> ll = link_local();
+    if (ll && usable(*ll)) return ll;
+  }
+  const IpCidr* any = nullptr;
+  for (const IpCidr& c : addrs_) {
+    if (icmpv6::is_link_local(c.addr) || !usable(c.addr)) continue;
+    if (c.contains(dst)) return c.addr;
+    if (any == nullptr) any = &c;
+  }
+  if (any != nullptr) return any->addr;
+  return std::nullopt;
+}
+
+std::optional<IpAddr> Ipv6Protocol::next_hop_for(const IpAddr& dst) const {
+  // A host's conceptual sending (RFC 4861 5.2): on-link goes straight to
+  // the neighbour, everything else to the default router.
+  if (is_multicast(dst) || icmpv6::is_link_local(dst) || on_link(dst)) return dst;
+  return config_.gw;
+}
+
+std::size_t Ipv6Protocol::link_mtu() {
+  std::size_t mtu = config_.mtu;
+  if (mtu == 0) {
+    Result<std::size_t> m = link_.control(ctl::GetMtu{});
+    mtu = m ? *m : kMinMtu;
+  }
+  return std::clamp(mtu, kMinMtu, Header::kSize + Header::kMaxPayload);
+}
+
+std::size_t Ipv6Protocol::path_mtu(const IpAddr& dst) {
+  const std::size_t link = link_mtu();
+  if (path_mtus_.size() == 0) return link;
+  const DestKey key{dst.bytes()};
+  PathMtu* p = path_mtus_.find(key);
+  if (p == nullptr) return link;
+  if (timers_.clock().now() >= p->expires) {
+    path_mtus_.erase(key);  // RFC 8201 4: time to try the larger MTU again
+    return link;
+  }
+  return std::min(link, p->mtu);
+}
+
+std::size_t Ipv6Protocol::update_path_mtu(const IpAddr& dst, std::uint32_t mtu) {
+  // RFC 8201 4: below the IPv6 minimum counts as the minimum; an increase
+  // is ignored (only the timeout raises it).
+  const std::size_t want = std::max<std::size_t>(mtu, kMinMtu);
+  const std::size_t now = path_mtu(dst);
+  if (want >= now) return now;
+  if (path_mtus_.size() >= config_.max_path_mtus) {
+    // Full: forget the lot, as an expiry would; each path learns again.
+    path_mtus_.clear();
+  }
+  const Time expires = timers_.clock().now() + config_.pmtu_timeout;
+  const DestKey key{dst.bytes()};
+  if (PathMtu* p = path_mtus_.find(key)) {
+    *p = PathMtu{want, expires};
+  } else {
+    path_mtus_.insert(key, PathMtu{want, expires});
+  }
+  ++pmtu_lowered_;
+  return want;
+}
+
+// ---- sessions and enables -----------------------------------------------
+
+Result<SessionRef> Ipv6Protocol::open(Protocol& upper, Participants& parts) {
+  Result<ProtoNum> proto = parts.remote.pop<ProtoNum>();
+  if (!proto) return proto.error();
+  if (proto->value > 0xff) return Errc::invalid_argument;
+  Result<IpAddr> peer = parts.remote.peek<IpAddr>();
+  if (!peer) return peer.error();
+  if (peer->is_v4()) return Errc::unsupported;  // ipv4's
+  if (peer->is_unspecified()) return Errc::invalid_argument;
+  (void)parts.remote.pop<IpAddr>();
+  if (Result<IpAddr> local = parts.local.peek<IpAddr>(); local) {
+    if (!local->is_unspecified() && !is_ours(*local)) return Errc::invalid_argument;
+    (void)parts.local.pop<IpAddr>();
+  }
+  const Key key{peer->bytes(), static_cast<std::uint8_t>(proto->value)};
+  if (active_.contains(key)) return Errc::exists;
+  SessionRef s = make_ref<Ipv6Session>(*this, &upper, *peer, static_cast<std::uint8_t>(proto->value));
+  active_.insert(key, s);
+  return s;
+}
+
+Status Ipv6Protocol::open_enable(Protocol& upper, Participants& parts) {
+  Result<ProtoNum> proto = parts.local.pop<ProtoNum>();
+  if (!proto) return proto.error();
+  if (proto->value > 0xff) return Errc::invalid_argument;
+  return passive_.enable(ProtoKey{proto->value}, upper);
+}
+
+Status Ipv6Protocol::open_disable(Protocol& upper, Participants& parts) {
+  Result<ProtoNum> proto = parts.local.pop<ProtoNum>();
+  if (!proto) return proto.error();
+  return passive_.disable(ProtoKey{proto->value}, upper);
+}
+
+// ---- receive ------------------------------------------------------------
+
+Status Ipv6Protocol::demux(Session& lower, Msg msg) { return receive(&lower, std::move(msg)); }
+
+Status Ipv6Protocol::receive(Session* lower, Msg msg) {
+  ++rx_packets_;
+  Result<std::span<const std::byte>> fixed = msg.peek(Header::kSize);
+  if (!fixed) {
+    ++drop_truncated_;
+    return Errc::malformed;
+  }
+  const Header h = Header::read(fixed->first<Header::kSize>());
+  if (h.version != 6) {
+    ++drop_bad_version_;
+    return Errc::malformed;
+  }
+  if (h.payload_length > msg.size() - Header::kSize) {
+    ++drop_truncated_;
+    return Errc::malformed;
+  }
+  // Links pad short frames: keep what was sent.
+  if (msg.size() > Header::kSize + h.payload_length) (void)msg.truncate(Header::kSize + h.payload_length);
+  // A group never sends (RFC 4291 2.7); a mapped IPv4 address never appears
+  // on an IPv6 wire (2.5.5.2: a spoofing vector when a stack trusts it).
+  if (is_multicast(h.src) || h.src.is_v4()) {
+    ++drop_bad_src_;
+    return Errc::malformed;
+  }
+  const bool multicast = is_multicast(h.dst);
+  if (multicast ? !is_joined(h.dst) : !is_ours(h.dst)) {
+    ++drop_not_for_us_;
+    return Errc::not_found;
+  }
+  // RFC 4862 5.4: a tentative address receives nothing but its own
+  // duplicate check, which comes to the solicited-node group.
+  if (!multicast && !usable(h.dst)) {
+    ++drop_tentative_;
+    return Errc::not_found;
+  }
+  return process(lower, h, std::move(msg), multicast, false);
+}
+
+Status Ipv6Protocol::process(Session* lower, const Header& h, Msg packet, bool multicast, bool reassembled) {
+  if (plain_upper(h.next_header)) {
+    return deliver(lower, h, h.next_header, Header::kSize, Header::kNextHeaderOffset, std::move(packet), multicast,
+                   reassembled);
+  }
+  ++rx_ext_headers_;
+  Result<std::span<const std::byte>> whole = packet.peek(std::min(packet.size(), Msg::kMaxContiguous));
+  if (!whole) {
+    ++drop_truncated_;
+    return Errc::malformed;
+  }
+  const ChainResult r = walk_chain(*whole, config_.chain);
+  if (!r.chain) {
+    ++drop_chain_;
+    answer_problem(r.problem, packet, multicast);
+    return Errc::malformed;
+  }
+  const Chain& chain = *r.chain;
+  if (chain.fragment && !chain.fragment->atomic()) {
+    // A fragment header inside a reassembled packet is a second layer of
+    // fragmentation, which no sender makes.
+    if (reassembled) {
+      ++drop_chain_;
+      return Errc::malformed;
+    }
+    return reassemble(lower, h, chain, std::move(packet), multicast);
+  }
+  if (chain.fragment) ++rx_atomic_fragments_;
+  return deliver(lower, h, chain.upper, chain.upper_offset, chain.next_header_offset, std::move(packet), multicast,
+                 reassembled || chain.fragment.has_value());
+}
+
+void Ipv6Protocol::answer_problem(const ChainProblem& p, const Msg& packet, bool multicast) {
+  if (!p.icmp || icmp_ == nullptr) return;
+  if (p.unless_multicast && multicast) return;
+  ++icmp_errors_asked_;
+  (void)icmp_->send_error(icmpv6::kParamProblem, p.code, p.pointer, packet);
+}
+
+Status Ipv6Protocol::deliver(Session* lower, const Header& h, std::uint8_t upper, std::size_t upper_offset,
+                             std::size_t named_at, Msg packet, bool multicast, bool fragmented) {
+  if (upper == kNoNext) return {};  // RFC 8200 4.7: nothing follows
+  const bool may_answer = icmp_ != nullptr && !multicast && !h.src.is_unspecified();
+  Msg original;
+  if (may_answer) original = packet.share();  // the upcall consumes `packet`
+  (void)packet.trim_front(upper_offset);
+
+  const Key key{h.src.bytes(), upper};
+  SessionRef s;
+  if (SessionRef* found = active_.find(key)) {
+    s = *found;
+  } else if (Protocol* up = passive_.upper(ProtoKey{upper})) {
+    s = make_ref<Ipv6Session>(*this, up, h.src, upper);
+    active_.insert(key, s);
+    Participants parts;
+    parts.remote.push(h.src);
+    parts.remote.push(ProtoNum{upper});
+    parts.local.push(h.dst);
+    if (Status st = up->open_done(*this, *s, parts); !st) {
+      (void)s->close();
+      ++drops_no_session();
+      return st;
+    }
+  } else {
+    ++drop_unknown_next_header_;
+    // RFC 8200 4: an unrecognized Next Header is a Parameter Problem
+    // (code 1) pointing at the byte that named it.
+    if (may_answer) {
+      ++icmp_errors_asked_;
+      (void)icmp_->send_error(icmpv6::kParamProblem, kUnrecognizedNextHeader, static_cast<std::uint32_t>(named_at),
+                              original);
+    }
+    return Errc::proto_unreachable;
+  }
+
+  packet.rx() = RxInfo{h.src, h.dst, upper, h.hop_limit, h.traffic_class, multicast, fragmented};
+  ++rx_delivered_;
+  Status st = s->pop(lower != nullptr ? *lower : *s, std::move(packet));
+  if (st.error() == Errc::port_unreachable && may_answer) {
+    ++icmp_errors_asked_;
+    (void)icmp_->send_error(icmpv6::kDestUnreachable, icmpv6::kPortUnreachable, 0, original);
+  }
+  return st;
+}
+
+// ---- reassembly (RFC 8200 4.5) --------------------------------------------
+
+Status Ipv6Protocol::reassemble(Session* lower, const Header& h, const Chain& chain, Msg packet, bool multicast) {
+  ++rx_fragments_;
+  const FragmentHeader& f = *chain.fragment;
+  // The first fragment brings the unfragmentable part (the IPv6 header and
+  // the extension headers before the fragment header): kept with the byte
+  // that named the fragment header naming what the fragments carry.
+  std::vector<std::byte> head;
+  if (f.offset() == 0) {
+    head.resize(chain.fragment_offset);
+    (void)packet.copy_out(0, head);
+    head[chain.fragment_named_at] = std::byte{f.next_header};
+  }
+  (void)packet.trim_front(chain.upper_offset);
+  std::optional<ip::Reassembler<ReasmKey>::Whole> whole;
+  const ReasmKey key{h.src.bytes(), h.dst.bytes(), f.id};
+  switch (reasm_.add(key, f.offset(), f.more, std::move(packet), std::move(head), whole)) {
+    case ip::ReasmOutcome::held: return {};
+    case ip::ReasmOutcome::complete: break;
+    case ip::ReasmOutcome::too_big: return Errc::too_large;
+    case ip::ReasmOutcome::no_memory: return Errc::no_memory;
+    case ip::ReasmOutcome::bad_length:
+    case ip::ReasmOutcome::overlap: return Errc::malformed;
+  }
+  std::vector<std::byte> hdr = std::move(whole->first_head);
+  Msg payload = std::move(whole->payload);
+  if (hdr.size() + payload.size() > Header::kSize + Header::kMaxPayload) {
+    ++drop_frag_too_big_;
+    return Errc::too_large;
+  }
+  Header rh = Header::read(std::span<const std::byte>(hdr).first<Header::kSize>());
+  rh.payload_length = static_cast<std::uint16_t>(hdr.size() - Header::kSize + payload.size());
+  rh.write(std::span<std::byte>(hdr).first<Header::kSize>());
+  Result<std::span<std::byte>> room = payload.push(hdr.size());
+  if (!room) return room.status();
+  std::copy(hdr.begin(), hdr.end(), room->begin());
+  return process(lower, rh, std::move(payload), multicast, true);
+}
+
+// ---- send ---------------------------------------------------------------
+
+std::uint32_t Ipv6Protocol::flow_label(const IpAddr& src, const IpAddr& dst, std::uint8_t next_header,
+                                       const Msg& payload) const {
+  // RFC 6437 3: one label per transport flow, uniformly spread and hard to
+  // guess from outside: the addresses, protocol and (TCP, UDP) ports mixed
+  // under a key drawn at start-up.
+  std::array<std::byte, 40> in{};
+  std::memcpy(in.data(), src.bytes().data(), 16);
+  std::memcpy(in.data() + 16, dst.bytes().data(), 16);
+  in[32] = std::byte{next_header};
+  if (next_header == kTcp || next_header == kUdp) (void)payload.copy_out(0, std::span(in).subspan(33, 4));
+  const std::uint32_t label = static_cast<std::uint32_t>(siphash24(flow_key_, in)) & 0xfffff;
+  return label == 0 ? 1 : label;  // 0 says "no label"
+}
+
+Status Ipv6Protocol::send(const IpAddr& dst, std::uint8_t next_header, Msg payload, const SendOptions& opts) {
+  if (payload.size() > Header::kMaxPayload) {
+    ++drop_tx_too_large_;
+    return Errc::too_large;
+  }
+  // Nothing is asked of the port over IPv6 yet (no offloads reported): what
+  // a port said of a received message is void on the way down.
+  payload.offload().flags &= Offload::kTxMask;
+  const bool to_self = is_ours(dst);
+  std::optional<IpAddr> src = opts.src;
+  if (!src) src = to_self ? std::optional<IpAddr>(dst) : source_for(dst);
+  if (!src) {
+    ++drop_no_source_;
+    return Errc::bad_state;
+  }
+  Header h;
+  h.traffic_class = payload.offload().tos;
+  h.flow_label = flow_label(*src, dst, next_header, payload);
+  h.next_header = next_header;
+  // RFC 3542 6.3 / RFC 4861: multicast goes one hop unless asked otherwise.
+  h.hop_limit = opts.hop_limit ? *opts.hop_limit : (is_multicast(dst) ? 1 : config_.hop_limit);
+  h.src = *src;
+  h.dst = dst;
+
+  if (to_self) {
+    if (loopback_.size() >= config_.loopback_queue) {
+      ++drop_loopback_full_;
+      return Errc::would_block;
+    }
+    h.payload_length = static_cast<std::uint16_t>(payload.size());
+    Result<std::span<std::byte>> room = payload.push(Header::kSize);
+    if (!room) return room.status();
+    h.write(room->first<Header::kSize>());
+    loopback_.push_back(std::move(payload));
+    ++tx_loopback_;
+    if (!loopback_timer_.armed()) loopback_timer_.arm(timers_.clock().now());
+    return {};
+  }
+
+  const std::optional<IpAddr> next_hop = next_hop_for(dst);
+  if (!next_hop) {
+    ++drop_no_route_;
+    return Errc::no_route;
+  }
+  const std::size_t mtu = path_mtu(dst);
+  if (payload.size() + Header::kSize <= mtu) {
+    h.payload_length = static_cast<std::uint16_t>(payload.size());
+    Result<std::span<std::byte>> room = payload.push(Header::kSize);
+    if (!room) return room.status();
+    h.write(room->first<Header::kSize>());
+    return emit(*next_hop, std::move(payload));
+  }
+  if (opts.dont_fragment) {
+    ++drop_tx_too_large_;
+    return Errc::too_large;
+  }
+  // RFC 8200 4.5: the source cuts the packet, each piece behind the IPv6
+  // header and a fragment header, all but the last a multiple of 8.
+  const std::size_t chunk = (mtu - Header::kSize - FragmentHeader::kSize) / 8 * 8;
+  FragmentHeader f;
+  f.next_header = next_header;
+  f.id = next_id_++;
+  h.next_header = kFragment;
+  std::size_t offset = 0;
+  while (!payload.empty()) {
+    Msg piece;
+    const bool more = payload.size() > chunk;
+    if (more) {
+      Result<Msg> rest = payload.split(chunk);
+      if (!rest) return rest.status();
+      piece = std::move(payload);
+      payload = std::move(*rest);
+    } else {
+      piece = std::move(payload);
+      payload = Msg();
+    }
+    f.offset_units = static_cast<std::uint16_t>(offset / 8);
+    f.more = more;
+    offset += piece.size();
+    h.payload_length = static_cast<std::uint16_t>(piece.size() + FragmentHeader::kSize);
+    Result<std::span<std::byte>> room = piece.push(Header::kSize + FragmentHeader::kSize);
+    if (!room) return room.status();
+    h.write(room->first<Header::kSize>());
+    f.write(room->subspan(Header::kSize).first<FragmentHeader::kSize>());
+    ++tx_fragments_;
+    if (Status st = emit(*next_hop, std::move(piece)); !st) return st;
+  }
+  return {};
+}
+
+Status Ipv6Protocol::emit(const IpAddr& next_hop, Msg packet) {
+  Status st = resolver_ != nullptr ? resolver_->send_to(next_hop, std::move(packet))
+                                   : link_session_->push(std::move(packet));
+  if (st) {
+    ++tx_packets_;
+  } else {
+    ++drop_tx_link_;
+  }
+  return st;
+}
+
+void Ipv6Protocol::drain_loopback() {
+  std::deque<Msg> batch;
+  batch.swap(loopback_);
+  for (Msg& m : batch) (void)receive(nullptr, std::move(m));
+}
+
+// ---- errors and control -------------------------------------------------
+
+Status Ipv6Protocol::deliver_error(const ctl::NetError& err) {
+  Protocol* owner = passive_.upper(ProtoKey{err.protocol});
+  if (owner == nullptr) {
+    if (SessionRef* s = active_.find(Key{err.remote.bytes(), err.protocol})) owner = (*s)->upper();
+  }
+  if (owner == nullptr) {
+    ++drop_error_no_owner_;
+    return Errc::not_found;
+  }
+  ++errors_delivered_;
+  return owner->control(ctl::DeliverError{err}).status();
+}
+
+Result<ControlReply> Ipv6Protocol::control_any(const ControlQuery& query) {
+  if (std::holds_alternative<ctl::GetMtu>(query)) return ControlReply{link_mtu() - Header::kSize};
+  if (std::holds_alternative<ctl::GetHeaderRoom>(query)) {
+    Result<std::size_t> room = link_.control(ctl::GetHeaderRoom{});
+    return ControlReply{(room ? *room : std::size_t{0}) + Header::kSize};
+  }
+  if (std::holds_alternative<ctl::GetLocalAddr>(query)) {
+    // The address a wildcard stands for: the first global one, else the
+    // link-local one.
+    for (const IpCidr& c : addrs_) {
+      if (!icmpv6::is_link_local(c.addr)) return ControlReply{Participant{c.addr}};
+    }
+    if (!addrs_.empty()) return ControlReply{Participant{addrs_.front().addr}};
+    return Errc::not_found;
+  }
+  if (std::holds_alternative<ctl::GetOffloads>(query)) return ControlReply{LinkOffloads{}};
+  if (std::holds_alternative<ctl::GetChunkSource>(query)) return link_.control_any(query);
+  return Protocol::control_any(query);
+}
+
+// ---- graph kind ---------------------------------------------------------
+
+void register_ipv6(Registry& registry) {
+  registry.add(
+      KindSpec("ipv6", "IPv6 host: extension headers, reassembly, fragmentation, path MTU, on-link/router routing")
+          .with_below(1, 2)
+          .with_option(OptionSpec::ip_cidrs("addr", "our IPv6 addresses with their on-link prefixes"))
+          .with_option(OptionSpec::ip("gw", "default router (link-local or on a prefix of addr)"))
+          .with_option(OptionSpec::boolean("link_local", "a link-local address from the link's MAC").defaults_to("on"))
+          .with_option(OptionSpec::integer("hop_limit", 1, 255, "hop limit of sent unicast packets").defaults_to("64"))
+          .with_option(OptionSpec::integer("mtu", 1280, 65575, "link MTU override (IPv6 header included)"))
+          .with_option(OptionSpec::integer("pmtu_timeout", 1, 86400, "seconds a lowered path MTU is kept")
+                           .defaults_to("600"))
+          .with_option(OptionSpec::integer("reasm_timeout", 1, 3600, "seconds to complete a packet").defaults_to("60"))
+          .with_option(OptionSpec::size("reasm_max_datagram", 1280, 65575, "largest packet reassembled")
+                           .defaults_to("65575"))
+          .with_option(OptionSpec::size("reasm_mem", 0, std::uint64_t{1} << 32, "bytes all reassemblies may hold")
+                           .defaults_to("4m"))
+          .with_factory([](const BuildArgs& args) -> std::unique_ptr<Protocol> {
+            if (args.loop == nullptr) {
+              throw std::invalid_argument("ipv6 needs an event loop for its timers: pass one to Graph::build");
+            }
+            NextHopResolver* resolver = nullptr;
+            if (args.below.size() > 1) {
+              resolver = dynamic_cast<NextHopResolver*>(args.below[1]);
+              if (resolver == nullptr) {
+                throw std::invalid_argument("below[1] '" + args.below[1]->name() + "' (kind " +
+                                            args.below[1]->kind() +
+                                            ") is not a next-hop resolver; name one like nd, or only the link");
+              }
+            }
+            const Options& o = args.options;
+            Config c;
+            if (o.has("addr")) c.addrs = o.get_ip_cidrs("addr");
+            if (o.has("gw")) c.gw = o.get_ip("gw");
+            c.link_local = o.get_bool("link_local");
+            c.hop_limit = static_cast<std::uint8_t>(o.get_int("hop_limit"));
+            if (o.has("mtu")) c.mtu = static_cast<std::size_t>(o.get_int("mtu"));
+            c.pmtu_timeout = std::chrono::seconds(o.get_int("pmtu_timeout"));
+            c.reasm_timeout = std::chrono::seconds(o.get_int("reasm_timeout"));
+            c.reasm_max_datagram = static_cast<std::size_t>(o.get_size("reasm_max_datagram"));
+            c.reasm_mem = static_cast<std::size_t>(o.get_size("reasm_mem"));
+            return std::make_unique<Ipv6Protocol>(args.name, *args.below[0], resolver, args.loop->timers(), c);
+          }));
+}
+
+}  // namespace xk::ipv6
