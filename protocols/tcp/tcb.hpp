@@ -194,11 +194,13 @@ class TcpConnection final : public StreamEndpoint {
   void process_fin();
   void deliver(Msg data);
   // ---- ICMP errors (tcp_icmp.cpp) ---------------------------------------------
-  // The IPv4 and TCP fixed headers: a segment of MSS bytes is a packet of MSS + 40.
-  static constexpr std::uint16_t kIpTcpHeaders = 40;
-  // The smallest path MTU we believe: 576, so the MSS never drops below 536
-  // (RFC 9293 3.7.1's default) however small a forged frag-needed says.
-  static constexpr std::uint16_t kMinPathMtu = 576;
+  // The IP and TCP fixed headers: a segment of MSS bytes is a packet of
+  // MSS + 40 over IPv4, MSS + 60 over IPv6.
+  std::uint16_t ip_tcp_headers() const noexcept { return tuple_.remote.addr.is_v4() ? 40 : 60; }
+  // The smallest path MTU we believe: over IPv4 576, so the MSS never drops
+  // below 536 (RFC 9293 3.7.1's default) however small a forged
+  // frag-needed says; over IPv6 the minimum link MTU, 1280 (RFC 8200 5).
+  std::uint16_t min_path_mtu() const noexcept { return tuple_.remote.addr.is_v4() ? 576 : 1280; }
   void frag_needed(std::uint16_t next_hop_mtu);
   void resend_outstanding();
   std::uint16_t path_mtu() const noexcept;

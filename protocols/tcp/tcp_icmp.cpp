@@ -75,8 +75,8 @@ std::uint16_t TcpConnection::path_mtu() const noexcept {
   if (!ip_) return 0;
   // Until a router says otherwise, the path is as wide as our link.
   Result<std::size_t> mtu = ip_->control(ctl::GetMtu{});
-  if (!mtu) return kMinPathMtu;
-  return static_cast<std::uint16_t>(std::min<std::size_t>(*mtu + (kIpTcpHeaders - Header::kMinSize), 65535));
+  if (!mtu) return min_path_mtu();
+  return static_cast<std::uint16_t>(std::min<std::size_t>(*mtu + (ip_tcp_headers() - Header::kMinSize), 65535));
 }
 
 void TcpConnection::icmp_error(const ctl::NetError& err) {
@@ -120,7 +120,7 @@ void TcpConnection::frag_needed(std::uint16_t next_hop_mtu) {
   // packet it refused; IP quotes us only the first 8 bytes of TCP, so that is
   // the largest packet we send.
   std::uint32_t mtu = next_hop_mtu;
-  if (mtu == 0) mtu = plateau_below(std::min<std::uint32_t>(current, std::uint32_t{mss_} + kIpTcpHeaders));
+  if (mtu == 0) mtu = plateau_below(std::min<std::uint32_t>(current, std::uint32_t{mss_} + ip_tcp_headers()));
   // RFC 1191 section 3: an ICMP never raises the estimate; a report at or
   // above what we believe is stale, forged, or from another path.
   if (mtu >= current) {
@@ -132,8 +132,8 @@ void TcpConnection::frag_needed(std::uint16_t next_hop_mtu) {
   // let routers fragment what is bigger than a narrower path takes, as hosts
   // without PMTU discovery do.
   bool fragment = false;
-  if (mtu < kMinPathMtu) {
-    mtu = kMinPathMtu;
+  if (mtu < min_path_mtu()) {
+    mtu = min_path_mtu();
     fragment = true;
     host().allow_fragments(tuple_.remote.addr);
   }
@@ -143,7 +143,7 @@ void TcpConnection::frag_needed(std::uint16_t next_hop_mtu) {
     ++stats_.pmtu_updates;
   }
   // The peer's MSS still bounds us: never larger than before.
-  const auto mss = static_cast<std::uint16_t>(std::min<std::uint32_t>(mss_, mtu - kIpTcpHeaders));
+  const auto mss = static_cast<std::uint16_t>(std::min<std::uint32_t>(mss_, mtu - ip_tcp_headers()));
   if (mss == mss_ && !fragment) return;  // what we send fits already
   mss_ = mss;
   sb_.set_smss(payload_mss());

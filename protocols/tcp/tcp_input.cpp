@@ -18,7 +18,7 @@ void TcpConnection::take_options(const Options& opts, bool syn) {
   mss_ = std::min(peer_mss_, host().path_mss(*ip_));
   if (tuning_ && tuning_->max_segment) mss_ = std::min(mss_, *tuning_->max_segment);  // TCP_MAXSEG
   // A path MTU learnt during the handshake (RFC 1191) holds too.
-  if (pmtu_ != 0) mss_ = std::min<std::uint16_t>(mss_, static_cast<std::uint16_t>(pmtu_ - kIpTcpHeaders));
+  if (pmtu_ != 0) mss_ = std::min<std::uint16_t>(mss_, static_cast<std::uint16_t>(pmtu_ - ip_tcp_headers()));
   if (mss_ < 64) mss_ = 64;  // RFC 9293 3.7.1 leaves the floor to us; a tiny MSS is a DoS tool
   // RFC 7323 2.2: scaling only when both SYNs carry the option.
   if (opts.wscale && cfg.wscale > 0) {

@@ -119,9 +119,8 @@ std::uint32_t first_ephemeral(const TcpConfig& c) {
 
 }  // namespace
 
-TcpProtocol::TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, TcpConfig config)
-    : Protocol(std::move(name), "tcp", {&below}),
-      below_(below),
+TcpProtocol::TcpProtocol(std::string name, std::vector<Protocol*> below, TimerWheel& timers, TcpConfig config)
+    : Protocol(std::move(name), "tcp", std::move(below)),
       timers_(timers),
       config_(std::move(config)),
       isn_(config_.secret ? IsnGenerator(*config_.secret) : IsnGenerator()),
@@ -189,10 +188,17 @@ TcpProtocol::TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, 
   if (config_.ephemeral_min == 0 || config_.ephemeral_min > config_.ephemeral_max) {
     throw std::invalid_argument("tcp: bad ephemeral port range");
   }
-  if (Result<LinkOffloads> o = below.control(ctl::GetOffloads{})) offloads_ = *o;
-  if (Result<ChunkSource*> c = below.control(ctl::GetChunkSource{})) chunks_ = *c;
+  if (this->below().empty() || this->below().size() > 2) throw std::invalid_argument("tcp: one or two IP layers below");
+  for (Protocol* ip : this->below()) {
+    // The port's offloads serve IPv4 segments: ipv4 passes them up, ipv6
+    // reports none.
+    if (Result<LinkOffloads> o = ip->control(ctl::GetOffloads{}); o && *o != LinkOffloads{}) offloads_ = *o;
+    if (chunks_ == nullptr) {
+      if (Result<ChunkSource*> c = ip->control(ctl::GetChunkSource{})) chunks_ = *c;
+    }
+  }
   if (Status st = ensure_enabled(); !st) {
-    throw std::invalid_argument("tcp: '" + below.name() + "' refused to pass up IP protocol 6: " + to_string(st.error()));
+    throw std::invalid_argument(std::string("tcp: an IP layer below refused to pass up protocol 6: ") + to_string(st.error()));
   }
 }
 
@@ -215,17 +221,28 @@ TcpProtocol::~TcpProtocol() {
   peers_.for_each([](const PeerKey&, IpPeer& p) { (void)p.session->close(); });
   peers_.clear();
   if (enabled_) {
-    Participants parts;
-    parts.local.push(ProtoNum{kIpProtocol});
-    (void)below_.open_disable(*this, parts);
+    for (Protocol* ip : below()) {
+      Participants parts;
+      parts.local.push(ProtoNum{kIpProtocol});
+      (void)ip->open_disable(*this, parts);
+    }
   }
 }
 
 Status TcpProtocol::ensure_enabled() {
   if (enabled_) return {};
-  Participants parts;
-  parts.local.push(ProtoNum{kIpProtocol});
-  if (Status st = below_.open_enable(*this, parts); !st) return st;
+  for (std::size_t i = 0; i < below().size(); ++i) {
+    Participants parts;
+    parts.local.push(ProtoNum{kIpProtocol});
+    if (Status st = below()[i]->open_enable(*this, parts); !st) {
+      for (std::size_t j = 0; j < i; ++j) {
+        Participants undo;
+        undo.local.push(ProtoNum{kIpProtocol});
+        (void)below()[j]->open_disable(*this, undo);
+      }
+      return st;
+    }
+  }
   enabled_ = true;
   return {};
 }
@@ -236,11 +253,18 @@ Result<TcpProtocol::IpPeer*> TcpProtocol::ip_for(IpAddr peer, Session* known) {
   if (known != nullptr) {
     s = SessionRef(known);
   } else {
-    // The IP layer below says whether it takes the family.
-    Participants parts;
-    parts.remote.push(peer);
-    parts.remote.push(ProtoNum{kIpProtocol});
-    Result<SessionRef> r = below_.open(*this, parts);
+    // Each IP layer below says whether it takes the family.
+    auto open = [&]() -> Result<SessionRef> {
+      for (Protocol* ip : below()) {
+        Participants parts;
+        parts.remote.push(peer);
+        parts.remote.push(ProtoNum{kIpProtocol});
+        Result<SessionRef> r = ip->open(*this, parts);
+        if (r || r.error() != Errc::unsupported) return r;
+      }
+      return Errc::unsupported;
+    };
+    Result<SessionRef> r = open();
     if (!r) return r.error();
     s = *r;
   }
@@ -411,7 +435,7 @@ Status TcpProtocol::transmit(Session& ip, IpAddr src, IpAddr dst, Msg segment, C
   if (csum == ChecksumMode::on || csum == ChecksumMode::tx_only) {
     std::uint32_t pseudo = csum::pseudo_header(src, dst, kIpProtocol, len);
     std::uint16_t ck;
-    if (offloads_.tx_tcp_csum) {
+    if (offloads_.tx_tcp_csum && src.is_v4()) {
       ck = csum::fold(pseudo);  // the port sums the rest (docs/checksum.md, "Offload")
       segment.offload().flags |= Offload::tx_tcp_csum;
       ++c_.tx_csum_by_port;
@@ -893,8 +917,8 @@ Secret parse_secret(const std::string& hex) {
 
 void register_tcp(Registry& registry) {
   registry.add(
-      KindSpec("tcp", "TCP over one IPv4 instance (RFC 9293, 7323, 2018, 8985, 6937, 5681, 9438)")
-          .with_below(1, 1)
+      KindSpec("tcp", "TCP over IPv4, IPv6 or both (RFC 9293, 7323, 2018, 8985, 6937, 5681, 9438)")
+          .with_below(1, 2)
           .with_option(OptionSpec::boolean("csum", "compute on send and verify on receive").defaults_to("on"))
           .with_option(OptionSpec::integer("mss", 0, 65495, "largest segment payload we announce (0: from the MTU)")
                            .defaults_to("0"))
@@ -1002,7 +1026,7 @@ void register_tcp(Registry& registry) {
             }
             if (o.has("secret")) c.secret = parse_secret(o.get_string("secret"));
             if (c.rto_min > c.rto_max) throw std::invalid_argument("rto_min is above rto_max");
-            auto t = std::make_unique<TcpProtocol>(args.name, *args.below[0], args.loop->timers(), c);
+            auto t = std::make_unique<TcpProtocol>(args.name, args.below, args.loop->timers(), c);
             if (o.get_string("backend") == "relay") {
               auto* backend = dynamic_cast<StreamBackend*>(args.below[0]);
               if (backend == nullptr) {

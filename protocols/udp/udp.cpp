@@ -169,9 +169,8 @@ Status UdpSocket::close() {
 
 // ---- protocol -----------------------------------------------------------
 
-UdpProtocol::UdpProtocol(std::string name, Protocol& below, UdpConfig config)
-    : Protocol(std::move(name), "udp", {&below}),
-      below_(below),
+UdpProtocol::UdpProtocol(std::string name, std::vector<Protocol*> below, UdpConfig config)
+    : Protocol(std::move(name), "udp", std::move(below)),
       config_(config),
       next_ephemeral_(config.ephemeral_min),
       rx_datagrams_(counters().add("rx_datagrams")),
@@ -185,9 +184,14 @@ UdpProtocol::UdpProtocol(std::string name, Protocol& below, UdpConfig config)
       icmp_errors_(counters().add("icmp_errors", "ICMP errors reported to a socket")),
       icmp_errors_ignored_(counters().add("icmp_errors_ignored", "ICMP errors for no connected socket")),
       rx_csum_by_port_(counters().add("rx_csum_by_port", "checksums the port verified for us")),
-      tx_csum_by_port_(counters().add("tx_csum_by_port", "checksums left to the port")) {
-  // The port's checksum offloads, as ipv4 reports them (none if it does not).
-  if (Result<LinkOffloads> o = below.control(ctl::GetOffloads{})) offloads_ = *o;
+      tx_csum_by_port_(counters().add("tx_csum_by_port", "checksums left to the port")),
+      drop_v6_no_csum_(counters().add("drop_v6_no_csum", "over IPv6 with checksum 0 (RFC 8200 8.1)")) {
+  if (this->below().empty() || this->below().size() > 2) throw std::invalid_argument("udp: one or two IP layers below");
+  // The port's checksum offloads, as ipv4 reports them (none if it does
+  // not); they serve IPv4 datagrams only.
+  for (Protocol* ip : this->below()) {
+    if (Result<LinkOffloads> o = ip->control(ctl::GetOffloads{}); o && *o != LinkOffloads{}) offloads_ = *o;
+  }
   if (config_.ephemeral_min == 0 || config_.ephemeral_min > config_.ephemeral_max) {
     throw std::invalid_argument("udp: bad ephemeral port range");
   }
@@ -195,8 +199,7 @@ UdpProtocol::UdpProtocol(std::string name, Protocol& below, UdpConfig config)
   // a closed port with port unreachable, not protocol unreachable
   // (RFC 1122 3.2.2.1, 4.1.3.1).
   if (Status st = ensure_enabled(); !st) {
-    throw std::invalid_argument("udp: '" + below.name() + "' refused to pass up IP protocol 17: " +
-                                to_string(st.error()));
+    throw std::invalid_argument(std::string("udp: an IP layer below refused to pass up protocol 17: ") + to_string(st.error()));
   }
 }
 
@@ -213,17 +216,28 @@ UdpProtocol::~UdpProtocol() {
   ip_by_session_.clear();
   for (SessionRef& s : ours) (void)s->close();
   if (enabled_) {
-    Participants parts;
-    parts.local.push(ProtoNum{kIpProtocol});
-    (void)below_.open_disable(*this, parts);
+    for (Protocol* ip : below()) {
+      Participants parts;
+      parts.local.push(ProtoNum{kIpProtocol});
+      (void)ip->open_disable(*this, parts);
+    }
   }
 }
 
 Status UdpProtocol::ensure_enabled() {
   if (enabled_) return {};
-  Participants parts;
-  parts.local.push(ProtoNum{kIpProtocol});
-  if (Status st = below_.open_enable(*this, parts); !st) return st;
+  for (std::size_t i = 0; i < below().size(); ++i) {
+    Participants parts;
+    parts.local.push(ProtoNum{kIpProtocol});
+    if (Status st = below()[i]->open_enable(*this, parts); !st) {
+      for (std::size_t j = 0; j < i; ++j) {
+        Participants undo;
+        undo.local.push(ProtoNum{kIpProtocol});
+        (void)below()[j]->open_disable(*this, undo);
+      }
+      return st;
+    }
+  }
   enabled_ = true;
   return {};
 }
@@ -245,12 +259,19 @@ Result<UdpProtocol::IpPeer*> UdpProtocol::learn(Session& ip, bool opened_by_us) 
 
 Result<UdpProtocol::IpPeer*> UdpProtocol::route_to(IpAddr peer, IpAddr local_hint) {
   if (Session** s = ip_by_peer_.find(PeerKey{peer})) return learn(**s, false);
-  // The IP layer below says whether it takes the family.
-  Participants parts;
-  parts.remote.push(peer);
-  parts.remote.push(ProtoNum{kIpProtocol});
-  if (!local_hint.is_unspecified()) parts.local.push(local_hint);
-  Result<SessionRef> ip = below_.open(*this, parts);
+  // Each IP layer below says whether it takes the family.
+  auto open = [&]() -> Result<SessionRef> {
+    for (Protocol* layer : below()) {
+      Participants parts;
+      parts.remote.push(peer);
+      parts.remote.push(ProtoNum{kIpProtocol});
+      if (!local_hint.is_unspecified()) parts.local.push(local_hint);
+      Result<SessionRef> r = layer->open(*this, parts);
+      if (r || r.error() != Errc::unsupported) return r;
+    }
+    return Errc::unsupported;
+  };
+  Result<SessionRef> ip = open();
   if (!ip) return ip.error();
   return learn(**ip, true);
 }
@@ -390,7 +411,7 @@ Status UdpProtocol::send(UdpSession& s, Msg msg, IpAddr addr, Port port, IpPeer*
   if (computes(config_.csum)) {
     std::uint32_t sum = csum::pseudo_header(ip->local, addr, kIpProtocol, length);
     std::uint16_t ck;
-    if (offloads_.tx_udp_csum) {
+    if (offloads_.tx_udp_csum && addr.is_v4()) {
       // The port sums the rest: the field holds the pseudo-header sum, not
       // complemented (docs/checksum.md, "Offload"); ipv4 finishes it in
       // software if it has to fragment.
@@ -434,10 +455,6 @@ Result<SessionRef> UdpProtocol::open(Protocol& upper, Participants& parts) {
 Status UdpProtocol::demux(Session& lower, Msg msg) {
   // Whom it came from and where it went: ipv4's facts about this packet (the
   // destination may be a broadcast address, not the session's local one).
-  if (!msg.rx().src.is_v4()) {
-    ++drops_no_session();
-    return Errc::bad_state;
-  }
   const IpAddr src = msg.rx().src;
   const IpAddr dst = msg.rx().dst;
   Result<std::span<const std::byte>> raw = msg.peek(Header::kSize);
@@ -454,6 +471,10 @@ Status UdpProtocol::demux(Session& lower, Msg msg) {
   if (h.length < msg.size()) {
     (void)msg.truncate(h.length);
     ++rx_trimmed_;
+  }
+  if (h.checksum == 0 && !src.is_v4()) {
+    ++drop_v6_no_csum_;  // RFC 8200 8.1: over IPv6 the checksum is not optional
+    return Errc::malformed;
   }
   if (h.checksum == 0) {
     ++rx_no_csum_;  // RFC 768: the sender computed none
@@ -519,14 +540,23 @@ Result<ControlReply> UdpProtocol::control_any(const ControlQuery& query) {
     return ControlReply{std::monostate{}};
   }
   if (std::holds_alternative<ctl::GetMtu>(query)) {
-    Result<std::size_t> mtu = below_.control(ctl::GetMtu{});
-    if (!mtu) return mtu.error();
-    return ControlReply{*mtu > Header::kSize ? *mtu - Header::kSize : std::size_t{0}};
+    // What fits over every family below.
+    std::optional<std::size_t> least;
+    for (Protocol* ip : below()) {
+      Result<std::size_t> mtu = ip->control(ctl::GetMtu{});
+      if (!mtu) return mtu.error();
+      least = std::min(least.value_or(*mtu), *mtu);
+    }
+    return ControlReply{*least > Header::kSize ? *least - Header::kSize : std::size_t{0}};
   }
   if (std::holds_alternative<ctl::GetHeaderRoom>(query)) {
-    Result<std::size_t> room = below_.control(ctl::GetHeaderRoom{});
-    if (!room) return room.error();
-    return ControlReply{*room + Header::kSize};
+    std::size_t most = 0;
+    for (Protocol* ip : below()) {
+      Result<std::size_t> room = ip->control(ctl::GetHeaderRoom{});
+      if (!room) return room.error();
+      most = std::max(most, *room);
+    }
+    return ControlReply{most + Header::kSize};
   }
   if (std::holds_alternative<ctl::GetChecksum>(query)) return ControlReply{config_.csum};
   if (const auto* set = std::get_if<ctl::SetChecksum>(&query)) {
@@ -543,8 +573,8 @@ Result<ControlReply> UdpProtocol::control_any(const ControlQuery& query) {
 // ---- graph kind ---------------------------------------------------------
 
 void register_udp(Registry& registry) {
-  registry.add(KindSpec("udp", "UDP (RFC 768) over one ipv4 instance, with datagram sockets")
-                   .with_below(1, 1)
+  registry.add(KindSpec("udp", "UDP (RFC 768) over IPv4, IPv6 or both, with datagram sockets")
+                   .with_below(1, 2)
                    .with_option(OptionSpec::boolean("csum", "compute on send and verify on receive").defaults_to("on"))
                    .with_option(OptionSpec::integer("ephemeral_min", 1, 65535, "first ephemeral port").defaults_to("49152"))
                    .with_option(OptionSpec::integer("ephemeral_max", 1, 65535, "last ephemeral port").defaults_to("65535"))
@@ -553,7 +583,7 @@ void register_udp(Registry& registry) {
                      c.csum = args.options.get_bool("csum") ? ChecksumMode::on : ChecksumMode::off;
                      c.ephemeral_min = static_cast<std::uint16_t>(args.options.get_int("ephemeral_min"));
                      c.ephemeral_max = static_cast<std::uint16_t>(args.options.get_int("ephemeral_max"));
-                     return std::make_unique<UdpProtocol>(args.name, *args.below[0], c);
+                     return std::make_unique<UdpProtocol>(args.name, args.below, c);
                    }));
 }
 

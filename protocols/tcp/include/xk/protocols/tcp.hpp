@@ -1,10 +1,10 @@
 #pragma once
-// TCP (RFC 9293) over one IPv4 instance, with large windows (RFC 7323), SACK
+// TCP (RFC 9293) over IPv4, IPv6 or both, with large windows (RFC 7323), SACK
 // (RFC 2018, RFC 6675 recovery), congestion control behind tcp_cc.hpp, and
 // the socket API applications use (TcpSocket, TcpListener: tcp_socket.hpp,
 // which is all an application needs).
 //
-//   tcp tcp0 below=ip0 csum=on wscale=14 sack=on ts=on cc=cubic rto_min_ms=5
+//   tcp tcp0 below=ip0[,ip6] csum=on wscale=14 sack=on ts=on cc=cubic rto_min_ms=5
 //
 // Layout of the protocol (one job per file):
 //   tcp_wire      header and options on the wire, checksums
@@ -164,7 +164,11 @@ struct TimeWaitRecord {
 
 class TcpProtocol final : public Protocol {
  public:
-  TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, TcpConfig config = {});
+  // `below`: the IP layers, at most one per family -- ipv4, ipv6, or both
+  // for a dual-stack TCP; a peer's address picks the layer that takes it.
+  TcpProtocol(std::string name, std::vector<Protocol*> below, TimerWheel& timers, TcpConfig config = {});
+  TcpProtocol(std::string name, Protocol& below, TimerWheel& timers, TcpConfig config = {})
+      : TcpProtocol(std::move(name), std::vector<Protocol*>{&below}, timers, std::move(config)) {}
   ~TcpProtocol() override;
 
   Result<SessionRef> open(Protocol& upper, Participants& parts) override;
@@ -295,13 +299,13 @@ class TcpProtocol final : public Protocol {
   Status transmit(Session& ip, IpAddr src, IpAddr dst, Msg segment, ChecksumMode csum);
   std::uint16_t path_mss(Session& ip) const;
   // Connections may hand the port segments to cut (Offload::tx_tcp_seg).
+  // The port's offloads serve IPv4 segments (none are reported for IPv6).
   bool segmentation_offload() const noexcept { return offloads_.tx_tcp_seg && config_.gso; }
   // ---- ICMP and the IP sessions' DF bit (tcp_icmp.cpp) ----
   void icmp_error(const ctl::NetError& err);
   void allow_fragments(IpAddr peer) noexcept;
   std::uint8_t our_wscale(std::size_t rcvbuf_max) const noexcept;
 
-  Protocol& below_;
   TimerWheel& timers_;
   TcpConfig config_;
   LinkOffloads offloads_;

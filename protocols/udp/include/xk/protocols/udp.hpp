@@ -186,7 +186,11 @@ class UdpProtocol final : public Protocol {
  public:
   static constexpr std::size_t kMaxPayload = 65535 - 20 - 8;  // one IPv4 datagram
 
-  UdpProtocol(std::string name, Protocol& below, UdpConfig config = {});
+  // `below`: the IP layers, at most one per family (ipv4, ipv6 or both); a
+  // peer's address picks the layer that takes it.
+  UdpProtocol(std::string name, std::vector<Protocol*> below, UdpConfig config = {});
+  UdpProtocol(std::string name, Protocol& below, UdpConfig config = {})
+      : UdpProtocol(std::move(name), std::vector<Protocol*>{&below}, config) {}
   ~UdpProtocol() override;
 
   Result<SessionRef> open(Protocol& upper, Participants& parts) override;
@@ -251,7 +255,6 @@ class UdpProtocol final : public Protocol {
   SessionRef* receiver(IpAddr dst, std::uint16_t dport, IpAddr src, std::uint16_t sport);
   Status deliver_error(const ctl::NetError& e);
 
-  Protocol& below_;
   UdpConfig config_;
   LinkOffloads offloads_;
   bool enabled_ = false;
@@ -276,6 +279,7 @@ class UdpProtocol final : public Protocol {
   Counter& icmp_errors_ignored_;
   Counter& rx_csum_by_port_;
   Counter& tx_csum_by_port_;
+  Counter& drop_v6_no_csum_;
 };
 
 // Make the kind `udp` available to graph specs:
