@@ -28,6 +28,7 @@
 #include "xk/protocols/fault.hpp"
 #include "xk/protocols/icmp.hpp"
 #include "xk/protocols/ipv4.hpp"
+#include "xk/protocols/ipv6.hpp"
 #include "xk/protocols/tcp.hpp"
 #include "xk/protocols/udp.hpp"
 #include "xk/stack.hpp"
@@ -94,13 +95,23 @@ std::uint64_t parse_bytes(std::string_view flag, std::string_view text) {
   }
 }
 
-std::pair<Ipv4Addr, std::uint16_t> parse_endpoint(std::string_view flag, std::string_view v) {
+std::pair<IpAddr, std::uint16_t> parse_endpoint(std::string_view flag, std::string_view v) {
   auto colon = v.rfind(':');
   if (colon == std::string_view::npos) {
-    throw UsageError{std::string(flag) + ": expected A.B.C.D:PORT, got '" + std::string(v) + "'"};
+    throw UsageError{std::string(flag) + ": expected A.B.C.D:PORT or [X:X::X]:PORT, got '" + std::string(v) + "'"};
   }
-  auto addr = parse_ipv4(v.substr(0, colon));
-  if (!addr) throw UsageError{std::string(flag) + ": '" + std::string(v.substr(0, colon)) + "' is not an IPv4 address"};
+  std::string_view host = v.substr(0, colon);
+  Result<IpAddr> addr = Errc::invalid_argument;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    addr = parse_ip(host.substr(1, host.size() - 2));
+    if (addr && addr->is_v4()) addr = Errc::invalid_argument;  // [a.b.c.d] is not a form
+  } else if (host.find(':') == std::string_view::npos) {
+    addr = parse_ip(host);
+  }
+  if (!addr) {
+    throw UsageError{std::string(flag) + ": '" + std::string(host) +
+                     "' is not an address (A.B.C.D, or [X:X::X] for IPv6)"};
+  }
   return {*addr, parse_number<std::uint16_t>(std::string(flag) + " port", v.substr(colon + 1), 1, 65535)};
 }
 
@@ -110,8 +121,9 @@ const char* const kStackFlagsHelp =
                       or shm:PATH[,role=server|auto]: xk's own link to another xk process of
                       this host, payload by reference (docs/shm-driver.md)
   --port-opts 'K=V ..' more options of the port's kind, e.g. 'mbuf_data=64k mbufs=1023'
-  --ip A.B.C.D/N      our address and prefix (required without --graph)
-  --gw A.B.C.D        default gateway (on the subnet)
+  --ip PREFIX         our address and prefix, A.B.C.D/N or X:X::X/N (required without
+                      --graph); repeat it for a dual-stack node (one IPv4, any IPv6)
+  --gw ADDR           default gateway of a family (on a prefix; IPv6: or link-local)
   --mac MAC           Ethernet address to use (default: the port's)
   --csum on|off       UDP and TCP checksums on send and receive (default on)
   --tcp-opts 'K=V ..' more options of the tcp kind, e.g. 'rto_min_ms=5 cc=newreno sack=off'
@@ -201,13 +213,21 @@ void StackFlags::set(std::string_view flag, std::string_view v) {
   } else if (flag == "--tcp-opts") {
     tcp_opts = std::string(v);
   } else if (flag == "--ip") {
-    auto c = parse_cidr(v);
-    if (!c) throw UsageError{"--ip: '" + std::string(v) + "' is not an address/prefix (a.b.c.d/n)"};
-    ip = *c;
+    // Repeats: one IPv4 address and any number of IPv6 ones.
+    Result<IpCidr> c = parse_ip_cidr(v);
+    if (!c) throw UsageError{"--ip: '" + std::string(v) + "' is not an address/prefix (a.b.c.d/n or x:x::x/n)"};
+    if (c->addr.is_v4() && std::any_of(ips.begin(), ips.end(), [](const IpCidr& i) { return i.addr.is_v4(); })) {
+      throw UsageError{"--ip: one IPv4 address per stack (" + std::string(v) + " is a second)"};
+    }
+    ips.push_back(*c);
   } else if (flag == "--gw") {
-    auto g = parse_ipv4(v);
-    if (!g) throw UsageError{"--gw: '" + std::string(v) + "' is not an IPv4 address"};
-    gw = *g;
+    // Repeats: a gateway per family.
+    Result<IpAddr> g = parse_ip(v);
+    if (!g) throw UsageError{"--gw: '" + std::string(v) + "' is not an IPv4 or IPv6 address"};
+    if (std::any_of(gws.begin(), gws.end(), [&](const IpAddr& o) { return o.is_v4() == g->is_v4(); })) {
+      throw UsageError{"--gw: one gateway per family (" + std::string(v) + " is a second)"};
+    }
+    gws.push_back(*g);
   } else if (flag == "--mac") {
     auto m = parse_mac(v);
     if (!m) throw UsageError{"--mac: '" + std::string(v) + "' is not a MAC address (aa:bb:cc:dd:ee:ff)"};
@@ -261,7 +281,7 @@ void StackFlags::validate() const {
     if (stacks > 1) throw UsageError{"--stacks: a node on another host (--filterd tcp:...) runs one stack"};
     // Its own port (filterd's node port is at the other end), the address
     // from filterd.
-    if (!graph_file.empty() || ip || gw || !capture.empty()) {
+    if (!graph_file.empty() || !ips.empty() || !gws.empty() || !capture.empty()) {
       throw UsageError{"--filterd tcp:... gives the address: --graph, --ip, --gw and --capture do not go with it"};
     }
     if (port.empty()) throw UsageError{"--filterd tcp:... needs --port DEVARGS: the node's own port on filterd's node port"};
@@ -269,7 +289,7 @@ void StackFlags::validate() const {
   }
   if (!filterd.empty()) {
     // --port-opts still apply: to the node's channel.
-    if (!graph_file.empty() || !port.empty() || ip || gw || mac || !capture.empty()) {
+    if (!graph_file.empty() || !port.empty() || !ips.empty() || !gws.empty() || mac || !capture.empty()) {
       throw UsageError{"--filterd gives the port and the address: --graph, --port, --ip, --gw, --mac "
                        "and --capture do not go with it"};
     }
@@ -284,8 +304,15 @@ void StackFlags::validate() const {
     return;
   }
   if (port.empty()) throw UsageError{"--port DEVARGS is required (or --graph FILE)"};
-  if (!ip) throw UsageError{"--ip A.B.C.D/N is required (or --graph FILE)"};
-  if (gw && !ip->contains(*gw)) throw UsageError{"--gw " + to_string(*gw) + " is not on " + to_string(*ip)};
+  if (ips.empty()) throw UsageError{"--ip A.B.C.D/N or X:X::X/N is required (or --graph FILE)"};
+  for (const IpAddr& gw : gws) {
+    // An IPv6 router is link-local or on a prefix; an IPv4 one on the subnet.
+    const bool link_local = !gw.is_v4() && gw.bytes()[0] == 0xfe && (gw.bytes()[1] & 0xc0) == 0x80;
+    if (!link_local && std::none_of(ips.begin(), ips.end(), [&](const IpCidr& i) { return i.contains(gw); })) {
+      throw UsageError{"--gw " + to_string(gw) + " is not on a prefix of --ip" +
+                       (gw.is_v4() ? "" : " (nor link-local)")};
+    }
+  }
 }
 
 StackSpec stack_spec(const StackFlags& a) {
@@ -299,8 +326,8 @@ StackSpec stack_spec(const StackFlags& a) {
   SimpleGraph g;
   g.port = a.port;
   g.port_opts = a.port_opts;
-  g.ip = to_string(*a.ip);
-  if (a.gw) g.gw = to_string(*a.gw);
+  for (const IpCidr& c : a.ips) g.ip += (g.ip.empty() ? "" : ",") + to_string(c);
+  for (const IpAddr& gw : a.gws) g.gw += (g.gw.empty() ? "" : ",") + to_string(gw);
   if (a.mac) g.mac = to_string(*a.mac);
   g.tcp_opts = a.tcp_opts;
   g.capture = a.capture;
@@ -355,8 +382,12 @@ const char* SignalSource::signal_name() const noexcept {
 }
 
 std::string describe_stack(Graph& graph) {
-  auto* ip = graph.find_as<ipv4::Ipv4Protocol>("ip0");
-  std::string where = ip != nullptr ? to_string(ip->config().addr) : std::string("?");
+  std::string where;
+  if (auto* ip = graph.find_as<ipv4::Ipv4Protocol>("ip0")) where = to_string(ip->config().addr);
+  if (auto* ip6 = graph.find_as<ipv6::Ipv6Protocol>("ip6")) {
+    for (const IpCidr& c : ip6->config().addrs) where += (where.empty() ? "" : ",") + to_string(c);
+  }
+  if (where.empty()) where = "?";
   if (auto* net = graph.find_as<drivers::DpdkDriver>("net0")) {
     where += " on port " + std::to_string(net->port_id()) + " (" + to_string(net->mac()) + ", mtu " +
              std::to_string(net->mtu()) + ")";

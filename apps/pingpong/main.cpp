@@ -93,7 +93,7 @@ struct Args : xk::apps::CommonArgs {
   enum class Role { server, client } role = Role::server;  // as in kCommandLine.roles
   std::uint16_t port = 5002;
   std::uint64_t count = 0;
-  std::optional<xk::Ipv4Addr> peer;
+  std::optional<xk::IpAddr> peer;
   std::uint16_t peer_port = 0;
   std::size_t min = 1;
   std::size_t max = std::size_t{8} << 20;
@@ -179,7 +179,7 @@ Args parse_args(int argc, char** argv) {
     if (a.peer) throw UsageError{"--peer is for the client"};
     if (client_flag) throw UsageError{"--min, --max, --perturb, --trial-seconds, --trials, --warmup, --csv and --verify are for the client"};
   } else {
-    if (!a.peer) throw UsageError{"client: --peer A.B.C.D:PORT is required"};
+    if (!a.peer) throw UsageError{"client: --peer A.B.C.D:PORT or [X:X::X]:PORT is required"};
     if (server_flag) throw UsageError{"--tcp-port and --count are for the server"};
     if (a.min > a.max) throw UsageError{"--min is larger than --max"};
   }

@@ -86,7 +86,7 @@ exit status: 0 success, 1 failure, 2 bad command line
 struct Args : xk::apps::CommonArgs {
   enum class Role { server, client } role = Role::server;  // as in kCommandLine.roles
   std::uint16_t port = 5001;
-  std::optional<xk::Ipv4Addr> peer;
+  std::optional<xk::IpAddr> peer;
   std::uint16_t peer_port = 0;
   std::string mode;
   std::uint64_t bytes = 100ull << 20;
@@ -170,7 +170,7 @@ Args parse_args(int argc, char** argv) {
   } else {
     if (a.mode.empty()) a.mode = "send";
     if (a.mode != "send" && a.mode != "pingpong") throw UsageError{"client --mode: send or pingpong"};
-    if (!a.peer) throw UsageError{"client: --peer A.B.C.D:PORT is required"};
+    if (!a.peer) throw UsageError{"client: --peer A.B.C.D:PORT or [X:X::X]:PORT is required"};
     if (read_flag) throw UsageError{"--read is for the sink server"};
     a.count = count.value_or(100000);
   }

@@ -105,7 +105,7 @@ struct Args : xk::apps::CommonArgs {
   bool group = false;
   double progress_s = 0;
   // transmit
-  std::optional<xk::Ipv4Addr> peer;
+  std::optional<xk::IpAddr> peer;
   std::uint16_t peer_port = 0;
   std::uint64_t bytes = 100ull << 20;
   double seconds = 0;  // > 0: send for this long instead of `bytes`
@@ -187,7 +187,7 @@ Args parse_args(int argc, char** argv) {
     if (!transmit_only.empty()) throw UsageError{transmit_only.front() + " is for transmit"};
   } else {
     if (!receive_only.empty()) throw UsageError{receive_only.front() + " is for receive"};
-    if (!a.peer) throw UsageError{"transmit: --peer A.B.C.D:PORT is required"};
+    if (!a.peer) throw UsageError{"transmit: --peer A.B.C.D:PORT or [X:X::X]:PORT is required"};
     if (bytes && a.seconds > 0) throw UsageError{"--bytes and --seconds: give one of them"};
     if (bytes) a.bytes = *bytes;
   }

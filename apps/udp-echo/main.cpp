@@ -97,7 +97,7 @@ struct Args : xk::apps::CommonArgs {
   enum class Mode { server, client } mode = Mode::server;  // as in kCommandLine.roles
   bool print_graph = false;
   std::optional<std::uint16_t> udp_port;
-  std::optional<xk::Ipv4Addr> peer;
+  std::optional<xk::IpAddr> peer;
   std::uint16_t peer_port = 0;
   std::optional<std::uint64_t> count;
   std::size_t size_min = 1;
@@ -156,7 +156,7 @@ Args parse_args(int argc, char** argv) {
   a.mode = static_cast<Args::Mode>(mode);
   a.stack.validate();
   if (a.mode == Args::Mode::client) {
-    if (!a.peer) throw UsageError{"client: --peer A.B.C.D:PORT is required"};
+    if (!a.peer) throw UsageError{"client: --peer A.B.C.D:PORT or [X:X::X]:PORT is required"};
   } else {
     if (a.peer) throw UsageError{"--peer is for the client"};
   }

@@ -70,7 +70,7 @@ exit status: 0 success, 1 failure, 2 bad command line
 struct Args : xk::apps::CommonArgs {
   enum class Mode { server, pingpong, rate } mode = Mode::server;  // as in kCommandLine.roles
   std::uint16_t udp_port = 9000;
-  std::optional<xk::Ipv4Addr> peer;
+  std::optional<xk::IpAddr> peer;
   std::uint16_t peer_port = 0;
   std::size_t size = 64;
   std::uint64_t count = 100000;
@@ -116,7 +116,7 @@ Args parse_args(int argc, char** argv) {
   if (a.mode == Args::Mode::server) {
     if (a.peer) throw UsageError{"--peer is for pingpong and rate"};
   } else {
-    if (!a.peer) throw UsageError{"--peer A.B.C.D:PORT is required"};
+    if (!a.peer) throw UsageError{"--peer A.B.C.D:PORT or [X:X::X]:PORT is required"};
     if (a.sink) throw UsageError{"--sink is for the server"};
   }
   return a;

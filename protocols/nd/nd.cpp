@@ -173,6 +173,20 @@ void NdProtocol::add_local_address(const IpAddr& addr) {
   }
 }
 
+void NdProtocol::link_up() {
+  if (config_.mld && !groups_.empty()) (void)send_report(true, groups_);
+  for (Local& l : locals_) {
+    if (l.state != AddrState::tentative) continue;
+    l.dad_sent = 0;
+    l.dad_timer.cancel();
+    dad_step(l);
+  }
+}
+
+bool NdProtocol::checks_pending() const noexcept {
+  return std::any_of(locals_.begin(), locals_.end(), [](const Local& l) { return l.state == AddrState::tentative; });
+}
+
 void NdProtocol::dad_step(Local& l) {
   if (l.state != AddrState::tentative) return;
   if (l.dad_sent == config_.dad_transmits) {

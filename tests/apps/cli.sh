@@ -57,9 +57,15 @@ done
 expect xk-tcp-perf 2 "--filterd tcp:... gives the address" server --filterd tcp:203.0.113.1:7500 --port net_null0 --ip 192.0.2.1/24
 expect xk-tcp-perf 2 "--filterd tcp:... needs --port DEVARGS" server --filterd tcp:203.0.113.1:7500
 expect xk-tcp-perf 2 "--filterd-token goes with --filterd tcp:HOST:PORT" server "${STACK[@]}" --filterd-token /nonexistent
-expect xk-tcp-perf 2 "client: --peer A.B.C.D:PORT is required" client "${STACK[@]}"
+expect xk-tcp-perf 2 "client: --peer A.B.C.D:PORT or \[X:X::X\]:PORT is required" client "${STACK[@]}"
 expect xk-tcp-perf 2 "--peer port: '0' is not a number in 1..65535" client "${STACK[@]}" --peer 192.0.2.2:0
-expect xk-tcp-perf 2 "--peer: '192.0.2' is not an IPv4 address" client "${STACK[@]}" --peer 192.0.2:5
+expect xk-tcp-perf 2 "--peer: '192.0.2' is not an address" client "${STACK[@]}" --peer 192.0.2:5
+expect xk-tcp-perf 2 "--peer: '2001:db8::1' is not an address" client "${STACK[@]}" --peer 2001:db8::1:5
+expect xk-tcp-perf 2 "--peer: '\[192.0.2.1\]' is not an address" client "${STACK[@]}" --peer [192.0.2.1]:5
+expect xk-tcp-perf 2 "--ip: one IPv4 address per stack" server "${STACK[@]}" --ip 192.0.2.2/24
+expect xk-tcp-perf 2 "--ip: '2001:db8::1/129' is not an address/prefix" server "${STACK[@]}" --ip 2001:db8::1/129
+expect xk-tcp-perf 2 "--gw 2001:db8:1::1 is not on a prefix of --ip \(nor link-local\)" server "${STACK[@]}" --ip 2001:db8::10/64 --gw 2001:db8:1::1
+expect xk-tcp-perf 2 "--gw: one gateway per family" server "${STACK[@]}" --ip 2001:db8::10/64 --gw fe80::1 --gw fe80::2
 expect xk-tcp-perf 2 "server --mode: sink or echo" server "${STACK[@]}" --mode send
 expect xk-tcp-perf 2 "client --mode: send or pingpong" client "${STACK[@]}" "${PEER[@]}" --mode echo
 expect xk-tcp-perf 2 "--bytes: 'lots' is not a number" client "${STACK[@]}" "${PEER[@]}" --bytes lots
@@ -69,7 +75,7 @@ expect xk-tcp-perf 2 "--timeout: '0' is not a number of seconds" client "${STACK
 expect xk-tcp-perf 2 "--peer is for the client" server "${STACK[@]}" "${PEER[@]}"
 
 # xk-pingpong
-expect xk-pingpong 2 "client: --peer A.B.C.D:PORT is required" client "${STACK[@]}"
+expect xk-pingpong 2 "client: --peer A.B.C.D:PORT or \[X:X::X\]:PORT is required" client "${STACK[@]}"
 expect xk-pingpong 2 "--min is larger than --max" client "${STACK[@]}" "${PEER[@]}" --min 9 --max 8
 expect xk-pingpong 2 "--max: a message is 1 byte to 64m" client "${STACK[@]}" "${PEER[@]}" --max 65m
 expect xk-pingpong 2 "--min: a message is 1 byte to 64m" client "${STACK[@]}" "${PEER[@]}" --min 0
@@ -114,9 +120,9 @@ expect xk-ttcp 1 "shm 'net0': cannot build: shm: path must be 1..107 bytes" -r -
 expect xk-ttcp 1 "shm 'net0': role=boss: expected one of server\|client" -r --port shm:/tmp/x.sock,role=boss --ip 192.0.2.1/24
 expect xk-ttcp 1 "shm: bind /nonexistent/x.sock: No such file or directory" -r --port shm:/nonexistent/x.sock,role=server \
   --ip 192.0.2.1/24
-expect xk-ttcp 2 "transmit: --peer A.B.C.D:PORT is required" transmit "${STACK[@]}"
+expect xk-ttcp 2 "transmit: --peer A.B.C.D:PORT or \[X:X::X\]:PORT is required" transmit "${STACK[@]}"
 expect xk-ttcp 2 "--peer port: '0' is not a number in 1..65535" -t "${STACK[@]}" --peer 192.0.2.2:0
-expect xk-ttcp 2 "--peer: '192.0.2' is not an IPv4 address" -t "${STACK[@]}" --peer 192.0.2:5
+expect xk-ttcp 2 "--peer: '192.0.2' is not an address" -t "${STACK[@]}" --peer 192.0.2:5
 expect xk-ttcp 2 "--peer: expected A.B.C.D:PORT" -t "${STACK[@]}" --peer 192.0.2.2
 expect xk-ttcp 2 "--peer is for transmit" -r "${STACK[@]}" "${PEER[@]}"
 expect xk-ttcp 2 "--bytes is for transmit" -r "${STACK[@]}" --bytes 1m

@@ -161,6 +161,7 @@ check_capture() {
     -e tcp.analysis.fast_retransmission -e tcp.flags.syn -e tcp.options.wscale.shift -e tcp.options.sack_perm \
     -e tcp.options.timestamp.tsval -e udp.checksum.status -e tcp.checksum -e tcp.checksum_calculated -e ip.src \
     -e icmp.checksum.status -e frame.len -e tcp.stream -e tcp.seq -e tcp.len -e frame.time_relative \
+    -e icmpv6.checksum.status -e ipv6.src \
     > "$f.fields" 2> "$f.tshark-err" \
     || { cat "$f.tshark-err" >&2; die "tshark cannot read $f"; }
   # A link with an MTU carries no frame over it, whatever the stacks move
@@ -171,9 +172,10 @@ check_capture() {
     { total++
       if ($18 + 0 > max) { oversize++; print $1 > "/dev/stderr" }
       if ($2 == "0" && $14 == "0xffff" && $15 == "0x0000") $2 = "1"
-      if ($2 == "1" || $13 == "1" || $17 == "1") good++
+      if ($16 == "") $16 = $24  # an IPv6 packet names its source here
+      if ($2 == "1" || $13 == "1" || $17 == "1" || $23 == "1") good++
       sev = 0; n = split($5, s, ","); for (i = 1; i <= n; i++) if (s[i] + 0 >= 8388608) sev = 1
-      if ($2 == "0" || $3 == "0" || $13 == "0" || $17 == "0" || $4 != "" || sev) { bad++; print $1 > "/dev/stderr" }
+      if ($2 == "0" || $3 == "0" || $13 == "0" || $17 == "0" || $23 == "0" || $4 != "" || sev) { bad++; print $1 > "/dev/stderr" }
       # A tail probe: data ending where the highest data its sender sent on
       # that connection ends.
       probe = 0; rto = 0

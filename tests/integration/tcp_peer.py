@@ -28,7 +28,8 @@ def parse_bytes(text):
 
 
 def server(args):
-    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # An IPv6 address (a colon in it) binds an AF_INET6 socket.
+    ls = socket.socket(socket.AF_INET6 if ":" in args.bind else socket.AF_INET, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind((args.bind, args.port))
     ls.listen(1)

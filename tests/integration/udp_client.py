@@ -65,7 +65,8 @@ def main() -> int:
             body = struct.pack("!I", seq & 0xFFFFFFFF) + body[4:]
         return body
 
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    # An IPv6 peer (a colon in its address) needs an AF_INET6 socket.
+    s = socket.socket(socket.AF_INET6 if ":" in args.peer else socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
     s.connect((args.peer, args.port))

@@ -103,7 +103,11 @@ Args parse_args(int argc, char** argv) {
   xk::apps::parse_command_line(argc, argv, kCommandLine, a, [&](xk::apps::Flag& f) {
     using xk::apps::parse_number;
     if (f.name() == "--peer") {
-      std::tie(a.peer, a.peer_port) = xk::apps::parse_endpoint(f.name(), f.value());
+      xk::IpAddr peer;
+      std::tie(peer, a.peer_port) = xk::apps::parse_endpoint(f.name(), f.value());
+      // It forges IPv4 SYNs by hand.
+      if (!peer.is_v4()) throw UsageError{"--peer: an IPv4 address (the flood is IPv4's)"};
+      a.peer = peer.v4();
     } else if (f.name() == "--seconds") {
       a.seconds = xk::apps::parse_seconds(f.name(), f.value());
     } else if (f.name() == "--flood-rate") {

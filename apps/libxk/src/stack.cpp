@@ -18,8 +18,10 @@
 
 #include "xk/driver.hpp"
 #include "xk/kinds.hpp"
+#include "xk/options.hpp"
 #include "xk/own_fds.hpp"
 #include "xk/protocols/arp.hpp"
+#include "xk/protocols/nd.hpp"
 #include "xk/protocols/tcp.hpp"
 #include "xk/protocols/udp.hpp"
 #include "xk/filterd/token.hpp"
@@ -55,6 +57,23 @@ inline void cpu_relax() noexcept {
 
 }  // namespace
 
+namespace {
+// "a,b c" -> {a, b, c}: addresses given as one list (XK_IP) or repeated.
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::string word;
+  for (char ch : text + ",") {
+    if (ch == ',' || ch == ' ') {
+      if (!word.empty()) out.push_back(word);
+      word.clear();
+    } else {
+      word += ch;
+    }
+  }
+  return out;
+}
+}  // namespace
+
 std::string compose_graph(const SimpleGraph& g) {
   if (g.port.empty()) throw std::invalid_argument("no port: give the DPDK devargs of the port (or a whole graph)");
   if (g.ip.empty()) throw std::invalid_argument("no address: give the stack's A.B.C.D/N (or a whole graph)");
@@ -86,14 +105,42 @@ std::string compose_graph(const SimpleGraph& g) {
   s << "eth     eth0  below=" << link;
   if (!g.mac.empty()) s << " mac=" << g.mac;
   s << "\n";
+  // The addresses by family: ipv4 takes one, ipv6 any number.
+  std::string v4, v6, gw4, gw6;
+  for (const std::string& word : split_list(g.ip)) {
+    Result<IpCidr> c = parse_ip_cidr(word);
+    if (!c) throw std::invalid_argument("address '" + word + "' is not A.B.C.D/N or X:X::X/N");
+    std::string& into = c->addr.is_v4() ? v4 : v6;
+    if (c->addr.is_v4() && !v4.empty()) throw std::invalid_argument("one IPv4 address per stack: " + g.ip);
+    into += (into.empty() ? "" : ",") + word;
+  }
+  for (const std::string& word : split_list(g.gw)) {
+    Result<IpAddr> a = parse_ip(word);
+    if (!a) throw std::invalid_argument("gateway '" + word + "' is not an address");
+    std::string& into = a->is_v4() ? gw4 : gw6;
+    if (!into.empty()) throw std::invalid_argument("one gateway per family: " + g.gw);
+    into = word;
+  }
+  if (!gw4.empty() && v4.empty()) throw std::invalid_argument("an IPv4 gateway without an IPv4 address");
+  if (!gw6.empty() && v6.empty()) throw std::invalid_argument("an IPv6 gateway without an IPv6 address");
   // A 65507-byte datagram is 45 fragments: let them all wait for one ARP reply.
-  s << "arp     arp0  below=eth0 pending=64\n";
-  s << "ipv4    ip0   below=eth0,arp0 addr=" << g.ip;
-  if (!g.gw.empty()) s << " gw=" << g.gw;
-  s << "\n";
-  s << "icmp    icmp0 below=ip0\n";
-  s << "udp     udp0  below=ip0 csum=" << (g.csum ? "on" : "off") << "\n";
-  s << "tcp     tcp0  below=ip0 csum=" << (g.csum ? "on" : "off");
+  if (!v4.empty()) s << "arp     arp0  below=eth0 pending=64\n";
+  if (!v6.empty()) s << "nd      nd0   below=eth0 pending=64\n";
+  if (!v4.empty()) {
+    s << "ipv4    ip0   below=eth0,arp0 addr=" << v4;
+    if (!gw4.empty()) s << " gw=" << gw4;
+    s << "\n";
+  }
+  if (!v6.empty()) {
+    s << "ipv6    ip6   below=eth0,nd0 addr=" << v6;
+    if (!gw6.empty()) s << " gw=" << gw6;
+    s << "\n";
+  }
+  const std::string ips = v4.empty() ? "ip6" : v6.empty() ? "ip0" : "ip0,ip6";
+  if (!v4.empty()) s << "icmp    icmp0 below=ip0\n";
+  if (!v6.empty()) s << "icmpv6  icmp6 below=ip6,nd0\n";
+  s << "udp     udp0  below=" << ips << " csum=" << (g.csum ? "on" : "off") << "\n";
+  s << "tcp     tcp0  below=" << ips << " csum=" << (g.csum ? "on" : "off");
   if (!g.tcp_opts.empty()) s << " " << g.tcp_opts;
   s << "\n";
   return s.str();
@@ -867,8 +914,20 @@ bool Stack::Core::wait_for_link(std::chrono::milliseconds limit) {
   if (config_.filterd.empty()) {
     for (Protocol* p : graph_->protocols()) {
       if (auto* arp = dynamic_cast<arp::ArpProtocol*>(p)) arp->announce();
+      if (auto* nd = dynamic_cast<nd::NdProtocol*>(p)) nd->link_up();
     }
     (void)loop_.run_once();  // out now
+    // IPv6 addresses are usable once their duplicate checks pass (about a
+    // second, RFC 4862): a program's first connect should not find them
+    // tentative.
+    for (Protocol* p : graph_->protocols()) {
+      auto* nd = dynamic_cast<nd::NdProtocol*>(p);
+      while (nd != nullptr && nd->checks_pending()) {
+        if (std::chrono::steady_clock::now() >= deadline) return false;
+        for (int i = 0; i < 100; ++i) loop_.run_once();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
   }
   return true;
 }

@@ -104,11 +104,13 @@ struct StackConfig {
 // The simple graph most programs want, for xk_stack_config and the apps:
 //   dpdk net0 devargs=PORT -> eth eth0 -> arp arp0 -> ipv4 ip0 addr=IP gw=GW
 //   -> icmp icmp0, udp udp0, tcp tcp0
+// and with IPv6 addresses beside (or instead of) the IPv4 one: nd nd0,
+// ipv6 ip6 and icmpv6 icmp6 beside them, udp and tcp on both families.
 struct SimpleGraph {
   std::string port;      // DPDK devargs
   std::string port_opts; // extra dpdk options, "K=V .."
-  std::string ip;        // "A.B.C.D/N"
-  std::string gw;        // may be empty
+  std::string ip;        // "A.B.C.D/N", "X:X::X/N", or several, comma-separated (one IPv4)
+  std::string gw;        // may be empty; one per family, comma-separated
   std::string mac;       // may be empty
   std::string tcp_opts;  // extra tcp options
   std::string capture;   // a pcap file to write (a capture layer over the port), or empty

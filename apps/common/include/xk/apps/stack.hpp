@@ -72,18 +72,18 @@ double parse_seconds(std::string_view flag, std::string_view text);
 // (at most 16 TiB).
 std::uint64_t parse_bytes(std::string_view flag, std::string_view text);
 
-// "A.B.C.D:PORT" (port 1..65535).
-std::pair<Ipv4Addr, std::uint16_t> parse_endpoint(std::string_view flag, std::string_view text);
+// "A.B.C.D:PORT" or "[X:X::X]:PORT" (port 1..65535).
+std::pair<IpAddr, std::uint16_t> parse_endpoint(std::string_view flag, std::string_view text);
 
 // The flags that describe the stack, shared by every app:
-//   --port DEVARGS --port-opts 'K=V ..' --ip A.B.C.D/N --gw A.B.C.D --mac MAC
+//   --port DEVARGS --port-opts 'K=V ..' --ip PREFIX.. --gw ADDR.. --mac MAC
 //   --csum on|off --tcp-opts 'K=V ..' --capture FILE --graph FILE
 struct StackFlags {
   std::string port;
   std::string port_opts;
   std::string tcp_opts;
-  std::optional<Ipv4Cidr> ip;
-  std::optional<Ipv4Addr> gw;
+  std::vector<IpCidr> ips;  // --ip, repeated: at most one IPv4
+  std::vector<IpAddr> gws;  // --gw, repeated: at most one per family
   std::optional<MacAddr> mac;
   bool csum = true;
   std::string capture;

@@ -111,6 +111,12 @@ class NdProtocol final : public Protocol, public NextHopResolver {
   // (counted; malformed).
   Status receive(const NdPacket& info, std::span<const std::byte> message);
 
+  // The link came up: what went out before reached nobody. Duplicate
+  // checks still running start again, and our groups are reported again.
+  void link_up();
+  // Some address of ours is still tentative.
+  bool checks_pending() const noexcept;
+
   std::optional<EntryView> lookup(const IpAddr& ip) const;
   std::optional<AddrState> address_state(const IpAddr& addr) const;
   std::size_t entries() const noexcept { return entries_.size(); }
