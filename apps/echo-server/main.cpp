@@ -111,7 +111,7 @@ int run_node(const Args& a) {
   std::vector<std::unique_ptr<xk::apps::TcpEchoServer>> echo(k);
   for (std::size_t q = 0; q < k; ++q) {
     auto& tcp = node.stack(q).require<xk::tcp::TcpProtocol>("tcp0");
-    auto l = tcp.listen(xk::Ipv4Addr{}, xk::Port{a.tcp_port}, 128, true);
+    auto l = tcp.listen(xk::IpAddr{}, xk::Port{a.tcp_port}, 128, true);
     if (!l) {
       std::fprintf(stderr, "%s: stack %zu: cannot listen on tcp port %u: %s\n", kProg, q, a.tcp_port,
                    xk::to_string(l.error()));
@@ -125,7 +125,7 @@ int run_node(const Args& a) {
   if (a.udp) {
     auto& udp = node.stack(0).require<xk::udp::UdpProtocol>("udp0");
     sock.emplace(udp.socket());
-    if (xk::Status s = sock->bind(xk::Ipv4Addr{}, xk::Port{a.udp_port}); !s) {
+    if (xk::Status s = sock->bind(xk::IpAddr{}, xk::Port{a.udp_port}); !s) {
       std::fprintf(stderr, "%s: cannot bind udp port %u: %s\n", kProg, a.udp_port, xk::to_string(s.error()));
       return kExitFail;
     }
@@ -191,7 +191,7 @@ int run(const Args& a) {
   std::optional<xk::apps::UdpEchoServer> udp_echo;
   if (a.tcp) {
     auto& tcp = stack.require<xk::tcp::TcpProtocol>("tcp0");
-    auto l = tcp.listen(xk::Ipv4Addr{}, xk::Port{a.tcp_port}, 128, a.group);
+    auto l = tcp.listen(xk::IpAddr{}, xk::Port{a.tcp_port}, 128, a.group);
     if (!l) {
       std::fprintf(stderr, "%s: cannot listen on tcp port %u: %s\n", kProg, a.tcp_port, xk::to_string(l.error()));
       return kExitFail;
@@ -206,7 +206,7 @@ int run(const Args& a) {
     so.rcvbuf_bytes = 16u << 20;
     so.rcvbuf_datagrams = 4096;
     sock.emplace(udp.socket(so));
-    if (xk::Status s = sock->bind(xk::Ipv4Addr{}, xk::Port{a.udp_port}); !s) {
+    if (xk::Status s = sock->bind(xk::IpAddr{}, xk::Port{a.udp_port}); !s) {
       std::fprintf(stderr, "%s: cannot bind udp port %u: %s\n", kProg, a.udp_port, xk::to_string(s.error()));
       if (tcp_echo) loop.remove(*tcp_echo);
       return kExitFail;

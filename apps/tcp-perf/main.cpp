@@ -525,7 +525,7 @@ int run(const Args& a) {
   stack.wait_for_link(a.link_wait_s);
   int rc = kExitOk;
   if (a.role == Args::Role::server) {
-    auto l = tcp.listen(xk::Ipv4Addr{}, xk::Port{a.port}, 128, a.group);
+    auto l = tcp.listen(xk::IpAddr{}, xk::Port{a.port}, 128, a.group);
     if (!l) {
       std::fprintf(stderr, "%s: cannot listen on port %u: %s\n", kProg, a.port, xk::to_string(l.error()));
       return kExitFail;

@@ -366,7 +366,7 @@ class Receiver final : public xk::Pollable {
 
 int run_receive(xk::apps::AppStack& stack, xk::tcp::TcpProtocol& tcp, const Args& a) {
   xk::EventLoop& loop = stack.loop();
-  auto l = tcp.listen(xk::Ipv4Addr{}, xk::Port{a.port}, std::max<std::size_t>(128, a.connections), a.group);
+  auto l = tcp.listen(xk::IpAddr{}, xk::Port{a.port}, std::max<std::size_t>(128, a.connections), a.group);
   if (!l) {
     std::fprintf(stderr, "%s: cannot listen on port %u: %s\n", kProg, a.port, xk::to_string(l.error()));
     return kExitFail;

@@ -392,7 +392,7 @@ int run(const Args& a) {
   int rc = kExitOk;
   if (a.mode == Args::Mode::server) {
     std::uint16_t port = a.udp_port.value_or(7);
-    if (xk::Status s = sock.bind(xk::Ipv4Addr{}, xk::Port{port}); !s) {
+    if (xk::Status s = sock.bind(xk::IpAddr{}, xk::Port{port}); !s) {
       std::fprintf(stderr, "%s: cannot bind udp port %u: %s\n", kProg, port, xk::to_string(s.error()));
       return kExitFail;
     }
@@ -410,7 +410,7 @@ int run(const Args& a) {
     }
   } else {
     if (a.udp_port.value_or(0) != 0) {
-      if (xk::Status s = sock.bind(xk::Ipv4Addr{}, xk::Port{*a.udp_port}); !s) {
+      if (xk::Status s = sock.bind(xk::IpAddr{}, xk::Port{*a.udp_port}); !s) {
         std::fprintf(stderr, "%s: cannot bind udp port %u: %s\n", kProg, *a.udp_port, xk::to_string(s.error()));
         return kExitFail;
       }

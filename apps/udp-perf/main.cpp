@@ -346,7 +346,7 @@ int run(const Args& a) {
 
   int rc = kExitOk;
   if (a.mode == Args::Mode::server) {
-    if (xk::Status s = sock.bind(xk::Ipv4Addr{}, xk::Port{a.udp_port}); !s) {
+    if (xk::Status s = sock.bind(xk::IpAddr{}, xk::Port{a.udp_port}); !s) {
       std::fprintf(stderr, "%s: cannot bind udp port %u: %s\n", kProg, a.udp_port, xk::to_string(s.error()));
       return kExitFail;
     }

@@ -366,7 +366,7 @@ Status Ipv4Protocol::send(Ipv4Addr dst, std::uint8_t protocol, Msg payload, Send
   // nothing about it on the way down.
   payload.offload().flags &= Offload::kTxMask | Offload::tx_tcp_seg;
   Header h;
-  h.ttl = config_.ttl;
+  h.ttl = payload.offload().hop_limit != 0 ? payload.offload().hop_limit : config_.ttl;
   h.tos = payload.offload().tos;
   h.protocol = protocol;
   h.src = address();

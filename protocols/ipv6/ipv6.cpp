@@ -515,7 +515,13 @@ Status Ipv6Protocol::send(const IpAddr& dst, std::uint8_t next_header, Msg paylo
   h.flow_label = flow_label(*src, dst, next_header, payload);
   h.next_header = next_header;
   // RFC 3542 6.3 / RFC 4861: multicast goes one hop unless asked otherwise.
-  h.hop_limit = opts.hop_limit ? *opts.hop_limit : (is_multicast(dst) ? 1 : config_.hop_limit);
+  if (opts.hop_limit) {
+    h.hop_limit = *opts.hop_limit;
+  } else if (payload.offload().hop_limit != 0) {
+    h.hop_limit = payload.offload().hop_limit;  // the socket's (IPV6_UNICAST_HOPS)
+  } else {
+    h.hop_limit = is_multicast(dst) ? 1 : config_.hop_limit;
+  }
   h.src = *src;
   h.dst = dst;
 

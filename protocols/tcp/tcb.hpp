@@ -58,7 +58,9 @@ class TcpProtocol::Host {
   }
 
   // ---- for a listener ----
-  void remove_listener(IpAddr addr, Port port) noexcept { p_.listeners_.erase(ListenKey{addr, port.value}); }
+  void remove_listener(IpAddr addr, Port port, bool v6only) noexcept {
+    p_.listeners_.erase(ListenKey{addr, port.value, v6only});
+  }
   // Every connection with a 4-tuple (not the TIME-WAIT records).
   template <class F>
   void for_each_connection(F&& f);
@@ -348,6 +350,7 @@ class TcpConnection final : public StreamEndpoint {
   bool ecn_recover_set_ = false;
   SeqNum ecn_recover_;
   std::uint8_t tos_ = 0;  // IP_TOS: the DSCP bits of every packet (ECN's are ours)
+  std::uint8_t hop_limit_ = 0;  // IP_TTL, IPV6_UNICAST_HOPS; 0: IP's default
   // Urgent data (RFC 9293 3.8.5), delivered in line (RFC 6093): the pointer
   // names the byte after the urgent one. SND.UP while ours is ahead of
   // SND.UNA; RCV.UP while the peer's urgent byte has not been read.
@@ -443,7 +446,8 @@ class TcpConnection final : public StreamEndpoint {
 // A passive open: a port (and address) that accepts connections.
 class ListenSession final : public ListenEndpoint {
  public:
-  ListenSession(TcpProtocol& proto, IpAddr addr, Port port, std::size_t backlog, bool group = false);
+  ListenSession(TcpProtocol& proto, IpAddr addr, Port port, std::size_t backlog, bool group = false,
+                bool v6only = false);
   ~ListenSession() override;
   Status push(Msg) override { return Errc::unsupported; }
   Status pop(Session&, Msg) override { return Errc::unsupported; }
@@ -490,6 +494,7 @@ class ListenSession final : public ListenEndpoint {
   Port port_;
   std::size_t backlog_;
   bool group_;
+  bool v6only_;  // on ::, IPv6 peers alone (IPV6_V6ONLY)
   std::size_t half_open_ = 0;
   std::deque<Ref<TcpConnection>> accept_q_;
   std::function<void()> on_event_;

@@ -689,6 +689,7 @@ Status TcpConnection::tune(const Tuning& t) {
   // max_segment is used by the handshake (our SYN's offer, the MSS we send with).
   tuning_->update(t);
   if (t.tos) tos_ = static_cast<std::uint8_t>(*t.tos & ~kEcnMask);
+  if (t.hop_limit) hop_limit_ = *t.hop_limit;
   if (proto_ == nullptr) return {};
   // A new idle time counts from the last segment received, as Linux's does.
   if (t.keepalive_idle && keepalive_ && state_ == State::established && keepalive_sent_ == 0) {

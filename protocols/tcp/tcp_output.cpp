@@ -144,6 +144,7 @@ Status TcpConnection::send_segment(SeqNum seq, std::uint32_t len, std::uint8_t f
     }
   }
   payload.offload().tos = tos;
+  payload.offload().hop_limit = hop_limit_;
   Header h;
   auto room = push_header(payload, &o, h);
   if (!room) return room.status();
@@ -247,6 +248,7 @@ void TcpConnection::send_syn() {
   if (synack && ecn_ok_) h.flags |= kEce;
   if (!synack && cfg.ecn == TcpConfig::Ecn::on && retries_ == 0) h.flags |= kEce | kCwr;
   m.offload().tos = tos_;
+  m.offload().hop_limit = hop_limit_;
   if (synack) {
     h.ack = rcv_nxt_;
     last_ack_sent_ = rcv_nxt_;

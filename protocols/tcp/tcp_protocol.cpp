@@ -36,8 +36,15 @@ const char* to_string(State s) noexcept {
 
 // ---- listener ---------------------------------------------------------------
 
-ListenSession::ListenSession(TcpProtocol& proto, IpAddr addr, Port port, std::size_t backlog, bool group)
-    : ListenEndpoint(proto, nullptr), proto_(&proto), addr_(addr), port_(port), backlog_(backlog), group_(group) {}
+ListenSession::ListenSession(TcpProtocol& proto, IpAddr addr, Port port, std::size_t backlog, bool group,
+                             bool v6only)
+    : ListenEndpoint(proto, nullptr),
+      proto_(&proto),
+      addr_(addr),
+      port_(port),
+      backlog_(backlog),
+      group_(group),
+      v6only_(v6only) {}
 
 ListenSession::~ListenSession() = default;
 
@@ -46,7 +53,7 @@ Status ListenSession::close() {
   TcpProtocol* p = std::exchange(proto_, nullptr);
   TcpProtocol::Host host{*p};
   Ref<ListenSession> keep(this);
-  host.remove_listener(addr_, port_);
+  host.remove_listener(addr_, port_, v6only_);
   if (PortAuthority* a = p->port_authority()) a->release_listen(kIpProtocol, port_.value);
   // Connections nobody will accept are reset (RFC 9293 3.10.4: like ABORT).
   std::deque<Ref<TcpConnection>> q;
@@ -314,24 +321,39 @@ Result<std::uint16_t> TcpProtocol::pick_ephemeral(IpAddr local, IpAddr remote, s
   return Errc::exists;
 }
 
-bool TcpProtocol::port_claimed(IpAddr addr, std::uint16_t port) {
+bool TcpProtocol::port_claimed(IpAddr addr, std::uint16_t port, bool v6only) {
+  const BindScope want{addr, v6only};
   auto overlaps = [&](auto& map) {
-    if (map.find(ListenKey{IpAddr{}, port}) != nullptr) return true;
-    if (!addr.is_unspecified()) return map.find(ListenKey{addr, port}) != nullptr;
-    bool any = false;  // the wildcard overlaps every specific address
-    map.for_each([&](const ListenKey& k, const auto&) { any = any || k.port == port; });
+    if (addr != IpAddr{} && addr != kAnyIpv4) {
+      // One address: the binds that could take it, looked up.
+      return map.find(ListenKey{addr, port}) != nullptr ||
+             (addr.is_v4() && map.find(ListenKey{kAnyIpv4, port}) != nullptr) ||
+             map.find(ListenKey{IpAddr{}, port}) != nullptr ||
+             (!addr.is_v4() && map.find(ListenKey{IpAddr{}, port, true}) != nullptr);
+    }
+    bool any = false;  // a wildcard: every bind of the port it overlaps
+    map.for_each([&](const ListenKey& k, const auto&) {
+      any = any || (k.port == port && overlap(want, BindScope{k.addr, k.v6only != 0}));
+    });
     return any;
   };
   return overlaps(listeners_) || overlaps(reserved_);
 }
 
 ListenSession* TcpProtocol::listener_at(IpAddr local, std::uint16_t port) {
+  // The most specific bind that takes `local` (BindScope::covers).
   if (ListenSession** f = listeners_.find(ListenKey{local, port})) return *f;
+  if (local.is_v4()) {
+    if (ListenSession** w = listeners_.find(ListenKey{kAnyIpv4, port})) return *w;
+    if (ListenSession** w = listeners_.find(ListenKey{IpAddr{}, port})) return *w;
+    return nullptr;
+  }
   if (ListenSession** w = listeners_.find(ListenKey{IpAddr{}, port})) return *w;
+  if (ListenSession** w = listeners_.find(ListenKey{IpAddr{}, port, true})) return *w;
   return nullptr;
 }
 
-Result<Port> TcpProtocol::reserve_port(IpAddr addr, Port port, bool reuse_addr, bool group) {
+Result<Port> TcpProtocol::reserve_port(IpAddr addr, Port port, bool reuse_addr, bool group, bool v6only) {
   std::uint16_t p = port.value;
   if (p == 0) {
     // An ephemeral port no connection uses at all, so any later connect works.
@@ -340,13 +362,13 @@ Result<Port> TcpProtocol::reserve_port(IpAddr addr, Port port, bool reuse_addr, 
       std::uint32_t c = next_ephemeral_;
       next_ephemeral_ = c >= config_.ephemeral_max ? config_.ephemeral_min : c + 1;
       auto cand = static_cast<std::uint16_t>(c);
-      bool used = port_claimed(addr, cand);
+      bool used = port_claimed(addr, cand, v6only);
       if (!used) used = local_port_used(IpAddr{}, cand);
       if (!used) p = cand;
     }
     if (p == 0) return Errc::exists;
   } else {
-    if (port_claimed(addr, p)) return Errc::exists;
+    if (port_claimed(addr, p, v6only)) return Errc::exists;
     if (!reuse_addr && local_port_used(addr, p)) return Errc::exists;
     if (authority_ != nullptr) {
       // Behind filterd the port is host-wide: a bind to one another node
@@ -355,11 +377,11 @@ Result<Port> TcpProtocol::reserve_port(IpAddr addr, Port port, bool reuse_addr, 
       // as a listener's, the use a bind to a named port almost always has.
       Result<std::uint16_t> granted = authority_->claim_listen(kIpProtocol, p, group);
       if (!granted) return granted.error();
-      reserved_.insert(ListenKey{addr, p}, kClaimedReservation);
+      reserved_.insert(ListenKey{addr, p, v6only}, kClaimedReservation);
       return Port{p};
     }
   }
-  reserved_.insert(ListenKey{addr, p}, 1u);
+  reserved_.insert(ListenKey{addr, p, v6only}, 1u);
   return Port{p};
 }
 
@@ -373,8 +395,8 @@ bool TcpProtocol::local_port_used(IpAddr addr, std::uint16_t port) {
   return used;
 }
 
-void TcpProtocol::release_port(IpAddr addr, Port port) noexcept {
-  const ListenKey k{addr, port.value};
+void TcpProtocol::release_port(IpAddr addr, Port port, bool v6only) noexcept {
+  const ListenKey k{addr, port.value, v6only};
   const std::uint32_t* v = reserved_.find(k);
   if (v == nullptr) return;
   if (*v == kClaimedReservation && authority_ != nullptr) authority_->release_listen(kIpProtocol, port.value);
@@ -743,15 +765,15 @@ TcpSocket TcpProtocol::socket() {
   return TcpSocket(TcpConnection::active(*this, nullptr));
 }
 
-Result<TcpListener> TcpProtocol::listen(IpAddr addr, Port port, std::size_t backlog, bool group) {
+Result<TcpListener> TcpProtocol::listen(IpAddr addr, Port port, std::size_t backlog, bool group, bool v6only) {
   std::uint16_t p = port.value;
-  if (p != 0 && port_claimed(addr, p)) return Errc::exists;
+  if (p != 0 && port_claimed(addr, p, v6only)) return Errc::exists;
   if (authority_ != nullptr) {
     // The port is host-wide: filterd picks or grants it, and steers its SYNs here.
     Result<std::uint16_t> granted = authority_->claim_listen(kIpProtocol, p, group);
     if (!granted) return granted.error();
     p = *granted;
-    if (port_claimed(addr, p)) {
+    if (port_claimed(addr, p, v6only)) {
       authority_->release_listen(kIpProtocol, p);
       return Errc::exists;
     }
@@ -760,13 +782,14 @@ Result<TcpListener> TcpProtocol::listen(IpAddr addr, Port port, std::size_t back
     if (!e) return e.error();
     p = *e;
   }
-  Result<TcpListener> l = open_listener(addr, p, backlog, group);
+  Result<TcpListener> l = open_listener(addr, p, backlog, group, v6only);
   if (!l && authority_ != nullptr) authority_->release_listen(kIpProtocol, p);
   return l;
 }
 
-Result<TcpListener> TcpProtocol::listen_reserved(IpAddr addr, Port port, std::size_t backlog, bool group) {
-  const ListenKey k{addr, port.value};
+Result<TcpListener> TcpProtocol::listen_reserved(IpAddr addr, Port port, std::size_t backlog, bool group,
+                                                 bool v6only) {
+  const ListenKey k{addr, port.value, v6only};
   const std::uint32_t* held = reserved_.find(k);
   if (held == nullptr) return Errc::not_found;
   const std::uint32_t kind = *held;
@@ -775,21 +798,22 @@ Result<TcpListener> TcpProtocol::listen_reserved(IpAddr addr, Port port, std::si
   // a claim it made is the listener's now. One it did not make (an
   // ephemeral bind, or no authority) is asked for as listen() would.
   Result<TcpListener> l = kind == kClaimedReservation && authority_ != nullptr
-                              ? open_listener(addr, port.value, backlog, group)
-                              : listen(addr, port, backlog, group);
+                              ? open_listener(addr, port.value, backlog, group, v6only)
+                              : listen(addr, port, backlog, group, v6only);
   if (!l) reserved_.insert(k, kind);
   return l;
 }
 
-Result<TcpListener> TcpProtocol::open_listener(IpAddr addr, std::uint16_t port, std::size_t backlog, bool group) {
+Result<TcpListener> TcpProtocol::open_listener(IpAddr addr, std::uint16_t port, std::size_t backlog, bool group,
+                                               bool v6only) {
   backlog = std::max<std::size_t>(backlog, 1);
   if (backend_ != nullptr) {
     Result<Ref<ListenEndpoint>> b = backend_->make_listener(addr, Port{port}, backlog, authority_);
     if (!b) return b.error();
     return TcpListener(std::move(*b));
   }
-  Ref<ListenSession> l = make_ref<ListenSession>(*this, addr, Port{port}, backlog, group);
-  listeners_.insert(ListenKey{addr, port}, l.get());
+  Ref<ListenSession> l = make_ref<ListenSession>(*this, addr, Port{port}, backlog, group, v6only);
+  listeners_.insert(ListenKey{addr, port, v6only}, l.get());
   return TcpListener(std::move(l));
 }
 

@@ -143,7 +143,7 @@ void UdpSocket::set_on_readable(std::function<void()> fn) {
 
 Status UdpSession::set_options(const SocketOptions& options) {
   if (proto_ == nullptr) return Errc::closed;
-  if (bound_ && options.reuse_addr != options_.reuse_addr) return Errc::bad_state;
+  if (bound_ && (options.reuse_addr != options_.reuse_addr || options.v6only != options_.v6only)) return Errc::bad_state;
   options_ = options;
   return {};
 }
@@ -287,8 +287,8 @@ bool UdpProtocol::port_conflicts(const UdpSession& s, IpAddr addr, std::uint16_t
   if (users == nullptr) return false;
   for (UdpSession* u : *users) {
     if (u == &s) continue;
-    bool overlap = u->local_.addr == addr || u->local_.addr.is_unspecified() || addr.is_unspecified();
-    if (overlap && !(s.options_.reuse_addr && u->options_.reuse_addr)) return true;
+    const bool both = overlap(BindScope{u->local_.addr, u->options_.v6only}, BindScope{addr, s.options_.v6only});
+    if (both && !(s.options_.reuse_addr && u->options_.reuse_addr)) return true;
   }
   return false;
 }
@@ -314,7 +314,9 @@ std::vector<std::uint16_t> UdpProtocol::bound_ports() const {
 Status UdpProtocol::bind_session(UdpSession& s, IpAddr addr, Port port) {
   if (s.bound_) return Errc::bad_state;
   std::uint16_t p = port.value;
-  if (p != 0 && (port_conflicts(s, addr, p) || bound_.contains(BindKey{addr, p}))) return Errc::exists;
+  if (p != 0 && (port_conflicts(s, addr, p) || bound_.contains(BindKey{addr, p, s.options_.v6only}))) {
+    return Errc::exists;
+  }
   bool claimed = false;
   if (authority_ != nullptr && (p == 0 || port_users_.find(PortKey{p}) == nullptr)) {
     // A port new to this stack is host-wide: filterd grants (or picks) it and
@@ -334,7 +336,7 @@ Status UdpProtocol::bind_session(UdpSession& s, IpAddr addr, Port port) {
   }
   s.local_ = Endpoint{addr, p};
   s.bound_ = true;
-  bound_.insert(BindKey{addr, p}, SessionRef(&s));
+  bound_.insert(BindKey{addr, p, s.options_.v6only}, SessionRef(&s));
   port_users_.insert(PortKey{p}, {}).first->push_back(&s);
   return {};
 }
@@ -353,7 +355,7 @@ Status UdpProtocol::connect_session(UdpSession& s, IpAddr addr, Port port) {
   if (s.connected_) {
     connected_.erase(FourTuple{{s.conn_local_, s.local_.port}, s.remote_});
   } else {
-    bound_.erase(BindKey{s.local_.addr, s.local_.port});
+    bound_.erase(BindKey{s.local_.addr, s.local_.port, s.options_.v6only});
   }
   connected_.insert(key, keep);
   s.conn_local_ = local;
@@ -377,7 +379,7 @@ void UdpProtocol::unbind(UdpSession& s) noexcept {
     s.connected_ = false;
     connected_.erase(FourTuple{{s.conn_local_, s.local_.port}, s.remote_});
   } else {
-    bound_.erase(BindKey{s.local_.addr, s.local_.port});
+    bound_.erase(BindKey{s.local_.addr, s.local_.port, s.options_.v6only});
   }
 }
 
@@ -426,6 +428,7 @@ Status UdpProtocol::send(UdpSession& s, Msg msg, IpAddr addr, Port port, IpPeer*
     std::memcpy(room->data() + Header::kChecksumOffset, &ck, 2);
   }
   msg.offload().tos = s.options_.tos;
+  msg.offload().hop_limit = s.options_.hop_limit;
   ++tx_datagrams_;
   SessionRef lower = ip->session;  // the push may re-enter us
   return lower->push(std::move(msg));
@@ -530,8 +533,14 @@ Status UdpProtocol::deliver_error(const ctl::NetError& e) {
 
 SessionRef* UdpProtocol::receiver(IpAddr dst, std::uint16_t dport, IpAddr src, std::uint16_t sport) {
   if (SessionRef* s = connected_.find(FourTuple{{dst, dport}, {src, sport}})) return s;
+  // The most specific bind that takes `dst` (BindScope::covers).
   if (SessionRef* b = bound_.find(BindKey{dst, dport})) return b;
-  return bound_.find(BindKey{IpAddr{}, dport});
+  if (dst.is_v4()) {
+    if (SessionRef* w = bound_.find(BindKey{kAnyIpv4, dport})) return w;
+    return bound_.find(BindKey{IpAddr{}, dport});
+  }
+  if (SessionRef* w = bound_.find(BindKey{IpAddr{}, dport})) return w;
+  return bound_.find(BindKey{IpAddr{}, dport, true});
 }
 
 Result<ControlReply> UdpProtocol::control_any(const ControlQuery& query) {

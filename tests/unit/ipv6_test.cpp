@@ -339,6 +339,19 @@ TEST_F(Ipv6Test, SendsAWellFormedHeaderWithOneFlowLabelPerFlow) {
   EXPECT_EQ(*local->peek<IpAddr>(), kUs);
 }
 
+TEST_F(Ipv6Test, ASocketsHopLimitAndTrafficClassReachTheHeader) {
+  Msg m = Msg::copy_of(bytes_of("tuned"));
+  m.offload().hop_limit = 7;  // IPV6_UNICAST_HOPS
+  m.offload().tos = 0xb8;     // IPV6_TCLASS
+  ASSERT_TRUE(ip->send(kPeer, ipv6::kUdp, std::move(m)).ok());
+  ASSERT_TRUE(ip->send(kPeer, ipv6::kUdp, Msg::copy_of(bytes_of("plain"))).ok());
+  ASSERT_EQ(link.sent.size(), 2u);
+  EXPECT_EQ(header_of(link.sent[0]).hop_limit, 7);
+  EXPECT_EQ(header_of(link.sent[0]).traffic_class, 0xb8);
+  EXPECT_EQ(header_of(link.sent[1]).hop_limit, 64);
+  EXPECT_EQ(header_of(link.sent[1]).traffic_class, 0);
+}
+
 TEST_F(Ipv6Test, RoutesOnLinkDirectAndElsewhereOnlyThroughARouter) {
   EXPECT_EQ(ip->send(kFar, ipv6::kUdp, Msg::copy_of(bytes_of("x"))).error(), Errc::no_route);
   EXPECT_EQ(count("drop_no_route"), 1u);

@@ -34,6 +34,18 @@ std::string to_string(const Endpoint& e) {
   return e.addr.is_v4() ? to_string(e.addr) + port : "[" + to_string(e.addr) + "]" + port;
 }
 
+bool BindScope::covers(const IpAddr& dst) const noexcept {
+  if (addr == IpAddr{}) return !(v6only && dst.is_v4());
+  if (addr == kAnyIpv4) return dst.is_v4();
+  return addr == dst;
+}
+
+bool overlap(const BindScope& a, const BindScope& b) noexcept {
+  // A wildcard, as a destination, stands for its whole scope: covers()
+  // sees 0.0.0.0 as an IPv4 address and :: as an IPv6 one.
+  return a.covers(b.addr) || b.covers(a.addr);
+}
+
 std::string to_string(const AddressPart& a) {
   struct Visitor {
     std::string operator()(const MacAddr& m) const { return "mac " + to_string(m); }

@@ -36,8 +36,9 @@ extern "C" int xk_listen(int fd, int backlog) {
       auto n = static_cast<std::size_t>(std::clamp(backlog, 1, 65535));
       // The bind's reservation (and behind filterd its claim) becomes the listener.
       tcp::TcpProtocol* tcp = s->stack->tcp();
-      Result<tcp::TcpListener> l = s->reserved ? tcp->listen_reserved(s->bind_addr, s->bind_port, n, s->reuse_port)
-                                               : tcp->listen(s->bind_addr, s->bind_port, n, s->reuse_port);
+      Result<tcp::TcpListener> l = s->reserved
+                                       ? tcp->listen_reserved(s->bind_addr, s->bind_port, n, s->reuse_port, s->v6only)
+                                       : tcp->listen(s->bind_addr, s->bind_port, n, s->reuse_port, s->v6only);
       if (!l) return l.error();
       s->reserved = false;
       s->listener = std::move(*l);
@@ -71,9 +72,10 @@ extern "C" int xk_accept4(int fd, struct sockaddr* addr, socklen_t* len, int fla
       if (!s->listening) return Outcome::error(Errc::invalid_argument);
       Result<tcp::TcpSocket> c = s->listener.accept();
       if (!c) return Outcome::error(c.error());
-      child = std::make_shared<Sock>(*s->stack, SOCK_STREAM);
+      child = std::make_shared<Sock>(*s->stack, SOCK_STREAM, s->family);
       child->conn = std::move(*c);
       child->connected = true;
+      child->v6only = s->v6only;
       // What the listener was given, its connections inherit (as on Linux).
       child->nodelay = s->nodelay;
       child->cork = s->cork;
@@ -103,7 +105,7 @@ extern "C" int xk_accept4(int fd, struct sockaddr* addr, socklen_t* len, int fla
       close_sock(child, true);
       return fail(EMFILE, "accept: too many xk descriptors");
     }
-    write_sockaddr(tuple.remote, addr, len);
+    write_sockaddr(*s, tuple.remote, addr, len);
     return nfd;
   });
 }
@@ -115,7 +117,9 @@ extern "C" int xk_connect(int fd, const struct sockaddr* addr, socklen_t len) {
   if (!s) return -1;
   Endpoint to;
   int err = 0;
-  if (!read_sockaddr(addr, len, to, err)) return fail(err, "connect: bad address");
+  if (!read_sockaddr(*s, addr, len, to, err)) return fail(err, "connect: bad address");
+  // IPV6_V6ONLY: no IPv4 peer (Linux: ENETUNREACH).
+  if (s->v6only && to.addr.is_v4()) return fail(ENETUNREACH, "connect: an IPv4 peer on an IPV6_V6ONLY socket");
   const Port p{to.port};
   return guarded("connect", [&]() -> int {
     if (s->type == SOCK_DGRAM) {

@@ -206,7 +206,8 @@ ssize_t dgram_send(Sock& s, const iovec* iov, int iovcnt, const sockaddr* to, so
   Endpoint dest;
   if (to != nullptr) {
     int err = 0;
-    if (!read_sockaddr(to, tolen, dest, err)) return fail(err, "sendto: bad address");
+    if (!read_sockaddr(s, to, tolen, dest, err)) return fail(err, "sendto: bad address");
+    if (s.v6only && dest.addr.is_v4()) return fail(ENETUNREACH, "sendto: an IPv4 peer on an IPV6_V6ONLY socket");
   }
   const IpAddr a = dest.addr;
   const Port p{dest.port};
@@ -392,7 +393,7 @@ extern "C" ssize_t xk_recvfrom(int fd, void* buf, size_t len, int flags, struct 
   return guarded("recvfrom", [&]() -> ssize_t {
     DgramInfo info;
     const ssize_t n = dgram_recv(*s, &v, 1, flags, info);
-    if (n >= 0) write_sockaddr(info.from, from, fromlen);
+    if (n >= 0) write_sockaddr(*s, info.from, from, fromlen);
     return n;
   });
 }
@@ -422,7 +423,7 @@ extern "C" ssize_t xk_recvmsg(int fd, struct msghdr* msg, int flags) {
       if (n < 0) return n;
       if (info.length > info.copied) msg->msg_flags |= MSG_TRUNC;
       if (msg->msg_name != nullptr) {
-        write_sockaddr(info.from, static_cast<sockaddr*>(msg->msg_name), &msg->msg_namelen);
+        write_sockaddr(*s, info.from, static_cast<sockaddr*>(msg->msg_name), &msg->msg_namelen);
       } else {
         msg->msg_namelen = 0;
       }

@@ -93,10 +93,9 @@ void copy_out(const S& sa, sockaddr* addr, socklen_t* len) {
 }
 }  // namespace
 
-// An IPv4 end as a sockaddr_in, any other as a sockaddr_in6.
-void write_sockaddr(const Endpoint& e, sockaddr* addr, socklen_t* len) {
+void write_sockaddr(const Sock& s, const Endpoint& e, sockaddr* addr, socklen_t* len) {
   if (addr == nullptr || len == nullptr) return;
-  if (e.addr.is_v4()) {
+  if (s.family == AF_INET) {
     sockaddr_in sin{};
     sin.sin_family = AF_INET;
     sin.sin_port = htons(e.port);
@@ -104,26 +103,47 @@ void write_sockaddr(const Endpoint& e, sockaddr* addr, socklen_t* len) {
     copy_out(sin, addr, len);
     return;
   }
+  // IpAddr keeps an IPv4 address in its mapped form: the bytes are the
+  // sockaddr_in6's either way (0.0.0.0, the IPv4 wildcard, shows as ::).
   sockaddr_in6 sin6{};
   sin6.sin6_family = AF_INET6;
   sin6.sin6_port = htons(e.port);
-  std::memcpy(sin6.sin6_addr.s6_addr, e.addr.bytes().data(), 16);
+  if (e.addr != kAnyIpv4) std::memcpy(sin6.sin6_addr.s6_addr, e.addr.bytes().data(), 16);
   copy_out(sin6, addr, len);
 }
 
-// The sockets are AF_INET's (xk_socket refuses AF_INET6 so far).
-bool read_sockaddr(const sockaddr* addr, socklen_t len, Endpoint& e, int& err) {
-  if (addr == nullptr || len < static_cast<socklen_t>(sizeof(sockaddr_in))) {
+bool read_sockaddr(const Sock& s, const sockaddr* addr, socklen_t len, Endpoint& e, int& err) {
+  if (addr == nullptr || len < static_cast<socklen_t>(sizeof(sa_family_t))) {
     err = EINVAL;
     return false;
   }
-  sockaddr_in sin;
-  std::memcpy(&sin, addr, sizeof sin);
-  if (sin.sin_family != AF_INET) {
+  sa_family_t family;
+  std::memcpy(&family, addr, sizeof family);
+  if (family != s.family) {
     err = EAFNOSUPPORT;
     return false;
   }
-  e = Endpoint{Ipv4Addr{ntohl(sin.sin_addr.s_addr)}, ntohs(sin.sin_port)};
+  if (family == AF_INET) {
+    sockaddr_in sin;
+    if (len < static_cast<socklen_t>(sizeof sin)) {
+      err = EINVAL;
+      return false;
+    }
+    std::memcpy(&sin, addr, sizeof sin);
+    e = Endpoint{Ipv4Addr{ntohl(sin.sin_addr.s_addr)}, ntohs(sin.sin_port)};
+    return true;
+  }
+  // RFC 2133's sockaddr_in6 had no scope id: 24 bytes are enough, as on Linux.
+  constexpr socklen_t kRfc2133Size = 24;
+  sockaddr_in6 sin6{};
+  if (len < kRfc2133Size) {
+    err = EINVAL;
+    return false;
+  }
+  std::memcpy(&sin6, addr, std::min<std::size_t>(static_cast<std::size_t>(len), sizeof sin6));
+  IpAddr::Bytes b;
+  std::memcpy(b.data(), sin6.sin6_addr.s6_addr, 16);
+  e = Endpoint{IpAddr::from_bytes(b), ntohs(sin6.sin6_port)};
   return true;
 }
 
@@ -198,7 +218,7 @@ extern "C" int xk_get_fd_limit(void) { return table().limit(); }
 
 extern "C" int xk_socket(xk_stack* h, int domain, int type, int protocol) {
   if (h == nullptr) return fail(EINVAL, "socket: no stack");
-  if (domain != AF_INET) return fail(EAFNOSUPPORT, "socket: AF_INET only");
+  if (domain != AF_INET && domain != AF_INET6) return fail(EAFNOSUPPORT, "socket: AF_INET or AF_INET6");
   const int base = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
   Stack& stack = *h->stack;
   if (base == SOCK_STREAM) {
@@ -211,7 +231,7 @@ extern "C" int xk_socket(xk_stack* h, int domain, int type, int protocol) {
     return fail(ESOCKTNOSUPPORT, "socket: SOCK_STREAM or SOCK_DGRAM");
   }
   return guarded("socket", [&] {
-    auto s = std::make_shared<Sock>(stack, base);
+    auto s = std::make_shared<Sock>(stack, base, domain);
     s->nonblock.store((type & SOCK_NONBLOCK) != 0);
     stack.call([&] {
       if (base == SOCK_STREAM) {
@@ -236,14 +256,16 @@ extern "C" int xk_bind(int fd, const struct sockaddr* addr, socklen_t len) {
   if (!s) return -1;
   Endpoint at;
   int err = 0;
-  if (!read_sockaddr(addr, len, at, err)) return fail(err, "bind: bad address");
+  if (!read_sockaddr(*s, addr, len, at, err)) return fail(err, "bind: bad address");
+  // IPV6_V6ONLY refuses IPv4 (mapped) addresses (Linux: EINVAL).
+  if (s->v6only && at.addr.is_v4()) return fail(EINVAL, "bind: an IPv4 address on an IPV6_V6ONLY socket");
   const Port p{at.port};
   return guarded("bind", [&] {
     Errc e = s->stack->call([&]() -> Errc {
       if (s->closed.load()) return Errc::closed;
       if (s->type == SOCK_DGRAM) return s->udp.bind(at.addr, p).error();
       if (s->reserved || s->listening || s->connected) return Errc::bad_state;
-      Result<Port> r = s->stack->tcp()->reserve_port(at.addr, p, s->reuse_addr, s->reuse_port);
+      Result<Port> r = s->stack->tcp()->reserve_port(at.addr, p, s->reuse_addr, s->reuse_port, s->v6only);
       if (!r) return r.error();
       s->reserved = true;
       s->bind_addr = at.addr;

@@ -140,11 +140,17 @@ struct Linger {
 };
 
 struct Sock final : File {
-  Sock(Stack& s, int t) : File(Kind::socket), stack(&s), type(t) {}
+  Sock(Stack& s, int t, int f) : File(Kind::socket), stack(&s), type(t), family(f) {
+    // Unbound, a socket is at its family's wildcard: an AF_INET socket
+    // listens on every IPv4 address, an AF_INET6 one on every address of
+    // both families until IPV6_V6ONLY says IPv6 alone.
+    if (f == AF_INET) bind_addr = kAnyIpv4;
+  }
   ~Sock() override = default;
 
   Stack* const stack;
-  const int type;  // SOCK_STREAM or SOCK_DGRAM
+  const int type;    // SOCK_STREAM or SOCK_DGRAM
+  const int family;  // AF_INET or AF_INET6
   std::atomic<bool> nonblock{false};
   std::atomic<std::int64_t> rcvtimeo_ns{0};  // 0: none
   std::atomic<std::int64_t> sndtimeo_ns{0};
@@ -160,6 +166,7 @@ struct Sock final : File {
   Port bind_port;
   bool reuse_addr = false;
   bool reuse_port = false;  // listen as one of a group of nodes (filterd)
+  bool v6only = false;      // IPV6_V6ONLY: an AF_INET6 socket's :: takes IPv6 alone
   bool keepalive = false;
   bool nodelay = false;
   bool cork = false;
@@ -311,8 +318,13 @@ Outcome blocking(Sock& s, bool may_block, Deadline deadline, Op&& op, std::uint3
   }
 }
 
-void write_sockaddr(const Endpoint& e, sockaddr* addr, socklen_t* len);
-bool read_sockaddr(const sockaddr* addr, socklen_t len, Endpoint& e, int& err);
+// `e` as the socket's family writes it: an AF_INET6 socket's IPv4 peers as
+// v4-mapped sockaddr_in6s.
+void write_sockaddr(const Sock& s, const Endpoint& e, sockaddr* addr, socklen_t* len);
+// An address given to the socket, in its family's sockaddr (an AF_INET6
+// socket's v4-mapped addresses are IPv4 ones). EAFNOSUPPORT for another
+// family, EINVAL for a short one.
+bool read_sockaddr(const Sock& s, const sockaddr* addr, socklen_t len, Endpoint& e, int& err);
 
 // Runs `body`, turning what escapes into errno (the C API never throws).
 template <class Body>

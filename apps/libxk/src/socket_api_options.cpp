@@ -130,7 +130,26 @@ int set_sol_socket(SetCall& k, int name) {
   }
 }
 
+// IP_TTL and IPV6_UNICAST_HOPS: the hop limit of what the socket sends (0:
+// the IP layer's default).
+int set_hop_limit(SetCall& k, std::uint8_t hops) {
+  if (k.stream) {
+    tcp::Tuning t;
+    t.hop_limit = hops;
+    return apply_tuning(k.s, t);
+  }
+  udp::SocketOptions o = k.s.udp.session()->options();
+  o.hop_limit = hops;
+  return k.s.udp.set_options(o) ? 0 : EINVAL;
+}
+
 int set_ip(SetCall& k, int name) {
+  if (k.s.family != AF_INET) return ENOPROTOOPT;
+  if (name == IP_TTL) {
+    // 1..255; -1 goes back to the default (as Linux).
+    if (k.v.iv < -1 || k.v.iv == 0 || k.v.iv > 255) return EINVAL;
+    return set_hop_limit(k, static_cast<std::uint8_t>(k.v.iv < 0 ? 0 : k.v.iv));
+  }
   if (name != IP_TOS) return ENOPROTOOPT;
   if (k.stream) {
     // The DSCP bits of every packet the connection sends (the ECN bits are
@@ -145,6 +164,45 @@ int set_ip(SetCall& k, int name) {
   udp::SocketOptions o = k.s.udp.session()->options();
   o.tos = static_cast<std::uint8_t>(k.v.iv);
   return k.s.udp.set_options(o) ? 0 : EINVAL;
+}
+
+// IPPROTO_IPV6 on an AF_INET6 socket (RFC 3493 5.3, RFC 3542 6.5).
+int set_ipv6(SetCall& k, int name) {
+  if (k.s.family != AF_INET6) return ENOPROTOOPT;
+  const int iv = k.v.iv;
+  switch (name) {
+    case IPV6_V6ONLY: {
+      // Before bind(): it decides which wildcard the socket takes.
+      if (k.s.reserved || k.s.listening || k.s.connected) return EINVAL;
+      if (!k.stream) {
+        if (k.s.udp.session()->bound()) return EINVAL;
+        udp::SocketOptions o = k.s.udp.session()->options();
+        o.v6only = iv != 0;
+        if (!k.s.udp.set_options(o)) return EINVAL;
+      }
+      k.s.v6only = iv != 0;
+      return 0;
+    }
+    case IPV6_UNICAST_HOPS:
+      if (iv < -1 || iv > 255) return EINVAL;
+      // -1: the default; 0 is a hop limit of its own on Linux, which xk
+      // does not send (a packet that cannot leave the host).
+      if (iv == 0) return EINVAL;
+      return set_hop_limit(k, static_cast<std::uint8_t>(iv < 0 ? 0 : iv));
+    case IPV6_TCLASS: {
+      if (iv < -1 || iv > 255) return EINVAL;
+      const auto tclass = static_cast<std::uint8_t>(iv < 0 ? 0 : iv);
+      if (k.stream) {
+        tcp::Tuning t;
+        t.tos = static_cast<std::uint8_t>(tclass & 0xfc);  // the ECN bits are the stack's
+        return apply_tuning(k.s, t);
+      }
+      udp::SocketOptions o = k.s.udp.session()->options();
+      o.tos = tclass;
+      return k.s.udp.set_options(o) ? 0 : EINVAL;
+    }
+    default: return ENOPROTOOPT;
+  }
 }
 
 // The TCP options that become a per-connection Tuning (apply_tuning;
@@ -254,6 +312,7 @@ Handler handler_for(const ByLevel<Handler> (&table)[N], int level) noexcept {
 constexpr ByLevel<int (*)(SetCall&, int)> kSetters[] = {
     {SOL_SOCKET, &set_sol_socket},
     {IPPROTO_IP, &set_ip},
+    {IPPROTO_IPV6, &set_ipv6},
     {IPPROTO_TCP, &set_tcp},
 };
 
@@ -307,6 +366,7 @@ Got get_sol_socket(GetCall& k, int name) {
   Got r;
   switch (name) {
     case SO_TYPE: r.iv = k.s.type; return r;
+    case SO_DOMAIN: r.iv = k.s.family; return r;
     case SO_ACCEPTCONN: r.iv = k.s.listening ? 1 : 0; return r;
     case SO_REUSEADDR: r.iv = k.s.reuse_addr ? 1 : 0; return r;
     case SO_REUSEPORT: r.iv = k.s.reuse_port ? 1 : 0; return r;
@@ -349,11 +409,33 @@ Got get_sol_socket(GetCall& k, int name) {
   }
 }
 
+// The hop limit the socket's packets carry: asked for, else the default.
+int hop_limit_of(GetCall& k) {
+  const std::uint8_t asked = k.stream ? k.s.tuning.hop_limit.value_or(0) : k.s.udp.session()->options().hop_limit;
+  return asked != 0 ? asked : 64;  // ipv4's ttl and ipv6's hop_limit default
+}
+
 Got get_ip(GetCall& k, int name) {
-  if (name != IP_TOS) return Got{ENOPROTOOPT};
+  if (k.s.family != AF_INET) return Got{ENOPROTOOPT};
   Got r;
+  if (name == IP_TTL) {
+    r.iv = hop_limit_of(k);
+    return r;
+  }
+  if (name != IP_TOS) return Got{ENOPROTOOPT};
   r.iv = k.stream ? k.s.tuning.tos.value_or(0) : k.s.udp.session()->options().tos;
   return r;
+}
+
+Got get_ipv6(GetCall& k, int name) {
+  if (k.s.family != AF_INET6) return Got{ENOPROTOOPT};
+  Got r;
+  switch (name) {
+    case IPV6_V6ONLY: r.iv = k.s.v6only ? 1 : 0; return r;
+    case IPV6_UNICAST_HOPS: r.iv = hop_limit_of(k); return r;
+    case IPV6_TCLASS: r.iv = k.stream ? k.s.tuning.tos.value_or(0) : k.s.udp.session()->options().tos; return r;
+    default: return Got{ENOPROTOOPT};
+  }
 }
 
 Got get_tcp(GetCall& k, int name) {
@@ -404,6 +486,7 @@ Got get_tcp(GetCall& k, int name) {
 constexpr ByLevel<Got (*)(GetCall&, int)> kGetters[] = {
     {SOL_SOCKET, &get_sol_socket},
     {IPPROTO_IP, &get_ip},
+    {IPPROTO_IPV6, &get_ipv6},
     {IPPROTO_TCP, &get_tcp},
 };
 
@@ -495,16 +578,17 @@ extern "C" int xk_getsockname(int fd, struct sockaddr* addr, socklen_t* len) {
     Endpoint ep = s->stack->call([&]() -> Endpoint {
       if (s->type == SOCK_DGRAM) {
         Result<Endpoint> e = s->udp.local_endpoint();
-        if (!e) return Endpoint{Ipv4Addr{}, 0};
-        return {e->addr.is_unspecified() ? IpAddr(Ipv4Addr{}) : e->addr, e->port};
+        if (!e) return Endpoint{IpAddr{}, 0};
+        return *e;
       }
-      // (An unbound socket's is the wildcard of its family: 0.0.0.0.)
-      const IpAddr bound = s->bind_addr.is_unspecified() ? IpAddr(Ipv4Addr{}) : s->bind_addr;
+      // (An unbound socket's is the wildcard of its family: write_sockaddr
+      // writes 0.0.0.0 or ::.)
+      const IpAddr bound = s->bind_addr;
       if (s->listening) return {bound, s->listener.port().value};
       if (s->connected) return s->conn.tuple().local;
       return {bound, s->bind_port.value};
     });
-    write_sockaddr(ep, addr, len);
+    write_sockaddr(*s, ep, addr, len);
     return 0;
   });
 }
@@ -526,7 +610,7 @@ extern "C" int xk_getpeername(int fd, struct sockaddr* addr, socklen_t* len) {
       return s->conn.tuple().remote;
     });
     if (!ep) return fail(ENOTCONN, "getpeername: not connected");
-    write_sockaddr(*ep, addr, len);
+    write_sockaddr(*s, *ep, addr, len);
     return 0;
   });
 }

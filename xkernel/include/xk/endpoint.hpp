@@ -38,4 +38,24 @@ struct FourTuple {
 // "192.0.2.1:80", "[2001:db8::1]:80".
 std::string to_string(const Endpoint& e);
 
+// What a listener or a bound socket takes (one rule for TCP and UDP, as
+// Linux has it with net.ipv6.bindv6only=0):
+//   ::           every address of both families -- or, `v6only`
+//                (IPV6_V6ONLY), every IPv6 address alone;
+//   0.0.0.0      every IPv4 address;
+//   an address   that address.
+struct BindScope {
+  IpAddr addr;
+  bool v6only = false;  // meaningful for :: only
+
+  // Whether a packet to `dst` is this bind's.
+  bool covers(const IpAddr& dst) const noexcept;
+  // Two binds of one port that would both take some packet (each the
+  // other's dst, wildcards included) may not coexist.
+  friend bool overlap(const BindScope& a, const BindScope& b) noexcept;
+};
+
+// The unspecified address of IPv4, 0.0.0.0 (its mapped form).
+inline constexpr IpAddr kAnyIpv4 = IpAddr(Ipv4Addr{});
+
 }  // namespace xk

@@ -142,6 +142,9 @@ struct Offload {
   // Sending: the IPv4 TOS byte a transport asks for this packet -- DSCP
   // (IP_TOS) and the ECN field (RFC 3168: ECT(0) on a TCP data segment).
   std::uint8_t tos = 0;
+  // Sending: the TTL (IPv4) or hop limit (IPv6) a socket asks for its
+  // packets (IP_TTL, IPV6_UNICAST_HOPS); 0: the IP layer's default.
+  std::uint8_t hop_limit = 0;
 
   bool has(Flag f) const noexcept { return (flags & f) != 0; }
 };

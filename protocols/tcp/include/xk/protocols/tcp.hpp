@@ -177,16 +177,19 @@ class TcpProtocol final : public Protocol {
   Result<ControlReply> control_any(const ControlQuery& query) override;
 
   TcpSocket socket();
-  // Listen on `port` (0: an ephemeral one) of `addr` (unspecified, 0.0.0.0
-  // or ::, every address).
+  // Listen on `port` (0: an ephemeral one) of `addr`: :: every address of
+  // both families (of IPv6 alone with `v6only`), 0.0.0.0 every IPv4 one
+  // (xk/endpoint.hpp's BindScope).
   // `group`: with a PortAuthority, share the port with other nodes
   // (SO_REUSEPORT); new connections are spread among them.
-  Result<TcpListener> listen(IpAddr addr, Port port, std::size_t backlog = 128, bool group = false);
+  Result<TcpListener> listen(IpAddr addr, Port port, std::size_t backlog = 128, bool group = false,
+                             bool v6only = false);
   // listen() on what reserve_port(addr, port) holds: the reservation becomes
   // the listener without a moment when the port is free, and a claim the
   // bind made of a PortAuthority carries over (one control round trip for
   // bind + listen, not three). Refused: the reservation is held again.
-  Result<TcpListener> listen_reserved(IpAddr addr, Port port, std::size_t backlog = 128, bool group = false);
+  Result<TcpListener> listen_reserved(IpAddr addr, Port port, std::size_t backlog = 128, bool group = false,
+                                      bool v6only = false);
 
   // Ports and connections are agreed with `authority` (filterd) from now on;
   // null: the stack owns its address alone. Must outlive the protocol's use
@@ -206,8 +209,8 @@ class TcpProtocol final : public Protocol {
   // over (listen_reserved); release it before the connect() that uses it. With a
   // PortAuthority (filterd), a named port is claimed from it as a listener's
   // (`group`: SO_REUSEPORT) and given back by release_port.
-  Result<Port> reserve_port(IpAddr addr, Port port, bool reuse_addr, bool group = false);
-  void release_port(IpAddr addr, Port port) noexcept;
+  Result<Port> reserve_port(IpAddr addr, Port port, bool reuse_addr, bool group = false, bool v6only = false);
+  void release_port(IpAddr addr, Port port, bool v6only = false) noexcept;
 
   // What this stack holds, for a PortAuthority that has to learn it again
   // (filterd restarted: docs/filterd.md): every listener, and every
@@ -255,10 +258,15 @@ class TcpProtocol final : public Protocol {
   using ConnKey = FourTuple;
   // A listener's or a reservation's (address, port): every unspecified
   // address (0.0.0.0, ::) is the one wildcard, ::.
+  // A listener's or reservation's bind (xk/endpoint.hpp's BindScope): :: of
+  // both families and :: of IPv6 alone are two keys.
   struct ListenKey {
-    ListenKey(const IpAddr& a, std::uint16_t p) noexcept : addr(a.is_unspecified() ? IpAddr{} : a), port(p) {}
+    ListenKey(const IpAddr& a, std::uint16_t p, bool only6 = false) noexcept
+        : addr(a), port(p), v6only(only6 && a == IpAddr{} ? 1 : 0) {}
     IpAddr addr;
     std::uint16_t port;
+    std::uint8_t v6only;
+    std::uint8_t zero = 0;  // no padding to hash
     friend bool operator==(const ListenKey&, const ListenKey&) = default;
   };
   struct PeerKey {
@@ -278,9 +286,9 @@ class TcpProtocol final : public Protocol {
   void drop_ip_user(IpAddr peer) noexcept;
   Result<std::uint16_t> pick_ephemeral(IpAddr local, IpAddr remote, std::uint16_t rport);
   // A listener or a reservation on (addr, port), address 0 overlapping all.
-  bool port_claimed(IpAddr addr, std::uint16_t port);
+  bool port_claimed(IpAddr addr, std::uint16_t port, bool v6only = false);
   // The listener on `port`, whose claim (if any) the caller holds.
-  Result<TcpListener> open_listener(IpAddr addr, std::uint16_t port, std::size_t backlog, bool group);
+  Result<TcpListener> open_listener(IpAddr addr, std::uint16_t port, std::size_t backlog, bool group, bool v6only);
   // The listener a SYN to (local, port) goes to: one on that address, else
   // one on every address; null if none.
   ListenSession* listener_at(IpAddr local, std::uint16_t port);

@@ -109,9 +109,13 @@ struct Tuning {
   // IP_TOS: the TOS byte of the connection's packets. Its ECN bits are the
   // stack's (RFC 3168), as on Linux: only the DSCP bits (0xfc) are taken.
   std::optional<std::uint8_t> tos;
+  // IP_TTL / IPV6_UNICAST_HOPS: the hop limit of the connection's packets
+  // (0: the IP layer's default).
+  std::optional<std::uint8_t> hop_limit;
 
   // Takes the settings `t` makes (quickack, a moment's request, excepted).
   void update(const Tuning& t) {
+    if (t.hop_limit) hop_limit = t.hop_limit;
     if (t.keepalive_idle) keepalive_idle = t.keepalive_idle;
     if (t.keepalive_interval) keepalive_interval = t.keepalive_interval;
     if (t.keepalive_probes) keepalive_probes = t.keepalive_probes;

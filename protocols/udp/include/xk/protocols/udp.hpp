@@ -59,6 +59,12 @@ struct SocketOptions {
   // IP_TOS: the TOS byte of every datagram sent (DSCP and ECN bits as
   // given, as Linux takes them on a datagram socket).
   std::uint8_t tos = 0;
+  // IP_TTL / IPV6_UNICAST_HOPS: the hop limit of every datagram sent (0:
+  // the IP layer's default).
+  std::uint8_t hop_limit = 0;
+  // IPV6_V6ONLY: a socket bound to :: takes IPv6 datagrams alone (else both
+  // families: xk/endpoint.hpp's BindScope). Before bind() only.
+  bool v6only = false;
 };
 
 struct UdpConfig {
@@ -214,10 +220,15 @@ class UdpProtocol final : public Protocol {
 
   // A bound socket's (address, port): every unspecified address (0.0.0.0,
   // ::) is the one wildcard, ::.
+  // A bound socket's BindScope: :: of both families and :: of IPv6 alone
+  // are two keys.
   struct BindKey {
-    BindKey(const IpAddr& a, std::uint16_t p) noexcept : addr(a.is_unspecified() ? IpAddr{} : a), port(p) {}
+    BindKey(const IpAddr& a, std::uint16_t p, bool only6 = false) noexcept
+        : addr(a), port(p), v6only(only6 && a == IpAddr{} ? 1 : 0) {}
     IpAddr addr;
     std::uint16_t port;
+    std::uint8_t v6only;
+    std::uint8_t zero = 0;
     friend bool operator==(const BindKey&, const BindKey&) = default;
   };
   struct PortKey {
