@@ -55,18 +55,12 @@ T piped(T r, int flags) {
   return r;
 }
 
-bool as_inet(const sockaddr* a, socklen_t len, sockaddr_in& out) {
-  if (a == nullptr || len < static_cast<socklen_t>(sizeof(sockaddr_in))) return false;
-  std::memcpy(&out, a, sizeof out);
-  return out.sin_family == AF_INET;
-}
-
 // A pending socket about to send to or connect to `a`: its side, decided
 // now. Returns the xk descriptor, -2 for the kernel, -1 on failure.
 int decide_for(Process& p, int fd, const sockaddr* a, socklen_t len) {
-  sockaddr_in in{};
-  if (!as_inet(a, len, in)) return -2;  // AF_UNSPEC (a disconnect) and the like: the kernel answers
-  if (p.policy().to_xk(in)) return p.promote(fd);
+  xk::IpAddr to;
+  if (!address_of(a, len, to)) return -2;  // AF_UNSPEC (a disconnect) and the like: the kernel answers
+  if (p.policy().to_xk(to)) return p.promote(fd);
   p.keep_in_kernel(fd);
   return -2;
 }
@@ -94,11 +88,11 @@ XK_EXPORT int socket(int domain, int type, int protocol) {
   const int fd = libc().socket(domain, type, protocol);
   if (xk::on_library_thread()) return Process::adopt_if_made_by_library(fd);
   Process* p = Process::instance();
-  if (fd < 0 || p == nullptr || p->stack() == nullptr || domain != AF_INET) return fd;
+  if (fd < 0 || p == nullptr || p->stack() == nullptr || (domain != AF_INET && domain != AF_INET6)) return fd;
   const int base = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
   const bool tcp = base == SOCK_STREAM && (protocol == 0 || protocol == IPPROTO_TCP);
   const bool udp = base == SOCK_DGRAM && (protocol == 0 || protocol == IPPROTO_UDP);
-  if (tcp || udp) p->add_pending(fd, base);
+  if (tcp || udp) p->add_pending(fd, base, domain);
   return fd;
 }
 
@@ -106,8 +100,8 @@ XK_EXPORT int bind(int fd, const sockaddr* a, socklen_t len) {
   const Slot s = where(fd);
   if (s.kind == Slot::Kind::pending) {
     Process& p = *Process::instance();
-    sockaddr_in in{};
-    if (as_inet(a, len, in) && p.policy().bind_to_xk(in)) {
+    xk::IpAddr at;
+    if (address_of(a, len, at) && p.policy().bind_to_xk(at)) {
       const int x = p.promote(fd);
       return x < 0 ? -1 : xk_bind(x, a, len);
     }

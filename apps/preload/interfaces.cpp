@@ -31,9 +31,9 @@ constexpr short kFlags = IFF_UP | IFF_BROADCAST | IFF_RUNNING | IFF_MULTICAST;
 // The stack's address and mask, host order; false without a stack.
 bool stack_address(std::uint32_t& addr, std::uint32_t& mask) {
   const Process* p = Process::instance();
-  if (p == nullptr || p->stack() == nullptr || p->policy().addr == 0) return false;
-  addr = p->policy().addr;
-  mask = p->policy().mask;
+  if (p == nullptr || p->stack() == nullptr || p->policy().addr4() == 0) return false;
+  addr = p->policy().addr4();
+  mask = p->policy().mask4();
   return true;
 }
 

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -55,20 +56,17 @@ unsigned env_number(const char* name, unsigned long max, const char* unit, unsig
   return static_cast<unsigned>(v);
 }
 
-// "A.B.C.D/N" -> (net, mask) in host order.
-bool parse_net(const std::string& s, std::uint32_t& net, std::uint32_t& mask) {
-  const auto slash = s.find('/');
-  in_addr a{};
-  if (inet_pton(AF_INET, s.substr(0, slash).c_str(), &a) != 1) return false;
-  int len = 32;
-  if (slash != std::string::npos) {
-    char* end = nullptr;
-    const long l = std::strtol(s.c_str() + slash + 1, &end, 10);
-    if (*end != '\0' || end == s.c_str() + slash + 1 || l < 0 || l > 32) return false;
-    len = static_cast<int>(l);
+// "A.B.C.D/N" or "X:X::X/N" (no prefix: one address).
+bool parse_net(const std::string& s, xk::IpCidr& net) {
+  if (s.find('/') == std::string::npos) {
+    xk::Result<xk::IpAddr> a = xk::parse_ip(s);
+    if (!a) return false;
+    net = xk::IpCidr{*a, static_cast<std::uint8_t>(a->is_v4() ? 32 : 128)};
+    return true;
   }
-  mask = len == 0 ? 0 : ~std::uint32_t{0} << (32 - len);
-  net = ntohl(a.s_addr) & mask;
+  xk::Result<xk::IpCidr> c = xk::parse_ip_cidr(s);
+  if (!c) return false;
+  net = *c;
   return true;
 }
 
@@ -148,19 +146,62 @@ int fail(int err) {
 
 // ---- policy -------------------------------------------------------------------------
 
-bool Policy::to_xk(const sockaddr_in& dst) const {
-  const std::uint32_t d = ntohl(dst.sin_addr.s_addr);
-  if ((d & 0xff000000u) == 0x7f000000u) return false;  // loopback
-  for (const auto& [net, m] : kernel_nets) {
-    if ((d & m) == net) return false;
+std::uint32_t Policy::addr4() const noexcept {
+  for (const xk::IpCidr& c : addrs) {
+    if (c.addr.is_v4()) return c.addr.v4().value;
   }
-  if (d == addr) return true;
-  return gateway || (d & mask) == (addr & mask);
+  return 0;
 }
 
-bool Policy::bind_to_xk(const sockaddr_in& a) const {
-  const std::uint32_t d = ntohl(a.sin_addr.s_addr);
-  return d == INADDR_ANY || d == addr;
+std::uint32_t Policy::mask4() const noexcept {
+  for (const xk::IpCidr& c : addrs) {
+    if (c.addr.is_v4()) return c.prefix_len == 0 ? 0 : ~std::uint32_t{0} << (32 - c.prefix_len);
+  }
+  return 0;
+}
+
+bool Policy::to_xk(const xk::IpAddr& d) const {
+  // Loopback is the kernel's: 127/8 and ::1.
+  xk::IpAddr::Bytes one{};
+  one[15] = 1;
+  if (d.is_v4() ? (d.v4().value >> 24) == 127 : d == xk::IpAddr::from_bytes(one)) return false;
+  for (const xk::IpCidr& k : kernel_nets) {
+    if (k.contains(d)) return false;
+  }
+  bool family = false;  // the stack has an address of d's family
+  for (const xk::IpCidr& c : addrs) {
+    if (c.addr.is_v4() != d.is_v4()) continue;
+    family = true;
+    if (c.addr == d || c.contains(d)) return true;
+  }
+  if (!family) return false;
+  // fe80::/10 is on-link wherever the stack has IPv6.
+  if (!d.is_v4() && d.bytes()[0] == 0xfe && (d.bytes()[1] & 0xc0) == 0x80) return true;
+  return d.is_v4() ? gateway4 : gateway6;
+}
+
+bool Policy::bind_to_xk(const xk::IpAddr& a) const {
+  if (a.is_unspecified()) return !addrs.empty();
+  return std::any_of(addrs.begin(), addrs.end(), [&](const xk::IpCidr& c) { return c.addr == a; });
+}
+
+bool address_of(const sockaddr* a, socklen_t len, xk::IpAddr& out) {
+  if (a == nullptr || len < static_cast<socklen_t>(sizeof(sa_family_t))) return false;
+  sa_family_t family;
+  std::memcpy(&family, a, sizeof family);
+  if (family == AF_INET && len >= static_cast<socklen_t>(sizeof(sockaddr_in))) {
+    sockaddr_in in;
+    std::memcpy(&in, a, sizeof in);
+    out = xk::Ipv4Addr{ntohl(in.sin_addr.s_addr)};
+    return true;
+  }
+  if (family == AF_INET6 && len >= 24) {  // RFC 2133's size will do
+    xk::IpAddr::Bytes b;
+    std::memcpy(b.data(), reinterpret_cast<const char*>(a) + offsetof(sockaddr_in6, sin6_addr), 16);
+    out = xk::IpAddr::from_bytes(b);
+    return true;
+  }
+  return false;
 }
 
 // ---- the process ----------------------------------------------------------------------
@@ -204,9 +245,9 @@ Process::Process() {
     for (char& c : list) c = c == ',' ? ' ' : c;
     std::istringstream in(list);
     for (std::string w; in >> w;) {
-      std::uint32_t net, m;
-      if (!parse_net(w, net, m)) die("XK_PRELOAD_KERNEL: '" + w + "' is not a network (A.B.C.D/N)");
-      policy_.kernel_nets.emplace_back(net, m);
+      xk::IpCidr net;
+      if (!parse_net(w, net)) die("XK_PRELOAD_KERNEL: '" + w + "' is not a network (A.B.C.D/N or X:X::X/N)");
+      policy_.kernel_nets.push_back(net);
     }
   }
   exit_linger_ms_ = env_number("XK_EXIT_LINGER_MS", 600'000, "milliseconds", exit_linger_ms_);
@@ -240,10 +281,18 @@ Process::Process() {
   stack_.store(made, std::memory_order_release);
   in_addr a{}, gw{};
   int prefix = 0;
-  if (xk_stack_addr(made, &a, &prefix, &gw) != 0) die(std::string("the xk stack has no address: ") + xk_last_error());
-  policy_.addr = ntohl(a.s_addr);
-  policy_.mask = prefix == 0 ? 0 : ~std::uint32_t{0} << (32 - prefix);
-  policy_.gateway = gw.s_addr != 0;
+  if (xk_stack_addr(made, &a, &prefix, &gw) == 0) {
+    policy_.addrs.push_back(xk::IpCidr{xk::Ipv4Addr{ntohl(a.s_addr)}, static_cast<std::uint8_t>(prefix)});
+    policy_.gateway4 = gw.s_addr != 0;
+  }
+  in6_addr a6{}, gw6{};
+  for (unsigned i = 0; xk_stack_addr6(made, i, &a6, &prefix, &gw6) == 0; ++i) {
+    xk::IpAddr::Bytes b;
+    std::memcpy(b.data(), a6.s6_addr, 16);
+    policy_.addrs.push_back(xk::IpCidr{xk::IpAddr::from_bytes(b), static_cast<std::uint8_t>(prefix)});
+    policy_.gateway6 = !IN6_IS_ADDR_UNSPECIFIED(&gw6);
+  }
+  if (policy_.addrs.empty()) die("the xk stack has no address (neither an ipv4 nor an ipv6 layer)");
   pthread_atfork(nullptr, nullptr, &Process::after_fork_child);
 }
 
@@ -299,11 +348,11 @@ bool Process::may_close(int fd) const noexcept {
   return slot(fd).kind != Slot::Kind::own || exiting_.load(std::memory_order_acquire) || xk::on_library_thread();
 }
 
-void Process::add_pending(int fd, int type) {
+void Process::add_pending(int fd, int type, int family) {
   if (static_cast<std::size_t>(fd) >= size_) return;  // beyond the table: the kernel's
   touch(fd);
   std::lock_guard<std::mutex> lock(mu_);
-  pending_[fd] = Pending{type, {}, {}};
+  pending_[fd] = Pending{type, family, {}, {}};
   slots_[fd].store(-1, std::memory_order_release);
 }
 
@@ -340,7 +389,7 @@ int Process::promote(int fd) {
   auto it = pending_.find(fd);
   if (v != -1 || it == pending_.end()) return fail(EBADF);
   const bool nonblock = (libc().fcntl(fd, F_GETFL) & O_NONBLOCK) != 0;
-  const int x = xk_socket(s, AF_INET, it->second.type | (nonblock ? SOCK_NONBLOCK : 0), 0);
+  const int x = xk_socket(s, it->second.family, it->second.type | (nonblock ? SOCK_NONBLOCK : 0), 0);
   if (x < 0) return -1;
   // What the kernel socket was told, the xk socket is told too; what xk
   // does not take (an option it refuses) the program already had its

@@ -40,6 +40,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "xk/options.hpp"
 #include "xk/xk.h"
 
 namespace xk::preload {
@@ -103,19 +104,27 @@ struct Slot {
 // subnet, or any with a gateway) that is not in a kernel network
 // (127.0.0.0/8 always, plus XK_PRELOAD_KERNEL); a bind to INADDR_ANY or the
 // stack's own address.
+// Which sockets are xk's, decided by address (either family).
 struct Policy {
-  std::uint32_t addr = 0;  // host order
-  std::uint32_t mask = 0;
-  bool gateway = false;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> kernel_nets;  // (net, mask), host order
-  bool to_xk(const sockaddr_in& dst) const;
-  bool bind_to_xk(const sockaddr_in& a) const;
+  std::vector<xk::IpCidr> addrs;        // the stack's, with their on-link prefixes
+  bool gateway4 = false;                // off-link IPv4 goes through the stack
+  bool gateway6 = false;                // and IPv6
+  std::vector<xk::IpCidr> kernel_nets;  // XK_PRELOAD_KERNEL: left to the kernel
+  std::uint32_t addr4() const noexcept;  // the IPv4 address (host order), 0: none
+  std::uint32_t mask4() const noexcept;
+  bool to_xk(const xk::IpAddr& dst) const;
+  bool bind_to_xk(const xk::IpAddr& a) const;
 };
+
+// The address in a sockaddr of either family (an AF_INET6 one's v4-mapped
+// address is IPv4's); false for another family or a short one.
+bool address_of(const sockaddr* a, socklen_t len, xk::IpAddr& out);
 
 // An AF_INET socket not yet decided: what was done to its kernel socket
 // that the xk socket must repeat.
 struct Pending {
-  int type = 0;  // SOCK_STREAM or SOCK_DGRAM
+  int type = 0;    // SOCK_STREAM or SOCK_DGRAM
+  int family = 0;  // AF_INET or AF_INET6
   struct Option {
     int level, name;
     std::vector<char> value;
@@ -179,7 +188,7 @@ class Process {
   }
 
   // A new AF_INET socket, undecided.
-  void add_pending(int fd, int type);
+  void add_pending(int fd, int type, int family);
   // The xk descriptor of a pending socket now going to xk (made, options
   // replayed, kernel epoll registrations moved over), or -1 with errno.
   int promote(int fd);

@@ -14,6 +14,7 @@
 #include "socket_api_internal.hpp"
 #include "xk/counters.hpp"
 #include "xk/protocols/ipv4.hpp"
+#include "xk/protocols/ipv6.hpp"
 
 using namespace xk;
 using namespace xk::capi;
@@ -310,6 +311,34 @@ extern "C" int xk_stack_addr(xk_stack* h, struct in_addr* addr, int* prefix_len,
     if (addr != nullptr) addr->s_addr = htonl(cfg->addr.addr.value);
     if (prefix_len != nullptr) *prefix_len = cfg->addr.prefix_len;
     if (gw != nullptr) gw->s_addr = cfg->gw ? htonl(cfg->gw->value) : 0;
+    return 0;
+  });
+}
+
+extern "C" int xk_stack_addr6(xk_stack* h, unsigned index, struct in6_addr* addr, int* prefix_len,
+                              struct in6_addr* gw) {
+  if (h == nullptr) return fail(EINVAL, "xk_stack_addr6: a null stack");
+  return guarded("xk_stack_addr6", [&] {
+    struct Found {
+      IpCidr addr;
+      std::optional<IpAddr> gw;
+    };
+    const std::optional<Found> f = h->stack->call([&]() -> std::optional<Found> {
+      for (Protocol* p : h->stack->graph().protocols()) {
+        const auto* ip = dynamic_cast<const ipv6::Ipv6Protocol*>(p);
+        if (ip == nullptr) continue;
+        if (index >= ip->addresses().size()) return std::nullopt;
+        return Found{ip->addresses()[index], ip->config().gw};
+      }
+      return std::nullopt;
+    });
+    if (!f) return fail(ENOENT, "xk_stack_addr6: no IPv6 address of that index");
+    if (addr != nullptr) std::memcpy(addr->s6_addr, f->addr.addr.bytes().data(), 16);
+    if (prefix_len != nullptr) *prefix_len = f->addr.prefix_len;
+    if (gw != nullptr) {
+      *gw = in6_addr{};
+      if (f->gw) std::memcpy(gw->s6_addr, f->gw->bytes().data(), 16);
+    }
     return 0;
   });
 }

@@ -145,6 +145,11 @@ int xk_stack_write_counters(xk_stack* stack, int fd);
  * none), in network byte order; any pointer may be NULL. Returns 0, or -1
  * with errno ENOENT for a graph without an ipv4 layer. */
 int xk_stack_addr(xk_stack* stack, struct in_addr* addr, int* prefix_len, struct in_addr* gw);
+/* The stack's IPv6 addresses one at a time: the `index`-th (0, 1, ...; the
+ * link-local one first, when the stack has one) with its prefix length, and
+ * the default router (::: none); any pointer may be NULL. Returns 0, or -1
+ * with errno ENOENT past the last one or for a graph without an ipv6 layer. */
+int xk_stack_addr6(xk_stack* stack, unsigned index, struct in6_addr* addr, int* prefix_len, struct in6_addr* gw);
 /* The most xk descriptors (sockets and epoll sets, of every stack) the
  * process may hold at once: numbers 0..limit-1. Default 2^20, at most 2^30;
  * XK_MAX_FDS sets it for stacks made from the environment. Returns 0, or -1
