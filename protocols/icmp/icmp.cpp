@@ -28,8 +28,7 @@ IcmpProtocol::IcmpProtocol(std::string name, ipv4::Ipv4Protocol& ip, const Clock
       ip_(ip),
       clock_(clock != nullptr ? *clock : own_clock_),
       config_(config),
-      tokens_(config.err_burst),
-      last_refill_(clock_.now()),
+      error_limit_(clock_, config.err_rate, config.err_burst),
       rx_msgs_(counters().add("rx_msgs")),
       drop_truncated_(counters().add("drop_truncated", "shorter than the ICMP header")),
       drop_bad_csum_(counters().add("drop_bad_csum")),
@@ -186,18 +185,6 @@ Status IcmpProtocol::handle_error(const Header& h, Msg& msg) {
   return st;
 }
 
-bool IcmpProtocol::take_token() noexcept {
-  const Time now = clock_.now();
-  if (now > last_refill_) {
-    const double secs = std::chrono::duration<double>(now - last_refill_).count();
-    tokens_ = std::min(config_.err_burst, tokens_ + secs * config_.err_rate);
-    last_refill_ = now;
-  }
-  if (tokens_ < 1) return false;
-  tokens_ -= 1;
-  return true;
-}
-
 Status IcmpProtocol::send_dest_unreachable(std::uint8_t code, const Msg& original, std::uint16_t next_hop_mtu) {
   std::array<std::byte, ipv4::Header::kMinSize> fixed{};
   if (!original.copy_out(0, fixed).ok()) {
@@ -224,7 +211,7 @@ Status IcmpProtocol::send_dest_unreachable(std::uint8_t code, const Msg& origina
     ++tx_suppressed_;
     return Errc::bad_state;
   }
-  if (!take_token()) {
+  if (!error_limit_.take()) {
     ++tx_rate_limited_;
     return Errc::would_block;
   }

@@ -37,8 +37,7 @@ Icmpv6Protocol::Icmpv6Protocol(std::string name, ipv6::Ipv6Protocol& ip, nd::NdP
       nd_(nd),
       clock_(clock != nullptr ? *clock : own_clock_),
       config_(config),
-      tokens_(config.err_burst),
-      last_refill_(clock_.now()),
+      error_limit_(clock_, config.err_rate, config.err_burst),
       rx_msgs_(counters().add("rx_msgs")),
       drop_truncated_(counters().add("drop_truncated", "shorter than the ICMPv6 header")),
       drop_bad_csum_(counters().add("drop_bad_csum")),
@@ -230,18 +229,6 @@ Status Icmpv6Protocol::handle_error(const Header& h, Msg& msg) {
   return st;
 }
 
-bool Icmpv6Protocol::take_token() noexcept {
-  const Time now = clock_.now();
-  if (now > last_refill_) {
-    const double secs = std::chrono::duration<double>(now - last_refill_).count();
-    tokens_ = std::min(config_.err_burst, tokens_ + secs * config_.err_rate);
-    last_refill_ = now;
-  }
-  if (tokens_ < 1) return false;
-  tokens_ -= 1;
-  return true;
-}
-
 Status Icmpv6Protocol::send_error(std::uint8_t type, std::uint8_t code, std::uint32_t param, const Msg& original) {
   std::array<std::byte, ipv6::Header::kSize> fixed{};
   if (!original.copy_out(0, fixed).ok()) {
@@ -263,7 +250,7 @@ Status Icmpv6Protocol::send_error(std::uint8_t type, std::uint8_t code, std::uin
     ++tx_suppressed_;
     return Errc::bad_state;
   }
-  if (!take_token()) {
+  if (!error_limit_.take()) {
     ++tx_rate_limited_;
     return Errc::would_block;
   }

@@ -24,12 +24,6 @@ constexpr std::size_t kMinMtu = 68;
 // RFC 1122 3.3.3 suggests 576 when the link says nothing.
 constexpr std::size_t kDefaultMtu = 576;
 
-std::vector<Protocol*> below_list(Protocol& link, NextHopResolver* resolver) {
-  std::vector<Protocol*> v{&link};
-  if (auto* p = dynamic_cast<Protocol*>(resolver)) v.push_back(p);
-  return v;
-}
-
 }  // namespace
 
 // ---- session ------------------------------------------------------------
@@ -66,7 +60,7 @@ Result<ControlReply> Ipv4Session::control_any(const ControlQuery& query) {
 
 Ipv4Protocol::Ipv4Protocol(std::string name, Protocol& link, NextHopResolver* resolver, TimerWheel& timers,
                            Config config)
-    : Protocol(std::move(name), "ipv4", below_list(link, resolver)),
+    : Protocol(std::move(name), "ipv4", link_and_resolver(link, resolver)),
       link_(link),
       resolver_(resolver),
       timers_(timers),
@@ -586,15 +580,7 @@ void register_ipv4(Registry& registry) {
             if (args.loop == nullptr) {
               throw std::invalid_argument("ipv4 needs an event loop for its timers: pass one to Graph::build");
             }
-            NextHopResolver* resolver = nullptr;
-            if (args.below.size() > 1) {
-              resolver = dynamic_cast<NextHopResolver*>(args.below[1]);
-              if (resolver == nullptr) {
-                throw std::invalid_argument("below[1] '" + args.below[1]->name() + "' (kind " +
-                                            args.below[1]->kind() +
-                                            ") is not a next-hop resolver; name one like arp, or only the link");
-              }
-            }
+            NextHopResolver* resolver = resolver_below(args.below, "arp");
             const Options& o = args.options;
             Config c;
             c.addr = o.get_cidr("addr");

@@ -20,12 +20,6 @@ constexpr std::uint32_t kEtherTypeIpv6 = 0x86dd;
 // Multicast scope (RFC 4291 2.7): 1 interface-local, 2 link-local.
 constexpr unsigned scope_of_multicast(const IpAddr& a) noexcept { return a.bytes()[1] & 0x0f; }
 
-std::vector<Protocol*> below_list(Protocol& link, NextHopResolver* resolver) {
-  std::vector<Protocol*> v{&link};
-  if (auto* p = dynamic_cast<Protocol*>(resolver)) v.push_back(p);
-  return v;
-}
-
 // The protocols whose header follows the IPv6 header directly on the
 // common path: no chain to walk.
 constexpr bool plain_upper(std::uint8_t nh) noexcept {
@@ -75,7 +69,7 @@ Result<ControlReply> Ipv6Session::control_any(const ControlQuery& query) {
 
 Ipv6Protocol::Ipv6Protocol(std::string name, Protocol& link, NextHopResolver* resolver, TimerWheel& timers,
                            Config config)
-    : Protocol(std::move(name), "ipv6", below_list(link, resolver)),
+    : Protocol(std::move(name), "ipv6", link_and_resolver(link, resolver)),
       link_(link),
       resolver_(resolver),
       timers_(timers),
@@ -665,15 +659,7 @@ void register_ipv6(Registry& registry) {
             if (args.loop == nullptr) {
               throw std::invalid_argument("ipv6 needs an event loop for its timers: pass one to Graph::build");
             }
-            NextHopResolver* resolver = nullptr;
-            if (args.below.size() > 1) {
-              resolver = dynamic_cast<NextHopResolver*>(args.below[1]);
-              if (resolver == nullptr) {
-                throw std::invalid_argument("below[1] '" + args.below[1]->name() + "' (kind " +
-                                            args.below[1]->kind() +
-                                            ") is not a next-hop resolver; name one like nd, or only the link");
-              }
-            }
+            NextHopResolver* resolver = resolver_below(args.below, "nd");
             const Options& o = args.options;
             Config c;
             if (o.has("addr")) c.addrs = o.get_ip_cidrs("addr");

@@ -13,6 +13,8 @@
 #include "xk/event_loop.hpp"
 #include "xk/options.hpp"
 #include "xk/protocols/tcp.hpp"
+
+#include "xk/ip_layers.hpp"
 #include "tcb.hpp"
 
 namespace xk::tcp {
@@ -227,29 +229,12 @@ TcpProtocol::~TcpProtocol() {
   authority_ = nullptr;
   peers_.for_each([](const PeerKey&, IpPeer& p) { (void)p.session->close(); });
   peers_.clear();
-  if (enabled_) {
-    for (Protocol* ip : below()) {
-      Participants parts;
-      parts.local.push(ProtoNum{kIpProtocol});
-      (void)ip->open_disable(*this, parts);
-    }
-  }
+  if (enabled_) disable_on_each(*this, below(), kIpProtocol);
 }
 
 Status TcpProtocol::ensure_enabled() {
   if (enabled_) return {};
-  for (std::size_t i = 0; i < below().size(); ++i) {
-    Participants parts;
-    parts.local.push(ProtoNum{kIpProtocol});
-    if (Status st = below()[i]->open_enable(*this, parts); !st) {
-      for (std::size_t j = 0; j < i; ++j) {
-        Participants undo;
-        undo.local.push(ProtoNum{kIpProtocol});
-        (void)below()[j]->open_disable(*this, undo);
-      }
-      return st;
-    }
-  }
+  if (Status st = enable_on_each(*this, below(), kIpProtocol); !st) return st;
   enabled_ = true;
   return {};
 }
@@ -260,18 +245,7 @@ Result<TcpProtocol::IpPeer*> TcpProtocol::ip_for(IpAddr peer, Session* known) {
   if (known != nullptr) {
     s = SessionRef(known);
   } else {
-    // Each IP layer below says whether it takes the family.
-    auto open = [&]() -> Result<SessionRef> {
-      for (Protocol* ip : below()) {
-        Participants parts;
-        parts.remote.push(peer);
-        parts.remote.push(ProtoNum{kIpProtocol});
-        Result<SessionRef> r = ip->open(*this, parts);
-        if (r || r.error() != Errc::unsupported) return r;
-      }
-      return Errc::unsupported;
-    };
-    Result<SessionRef> r = open();
+    Result<SessionRef> r = open_for_peer(*this, below(), peer, kIpProtocol);
     if (!r) return r.error();
     s = *r;
   }

@@ -1,5 +1,7 @@
 #include "xk/protocols/udp.hpp"
 
+#include "xk/ip_layers.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -215,29 +217,12 @@ UdpProtocol::~UdpProtocol() {
   ip_by_peer_.clear();
   ip_by_session_.clear();
   for (SessionRef& s : ours) (void)s->close();
-  if (enabled_) {
-    for (Protocol* ip : below()) {
-      Participants parts;
-      parts.local.push(ProtoNum{kIpProtocol});
-      (void)ip->open_disable(*this, parts);
-    }
-  }
+  if (enabled_) disable_on_each(*this, below(), kIpProtocol);
 }
 
 Status UdpProtocol::ensure_enabled() {
   if (enabled_) return {};
-  for (std::size_t i = 0; i < below().size(); ++i) {
-    Participants parts;
-    parts.local.push(ProtoNum{kIpProtocol});
-    if (Status st = below()[i]->open_enable(*this, parts); !st) {
-      for (std::size_t j = 0; j < i; ++j) {
-        Participants undo;
-        undo.local.push(ProtoNum{kIpProtocol});
-        (void)below()[j]->open_disable(*this, undo);
-      }
-      return st;
-    }
-  }
+  if (Status st = enable_on_each(*this, below(), kIpProtocol); !st) return st;
   enabled_ = true;
   return {};
 }
@@ -259,19 +244,7 @@ Result<UdpProtocol::IpPeer*> UdpProtocol::learn(Session& ip, bool opened_by_us) 
 
 Result<UdpProtocol::IpPeer*> UdpProtocol::route_to(IpAddr peer, IpAddr local_hint) {
   if (Session** s = ip_by_peer_.find(PeerKey{peer})) return learn(**s, false);
-  // Each IP layer below says whether it takes the family.
-  auto open = [&]() -> Result<SessionRef> {
-    for (Protocol* layer : below()) {
-      Participants parts;
-      parts.remote.push(peer);
-      parts.remote.push(ProtoNum{kIpProtocol});
-      if (!local_hint.is_unspecified()) parts.local.push(local_hint);
-      Result<SessionRef> r = layer->open(*this, parts);
-      if (r || r.error() != Errc::unsupported) return r;
-    }
-    return Errc::unsupported;
-  };
-  Result<SessionRef> ip = open();
+  Result<SessionRef> ip = open_for_peer(*this, below(), peer, kIpProtocol, local_hint);
   if (!ip) return ip.error();
   return learn(**ip, true);
 }

@@ -10,8 +10,14 @@
 // on Neighbor Discovery (nd) the same way. A resolver serves one family and
 // refuses the other's addresses (unsupported).
 
+#include <stdexcept>
+#include <string>
+#include <vector>
+
 #include "xk/address.hpp"
+#include "xk/counters.hpp"
 #include "xk/msg.hpp"
+#include "xk/protocol.hpp"
 #include "xk/result.hpp"
 
 namespace xk {
@@ -34,6 +40,40 @@ class NextHopResolver {
   // Whether `addr`, one of ours, may be used: false while a duplicate check
   // runs (RFC 4862 "tentative") and after it found a duplicate.
   virtual bool address_usable(const IpAddr& addr) const { return !addr.is_unspecified(); }
+};
+
+// A network layer's protocols below: the link, and the resolver when it has
+// one (a resolver is a Protocol too).
+inline std::vector<Protocol*> link_and_resolver(Protocol& link, NextHopResolver* resolver) {
+  std::vector<Protocol*> v{&link};
+  if (auto* p = dynamic_cast<Protocol*>(resolver)) v.push_back(p);
+  return v;
+}
+
+// A network layer's below[1] in a graph spec, as its resolver: null when
+// there is none; std::invalid_argument when it is no resolver (`example`
+// names the kind that would be).
+inline NextHopResolver* resolver_below(const std::vector<Protocol*>& below, const std::string& example) {
+  if (below.size() < 2) return nullptr;
+  if (auto* r = dynamic_cast<NextHopResolver*>(below[1])) return r;
+  throw std::invalid_argument("below[1] '" + below[1]->name() + "' (kind " + below[1]->kind() +
+                              ") is not a next-hop resolver; name one like " + example + ", or only the link");
+}
+
+// The upper of the link sessions a resolver opens for the network layer's
+// packets: frames that arrive on one while no network layer has enabled
+// their EtherType (eth hands them to the one that does, once there is one)
+// are counted and dropped here.
+class ResolverDataSink final : public Protocol {
+ public:
+  ResolverDataSink(std::string name, Counter& drops) : Protocol(std::move(name), "resolver-data"), drops_(drops) {}
+  Status demux(Session&, Msg) override {
+    ++drops_;
+    return Errc::not_found;
+  }
+
+ private:
+  Counter& drops_;
 };
 
 }  // namespace xk

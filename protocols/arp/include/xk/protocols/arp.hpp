@@ -109,20 +109,6 @@ class ArpProtocol final : public Protocol, public NextHopResolver {
     std::uint32_t ip;
     friend bool operator==(const IpKey&, const IpKey&) = default;
   };
-  // Where IPv4 frames that arrive on our data sessions go while no protocol
-  // has enabled 0x0800 on eth: counted and dropped.
-  class DataSink final : public Protocol {
-   public:
-    DataSink(std::string name, Counter& drops) : Protocol(std::move(name), "arp-data"), drops_(drops) {}
-    Status demux(Session&, Msg) override {
-      ++drops_;
-      return Errc::not_found;
-    }
-
-   private:
-    Counter& drops_;
-  };
-
   Entry* find(Ipv4Addr ip) const noexcept;
   Entry& create(Ipv4Addr ip, State state);
   void remove(Entry& e);
@@ -179,7 +165,7 @@ class ArpProtocol final : public Protocol, public NextHopResolver {
   Counter& drop_tx_error_;
   Counter& drop_not_ipv4_;
   Counter& drop_data_no_listener_;
-  DataSink sink_;
+  ResolverDataSink sink_;
 };
 
 // Make the kind `arp` available to graph specs. The factory needs the graph's

@@ -20,6 +20,7 @@
 #include "xk/clock.hpp"
 #include "xk/graph.hpp"
 #include "xk/protocol.hpp"
+#include "xk/token_bucket.hpp"
 #include "xk/protocols/icmp_wire.hpp"
 #include "xk/protocols/ipv4.hpp"
 
@@ -48,14 +49,12 @@ class IcmpProtocol final : public Protocol, public ipv4::IcmpErrorSink {
  private:
   Status handle(const RxInfo* info, Msg& msg);
   Status handle_error(const Header& h, Msg& msg);
-  bool take_token() noexcept;
 
   ipv4::Ipv4Protocol& ip_;
   MonotonicClock own_clock_;
   const Clock& clock_;
   Config config_;
-  double tokens_;
-  Time last_refill_;
+  TokenBucket error_limit_;  // on the errors we send
   bool enabled_ = false;
 
   Counter& rx_msgs_;

@@ -22,6 +22,7 @@
 #include "xk/clock.hpp"
 #include "xk/graph.hpp"
 #include "xk/protocol.hpp"
+#include "xk/token_bucket.hpp"
 #include "xk/protocols/icmpv6_wire.hpp"
 #include "xk/protocols/ipv6.hpp"
 #include "xk/protocols/nd.hpp"
@@ -48,15 +49,13 @@ class Icmpv6Protocol final : public Protocol, public ipv6::IcmpErrorSink {
  private:
   Status handle(const RxInfo& info, Msg& msg);
   Status handle_error(const Header& h, Msg& msg);
-  bool take_token() noexcept;
 
   ipv6::Ipv6Protocol& ip_;
   nd::NdProtocol* nd_;
   MonotonicClock own_clock_;
   const Clock& clock_;
   Config config_;
-  double tokens_;
-  Time last_refill_;
+  TokenBucket error_limit_;  // on the errors we send
   bool enabled_ = false;
 
   Counter& rx_msgs_;

@@ -136,20 +136,6 @@ class NdProtocol final : public Protocol, public NextHopResolver {
     IpAddr::Bytes ip;
     friend bool operator==(const IpKey&, const IpKey&) = default;
   };
-  // Where IPv6 frames that arrive on our sessions go while no protocol has
-  // enabled 0x86dd on eth: counted and dropped.
-  class DataSink final : public Protocol {
-   public:
-    DataSink(std::string name, Counter& drops) : Protocol(std::move(name), "nd-data"), drops_(drops) {}
-    Status demux(Session&, Msg) override {
-      ++drops_;
-      return Errc::not_found;
-    }
-
-   private:
-    Counter& drops_;
-  };
-
   Entry* find(const IpAddr& ip) const noexcept;
   Entry& create(const IpAddr& ip, State state);
   void remove(Entry& e);
@@ -221,7 +207,7 @@ class NdProtocol final : public Protocol, public NextHopResolver {
   Counter& drop_tx_error_;
   Counter& drop_not_ipv6_;
   Counter& drop_data_no_listener_;
-  DataSink sink_;
+  ResolverDataSink sink_;
 };
 
 // Make the kind `nd` available to graph specs (needs the graph's EventLoop).
