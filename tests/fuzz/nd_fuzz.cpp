@@ -61,7 +61,7 @@ class Input {
   std::size_t pos_ = 0;
 };
 
-IpAddr ip(const char* text) { return *parse_ip(text); }
+IpAddr addr_of(const char* text) { return *parse_ip(text); }
 
 const MacAddr kHostMac{{0x02, 0, 0, 0, 0, 0x10}};
 const MacAddr kPeerMac{{0x02, 0, 0, 0, 0, 0x20}};
@@ -97,8 +97,8 @@ struct Host {
   }
   static ipv6::Config ip_config() {
     ipv6::Config c;
-    c.addrs = {IpCidr{ip("2001:db8::10"), 64}};
-    c.gw = ip("fe80::1");
+    c.addrs = {IpCidr{addr_of("2001:db8::10"), 64}};
+    c.gw = addr_of("fe80::1");
     c.reasm_mem = 256 * 1024;
     return c;
   }
@@ -149,15 +149,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   udp::UdpSocket echo = host->udp.socket();
   (void)echo.bind(IpAddr{}, Port{7});
 
-  const IpAddr us = ip("2001:db8::10");
+  const IpAddr us = addr_of("2001:db8::10");
   const IpAddr our_ll = *host->ip6.link_local();
-  const IpAddr sources[] = {ip("fe80::20"), ip("2001:db8::20"), IpAddr{}, ip("fe80::1"), us, ip("ff02::1")};
-  const IpAddr dests[] = {us, our_ll, ip("ff02::1"), icmpv6::solicited_node(us), ip("ff02::2"), ip("2001:db8::99")};
+  const IpAddr sources[] = {addr_of("fe80::20"), addr_of("2001:db8::20"), IpAddr{},
+                            addr_of("fe80::1"),  us,                     addr_of("ff02::1")};
+  const IpAddr dests[] = {us, our_ll, addr_of("ff02::1"), icmpv6::solicited_node(us), addr_of("ff02::2"),
+                          addr_of("2001:db8::99")};
   const std::uint8_t types[] = {135, 136, 134, 133, 137, 130, 143, 128, 129, 1, 2, 3, 4};
 
   auto push = [&](std::vector<std::byte> packet, bool multicast) {
     std::vector<std::byte> f(14 + packet.size());
-    const MacAddr dst = multicast ? icmpv6::multicast_mac(ip("ff02::1")) : kHostMac;
+    const MacAddr dst = multicast ? icmpv6::multicast_mac(addr_of("ff02::1")) : kHostMac;
     std::memcpy(f.data(), dst.bytes.data(), 6);
     std::memcpy(f.data() + 6, kPeerMac.bytes.data(), 6);
     store_be16(f.data() + 12, 0x86dd);
@@ -216,12 +218,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           store_be16(body.data() + 2, 7);
         }
         frag.insert(frag.end(), body.begin(), body.end());
-        push(ipv6_packet(ip("2001:db8::20"), us, ipv6::kFragment, 64, frag), false);
+        push(ipv6_packet(addr_of("2001:db8::20"), us, ipv6::kFragment, 64, frag), false);
         break;
       }
       case 4: {
         udp::UdpSocket s = host->udp.socket();
-        const IpAddr to = (op & 0x10) != 0 ? ip("2001:db8::20") : ip("2001:db8:1::5");  // on-link, or via fe80::1
+        const IpAddr to = (op & 0x10) != 0 ? addr_of("2001:db8::20") : addr_of("2001:db8:1::5");  // on-link, or via fe80::1
         (void)s.connect(to, Port{9});
         (void)s.send(Msg::copy_of(in.bytes(in.u16() % 3000)));
         for (int i = 0; i < 64 && loop.run_once() != 0; ++i) {
