@@ -86,7 +86,7 @@ reasm() {  # family run
   "$UDP" server --port "$sp" "${SRV_IPS[@]}" --sink > "$OUT/srv-$tag.log" 2>&1 &
   local srv=$!
   PIDS+=("$srv")
-  wait_for "$OUT/srv-$tag.log" "ready" "$srv" 30
+  wait_for "$OUT/srv-$tag.log" "waiting for the link" "$srv" 30
   "$UDP" rate --port "$cp" "${CLI_IPS[@]}" --peer "$(peer "$fam" 9000)" --size 60000 --seconds "$SECS" \
     > "$OUT/cli-$tag.log" 2>&1 || { tail "$OUT/cli-$tag.log" >&2; die "udp $tag failed"; }
   sleep 0.5
