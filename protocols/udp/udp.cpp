@@ -317,7 +317,7 @@ Status UdpProtocol::bind_session(UdpSession& s, IpAddr addr, Port port) {
 Status UdpProtocol::connect_session(UdpSession& s, IpAddr addr, Port port) {
   if (addr.is_unspecified() || port.value == 0) return Errc::invalid_argument;
   if (!s.bound_) {
-    if (Status st = bind_session(s, IpAddr{}, Port{}); !st) return st;
+    if (Status st = bind_session(s, s.options_.implicit_bind, Port{}); !st) return st;
   }
   Result<IpPeer*> ip = route_to(addr, s.local_.addr);
   if (!ip) return ip.error();
@@ -366,7 +366,7 @@ Status UdpProtocol::send(UdpSession& s, Msg msg, IpAddr addr, Port port, IpPeer*
   if (addr.is_unspecified() || port.value == 0) return Errc::invalid_argument;
   if (msg.size() > kMaxPayload) return Errc::too_large;
   if (!s.bound_) {
-    if (Status st = bind_session(s, IpAddr{}, Port{}); !st) return st;
+    if (Status st = bind_session(s, s.options_.implicit_bind, Port{}); !st) return st;
   }
   if (ip == nullptr) {
     if (s.connected_ && s.remote_ == Endpoint{addr, port.value}) {

@@ -292,6 +292,27 @@ TEST_F(CApiDual, UdpOnAnIpv6SocketSpeaksToBothFamilies) {
     froms += std::string(buf, static_cast<std::size_t>(n)) + "@" + a + " ";
   }
   EXPECT_EQ(froms, "six@2001:db8::1 four@::ffff:192.0.2.1 ");
+  // The AF_INET client's implicit bind took 0.0.0.0: an IPv6 datagram to
+  // its port does not reach it, the IPv6 server's reply to the IPv4 one does.
+  sockaddr_in name{};
+  socklen_t len = sizeof name;
+  ASSERT_EQ(xk_getsockname(c4, reinterpret_cast<sockaddr*>(&name), &len), 0);
+  sockaddr_in6 to_c4 = v6("2001:db8::1", ntohs(name.sin_port));
+  ASSERT_EQ(xk_sendto(srv, "x", 1, 0, sa(to_c4), sizeof to_c4), 1);
+  sockaddr_in6 back4 = v6("::ffff:192.0.2.1", ntohs(name.sin_port));
+  ASSERT_EQ(xk_sendto(srv, "y", 1, 0, sa(back4), sizeof back4), 1);
+  std::string got;
+  for (int i = 0; i < 100000 && got.size() < 2; ++i) {
+    (void)xk_stack_poll(stack_);
+    char c;
+    if (xk_recvfrom(c4, &c, 1, MSG_DONTWAIT, nullptr, nullptr) == 1) got += c;
+    if (got == "y") {
+      for (int k = 0; k < 1000; ++k) (void)xk_stack_poll(stack_);
+      if (xk_recvfrom(c4, &c, 1, MSG_DONTWAIT, nullptr, nullptr) == 1) got += c;
+      break;
+    }
+  }
+  EXPECT_EQ(got, "y");
   for (int fd : {srv, c6, c4}) xk_close(fd);
 }
 

@@ -238,6 +238,13 @@ extern "C" int xk_socket(xk_stack* h, int domain, int type, int protocol) {
         s->conn = stack.tcp()->socket();
       } else {
         s->udp = stack.udp()->socket();
+        // An AF_INET socket's implicit bind is IPv4's wildcard: no IPv6
+        // datagram reaches it.
+        if (domain == AF_INET) {
+          udp::SocketOptions o = s->udp.session()->options();
+          o.implicit_bind = kAnyIpv4;
+          (void)s->udp.set_options(o);
+        }
       }
       watch(*s);
       refresh(*s, false);

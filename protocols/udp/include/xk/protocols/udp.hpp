@@ -65,6 +65,9 @@ struct SocketOptions {
   // IPV6_V6ONLY: a socket bound to :: takes IPv6 datagrams alone (else both
   // families: xk/endpoint.hpp's BindScope). Before bind() only.
   bool v6only = false;
+  // Where a send or connect before any bind() binds the socket: :: (both
+  // families), or 0.0.0.0 for a socket of IPv4 alone (an AF_INET one).
+  IpAddr implicit_bind;
 };
 
 struct UdpConfig {
