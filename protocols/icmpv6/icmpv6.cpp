@@ -20,14 +20,6 @@ bool for_nd(std::uint8_t type) noexcept {
   return type == kMldQuery || (type >= kRouterSolicit && type <= kRedirect);
 }
 
-// The checksum field of a whole message from `src` to `dst` whose field is 0.
-void fill_checksum(std::span<std::byte> message, const IpAddr& src, const IpAddr& dst) {
-  const std::uint32_t pseudo =
-      csum::pseudo_header(src, dst, ipv6::kIcmpv6, static_cast<std::uint32_t>(message.size()));
-  const std::uint16_t c = csum::finish(csum::partial(message.data(), message.size(), pseudo));
-  std::memcpy(message.data() + 2, &c, 2);  // finish() is in memory order
-}
-
 }  // namespace
 
 Icmpv6Protocol::Icmpv6Protocol(std::string name, ipv6::Ipv6Protocol& ip, nd::NdProtocol* nd, const Clock* clock,

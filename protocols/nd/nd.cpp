@@ -6,7 +6,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "xk/checksum.hpp"
 #include "xk/protocols/eth_wire.hpp"
 #include "xk/protocols/icmpv6_wire.hpp"
 #include "xk/protocols/ipv6_wire.hpp"
@@ -404,9 +403,7 @@ std::optional<IpAddr> NdProtocol::solicit_source(const std::optional<IpAddr>& hi
 
 Msg NdProtocol::packet_of(const IpAddr& src, const IpAddr& dst, std::uint8_t hop_limit, std::vector<std::byte> icmp,
                           bool router_alert) const {
-  std::uint32_t sum = csum::pseudo_header(src, dst, ipv6::kIcmpv6, static_cast<std::uint32_t>(icmp.size()));
-  const std::uint16_t c = csum::finish(csum::partial(icmp.data(), icmp.size(), sum));
-  std::memcpy(icmp.data() + 2, &c, 2);
+  icmpv6::fill_checksum(icmp, src, dst);
   // RFC 2711 Router Alert in a hop-by-hop header: next header, length 0,
   // the option (type 5, length 2, value 0: MLD), PadN of two bytes.
   constexpr std::array<std::uint8_t, 8> kRouterAlert{ipv6::kIcmpv6, 0, 5, 2, 0, 0, 1, 0};

@@ -1,7 +1,19 @@
 // ND options and the addresses Neighbor Discovery derives (icmpv6_wire.hpp).
 #include "xk/protocols/icmpv6_wire.hpp"
 
+#include <cstring>
+
+#include "xk/checksum.hpp"
+#include "xk/protocols/ipv6_wire.hpp"
+
 namespace xk::icmpv6 {
+
+void fill_checksum(std::span<std::byte> message, const IpAddr& src, const IpAddr& dst) noexcept {
+  const std::uint32_t pseudo =
+      csum::pseudo_header(src, dst, ipv6::kIcmpv6, static_cast<std::uint32_t>(message.size()));
+  const std::uint16_t c = csum::finish(csum::partial(message.data(), message.size(), pseudo));
+  std::memcpy(message.data() + 2, &c, 2);  // finish() is in memory order
+}
 
 Result<NdOptions> read_nd_options(std::span<const std::byte> b) {
   NdOptions out;

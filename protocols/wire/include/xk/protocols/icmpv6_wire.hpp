@@ -57,6 +57,10 @@ inline constexpr bool is_error(std::uint8_t type) noexcept { return type < 128; 
 // Parameter Problem its pointer.
 using Header = icmp::Header;
 
+// Fills the checksum field of a whole message from `src` to `dst` (the
+// field zero until then): the pseudo-header and every byte.
+void fill_checksum(std::span<std::byte> message, const IpAddr& src, const IpAddr& dst) noexcept;
+
 // ---- Neighbor Discovery ------------------------------------------------------
 
 // Every ND message arrives with hop limit 255, or it came from off-link
