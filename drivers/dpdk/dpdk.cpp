@@ -722,7 +722,11 @@ Status DpdkDriver::transmit(const Msg& frame) {
       ++drop_offload_;
       return Errc::unsupported;
     }
-    ol_flags = RTE_MBUF_F_TX_IPV4;
+    // The family from the frame's EtherType (ipv6 asks only for transport
+    // checksums, over a header of 40 bytes).
+    std::array<std::byte, 2> type{};
+    (void)frame.copy_out(12, type);
+    ol_flags = load_be16(type.data()) == eth::kTypeIpv6 ? RTE_MBUF_F_TX_IPV6 : RTE_MBUF_F_TX_IPV4;
     if (req.has(Offload::tx_ip_csum)) ol_flags |= RTE_MBUF_F_TX_IP_CKSUM;
     if (req.has(Offload::tx_udp_csum)) ol_flags |= RTE_MBUF_F_TX_UDP_CKSUM;
     if (req.has(Offload::tx_tcp_csum)) ol_flags |= RTE_MBUF_F_TX_TCP_CKSUM;
@@ -876,10 +880,10 @@ bool DpdkDriver::attach(rte_mbuf* head, rte_mbuf*& tail, const Frag& f, std::siz
 }
 
 // Segmentation offload in software (Offload::tx_tcp_seg): `frame` is the
-// Ethernet, IPv4 and TCP headers and a payload of many segments. Every
+// Ethernet, IP and TCP headers and a payload of many segments. Every
 // seg_size bytes of payload leave as a frame of their own under a copy of
 // the headers, fixed up as a NIC's TSO would: IPv4 total length, ID (one
-// more per piece) and header checksum; TCP sequence number, flags (FIN and
+// more per piece) and header checksum, or IPv6 payload length; TCP sequence number, flags (FIN and
 // PSH on the last piece only, CWR on the first only, RFC 3168 6.1.2) and
 // checksum over the piece (RFC 9293 3.1), summed as the piece is copied.
 Status DpdkDriver::transmit_segmented(const Msg& frame) {
@@ -920,8 +924,10 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
   }
   std::array<std::byte, SegmentCut::kMaxHeaders> hdr;
   for (std::size_t i = 0; i < pieces; ++i) {
-    const std::size_t n = cut->headers(i, step, hdr.data(), !offloads_.tx_ipv4_cksum);
-    std::uint64_t ol_flags = offloads_.tx_ipv4_cksum ? RTE_MBUF_F_TX_IP_CKSUM : 0;
+    // An IPv4 header checksum is the port's when it can (IPv6 has none).
+    const bool port_ip_csum = offloads_.tx_ipv4_cksum && !cut->v6();
+    const std::size_t n = cut->headers(i, step, hdr.data(), !port_ip_csum);
+    std::uint64_t ol_flags = port_ip_csum ? RTE_MBUF_F_TX_IP_CKSUM : 0;
     std::uint32_t sum = 0;
     std::uint32_t* summing = nullptr;
     std::byte* field = hdr.data() + kEthHeader + cut->ip_header_len() + tcp::Header::kChecksumOffset;
@@ -944,7 +950,8 @@ Status DpdkDriver::transmit_segmented(const Msg& frame) {
       tx_nombuf_.inc(pieces - i);
       return i == 0 ? Errc::would_block : Status{};
     }
-    request_offloads(head, ol_flags != 0 ? ol_flags | RTE_MBUF_F_TX_IPV4 : 0, cut->ip_header_len());
+    const std::uint64_t family = cut->v6() ? RTE_MBUF_F_TX_IPV6 : RTE_MBUF_F_TX_IPV4;
+    request_offloads(head, ol_flags != 0 ? ol_flags | family : 0, cut->ip_header_len());
     // The piece's payload, straight from the frame's fragments: attached
     // where the PMD copies anyway, else copied into the mbufs here.
     std::size_t left = n, at = cut->tcp_header_len();

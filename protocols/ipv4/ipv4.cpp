@@ -482,23 +482,8 @@ Status Ipv4Protocol::emit(Ipv4Addr next_hop, Msg packet) {
   return st;
 }
 
-// Does in software what a transmit request asked of the port: the field
-// already holds the pseudo-header sum, so the sum over the whole transport
-// segment, complemented, is the checksum.
 Status Ipv4Protocol::resolve_l4_checksum(Msg& payload) {
-  const bool udp = payload.offload().has(Offload::tx_udp_csum);
-  const std::size_t at = udp ? 6 : 16;  // RFC 768 / RFC 9293 3.1: the checksum field
-  if (payload.size() < at + 2) return Errc::invalid_argument;
-  std::uint16_t ck = csum::finish(csum::partial(payload));
-  if (udp && ck == 0) ck = 0xffff;  // RFC 768: 0 on the wire means "none"
-  std::array<std::byte, 18> head{};
-  if (Status st = payload.copy_out(0, std::span(head).first(at + 2)); !st) return st;
-  std::memcpy(head.data() + at, &ck, 2);  // already in network order, like the sum
-  if (Status st = payload.trim_front(at + 2); !st) return st;
-  Result<std::span<std::byte>> room = payload.push(at + 2);
-  if (!room) return room.status();
-  std::memcpy(room->data(), head.data(), at + 2);
-  payload.offload().flags &= static_cast<std::uint8_t>(~(Offload::tx_udp_csum | Offload::tx_tcp_csum));
+  if (Status st = csum::finish_requested(payload); !st) return st;
   ++tx_l4_csum_resolved_;
   return {};
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "xk/checksum.hpp"
 #include "xk/event_loop.hpp"
 #include "xk/protocols/icmpv6_wire.hpp"
 
@@ -106,6 +107,8 @@ Ipv6Protocol::Ipv6Protocol(std::string name, Protocol& link, NextHopResolver* re
       icmp_errors_asked_(counters().add("icmp_errors_asked", "errors asked of icmpv6")),
       errors_delivered_(counters().add("errors_delivered", "ICMPv6 errors handed to a transport")),
       drop_error_no_owner_(counters().add("drop_error_no_owner", "ICMPv6 errors nobody owns")),
+      tx_l4_csum_resolved_(counters().add("tx_l4_csum_resolved",
+                                          "checksums asked of the port but computed here (to self, fragments)")),
       reasm_(timers,
              ip::ReasmLimits{std::min(config_.reasm_max_datagram, Header::kSize + Header::kMaxPayload) - Header::kSize,
                              config_.reasm_mem, config_.reasm_timeout},
@@ -151,6 +154,12 @@ Ipv6Protocol::Ipv6Protocol(std::string name, Protocol& link, NextHopResolver* re
     throw std::runtime_error("cannot receive from '" + link_.name() + "': open_enable failed: " + to_string(st.error()));
   }
   link_enabled_ = true;
+  // The port's offloads that serve IPv6 (docs/checksum.md, "Offload"): a
+  // link that does not answer has none.
+  if (Result<LinkOffloads> o = link_.control(ctl::GetOffloads{})) {
+    offloads_ = LinkOffloads{.tx_udp_csum = o->tx_udp_csum, .tx_tcp_csum = o->tx_tcp_csum,
+                             .rx_l4_csum = o->rx_l4_csum, .tx_tcp_seg = o->tx_tcp_seg};
+  }
   if (resolver_ == nullptr) {
     Participants none;
     Result<SessionRef> s = link_.open(*this, none);
@@ -494,9 +503,9 @@ Status Ipv6Protocol::send(const IpAddr& dst, std::uint8_t next_header, Msg paylo
     ++drop_tx_too_large_;
     return Errc::too_large;
   }
-  // Nothing is asked of the port over IPv6 yet (no offloads reported): what
-  // a port said of a received message is void on the way down.
-  payload.offload().flags &= Offload::kTxMask;
+  // What a port said of a received message is void on the way down; what a
+  // transport asks of the port (offloads_ offered it) rides on.
+  payload.offload().flags &= Offload::tx_udp_csum | Offload::tx_tcp_csum | Offload::tx_tcp_seg;
   const bool to_self = is_ours(dst);
   std::optional<IpAddr> src = opts.src;
   if (!src) src = to_self ? std::optional<IpAddr>(dst) : source_for(dst);
@@ -524,6 +533,11 @@ Status Ipv6Protocol::send(const IpAddr& dst, std::uint8_t next_header, Msg paylo
       ++drop_loopback_full_;
       return Errc::would_block;
     }
+    // No port on this path: finish what the transport left to one. A
+    // segment meant to be cut is delivered whole (TCP takes any length).
+    if (Status st = finish_requested_checksum(payload); !st) return st;
+    payload.offload().flags &= static_cast<std::uint8_t>(~Offload::tx_tcp_seg);
+    payload.offload().seg_size = 0;
     h.payload_length = static_cast<std::uint16_t>(payload.size());
     Result<std::span<std::byte>> room = payload.push(Header::kSize);
     if (!room) return room.status();
@@ -540,17 +554,29 @@ Status Ipv6Protocol::send(const IpAddr& dst, std::uint8_t next_header, Msg paylo
     return Errc::no_route;
   }
   const std::size_t mtu = path_mtu(dst);
-  if (payload.size() + Header::kSize <= mtu) {
+  // Segmentation offload: one packet whose TCP segment the port cuts into
+  // path-MTU-sized ones, each behind a copy of this header with its own
+  // payload length (TCP sized the segments by the path MTU).
+  const bool cut_below = payload.offload().has(Offload::tx_tcp_seg);
+  if (payload.size() + Header::kSize <= mtu || cut_below) {
+    if (cut_below && !offloads_.tx_tcp_seg) {
+      ++drop_tx_too_large_;
+      return Errc::too_large;
+    }
     h.payload_length = static_cast<std::uint16_t>(payload.size());
     Result<std::span<std::byte>> room = payload.push(Header::kSize);
     if (!room) return room.status();
     h.write(room->first<Header::kSize>());
+    if ((payload.offload().flags & Offload::kTxMask) != 0) payload.offload().l3_len = Header::kSize;
     return emit(*next_hop, std::move(payload));
   }
   if (opts.dont_fragment) {
     ++drop_tx_too_large_;
     return Errc::too_large;
   }
+  // A transport checksum asked of the port covers the whole packet, which
+  // no fragment carries whole: finish it here before cutting.
+  if (Status st = finish_requested_checksum(payload); !st) return st;
   // RFC 8200 4.5: the source cuts the packet, each piece behind the IPv6
   // header and a fragment header, all but the last a multiple of 8.
   const std::size_t chunk = (mtu - Header::kSize - FragmentHeader::kSize) / 8 * 8;
@@ -596,6 +622,13 @@ Status Ipv6Protocol::emit(const IpAddr& next_hop, Msg packet) {
   return st;
 }
 
+Status Ipv6Protocol::finish_requested_checksum(Msg& payload) {
+  if ((payload.offload().flags & (Offload::tx_udp_csum | Offload::tx_tcp_csum)) == 0) return {};
+  if (Status st = csum::finish_requested(payload); !st) return st;
+  ++tx_l4_csum_resolved_;
+  return {};
+}
+
 void Ipv6Protocol::drain_loopback() {
   std::deque<Msg> batch;
   batch.swap(loopback_);
@@ -632,7 +665,7 @@ Result<ControlReply> Ipv6Protocol::control_any(const ControlQuery& query) {
     if (!addrs_.empty()) return ControlReply{Participant{addrs_.front().addr}};
     return Errc::not_found;
   }
-  if (std::holds_alternative<ctl::GetOffloads>(query)) return ControlReply{LinkOffloads{}};
+  if (std::holds_alternative<ctl::GetOffloads>(query)) return ControlReply{offloads_};
   if (std::holds_alternative<ctl::GetChunkSource>(query)) return link_.control_any(query);
   return Protocol::control_any(query);
 }

@@ -48,7 +48,7 @@ class TcpProtocol::Host {
   std::uint16_t path_mss(Session& ip) const { return p_.path_mss(ip); }
   std::uint8_t our_wscale(std::size_t rcvbuf_max) const noexcept { return p_.our_wscale(rcvbuf_max); }
   bool challenge_ack_allowed(Time now) noexcept { return p_.challenge_ack_allowed(now); }
-  bool segmentation_offload() const noexcept { return p_.segmentation_offload(); }
+  bool segmentation_offload(const IpAddr& peer) const noexcept { return p_.segmentation_offload(peer); }
   Status transmit(Session& ip, IpAddr src, IpAddr dst, Msg segment, ChecksumMode csum) {
     return p_.transmit(ip, src, dst, std::move(segment), csum);
   }

@@ -416,8 +416,7 @@ bool TcpConnection::send_new_data() {
     // An urgent pointer ahead: one segment at a time, each with its own
     // pointer (the port's cut would repeat the first segment's).
     const bool urgent_ahead = urg_out_ && snd_up_ > snd_nxt_;
-    if (len == smss && host().segmentation_offload() && tuple_.remote.addr.is_v4() && !probe_one_ &&
-        !urgent_ahead) {
+    if (len == smss && host().segmentation_offload(tuple_.remote.addr) && !probe_one_ && !urgent_ahead) {
       // Segmentation offload: every full segment the windows allow goes
       // down as one, up to what one IPv4 datagram holds; the port cuts it.
       const std::size_t full = std::min<std::size_t>(avail, usable) / smss;

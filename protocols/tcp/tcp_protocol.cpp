@@ -198,10 +198,8 @@ TcpProtocol::TcpProtocol(std::string name, std::vector<Protocol*> below, TimerWh
     throw std::invalid_argument("tcp: bad ephemeral port range");
   }
   if (this->below().empty() || this->below().size() > 2) throw std::invalid_argument("tcp: one or two IP layers below");
+  offloads_ = offloads_of(this->below());
   for (Protocol* ip : this->below()) {
-    // The port's offloads serve IPv4 segments: ipv4 passes them up, ipv6
-    // reports none.
-    if (Result<LinkOffloads> o = ip->control(ctl::GetOffloads{}); o && *o != LinkOffloads{}) offloads_ = *o;
     if (chunks_ == nullptr) {
       if (Result<ChunkSource*> c = ip->control(ctl::GetChunkSource{})) chunks_ = *c;
     }
@@ -431,7 +429,7 @@ Status TcpProtocol::transmit(Session& ip, IpAddr src, IpAddr dst, Msg segment, C
   if (csum == ChecksumMode::on || csum == ChecksumMode::tx_only) {
     std::uint32_t pseudo = csum::pseudo_header(src, dst, kIpProtocol, len);
     std::uint16_t ck;
-    if (offloads_.tx_tcp_csum && src.is_v4()) {
+    if (offloads_.of(src).tx_tcp_csum) {
       ck = csum::fold(pseudo);  // the port sums the rest (docs/checksum.md, "Offload")
       segment.offload().flags |= Offload::tx_tcp_csum;
       ++c_.tx_csum_by_port;

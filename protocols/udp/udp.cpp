@@ -189,11 +189,8 @@ UdpProtocol::UdpProtocol(std::string name, std::vector<Protocol*> below, UdpConf
       tx_csum_by_port_(counters().add("tx_csum_by_port", "checksums left to the port")),
       drop_v6_no_csum_(counters().add("drop_v6_no_csum", "over IPv6 with checksum 0 (RFC 8200 8.1)")) {
   if (this->below().empty() || this->below().size() > 2) throw std::invalid_argument("udp: one or two IP layers below");
-  // The port's checksum offloads, as ipv4 reports them (none if it does
-  // not); they serve IPv4 datagrams only.
-  for (Protocol* ip : this->below()) {
-    if (Result<LinkOffloads> o = ip->control(ctl::GetOffloads{}); o && *o != LinkOffloads{}) offloads_ = *o;
-  }
+  // The port's checksum offloads, per family as the IP layers report them.
+  offloads_ = offloads_of(this->below());
   if (config_.ephemeral_min == 0 || config_.ephemeral_min > config_.ephemeral_max) {
     throw std::invalid_argument("udp: bad ephemeral port range");
   }
@@ -386,7 +383,7 @@ Status UdpProtocol::send(UdpSession& s, Msg msg, IpAddr addr, Port port, IpPeer*
   if (computes(config_.csum)) {
     std::uint32_t sum = csum::pseudo_header(ip->local, addr, kIpProtocol, length);
     std::uint16_t ck;
-    if (offloads_.tx_udp_csum && addr.is_v4()) {
+    if (offloads_.of(addr).tx_udp_csum) {
       // The port sums the rest: the field holds the pseudo-header sum, not
       // complemented (docs/checksum.md, "Offload"); ipv4 finishes it in
       // software if it has to fragment.

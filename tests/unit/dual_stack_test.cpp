@@ -33,8 +33,8 @@ const IpAddr kV4B = ip("192.0.2.20");
 const IpAddr kV6A = ip("2001:db8::10");
 const IpAddr kV6B = ip("2001:db8::20");
 
-std::string spec(const char* mac, const char* v4, const char* v6) {
-  return std::string("pair net0 link=wire mac=") + mac + "\n" +
+std::string spec(const char* mac, const char* v4, const char* v6, bool offload) {
+  return std::string("pair net0 link=wire mac=") + mac + " csum_offload=" + (offload ? "on" : "off") + "\n" +
          "eth    eth0  below=net0\n"
          "arp    arp0  below=eth0\n"
          "nd     nd0   below=eth0\n"
@@ -67,13 +67,16 @@ struct DualStack : ::testing::Test {
   std::unique_ptr<Graph> a;
   std::unique_ptr<Graph> b;
 
+  // Whether the pair "ports" fill and check the checksums asked of them.
+  virtual bool port_offloads() const { return false; }
+
   void SetUp() override {
     register_all_kinds(registry);
     drivers::register_pair(registry, hub);
-    a = std::make_unique<Graph>(
-        Graph::build(spec("02:00:00:00:00:0a", "192.0.2.10/24", "2001:db8::10/64"), registry, &loop_a, "A"));
-    b = std::make_unique<Graph>(
-        Graph::build(spec("02:00:00:00:00:14", "192.0.2.20/24", "2001:db8::20/64"), registry, &loop_b, "B"));
+    a = std::make_unique<Graph>(Graph::build(
+        spec("02:00:00:00:00:0a", "192.0.2.10/24", "2001:db8::10/64", port_offloads()), registry, &loop_a, "A"));
+    b = std::make_unique<Graph>(Graph::build(
+        spec("02:00:00:00:00:14", "192.0.2.20/24", "2001:db8::20/64", port_offloads()), registry, &loop_b, "B"));
     // Past the duplicate address checks.
     for (int i = 0; i < 12; ++i) {
       clock.advance(100ms);
@@ -202,6 +205,55 @@ TEST_F(DualStack, OneWildcardListenerAcceptsBothFamilies) {
   transfer(*l, over4, 10000, s4);
   EXPECT_EQ(s4.tuple().remote.addr, kV4A) << "an IPv4 peer in its (mapped) IpAddr form";
   EXPECT_EQ(s4.tuple().local.addr, kV4B);
+}
+
+// Ports that fill transport checksums serve IPv6 as they serve IPv4:
+// whole packets leave theirs to the port, and what ipv6 must fragment (or
+// keeps to itself) it finishes in software.
+struct DualStackOffload : DualStack {
+  bool port_offloads() const override { return true; }
+};
+
+TEST_F(DualStackOffload, Ipv6LeavesWholePacketsChecksumsToThePort) {
+  udp::UdpSocket server = udp_of(*b).socket();
+  ASSERT_TRUE(server.bind(IpAddr{}, Port{7}).ok());
+  udp::UdpSocket client = udp_of(*a).socket();
+  ASSERT_TRUE(client.connect(kV6B, Port{7}).ok());
+  for (std::size_t size : {1u, 1452u, 1453u, 8000u}) {
+    auto data = pattern(size, static_cast<unsigned>(size));
+    ASSERT_TRUE(client.send(Msg::copy_of(data)).ok()) << size;
+    pump();
+    auto got = server.recvfrom();
+    ASSERT_TRUE(got.ok()) << size;
+    EXPECT_EQ(contents(got->payload), data) << size;
+  }
+  EXPECT_EQ(counter(*a, "udp0", "tx_csum_by_port"), 4u);
+  EXPECT_EQ(counter(*a, "ip6", "tx_l4_csum_resolved"), 2u) << "1453 and 8000 bytes go in fragments";
+  EXPECT_EQ(counter(*b, "udp0", "drop_bad_csum"), 0u);
+
+  Result<tcp::TcpListener> l = tcp_of(*b).listen(kV6B, Port{5001});
+  ASSERT_TRUE(l.ok());
+  tcp::TcpSocket c = tcp_of(*a).socket();
+  ASSERT_TRUE(c.connect(kV6B, Port{5001}).ok());
+  tcp::TcpSocket s6;
+  transfer(*l, c, 200000, s6);
+  EXPECT_GT(counter(*a, "tcp0", "tx_csum_by_port"), 200000u / 1440);
+  EXPECT_EQ(counter(*b, "tcp0", "drop_bad_csum"), 0u);
+  EXPECT_EQ(counter(*a, "net0", "drop_bad_offload"), 0u);
+  EXPECT_GT(counter(*a, "net0", "tx_csum_filled"), 200000u / 1440);
+
+  // To ourselves no port is on the way: ipv6 finishes the checksum.
+  udp::UdpSocket self = udp_of(*a).socket();
+  ASSERT_TRUE(self.bind(kV6A, Port{9}).ok());
+  udp::UdpSocket to_self = udp_of(*a).socket();
+  ASSERT_TRUE(to_self.connect(kV6A, Port{9}).ok());
+  ASSERT_TRUE(to_self.send(Msg::copy_of(pattern(100, 5))).ok());
+  pump();
+  auto mine = self.recvfrom();
+  ASSERT_TRUE(mine.ok());
+  EXPECT_EQ(contents(mine->payload), pattern(100, 5));
+  EXPECT_EQ(counter(*a, "udp0", "drop_bad_csum"), 0u);
+  EXPECT_EQ(counter(*a, "ip6", "tx_l4_csum_resolved"), 3u);
 }
 
 }  // namespace

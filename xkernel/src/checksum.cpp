@@ -1,6 +1,7 @@
 #include "xk/checksum.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 
@@ -337,6 +338,25 @@ Result<std::uint32_t> partial(const Msg& msg, std::size_t off, std::size_t len,
     off = 0;
   }
   return sum;
+}
+
+Status finish_requested(Msg& payload) {
+  const bool udp = payload.offload().has(Offload::tx_udp_csum);
+  const std::size_t at = udp ? 6 : 16;  // RFC 768 / RFC 9293 3.1: the checksum field
+  if (payload.size() < at + 2) return Errc::invalid_argument;
+  std::uint16_t ck = finish(partial(payload));
+  if (udp && ck == 0) ck = 0xffff;  // RFC 768: 0 on the wire means "none"
+  // The head up to the field is rewritten through a copy, wherever the
+  // message's fragments put it.
+  std::array<std::byte, 18> head{};
+  if (Status st = payload.copy_out(0, std::span(head).first(at + 2)); !st) return st;
+  std::memcpy(head.data() + at, &ck, 2);  // already in network order, like the sum
+  if (Status st = payload.trim_front(at + 2); !st) return st;
+  Result<std::span<std::byte>> room = payload.push(at + 2);
+  if (!room) return room.status();
+  std::memcpy(room->data(), head.data(), at + 2);
+  payload.offload().flags &= static_cast<std::uint8_t>(~(Offload::tx_udp_csum | Offload::tx_tcp_csum));
+  return {};
 }
 
 }  // namespace xk::csum

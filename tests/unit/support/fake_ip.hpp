@@ -7,7 +7,8 @@
 //     new peer is announced with open_done before it is handed up;
 //   - what it hands up carries the packet's facts (Msg::rx());
 //   - sessions answer GetLocalAddr, GetPeerAddr, GetMtu and SetDontFragment;
-//     the protocol answers GetMtu, GetHeaderRoom and GetOffloads;
+//     the protocol answers GetMtu, GetHeaderRoom, GetOffloads and GetLocalAddr
+//     (its IPv4 address: the family its offloads serve);
 // and what is pushed kept in `sent`: the message as given, a copy of its
 // bytes (the message may share buffers its sender reuses), and its offloads.
 #include <cstddef>
@@ -97,6 +98,7 @@ class FakeIp final : public Protocol {
     if (std::holds_alternative<ctl::GetMtu>(q)) return ControlReply{mtu_};
     if (std::holds_alternative<ctl::GetHeaderRoom>(q)) return ControlReply{header_room};
     if (std::holds_alternative<ctl::GetOffloads>(q)) return ControlReply{offloads};
+    if (std::holds_alternative<ctl::GetLocalAddr>(q)) return ControlReply{Participant{local_}};
     return Protocol::control_any(q);
   }
 

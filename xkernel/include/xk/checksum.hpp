@@ -141,5 +141,13 @@ std::uint32_t partial(const Msg& msg, std::uint32_t sum = 0) noexcept;
 Result<std::uint32_t> partial(const Msg& msg, std::size_t off, std::size_t len,
                               std::uint32_t sum = 0) noexcept;
 
+// Does in software what a transmit request (Offload::tx_udp_csum or
+// tx_tcp_csum) asked of the port, for an IP layer that finds no port to
+// ask -- a packet to itself, or one it must fragment: the checksum field
+// of the transport segment `payload` holds the pseudo-header sum, so the
+// sum over the whole segment, complemented, is the checksum. Clears the
+// request; invalid_argument if the segment is too short to have the field.
+Status finish_requested(Msg& payload);
+
 }  // namespace csum
 }  // namespace xk

@@ -51,4 +51,24 @@ inline Result<SessionRef> open_for_peer(Protocol& upper, std::span<Protocol* con
   return Errc::unsupported;
 }
 
+// The port's offloads for each family's packets, as the layer of that
+// family reports them (ipv4 all it has; ipv6 the transport checksums and
+// segmentation): a layer's family is its local address's. A layer with no
+// address yet, or that does not answer, offers nothing.
+struct FamilyOffloads {
+  LinkOffloads v4, v6;
+  const LinkOffloads& of(const IpAddr& a) const noexcept { return a.is_v4() ? v4 : v6; }
+};
+
+inline FamilyOffloads offloads_of(std::span<Protocol* const> layers) {
+  FamilyOffloads f;
+  for (Protocol* ip : layers) {
+    Result<Participant> local = ip->control(ctl::GetLocalAddr{});
+    Result<IpAddr> addr = local ? local->peek<IpAddr>() : Result<IpAddr>(local.error());
+    Result<LinkOffloads> o = ip->control(ctl::GetOffloads{});
+    if (addr && o) (addr->is_v4() ? f.v4 : f.v6) = *o;
+  }
+  return f;
+}
+
 }  // namespace xk

@@ -1,5 +1,6 @@
 #pragma once
 // Cutting a TCP segment the stack marked Offload::tx_tcp_seg into frames,
+// over IPv4 or IPv6,
 // as a NIC's TSO does (docs/tcp.md, "Segmentation offload"): the drivers
 // that do it in software (dpdk, shm) share the reading of the headers and
 // the fix-up of each piece's copy of them; each moves the payload its own
@@ -13,6 +14,7 @@
 #include "xk/msg.hpp"
 #include "xk/protocols/eth_wire.hpp"
 #include "xk/protocols/ipv4_wire.hpp"
+#include "xk/protocols/ipv6_wire.hpp"
 #include "xk/protocols/tcp_wire.hpp"
 #include "xk/result.hpp"
 
@@ -23,12 +25,14 @@ class SegmentCut {
   static constexpr std::size_t kEthHeader = eth::Header::kSize;
   static constexpr std::size_t kMaxHeaders = kEthHeader + ipv4::Header::kMaxSize + tcp::Header::kMaxSize;
 
-  // The frame's Ethernet, IPv4 and TCP headers, read once. invalid_argument
-  // unless the frame is one IPv4 TCP segment with payload behind its
-  // headers and a segment size in its offload.
+  // The frame's Ethernet, IP and TCP headers, read once. invalid_argument
+  // unless the frame is one TCP segment with payload behind its headers and
+  // a segment size in its offload, over IPv4 (options allowed) or IPv6 (no
+  // extension headers: TCP directly behind the fixed header).
   static Result<SegmentCut> of(const Msg& frame);
 
-  std::size_t header_len() const noexcept { return hlen_; }  // Ethernet + IPv4 + TCP
+  bool v6() const noexcept { return v6_; }
+  std::size_t header_len() const noexcept { return hlen_; }  // Ethernet + IP + TCP
   std::size_t ip_header_len() const noexcept { return ihl_; }
   std::size_t tcp_header_len() const noexcept { return doff_; }
   std::size_t payload() const noexcept { return payload_; }
@@ -37,7 +41,8 @@ class SegmentCut {
   std::size_t pieces(std::size_t step) const noexcept { return (payload_ + step - 1) / step; }
   // Piece i's headers into `out` (header_len() bytes): the frame's, with
   // the IPv4 total length, ID (one more per piece) and header checksum (0
-  // when `ip_csum` is false: the port fills it); the TCP sequence number,
+  // when `ip_csum` is false: the port fills it) -- over IPv6 the payload
+  // length alone, its header having neither ID nor checksum; the TCP sequence number,
   // flags (FIN and PSH on the last piece only, CWR on the first only, RFC
   // 3168 6.1.2) and a checksum field of 0. Returns the piece's payload bytes.
   std::size_t headers(std::size_t i, std::size_t step, std::byte* out, bool ip_csum) const noexcept;
@@ -47,9 +52,12 @@ class SegmentCut {
   std::uint32_t tcp_sum(const std::byte* out, std::size_t n, bool with_header) const noexcept;
 
  private:
-  // The frame's fixed IP header, and its TCP header (ihl_ known).
+  // The frame's fixed IPv4 or IPv6 header, and its TCP header (ihl_ known).
   std::span<const std::byte, ipv4::Header::kMinSize> ip_fixed() const noexcept {
     return std::span<const std::byte, ipv4::Header::kMinSize>(hdr_.data() + kEthHeader, ipv4::Header::kMinSize);
+  }
+  std::span<const std::byte, ipv6::Header::kSize> ip6_fixed() const noexcept {
+    return std::span<const std::byte, ipv6::Header::kSize>(hdr_.data() + kEthHeader, ipv6::Header::kSize);
   }
   tcp::Header tcp_fixed() const noexcept {
     return tcp::Header::read(
@@ -58,6 +66,7 @@ class SegmentCut {
 
   std::array<std::byte, kMaxHeaders> hdr_{};
   std::size_t ihl_ = 0, doff_ = 0, hlen_ = 0, payload_ = 0, seg_ = 0;
+  bool v6_ = false;
 };
 
 }  // namespace xk

@@ -198,6 +198,7 @@ class Ipv6Protocol final : public Protocol {
   std::uint32_t flow_label(const IpAddr& src, const IpAddr& dst, std::uint8_t next_header, const Msg& payload) const;
   bool usable(const IpAddr& a) const;
   void drain_loopback();
+  Status finish_requested_checksum(Msg& payload);
 
   Protocol& link_;
   NextHopResolver* resolver_;
@@ -210,6 +211,9 @@ class Ipv6Protocol final : public Protocol {
   std::uint32_t next_id_;
   SessionRef link_session_;
   bool link_enabled_ = false;
+  // What the port does for IPv6 packets: transport checksums and TCP
+  // segmentation (an IPv4 header checksum is nothing to IPv6).
+  LinkOffloads offloads_;
   IcmpErrorSink* icmp_ = nullptr;
   ActiveMap<Key> active_;
   EnableTable<ProtoKey> passive_;
@@ -247,6 +251,7 @@ class Ipv6Protocol final : public Protocol {
   Counter& icmp_errors_asked_;
   Counter& errors_delivered_;
   Counter& drop_error_no_owner_;
+  Counter& tx_l4_csum_resolved_;
 
   ip::Reassembler<ReasmKey> reasm_;  // after the counters it counts in
 };

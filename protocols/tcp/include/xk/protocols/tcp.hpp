@@ -37,6 +37,7 @@
 #include "xk/clock.hpp"
 #include "xk/demux.hpp"
 #include "xk/graph.hpp"
+#include "xk/ip_layers.hpp"
 #include "xk/port_authority.hpp"
 #include "xk/protocol.hpp"
 #include "xk/protocols/tcp_buffer.hpp"
@@ -306,9 +307,8 @@ class TcpProtocol final : public Protocol {
   // `csum`: the connection's (or listener's, or the stack's) mode.
   Status transmit(Session& ip, IpAddr src, IpAddr dst, Msg segment, ChecksumMode csum);
   std::uint16_t path_mss(Session& ip) const;
-  // Connections may hand the port segments to cut (Offload::tx_tcp_seg).
-  // The port's offloads serve IPv4 segments (none are reported for IPv6).
-  bool segmentation_offload() const noexcept { return offloads_.tx_tcp_seg && config_.gso; }
+  // Connections to `peer` may hand the port segments to cut (Offload::tx_tcp_seg).
+  bool segmentation_offload(const IpAddr& peer) const noexcept { return offloads_.of(peer).tx_tcp_seg && config_.gso; }
   // ---- ICMP and the IP sessions' DF bit (tcp_icmp.cpp) ----
   void icmp_error(const ctl::NetError& err);
   void allow_fragments(IpAddr peer) noexcept;
@@ -316,7 +316,7 @@ class TcpProtocol final : public Protocol {
 
   TimerWheel& timers_;
   TcpConfig config_;
-  LinkOffloads offloads_;
+  FamilyOffloads offloads_;
   ChunkSource* chunks_ = nullptr;  // where send buffers come from (the link's; null: the heap)
   IsnGenerator isn_;
   SynCookies cookies_;

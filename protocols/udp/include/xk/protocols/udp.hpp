@@ -31,6 +31,7 @@
 #include "xk/demux.hpp"
 #include "xk/endpoint.hpp"
 #include "xk/graph.hpp"
+#include "xk/ip_layers.hpp"
 #include "xk/port_authority.hpp"
 #include "xk/protocol.hpp"
 
@@ -270,7 +271,7 @@ class UdpProtocol final : public Protocol {
   Status deliver_error(const ctl::NetError& e);
 
   UdpConfig config_;
-  LinkOffloads offloads_;
+  FamilyOffloads offloads_;
   bool enabled_ = false;
   std::uint32_t next_ephemeral_;
   TupleMap<SessionRef> connected_;  // by (local, remote)
