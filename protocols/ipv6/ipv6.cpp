@@ -37,6 +37,7 @@ Ipv6Session::Ipv6Session(Ipv6Protocol& proto, Protocol* upper, IpAddr peer, std:
 Status Ipv6Session::push(Msg msg) {
   Ipv6Protocol::SendOptions opts;
   opts.dont_fragment = dont_fragment_;
+  opts.memo = &memo_;
   return proto_.send(peer_, next_header_, std::move(msg), opts);
 }
 
@@ -485,17 +486,24 @@ Status Ipv6Protocol::reassemble(Session* lower, const Header& h, const Chain& ch
 // ---- send ---------------------------------------------------------------
 
 std::uint32_t Ipv6Protocol::flow_label(const IpAddr& src, const IpAddr& dst, std::uint8_t next_header,
-                                       const Msg& payload) const {
+                                       const Msg& payload, FlowMemo* memo) const {
   // RFC 6437 3: one label per transport flow, uniformly spread and hard to
   // guess from outside: the addresses, protocol and (TCP, UDP) ports mixed
   // under a key drawn at start-up.
   std::array<std::byte, 40> in{};
+  if (next_header == kTcp || next_header == kUdp) (void)payload.copy_out(0, std::span(in).subspan(33, 4));
+  std::uint32_t ports;
+  std::memcpy(&ports, in.data() + 33, 4);
+  // A session's destination and next header never change: the same source
+  // and ports are the same flow.
+  if (memo != nullptr && memo->label != 0 && memo->ports == ports && memo->src == src) return memo->label;
   std::memcpy(in.data(), src.bytes().data(), 16);
   std::memcpy(in.data() + 16, dst.bytes().data(), 16);
   in[32] = std::byte{next_header};
-  if (next_header == kTcp || next_header == kUdp) (void)payload.copy_out(0, std::span(in).subspan(33, 4));
-  const std::uint32_t label = static_cast<std::uint32_t>(siphash24(flow_key_, in)) & 0xfffff;
-  return label == 0 ? 1 : label;  // 0 says "no label"
+  std::uint32_t label = static_cast<std::uint32_t>(siphash24(flow_key_, in)) & 0xfffff;
+  if (label == 0) label = 1;  // 0 says "no label"
+  if (memo != nullptr) *memo = FlowMemo{src, ports, label};
+  return label;
 }
 
 Status Ipv6Protocol::send(const IpAddr& dst, std::uint8_t next_header, Msg payload, const SendOptions& opts) {
@@ -515,7 +523,7 @@ Status Ipv6Protocol::send(const IpAddr& dst, std::uint8_t next_header, Msg paylo
   }
   Header h;
   h.traffic_class = payload.offload().tos;
-  h.flow_label = flow_label(*src, dst, next_header, payload);
+  h.flow_label = flow_label(*src, dst, next_header, payload, opts.memo);
   h.next_header = next_header;
   // RFC 3542 6.3 / RFC 4861: multicast goes one hop unless asked otherwise.
   if (opts.hop_limit) {

@@ -322,7 +322,9 @@ TEST_F(Ipv6Test, SendsAWellFormedHeaderWithOneFlowLabelPerFlow) {
   ASSERT_TRUE((*s)->push(udp_like(1000, 2000)).ok());
   ASSERT_TRUE((*s)->push(udp_like(1000, 2000)).ok());
   ASSERT_TRUE((*s)->push(udp_like(1001, 2000)).ok());
-  ASSERT_EQ(link.sent.size(), 3u);
+  ASSERT_TRUE((*s)->push(udp_like(1000, 2000)).ok());  // the session remembers one flow's label
+  ASSERT_TRUE(ip->send(kPeer, ipv6::kUdp, udp_like(1000, 2000)).ok());  // and no session at all
+  ASSERT_EQ(link.sent.size(), 5u);
   const Header h = header_of(link.sent[0]);
   EXPECT_EQ(h.version, 6);
   EXPECT_EQ(h.payload_length, 12);
@@ -333,6 +335,8 @@ TEST_F(Ipv6Test, SendsAWellFormedHeaderWithOneFlowLabelPerFlow) {
   EXPECT_NE(h.flow_label, 0u);
   EXPECT_EQ(header_of(link.sent[1]).flow_label, h.flow_label) << "one flow, one label";
   EXPECT_NE(header_of(link.sent[2]).flow_label, h.flow_label) << "another port, another flow";
+  EXPECT_EQ(header_of(link.sent[3]).flow_label, h.flow_label) << "the first flow again";
+  EXPECT_EQ(header_of(link.sent[4]).flow_label, h.flow_label) << "the label is the flow's, not the session's";
   EXPECT_EQ(*(*s)->control(ctl::GetMtu{}), 1460u);
   Result<Participant> local = (*s)->control(ctl::GetLocalAddr{});
   ASSERT_TRUE(local.ok());

@@ -86,6 +86,14 @@ struct Config {
   ChainLimits chain;
 };
 
+// The flow label last computed for a session's packets (one transport flow
+// at a time is the common case): reused while source and ports stay.
+struct FlowMemo {
+  IpAddr src;
+  std::uint32_t ports = 0;
+  std::uint32_t label = 0;  // 0: nothing remembered
+};
+
 class Ipv6Session final : public Session {
  public:
   Ipv6Session(Ipv6Protocol& proto, Protocol* upper, IpAddr peer, std::uint8_t next_header);
@@ -102,6 +110,7 @@ class Ipv6Session final : public Session {
   IpAddr peer_;
   std::uint8_t next_header_;
   bool dont_fragment_ = false;
+  FlowMemo memo_;
 };
 
 class Ipv6Protocol final : public Protocol {
@@ -119,6 +128,7 @@ class Ipv6Protocol final : public Protocol {
 
   struct SendOptions {
     bool dont_fragment = false;          // too_large instead of fragments
+    FlowMemo* memo = nullptr;            // a session's
     std::optional<IpAddr> src;           // else chosen (RFC 6724 in short)
     std::optional<std::uint8_t> hop_limit;
   };
@@ -195,7 +205,8 @@ class Ipv6Protocol final : public Protocol {
   Status emit(const IpAddr& next_hop, Msg packet);
   std::optional<IpAddr> next_hop_for(const IpAddr& dst) const;
   bool on_link(const IpAddr& dst) const noexcept;
-  std::uint32_t flow_label(const IpAddr& src, const IpAddr& dst, std::uint8_t next_header, const Msg& payload) const;
+  std::uint32_t flow_label(const IpAddr& src, const IpAddr& dst, std::uint8_t next_header, const Msg& payload,
+                           FlowMemo* memo) const;
   bool usable(const IpAddr& a) const;
   void drain_loopback();
   Status finish_requested_checksum(Msg& payload);
