@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "filter_decisions.hpp"
 #include "filter_fragments.hpp"
 #include "filter_rules.hpp"
 #include "filter_wire.hpp"
@@ -10,7 +11,6 @@
 namespace xk::filterd {
 namespace {
 
-constexpr std::size_t kEthHeader = eth::Header::kSize;
 constexpr std::size_t kBurst = 32;
 
 struct Names {
@@ -27,15 +27,16 @@ constexpr Names kReasonNames[kReasonCount] = {
     {"icmp_error_delivered", "to a node: ICMP error, to the owner of the quoted flow"},
     {"frag_follow", "later fragment sent where its first went"},
     {"local_arp", "ARP for the shared address, or a neighbour's announcement: filterd's own"},
-    {"local_icmp_echo", "ICMP echo request to the shared address: filterd's own"},
+    {"local_icmp_echo", "ICMP or ICMPv6 echo request to the shared address: filterd's own"},
+    {"local_nd", "Neighbor or Router Discovery, MLD: filterd's own"},
     {"default_rst", "TCP for nobody: filterd sends an RST"},
     {"default_unreachable", "UDP for nobody: filterd sends ICMP port unreachable"},
     {"frag_held", "fragment before its first: held"},
     {"malformed", "dropped: lengths or fields do not add up"},
     {"bad_ip_checksum", "dropped: IPv4 header checksum"},
     {"vlan", "dropped: VLAN-tagged frame"},
-    {"not_ipv4_or_arp", "dropped: another EtherType"},
-    {"not_ours", "dropped: another MAC or IPv4 destination"},
+    {"other_ethertype", "dropped: another EtherType (or IPv6 without an IPv6 address)"},
+    {"not_ours", "dropped: another MAC or IP destination"},
     {"bad_source", "dropped: impossible source address"},
     {"no_owner", "dropped: nobody owns it and nothing to answer"},
     {"icmp_error_unknown", "dropped: ICMP error quoting an unknown flow"},
@@ -49,19 +50,11 @@ constexpr Names kEgressNames[kEgressReasonCount] = {
     {"fragment", "allowed: later fragment of an allowed datagram"},
     {"icmp_error", "allowed: ICMP error about the node's flow"},
     {"malformed", "denied: malformed"},
-    {"not_ipv4", "denied: not IPv4 (ARP is filterd's)"},
+    {"not_ip", "denied: not IP (ARP and ND are filterd's)"},
     {"bad_source", "denied: source is not the shared address"},
     {"not_owner", "denied: flow or port of somebody else"},
     {"protocol", "denied: protocol or ICMP type nodes may not send"},
 };
-
-constexpr Decision deliver(Reason r, Target t) noexcept { return Decision{Action::to_node, r, t}; }
-constexpr Decision drop(Reason r) noexcept { return Decision{Action::drop, r, {}}; }
-constexpr EgressVerdict allow(EgressReason r) noexcept { return EgressVerdict{true, r, false}; }
-constexpr EgressVerdict deny(EgressReason r) noexcept { return EgressVerdict{false, r, false}; }
-
-// Later fragments go where the first went when that was a delivery.
-constexpr bool delivers(Action a) noexcept { return a == Action::to_node || a == Action::local; }
 
 constexpr bool is_icmp_error(std::uint8_t type) noexcept {
   return type == icmp::kDestUnreachable || type == icmp::kTimeExceeded || type == icmp::kParamProblem;
@@ -110,31 +103,6 @@ const char* to_string(Action a) noexcept {
   }
   return "unknown";
 }
-
-// One frame's headers, as far as the filter needs them.
-struct FilterEngine::Parsed {
-  enum class Kind : std::uint8_t {
-    decided,  // `decision` is final (local, drop)
-    flow,     // `key` goes to the exact table first
-    other,    // the rest of the order: decide()
-  };
-  Kind kind;
-  Decision decision;
-  PackedKey key;       // valid when has_key
-  std::uint64_t hash;  // of key, for the exact table, when kind == flow
-  bool has_key;
-  bool fragment;        // MF or an offset
-  bool later_fragment;  // an offset: no transport header here
-  bool broadcast;       // limited broadcast or multicast destination
-  std::uint8_t proto;
-  std::uint8_t tcp_flags;
-  std::uint8_t icmp_type;
-  std::uint16_t ip_id;
-  Ipv4Addr src;
-  Ipv4Addr dst;
-  std::uint32_t l4_offset;  // transport header, from the frame's start
-  std::uint32_t l4_length;  // transport bytes in this packet (or fragment)
-};
 
 FilterEngine::FilterEngine(FilterConfig config, const Clock& clock)
     : config_(std::move(config)),
@@ -319,6 +287,10 @@ std::optional<Decision> FilterEngine::listen_lookup(const PackedKey& key) const 
   return listen_lookup(key.proto, key.local_port, std::as_bytes(std::span(&key, 1)));
 }
 
+std::optional<Decision> FilterEngine::listen_lookup(const Packed6Key& key) const noexcept {
+  return listen_lookup(key.proto, key.local_port, std::as_bytes(std::span(&key, 1)));
+}
+
 std::optional<Decision> FilterEngine::listen_lookup(std::uint32_t proto, std::uint16_t local_port,
                                                     std::span<const std::byte> flow_id) const noexcept {
   const Listener* l = listeners_.find(ListenKey{static_cast<std::uint16_t>(proto), local_port});
@@ -342,10 +314,17 @@ std::optional<Decision> FilterEngine::owner_of(const PackedKey& key) const noexc
   return listen_lookup(key);
 }
 
+std::optional<Decision> FilterEngine::owner_of(const Packed6Key& key) const noexcept {
+  if (const Target* t = flows6_.find(key)) return deliver(Reason::exact_hit, *t);
+  return listen_lookup(key);
+}
+
 // ---- Ingress ----
 
 void FilterEngine::parse(Frame f, Parsed& p, bool hairpin) const noexcept {
   p.kind = Parsed::Kind::decided;
+  p.v6 = false;
+  p.icmp = false;
   p.has_key = false;
   p.fragment = false;
   p.later_fragment = false;
@@ -380,8 +359,13 @@ void FilterEngine::parse(Frame f, Parsed& p, bool hairpin) const noexcept {
     }
     return decided(drop(Reason::not_ours));
   }
-  if (type != eth::kTypeIpv4) return decided(drop(Reason::not_ipv4_or_arp));
+  if (type == eth::kTypeIpv6) return parse_v6(f, p, hairpin);
+  if (type != eth::kTypeIpv4) return decided(drop(Reason::other_type));
+  parse_v4(f, p, hairpin);
+}
 
+void FilterEngine::parse_v4(Frame f, Parsed& p, bool hairpin) const noexcept {
+  auto decided = [&p](Decision d) { p.decision = d; };
   // RFC 791 3.1; a frame may be longer than its datagram (Ethernet padding).
   const Frame ip = f.subspan(kEthHeader);
   if (ip.size() < ipv4::Header::kMinSize) return decided(drop(Reason::malformed));
@@ -403,9 +387,7 @@ void FilterEngine::parse(Frame f, Parsed& p, bool hairpin) const noexcept {
 
   const std::size_t payload = h.total_length - hl;
   p.proto = h.protocol;
-  p.ip_id = h.id;
-  p.src = h.src;
-  p.dst = h.dst;
+  p.icmp = h.protocol == ipv4::kProtoIcmp;
   p.l4_offset = static_cast<std::uint32_t>(kEthHeader + hl);
   p.l4_length = static_cast<std::uint32_t>(payload);
 
@@ -417,6 +399,7 @@ void FilterEngine::parse(Frame f, Parsed& p, bool hairpin) const noexcept {
       return decided(drop(Reason::malformed));
     }
     p.fragment = true;
+    p.frag = FragKey::of(IpAddr(h.src), IpAddr(h.dst), h.id, h.protocol);
     if (h.frag_offset() != 0) {
       // RFC 1858 3.2: a TCP fragment at offset 8 could only rewrite the
       // first fragment's ports and flags.
@@ -482,7 +465,7 @@ Decision FilterEngine::finish(Frame f, const Parsed& p) {
     case Parsed::Kind::decided:
       return counted(p.decision);
     case Parsed::Kind::flow: {
-      const Target* t = flows_.find_hashed(p.key, p.hash);
+      const Target* t = p.v6 ? flows6_.find(p.key6) : flows_.find_hashed(p.key, p.hash);
       if (t != nullptr && !p.fragment) return counted(deliver(Reason::exact_hit, *t));
       return decide(f, p, t);
     }
@@ -536,13 +519,13 @@ Decision FilterEngine::decide_packet(Frame f, const Parsed& p, const Target* exa
     if (const Target* t = rules_->match(f)) return deliver(Reason::rule_hit, *t);
     return drop(Reason::no_owner);  // RFC 1122 3.2.2: no ICMP error for these
   }
-  if (p.proto == ipv4::kProtoIcmp) return decide_icmp(f, p, exact);
+  if (p.icmp) return decide_icmp(f, p, exact);
   if (exact != nullptr) return deliver(Reason::exact_hit, *exact);
   if (p.has_key) {
     // A TCP segment other than a SYN with no exact flow but a listener still
     // goes to the listener's (chosen) node: its TCP answers with an RST, or
     // completes a SYN-cookie handshake, as a standalone stack would.
-    if (auto d = listen_lookup(p.key)) return *d;
+    if (auto d = p.v6 ? listen_lookup(p.key6) : listen_lookup(p.key)) return *d;
   }
   if (const Target* t = rules_->match(f)) return deliver(Reason::rule_hit, *t);
   if (p.proto == ipv4::kProtoTcp) {
@@ -558,9 +541,15 @@ Decision FilterEngine::decide_packet(Frame f, const Parsed& p, const Target* exa
   return drop(Reason::no_owner);
 }
 
+// An echo reply, an error or another type (IPv6's echo requests and
+// Neighbor Discovery were decided by parse_v6).
 Decision FilterEngine::decide_icmp(Frame f, const Parsed& p, const Target* exact) const noexcept {
-  if (p.icmp_type == icmp::kEchoRequest) return Decision{Action::local, Reason::local_icmp_echo, {}};
-  if (is_icmp_error(p.icmp_type)) return icmp_error_owner(f, p);
+  if (p.v6) {
+    if (icmpv6::is_error(p.icmp_type)) return icmp6_error_owner(f, p);
+  } else {
+    if (p.icmp_type == icmp::kEchoRequest) return Decision{Action::local, Reason::local_icmp_echo, {}};
+    if (is_icmp_error(p.icmp_type)) return icmp_error_owner(f, p);
+  }
   if (exact != nullptr) return deliver(Reason::exact_hit, *exact);
   if (const Target* t = rules_->match(f)) return deliver(Reason::rule_hit, *t);
   return drop(Reason::no_owner);
@@ -621,7 +610,7 @@ std::vector<ReleasedFrame> FilterEngine::take_released() {
 void FilterEngine::remember_first_fragment(const Parsed& p, const Decision& d) {
   const Time now = clock_.now();
   expire_at(now);
-  const FragKey key{p.src.value, p.dst.value, p.ip_id, p.proto, 0};
+  const FragKey& key = p.frag;
   IngressDatagram* dg = frags_->ingress.find(key);
   if (dg == nullptr) {
     frags_->ingress.insert(key, IngressDatagram{true, d, {}, 0}, saturating_add(now, config_.fragment_timeout),
@@ -652,7 +641,7 @@ void FilterEngine::remember_first_fragment(const Parsed& p, const Decision& d) {
 Decision FilterEngine::decide_later_fragment(Frame f, const Parsed& p) {
   const Time now = clock_.now();
   expire_at(now);
-  const FragKey key{p.src.value, p.dst.value, p.ip_id, p.proto, 0};
+  const FragKey& key = p.frag;
   IngressDatagram* dg = frags_->ingress.find(key);
   if (dg != nullptr && dg->decided) {
     if (delivers(dg->decision.action)) return Decision{dg->decision.action, Reason::frag_follow, dg->decision.target};
@@ -691,13 +680,22 @@ EgressVerdict FilterEngine::egress_check(Frame frame, NodeId node, std::uint16_t
 // (alone or in a group) is its own.
 // `queue` (kAnyQueue: any) only tells other_queue: the node is what counts.
 EgressVerdict FilterEngine::owns(const PackedKey& key, NodeId node, std::uint16_t queue) const noexcept {
-  if (const Target* t = flows_.find(key)) {
+  return owns(flows_.find(key), key.proto, key.local_port, node, queue);
+}
+
+EgressVerdict FilterEngine::owns(const Packed6Key& key, NodeId node, std::uint16_t queue) const noexcept {
+  return owns(flows6_.find(key), key.proto, key.local_port, node, queue);
+}
+
+EgressVerdict FilterEngine::owns(const Target* t, std::uint32_t proto, std::uint16_t local_port, NodeId node,
+                                 std::uint16_t queue) const noexcept {
+  if (t != nullptr) {
     if (t->node != node) return deny(EgressReason::not_owner);
     EgressVerdict v = allow(EgressReason::flow);
     v.other_queue = queue != kAnyQueue && t->queue != queue;
     return v;
   }
-  if (const Listener* l = listeners_.find(ListenKey{static_cast<std::uint16_t>(key.proto), key.local_port})) {
+  if (const Listener* l = listeners_.find(ListenKey{static_cast<std::uint16_t>(proto), local_port})) {
     bool node_member = false;
     for (const Member& m : l->members) {
       if (m.target.node != node) continue;
@@ -715,9 +713,23 @@ EgressVerdict FilterEngine::owns(const PackedKey& key, NodeId node, std::uint16_
 
 EgressVerdict FilterEngine::egress(Frame f, NodeId node, std::uint16_t queue) {
   if (f.size() < kEthHeader) return deny(EgressReason::malformed);
-  // ARP for the shared address is filterd's: it answers the nodes' requests
-  // itself, as a reply from outside would come to filterd anyway.
-  if (load_be16(f.data() + 12) != eth::kTypeIpv4) return deny(EgressReason::not_ipv4);
+  // ARP and Neighbor Discovery are filterd's: it answers the nodes'
+  // requests itself, as a reply from outside would come to filterd anyway.
+  const std::uint16_t type = load_be16(f.data() + 12);
+  if (type == eth::kTypeIpv6 && serves_ipv6()) return egress_v6(f, node, queue);
+  if (type != eth::kTypeIpv4) return deny(EgressReason::not_ip);
+  return egress_v4(f, node, queue);
+}
+
+void FilterEngine::remember_egress_fragment(const FragKey& key, NodeId node, Time now) {
+  if (NodeId* sender = frags_->egress.find(key)) {
+    *sender = node;  // nodes sharing an address may reuse an IP id: the latest first fragment wins
+  } else {
+    frags_->egress.insert(key, node, saturating_add(now, config_.fragment_timeout), [](const FragKey&, NodeId&) {});
+  }
+}
+
+EgressVerdict FilterEngine::egress_v4(Frame f, NodeId node, std::uint16_t queue) {
   const Frame ip = f.subspan(kEthHeader);
   if (ip.size() < ipv4::Header::kMinSize) return deny(EgressReason::malformed);
   const ipv4::Header h = ipv4::Header::read(ip.first<ipv4::Header::kMinSize>());
@@ -727,7 +739,7 @@ EgressVerdict FilterEngine::egress(Frame f, NodeId node, std::uint16_t queue) {
   }
   if (h.src != config_.shared_ip) return deny(EgressReason::bad_source);
   const std::size_t payload = h.total_length - hl;
-  const FragKey fkey{h.src.value, h.dst.value, h.id, h.protocol, 0};
+  const FragKey fkey = FragKey::of(IpAddr(h.src), IpAddr(h.dst), h.id, h.protocol);
   Time now{};
   if (h.is_fragment()) {
     if (payload == 0) return deny(EgressReason::malformed);
@@ -788,13 +800,7 @@ EgressVerdict FilterEngine::egress(Frame f, NodeId node, std::uint16_t queue) {
     default:
       break;
   }
-  if (v.allowed && h.is_fragment()) {
-    if (NodeId* sender = frags_->egress.find(fkey)) {
-      *sender = node;  // nodes sharing an address may reuse an IP id: the latest first fragment wins
-    } else {
-      frags_->egress.insert(fkey, node, saturating_add(now, config_.fragment_timeout), [](const FragKey&, NodeId&) {});
-    }
-  }
+  if (v.allowed && h.is_fragment()) remember_egress_fragment(fkey, node, now);
   return v;
 }
 

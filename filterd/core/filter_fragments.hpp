@@ -14,17 +14,24 @@
 #include "xk/clock.hpp"
 #include "xk/demux.hpp"
 #include "xk/filterd/filter.hpp"
+#include "xk/ip_addr.hpp"
 
 namespace xk::filterd {
 
-// A datagram is (source, destination, protocol, identification) (RFC 791).
+// A datagram is (source, destination, protocol, identification): RFC 791,
+// and RFC 8200 4.5 for IPv6, whose identification has 32 bits. An IPv4
+// datagram's addresses are held in their mapped form.
 struct FragKey {
-  std::uint32_t src = 0;
-  std::uint32_t dst = 0;
-  std::uint16_t id = 0;
+  IpAddr::Bytes src{};
+  IpAddr::Bytes dst{};
+  std::uint32_t id = 0;
   std::uint8_t proto = 0;
-  std::uint8_t zero = 0;  // keeps the key free of padding
+  std::uint8_t zero[3] = {};  // keeps the key free of padding
   friend bool operator==(const FragKey&, const FragKey&) = default;
+
+  static FragKey of(const IpAddr& src, const IpAddr& dst, std::uint32_t id, std::uint8_t proto) noexcept {
+    return FragKey{src.bytes(), dst.bytes(), id, proto};
+  }
 };
 
 template <class V>

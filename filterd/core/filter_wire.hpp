@@ -1,5 +1,6 @@
 #pragma once
-// The wire formats the engine reads, from the protocols' own headers.
+// The wire formats the engine reads, from the protocols' own headers (the
+// IPv6 extension-header walk is xk_wire's, linked in).
 // xk_filterd_core links only xkernel (filterd/CMakeLists.txt), so the
 // protocols' include directories are not on its path: these headers are
 // reached by their place in the tree. They depend on xkernel alone. TCP's
@@ -12,7 +13,9 @@
 
 #include "xk/protocols/eth_wire.hpp"
 #include "xk/protocols/icmp_wire.hpp"
+#include "xk/protocols/icmpv6_wire.hpp"
 #include "xk/protocols/ipv4_wire.hpp"
+#include "xk/protocols/ipv6_wire.hpp"
 #include "xk/protocols/udp_wire.hpp"
 #include "xk/byteorder.hpp"
 

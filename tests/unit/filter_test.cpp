@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "filter_frames.hpp"
 #include "xk/protocols/arp_wire.hpp"
 #include "xk/protocols/eth_wire.hpp"
 #include "xk/protocols/icmp_wire.hpp"
@@ -25,17 +26,14 @@
 namespace xk::filterd {
 namespace {
 
-using Bytes = std::vector<std::byte>;
 using namespace std::chrono_literals;
+using namespace frames;
 
 constexpr Ipv4Addr kShared{0xC000020A};   // 192.0.2.10
 constexpr Ipv4Addr kRemote{0xC6336407};   // 198.51.100.7
 constexpr Ipv4Addr kRemote2{0xC6336408};  // 198.51.100.8
 constexpr Ipv4Addr kRouter{0xCB007101};   // 203.0.113.1
 constexpr Ipv4Addr kOther{0xC0000263};    // 192.0.2.99
-constexpr MacAddr kSharedMac{{0x02, 0, 0, 0, 0, 0x0a}};
-constexpr MacAddr kPeerMac{{0x02, 0, 0, 0, 0, 0x01}};
-constexpr MacAddr kOtherMac{{0x02, 0, 0, 0, 0, 0x63}};
 
 constexpr Target kNode1{1, 0};
 constexpr Target kNode2{2, 0};
@@ -56,14 +54,6 @@ FilterConfig config() {
 }
 
 // ---- Frame builders ----
-
-Bytes eth_frame(MacAddr dst, std::uint16_t type, std::span<const std::byte> payload, bool pad = true) {
-  Bytes f(eth::Header::kSize + payload.size());
-  eth::Header{dst, kPeerMac, type}.write(std::span<std::byte, eth::Header::kSize>(f.data(), eth::Header::kSize));
-  if (!payload.empty()) std::memcpy(f.data() + eth::Header::kSize, payload.data(), payload.size());
-  if (pad && f.size() < eth::kMinFrame) f.resize(eth::kMinFrame);
-  return f;
-}
 
 struct Ip {
   Ipv4Addr src = kRemote;
@@ -92,35 +82,6 @@ Bytes ip_packet(const Ip& ip, std::span<const std::byte> l4) {
 
 Bytes ip_frame(const Ip& ip, std::span<const std::byte> l4) {
   return eth_frame(ip.mac, eth::kTypeIpv4, ip_packet(ip, l4));
-}
-
-Bytes tcp_segment(std::uint16_t sport, std::uint16_t dport, std::uint8_t flags, std::size_t payload = 0) {
-  Bytes s(tcp::Header::kMinSize + payload);
-  tcp::Header h;
-  h.src_port = sport;
-  h.dst_port = dport;
-  h.seq = tcp::SeqNum(1000);
-  h.ack = tcp::SeqNum((flags & tcp::kAck) != 0 ? 2000 : 0);
-  h.flags = flags;
-  h.window = 65535;
-  h.write(std::span<std::byte, tcp::Header::kMinSize>(s.data(), tcp::Header::kMinSize));
-  for (std::size_t i = 0; i < payload; ++i) s[tcp::Header::kMinSize + i] = static_cast<std::byte>(i);
-  return s;
-}
-
-Bytes udp_datagram(std::uint16_t sport, std::uint16_t dport, std::size_t payload = 8) {
-  Bytes d(udp::Header::kSize + payload);
-  udp::Header{sport, dport, static_cast<std::uint16_t>(d.size()), 0}.write(
-      std::span<std::byte, udp::Header::kSize>(d.data(), udp::Header::kSize));
-  for (std::size_t i = 0; i < payload; ++i) d[udp::Header::kSize + i] = static_cast<std::byte>(i * 7);
-  return d;
-}
-
-Bytes icmp_message(std::uint8_t type, std::uint8_t code, std::uint32_t rest, std::span<const std::byte> body = {}) {
-  Bytes m(icmp::Header::kSize + body.size());
-  icmp::Header{type, code, 0, rest}.write(std::span<std::byte, icmp::Header::kSize>(m.data(), icmp::Header::kSize));
-  if (!body.empty()) std::memcpy(m.data() + icmp::Header::kSize, body.data(), body.size());
-  return m;
 }
 
 Bytes tcp_frame(Ipv4Addr src, std::uint16_t sport, std::uint16_t dport, std::uint8_t flags = tcp::kAck,
@@ -488,8 +449,9 @@ TEST_F(FilterTest, FramesNotForUsAreDropped) {
             dropped(Reason::not_ours));
   EXPECT_EQ(classify(ip_frame(Ip{kRemote, kShared, ipv4::kProtoTcp, 1, 0, kOtherMac}, tcp_segment(1, 80, tcp::kSyn))),
             dropped(Reason::not_ours));
-  EXPECT_EQ(classify(eth_frame(kSharedMac, eth::kTypeIpv6, Bytes(40))), dropped(Reason::not_ipv4_or_arp));
-  EXPECT_EQ(classify(eth_frame(kSharedMac, 0x0040, Bytes(40))), dropped(Reason::not_ipv4_or_arp));
+  // IPv6 is another EtherType to an engine without an IPv6 address.
+  EXPECT_EQ(classify(eth_frame(kSharedMac, eth::kTypeIpv6, Bytes(40))), dropped(Reason::other_type));
+  EXPECT_EQ(classify(eth_frame(kSharedMac, 0x0040, Bytes(40))), dropped(Reason::other_type));
   // 802.1Q: tag then an IPv4 packet.
   Bytes tagged(4);
   eth::VlanTag{5, eth::kTypeIpv4}.write(std::span<std::byte, 4>(tagged.data(), 4));
@@ -696,7 +658,7 @@ TEST_F(FilterTest, EgressAllowsOwnFlowsAndDeniesForgedOnes) {
   // Not the shared address; ARP; an echo reply (filterd's); another protocol.
   EXPECT_EQ(engine.egress_check(from_node(ipv4::kProtoTcp, tcp_segment(40000, 80, tcp::kAck), kOther), 1).reason,
             EgressReason::bad_source);
-  EXPECT_EQ(engine.egress_check(arp_frame(arp::kOpRequest, kShared, kRouter), 1).reason, EgressReason::not_ipv4);
+  EXPECT_EQ(engine.egress_check(arp_frame(arp::kOpRequest, kShared, kRouter), 1).reason, EgressReason::not_ip);
   EXPECT_EQ(engine.egress_check(from_node(ipv4::kProtoIcmp, icmp_message(icmp::kEchoReply, 0, 1)), 1).reason,
             EgressReason::protocol);
   EXPECT_EQ(engine.egress_check(from_node(47, Bytes(8)), 1).reason, EgressReason::protocol);

@@ -3,16 +3,18 @@
 // external port to the compute node (and the queue within it) that owns its
 // flow, and checks that what a node sends is its own (docs/filterd.md).
 //
-// All nodes share one IPv4 address, so a flow is named by what differs:
+// All nodes share one IPv4 address (and one IPv6 address, when filterd has
+// one), so a flow is named by what differs:
 // (IP protocol, remote address, remote port, local port). Ingress order:
 //   1. exact flow table       (proto, remote, remote port, local port) -> target
 //   2. listen table           (proto, local port) -> a target or a group
 //   3. user rules             pcap filter expressions, by priority
 //   4. default                TCP: RST (RFC 9293 3.10.7.1); UDP: ICMP port
 //                             unreachable (RFC 1122 4.1.3.1)
-// Ahead of these: ARP and ICMP echo for the shared address are filterd's own
-// (local); ICMP errors go to the owner of the flow they quote; IPv4 fragments
-// after the first follow the first's decision.
+// Ahead of these: ARP, Neighbor Discovery and ICMP echo for the shared
+// addresses are filterd's own (local); ICMP and ICMPv6 errors go to the
+// owner of the flow they quote; fragments after the first follow the first's
+// decision. The IPv6 half of the engine is filter_v6.cpp.
 //
 // One engine belongs to one thread. Nothing on the data path throws or
 // allocates, except holding a fragment that came before its first.
@@ -73,14 +75,15 @@ enum class Reason : std::uint8_t {
   icmp_error,            // to_node: an ICMP error, to the owner of the flow it quotes
   frag_follow,           // to_node or local: a fragment after the first, as the first went
   local_arp,             // local: ARP for (or from) the shared address
-  local_icmp_echo,       // local: ICMP echo request to the shared address
+  local_icmp_echo,       // local: ICMP (or ICMPv6) echo request to the shared address
+  local_nd,              // local: Neighbor/Router Discovery or MLD (RFC 4861, 3810): filterd's
   default_rst,           // reset
   default_unreachable,   // port_unreachable
   frag_held,             // held
   malformed,             // drop: a length, version or field that does not add up
   bad_ip_checksum,       // drop
   vlan,                  // drop: 802.1Q / 802.1ad tagged
-  not_ipv4_or_arp,       // drop: another EtherType
+  other_type,            // drop: another EtherType (IPv6 too when filterd has no IPv6 address)
   not_ours,              // drop: another MAC or IPv4 destination
   bad_source,            // drop: a source that cannot be a host (RFC 1122 3.2.1.3)
   no_owner,              // drop: nobody and no answer (RST, broadcast, other protocol)
@@ -119,10 +122,10 @@ enum class EgressReason : std::uint8_t {
   fragment,      // allowed: a later fragment of a datagram whose first was allowed
   icmp_error,    // allowed: an ICMP error quoting a flow of the node
   malformed,     // denied
-  not_ipv4,      // denied: ARP (filterd answers for the nodes), VLAN, other types
+  not_ip,        // denied: ARP and ND (filterd answers for the nodes), VLAN, other types
   bad_source,    // denied: not the shared address
   not_owner,     // denied: a flow or port the node does not own
-  protocol,      // denied: an IP protocol or ICMP type nodes may not send
+  protocol,      // denied: an IP protocol, ICMP type or IPv6 header nodes may not send
   count_,
 };
 inline constexpr std::size_t kEgressReasonCount = static_cast<std::size_t>(EgressReason::count_);
@@ -175,6 +178,12 @@ struct ReleasedFrame {
 
 struct FilterConfig {
   Ipv4Addr shared_ip;
+  // IPv6 (docs/filterd.md, "IPv6"): the global address the nodes share, and
+  // filterd's own link-local address on the external link (Neighbor
+  // Discovery and echo to it are filterd's). Unspecified: IPv6 frames are
+  // dropped as another EtherType.
+  IpAddr shared_ip6;
+  IpAddr link_local6;
   // Zero: frames are not checked against a MAC. Otherwise unicast frames must
   // be addressed to it (broadcast and multicast pass).
   MacAddr shared_mac{};
@@ -191,6 +200,7 @@ struct FilterConfig {
   std::string counter_owner = "filter";
 };
 
+struct FragKey;
 class FragmentTracker;
 class RuleTable;
 
@@ -257,6 +267,7 @@ class FilterEngine {
 
   // ---- Data path ----
   Decision classify(Frame frame);
+  bool serves_ipv6() const noexcept { return !config_.shared_ip6.is_unspecified(); }
   // A node's packet for the shared address itself (node-to-node traffic,
   // the hairpin: docs/filterd.md): which node owns its destination, as for
   // a frame from outside. Call it only with a frame the egress check let
@@ -340,21 +351,35 @@ class FilterEngine {
   // listen() and lease(): one target for the port.
   Status add_single(Proto proto, std::uint16_t port, Target target, bool lease);
   void parse(Frame frame, Parsed& p, bool hairpin = false) const noexcept;
+  void parse_v4(Frame frame, Parsed& p, bool hairpin) const noexcept;
+  void parse_v6(Frame frame, Parsed& p, bool hairpin) const noexcept;  // filter_v6.cpp
   Decision finish(Frame frame, const Parsed& p);
   Decision decide(Frame frame, const Parsed& p, const Target* exact);
   Decision decide_packet(Frame frame, const Parsed& p, const Target* exact) const noexcept;
   Decision decide_icmp(Frame frame, const Parsed& p, const Target* exact) const noexcept;
   Decision icmp_error_owner(Frame frame, const Parsed& p) const noexcept;
+  Decision icmp6_error_owner(Frame frame, const Parsed& p) const noexcept;
   Decision decide_later_fragment(Frame frame, const Parsed& p);
   void remember_first_fragment(const Parsed& p, const Decision& d);
   void expire_at(Time now);
   std::optional<Decision> owner_of(const PackedKey& key) const noexcept;
+  std::optional<Decision> owner_of(const Packed6Key& key) const noexcept;
   std::optional<Decision> listen_lookup(const PackedKey& key) const noexcept;
+  std::optional<Decision> listen_lookup(const Packed6Key& key) const noexcept;
   // `flow` identifies the flow among a group's members (its packed key's bytes).
   std::optional<Decision> listen_lookup(std::uint32_t proto, std::uint16_t local_port,
                                         std::span<const std::byte> flow) const noexcept;
   EgressVerdict owns(const PackedKey& key, NodeId node, std::uint16_t queue) const noexcept;
+  EgressVerdict owns(const Packed6Key& key, NodeId node, std::uint16_t queue) const noexcept;
+  // `exact`: the flow's entry in its family's table, if any.
+  EgressVerdict owns(const Target* exact, std::uint32_t proto, std::uint16_t local_port, NodeId node,
+                     std::uint16_t queue) const noexcept;
   EgressVerdict egress(Frame frame, NodeId node, std::uint16_t queue);
+  EgressVerdict egress_v4(Frame frame, NodeId node, std::uint16_t queue);
+  EgressVerdict egress_v6(Frame frame, NodeId node, std::uint16_t queue);  // filter_v6.cpp
+  // A datagram's first fragment that passed the egress check: later ones
+  // from the same node follow it.
+  void remember_egress_fragment(const FragKey& key, NodeId node, Time now);
   std::uint64_t seed_of(Target t) const noexcept;
   Decision counted(Decision d) noexcept {
     reason_counters_[static_cast<std::size_t>(d.reason)]->inc();
