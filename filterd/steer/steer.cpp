@@ -11,104 +11,12 @@
 #include "xk/protocols/arp_wire.hpp"
 #include "xk/protocols/eth_wire.hpp"
 #include "xk/protocols/ipv4_wire.hpp"
+#include "xk/protocols/icmpv6_wire.hpp"
+#include "xk/protocols/ipv6_wire.hpp"
 #include "xk/protocols/relay_wire.hpp"
+#include "steer_channel.hpp"
 
 namespace xk::filterd {
-
-// The upper of one node's channel driver: frames from the node come to it,
-// and its session sends frames to the node. A node on the node port has no
-// driver of its own: it sends through the node port's session, and its
-// frames come up through the NodePort.
-class Steer::Channel final : public Protocol {
- public:
-  Channel(Steer& steer, NodeId node, std::uint16_t queue, Protocol& driver, MacAddr node_mac)
-      : Protocol(steer.name() + "/node" + std::to_string(node) + "q" + std::to_string(queue), "steer-channel"),
-        steer_(steer),
-        node_(node),
-        queue_(queue),
-        driver_(&driver),
-        node_mac_(node_mac),
-        our_mac_(steer.config_.channel_mac),
-        rx_(counters().add("rx_frames", "frames steered to this queue")),
-        tx_(counters().add("tx_frames", "frames from this queue sent out")),
-        other_queue_(counters().add("tx_other_queue", "sent for a flow another queue of the node owns")) {
-    Participants none;
-    Result<SessionRef> s = driver.open(*this, none);
-    if (!s) throw std::invalid_argument("cannot open a session on '" + driver.name() + "': " + to_string(s.error()));
-    session_ = *s;
-    Participants none2;
-    if (Status st = driver.open_enable(*this, none2); !st) {
-      throw std::invalid_argument("channel '" + driver.name() + "' refused us as receiver: " + to_string(st.error()));
-    }
-  }
-  // On the node port: its session (not ours to close), its MAC as our source.
-  // Such a node runs one queue (the registry refuses more).
-  Channel(Steer& steer, NodeId node, SessionRef shared_tx, MacAddr node_mac, MacAddr our_mac)
-      : Protocol(steer.name() + "/node" + std::to_string(node) + "q0", "steer-channel"),
-        steer_(steer),
-        node_(node),
-        node_mac_(node_mac),
-        our_mac_(our_mac),
-        session_(std::move(shared_tx)),
-        rx_(counters().add("rx_frames", "frames steered to this queue")),
-        tx_(counters().add("tx_frames", "frames from this queue sent out")),
-        other_queue_(counters().add("tx_other_queue", "sent for a flow another queue of the node owns")) {}
-  ~Channel() override {
-    if (driver_ == nullptr) return;
-    Participants none;
-    (void)driver_->open_disable(*this, none);
-    if (session_) (void)session_->close();
-  }
-
-  Status demux(Session&, Msg msg) override { return steer_.egress(*this, std::move(msg)); }
-
-  // To the node: its MAC as destination, ours as source.
-  Status send(Msg frame) {
-    Result<std::span<const std::byte>> p = frame.pop(eth::Header::kSize);
-    if (!p) return p.error();
-    const std::uint16_t type = load_be16(p->data() + 12);
-    Result<std::span<std::byte>> room = frame.push(eth::Header::kSize);
-    if (!room) return room.error();
-    eth::Header{node_mac_, our_mac_, type}.write(room->first<eth::Header::kSize>());
-    return session_->push(std::move(frame));
-  }
-
-  // A frame whose Ethernet header is still to come (a relay frame).
-  Status send_typed(Msg frame, std::uint16_t type) {
-    Result<std::span<std::byte>> room = frame.push(eth::Header::kSize);
-    if (!room) return room.error();
-    eth::Header{node_mac_, our_mac_, type}.write(room->first<eth::Header::kSize>());
-    return session_->push(std::move(frame));
-  }
-
-  // The largest frame the node takes now (memif: more than the MTU once its
-  // driver said it takes large frames); 0 on the node port (MTU-sized).
-  std::size_t frame_max() const {
-    if (driver_ == nullptr) return 0;
-    Result<std::size_t> m = driver_->control(ctl::GetFrameMax{});
-    return m ? *m : 0;
-  }
-
-  NodeId node() const noexcept { return node_; }
-  std::uint16_t queue() const noexcept { return queue_; }
-  MacAddr node_mac() const noexcept { return node_mac_; }
-  MacAddr our_mac() const noexcept { return our_mac_; }
-  bool ethernet() const noexcept { return driver_ == nullptr; }
-
- private:
-  Steer& steer_;
-  NodeId node_;
-  std::uint16_t queue_ = 0;
-  Protocol* driver_ = nullptr;  // null on the node port
-  MacAddr node_mac_;
-  MacAddr our_mac_;
-  SessionRef session_;
-
- public:
-  Counter& rx_;           // steered to this queue
-  Counter& tx_;           // sent out from it
-  Counter& other_queue_;  // allowed, but another queue's flow
-};
 
 // The upper of the node port's driver: a frame belongs to the node whose MAC
 // sent it. On plain Ethernet nothing else says who sent a frame, so the node
@@ -167,8 +75,17 @@ class Steer::NodePort final : public Protocol {
 };
 
 namespace {
-FilterConfig with_shared(FilterConfig f, Ipv4Addr shared) {
-  f.shared_ip = shared;
+// The engine's addresses from steer's: the shared ones, and filterd's
+// link-local address on the external link (from its MAC, as ipv6 makes it).
+FilterConfig with_shared(FilterConfig f, const SteerConfig& c, Protocol& external) {
+  f.shared_ip = c.shared.addr;
+  if (c.shared6) {
+    f.shared_ip6 = c.shared6->addr;
+    Result<Participant> local = external.control(ctl::GetLocalAddr{});
+    if (Result<MacAddr> mac = local ? local->peek<MacAddr>() : Result<MacAddr>(local.error())) {
+      f.link_local6 = icmpv6::link_local_from_mac(*mac);
+    }
+  }
   return f;
 }
 
@@ -187,7 +104,7 @@ Steer::Steer(std::string name, Protocol& external, const Clock& clock, SteerConf
     : PassThrough(std::move(name), "steer", external),
       config_(std::move(config)),
       clock_(clock),
-      filter_(std::make_unique<FilterEngine>(with_shared(config_.filter, config_.shared.addr), clock)),
+      filter_(std::make_unique<FilterEngine>(with_shared(config_.filter, config_, external), clock)),
       rx_to_node_(counters().add("rx_to_node", "frames steered to a node")),
       rx_local_(counters().add("rx_local", "frames for filterd's own stack (ARP, ping, RST, unreachable)")),
       rx_dropped_(counters().add("rx_dropped", "frames the filter dropped (see the filter's reasons)")),
@@ -199,7 +116,9 @@ Steer::Steer(std::string name, Protocol& external, const Clock& clock, SteerConf
       tx_no_resolver_(counters().add("tx_no_resolver", "node packets with no ARP to send them")),
       tx_not_sent_(counters().add("tx_not_sent", "node packets ARP could not send or queue")),
       proxy_arp_(counters().add("proxy_arp", "node ARP requests answered with filterd's channel MAC")),
-      channel_dropped_(counters().add("channel_dropped", "node frames neither IPv4 nor an ARP request")),
+      proxy_nd_(counters().add("proxy_nd", "node neighbor solicitations answered with filterd's channel MAC")),
+      node_nd_ignored_(counters().add("node_nd_ignored", "node ND and MLD let go: address checks, reports, adverts")),
+      channel_dropped_(counters().add("channel_dropped", "node frames neither IP nor an ARP request")),
       learned_flows_(counters().add("learned_flows", "accepted connections made exact flows at their SYN-ACK")),
       rx_central_tcp_(counters().add("rx_central_tcp", "central mode: TCP segments for filterd's own TCP")),
       relay_from_nodes_(counters().add("relay_from_nodes", "central mode: relay frames from the nodes")),
@@ -396,8 +315,11 @@ Status Steer::fit_for_channel(Channel& ch, Msg& frame) {
   const std::size_t tcp_len = frame.size() - eth::Header::kSize - h->ip_len;
   Msg tcp = frame.share();
   (void)tcp.pop(eth::Header::kSize + h->ip_len);
-  const std::uint32_t pseudo = csum::pseudo_header_v4(Ipv4Addr{load_be32(ip + 12)}, Ipv4Addr{load_be32(ip + 16)},
-                                                      ipv4::kProtoTcp, static_cast<std::uint16_t>(tcp_len));
+  const std::uint32_t pseudo =
+      h->v6 ? csum::pseudo_header(ipv6::Header::address_at(ip + 8), ipv6::Header::address_at(ip + 24), ipv6::kTcp,
+                                  static_cast<std::uint32_t>(tcp_len))
+            : csum::pseudo_header_v4(Ipv4Addr{load_be32(ip + 12)}, Ipv4Addr{load_be32(ip + 16)}, ipv4::kProtoTcp,
+                                     static_cast<std::uint16_t>(tcp_len));
   if (csum::fold(csum::partial(tcp, pseudo)) != 0xffff) {
     ++rx_coalesced_bad_;
     return Errc::malformed;
@@ -472,6 +394,7 @@ std::optional<Steer::TcpHeaders> Steer::tcp_headers(const Msg& frame) noexcept {
   if (frame.fragments().empty()) return std::nullopt;
   const std::span<const std::byte> first = frame.fragments().front().bytes();
   if (first.size() < eth::Header::kSize + ipv4::Header::kMinSize + 20) return std::nullopt;
+  if (load_be16(first.data() + 12) == eth::kTypeIpv6) return tcp_headers_v6(frame);
   if (load_be16(first.data() + 12) != eth::kTypeIpv4) return std::nullopt;
   const std::byte* ip = first.data() + eth::Header::kSize;
   const ipv4::Header h = ipv4::Header::read(std::span<const std::byte, ipv4::Header::kMinSize>(ip, ipv4::Header::kMinSize));
@@ -528,7 +451,9 @@ Status Steer::egress(Channel& ch, Msg frame) {
     relay_sink_(ch.node(), std::move(frame));
     return {};
   }
-  if (type != eth::kTypeIpv4) {
+  const bool v6 = type == eth::kTypeIpv6 && config_.shared6;
+  if (v6 && is_node_discovery(*bytes)) return node_discovery(ch, *bytes);
+  if (type != eth::kTypeIpv4 && !v6) {
     ++channel_dropped_;
     return Errc::unsupported;
   }
@@ -545,13 +470,32 @@ Status Steer::egress(Channel& ch, Msg frame) {
     ++tx_other_queue_;
     ++ch.other_queue_;
   }
-  if (resolver_ == nullptr) {
+  NextHopResolver* resolver = v6 ? resolver6_ : resolver_;
+  if (resolver == nullptr) {
     ++tx_no_resolver_;
     return Errc::no_route;
   }
-  const ipv4::Header ip = ipv4::Header::read(bytes->subspan(eth::Header::kSize).first<ipv4::Header::kMinSize>());
-  learn_passive_flow(ch, ip, *bytes);
-  if (ip.dst == config_.shared.addr) return hairpin(ch, *bytes, large, std::move(frame));
+  // The destination, and where a TCP header starts (the egress check has
+  // seen the headers whole).
+  IpAddr dst;
+  std::size_t ip_len = 0, tcp = 0;
+  if (v6) {
+    const ipv6::Header ip = ipv6::Header::read(bytes->subspan(eth::Header::kSize).first<ipv6::Header::kSize>());
+    dst = ip.dst;
+    ip_len = ipv6::Header::kSize;
+    if (ip.next_header == ipv6::kTcp) tcp = eth::Header::kSize + ip_len;
+  } else {
+    const ipv4::Header ip = ipv4::Header::read(bytes->subspan(eth::Header::kSize).first<ipv4::Header::kMinSize>());
+    dst = IpAddr(ip.dst);
+    ip_len = ip.header_length();
+    if (ip.protocol == ipv4::kProtoTcp && (ip.flags_offset & ipv4::Header::kOffsetMask) == 0) {
+      tcp = eth::Header::kSize + ip_len;
+    }
+  }
+  learn_passive_flow(ch, dst, *bytes, tcp);
+  if (v6 ? dst == config_.shared6->addr : dst == IpAddr(config_.shared.addr)) {
+    return hairpin(ch, *bytes, large, std::move(frame));
+  }
   (void)frame.pop(eth::Header::kSize);
   if (large) {
     // The external port's driver cuts it into the segments it holds (their
@@ -559,21 +503,23 @@ Status Steer::egress(Channel& ch, Msg frame) {
     // checksum each unless the node sent it without one (csum off).
     Offload& o = frame.offload();
     o.flags = static_cast<std::uint8_t>(Offload::tx_tcp_seg | (large->csum ? Offload::tx_tcp_csum : 0));
-    o.l3_len = static_cast<std::uint8_t>(ip.header_length());
+    o.l3_len = static_cast<std::uint8_t>(ip_len);
     o.seg_size = large->seg_size;
     ++tx_large_from_nodes_;
   }
   // The next hop on the external link: the destination itself on our
   // subnet, the gateway beyond it.
-  Ipv4Addr next_hop = ip.dst;
-  if (!config_.shared.contains(ip.dst)) {
-    if (!config_.gateway) {
-      ++tx_not_sent_;
-      return Errc::no_route;
-    }
-    next_hop = *config_.gateway;
+  std::optional<IpAddr> next_hop = dst;
+  if (v6) {
+    next_hop = next_hop6(dst);
+  } else if (!config_.shared.contains(dst.v4())) {
+    next_hop = config_.gateway ? std::optional<IpAddr>(IpAddr(*config_.gateway)) : std::nullopt;
   }
-  if (Status st = resolver_->send_to(next_hop, std::move(frame)); !st) {
+  if (!next_hop) {
+    ++tx_not_sent_;
+    return Errc::no_route;
+  }
+  if (Status st = resolver->send_to(*next_hop, std::move(frame)); !st) {
     ++tx_not_sent_;
     return st;
   }
@@ -623,14 +569,12 @@ Status Steer::hairpin(Channel& from, std::span<const std::byte> headers, const s
 // It then survives the listener closing before it (the rest of a close
 // handshake still passes the egress check) and a group changing members
 // (the rendezvous choice may move; the exact entry does not).
-void Steer::learn_passive_flow(Channel& ch, const ipv4::Header& ip, std::span<const std::byte> frame) {
+void Steer::learn_passive_flow(Channel& ch, const IpAddr& remote, std::span<const std::byte> frame, std::size_t tcp) {
   constexpr std::uint8_t kSyn = 0x02, kAck = 0x10;
-  if (ip.protocol != 6 || (ip.flags_offset & ipv4::Header::kOffsetMask) != 0) return;
-  const std::size_t tcp = eth::Header::kSize + ip.header_length();
-  if (frame.size() < tcp + 14) return;
+  if (tcp == 0 || frame.size() < tcp + 14) return;
   const auto flags = static_cast<std::uint8_t>(frame[tcp + 13]);
   if ((flags & (kSyn | kAck)) != (kSyn | kAck)) return;
-  const FlowKey key{Proto::tcp, ip.dst, load_be16(frame.data() + tcp + 2), load_be16(frame.data() + tcp)};
+  const FlowKey key{Proto::tcp, remote, load_be16(frame.data() + tcp + 2), load_be16(frame.data() + tcp)};
   if (filter_->find_flow(key)) return;
   if (filter_->add_flow(key, Target{ch.node(), ch.queue()})) ++learned_flows_;
 }
@@ -674,12 +618,22 @@ void register_steer(Registry& registry) {
                    .with_option(OptionSpec::cidr("addr", "the shared address/prefix").mandatory())
                    .with_option(OptionSpec::ipv4("gw", "next hop off the subnet"))
                    .with_option(OptionSpec::mac("channel_mac", "filterd's MAC on the node channels"))
+                   .with_option(OptionSpec::ip_cidrs("addr6", "the shared IPv6 address/prefix (one)"))
+                   .with_option(OptionSpec::ip("gw6", "IPv6 default router (link-local or on addr6's prefix)"))
                    .with_factory([](const BuildArgs& a) -> std::unique_ptr<Protocol> {
                      if (a.loop == nullptr) throw std::invalid_argument("steer needs an event loop (its clock)");
                      SteerConfig c;
                      c.shared = a.options.get_cidr("addr");
                      if (a.options.has("gw")) c.gateway = a.options.get_ipv4("gw");
                      if (a.options.has("channel_mac")) c.channel_mac = a.options.get_mac("channel_mac");
+                     if (a.options.has("addr6")) {
+                       const std::vector<IpCidr>& v6 = a.options.get_ip_cidrs("addr6");
+                       if (v6.size() != 1 || v6[0].addr.is_v4()) {
+                         throw std::invalid_argument("steer: addr6 takes one IPv6 address/prefix");
+                       }
+                       c.shared6 = v6[0];
+                     }
+                     if (a.options.has("gw6")) c.gateway6 = a.options.get_ip("gw6");
                      return std::make_unique<Steer>(a.name, *a.below[0], a.loop->clock(), c);
                    }));
 }

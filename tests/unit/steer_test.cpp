@@ -51,34 +51,7 @@ std::string stack(const std::string& link, const std::string& mac, const std::st
          "tcp  tcp0 below=ip0 rto_min_ms=10\n";
 }
 
-// What the control socket will do: the node asks, filterd installs the rule.
-class DirectAuthority final : public PortAuthority {
- public:
-  DirectAuthority(FilterEngine& f, NodeId node) : f_(f), node_(node) {}
-  Result<std::uint16_t> claim_listen(std::uint8_t proto, std::uint16_t port, bool) override {
-    if (Status st = f_.listen(static_cast<Proto>(proto), port, Target{node_, 0}); !st) return st.error();
-    return port;
-  }
-  void release_listen(std::uint8_t proto, std::uint16_t port) noexcept override {
-    (void)f_.unlisten(static_cast<Proto>(proto), port);
-  }
-  Result<std::uint16_t> claim_connect(std::uint8_t proto, std::uint16_t port, const IpAddr& remote,
-                                      std::uint16_t remote_port) override {
-    std::uint16_t p = port != 0 ? port : next_++;
-    if (Status st = f_.add_flow(FlowKey{static_cast<Proto>(proto), remote.v4(), remote_port, p}, Target{node_, 0}); !st) {
-      return st.error();
-    }
-    return p;
-  }
-  void release_connect(std::uint8_t proto, std::uint16_t port, const IpAddr& remote, std::uint16_t remote_port) noexcept override {
-    (void)f_.remove_flow(FlowKey{static_cast<Proto>(proto), remote.v4(), remote_port, port});
-  }
-
- private:
-  FilterEngine& f_;
-  NodeId node_;
-  std::uint16_t next_ = 50000;
-};
+using test::DirectAuthority;
 
 class SteerTest : public test::FilterdWithNodes {
  public:

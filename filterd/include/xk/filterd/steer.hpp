@@ -15,12 +15,12 @@
 // tcp (no listeners) answers RST and whose udp (no sockets) makes ipv4 answer
 // port unreachable -- the RFC behaviour, from code that is already tested.
 //
-// A node's frames arrive on its channel: ARP requests are answered with
-// filterd's channel MAC (so the node sends everything to filterd), IPv4
-// packets pass the egress check (the shared address, a flow or port the node
-// owns) and go out through filterd's ARP, which resolves the next hop on the
-// external link and writes the Ethernet header. Everything else is dropped
-// and counted.
+// A node's frames arrive on its channel: ARP requests and IPv6 neighbor
+// solicitations are answered with filterd's channel MAC (so the node sends
+// everything to filterd), IP packets pass the egress check (the shared
+// address, a flow or port the node owns) and go out through filterd's ARP
+// or ND, which resolves the next hop on the external link and writes the
+// Ethernet header. Everything else is dropped and counted.
 
 #include <cstdint>
 #include <functional>
@@ -48,6 +48,11 @@ namespace xk::filterd {
 struct SteerConfig {
   Ipv4Cidr shared;                  // the shared address and its subnet
   std::optional<Ipv4Addr> gateway;  // next hop off the subnet
+  // IPv6 (docs/filterd.md, "IPv6"): the shared address and its on-link
+  // prefix, the default router (link-local or on the prefix). Unset:
+  // IPv6 frames are dropped both ways.
+  std::optional<IpCidr> shared6;
+  std::optional<IpAddr> gateway6;
   // filterd's address on the node channels (locally administered).
   MacAddr channel_mac{{0x02, 0x78, 0x6b, 0x00, 0x00, 0x01}};
   FilterConfig filter;              // shared_ip is taken from `shared`
@@ -64,6 +69,8 @@ class Steer final : public fault::PassThrough {
   // filterd's own ARP (the graph's arp0, above us): node packets leave
   // through it. Until set, node packets are dropped (no_resolver).
   void set_resolver(NextHopResolver* arp) noexcept { resolver_ = arp; }
+  // filterd's own nd (above us, nd0): the nodes' IPv6 packets leave through it.
+  void set_resolver6(NextHopResolver* nd) noexcept { resolver6_ = nd; }
 
   // A node's channel for one of its queues (one per stack the node runs): a
   // driver whose receive side is that stack's frames and whose sessions
@@ -127,12 +134,14 @@ class Steer final : public fault::PassThrough {
   struct TcpHeaders {
     std::array<std::byte, eth::Header::kSize + ipv4::Header::kMaxSize + tcp::Header::kMaxSize> bytes{};  // total length cut to the headers
     std::size_t len = 0;
-    std::size_t ip_len = 0;          // IPv4 header bytes
+    std::size_t ip_len = 0;          // IP header bytes (IPv6: the fixed header, TCP right behind it)
+    bool v6 = false;
     std::uint16_t seg_size = 0;      // payload bytes of each segment it holds
     bool csum = false;               // it carries a TCP checksum (the field is not 0)
     std::span<const std::byte> span() const noexcept { return {bytes.data(), len}; }
   };
   static std::optional<TcpHeaders> tcp_headers(const Msg& frame) noexcept;
+  static std::optional<TcpHeaders> tcp_headers_v6(const Msg& frame) noexcept;  // steer_v6.cpp
   std::optional<TcpHeaders> large_frame(const Msg& frame) const noexcept;
   Status dispatch(fault::PassSession& s, const Decision& d, Msg msg);
   Status on_rx_coalesced(fault::PassSession& s, const TcpHeaders& h, Msg msg);
@@ -157,8 +166,16 @@ class Steer final : public fault::PassThrough {
   Status fit_for_channel(Channel& ch, Msg& frame);
   Status egress(Channel& ch, Msg frame);
   Status answer_arp(Channel& ch, Msg frame);
+  // steer_v6.cpp: a node's Neighbor Discovery, answered for every address
+  // but the shared one (proxy, RFC 4861 7.2.8) or let go.
+  Status node_discovery(Channel& ch, std::span<const std::byte> frame);
+  bool is_node_discovery(std::span<const std::byte> frame) const noexcept;
+  // The next hop on the external link for an IPv6 destination.
+  std::optional<IpAddr> next_hop6(const IpAddr& dst) const noexcept;
   Status hairpin(Channel& from, std::span<const std::byte> headers, const std::optional<TcpHeaders>& large, Msg frame);
-  void learn_passive_flow(Channel& ch, const ipv4::Header& ip, std::span<const std::byte> frame);
+  // `tcp`: where the TCP header starts in `frame` (an IPv6 packet's right
+  // behind the fixed header; 0: not a TCP packet with one).
+  void learn_passive_flow(Channel& ch, const IpAddr& remote, std::span<const std::byte> frame, std::size_t tcp);
   bool quiet(const Decision& d, std::span<const std::byte> frame) noexcept;
 
   SteerConfig config_;
@@ -166,6 +183,7 @@ class Steer final : public fault::PassThrough {
   Time quiet_until_{};
   std::unique_ptr<FilterEngine> filter_;
   NextHopResolver* resolver_ = nullptr;
+  NextHopResolver* resolver6_ = nullptr;
   FlatMap<NodeKey, std::unique_ptr<Channel>> channels_;
   std::unique_ptr<NodePort> node_port_;
   std::unordered_map<std::uint64_t, NodeId> by_mac_;  // the node port's nodes, by MAC
@@ -182,6 +200,8 @@ class Steer final : public fault::PassThrough {
   Counter& tx_no_resolver_;
   Counter& tx_not_sent_;
   Counter& proxy_arp_;
+  Counter& proxy_nd_;
+  Counter& node_nd_ignored_;
   Counter& channel_dropped_;
   Counter& learned_flows_;
   Counter& rx_central_tcp_;
