@@ -43,6 +43,7 @@
 #include "xk/kinds.hpp"
 #include "xk/options.hpp"
 #include "xk/protocols/arp.hpp"
+#include "xk/protocols/nd.hpp"
 #include "xk/protocols/tcp.hpp"
 #include "xk/timer.hpp"
 
@@ -59,8 +60,9 @@ every frame to the compute node that owns its flow (docs/filterd.md).
 
   --port DEVARGS        the external DPDK port, e.g. net_af_packet0,iface=veth1
   --port-opts 'K=V ..'  more options of the dpdk kind (mtu=9000, ...)
-  --ip A.B.C.D/N        the shared address and its subnet
-  --gw A.B.C.D          next hop off the subnet
+  --ip A.B.C.D/N        the shared address and its subnet; again with an IPv6
+                        address/prefix (2001:db8::10/64) for IPv6 too
+  --gw ADDR             next hop off the subnet (IPv4), default router (IPv6); one per family
   --control PATH        the control socket (default /run/xk/filterd.sock)
   --memif-socket PATH   where the nodes' channels meet (default /run/xk/filterd.memif; shm
                         channels: one socket each, PATH.<id>)
@@ -112,6 +114,8 @@ struct Flags {
   bool csum = true;
   std::optional<Ipv4Cidr> ip;
   std::optional<Ipv4Addr> gw;
+  std::optional<IpCidr> ip6;  // the shared IPv6 address (docs/filterd.md, "IPv6")
+  std::optional<IpAddr> gw6;
   bool central = false;
   bool shm = true;  // --channels shm (the default) or memif
   long long resync_grace_ms = 3000;
@@ -147,15 +151,27 @@ Flags parse(int argc, char** argv) {
     } else if (a == "--port-opts") {
       f.port_opts = value();
     } else if (a == "--ip") {
+      // Once per family: A.B.C.D/N, and an IPv6 prefix beside it.
       std::string v = value();
-      auto c = parse_cidr(v);
-      if (!c) throw std::invalid_argument("--ip: '" + v + "' is not A.B.C.D/N");
-      f.ip = *c;
+      auto c = parse_ip_cidr(v);
+      if (!c) throw std::invalid_argument("--ip: '" + v + "' is neither A.B.C.D/N nor an IPv6 address/prefix");
+      if (c->addr.is_v4() ? f.ip.has_value() : f.ip6.has_value()) {
+        throw std::invalid_argument("--ip: one address per family ('" + v + "' is a second)");
+      }
+      if (c->addr.is_v4()) {
+        f.ip = Ipv4Cidr{c->addr.v4(), c->prefix_len};
+      } else {
+        f.ip6 = *c;
+      }
     } else if (a == "--gw") {
       std::string v = value();
-      auto g = parse_ipv4(v);
-      if (!g) throw std::invalid_argument("--gw: '" + v + "' is not an IPv4 address");
-      f.gw = *g;
+      auto g = parse_ip(v);
+      if (!g) throw std::invalid_argument("--gw: '" + v + "' is not an IP address");
+      if (g->is_v4()) {
+        f.gw = g->v4();
+      } else {
+        f.gw6 = *g;
+      }
     } else if (a == "--control") {
       f.control = value();
     } else if (a == "--mode") {
@@ -209,6 +225,10 @@ Flags parse(int argc, char** argv) {
   if (f.port.empty()) throw std::invalid_argument("--port DEVARGS is required");
   if (!f.ip) throw std::invalid_argument("--ip A.B.C.D/N is required");
   if (f.gw && !f.ip->contains(*f.gw)) throw std::invalid_argument("--gw is not on the --ip subnet");
+  if (f.gw6 && !f.ip6) throw std::invalid_argument("--gw " + to_string(*f.gw6) + ": no IPv6 --ip");
+  if (f.gw6 && !f.ip6->contains(*f.gw6) && !(f.gw6->bytes()[0] == 0xfe && (f.gw6->bytes()[1] & 0xc0) == 0x80)) {
+    throw std::invalid_argument("--gw " + to_string(*f.gw6) + " is neither link-local nor on the IPv6 --ip prefix");
+  }
   if (!f.control_tcp.empty() && f.control_token.empty()) {
     throw std::invalid_argument("--control-tcp needs --control-token FILE (TCP has no peer credentials)");
   }
@@ -248,13 +268,22 @@ int run(const Flags& f) {
     if (opts.find("frame_max=") == std::string::npos) out += "frame_max=0 ";
     return out + opts;
   };
+  // With an IPv6 address: steer carries IPv6 too, and filterd's own nd
+  // checks the address and answers for it on the external link (its
+  // neighbours' addresses are what the nodes' packets leave through).
+  const std::string v6 = f.ip6 ? " addr6=" + to_string(*f.ip6) + (f.gw6 ? " gw6=" + to_string(*f.gw6) : "") : "";
+  const std::string ips = f.ip6 ? "ip0,ip6" : "ip0";
   std::string spec = "dpdk  net0 devargs=" + spec_value(f.port) + " eal_mem=2g" + port_opts(f.port_opts, !f.central) +
                      "\n" +
-                     "steer st0  below=net0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +
+                     "steer st0  below=net0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") + v6 +
                      "\neth   eth0 below=st0\narp   arp0 below=eth0\n" +
                      "ipv4  ip0  below=eth0,arp0 addr=" + to_string(*f.ip) + (f.gw ? " gw=" + to_string(*f.gw) : "") +
-                     "\nicmp  icmp0 below=ip0\nudp   udp0 below=ip0" + csum + "\ntcp   tcp0 below=ip0" + csum + " " +
-                     f.tcp_opts + "\n";
+                     "\nicmp  icmp0 below=ip0\n";
+  if (f.ip6) {
+    spec += "nd    nd0  below=eth0\nipv6  ip6  below=eth0,nd0 addr=" + to_string(*f.ip6) +
+            (f.gw6 ? " gw=" + to_string(*f.gw6) : "") + "\nicmpv6 icmp6 below=ip6,nd0\n";
+  }
+  spec += "udp   udp0 below=" + ips + csum + "\ntcp   tcp0 below=" + ips + csum + " " + f.tcp_opts + "\n";
   // The node port: a driver of filterd's graph that steer takes frames from
   // (and sends to) by the nodes' MACs.
   if (!f.node_port.empty()) spec += "dpdk  np0  devargs=" + spec_value(f.node_port) + port_opts(f.node_port_opts, false) + "\n";
@@ -266,6 +295,7 @@ int run(const Flags& f) {
   Graph graph = Graph::build(spec, kinds, &loop, "filterd");
   auto* steer = graph.find_as<Steer>("st0");
   steer->set_resolver(graph.find_as<arp::ArpProtocol>("arp0"));
+  if (auto* nd = graph.find_as<nd::NdProtocol>("nd0")) steer->set_resolver6(nd);
   auto* ext = graph.find_as<drivers::DpdkDriver>("net0");
   auto* node_port = graph.find_as<drivers::DpdkDriver>("np0");
   if (node_port != nullptr) {
@@ -288,6 +318,8 @@ int run(const Flags& f) {
   // socket closes when its process dies, whatever happened).
   if (!f.control_tcp.empty()) rc.heartbeat_ms = static_cast<std::uint32_t>(f.heartbeat_ms);
   if (f.gw) rc.gateway = *f.gw;
+  rc.shared6 = f.ip6;
+  rc.gateway6 = f.gw6;
   if (!f.secret.empty()) {
     for (std::size_t i = 0; i < 16; ++i) rc.secret[i] = std::byte(std::stoi(f.secret.substr(2 * i, 2), nullptr, 16));
   } else {

@@ -841,7 +841,18 @@ std::string FilterdClient::graph_spec(const std::string& tcp_opts, std::uint16_t
   if (hello_.gateway.value != 0) g << " gw=" << to_string(hello_.gateway);
   g << "\n";
   g << "icmp icmp0 below=ip0\n";
-  g << "udp  udp0 below=ip0\n";
+  // IPv6 when filterd shares an address of that family: filterd checks it
+  // on the external link and answers our neighbour solicitations, so
+  // nobody here checks it again (every node holds it) or reports groups.
+  std::string ips = "ip0";
+  if (hello_.address6) {
+    g << "nd   nd0  below=eth0 dad=0 mld=off\n";
+    g << "ipv6 ip6  below=eth0,nd0 addr=" << to_string(*hello_.address6) << "/" << int{hello_.prefix6_len};
+    if (hello_.gateway6) g << " gw=" << to_string(*hello_.gateway6);
+    g << "\nicmpv6 icmp6 below=ip6,nd0\n";
+    ips = "ip0,ip6";
+  }
+  g << "udp  udp0 below=" << ips << "\n";
   char hex[33];
   for (std::size_t i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", static_cast<unsigned>(hello_.secret[i]));
   if (hello_.central) {
@@ -849,7 +860,7 @@ std::string FilterdClient::graph_spec(const std::string& tcp_opts, std::uint16_t
     g << "relay relay0 below=eth0 peer=" << to_string(hello_.filterd_mac) << "\n";
     g << "tcp  tcp0 below=relay0 backend=relay secret=" << hex;
   } else {
-    g << "tcp  tcp0 below=ip0 secret=" << hex;
+    g << "tcp  tcp0 below=" << ips << " secret=" << hex;
   }
   if (!tcp_opts.empty()) g << " " << tcp_opts;
   g << "\n";

@@ -63,6 +63,9 @@ const char* tag_name(Tag tag) noexcept {
     case Tag::secret: return "secret";
     case Tag::heartbeat_ms: return "heartbeat_ms";
     case Tag::central: return "central";
+    case Tag::address6: return "address6";
+    case Tag::prefix6_len: return "prefix6_len";
+    case Tag::gateway6: return "gateway6";
     case Tag::counter: return "counter";
     case Tag::error_code: return "error_code";
     case Tag::error_text: return "error_text";
@@ -221,6 +224,11 @@ Check usable_mtu(const std::uint16_t& mtu, std::string_view what) {
 Check prefix_length(const std::uint8_t& n, std::string_view what) {
   if (n <= 32) return std::nullopt;
   return bad(named(what, n) + " is over 32");
+}
+
+Check prefix6_length(const std::uint8_t& n, std::string_view what) {
+  if (n <= 128) return std::nullopt;
+  return bad(named(what, n) + " is over 128");
 }
 
 // ---- rules across fields -------------------------------------------------------------
@@ -489,7 +497,10 @@ constexpr auto fields_of(Of<HelloReply>) {
                             optional(Tag::gateway, ipv4, &HelloReply::gateway),                    //
                             one(Tag::secret, raw<sizeof(Secret)>, &HelloReply::secret),            //
                             one(Tag::heartbeat_ms, be<4>, &HelloReply::heartbeat_ms),              //
-                            optional(Tag::central, boolean, &HelloReply::central));
+                            optional(Tag::central, boolean, &HelloReply::central),                 //
+                            maybe(Tag::address6, ip6, &HelloReply::address6),                     //
+                            optional(Tag::prefix6_len, be<1>, &HelloReply::prefix6_len, prefix6_length),
+                            maybe(Tag::gateway6, ip6, &HelloReply::gateway6));
 }
 constexpr auto fields_of(Of<AuthReply>) {
   return layout<AuthReply>(one(Tag::nonce, raw<kNonceSize>, &AuthReply::nonce),  //

@@ -545,7 +545,7 @@ struct FieldSpec {
   std::size_t max_count = 1;  // for repeated fields
 };
 
-inline constexpr std::size_t kMaxFields = 12;
+inline constexpr std::size_t kMaxFields = 16;
 
 // The TLVs of one body, found in one pass against the fields a message has:
 // lengths checked, unknown tags skipped (unless critical), duplicates, list

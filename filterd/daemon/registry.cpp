@@ -361,6 +361,11 @@ Message NodeRegistry::hello(std::uint32_t id, const ctl::Hello& h, NodeId& node,
   r.heartbeat_ms = config_.heartbeat_ms;
   r.version = std::min(h.version_max, ctl::kProtocolVersion);
   r.central = config_.central;
+  if (config_.shared6) {
+    r.address6 = config_.shared6->addr;
+    r.prefix6_len = static_cast<std::uint8_t>(config_.shared6->prefix_len);
+    r.gateway6 = config_.gateway6;
+  }
   auto placed = nodes_.emplace(nid, std::move(n)).first;
   node = nid;
   ++hellos_;

@@ -158,6 +158,9 @@ HelloReply sample_hello_reply(std::size_t channels) {
   h.gateway = Ipv4Addr{0xC0000201};
   h.secret = test_secret();
   h.heartbeat_ms = 1000;
+  h.address6 = *parse_ip("2001:db8::10");
+  h.prefix6_len = 56;
+  h.gateway6 = *parse_ip("fe80::1");
   return h;
 }
 
@@ -424,6 +427,26 @@ TEST(ControlHelloReply, ShmChannelsAreFoundAtPathDotId) {
   EXPECT_EQ(shm_channel_path(h, 64), std::optional<std::string>("/run/xk/filterd.memif.64"));
   h.memif_socket = "/run/xk/filterd.memif";
   EXPECT_EQ(shm_channel_path(h, 64), std::nullopt) << "a memif socket";
+}
+
+// IPv6 rides in three optional fields: a filterd without an address of
+// that family sends none, and a node sees none.
+TEST(ControlHelloReply, TheIpv6FieldsAreOptionalAndChecked) {
+  HelloReply v4_only = sample_hello_reply(1);
+  v4_only.address6.reset();
+  v4_only.gateway6.reset();
+  v4_only.prefix6_len = 0;
+  const Message m{3, v4_only};
+  const Message back = only_message(encoded(m));
+  EXPECT_EQ(back, m);
+  EXPECT_FALSE(std::get<HelloReply>(back.body).address6.has_value());
+  HelloReply wide = sample_hello_reply(1);
+  wide.prefix6_len = 129;
+  ASSERT_TRUE(validate(Message{1, wide}).has_value());
+  EXPECT_NE(validate(Message{1, wide})->text.find("over 128"), std::string::npos) << validate(Message{1, wide})->text;
+  HelloReply mapped = sample_hello_reply(1);
+  mapped.address6 = IpAddr(Ipv4Addr{0xC0000205});
+  EXPECT_TRUE(validate(Message{1, mapped}).has_value()) << "an IPv4 address is not an IPv6 one";
 }
 
 TEST(ControlGolden, Hello) {

@@ -45,12 +45,16 @@ const MacAddr kNodePortMac{{0x02, 0x78, 0x6b, 0, 0, 0x99}};
 
 class Filterd {
  public:
-  explicit Filterd(const std::string& path, const std::string& tcp = {}) {
+  // `shared6`: an IPv6 address to share too (its router fe80::1).
+  explicit Filterd(const std::string& path, const std::string& tcp = {}, std::optional<IpCidr> shared6 = {}) {
     filterd::FilterConfig f;
     f.shared_ip = Ipv4Addr{0xC000020A};
+    if (shared6) f.shared_ip6 = shared6->addr;
     filter_.emplace(f, clock_);
     filterd::RegistryConfig c;
     c.shared = Ipv4Cidr{Ipv4Addr{0xC000020A}, 24};
+    c.shared6 = shared6;
+    if (shared6) c.gateway6 = *parse_ip("fe80::1");
     c.secret[0] = std::byte{7};  // the same in every run, as --secret gives it
     if (!tcp.empty()) c.node_port_mac = kNodePortMac;
     registry_.emplace(c, *filter_, filterd::NodeRegistry::Hooks{});
@@ -497,6 +501,31 @@ TEST_F(FilterdClientTest, ARemoteNodeRegistersOverTcpAndResumesAfterARestart) {
 
 // A node that runs three stacks: one HELLO with queues=3, a channel each,
 // every port operation of stack q on queue q, and after a filterd restart
+// A filterd that shares an IPv6 address too: the node's HELLO reply says
+// so, and its graph gets IPv6 under its transports -- no duplicate check
+// (every node holds the address; filterd checks it outside), no reports.
+TEST_F(FilterdClientTest, AnIpv6SharedAddressGivesTheNodeADualStack) {
+  Filterd f(path, {}, IpCidr{*parse_ip("2001:db8::10"), 64});
+  connect_node();
+  ASSERT_TRUE(client->hello().address6.has_value());
+  EXPECT_EQ(*client->hello().address6, *parse_ip("2001:db8::10"));
+  EXPECT_EQ(client->hello().prefix6_len, 64);
+  const std::string g = client->graph_spec();
+  for (const char* line : {"nd   nd0  below=eth0 dad=0 mld=off\n", "ipv6 ip6  below=eth0,nd0 addr=2001:db8::10/64 gw=fe80::1\n",
+                           "icmpv6 icmp6 below=ip6,nd0\n", "udp  udp0 below=ip0,ip6\n", "tcp  tcp0 below=ip0,ip6 secret="}) {
+    EXPECT_NE(g.find(line), std::string::npos) << line << " in\n" << g;
+  }
+  // A filterd without one: IPv4 only, as before.
+  client.reset();
+  f.stop();
+  Filterd v4(path + ".4");
+  FilterdClient::Options o;
+  std::unique_ptr<FilterdClient> c4 = FilterdClient::connect(path + ".4", "node", o);
+  EXPECT_FALSE(c4->hello().address6.has_value());
+  EXPECT_EQ(c4->graph_spec().find("ipv6"), std::string::npos);
+  EXPECT_NE(c4->graph_spec().find("tcp  tcp0 below=ip0 secret="), std::string::npos);
+}
+
 // one resume with all three channels and a RESYNC of each stack's holdings
 // on its queue.
 TEST_F(FilterdClientTest, ANodeWithThreeStacksSharesOneConnectionAndResyncsEachQueue) {

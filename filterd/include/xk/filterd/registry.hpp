@@ -31,6 +31,7 @@
 #include "xk/filterd/control.hpp"
 #include "xk/filterd/filter.hpp"
 #include "xk/options.hpp"
+#include "xk/options.hpp"
 
 namespace xk::filterd {
 
@@ -40,6 +41,8 @@ struct RegistryConfig {
   std::uint16_t mtu = 1500;
   Ipv4Cidr shared;
   Ipv4Addr gateway;  // 0: none
+  std::optional<IpCidr> shared6;     // the shared IPv6 address; none: nodes get no IPv6
+  std::optional<IpAddr> gateway6;
   ctl::Secret secret{};  // every node's ISN and SYN-cookie key (RFC 6528: one address, one key)
   std::uint16_t ephemeral_min = 49152;  // RFC 6335 6
   std::uint16_t ephemeral_max = 65535;

@@ -250,6 +250,11 @@ struct HelloReply {
   Secret secret{};                  // ISN and SYN-cookie key, shared by every stack
   std::uint32_t heartbeat_ms = 0;   // send PING when idle this long; 0: no heartbeat
   bool central = false;             // central mode: filterd runs TCP, streams come over the relay
+  // IPv6 (docs/filterd.md, "IPv6"): the shared address, its prefix and the
+  // default router; absent when filterd has no IPv6 address.
+  std::optional<IpAddr> address6;
+  std::uint8_t prefix6_len = 0;     // 0..128 (the nodes send every packet to filterd whatever it is)
+  std::optional<IpAddr> gateway6;
   friend bool operator==(const HelloReply&, const HelloReply&) = default;
 };
 

@@ -166,6 +166,9 @@ enum class Tag : std::uint16_t {
   secret = 0x0048,        // 16 bytes
   heartbeat_ms = 0x0049,  // u32
   central = 0x004A,       // u8 bool
+  address6 = 0x004B,      // 16 bytes: the shared IPv6 address (HELLO_REPLY; absent: no IPv6)
+  prefix6_len = 0x004C,   // u8 0..128
+  gateway6 = 0x004D,      // 16 bytes: the IPv6 default router
   counter = 0x0050,       // record: value u64, name length u8, name
   error_code = 0x0060,    // u16, nonzero
   error_text = 0x0061,    // string 0..256
