@@ -4,8 +4,9 @@
 //   n (1 byte, 0..7) rules: priority (1 byte, signed), length (2), expression
 //   then frames to the end: length (2), bytes
 //
-// The engine also holds an exact flow, a listener and a listen group, so a
-// frame may stop before the rules. Checked, beyond "no crash, no leak":
+// The engine shares an IPv6 address beside its IPv4 one and holds an exact
+// flow of each family, a listener and a listen group, so a frame of either
+// family may stop before the rules. Checked, beyond "no crash, no leak":
 //   - an expression with a NUL byte is refused (libpcap would see only the
 //     part before it, while the engine would list the whole);
 //   - a frame steered by a rule (rule_hit) goes where the first rule, by
@@ -68,11 +69,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   xk::ManualClock clock{xk::Time{} + std::chrono::seconds(1000)};
   xk::filterd::FilterConfig fc;
   fc.shared_ip = xk::Ipv4Addr{0xC000020A};  // 192.0.2.10
+  fc.shared_ip6 = *xk::parse_ip("2001:db8::10");
+  fc.link_local6 = *xk::parse_ip("fe80::a");
   fc.fragment_max_held_frames = 16;
   xk::filterd::FilterEngine engine(fc, clock);
   using xk::filterd::Proto;
   if (!engine.add_flow({Proto::tcp, xk::Ipv4Addr{0xC6336407}, 40000, 80}, Target{1, 0}).ok()) std::abort();
   if (!engine.listen(Proto::tcp, 22, Target{2, 0}).ok()) std::abort();
+  if (!engine.add_flow({Proto::tcp, *xk::parse_ip("2001:db8:1::7"), 40000, 80}, Target{3, 0}).ok()) std::abort();
   if (!engine.join_group(Proto::udp, 53, Target{2, 1}).ok()) std::abort();
   if (!engine.join_group(Proto::udp, 53, Target{3, 0}).ok()) std::abort();
 

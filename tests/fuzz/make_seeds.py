@@ -177,6 +177,34 @@ FRAG_BODY = udp(REMOTE_IP, SHARED_IP, 1234, 9999, b"f" * 40)
 FRAG1 = to_shared(ipv4(REMOTE_IP, SHARED_IP, 17, FRAG_BODY[:24], ident=5, flags_offset=0x2000))
 FRAG2 = to_shared(ipv4(REMOTE_IP, SHARED_IP, 17, FRAG_BODY[24:], ident=5, flags_offset=3))
 
+# IPv6 (the engine shares 2001:db8::10 in the harness).
+SHARED_IP6 = bytes.fromhex("20010db8000000000000000000000010")
+REMOTE_IP6 = bytes.fromhex("20010db8000100000000000000000007")
+
+
+def ipv6(src, dst, next_header, body, hop_limit=64):
+    return struct.pack("!IHBB", 6 << 28, len(body), next_header, hop_limit) + src + dst + body
+
+
+def to_shared6(l3):
+    return eth(STACK_MAC, PEER_MAC, 0x86DD, l3)
+
+
+def frag6(next_header, offset, more, ident, body):
+    return struct.pack("!BBHI", next_header, 0, offset | (1 if more else 0), ident) + body
+
+
+TCP6_BODY = struct.pack("!HHIIBBHHH", 40002, 22, 1, 0, 0x50, SYN, 65535, 0, 0)
+SYN6_22 = to_shared6(ipv6(REMOTE_IP6, SHARED_IP6, 6, TCP6_BODY))
+UDP6_BODY = struct.pack("!HHHH", 5353, 53, 8 + 40, 0) + b"u" * 40
+UDP6_53 = to_shared6(ipv6(REMOTE_IP6, SHARED_IP6, 17, UDP6_BODY))
+NS6 = to_shared6(ipv6(REMOTE_IP6, bytes.fromhex("ff0200000000000000000001ff000010"), 58,
+                      bytes([135, 0, 0, 0, 0, 0, 0, 0]) + SHARED_IP6, hop_limit=255))
+PTB6 = to_shared6(ipv6(REMOTE_IP6, SHARED_IP6, 58, bytes([2, 0, 0, 0, 0, 0, 5, 0]) +
+                       ipv6(SHARED_IP6, REMOTE_IP6, 6, TCP6_BODY)))
+FRAG6_1 = to_shared6(ipv6(REMOTE_IP6, SHARED_IP6, 44, frag6(17, 0, True, 9, UDP6_BODY[:24])))
+FRAG6_2 = to_shared6(ipv6(REMOTE_IP6, SHARED_IP6, 44, frag6(17, 24, False, 9, UDP6_BODY[24:])))
+
 FILTER = {
     "rule_udp_port": f_rules((0, "udp dst port 9999")) + f_frames(UDP_9999, UDP_53, SYN_80),
     "rules_by_priority": f_rules((0, "udp"), (5, "udp dst port 9999"), (5, "src host 198.51.100.7")) +
@@ -187,6 +215,7 @@ FILTER = {
     "arp_and_echo": f_rules((-3, "arp or icmp")) + f_frames(ARP, ECHO),
     "tcp_flags_rule": f_rules((2, "tcp[tcpflags] & tcp-syn != 0 and not port 22")) + f_frames(SYN_80, SYN_22),
     "no_rules": f_rules() + f_frames(SYN_80, SYN_22, UDP_53, UDP_9999, ECHO, ARP, b"\0" * 10),
+    "ipv6": f_rules((1, "ip6 and udp port 53")) + f_frames(SYN6_22, UDP6_53, NS6, PTB6, FRAG6_2, FRAG6_1),
 }
 
 # ---- control harness (tests/fuzz/control_fuzz.cpp) ----------------------------
