@@ -51,7 +51,11 @@ check "$NODE" "--conns needs a value" --stacks 2 --conns
 check "$NODE" "unknown option '--peer'" --stacks 2 --peer 192.0.2.1:5
 FD=(--port net_memif0 --ip 192.0.2.10/24)
 check "$FILTERD" "--port DEVARGS is required" --ip 192.0.2.10/24
-check "$FILTERD" "--ip: '192.0.2.10' is not A.B.C.D/N" --port net_memif0 --ip 192.0.2.10
+check "$FILTERD" "--ip: '192.0.2.10' is neither A.B.C.D/N nor an IPv6 address/prefix" --port net_memif0 --ip 192.0.2.10
+check "$FILTERD" "--ip: one address per family ('192.0.2.11/24' is a second)" "${FD[@]}" --ip 192.0.2.11/24
+check "$FILTERD" "--gw 2001:db8::1: no IPv6 --ip" "${FD[@]}" --gw 2001:db8::1
+check "$FILTERD" "--gw 2001:db9::1 is neither link-local nor on the IPv6 --ip prefix" "${FD[@]}" --ip 2001:db8::10/64 --gw 2001:db9::1
+check "$FILTERD" "--ip A.B.C.D/N is required" --port net_memif0 --ip 2001:db8::10/64
 check "$FILTERD" "--gw is not on the --ip subnet" "${FD[@]}" --gw 198.51.100.1
 check "$FILTERD" "--mode: steer or central" "${FD[@]}" --mode relay
 check "$FILTERD" "--resync-grace: milliseconds, 0..600000" "${FD[@]}" --resync-grace -1
