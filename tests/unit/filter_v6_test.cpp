@@ -3,6 +3,7 @@
 // IPv4 flows in the same tables.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -77,7 +78,7 @@ Bytes with_dest_options(std::uint8_t next, const Bytes& body) {
   b[1] = std::byte{0};  // 8 bytes
   b[2] = std::byte{1};  // PadN
   b[3] = std::byte{4};
-  std::memcpy(b.data() + 8, body.data(), body.size());
+  std::copy(body.begin(), body.end(), b.begin() + 8);
   return b;
 }
 Bytes with_fragment(std::uint8_t next, std::size_t offset, bool more, std::uint32_t id, std::span<const std::byte> body) {
