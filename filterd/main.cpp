@@ -43,6 +43,7 @@
 #include "xk/kinds.hpp"
 #include "xk/options.hpp"
 #include "xk/protocols/arp.hpp"
+#include "xk/protocols/icmpv6_wire.hpp"
 #include "xk/protocols/nd.hpp"
 #include "xk/protocols/tcp.hpp"
 #include "xk/timer.hpp"
@@ -226,7 +227,7 @@ Flags parse(int argc, char** argv) {
   if (!f.ip) throw std::invalid_argument("--ip A.B.C.D/N is required");
   if (f.gw && !f.ip->contains(*f.gw)) throw std::invalid_argument("--gw is not on the --ip subnet");
   if (f.gw6 && !f.ip6) throw std::invalid_argument("--gw " + to_string(*f.gw6) + ": no IPv6 --ip");
-  if (f.gw6 && !f.ip6->contains(*f.gw6) && !(f.gw6->bytes()[0] == 0xfe && (f.gw6->bytes()[1] & 0xc0) == 0x80)) {
+  if (f.gw6 && !f.ip6->contains(*f.gw6) && !icmpv6::is_link_local(*f.gw6)) {
     throw std::invalid_argument("--gw " + to_string(*f.gw6) + " is neither link-local nor on the IPv6 --ip prefix");
   }
   if (!f.control_tcp.empty() && f.control_token.empty()) {

@@ -14,12 +14,6 @@
 namespace xk::filterd {
 namespace {
 
-// ICMPv6 messages the node-facing stacks never own: Neighbor and Router
-// Discovery (RFC 4861 4) and MLD (RFC 2710, RFC 3810).
-constexpr bool is_discovery(std::uint8_t type) noexcept {
-  return (type >= 130 && type <= 137) || type == icmpv6::kMldv2Report;
-}
-
 // RFC 4291 2.5.3 / 2.5.5.2, RFC 8200 3: no host sends from a multicast,
 // loopback or IPv4-mapped address.
 bool is_impossible_source(const IpAddr& a) noexcept {
@@ -98,7 +92,7 @@ void FilterEngine::parse_v6(Frame f, Parsed& p, bool hairpin) const noexcept {
   }
   // The unspecified source is a host checking its address (RFC 4862 5.4)
   // or reporting its groups before it has one (RFC 3810 5.2.13).
-  if (h.src.is_unspecified() && !(p.icmp && p.l4_length > 0 && is_discovery(std::to_integer<std::uint8_t>(f[p.l4_offset])))) {
+  if (h.src.is_unspecified() && !(p.icmp && p.l4_length > 0 && icmpv6::is_discovery(std::to_integer<std::uint8_t>(f[p.l4_offset])))) {
     return decided(drop(Reason::bad_source));
   }
 
@@ -129,7 +123,7 @@ void FilterEngine::parse_v6(Frame f, Parsed& p, bool hairpin) const noexcept {
     case ipv6::kIcmpv6: {
       if (payload < icmpv6::Header::kSize) return decided(drop(Reason::malformed));
       p.icmp_type = std::to_integer<std::uint8_t>(l4[0]);
-      if (is_discovery(p.icmp_type)) return decided(local(Reason::local_nd));
+      if (icmpv6::is_discovery(p.icmp_type)) return decided(local(Reason::local_nd));
       if (p.icmp_type == icmpv6::kEchoRequest) return decided(local(Reason::local_icmp_echo));
       // An echo reply answers a node's echo request: its identifier is the
       // local "port" of an ICMP flow, as over IPv4 (Proto::icmp).

@@ -391,30 +391,52 @@ bool Steer::quiet(const Decision& d, std::span<const std::byte> frame) noexcept 
 // payload being linearized. Empty: not an IPv4 TCP frame whose headers are
 // all in its first fragment.
 std::optional<Steer::TcpHeaders> Steer::tcp_headers(const Msg& frame) noexcept {
+  constexpr std::size_t kEth = eth::Header::kSize;
   if (frame.fragments().empty()) return std::nullopt;
   const std::span<const std::byte> first = frame.fragments().front().bytes();
-  if (first.size() < eth::Header::kSize + ipv4::Header::kMinSize + 20) return std::nullopt;
-  if (load_be16(first.data() + 12) == eth::kTypeIpv6) return tcp_headers_v6(frame);
-  if (load_be16(first.data() + 12) != eth::kTypeIpv4) return std::nullopt;
-  const std::byte* ip = first.data() + eth::Header::kSize;
-  const ipv4::Header h = ipv4::Header::read(std::span<const std::byte, ipv4::Header::kMinSize>(ip, ipv4::Header::kMinSize));
-  const std::size_t hl = h.header_length();
-  if (h.version != 4 || h.ihl < 5 || h.protocol != ipv4::kProtoTcp || h.is_fragment() ||
-      eth::Header::kSize + h.total_length != frame.size() || first.size() < eth::Header::kSize + hl + 20) {
+  if (first.size() < kEth + ipv4::Header::kMinSize + 20) return std::nullopt;
+  const std::byte* ip = first.data() + kEth;
+  // The IP header's length, when the frame is one whole TCP segment: over
+  // IPv6, TCP right behind the fixed header (as xk's nodes send it).
+  std::size_t hl = 0;
+  const bool v6 = load_be16(first.data() + 12) == eth::kTypeIpv6;
+  if (v6) {
+    if (first.size() < kEth + ipv6::Header::kSize + 20) return std::nullopt;
+    const ipv6::Header h = ipv6::Header::read(std::span<const std::byte, ipv6::Header::kSize>(ip, ipv6::Header::kSize));
+    if (h.version != 6 || h.next_header != ipv6::kTcp || kEth + ipv6::Header::kSize + h.payload_length != frame.size()) {
+      return std::nullopt;
+    }
+    hl = ipv6::Header::kSize;
+  } else if (load_be16(first.data() + 12) == eth::kTypeIpv4) {
+    const ipv4::Header h = ipv4::Header::read(std::span<const std::byte, ipv4::Header::kMinSize>(ip, ipv4::Header::kMinSize));
+    if (h.version != 4 || h.ihl < 5 || h.protocol != ipv4::kProtoTcp || h.is_fragment() ||
+        kEth + h.total_length != frame.size()) {
+      return std::nullopt;
+    }
+    hl = h.header_length();
+  } else {
     return std::nullopt;
   }
+  if (first.size() < kEth + hl + 20) return std::nullopt;
   const std::size_t thl = (std::to_integer<std::size_t>(ip[hl + 12]) >> 4) * 4;
-  const std::size_t headers = eth::Header::kSize + hl + thl;
+  const std::size_t headers = kEth + hl + thl;
   if (thl < 20 || first.size() < headers) return std::nullopt;
   TcpHeaders t;
   std::memcpy(t.bytes.data(), first.data(), headers);
   t.len = headers;
   t.ip_len = hl;
-  std::byte* cip = t.bytes.data() + eth::Header::kSize;
-  store_be16(cip + 2, static_cast<std::uint16_t>(hl + thl));
-  store_be16(cip + 10, 0);
-  const std::uint16_t ipck = csum::finish(csum::partial(cip, hl));
-  std::memcpy(cip + 10, &ipck, 2);
+  t.v6 = v6;
+  // The copy's IP length cut to the headers (IPv4's header checksum made
+  // again; IPv6 has none).
+  std::byte* cip = t.bytes.data() + kEth;
+  if (v6) {
+    store_be16(cip + 4, static_cast<std::uint16_t>(thl));
+  } else {
+    store_be16(cip + 2, static_cast<std::uint16_t>(hl + thl));
+    store_be16(cip + 10, 0);
+    const std::uint16_t ipck = csum::finish(csum::partial(cip, hl));
+    std::memcpy(cip + 10, &ipck, 2);
+  }
   // 0: sent without a checksum (a computed zero is sent as 0xffff).
   std::uint16_t ck = 0;
   std::memcpy(&ck, ip + hl + 16, 2);

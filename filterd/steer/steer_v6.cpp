@@ -1,6 +1,6 @@
 // steer's IPv6 side (docs/filterd.md, "IPv6"): the nodes' Neighbor
-// Discovery, answered here as their ARP is, the next hop of their packets,
-// and the headers of a large IPv6 frame.
+// Discovery, answered here as their ARP is, and the next hop of their
+// packets.
 
 #include <cstring>
 
@@ -29,8 +29,7 @@ bool Steer::is_node_discovery(std::span<const std::byte> frame) const noexcept {
   const auto next = std::to_integer<std::uint8_t>(ip[ipv6::Header::kNextHeaderOffset]);
   if (next == ipv6::kHopByHop) return ipv6::is_multicast(ipv6::Header::address_at(ip + 24));  // MLD reports
   if (next != ipv6::kIcmpv6) return false;
-  const auto type = std::to_integer<std::uint8_t>(ip[kIp6]);
-  return (type >= 130 && type <= 137) || type == icmpv6::kMldv2Report;
+  return icmpv6::is_discovery(std::to_integer<std::uint8_t>(ip[kIp6]));
 }
 
 // A node asks for a neighbour's address: filterd answers with its channel
@@ -86,32 +85,6 @@ Status Steer::node_discovery(Channel& ch, std::span<const std::byte> frame) {
 std::optional<IpAddr> Steer::next_hop6(const IpAddr& dst) const noexcept {
   if (icmpv6::is_link_local(dst) || ipv6::is_multicast(dst) || config_.shared6->contains(dst)) return dst;
   return config_.gateway6;
-}
-
-// A large frame's headers over IPv6: TCP right behind the fixed header (as
-// xk's nodes send it), the payload length cut to the TCP header. IPv6 has
-// no header checksum to fix.
-std::optional<Steer::TcpHeaders> Steer::tcp_headers_v6(const Msg& frame) noexcept {
-  const std::span<const std::byte> first = frame.fragments().front().bytes();
-  if (first.size() < kEth + kIp6 + 20) return std::nullopt;
-  const std::byte* ip = first.data() + kEth;
-  const ipv6::Header h = ipv6::Header::read(std::span<const std::byte, kIp6>(ip, kIp6));
-  if (h.version != 6 || h.next_header != ipv6::kTcp || kEth + kIp6 + h.payload_length != frame.size()) {
-    return std::nullopt;
-  }
-  const std::size_t thl = (std::to_integer<std::size_t>(ip[kIp6 + 12]) >> 4) * 4;
-  const std::size_t headers = kEth + kIp6 + thl;
-  if (thl < 20 || first.size() < headers) return std::nullopt;
-  TcpHeaders t;
-  std::memcpy(t.bytes.data(), first.data(), headers);
-  t.len = headers;
-  t.ip_len = kIp6;
-  t.v6 = true;
-  store_be16(t.bytes.data() + kEth + 4, static_cast<std::uint16_t>(thl));
-  std::uint16_t ck = 0;
-  std::memcpy(&ck, ip + kIp6 + 16, 2);
-  t.csum = ck != 0;  // 0: sent without a checksum (a computed zero goes as 0xffff)
-  return t;
 }
 
 }  // namespace xk::filterd

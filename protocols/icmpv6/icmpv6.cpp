@@ -12,10 +12,6 @@ namespace xk::icmpv6 {
 
 namespace {
 
-constexpr std::uint8_t kMldQuery = 130;
-constexpr std::uint8_t kMldv1Report = 131;
-constexpr std::uint8_t kMldv1Done = 132;
-
 bool for_nd(std::uint8_t type) noexcept {
   return type == kMldQuery || (type >= kRouterSolicit && type <= kRedirect);
 }

@@ -15,7 +15,6 @@ namespace xk::nd {
 namespace {
 
 constexpr std::uint32_t kEtherTypeIpv6 = 0x86dd;
-constexpr std::uint8_t kMldQuery = 130;
 // RFC 3810 5.2.12 record types: a group joined with no source filter is
 // EXCLUDE {} -- reported as a change when joining, as a state in answer to
 // a query.
@@ -517,7 +516,7 @@ Status NdProtocol::receive(const NdPacket& info, std::span<const std::byte> m) {
     return Errc::malformed;
   }
   const icmpv6::Header h = icmpv6::Header::read(m.first<icmpv6::Header::kSize>());
-  if (h.type == kMldQuery) {
+  if (h.type == icmpv6::kMldQuery) {
     // RFC 3810 6.2, without the random delay: our groups, now.
     ++rx_other_;
     if (config_.mld && !groups_.empty()) (void)send_report(false, groups_);

@@ -141,7 +141,6 @@ class Steer final : public fault::PassThrough {
     std::span<const std::byte> span() const noexcept { return {bytes.data(), len}; }
   };
   static std::optional<TcpHeaders> tcp_headers(const Msg& frame) noexcept;
-  static std::optional<TcpHeaders> tcp_headers_v6(const Msg& frame) noexcept;  // steer_v6.cpp
   std::optional<TcpHeaders> large_frame(const Msg& frame) const noexcept;
   Status dispatch(fault::PassSession& s, const Decision& d, Msg msg);
   Status on_rx_coalesced(fault::PassSession& s, const TcpHeaders& h, Msg msg);

@@ -35,6 +35,9 @@ inline constexpr std::uint8_t kTimeExceeded = 3;
 inline constexpr std::uint8_t kParamProblem = 4;
 // Informational.
 inline constexpr std::uint8_t kEchoRequest = 128;
+inline constexpr std::uint8_t kMldQuery = 130;     // RFC 2710 3; RFC 3810 5.1
+inline constexpr std::uint8_t kMldv1Report = 131;
+inline constexpr std::uint8_t kMldv1Done = 132;
 inline constexpr std::uint8_t kEchoReply = 129;
 inline constexpr std::uint8_t kRouterSolicit = 133;
 inline constexpr std::uint8_t kRouterAdvert = 134;
@@ -51,6 +54,12 @@ inline constexpr std::uint8_t kPortUnreachable = 4;
 
 // RFC 4443 2.4: an error is never sent about an error.
 inline constexpr bool is_error(std::uint8_t type) noexcept { return type < 128; }
+
+// A link's own housekeeping: MLD (RFC 2710, RFC 3810), Router and Neighbor
+// Discovery and Redirect (RFC 4861 4) -- never part of a transport flow.
+inline constexpr bool is_discovery(std::uint8_t type) noexcept {
+  return (type >= kMldQuery && type <= kRedirect) || type == kMldv2Report;
+}
 
 // The header is ICMP's (type, code, checksum, four bytes by type): echo
 // keeps its identifier and sequence there, Packet Too Big its MTU,
