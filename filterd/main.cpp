@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +28,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "xk/counters.hpp"
@@ -238,6 +240,28 @@ Flags parse(int argc, char** argv) {
   return f;
 }
 
+// The shared IPv6 address is every node's too, and they use it without a
+// check of their own as soon as they attach: filterd takes nodes only once
+// its duplicate check (RFC 4862 5.4) has passed -- about a second -- and
+// refuses to start when another host on the link holds the address.
+void wait_for_duplicate_checks(Graph& graph, EventLoop& loop, const Flags& f) {
+  auto* nd = graph.find_as<nd::NdProtocol>("nd0");
+  if (nd == nullptr || !f.ip6) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (nd->checks_pending()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "filterd: the duplicate check of %s has not ended after 30 s (is the link up?); going on\n",
+                   to_string(f.ip6->addr).c_str());
+      break;
+    }
+    if (loop.run_once() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (nd->address_state(f.ip6->addr) == nd::NdProtocol::AddrState::duplicate) {
+    throw std::runtime_error("--ip " + to_string(*f.ip6) +
+                             ": another host on the link holds this address (duplicate address detection)");
+  }
+}
+
 int run(const Flags& f) {
   // Before any port starts: a token file that is unsafe is said at once.
   std::vector<std::byte> token;
@@ -374,6 +398,7 @@ int run(const Flags& f) {
     };
     registry.set_listen_hooks(std::move(lh));
   }
+  wait_for_duplicate_checks(graph, loop, f);
   ControlServer::Config cc;
   cc.path = f.control;
   cc.tcp = f.control_tcp;

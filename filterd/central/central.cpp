@@ -3,6 +3,7 @@
 #include "xk/filterd/central.hpp"
 
 #include <algorithm>
+#include <array>
 
 namespace xk::filterd {
 
@@ -68,7 +69,9 @@ Central::~Central() {
 void Central::listened(NodeId node, std::uint16_t port) {
   PortListen& p = ports_[port];
   if (!p.listener.is_open()) {
-    Result<tcp::TcpListener> l = tcp_.listen(Ipv4Addr{}, Port{port}, config_.backlog);
+    // [::], not IPv6-only: the peers of either family filterd has an
+    // address of.
+    Result<tcp::TcpListener> l = tcp_.listen(IpAddr{}, Port{port}, config_.backlog);
     if (!l) {
       ++listen_failed_;
       ports_.erase(port);
@@ -145,9 +148,9 @@ void Central::accept_all(std::uint16_t port) {
   for (;;) {
     Result<tcp::TcpSocket> s = p->second.listener.accept();
     if (!s) break;
-    const tcp::FourTuple t = s->tuple();  // IPv4's: filterd's own stack is
+    const tcp::FourTuple t = s->tuple();
     std::optional<Target> target =
-        steer_.filter().listener_for(FlowKey{Proto::tcp, t.remote.addr.v4(), t.remote.port, t.local.port});
+        steer_.filter().listener_for(FlowKey{Proto::tcp, t.remote.addr, t.remote.port, t.local.port});
     if (!target || !steer_.attached(target->node)) {
       ++no_node_;
       s->abort();
@@ -159,11 +162,10 @@ void Central::accept_all(std::uint16_t port) {
     s->set_rcvbuf(config_.rcvbuf);
     Bridge& b = add_bridge(target->node, id, std::move(*s));
     b.granted = config_.sndbuf;
-    relay::TupleBody body{t.local.addr.v4(), t.remote.addr.v4(), t.local.port, t.remote.port};
-    std::byte raw[relay::TupleBody::kSize];
-    body.write(raw);
+    std::array<std::byte, relay::TupleBody::kMaxSize> raw;
+    const auto body = relay::TupleBody{t.local.addr, t.remote.addr, t.local.port, t.remote.port}.write(raw);
     ++accepted_;
-    (void)send_control(b.node, Op::open, id, clamp32(b.granted), raw);
+    (void)send_control(b.node, Op::open, id, clamp32(b.granted), body);
   }
 }
 
@@ -193,10 +195,9 @@ void Central::pump(Bridge& b) {
     ++connected_;
     const tcp::FourTuple t = b.sock.tuple();
     b.granted = config_.sndbuf;
-    relay::TupleBody body{t.local.addr.v4(), t.remote.addr.v4(), t.local.port, t.remote.port};
-    std::byte raw[relay::TupleBody::kSize];
-    body.write(raw);
-    (void)send_control(b.node, Op::connected, b.id, clamp32(b.granted), raw);
+    std::array<std::byte, relay::TupleBody::kMaxSize> raw;
+    const auto body = relay::TupleBody{t.local.addr, t.remote.addr, t.local.port, t.remote.port}.write(raw);
+    (void)send_control(b.node, Op::connected, b.id, clamp32(b.granted), body);
   }
   // The node's bytes that did not fit before.
   while (!b.to_tcp.empty()) {
@@ -308,7 +309,7 @@ void Central::from_node(NodeId node, Msg frame) {
     s.set_sndbuf(config_.sndbuf);
     s.set_rcvbuf(config_.rcvbuf);
     const relay::ConnectBody& cb = *p->connect;
-    Status st = s.connect(cb.remote_addr, Port{cb.remote_port}, Ipv4Addr{}, Port{cb.local_port});
+    Status st = s.connect(cb.remote_addr, Port{cb.remote_port}, IpAddr{}, Port{cb.local_port});
     if (!st) {
       ++connect_failed_;
       ++rst_to_nodes_;

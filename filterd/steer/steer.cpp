@@ -216,6 +216,21 @@ std::vector<const CounterSet*> Steer::channel_counters() const {
 
 // ---- ingress: the external port ----------------------------------------------
 
+namespace {
+// TCP straight behind the IP header (IPv4's protocol, IPv6's first next
+// header). TCP behind IPv6 extension headers (which Linux and the usual
+// peers never send on a connection) goes through the filter like any
+// other frame and is not relayed: a node in central mode has no TCP of its
+// own and drops it.
+bool carries_tcp(std::span<const std::byte> f) noexcept {
+  if (f.size() < 14 + 20) return false;
+  const std::uint16_t type = load_be16(f.data() + 12);
+  if (type == eth::kTypeIpv4) return static_cast<std::uint8_t>(f[14 + 9]) == 6;
+  if (type == eth::kTypeIpv6) return static_cast<std::uint8_t>(f[14 + 6]) == 6;
+  return false;
+}
+}  // namespace
+
 Status Steer::on_rx(fault::PassSession& s, Msg msg) {
   // A coalesced frame (the external port's GRO) is classified on its
   // headers; with user rules, which may read any byte, on the whole of it.
@@ -227,10 +242,9 @@ Status Steer::on_rx(fault::PassSession& s, Msg msg) {
     ++rx_dropped_;
     return frame.error();
   }
-  if (relay_sink_ && frame->size() > 23 && load_be16(frame->data() + 12) == eth::kTypeIpv4 &&
-      static_cast<std::uint8_t>((*frame)[23]) == 6) {
+  if (relay_sink_ && carries_tcp(*frame)) {
     // Central mode: filterd's TCP is every TCP connection's end (its ipv4
-    // checks the packet as for any stack).
+    // or ipv6 checks the packet as for any stack).
     ++rx_central_tcp_;
     return s.deliver_up(std::move(msg));
   }

@@ -3,6 +3,7 @@
 #include "xk/protocols/relay.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -48,12 +49,10 @@ Status RelayConnection::connect(IpAddr addr, Port port, IpAddr, Port local_port)
   if (proto_ == nullptr || phase_ == Phase::done) return Errc::closed;
   if (phase_ != Phase::idle) return Errc::exists;
   if (port.value == 0 || addr.is_unspecified()) return Errc::invalid_argument;
-  if (!addr.is_v4()) return Errc::unsupported;  // the relay protocol carries IPv4 tuples
   id_ = kNodeIdBit | (proto_->next_id_++ & ~kNodeIdBit);
   if (id_ == kNodeIdBit) id_ = kNodeIdBit | (proto_->next_id_++ & ~kNodeIdBit);
-  ConnectBody b{addr.v4(), port.value, local_port.value};
-  std::byte body[ConnectBody::kSize];
-  b.write(body);
+  std::array<std::byte, ConnectBody::kMaxSize> raw;
+  const std::span<const std::byte> body = ConnectBody{addr, port.value, local_port.value}.write(raw);
   rcv_allowed_ = window_;
   if (Status st = proto_->send_control(Op::connect, id_, clamp32(window_), body); !st) return st;
   tuple_.remote = {addr, port.value};

@@ -2,6 +2,8 @@
 
 #include "xk/protocols/relay_wire.hpp"
 
+#include <cstring>
+
 namespace xk::relay {
 
 const char* to_string(Op op) noexcept {
@@ -41,6 +43,87 @@ Errc errc_of(RstCode c) noexcept {
   return Errc::reset;
 }
 
+namespace {
+
+Ipv4Addr read_v4(const std::byte* p) noexcept { return Ipv4Addr{load_be32(p)}; }
+
+// An IPv6 body's address: a mapped one belongs in an IPv4 body.
+std::optional<IpAddr> read_v6(const std::byte* p) noexcept {
+  IpAddr::Bytes b;
+  std::memcpy(b.data(), p, b.size());
+  IpAddr a = IpAddr::v6(b);
+  if (a.is_v4()) return std::nullopt;
+  return a;
+}
+
+std::byte* write_addr(std::byte* p, const IpAddr& a, bool v4) noexcept {
+  if (v4) {
+    store_be32(p, a.v4().value);
+    return p + 4;
+  }
+  std::memcpy(p, a.bytes().data(), 16);
+  return p + 16;
+}
+
+}  // namespace
+
+std::optional<TupleBody> TupleBody::read(std::span<const std::byte> b) noexcept {
+  TupleBody t;
+  const std::byte* ports = nullptr;
+  if (b.size() == kSize4) {
+    t.local_addr = read_v4(b.data());
+    t.remote_addr = read_v4(b.data() + 4);
+    ports = b.data() + 8;
+  } else if (b.size() == kSize6) {
+    std::optional<IpAddr> local = read_v6(b.data());
+    std::optional<IpAddr> remote = read_v6(b.data() + 16);
+    if (!local || !remote) return std::nullopt;
+    t.local_addr = *local;
+    t.remote_addr = *remote;
+    ports = b.data() + 32;
+  } else {
+    return std::nullopt;
+  }
+  t.local_port = load_be16(ports);
+  t.remote_port = load_be16(ports + 2);
+  return t;
+}
+
+std::span<const std::byte> TupleBody::write(std::span<std::byte, kMaxSize> b) const noexcept {
+  const bool four = v4();
+  std::byte* p = write_addr(b.data(), local_addr, four);
+  p = write_addr(p, remote_addr, four);
+  store_be16(p, local_port);
+  store_be16(p + 2, remote_port);
+  return std::span<const std::byte>(b).first(size());
+}
+
+std::optional<ConnectBody> ConnectBody::read(std::span<const std::byte> b) noexcept {
+  ConnectBody c;
+  const std::byte* ports = nullptr;
+  if (b.size() == kSize4) {
+    c.remote_addr = read_v4(b.data());
+    ports = b.data() + 4;
+  } else if (b.size() == kSize6) {
+    std::optional<IpAddr> remote = read_v6(b.data());
+    if (!remote) return std::nullopt;
+    c.remote_addr = *remote;
+    ports = b.data() + 16;
+  } else {
+    return std::nullopt;
+  }
+  c.remote_port = load_be16(ports);
+  c.local_port = load_be16(ports + 2);
+  return c;
+}
+
+std::span<const std::byte> ConnectBody::write(std::span<std::byte, kMaxSize> b) const noexcept {
+  std::byte* p = write_addr(b.data(), remote_addr, remote_addr.is_v4());
+  store_be16(p, remote_port);
+  store_be16(p + 2, local_port);
+  return std::span<const std::byte>(b).first(size());
+}
+
 Result<Parsed> parse(std::span<const std::byte> frame) noexcept { return parse(frame, frame.size()); }
 
 Result<Parsed> parse(std::span<const std::byte> head, std::size_t frame_size) noexcept {
@@ -59,14 +142,13 @@ Result<Parsed> parse(std::span<const std::byte> head, std::size_t frame_size) no
   switch (h.op) {
     case Op::open:
     case Op::connected:
-      if (body.size() != TupleBody::kSize) return Errc::malformed;
-      p.tuple = TupleBody::read(body.first<TupleBody::kSize>());
-      if (p.tuple->local_port == 0 || p.tuple->remote_port == 0) return Errc::malformed;
+      p.tuple = TupleBody::read(body);
+      if (!p.tuple || p.tuple->local_port == 0 || p.tuple->remote_port == 0) return Errc::malformed;
       return p;
     case Op::connect:
-      if (body.size() != ConnectBody::kSize || (h.id & kNodeIdBit) == 0) return Errc::malformed;
-      p.connect = ConnectBody::read(body.first<ConnectBody::kSize>());
-      if (p.connect->remote_port == 0 || p.connect->remote_addr.value == 0) return Errc::malformed;
+      if ((h.id & kNodeIdBit) == 0) return Errc::malformed;
+      p.connect = ConnectBody::read(body);
+      if (!p.connect || p.connect->remote_port == 0 || p.connect->remote_addr.is_unspecified()) return Errc::malformed;
       return p;
     case Op::data:
       return p;  // checked above

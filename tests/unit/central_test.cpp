@@ -94,6 +94,9 @@ class CentralTest : public test::FilterdWithNodes {
                    "eth  eth0 below=net0\narp  arp0 below=eth0\n"
                    "ipv4 ip0  below=eth0,arp0 addr=192.0.2.1/24\n"
                    "tcp  tcp0 below=ip0 rto_min_ms=10\n";
+    start(s);
+  }
+  void start(Setup s) {
     s.channel_queue = 16;
     s.filterd_tcp = "rto_min_ms=10";
     s.node_stack = node_stack;
@@ -528,6 +531,91 @@ TEST_F(CentralTest, MalformedRelayFramesAreCountedAndHarmNoConnection) {
   EXPECT_EQ(s->endpoint()->pending_error(), Errc::reset);
   ASSERT_TRUE(run_until([&] { return c.connection()->pending_error() != Errc::ok; }));
   EXPECT_EQ(c.connection()->pending_error(), Errc::reset);
+}
+
+}  // namespace
+}  // namespace xk::filterd
+
+namespace xk::filterd {
+namespace {
+
+// Central mode over IPv6: filterd holds 2001:db8::10 beside 192.0.2.10;
+// its TCP ends the peer's IPv6 connections and the relay carries their
+// 16-byte addresses to the nodes (docs/relay-protocol.md).
+class CentralV6Test : public CentralTest {
+ public:
+  void SetUp() override {
+    Setup s;
+    s.peer_stack = "pair   net0  link=ext mac=02:00:00:00:00:01 queue=4096\n"
+                   "eth    eth0  below=net0\narp    arp0  below=eth0\n"
+                   "nd     nd0   below=eth0 dad=0\n"
+                   "ipv4   ip0   below=eth0,arp0 addr=192.0.2.1/24\n"
+                   "ipv6   ip6   below=eth0,nd0 addr=2001:db8::1/64\n"
+                   "icmpv6 icmp6 below=ip6,nd0\n"
+                   "tcp    tcp0  below=ip0,ip6 rto_min_ms=10\n";
+    s.shared6 = "2001:db8::10/64";
+    start(s);
+  }
+  const IpAddr kPeer6 = *parse_ip("2001:db8::1");
+  const IpAddr kShared6 = *parse_ip("2001:db8::10");
+};
+
+TEST_F(CentralV6Test, APeersIpv6ConnectionReachesANodeWithItsAddresses) {
+  Result<tcp::TcpListener> l = tcp_of(*node1).listen(IpAddr{}, Port{80});
+  ASSERT_TRUE(l.ok());
+  tcp::TcpSocket c = tcp_of(*peer).socket();
+  ASSERT_TRUE(c.connect(kShared6, Port{80}).ok());
+  std::optional<tcp::TcpSocket> s = accept_on(*l);
+  ASSERT_TRUE(s.has_value());
+  // The node's socket names the connection as filterd's TCP sees it.
+  EXPECT_EQ(s->tuple().local.addr, kShared6);
+  EXPECT_EQ(s->tuple().remote.addr, kPeer6);
+  EXPECT_FALSE(s->tuple().remote.addr.is_v4());
+  EXPECT_EQ(s->tuple().remote.port, c.tuple().local.port);
+  auto up = pattern(300000, 11), down = pattern(200000, 12);
+  std::vector<std::byte> got_up, got_down;
+  ASSERT_TRUE(move_bytes(*this, c, *s, up, got_up));
+  ASSERT_TRUE(move_bytes(*this, *s, c, down, got_down));
+  EXPECT_EQ(got_up, up);
+  EXPECT_EQ(got_down, down);
+  EXPECT_EQ(central_counter("accepted"), 1u);
+  EXPECT_GT(steer_counter("rx_central_tcp"), 0u);
+  EXPECT_EQ(central_counter("malformed") + relay_of(*node1).counters().value("drop_malformed"), 0u);
+  // The same listener takes the peer's IPv4 connections too ([::]).
+  tcp::TcpSocket c4 = tcp_of(*peer).socket();
+  ASSERT_TRUE(c4.connect(kShared, Port{80}).ok());
+  std::optional<tcp::TcpSocket> s4 = accept_on(*l);
+  ASSERT_TRUE(s4.has_value());
+  EXPECT_EQ(s4->tuple().remote.addr, IpAddr(kPeer));
+}
+
+TEST_F(CentralV6Test, ANodeConnectsToAnIpv6PeerThroughFilterdsTcp) {
+  Result<tcp::TcpListener> l = tcp_of(*peer).listen(IpAddr{}, Port{7});
+  ASSERT_TRUE(l.ok());
+  tcp::TcpSocket c = tcp_of(*node2).socket();
+  ASSERT_TRUE(c.connect(kPeer6, Port{7}).ok());
+  std::optional<tcp::TcpSocket> s = accept_on(*l);
+  ASSERT_TRUE(s.has_value());
+  ASSERT_TRUE(run_until([&] { return (c.events() & tcp::ev_writable) != 0; }));
+  EXPECT_EQ(c.tuple().local.addr, kShared6);
+  EXPECT_EQ(c.tuple().remote.addr, kPeer6);
+  EXPECT_EQ(s->tuple().remote.addr, kShared6);
+  EXPECT_EQ(c.tuple().local.port, s->tuple().remote.port);
+  auto up = pattern(250000, 13), down = pattern(250000, 14);
+  std::vector<std::byte> got_up, got_down;
+  ASSERT_TRUE(move_bytes(*this, c, *s, up, got_up));
+  ASSERT_TRUE(move_bytes(*this, *s, c, down, got_down));
+  EXPECT_EQ(got_up, up);
+  EXPECT_EQ(got_down, down);
+  EXPECT_EQ(central_counter("connected"), 1u);
+}
+
+TEST_F(CentralV6Test, AnIpv6ConnectToNobodyIsRefused) {
+  tcp::TcpSocket c = tcp_of(*node1).socket();
+  ASSERT_TRUE(c.connect(kPeer6, Port{9}).ok());
+  ASSERT_TRUE(run_until([&] { return c.endpoint()->pending_error() != Errc::ok; }));
+  EXPECT_EQ(c.endpoint()->pending_error(), Errc::refused);
+  EXPECT_EQ(central_counter("connect_failed"), 1u);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // takes and what it refuses. The streams themselves are tested with whole
 // stacks in central_test.cpp.
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -20,10 +21,19 @@ std::vector<std::byte> frame(Header h, std::vector<std::byte> body, std::size_t 
   return f;
 }
 
-std::vector<std::byte> tuple_body() {
-  std::vector<std::byte> b(TupleBody::kSize);
-  TupleBody{Ipv4Addr{0xC000020A}, Ipv4Addr{0xC0000201}, 80, 40000}.write(std::span<std::byte, TupleBody::kSize>(b.data(), TupleBody::kSize));
-  return b;
+template <class Body>
+std::vector<std::byte> encode(const Body& body) {
+  std::array<std::byte, Body::kMaxSize> raw{};
+  std::span<const std::byte> b = body.write(raw);
+  return {b.begin(), b.end()};
+}
+
+std::vector<std::byte> tuple_body() { return encode(TupleBody{Ipv4Addr{0xC000020A}, Ipv4Addr{0xC0000201}, 80, 40000}); }
+
+IpAddr v6(std::uint8_t last) {
+  IpAddr::Bytes b{0x20, 0x01, 0x0d, 0xb8};
+  b[15] = last;
+  return IpAddr::v6(b);
 }
 
 TEST(RelayWire, HeaderIsBigEndianAsDocumented) {
@@ -54,14 +64,61 @@ TEST(RelayWire, OpenCarriesTheTupleAndPaddingIsIgnored) {
 }
 
 TEST(RelayWire, ConnectCarriesWhereToAndNeedsANodeId) {
-  std::vector<std::byte> body(ConnectBody::kSize);
-  ConnectBody{Ipv4Addr{0xC0000201}, 7, 0}.write(std::span<std::byte, ConnectBody::kSize>(body.data(), ConnectBody::kSize));
+  std::vector<std::byte> body = encode(ConnectBody{Ipv4Addr{0xC0000201}, 7, 0});
+  ASSERT_EQ(body.size(), ConnectBody::kSize4);
   Result<Parsed> p = parse(frame(Header{kVersion, Op::connect, 0, kNodeIdBit | 1, 4096}, body));
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->connect->remote_port, 7);
   EXPECT_EQ(p->connect->remote_addr, (Ipv4Addr{0xC0000201}));
   // filterd's id space: not a node's to use.
   EXPECT_FALSE(parse(frame(Header{kVersion, Op::connect, 0, 1, 4096}, body)).ok());
+}
+
+// The body's size says the family; an IPv4 body is as it was before IPv6.
+TEST(RelayWire, IPv6BodiesCarryWholeAddressesAndIPv4OnesStayShort) {
+  EXPECT_EQ(tuple_body().size(), TupleBody::kSize4);
+  const std::vector<std::byte> t6 = encode(TupleBody{v6(0x10), v6(1), 80, 40000});
+  ASSERT_EQ(t6.size(), TupleBody::kSize6);
+  EXPECT_EQ(t6[0], std::byte{0x20});   // local address first, in network order
+  EXPECT_EQ(t6[31], std::byte{1});     // remote address's last byte
+  EXPECT_EQ(t6[32], std::byte{0});     // local port 80
+  EXPECT_EQ(t6[33], std::byte{80});
+  Result<Parsed> p = parse(frame(Header{kVersion, Op::connected, 0, 3, 100}, t6));
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->tuple->local_addr, v6(0x10));
+  EXPECT_EQ(p->tuple->remote_addr, v6(1));
+  EXPECT_FALSE(p->tuple->remote_addr.is_v4());
+  EXPECT_EQ(p->tuple->remote_port, 40000);
+
+  const std::vector<std::byte> c6 = encode(ConnectBody{v6(1), 5001, 0});
+  ASSERT_EQ(c6.size(), ConnectBody::kSize6);
+  p = parse(frame(Header{kVersion, Op::connect, 0, kNodeIdBit | 2, 4096}, c6));
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->connect->remote_addr, v6(1));
+  EXPECT_EQ(p->connect->remote_port, 5001);
+  // The whole largest head fits what the layers peek.
+  const auto f = frame(Header{kVersion, Op::open, 0, 4, 100}, t6, 9);
+  EXPECT_TRUE(parse(std::span<const std::byte>(f).first(kMaxHead), f.size()).ok());
+}
+
+// One encoding per connection: a mapped address in an IPv6 body, the
+// unspecified address, or a size of neither family is refused.
+TEST(RelayWire, IPv6BodiesRefuseMappedAndUnspecifiedAddresses) {
+  std::vector<std::byte> mapped = encode(TupleBody{v6(0x10), v6(1), 80, 40000});
+  const IpAddr m{Ipv4Addr{0xC0000201}};
+  std::copy(m.bytes().begin(), m.bytes().end(), reinterpret_cast<std::uint8_t*>(mapped.data()) + 16);
+  EXPECT_FALSE(parse(frame(Header{kVersion, Op::open, 0, 4, 100}, mapped)).ok());
+
+  std::vector<std::byte> nowhere = encode(ConnectBody{v6(1), 7, 0});
+  std::fill(nowhere.begin(), nowhere.begin() + 16, std::byte{0});
+  EXPECT_FALSE(parse(frame(Header{kVersion, Op::connect, 0, kNodeIdBit | 2, 4096}, nowhere)).ok());
+  EXPECT_FALSE(parse(frame(Header{kVersion, Op::connect, 0, kNodeIdBit | 2, 4096},
+                           encode(ConnectBody{Ipv4Addr{}, 7, 0})))
+                   .ok());
+
+  std::vector<std::byte> odd = encode(ConnectBody{v6(1), 7, 0});
+  odd.pop_back();
+  EXPECT_FALSE(parse(frame(Header{kVersion, Op::connect, 0, kNodeIdBit | 2, 4096}, odd)).ok());
 }
 
 TEST(RelayWire, DataIsCheckedByLengthOnly) {

@@ -22,6 +22,7 @@
 #include <span>
 
 #include "xk/address.hpp"
+#include "xk/ip_addr.hpp"
 #include "xk/byteorder.hpp"
 #include "xk/result.hpp"
 
@@ -78,39 +79,46 @@ struct Header {
   }
 };
 
+// The bodies that name addresses come in two sizes, one per family: an
+// IPv4 body holds 4-byte addresses, an IPv6 body 16-byte ones (never an
+// IPv4-mapped address: that is the IPv4 body's to carry). The body's size
+// is the family; the version stays 1, and IPv4 frames are as before.
+
 // OPEN and CONNECTED: the connection as filterd's TCP sees it.
+//   IPv4: local addr (4) | remote addr (4) | local port | remote port  = 12
+//   IPv6: local addr (16) | remote addr (16) | local port | remote port = 36
 struct TupleBody {
-  static constexpr std::size_t kSize = 12;
-  Ipv4Addr local_addr;
-  Ipv4Addr remote_addr;
+  static constexpr std::size_t kSize4 = 12;
+  static constexpr std::size_t kSize6 = 36;
+  static constexpr std::size_t kMaxSize = kSize6;
+  IpAddr local_addr;
+  IpAddr remote_addr;
   std::uint16_t local_port = 0;
   std::uint16_t remote_port = 0;
-  static TupleBody read(std::span<const std::byte, kSize> b) noexcept {
-    return TupleBody{Ipv4Addr{load_be32(b.data())}, Ipv4Addr{load_be32(b.data() + 4)}, load_be16(b.data() + 8),
-                     load_be16(b.data() + 10)};
-  }
-  void write(std::span<std::byte, kSize> b) const noexcept {
-    store_be32(b.data(), local_addr.value);
-    store_be32(b.data() + 4, remote_addr.value);
-    store_be16(b.data() + 8, local_port);
-    store_be16(b.data() + 10, remote_port);
-  }
+
+  bool v4() const noexcept { return local_addr.is_v4() && remote_addr.is_v4(); }
+  std::size_t size() const noexcept { return v4() ? kSize4 : kSize6; }
+  // A body of either size; nullopt for any other size or a mapped address
+  // in an IPv6 body.
+  static std::optional<TupleBody> read(std::span<const std::byte> b) noexcept;
+  // Writes size() bytes at the front of `b`; returns them.
+  std::span<const std::byte> write(std::span<std::byte, kMaxSize> b) const noexcept;
 };
 
 // CONNECT: where to, and from which local port (0: filterd picks).
+//   IPv4: remote addr (4) | remote port | local port  = 8
+//   IPv6: remote addr (16) | remote port | local port = 20
 struct ConnectBody {
-  static constexpr std::size_t kSize = 8;
-  Ipv4Addr remote_addr;
+  static constexpr std::size_t kSize4 = 8;
+  static constexpr std::size_t kSize6 = 20;
+  static constexpr std::size_t kMaxSize = kSize6;
+  IpAddr remote_addr;
   std::uint16_t remote_port = 0;
   std::uint16_t local_port = 0;
-  static ConnectBody read(std::span<const std::byte, kSize> b) noexcept {
-    return ConnectBody{Ipv4Addr{load_be32(b.data())}, load_be16(b.data() + 4), load_be16(b.data() + 6)};
-  }
-  void write(std::span<std::byte, kSize> b) const noexcept {
-    store_be32(b.data(), remote_addr.value);
-    store_be16(b.data() + 4, remote_port);
-    store_be16(b.data() + 6, local_port);
-  }
+
+  std::size_t size() const noexcept { return remote_addr.is_v4() ? kSize4 : kSize6; }
+  static std::optional<ConnectBody> read(std::span<const std::byte> b) noexcept;
+  std::span<const std::byte> write(std::span<std::byte, kMaxSize> b) const noexcept;
 };
 
 // A checked frame (the Ethernet payload): its header, and its body when the
@@ -128,7 +136,7 @@ Result<Parsed> parse(std::span<const std::byte> frame) noexcept;
 // fixed body: 24 bytes, or the whole frame if shorter) and its size; DATA's
 // body (the stream) is not looked at.
 Result<Parsed> parse(std::span<const std::byte> head, std::size_t frame_size) noexcept;
-inline constexpr std::size_t kMaxHead = Header::kSize + TupleBody::kSize;
+inline constexpr std::size_t kMaxHead = Header::kSize + TupleBody::kMaxSize;
 
 }  // namespace xk::relay
 
