@@ -103,6 +103,7 @@ Ipv6Protocol::Ipv6Protocol(std::string name, Protocol& link, NextHopResolver* re
       drop_no_source_(counters().add("drop_no_source", "no usable source address yet")),
       drop_tx_link_(counters().add("drop_tx_link", "link or resolver refused the packet")),
       tx_loopback_(counters().add("tx_loopback", "packets to our own address")),
+      tx_hairpin_(counters().add("tx_hairpin", "packets to our shared address another stack owns, out through the link")),
       drop_loopback_full_(counters().add("drop_loopback_full")),
       pmtu_lowered_(counters().add("pmtu_lowered", "Packet Too Big that lowered a path MTU")),
       icmp_errors_asked_(counters().add("icmp_errors_asked", "errors asked of icmpv6")),
@@ -514,9 +515,10 @@ Status Ipv6Protocol::send(const IpAddr& dst, std::uint8_t next_header, Msg paylo
   // What a port said of a received message is void on the way down; what a
   // transport asks of the port (offloads_ offered it) rides on.
   payload.offload().flags &= Offload::tx_udp_csum | Offload::tx_tcp_csum | Offload::tx_tcp_seg;
-  const bool to_self = is_ours(dst);
+  const bool ours = is_ours(dst);
+  const bool to_self = ours && delivered_here(dst, next_header, payload);
   std::optional<IpAddr> src = opts.src;
-  if (!src) src = to_self ? std::optional<IpAddr>(dst) : source_for(dst);
+  if (!src) src = ours ? std::optional<IpAddr>(dst) : source_for(dst);
   if (!src) {
     ++drop_no_source_;
     return Errc::bad_state;
@@ -637,6 +639,21 @@ Status Ipv6Protocol::finish_requested_checksum(Msg& payload) {
   return {};
 }
 
+bool Ipv6Protocol::delivered_here(const IpAddr& dst, std::uint8_t next_header, Msg& payload) {
+  if (!config_.hairpin || (next_header != kTcp && next_header != kUdp) || icmpv6::is_link_local(dst)) return true;
+  constexpr std::uint8_t kSyn = 0x02, kAck = 0x10;
+  const bool tcp = next_header == kTcp;
+  Result<std::span<const std::byte>> h = payload.peek(tcp ? 14 : 4);
+  Protocol* upper = passive_.upper(ProtoKey{next_header});
+  if (!h || upper == nullptr) return true;  // nobody's: answered here as ever
+  const auto flags = tcp ? std::to_integer<std::uint8_t>((*h)[13]) : std::uint8_t{0};
+  const ctl::ClaimsOwn q{dst, Port{load_be16(h->data())}, Port{load_be16(h->data() + 2)},
+                         tcp && (flags & (kSyn | kAck)) == kSyn};
+  if (upper->control(q)) return true;
+  ++tx_hairpin_;
+  return false;
+}
+
 void Ipv6Protocol::drain_loopback() {
   std::deque<Msg> batch;
   batch.swap(loopback_);
@@ -686,6 +703,9 @@ void register_ipv6(Registry& registry) {
           .with_below(1, 2)
           .with_option(OptionSpec::ip_cidrs("addr", "our IPv6 addresses with their on-link prefixes"))
           .with_option(OptionSpec::ip("gw", "default router (link-local or on a prefix of addr)"))
+          .with_option(OptionSpec::boolean("hairpin", "addr is shared (filterd's nodes): what another stack owns "
+                                                      "goes out through the link")
+                           .defaults_to("off"))
           .with_option(OptionSpec::boolean("link_local", "a link-local address from the link's MAC").defaults_to("on"))
           .with_option(OptionSpec::integer("hop_limit", 1, 255, "hop limit of sent unicast packets").defaults_to("64"))
           .with_option(OptionSpec::integer("mtu", 1280, 65575, "link MTU override (IPv6 header included)"))
@@ -712,6 +732,7 @@ void register_ipv6(Registry& registry) {
             c.reasm_timeout = std::chrono::seconds(o.get_int("reasm_timeout"));
             c.reasm_max_datagram = static_cast<std::size_t>(o.get_size("reasm_max_datagram"));
             c.reasm_mem = static_cast<std::size_t>(o.get_size("reasm_mem"));
+            c.hairpin = o.get_bool("hairpin");
             return std::make_unique<Ipv6Protocol>(args.name, *args.below[0], resolver, args.loop->timers(), c);
           }));
 }

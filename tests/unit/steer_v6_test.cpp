@@ -28,14 +28,18 @@ const IpAddr kPeer = ip("2001:db8::1");
 const IpAddr kShared = ip("2001:db8::10");
 
 // `dad`: duplicate-address probes (the nodes' go unanswered by filterd).
+// A node (`node`) shares the address: its hairpin sends what another node
+// owns to filterd's channel MAC, as filterd's client builds it.
 std::string dual_stack(const std::string& link, const std::string& mac, const std::string& v4, const std::string& v6,
-                       int dad) {
+                       int dad, bool node = false) {
+  const std::string nd_extra = node ? " static=2001:db8::10@02:78:6b:00:00:01" : "";
+  const std::string ip6_extra = node ? " hairpin=on" : "";
   return "pair   net0  link=" + link + " mac=" + mac + " queue=4096\n" +
          "eth    eth0  below=net0\n"
          "arp    arp0  below=eth0\n"
-         "nd     nd0   below=eth0 dad=" + std::to_string(dad) + " retrans_ms=10\n" +
+         "nd     nd0   below=eth0 dad=" + std::to_string(dad) + " retrans_ms=10" + nd_extra + "\n" +
          "ipv4   ip0   below=eth0,arp0 addr=" + v4 + "\n" +
-         "ipv6   ip6   below=eth0,nd0 addr=" + v6 + "\n" +
+         "ipv6   ip6   below=eth0,nd0 addr=" + v6 + ip6_extra + "\n" +
          "icmp   icmp0 below=ip0\n"
          "icmpv6 icmp6 below=ip6,nd0\n"
          "udp    udp0  below=ip0,ip6\n"
@@ -55,7 +59,7 @@ class SteerV6Test : public test::FilterdWithNodes {
     s.peer_stack = dual_stack("ext", "02:00:00:00:00:01", "192.0.2.1/24", "2001:db8::1/64", 0);
     s.shared6 = "2001:db8::10/64";
     s.node_stack = [](const std::string& link, const std::string& mac) {
-      return dual_stack(link, mac, "192.0.2.10/24", "2001:db8::10/64", 1);
+      return dual_stack(link, mac, "192.0.2.10/24", "2001:db8::10/64", 1, true);
     };
     build(s);
     if (HasFatalFailure()) return;
@@ -141,5 +145,42 @@ TEST_F(SteerV6Test, ANodeConnectsOutAndSegmentsForNobodyGetFilterdsRst) {
   ASSERT_TRUE(run_until([&] { return peer->find("udp0")->counters().value("icmp_errors") >= 1; }));
 }
 
+// Node to node over the shared IPv6 address: node 1's ipv6 finds the
+// connection is not its own (ctl::ClaimsOwn) and sends it out to filterd,
+// whose filter steers it to node 2's listener; the answers come back the
+// same way. Each node's own connections stay in its loopback.
+TEST_F(SteerV6Test, ANodeReachesAnotherNodeOverTheSharedAddressThroughTheHairpin) {
+  Result<tcp::TcpListener> l = tcp_of(*node2).listen(IpAddr{}, Port{90});
+  ASSERT_TRUE(l.ok());
+  tcp::TcpSocket out = tcp_of(*node1).socket();
+  ASSERT_TRUE(out.connect(kShared, Port{90}).ok());
+  tcp::TcpSocket in;
+  ASSERT_TRUE(run_until([&] {
+    if (auto s = l->accept()) in = std::move(*s);
+    return in.is_open();
+  }));
+  EXPECT_EQ(in.tuple().remote.addr, kShared);
+  EXPECT_EQ(in.tuple().remote.port, out.tuple().local.port);
+  EXPECT_TRUE(move(out, in, pattern(200000, 5)));
+  EXPECT_TRUE(move(in, out, pattern(150000, 6)));
+  EXPECT_GT(node1->find("ip6")->counters().value("tx_hairpin"), 0u);
+  EXPECT_GT(node2->find("ip6")->counters().value("tx_hairpin"), 0u);
+  EXPECT_EQ(node1->find("ip6")->counters().value("tx_loopback"), 0u);
+  EXPECT_EQ(steer_counter("tx_denied"), 0u);
+  // A node's connection to its own listener stays inside it.
+  Result<tcp::TcpListener> own = tcp_of(*node1).listen(IpAddr{}, Port{91});
+  ASSERT_TRUE(own.ok());
+  tcp::TcpSocket self = tcp_of(*node1).socket();
+  ASSERT_TRUE(self.connect(kShared, Port{91}).ok());
+  tcp::TcpSocket self_in;
+  ASSERT_TRUE(run_until([&] {
+    if (auto s = own->accept()) self_in = std::move(*s);
+    return self_in.is_open();
+  }));
+  EXPECT_TRUE(move(self, self_in, pattern(50000, 7)));
+  EXPECT_GT(node1->find("ip6")->counters().value("tx_loopback"), 0u);
+}
+
 }  // namespace
 }  // namespace xk::filterd
+

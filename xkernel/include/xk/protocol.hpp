@@ -185,7 +185,7 @@ struct JoinLinkGroup {
   using Reply = std::monostate;
 };
 struct ClaimsOwn {
-  Ipv4Addr addr;
+  IpAddr addr;  // the shared address (either family)
   Port from;
   Port to;
   bool opens = false;  // TCP: a SYN without ACK

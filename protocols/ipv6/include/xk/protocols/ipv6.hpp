@@ -84,6 +84,13 @@ struct Config {
   std::size_t loopback_queue = 64;
   std::size_t max_path_mtus = 1024;  // destinations with a learned path MTU
   ChainLimits chain;
+  // `addrs` are shared with other stacks (filterd's nodes), as ipv4's
+  // hairpin: a TCP or UDP packet to one of them is delivered here only when
+  // our transport has its flow (ctl::ClaimsOwn), else it goes out through
+  // the link to filterd, which steers it to the stack that owns it. The
+  // resolver must know where the shared address leads (nd static=ADDR@MAC).
+  // The link-local address is ours alone and never takes this path.
+  bool hairpin = false;
 };
 
 // The flow label last computed for a session's packets (one transport flow
@@ -209,6 +216,7 @@ class Ipv6Protocol final : public Protocol {
                            FlowMemo* memo) const;
   bool usable(const IpAddr& a) const;
   void drain_loopback();
+  bool delivered_here(const IpAddr& dst, std::uint8_t next_header, Msg& payload);
   Status finish_requested_checksum(Msg& payload);
 
   Protocol& link_;
@@ -257,6 +265,7 @@ class Ipv6Protocol final : public Protocol {
   Counter& drop_no_source_;
   Counter& drop_tx_link_;
   Counter& tx_loopback_;
+  Counter& tx_hairpin_;
   Counter& drop_loopback_full_;
   Counter& pmtu_lowered_;
   Counter& icmp_errors_asked_;
