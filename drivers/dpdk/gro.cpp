@@ -9,22 +9,27 @@
 #include "xk/byteorder.hpp"
 #include "xk/checksum.hpp"
 #include "xk/protocols/eth_wire.hpp"
+#include "xk/ip_addr.hpp"
 #include "xk/protocols/ipv4_wire.hpp"
+#include "xk/protocols/ipv6_wire.hpp"
 #include "xk/protocols/tcp_wire.hpp"
 
 namespace xk::drivers::gro {
 namespace {
 
 constexpr std::size_t kEth = eth::Header::kSize;
-constexpr std::size_t kIp = ipv4::Header::kMinSize;  // coalesced segments carry no IP options
+constexpr std::size_t kIp4 = ipv4::Header::kMinSize;  // coalesced IPv4 segments carry no options
+constexpr std::size_t kIp6 = ipv6::Header::kSize;     // coalesced IPv6 segments no extension headers
 using tcp::kAck;
 using tcp::kPsh;
 // Flows whose groups stay open at once; a burst with more flows closes the
 // oldest first (its frame is ready where it stands).
 constexpr std::size_t kOpenGroups = 8;
 
+// A flow of either family (an IPv4 address in its mapped form).
 struct Key {
-  std::uint32_t saddr = 0, daddr = 0, ports = 0;
+  IpAddr saddr, daddr;
+  std::uint32_t ports = 0;
   bool operator==(const Key&) const = default;
 };
 
@@ -40,7 +45,11 @@ struct Seg {
   std::uint32_t len = 0;       // payload bytes
   std::uint16_t win = 0;
   std::uint16_t thl = 0;       // TCP header bytes
-  std::uint8_t flags = 0, tos = 0, ttl = 0, frag = 0;  // frag: the DF bit's byte
+  std::uint16_t iphl = 0;      // IP header bytes: kIp4 or kIp6
+  std::uint32_t flow = 0;      // IPv6's flow label
+  // tos: IPv4's TOS or IPv6's traffic class; ttl: TTL or hop limit;
+  // frag: IPv4's DF bit's byte (0 for IPv6).
+  std::uint8_t flags = 0, tos = 0, ttl = 0, frag = 0;
   bool ts = false;             // options are exactly NOP NOP TS
   bool checked = false;        // its TCP checksum is known good
 };
@@ -71,7 +80,7 @@ std::uint32_t chain_sum(const rte_mbuf* m, std::size_t off, std::size_t len) noe
 // The TCP pseudo-header and header (checksum field as it is) of `s`, summed.
 std::uint32_t header_sum(const Seg& s, std::size_t tcp_len) noexcept {
   const std::uint32_t pseudo =
-      csum::pseudo_header_v4(Ipv4Addr{s.key.saddr}, Ipv4Addr{s.key.daddr}, tcp::kIpProtocol, static_cast<std::uint16_t>(tcp_len));
+      csum::pseudo_header(s.key.saddr, s.key.daddr, tcp::kIpProtocol, static_cast<std::uint32_t>(tcp_len));
   return csum::partial(s.tcp, s.thl, pseudo);
 }
 
@@ -79,34 +88,71 @@ std::uint32_t header_sum(const Seg& s, std::size_t tcp_len) noexcept {
 constexpr std::uint32_t kTimestampsWord = 0x01u << 24 | 0x01u << 16 | std::uint32_t{tcp::kOptTimestamps} << 8 |
                                           tcp::kOptTimestampsLen;
 
+// IPv4 without options carrying TCP: its header checked (by the port or
+// here); `tot` the datagram's length.
+Parse parse_v4(rte_mbuf* m, std::byte* ip, Seg& s, std::size_t& tot) noexcept {
+  const ipv4::Header iph = ipv4::Header::read(std::span<const std::byte, kIp4>(ip, kIp4));
+  if (iph.version != 4 || iph.ihl != kIp4 / 4 || iph.protocol != tcp::kIpProtocol) return Parse::other;
+  s.iphl = kIp4;
+  s.key.saddr = iph.src;
+  s.key.daddr = iph.dst;
+  s.tos = iph.tos;
+  s.ttl = iph.ttl;
+  s.frag = static_cast<std::uint8_t>(iph.flags_offset >> 8);
+  tot = iph.total_length;
+  if (iph.is_fragment()) return Parse::flow_only;
+  const std::uint64_t ipck = m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
+  if (ipck == RTE_MBUF_F_RX_IP_CKSUM_BAD) return Parse::flow_only;
+  if (ipck != RTE_MBUF_F_RX_IP_CKSUM_GOOD && csum::fold(csum::partial(ip, kIp4)) != 0xffff) return Parse::flow_only;
+  return Parse::segment;
+}
+
+// IPv6 with TCP straight behind its header (a segment behind extension
+// headers goes up alone, in its flow's order).
+Parse parse_v6(rte_mbuf* m, std::byte* ip, Seg& s, std::size_t& tot) noexcept {
+  if (m->data_len < kEth + kIp6 + tcp::Header::kMinSize) return Parse::other;
+  const ipv6::Header h = ipv6::Header::read(std::span<const std::byte, kIp6>(ip, kIp6));
+  if (h.version != 6 || h.next_header != tcp::kIpProtocol) return Parse::other;
+  s.iphl = kIp6;
+  s.key.saddr = h.src;
+  s.key.daddr = h.dst;
+  s.tos = h.traffic_class;
+  s.ttl = h.hop_limit;
+  s.flow = h.flow_label;
+  tot = kIp6 + h.payload_length;
+  return Parse::segment;
+}
+
 Parse parse(rte_mbuf* m, Csum mode, Seg& s, Stats& stats) noexcept {
-  if (m->data_len < kEth + kIp + tcp::Header::kMinSize) return Parse::other;
+  if (m->data_len < kEth + kIp4 + tcp::Header::kMinSize) return Parse::other;
   std::byte* eth = data(m);
-  if (eth::Header::read(std::span<const std::byte, kEth>(eth, kEth)).type != eth::kTypeIpv4) return Parse::other;
+  const std::uint16_t type = eth::Header::read(std::span<const std::byte, kEth>(eth, kEth)).type;
   std::byte* ip = eth + kEth;
-  const ipv4::Header iph = ipv4::Header::read(std::span<const std::byte, kIp>(ip, kIp));
-  // IPv4 without options, carrying TCP.
-  if (iph.version != 4 || iph.ihl != kIp / 4 || iph.protocol != tcp::kIpProtocol) return Parse::other;
+  std::size_t tot = 0;
+  Parse ip_ok = Parse::other;
+  if (type == eth::kTypeIpv4) {
+    ip_ok = parse_v4(m, ip, s, tot);
+  } else if (type == eth::kTypeIpv6) {
+    ip_ok = parse_v6(m, ip, s, tot);
+  }
+  if (ip_ok == Parse::other) return Parse::other;
   s.m = m;
   s.ip = ip;
-  s.tcp = ip + kIp;
+  s.tcp = ip + s.iphl;
+  const std::size_t iphl = s.iphl;
   const tcp::Header th = tcp::Header::read(std::span<const std::byte, tcp::Header::kMinSize>(s.tcp, tcp::Header::kMinSize));
-  s.key = {iph.src.value, iph.dst.value, std::uint32_t{th.src_port} << 16 | th.dst_port};
-  const std::uint16_t tot = iph.total_length;
-  if (iph.is_fragment() || tot < kIp + tcp::Header::kMinSize || kEth + tot > m->pkt_len) return Parse::flow_only;
+  s.key.ports = std::uint32_t{th.src_port} << 16 | th.dst_port;
+  if (ip_ok != Parse::segment || tot < iphl + tcp::Header::kMinSize || kEth + tot > m->pkt_len) return Parse::flow_only;
   // The Ethernet padding after the datagram must be in the last mbuf, to
   // be trimmed off before anything is chained behind it.
   const std::size_t pad = m->pkt_len - kEth - tot;
   if (pad > rte_pktmbuf_lastseg(m)->data_len) return Parse::flow_only;
-  const std::uint64_t ipck = m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
-  if (ipck == RTE_MBUF_F_RX_IP_CKSUM_BAD) return Parse::flow_only;
-  if (ipck != RTE_MBUF_F_RX_IP_CKSUM_GOOD && csum::fold(csum::partial(ip, kIp)) != 0xffff) return Parse::flow_only;
   s.thl = static_cast<std::uint16_t>(th.header_length());
   s.flags = th.flags;
   // Only ACK, or ACK and PSH; the reserved and AE bits clear.
   if ((s.flags & ~(kAck | kPsh)) != 0 || (s.flags & kAck) == 0 || th.reserved != 0) return Parse::flow_only;
-  if (s.thl < tcp::Header::kMinSize || tot < kIp + s.thl || kEth + kIp + s.thl > m->data_len) return Parse::flow_only;
-  s.len = tot - kIp - s.thl;
+  if (s.thl < tcp::Header::kMinSize || tot < iphl + s.thl || kEth + iphl + s.thl > m->data_len) return Parse::flow_only;
+  s.len = tot - iphl - s.thl;
   if (s.len == 0) return Parse::flow_only;
   const std::uint64_t l4 = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
   if (l4 == RTE_MBUF_F_RX_L4_CKSUM_BAD) return Parse::flow_only;
@@ -117,7 +163,7 @@ Parse parse(rte_mbuf* m, Csum mode, Seg& s, Stats& stats) noexcept {
     s.data_sum = static_cast<std::uint16_t>(~csum::fold(head));
     s.checked = l4 == RTE_MBUF_F_RX_L4_CKSUM_GOOD;
   } else {
-    s.data_sum = chain_sum(m, kEth + kIp + s.thl, s.len);
+    s.data_sum = chain_sum(m, kEth + iphl + s.thl, s.len);
     if (csum::fold(csum::add(head, s.data_sum)) != 0xffff) {
       ++stats.bad_csum;
       return Parse::flow_only;  // up alone: TCP counts it and drops it
@@ -125,13 +171,10 @@ Parse parse(rte_mbuf* m, Csum mode, Seg& s, Stats& stats) noexcept {
     s.checked = true;
     m->ol_flags = (m->ol_flags & ~RTE_MBUF_F_RX_L4_CKSUM_MASK) | RTE_MBUF_F_RX_L4_CKSUM_GOOD;
   }
-  m->ol_flags = (m->ol_flags & ~RTE_MBUF_F_RX_IP_CKSUM_MASK) | RTE_MBUF_F_RX_IP_CKSUM_GOOD;
+  if (iphl == kIp4) m->ol_flags = (m->ol_flags & ~RTE_MBUF_F_RX_IP_CKSUM_MASK) | RTE_MBUF_F_RX_IP_CKSUM_GOOD;
   s.seq = th.seq.raw();
   s.ack = th.ack.raw();
   s.win = th.window;
-  s.tos = iph.tos;
-  s.ttl = iph.ttl;
-  s.frag = static_cast<std::uint8_t>(iph.flags_offset >> 8);
   const std::byte* opts = s.tcp + tcp::Header::kMinSize;
   s.ts = s.thl == tcp::Header::kMinSize + 12 && load_be32(opts) == kTimestampsWord;
   if (s.ts) {
@@ -160,9 +203,11 @@ bool can_join(const Group& g, const Seg& s, std::size_t max_ip) noexcept {
   // The same Ethernet addresses too (as Linux's GRO compares the MAC
   // header): a frame for another MAC must not ride in on a group's.
   if (std::memcmp(f.ip - kEth, s.ip - kEth, 2 * sizeof(MacAddr)) != 0) return false;
+  // (The key holds the family: f and s have the same IP header length.)
   if (g.closed || s.seq != g.next_seq || s.ack != f.ack || s.win != f.win || s.thl != f.thl || s.tos != f.tos ||
-      s.ttl != f.ttl || ((s.frag ^ f.frag) & (ipv4::Header::kFlagDf >> 8)) != 0 || s.len > f.len ||
-      kIp + f.thl + g.total + s.len > max_ip) {
+      s.ttl != f.ttl || s.flow != f.flow || ((s.frag ^ f.frag) & (ipv4::Header::kFlagDf >> 8)) != 0 ||
+      s.len > f.len || f.iphl + f.thl + g.total + s.len > max_ip ||
+      f.thl + g.total + s.len > ipv6::Header::kMaxPayload) {
     return false;
   }
   constexpr std::size_t kFixed = tcp::Header::kMinSize;
@@ -172,7 +217,7 @@ bool can_join(const Group& g, const Seg& s, std::size_t max_ip) noexcept {
 }
 
 void join(Group& g, Seg& s, Stats& stats) noexcept {
-  rte_pktmbuf_adj(s.m, static_cast<std::uint16_t>(kEth + kIp + s.thl));
+  rte_pktmbuf_adj(s.m, static_cast<std::uint16_t>(kEth + s.iphl + s.thl));
   rte_mbuf* head = g.first.m;
   g.tail->next = s.m;
   head->nb_segs = static_cast<std::uint16_t>(head->nb_segs + s.m->nb_segs);
@@ -194,13 +239,17 @@ void finish(Group& g, Stats& stats) noexcept {
   if (g.merged == 0) return;
   ++stats.groups;
   Seg& f = g.first;
-  const std::span<std::byte, kIp> ip(f.ip, kIp);
-  ipv4::Header iph = ipv4::Header::read(ip);
-  iph.total_length = static_cast<std::uint16_t>(kIp + f.thl + g.total);
-  iph.checksum = 0;
-  iph.write(ip);
-  const std::uint16_t ipck = csum::finish(csum::partial(f.ip, kIp));
-  std::memcpy(f.ip + ipv4::Header::kChecksumOffset, &ipck, 2);
+  if (f.iphl == kIp4) {
+    const std::span<std::byte, kIp4> ip(f.ip, kIp4);
+    ipv4::Header iph = ipv4::Header::read(ip);
+    iph.total_length = static_cast<std::uint16_t>(kIp4 + f.thl + g.total);
+    iph.checksum = 0;
+    iph.write(ip);
+    const std::uint16_t ipck = csum::finish(csum::partial(f.ip, kIp4));
+    std::memcpy(f.ip + ipv4::Header::kChecksumOffset, &ipck, 2);
+  } else {
+    store_be16(f.ip + 4, static_cast<std::uint16_t>(f.thl + g.total));  // the payload length
+  }
   const std::span<std::byte, tcp::Header::kMinSize> tcp_fixed(f.tcp, tcp::Header::kMinSize);
   tcp::Header th = tcp::Header::read(tcp_fixed);
   if (g.psh) th.flags |= kPsh;

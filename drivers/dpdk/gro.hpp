@@ -1,22 +1,24 @@
 // Receive coalescing (GRO) for the DPDK driver: the in-order TCP segments of
 // one flow that arrive in one rx burst go up the graph as one segment -- one
-// trip through eth, ipv4 and TCP, one ACK decision -- as Linux's GRO does for
+// trip through eth, IP and TCP, one ACK decision -- as Linux's GRO does for
 // a NAPI poll. Private to the driver (it works on mbufs); see
 // docs/dpdk-driver.md, "Receive coalescing".
 //
-// What merges: IPv4 (no options, not a fragment) + TCP segments with data,
-// flags ACK or ACK|PSH only, of one 4-tuple and Ethernet addresses, each starting where the one
-// before ended, with the same ACK number, window, TOS/ECN bits, TTL, DF
-// bit and TCP options -- except that the timestamp option's TSval may grow
-// (TSecr must be equal; the merged segment keeps the first TSval, the
+// What merges: TCP segments with data over IPv4 (no options, not a
+// fragment) or IPv6 (TCP straight behind the fixed header), flags ACK or
+// ACK|PSH only, of one 4-tuple and Ethernet addresses, each starting where
+// the one before ended, with the same ACK number, window, TCP options, and
+// IP fields: TOS/ECN bits, TTL and DF bit (IPv4); traffic class, hop limit
+// and flow label (IPv6) -- except that the timestamp option's TSval may
+// grow (TSecr must be equal; the merged segment keeps the first TSval, the
 // earliest, which is what a delayed ACK echoes, RFC 7323 section 4.3). A
-// segment no longer than the first closes its group when it is shorter, and
-// one with PSH closes it after joining; a group stops short of 64 KB. What
-// never merges: SYN, FIN, RST, URG, ECE, CWR, a segment without data, a
-// hole or a step back in sequence, different options or windows, a bad IPv4
-// header checksum, a TCP checksum the port or (with verify) the check here
-// found bad. Order within a flow is kept: anything of a flow that cannot
-// join its group ends the group before it.
+// segment no longer than the first closes its group when it is shorter,
+// and one with PSH closes it after joining; a group stops short of 64 KB.
+// What never merges: SYN, FIN, RST, URG, ECE, CWR, a segment without data,
+// a hole or a step back in sequence, different options or windows, a bad
+// IPv4 header checksum, IPv6 extension headers, a TCP checksum the port or
+// (with verify) the check here found bad. Order within a flow is kept:
+// anything of a flow that cannot join its group ends the group before it.
 #pragma once
 
 #include <cstddef>
@@ -47,11 +49,12 @@ struct Stats {
   std::uint64_t bad_csum = 0; // segments whose TCP checksum failed the check (left alone)
 };
 
-// The largest merged frame by default: an IPv4 datagram of 64 KB.
+// The largest merged frame by default: an IPv4 datagram of 64 KB (an IPv6
+// packet of as many bytes, its header included).
 inline constexpr std::size_t kMaxFrame = eth::Header::kSize + ipv4::Header::kMaxTotal;
 
 // Coalesces frames[0..n) in place: on return frames[0..result) are the
-// frames to deliver, in order, merged ones as mbuf chains with their IPv4
+// frames to deliver, in order, merged ones as mbuf chains with their IP
 // and TCP headers rewritten and tso_segsz set to the payload bytes of their
 // first segment (the size a forwarder cuts them back to). Frames merged
 // away are chained into their group's frame (never freed here). No merged

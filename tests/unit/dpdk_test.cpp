@@ -786,6 +786,115 @@ TEST_F(DpdkTest, GroLeavesABadChecksumAloneAndKeepsEachFlowsOrder) {
   for (const Got& g : got) EXPECT_TRUE(g.csum_ok && g.stream);
 }
 
+// ---- GRO over IPv6 ----
+
+// seg_frame's segment over IPv6 (2001:db8::b -> 2001:db8::a), flow label
+// `flow`, next header `nh` (6: TCP straight behind the header).
+Bytes seg6_frame(const Seg& s, std::uint32_t flow = 0x12345, std::uint8_t nh = 6) {
+  Bytes payload(s.len);
+  for (std::size_t i = 0; i < s.len; ++i) payload[i] = stream_byte(s.seq + static_cast<std::uint32_t>(i));
+  Bytes f = gso6_frame(payload, s.flags, nh);
+  std::byte* ip = f.data() + 14;
+  std::byte* tcp = ip + 40;
+  store_be32(ip, 6u << 28 | std::uint32_t{s.tos} << 20 | flow);
+  store_be16(tcp, s.sport);
+  store_be32(tcp + 4, s.seq);
+  store_be16(tcp + 14, s.win);
+  store_be32(tcp + 24, s.tsval);
+  store_be32(tcp + 28, s.tsecr);
+  const std::uint32_t pseudo = csum::pseudo_header(*parse_ip("2001:db8::b"), *parse_ip("2001:db8::a"), 6,
+                                                   static_cast<std::uint32_t>(32 + s.len));
+  const std::uint16_t ck = csum::finish(csum::partial(tcp, 32 + s.len, pseudo));
+  std::memcpy(tcp + 16, &ck, 2);
+  return f;
+}
+
+// A received IPv6 frame: its segment's first sequence number, payload
+// bytes by the payload length, and whether the TCP checksum holds over the
+// whole and the payload is the stream's.
+struct Got6 {
+  std::uint32_t seq = 0;
+  std::size_t len = 0;
+  std::uint8_t flags = 0;
+  bool csum_ok = false, stream = false, l4_good = false;
+};
+Got6 got6_of(const Msg& m) {
+  const Bytes f = bytes_of(m);
+  Got6 g;
+  const std::byte* ip = f.data() + 14;
+  const std::byte* tcp = ip + 40;
+  const std::size_t plen = load_be16(ip + 4);
+  g.seq = load_be32(tcp + 4);
+  g.len = plen - 32;
+  g.flags = std::to_integer<std::uint8_t>(tcp[13]);
+  g.l4_good = (m.offload().flags & Offload::rx_l4_good) != 0;
+  g.stream = f.size() == 14 + 40 + plen;
+  for (std::size_t i = 0; g.stream && i < g.len; ++i) {
+    g.stream = f[14 + 40 + 32 + i] == stream_byte(g.seq + static_cast<std::uint32_t>(i));
+  }
+  const std::uint32_t pseudo = csum::pseudo_header(*parse_ip("2001:db8::b"), *parse_ip("2001:db8::a"), 6,
+                                                   static_cast<std::uint32_t>(plen));
+  g.csum_ok = csum::fold(csum::partial(tcp, plen, pseudo)) == 0xffff;
+  return g;
+}
+
+std::vector<Got6> coalesced6(const std::vector<Bytes>& frames, GroCounts* counts = nullptr) {
+  RingPort p(1023, 0, true, true);
+  std::vector<Got6> out;
+  for (const Bytes& f : frames) EXPECT_TRUE(p.s->push(Msg::copy_of(f)).ok());
+  (void)p.drv.flush();
+  (void)p.drv.poll(256);
+  for (const Msg& m : p.sink.received) out.push_back(got6_of(m));
+  if (counts != nullptr) *counts = {p.drv.counters().value("rx_gro_merged"), p.drv.counters().value("rx_gro_bad_csum")};
+  p.sink.received.clear();
+  return out;
+}
+
+TEST_F(DpdkTest, GroMergesIpv6SegmentsAsIpv4Ones) {
+  std::vector<Bytes> frames;
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    frames.push_back(seg6_frame(Seg{.seq = 1000 + i * 1000, .flags = static_cast<std::uint8_t>(i == 3 ? 0x18 : 0x10),
+                                    .tsval = 5555 + i / 2}));
+  }
+  GroCounts n;
+  std::vector<Got6> got = coalesced6(frames, &n);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].seq, 1000u);
+  EXPECT_EQ(got[0].len, 4000u) << "the payload length rewritten";
+  EXPECT_EQ(got[0].flags, 0x18);
+  EXPECT_TRUE(got[0].csum_ok) << "the checksum over the IPv6 pseudo-header";
+  EXPECT_TRUE(got[0].stream);
+  EXPECT_TRUE(got[0].l4_good);
+  EXPECT_EQ(n.merged, 3u);
+
+  // Another flow label, another traffic class (an ECN mark), extension
+  // headers, a bad checksum: each stops a group (and is never merged into
+  // one), the stream's order kept.
+  Bytes bad = seg6_frame(Seg{.seq = 5000});
+  bad[120] ^= std::byte{0x08};
+  got = coalesced6({seg6_frame(Seg{.seq = 1000}), seg6_frame(Seg{.seq = 2000}, 0x54321),
+                    seg6_frame(Seg{.seq = 3000, .tos = 0x03}), seg6_frame(Seg{.seq = 4000}, 0x12345, 0), bad},
+                   &n);
+  ASSERT_EQ(got.size(), 5u);
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].seq, 1000u + 1000u * i) << i;
+  EXPECT_EQ(n.merged, 0u);
+  EXPECT_EQ(n.bad, 1u);
+  EXPECT_FALSE(got[4].csum_ok);
+
+  // IPv4 and IPv6 segments of the same ports are two flows.
+  got = coalesced6({seg6_frame(Seg{.seq = 1000}), seg6_frame(Seg{.seq = 2000})});
+  ASSERT_EQ(got.size(), 1u);
+  RingPort p(1023, 0, true, true);
+  for (const Bytes& f : {seg6_frame(Seg{.seq = 1000}), seg_frame(Seg{.seq = 2000}), seg6_frame(Seg{.seq = 2000})}) {
+    ASSERT_TRUE(p.s->push(Msg::copy_of(f)).ok());
+  }
+  (void)p.drv.flush();
+  (void)p.drv.poll(256);
+  ASSERT_EQ(p.sink.received.size(), 2u) << "the IPv4 segment does not join the IPv6 flow";
+  EXPECT_EQ(got6_of(p.sink.received[0]).len, 2000u);
+  p.sink.received.clear();
+}
+
 // What the network sends is anything: segments with random bytes spoilt
 // (headers included) and random lengths, in bursts, through coalescing. No
 // crash, no read out of bounds (ASan), nothing merged that is not a valid
