@@ -255,7 +255,7 @@ void register_fault(Registry& registry) {
           .with_option(OptionSpec::real("reorder", 0, 1, "probability of holding a message behind the next").defaults_to("0"))
           .with_option(OptionSpec::real("reorder_ms", 0, 60000, "longest hold of a reordered message (ms)").defaults_to("10"))
           .with_option(OptionSpec::real("corrupt", 0, 1, "probability of flipping one bit").defaults_to("0"))
-          .with_option(OptionSpec::real("ce", 0, 1, "probability of marking an ECN-capable packet CE (above ipv4, tx)")
+          .with_option(OptionSpec::real("ce", 0, 1, "probability of marking an ECN-capable packet CE (above ipv4 or ipv6, tx)")
                            .defaults_to("0"))
           .with_option(OptionSpec::real("delay", 0, 60000, "added delay (ms)").defaults_to("0"))
           .with_option(OptionSpec::real("jitter", 0, 60000, "random extra delay 0..jitter (ms)").defaults_to("0"))

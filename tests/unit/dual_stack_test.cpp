@@ -33,7 +33,8 @@ const IpAddr kV4B = ip("192.0.2.20");
 const IpAddr kV6A = ip("2001:db8::10");
 const IpAddr kV6B = ip("2001:db8::20");
 
-std::string spec(const char* mac, const char* v4, const char* v6, bool offload) {
+std::string spec(const char* mac, const char* v4, const char* v6, bool offload,
+                 const std::string& tcp = "tcp    tcp0  below=ip0,ip6\n") {
   return std::string("pair net0 link=wire mac=") + mac + " csum_offload=" + (offload ? "on" : "off") + "\n" +
          "eth    eth0  below=net0\n"
          "arp    arp0  below=eth0\n"
@@ -42,8 +43,7 @@ std::string spec(const char* mac, const char* v4, const char* v6, bool offload) 
          "ipv6   ip6   below=eth0,nd0 addr=" + v6 + "\n" +
          "icmp   icmp0 below=ip0\n"
          "icmpv6 icmp6 below=ip6,nd0\n"
-         "udp    udp0  below=ip0,ip6\n"
-         "tcp    tcp0  below=ip0,ip6\n";
+         "udp    udp0  below=ip0,ip6\n" + tcp;
 }
 
 std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
@@ -69,12 +69,15 @@ struct DualStack : ::testing::Test {
 
   // Whether the pair "ports" fill and check the checksums asked of them.
   virtual bool port_offloads() const { return false; }
+  // A's TCP (and what lies between it and the IP layers).
+  virtual std::string tcp_a() const { return "tcp    tcp0  below=ip0,ip6\n"; }
 
   void SetUp() override {
     register_all_kinds(registry);
     drivers::register_pair(registry, hub);
     a = std::make_unique<Graph>(Graph::build(
-        spec("02:00:00:00:00:0a", "192.0.2.10/24", "2001:db8::10/64", port_offloads()), registry, &loop_a, "A"));
+        spec("02:00:00:00:00:0a", "192.0.2.10/24", "2001:db8::10/64", port_offloads(), tcp_a()), registry, &loop_a,
+        "A"));
     b = std::make_unique<Graph>(Graph::build(
         spec("02:00:00:00:00:14", "192.0.2.20/24", "2001:db8::20/64", port_offloads()), registry, &loop_b, "B"));
     // Past the duplicate address checks.
@@ -254,6 +257,31 @@ TEST_F(DualStackOffload, Ipv6LeavesWholePacketsChecksumsToThePort) {
   EXPECT_EQ(contents(mine->payload), pattern(100, 5));
   EXPECT_EQ(counter(*a, "udp0", "drop_bad_csum"), 0u);
   EXPECT_EQ(counter(*a, "ip6", "tx_l4_csum_resolved"), 3u);
+}
+
+// The fault layer over IPv6 as over IPv4: between A's TCP and its ipv6 it
+// marks ECN-capable packets Congestion Experienced (ECN rides in the
+// traffic class), B echoes the marks, and A's window shrinks with no loss
+// (RFC 3168 over IPv6, RFC 8200 7).
+struct DualStackCongested : DualStack {
+  std::string tcp_a() const override {
+    return "fault  f6    below=ip6 dir=tx ce=0.02 seed=3\n"
+           "tcp    tcp0  below=ip0,f6 ecn=on\n";
+  }
+};
+
+TEST_F(DualStackCongested, EcnMarksInTheTrafficClassCutTheWindowWithoutALoss) {
+  Result<tcp::TcpListener> l = tcp_of(*b).listen(kV6B, Port{5001});
+  ASSERT_TRUE(l.ok());
+  tcp::TcpSocket client = tcp_of(*a).socket();
+  ASSERT_TRUE(client.connect(kV6B, Port{5001}).ok());
+  tcp::TcpSocket server;
+  transfer(*l, client, 1 << 20, server);
+  EXPECT_EQ(server.tuple().remote.addr, kV6A);
+  EXPECT_GT(counter(*a, "f6", "tx_ce_marked"), 0u);
+  EXPECT_GT(counter(*b, "tcp0", "ecn_ce_received"), 0u) << "B saw CE in the IPv6 traffic class";
+  EXPECT_GT(counter(*a, "tcp0", "ecn_reductions"), 0u);
+  EXPECT_EQ(counter(*a, "tcp0", "retransmits"), 0u) << "marks, not losses";
 }
 
 }  // namespace
