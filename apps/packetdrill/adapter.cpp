@@ -7,6 +7,9 @@
 //   ipv4   ip0   below=net0 addr=L/N gw=G    (bare IP on the driver: no eth, no arp)
 //   icmp, udp, tcp over ip0
 //
+// or, for packetdrill's --ip_version=ipv6 (so_flags ip_version=ipv6), the
+// same with ipv6 (no nd: nothing to resolve on a bare IP link), icmpv6.
+//
 // and runs on virtual time: a ManualClock that moves only when packetdrill
 // lets time pass -- usleep() moves it by the time asked, gettimeofday() by a
 // microsecond (packetdrill spins on it for the last few microseconds before
@@ -44,6 +47,7 @@
 #include "xk/address.hpp"
 #include "xk/clock.hpp"
 #include "xk/drivers/memdev.hpp"
+#include "xk/options.hpp"
 #include "xk/stack.hpp"
 #include "xk/xk.h"
 
@@ -61,11 +65,22 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// packetdrill's --ip_version: the wire's family, and the sockets' (AF_INET6
+// with IPv4-mapped addresses over IPv4 for ipv4-mapped-ipv6: xk's C API
+// takes those as Linux does, so the stack is IPv4's).
+enum class IpVersion : std::uint8_t { ipv4, ipv4_mapped_ipv6, ipv6 };
+
+// packetdrill's own IPv6 defaults: a ULA for the local end, /48, the
+// gateway the next address of it; the remote lies off the prefix.
+const IpAddr kLocal6 = *parse_ip("fd3d:fa7b:d17d::1");
+const IpAddr kGateway6 = *parse_ip("fd3d:fa7b:d17d::2");
+
 // What --so_flags says (docs/packetdrill.md, "Flags").
 struct Options {
-  Ipv4Addr local{0xC0A80001};  // 192.168.0.1: packetdrill's usual --local_ip
-  int prefix = 16;             // packetdrill's IPv4 netmask is /16
-  std::optional<Ipv4Addr> gw;  // default: the first other host of the subnet
+  IpVersion version = IpVersion::ipv4;
+  std::optional<IpAddr> local;  // default 192.168.0.1 (packetdrill's usual --local_ip), fd3d:fa7b:d17d::1
+  std::optional<int> prefix;    // default /16 (packetdrill's IPv4 netmask), /48
+  std::optional<IpAddr> gw;     // default: the first other host of the subnet (IPv6: fd3d:fa7b:d17d::2)
   std::size_t mtu = 1500;
   bool csum = true;
   std::string tcp_opts;        // tcp.KEY=VALUE flags, for the graph's tcp line
@@ -85,9 +100,9 @@ int parse_int(std::string_view key, std::string_view v, long min, long max) {
   return static_cast<int>(n);
 }
 
-Ipv4Addr parse_addr(std::string_view key, std::string_view v) {
-  Result<Ipv4Addr> a = parse_ipv4(v);
-  if (!a) throw std::invalid_argument(std::string(key) + "='" + std::string(v) + "' is not A.B.C.D");
+IpAddr parse_addr(std::string_view key, std::string_view v) {
+  Result<IpAddr> a = parse_ip(v);
+  if (!a) throw std::invalid_argument(std::string(key) + "='" + std::string(v) + "' is neither A.B.C.D nor an IPv6 address");
   return *a;
 }
 
@@ -115,10 +130,20 @@ Options parse_flags(const char* text) {
     if (eq == std::string_view::npos || value.empty()) {
       throw std::invalid_argument("'" + std::string(word) + "' is not KEY=VALUE");
     }
-    if (key == "local_ip") {
+    if (key == "ip_version") {
+      if (value == "ipv4") {
+        o.version = IpVersion::ipv4;
+      } else if (value == "ipv4-mapped-ipv6") {
+        o.version = IpVersion::ipv4_mapped_ipv6;
+      } else if (value == "ipv6") {
+        o.version = IpVersion::ipv6;
+      } else {
+        throw std::invalid_argument("ip_version='" + std::string(value) + "': ipv4, ipv4-mapped-ipv6 or ipv6");
+      }
+    } else if (key == "local_ip") {
       o.local = parse_addr(key, value);
     } else if (key == "prefix") {
-      o.prefix = parse_int(key, value, 1, 30);
+      o.prefix = parse_int(key, value, 1, 127);
     } else if (key == "gw" || key == "gateway_ip") {
       o.gw = parse_addr(key, value);
     } else if (key == "mtu") {
@@ -137,31 +162,61 @@ Options parse_flags(const char* text) {
       o.tcp_opts += std::string(key.substr(4)) + "=" + std::string(value);
     } else {
       throw std::invalid_argument("unknown flag '" + std::string(key) +
-                                  "' (local_ip, prefix, gw, mtu, csum, horizon_ms, verbose, tcp.KEY)");
+                                  "' (ip_version, local_ip, prefix, gw, mtu, csum, horizon_ms, verbose, tcp.KEY)");
     }
   }
+  // The addresses are of the wire's family.
+  const bool v6 = o.version == IpVersion::ipv6;
+  for (const auto& [name, a] : {std::pair{"local_ip", o.local}, std::pair{"gw", o.gw}}) {
+    if (a && a->is_v4() == v6) {
+      throw std::invalid_argument(std::string(name) + "=" + to_string(*a) + " is not an " + (v6 ? "IPv6" : "IPv4") +
+                                  " address (ip_version=" + (v6 ? "ipv6" : "ipv4") + ")");
+    }
+  }
+  if (o.prefix && *o.prefix > (v6 ? 127 : 30)) {
+    throw std::invalid_argument("prefix=" + std::to_string(*o.prefix) + ": at most " + (v6 ? "127" : "30"));
+  }
+  if (v6 && o.mtu < 1280) throw std::invalid_argument("mtu=" + std::to_string(o.mtu) + ": IPv6 needs 1280 or more");
   return o;
 }
 
 std::uint32_t mask_of(int prefix) { return prefix == 0 ? 0 : ~std::uint32_t{0} << (32 - prefix); }
 
-std::string compose(const Options& o) {
-  const std::uint32_t mask = mask_of(o.prefix);
-  const std::uint32_t net = o.local.value & mask;
-  if (o.local.value == net || o.local.value == (net | ~mask)) {
-    throw std::invalid_argument("local_ip " + to_string(o.local) + " is the network or broadcast address of its /" +
-                                std::to_string(o.prefix));
+// The IP layer's lines: ip0 (IPv4) or ip6 (IPv6) and its ICMP.
+std::string ip_lines(const Options& o) {
+  // The gateway only routes: on a bare IP link its address never reaches
+  // the wire, but the remote (192.0.2.1, 2001:db8::1) is off-link and
+  // needs one.
+  if (o.version == IpVersion::ipv6) {
+    const IpCidr local{o.local.value_or(kLocal6), static_cast<std::uint8_t>(o.prefix.value_or(48))};
+    const IpAddr gw = o.gw.value_or(kGateway6);
+    if (!local.contains(gw)) {
+      throw std::invalid_argument("gw " + to_string(gw) + " is not on " + to_string(local) + "'s prefix");
+    }
+    // No link-local address: a bare IP link has no MAC to make one from.
+    return "ipv6   ip6   below=net0 addr=" + to_string(local) + " gw=" + to_string(gw) + " link_local=off\n" +
+           "icmpv6 icmp6 below=ip6\n";
   }
-  // The gateway only routes: on a bare IP link its address never reaches the
-  // wire, but the remote (192.0.2.1) is off-link and needs one.
-  Ipv4Addr gw = o.gw.value_or(Ipv4Addr{net + 1 == o.local.value ? net + 2 : net + 1});
+  const Ipv4Addr addr = o.local.value_or(IpAddr(Ipv4Addr{0xC0A80001})).v4();
+  const int prefix = o.prefix.value_or(16);
+  const std::uint32_t mask = mask_of(prefix);
+  const std::uint32_t net = addr.value & mask;
+  if (addr.value == net || addr.value == (net | ~mask)) {
+    throw std::invalid_argument("local_ip " + to_string(addr) + " is the network or broadcast address of its /" +
+                                std::to_string(prefix));
+  }
+  const Ipv4Addr gw = o.gw ? o.gw->v4() : Ipv4Addr{net + 1 == addr.value ? net + 2 : net + 1};
+  return "ipv4   ip0   below=net0 addr=" + to_string(addr) + "/" + std::to_string(prefix) + " gw=" + to_string(gw) +
+         "\n" + "icmp   icmp0 below=ip0\n";
+}
+
+std::string compose(const Options& o) {
+  const std::string ip = o.version == IpVersion::ipv6 ? "ip6" : "ip0";
   std::string g;
   g += "memdev net0  mtu=" + std::to_string(o.mtu) + "\n";
-  g += "ipv4   ip0   below=net0 addr=" + to_string(o.local) + "/" + std::to_string(o.prefix) +
-       " gw=" + to_string(gw) + "\n";
-  g += "icmp   icmp0 below=ip0\n";
-  g += std::string("udp    udp0  below=ip0 csum=") + (o.csum ? "on" : "off") + "\n";
-  g += std::string("tcp    tcp0  below=ip0 csum=") + (o.csum ? "on" : "off");
+  g += ip_lines(o);
+  g += "udp    udp0  below=" + ip + " csum=" + (o.csum ? "on" : "off") + "\n";
+  g += "tcp    tcp0  below=" + ip + " csum=" + (o.csum ? "on" : "off");
   if (!o.tcp_opts.empty()) g += " " + o.tcp_opts;
   g += "\n";
   return g;

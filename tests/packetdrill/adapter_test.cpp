@@ -709,4 +709,191 @@ TEST_F(Adapter, BadPacketsAreDroppedNotFatal) {
   EXPECT_EQ(ifc_.close(ifc_.userdata, lfd), 0);
 }
 
+// ---- IPv6 (--ip_version=ipv6: so_flags ip_version=ipv6) -------------------------
+
+// packetdrill's IPv6 defaults: the stack fd3d:fa7b:d17d::1/48, the remote
+// 2001:db8::1 (off the prefix, through the gateway fd3d:fa7b:d17d::2).
+constexpr std::uint8_t kLocal6[16] = {0xfd, 0x3d, 0xfa, 0x7b, 0xd1, 0x7d, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+constexpr std::uint8_t kRemote6[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+
+std::uint32_t pseudo6(const std::uint8_t* src, const std::uint8_t* dst, std::size_t len, std::uint8_t nh) {
+  return sum16(src, 16, sum16(dst, 16, static_cast<std::uint32_t>(len >> 16) + (len & 0xFFFF) + nh));
+}
+
+// An IPv6 packet from the remote to the stack: TCP right behind the header.
+std::vector<std::uint8_t> build6(const Seg& s) {
+  const std::vector<std::uint8_t> v4 = build(s);  // the TCP segment, its checksum redone below
+  const std::size_t tcp_len = v4.size() - 20;
+  std::vector<std::uint8_t> b(40 + tcp_len, 0);
+  b[0] = 0x60;
+  put16(b, 4, static_cast<std::uint16_t>(tcp_len));
+  b[6] = 6;
+  b[7] = 64;
+  std::memcpy(b.data() + 8, kRemote6, 16);
+  std::memcpy(b.data() + 24, kLocal6, 16);
+  std::copy(v4.begin() + 20, v4.end(), b.begin() + 40);
+  put16(b, 56, 0);
+  put16(b, 56, static_cast<std::uint16_t>(~fold(sum16(b.data() + 40, tcp_len, pseudo6(kRemote6, kLocal6, tcp_len, 6)))));
+  return b;
+}
+
+// A sent IPv6 packet's TCP segment, the IPv6 header and checksum checked.
+Seg parse6(const std::uint8_t* p, std::size_t n) {
+  Seg seg;
+  EXPECT_GE(n, 60u);
+  if (n < 60) return seg;
+  EXPECT_EQ(p[0] >> 4, 6) << "IPv6";
+  EXPECT_EQ(get16(p + 4), n - 40) << "payload length";
+  EXPECT_EQ(p[6], 6) << "TCP straight behind the header";
+  EXPECT_GT(p[7], 0) << "hop limit";
+  EXPECT_EQ(std::memcmp(p + 8, kLocal6, 16), 0) << "source: the stack";
+  EXPECT_EQ(std::memcmp(p + 24, kRemote6, 16), 0) << "destination: the remote";
+  EXPECT_NE(get32(p) & 0xFFFFF, 0u) << "a flow label (RFC 6437)";
+  const std::uint8_t* t = p + 40;
+  const std::size_t tcp_len = n - 40;
+  EXPECT_EQ(fold(sum16(t, tcp_len, pseudo6(kLocal6, kRemote6, tcp_len, 6))), 0xFFFF) << "TCP checksum";
+  seg.sport = get16(t);
+  seg.dport = get16(t + 2);
+  seg.seq = get32(t + 4);
+  seg.ack = get32(t + 8);
+  seg.flags = t[13];
+  const std::size_t hl = (t[12] >> 4) * 4u;
+  seg.opts.assign(t + 20, t + std::min(hl, tcp_len));
+  if (hl <= tcp_len) seg.data.assign(reinterpret_cast<const char*>(t + hl), tcp_len - hl);
+  return seg;
+}
+
+class Adapter6 : public Adapter {
+ protected:
+  void SetUp() override { open("ip_version=ipv6"); }
+  void inject6(const Seg& s) {
+    std::vector<std::uint8_t> b = build6(s);
+    ASSERT_EQ(ifc_.netdev_send(ifc_.userdata, b.data(), b.size()), 0);
+  }
+  std::optional<Seg> sniff6() {
+    std::vector<std::uint8_t> buf(65536);
+    std::size_t count = buf.size();
+    long long at = 0;
+    EXPECT_EQ(ifc_.netdev_receive(ifc_.userdata, buf.data(), &count, &at), 0);
+    if (count == 0) return std::nullopt;
+    return parse6(buf.data(), count);
+  }
+  Seg expect6() {
+    std::optional<Seg> s = sniff6();
+    EXPECT_TRUE(s.has_value()) << "the stack sent nothing";
+    return s.value_or(Seg{});
+  }
+};
+
+// A script's passive open, data both ways and close, over IPv6 with
+// AF_INET6 sockets, as packetdrill --ip_version=ipv6 runs it.
+TEST_F(Adapter6, PassiveOpenDataAndCloseOverIpv6) {
+  const int lfd = ifc_.socket(ifc_.userdata, AF_INET6, SOCK_STREAM, IPPROTO_TCP);
+  ASSERT_GE(lfd, 0) << std::strerror(errno);
+  sockaddr_in6 any{};
+  any.sin6_family = AF_INET6;
+  any.sin6_port = htons(8080);
+  ASSERT_EQ(ifc_.bind(ifc_.userdata, lfd, reinterpret_cast<sockaddr*>(&any), sizeof any), 0) << std::strerror(errno);
+  ASSERT_EQ(ifc_.listen(ifc_.userdata, lfd, 1), 0);
+
+  inject6(Seg{40000, 8080, 1000, 0, kSyn, 65535, opt_syn(100), {}});
+  const Seg sa = expect6();
+  EXPECT_EQ(sa.flags, kSyn | kAck);
+  EXPECT_EQ(sa.ack, 1001u);
+  ASSERT_GE(sa.opts.size(), 4u);
+  EXPECT_EQ(sa.opts[0], 2) << "MSS first";
+  EXPECT_EQ(get16(sa.opts.data() + 2), 1440) << "MTU 1500 - 40 (IPv6) - 20";
+  inject6(Seg{40000, 8080, 1001, sa.seq + 1, kAck, 1024, {}, {}});
+
+  sockaddr_in6 peer{};
+  socklen_t plen = sizeof peer;
+  const int fd = ifc_.accept(ifc_.userdata, lfd, reinterpret_cast<sockaddr*>(&peer), &plen);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  EXPECT_EQ(plen, sizeof(sockaddr_in6));
+  EXPECT_EQ(peer.sin6_family, AF_INET6);
+  EXPECT_EQ(std::memcmp(&peer.sin6_addr, kRemote6, 16), 0);
+  EXPECT_EQ(ntohs(peer.sin6_port), 40000);
+
+  const std::string in = "over six";
+  inject6(Seg{40000, 8080, 1001, sa.seq + 1, kAck | kPsh, 1024, {}, in});
+  char buf[64];
+  ASSERT_EQ(ifc_.read(ifc_.userdata, fd, buf, sizeof buf), static_cast<ssize_t>(in.size())) << std::strerror(errno);
+  EXPECT_EQ(std::string(buf, in.size()), in);
+  const std::string out = "and back";
+  ASSERT_EQ(ifc_.write(ifc_.userdata, fd, out.data(), out.size()), static_cast<ssize_t>(out.size()));
+  Seg d = expect6();
+  while (d.data.empty() && d.flags == kAck) d = expect6();  // the ACK of `in` may come first
+  EXPECT_EQ(d.data, out);
+  EXPECT_EQ(d.seq, sa.seq + 1);
+  EXPECT_EQ(d.ack, 1001u + in.size());
+  ASSERT_EQ(ifc_.close(ifc_.userdata, fd), 0);
+  const Seg fin = expect6();
+  EXPECT_EQ(fin.flags & kFin, kFin);
+  EXPECT_EQ(ifc_.close(ifc_.userdata, lfd), 0);
+}
+
+// An AF_INET6 connect to the IPv6 remote: the SYN leaves from the local
+// address; a port nobody listens on answers RST.
+TEST_F(Adapter6, ActiveOpenAndResetOverIpv6) {
+  const int fd = ifc_.socket(ifc_.userdata, AF_INET6, SOCK_STREAM, IPPROTO_TCP);
+  ASSERT_GE(fd, 0);
+  int one = 1;
+  ASSERT_EQ(ifc_.ioctl(ifc_.userdata, fd, FIONBIO, &one), 0);
+  sockaddr_in6 to{};
+  to.sin6_family = AF_INET6;
+  to.sin6_port = htons(9000);
+  std::memcpy(&to.sin6_addr, kRemote6, 16);
+  EXPECT_EQ(ifc_.connect(ifc_.userdata, fd, reinterpret_cast<sockaddr*>(&to), sizeof to), -1);
+  EXPECT_EQ(errno, EINPROGRESS);
+  const Seg syn = expect6();
+  EXPECT_EQ(syn.flags, kSyn);
+  EXPECT_EQ(syn.dport, 9000);
+  inject6(Seg{9000, syn.sport, 5000, syn.seq + 1, kSyn | kAck, 65535, opt_syn(7), {}});
+  const Seg ack = expect6();
+  EXPECT_EQ(ack.flags, kAck);
+  EXPECT_EQ(ack.ack, 5001u);
+  EXPECT_EQ(ifc_.close(ifc_.userdata, fd), 0);
+  (void)sniff6();  // its FIN
+
+  inject6(Seg{40001, 81, 77, 0, kSyn, 65535, {}, {}});
+  const Seg rst = expect6();
+  EXPECT_EQ(rst.flags & kRst, kRst);
+  EXPECT_EQ(rst.ack, 78u);
+}
+
+// --ip_version=ipv4-mapped-ipv6: AF_INET6 sockets, IPv4 on the wire.
+TEST_F(Adapter, Ipv4MappedIpv6SocketsSpeakIpv4OnTheWire) {
+  open("ip_version=ipv4-mapped-ipv6");
+  const int lfd = ifc_.socket(ifc_.userdata, AF_INET6, SOCK_STREAM, IPPROTO_TCP);
+  ASSERT_GE(lfd, 0);
+  sockaddr_in6 any{};
+  any.sin6_family = AF_INET6;
+  any.sin6_port = htons(8085);
+  ASSERT_EQ(ifc_.bind(ifc_.userdata, lfd, reinterpret_cast<sockaddr*>(&any), sizeof any), 0);
+  ASSERT_EQ(ifc_.listen(ifc_.userdata, lfd, 1), 0);
+  handshake(40002, 8085, 300);
+  sockaddr_in6 peer{};
+  socklen_t plen = sizeof peer;
+  const int fd = ifc_.accept(ifc_.userdata, lfd, reinterpret_cast<sockaddr*>(&peer), &plen);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  EXPECT_EQ(peer.sin6_family, AF_INET6);
+  EXPECT_TRUE(IN6_IS_ADDR_V4MAPPED(&peer.sin6_addr));
+  std::uint32_t v4;
+  std::memcpy(&v4, peer.sin6_addr.s6_addr + 12, 4);
+  EXPECT_EQ(ntohl(v4), kRemote);
+  EXPECT_EQ(ifc_.close(ifc_.userdata, fd), 0);
+  EXPECT_EQ(ifc_.close(ifc_.userdata, lfd), 0);
+}
+
+TEST_F(Adapter, BadIpVersionFlagsFailClearly) {
+  for (const char* bad : {"ip_version=ipv5", "ip_version=ipv6 local_ip=192.168.0.1", "local_ip=fd3d::1",
+                          "ip_version=ipv6 gw=2001:db8::2", "ip_version=ipv6 prefix=128", "ip_version=ipv6 mtu=1000"}) {
+    SCOPED_TRACE(bad);
+    open(bad);
+    errno = 0;
+    EXPECT_EQ(ifc_.socket(ifc_.userdata, AF_INET6, SOCK_STREAM, 0), -1);
+    EXPECT_EQ(errno, EINVAL);
+  }
+}
+
 }  // namespace
