@@ -37,6 +37,8 @@
 #include "html.hpp"
 #include "report.hpp"
 #include "xk/apps/stack.hpp"
+#include "xk/address.hpp"
+#include "xk/options.hpp"
 
 namespace {
 
@@ -45,6 +47,11 @@ using namespace xk::scale;
 using xk::apps::parse_bytes;
 using xk::apps::parse_number;
 using xk::apps::UsageError;
+using xk::IpAddr;
+using xk::IpCidr;
+using xk::parse_ip;
+using xk::parse_ip_cidr;
+using xk::Result;
 
 constexpr const char* kProg = "xk-scale";
 
@@ -73,6 +80,13 @@ each run:
   --bytes N             bytes per connection (default 256m; suffixes k, m, g)
   --seconds S           or: each node sends for S seconds
   --buflen N            the nodes' write size (xk-ttcp --buflen)
+  --family 4|6          the family the streams use (default 4): with 6, filterd, the
+                        nodes and the receiver speak IPv6 (filterd keeps its IPv4
+                        address too; the receiver and a standalone node have only IPv6)
+  --shared ADDR/LEN     filterd's (and every node's) address and prefix, of --family
+                        (default 192.0.2.10/24; 2001:db8::10/64 with --family 6)
+  --peer-ip ADDR        the receiver's address, on --shared's prefix (default 192.0.2.20,
+                        192.0.2.1 with --remote linux; 2001:db8::20 / 2001:db8::1)
   --mtu N               MTU of the external link (default 1500; up to 9000)
   --frame-max N         the largest frame the external memif link carries (default 0:
                         MTU-sized, as on a wire; 65535: the large frames two xk processes
@@ -124,6 +138,14 @@ exit status: 0 success, 1 a run failed (its logs are in the results folder),
 2 bad command line, 130 interrupted
 )";
 
+// The addresses by default, per family (--shared, --peer-ip).
+constexpr const char* kSharedIp = "192.0.2.10/24";  // filterd's, every node's
+constexpr const char* kLinuxIp = "192.0.2.1";       // the Linux receiver's
+constexpr const char* kXkPeerIp = "192.0.2.20";     // the xk receiver's
+constexpr const char* kSharedIp6 = "2001:db8::10/64";
+constexpr const char* kLinuxIp6 = "2001:db8::1";
+constexpr const char* kXkPeerIp6 = "2001:db8::20";
+
 // What filterd can lease: a node at most 4096 ports (RegistryConfig::
 // max_leased_ports), all nodes together its ephemeral range 49152..65535.
 constexpr unsigned kMaxLeasedPorts = 4096;
@@ -142,6 +164,9 @@ struct Args {
   std::uint64_t bytes = 256ull << 20;
   std::optional<double> seconds;
   std::optional<std::uint64_t> buflen;
+  unsigned family = 4;
+  std::optional<IpCidr> shared;   // --shared; parse_args sets the family's default
+  std::optional<IpAddr> peer_ip;  // --peer-ip; likewise, by --remote
   unsigned mtu = 1500;
   unsigned frame_max = 0;  // the external memif link's largest frame (0: MTU-sized only)
   std::string tcp_opts;
@@ -256,6 +281,16 @@ Args parse_args(int argc, char** argv) {
     } else if (n == "--buflen") {
       a.buflen = parse_bytes(n, f.value());
       if (*a.buflen == 0 || *a.buflen > (64u << 20)) throw UsageError{"--buflen: 1 byte to 64m"};
+    } else if (n == "--family") {
+      a.family = choice(n, f.value(), {"4", "6"}) == "4" ? 4 : 6;
+    } else if (n == "--shared") {
+      Result<IpCidr> c = parse_ip_cidr(f.value());
+      if (!c) throw UsageError{"--shared: '" + std::string(f.value()) + "' is not ADDR/LEN (a.b.c.d/n or x:x::x/n)"};
+      a.shared = *c;
+    } else if (n == "--peer-ip") {
+      Result<IpAddr> ip = parse_ip(f.value());
+      if (!ip) throw UsageError{"--peer-ip: '" + std::string(f.value()) + "' is not an address"};
+      a.peer_ip = *ip;
     } else if (n == "--mtu") {
       a.mtu = parse_number<unsigned>(n, f.value(), 576, 9000);
     } else if (n == "--frame-max") {
@@ -346,6 +381,24 @@ Args parse_args(int argc, char** argv) {
   if (a.remote == Remote::linux && a.frame_max != 0) {
     throw UsageError{"--frame-max is for the memif external link (--remote xk or xk-filterd): a veth to Linux "
                      "carries MTU-sized frames"};
+  }
+  const auto family_of = [](const IpAddr& ip) { return ip.is_v4() ? 4u : 6u; };
+  const bool six = a.family == 6;
+  if (a.shared && family_of(a.shared->addr) != a.family) {
+    throw UsageError{"--shared " + to_string(*a.shared) + " is IPv" + std::to_string(family_of(a.shared->addr)) +
+                     ", --family " + std::to_string(a.family) + ": give --family " +
+                     std::to_string(family_of(a.shared->addr))};
+  }
+  if (a.peer_ip && family_of(*a.peer_ip) != a.family) {
+    throw UsageError{"--peer-ip " + to_string(*a.peer_ip) + " is not of --family " + std::to_string(a.family)};
+  }
+  if (!a.shared) a.shared = *parse_ip_cidr(six ? kSharedIp6 : kSharedIp);
+  if (!a.peer_ip) {
+    a.peer_ip = *parse_ip(a.remote == Remote::linux ? (six ? kLinuxIp6 : kLinuxIp) : (six ? kXkPeerIp6 : kXkPeerIp));
+  }
+  if (!a.shared->contains(*a.peer_ip) || a.shared->addr == *a.peer_ip) {
+    throw UsageError{"--peer-ip " + to_string(*a.peer_ip) + ": the receiver is on the link, so on --shared " +
+                     to_string(*a.shared) + "'s prefix, and another address"};
   }
   if (a.mpirun_args.size() && a.launcher != Launcher::mpirun) {
     throw UsageError{"--mpirun-args is for --launcher mpirun"};
@@ -464,7 +517,7 @@ std::string human_bytes(std::uint64_t b) {
 constexpr const char* kLinuxReceiver = R"PY(
 import resource, selectors, socket, sys, time
 host, port, n, timeout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-ls = socket.socket()
+ls = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
 ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 ls.bind((host, port))
 ls.listen(max(n, 16))
@@ -564,6 +617,10 @@ class Experiment {
   void set_linux_csum(bool csum);
   void teardown();
   std::vector<std::string> in_xk_ns(std::vector<std::string> argv) const;
+  IpCidr shared() const;
+  IpAddr peer_addr() const;
+  std::string peer_cidr() const;
+  std::vector<std::string> filterd_ips(const IpCidr& own) const;
   std::string control_token() const;
 
   Args a_;
@@ -581,10 +638,20 @@ std::vector<std::string> Experiment::in_xk_ns(std::vector<std::string> argv) con
   return argv;
 }
 
-constexpr const char* kLinuxIp = "192.0.2.1";
-constexpr const char* kSharedIp = "192.0.2.10";  // filterd's, every node's
-constexpr const char* kXkPeerIp = "192.0.2.20";  // the standalone xk receiver's
 constexpr const char* kPeerPort = "5001";
+
+IpCidr Experiment::shared() const { return *a_.shared; }
+IpAddr Experiment::peer_addr() const { return *a_.peer_ip; }
+
+// The receiver's address with the shared prefix's length (the link's).
+std::string Experiment::peer_cidr() const { return to_string(IpCidr{peer_addr(), shared().prefix_len}); }
+
+// filterd's --ip: the shared address, and with --family 6 the IPv4 one
+// filterd needs beside it (its ARP, ICMP and the nodes' IPv4 side).
+std::vector<std::string> Experiment::filterd_ips(const IpCidr& own) const {
+  if (own.addr.is_v4()) return {"--ip", to_string(own)};
+  return {"--ip", kSharedIp, "--ip", to_string(own)};
+}
 
 // The nodes' control token: the given file, or a fresh secret in the results
 // folder, readable by its owner only (filterd refuses anything looser).
@@ -622,14 +689,20 @@ void Experiment::setup_linux() {
   run_command({"ip", "link", "add", lnx_, "type", "veth", "peer", "name", xkif_}, log);
   run_command({"ip", "link", "set", lnx_, "netns", nsa_}, log);
   run_command({"ip", "link", "set", xkif_, "netns", nsb_}, log);
+  // IPv6 off where xk takes the veth (af_packet: the kernel would claim
+  // filterd's link-local address) and, for IPv4 runs, on Linux's side too.
   for (const auto& [ns, dev] : {std::pair{nsa_, lnx_}, std::pair{nsb_, xkif_}}) {
-    run_command({"ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"}, log);
+    const bool v6 = ns == nsa_ && a_.family == 6;
+    run_command({"ip", "netns", "exec", ns, "sysctl", "-qw",
+                 std::string("net.ipv6.conf.all.disable_ipv6=") + (v6 ? "0" : "1")}, log);
     run_command({"ip", "-n", ns, "link", "set", "lo", "up"}, log);
     run_command({"ip", "-n", ns, "link", "set", dev, "mtu", std::to_string(a_.mtu)}, log);
     // No segmentation offloads: xk sees wire-sized frames, as on a NIC.
     run_command({"ip", "netns", "exec", ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"}, log);
   }
-  run_command({"ip", "-n", nsa_, "addr", "add", std::string(kLinuxIp) + "/24", "dev", lnx_}, log);
+  std::vector<std::string> add{"ip", "-n", nsa_, "addr", "add", peer_cidr(), "dev", lnx_};
+  if (a_.family == 6) add.push_back("nodad");  // usable at once: the namespace's link holds only xk
+  run_command(add, log);
   run_command({"ip", "-n", nsa_, "link", "set", lnx_, "up"}, log);
   run_command({"ip", "-n", nsb_, "link", "set", xkif_, "up"}, log);
 }
@@ -710,12 +783,16 @@ void Experiment::start_receiver(Run& run) {
   if (a_.remote == Remote::xk_filterd) {
     // Another xk machine: its filterd owns the external link (the memif
     // server this time) and the receiver is a node attached to it.
-    run.peer_ip = kXkPeerIp;
+    run.peer_ip = to_string(peer_addr());
     const std::string rctl = tmp_ + "/remote-ctl-" + std::to_string(run.index) + ".sock";
-    std::vector<std::string> rfd{a_.filterd, "--mode", "steer", "--ip", run.peer_ip + "/24", "--control", rctl,
-                                 "--memif-socket", "/run/xk-scale-" + run.id + ".remote-nodes", "--csum", run.csum,
+    const IpCidr remote_ip{peer_addr(), shared().prefix_len};
+    std::vector<std::string> rfd{a_.filterd, "--mode", "steer", "--control", rctl, "--memif-socket", "/run/xk-scale-" + run.id + ".remote-nodes", "--csum", run.csum,
                                  "--idle", a_.filterd_idle,
                                  "--port", "net_memif0,role=server,id=0,socket=" + run.ext_memif};
+    const std::vector<std::string> rips =
+        remote_ip.addr.is_v4() ? std::vector<std::string>{"--ip", to_string(remote_ip)}
+                               : std::vector<std::string>{"--ip", "192.0.2.20/24", "--ip", to_string(remote_ip)};
+    rfd.insert(rfd.end(), rips.begin(), rips.end());
     rfd.insert(rfd.end(), {"--port-opts", external_opts()});
     if (!a_.tcp_opts.empty()) rfd.insert(rfd.end(), {"--tcp-opts", a_.tcp_opts});
     run.remote_fd = std::make_unique<Child>("the remote filterd", rfd, run.dir + "/remote-filterd.log");
@@ -729,9 +806,9 @@ void Experiment::start_receiver(Run& run) {
     run.peer = std::make_unique<Child>("the receiver", argv, run.dir + "/peer.log");
     wait_for_text(*run.peer, "ready", 60);
   } else if (a_.remote == Remote::xk) {
-    run.peer_ip = kXkPeerIp;
+    run.peer_ip = to_string(peer_addr());
     std::vector<std::string> argv{a_.program, "receive", "--port",
-                                  "net_memif0,role=server,id=0,socket=" + run.ext_memif, "--ip", run.peer_ip + "/24",
+                                  "net_memif0,role=server,id=0,socket=" + run.ext_memif, "--ip", peer_cidr(),
                                   "--tcp-port", kPeerPort, "--connections", std::to_string(p.conns()), "--csum", run.csum,
                                   "--verify", a_.verify ? "on" : "off", "--idle", a_.peer_idle, "--timeout",
                                   run.timeout};
@@ -741,7 +818,7 @@ void Experiment::start_receiver(Run& run) {
     run.peer = std::make_unique<Child>("the receiver", argv, run.dir + "/peer.log");
     wait_for_text(*run.peer, "waiting for the link", 60);
   } else {
-    run.peer_ip = kLinuxIp;
+    run.peer_ip = to_string(peer_addr());
     set_linux_csum(p.csum);
     run.peer = std::make_unique<Child>("the Linux receiver",
                                        std::vector<std::string>{"ip", "netns", "exec", nsa_, "python3", "-c",
@@ -772,9 +849,10 @@ std::vector<std::string> Experiment::external_port(const Run& run, const std::st
 
 void Experiment::start_filterd(Run& run, const std::vector<std::string>& port) {
   if (run.standalone) return;
-  std::vector<std::string> fd{a_.filterd, "--mode", run.p.mode, "--ip", std::string(kSharedIp) + "/24", "--control",
-                              run.ctl, "--memif-socket", run.node_memif, "--channels", a_.channels, "--csum", run.csum,
-                              "--idle", a_.filterd_idle};
+  std::vector<std::string> fd{a_.filterd, "--mode", run.p.mode, "--control", run.ctl, "--memif-socket",
+                              run.node_memif, "--channels", a_.channels, "--csum", run.csum, "--idle", a_.filterd_idle};
+  const std::vector<std::string> ips = filterd_ips(shared());
+  fd.insert(fd.end(), ips.begin(), ips.end());
   fd.insert(fd.end(), port.begin(), port.end());
   if (!a_.tcp_opts.empty()) fd.insert(fd.end(), {"--tcp-opts", a_.tcp_opts});
   if (a_.remote_nodes()) {
@@ -797,13 +875,14 @@ void Experiment::start_filterd(Run& run, const std::vector<std::string>& port) {
 // it again.)
 std::vector<std::string> Experiment::node_argv(const Run& run) const {
   constexpr const char* kKeep = "tx_keep=on";
-  std::vector<std::string> tx{a_.program, "transmit", "--peer", run.peer_ip + ":" + kPeerPort,
+  const std::string host = a_.family == 6 ? "[" + run.peer_ip + "]" : run.peer_ip;
+  std::vector<std::string> tx{a_.program, "transmit", "--peer", host + ":" + kPeerPort,
                               "--csum", run.csum, "--verify", a_.verify ? "on" : "off", "--idle", a_.idle,
                               "--timeout", run.timeout};
   if (run.standalone) {
     const auto port = external_port(run, kKeep);
     tx.insert(tx.end(), port.begin(), port.end());
-    tx.insert(tx.end(), {"--ip", std::string(kSharedIp) + "/24"});
+    tx.insert(tx.end(), {"--ip", to_string(shared())});
   } else if (a_.remote_nodes()) {
     // A node on another host: control over TCP, frames on its own port
     // (%r: its number, replaced below or by `xk-scale rank`).
@@ -933,6 +1012,7 @@ Row Experiment::row_of(const Run& run, double filterd_cpu_s, double remote_fd_cp
   r.node_link = run.standalone ? "memif" : a_.remote_nodes() ? "ethernet" : a_.channels;
   r.remote = a_.remote == Remote::xk ? "xk" : a_.remote == Remote::linux ? "linux" : "xk-filterd";
   r.mtu = a_.mtu;
+  r.family = a_.family;
   r.wall_seconds = now_seconds() - run.t_start;
   Fields total;
   for (auto& f : result_lines(run.peer->log_text(), "receiver")) {
@@ -1059,7 +1139,9 @@ int Experiment::run() {
                             (a_.remote == Remote::xk           ? "xk (memif)"
                              : a_.remote == Remote::xk_filterd ? "xk behind its own filterd (memif)"
                                                                : "linux (af_packet)") +
-                            ", " + (a_.launcher == Launcher::local ? "local" : "mpirun") + " launcher, " +
+                            ", IPv" + std::to_string(a_.family) + " (" + to_string(shared()) + " to " +
+                            to_string(peer_addr()) + "), " + (a_.launcher == Launcher::local ? "local" : "mpirun") +
+                            " launcher, " +
                             (a_.remote_nodes() ? "nodes over Ethernet + TCP control, " : "") + per +
                             ", MTU " + std::to_string(a_.mtu) +
                             (a_.remote == Remote::linux ? std::string()

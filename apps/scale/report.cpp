@@ -21,7 +21,7 @@ const char* const kCsvHeader =
     "mode,csum,n,repeat,bytes,seconds,aggregate_gbps,aggregate_MBps,per_node_gbps_mean,per_node_gbps_min,"
     "per_node_gbps_max,filterd_cpu_s_per_gb,nodes_cpu_s_per_gb,peer_cpu_s_per_gb,filterd_cpu_s,nodes_cpu_s,"
     "peer_cpu_s,launcher,remote,mtu,wall_seconds,node_link,conns_per_node,connections,system_cpu_s_per_gb,"
-    "per_conn_gbps_min,per_conn_gbps_max,jain_index";
+    "per_conn_gbps_min,per_conn_gbps_max,jain_index,family";
 
 std::string fmt(const char* f, double v) {
   char b[64];
@@ -39,7 +39,7 @@ std::string csv_line(const Row& r) {
     << ',' << fmt("%.4f", r.peer_cpu_s) << ',' << r.launcher << ',' << r.remote << ',' << r.mtu << ','
     << fmt("%.3f", r.wall_seconds) << ',' << r.node_link << ',' << r.k << ',' << r.conns << ','
     << fmt("%.4f", r.system_s_per_gb) << ',' << fmt("%.4f", r.conn_min) << ',' << fmt("%.4f", r.conn_max) << ','
-    << fmt("%.4f", r.jain);
+    << fmt("%.4f", r.jain) << ',' << r.family;
   return s.str();
 }
 

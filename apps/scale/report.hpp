@@ -32,6 +32,7 @@ struct Row {
   std::string launcher, remote;
   std::string node_link = "memif";  // how the nodes reach filterd: memif | shm | ethernet
   unsigned mtu = 1500;
+  unsigned family = 4;  // the streams' IP version (--family)
   double wall_seconds = 0;  // the run, from the first process to the last exit
 };
 

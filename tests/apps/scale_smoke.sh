@@ -25,7 +25,11 @@
 #     and two nodes' own ports on a Linux bridge, control over TCP on
 #     loopback, the nodes started by mpirun with --rank-port ...%r: both
 #     attach on the node port, each sends on its own interface, CSV
-#     complete with node_link=ethernet.
+#     complete with node_link=ethernet;
+# (6) --family 6: steer, central and standalone over IPv6 against the xk
+#     receiver (an IPv6-only stack), then steer and central against Linux
+#     over IPv6 (root: namespaces): every stream's bytes arrive, the
+#     receivers saw IPv6 peers, the CSV says family 6.
 #
 #   scale_smoke.sh XK_SCALE FILTERD NODE_PROGRAM
 #   XK_SCALE_SMOKE_BYTES   bytes per connection (default 8m; 2m under ASan)
@@ -76,20 +80,21 @@ no_leftovers() {
   echo "   nothing left behind by xk-scale $pid"
 }
 
-# check_csv FILE ROWS LAUNCHER [REMOTE [LINK [REPEAT]]]: the header, ROWS
-# rows, each (mode, csum, n, k) of the matrix REPEAT times (default 1), every
-# figure positive, bytes = connections x BYTES, the remote REMOTE (default
-# xk), node_link LINK (default shm, xk-scale's default; standalone rows memif).
+# check_csv FILE ROWS LAUNCHER [REMOTE [LINK [REPEAT [FAMILY]]]]: the header,
+# ROWS rows, each (mode, csum, n, k) of the matrix REPEAT times (default 1),
+# every figure positive, bytes = connections x BYTES, the remote REMOTE
+# (default xk), node_link LINK (default shm, xk-scale's default; standalone
+# rows memif), the streams of IP version FAMILY (default 4).
 check_csv() {
-  /usr/bin/python3 - "$1" "$2" "$3" "$(numfmt --from=iec "${BYTES^^}")" "${4:-xk}" "${5:-shm}" "${6:-1}" <<'PY'
+  /usr/bin/python3 - "$1" "$2" "$3" "$(numfmt --from=iec "${BYTES^^}")" "${4:-xk}" "${5:-shm}" "${6:-1}" "${7:-4}" <<'PY'
 import collections, csv, sys
-path, rows_wanted, launcher, per_conn, remote, link, repeat = (sys.argv[1], int(sys.argv[2]), sys.argv[3],
-                                                               int(sys.argv[4]), sys.argv[5], sys.argv[6],
-                                                               int(sys.argv[7]))
+path, rows_wanted, launcher, per_conn, remote, link, repeat, family = (
+    sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6], int(sys.argv[7]),
+    sys.argv[8])
 header = ("mode,csum,n,repeat,bytes,seconds,aggregate_gbps,aggregate_MBps,per_node_gbps_mean,per_node_gbps_min,"
           "per_node_gbps_max,filterd_cpu_s_per_gb,nodes_cpu_s_per_gb,peer_cpu_s_per_gb,filterd_cpu_s,nodes_cpu_s,"
           "peer_cpu_s,launcher,remote,mtu,wall_seconds,node_link,conns_per_node,connections,system_cpu_s_per_gb,"
-          "per_conn_gbps_min,per_conn_gbps_max,jain_index")
+          "per_conn_gbps_min,per_conn_gbps_max,jain_index,family")
 lines = open(path).read().splitlines()
 assert lines[0] == header, "header: %r" % lines[0]
 rows = list(csv.DictReader(lines))
@@ -106,6 +111,7 @@ for r in rows:
     assert conns > 1 or abs(jain - 1) < 1e-3, r
     assert r["mode"] in ("steer", "central", "standalone") and r["csum"] in ("on", "off"), r
     assert r["launcher"] == launcher and r["remote"] == remote and r["mtu"] == "1500", r
+    assert r["family"] == family, "family %s, %s wanted" % (r["family"], family)
     assert r["node_link"] == (link if r["mode"] != "standalone" else "memif"), r
     assert int(r["bytes"]) == conns * per_conn, "bytes %s for %d connections" % (r["bytes"], conns)
     for k in header.split(",")[4:17] + ["wall_seconds"]:
@@ -360,4 +366,30 @@ sent1=$(($(tx_packets xks$$r1) - before1))
 echo "   frames sent on xks$$r0: $sent0, on xks$$r1: $sent1 (a stream is $segs segments)"
 [ "$sent0" -ge "$segs" ] && [ "$sent1" -ge "$segs" ] || die "(5): a rank did not send on its own interface"
 [ "$(stat -c %a "$OUT/eth/control-token")" = 600 ] || die "(5): the control token is not owner-only"
+no_leftovers "$SCALE_PID"
+
+step "(6) IPv6: steer, central and standalone against an IPv6-only xk receiver, then against Linux"
+start_scale "$OUT/v6.log" --family 6 --n 1,2 --modes steer,central,standalone --csum on --results "$OUT/v6" \
+  "${COMMON[@]}"
+wait "$SCALE_PID" || { cat "$OUT/v6.log" >&2; die "(6): xk-scale --family 6 failed"; }
+PIDS=()
+sed 's/^/   /' "$OUT/v6.log"
+grep -q "IPv6 (2001:db8::10/64 to 2001:db8::20)" "$OUT/v6.log" || die "(6): xk-scale does not name the IPv6 addresses"
+check_csv "$OUT/v6/scale.csv" 5 local xk shm 1 6
+for run in steer-csumon-n2 central-csumon-n2 standalone-csumon-n1; do
+  grep -q "stack 2001:db8::20/64 on" "$OUT/v6/runs/$run/peer.log" || die "(6): $run: the receiver is not on IPv6"
+done
+no_leftovers "$SCALE_PID"
+"$SCALE" --family 6 --n 2 --modes steer,central --csum on --remote linux --results "$OUT/v6linux" "${COMMON[@]}" \
+  > "$OUT/v6linux.log" 2>&1 &
+SCALE_PID=$!
+PIDS+=("$SCALE_PID")
+wait "$SCALE_PID" || { cat "$OUT/v6linux.log" >&2; die "(6): xk-scale --family 6 --remote linux failed"; }
+PIDS=()
+sed 's/^/   /' "$OUT/v6linux.log"
+check_csv "$OUT/v6linux/scale.csv" 2 local linux shm 1 6
+for run in steer-csumon-n2 central-csumon-n2; do
+  [ "$(grep -c "RESULT role=receiver conn=.* peer=2001:db8::10:" "$OUT/v6linux/runs/$run/peer.log")" -eq 2 ] \
+    || die "(6): $run: Linux did not take both streams from 2001:db8::10"
+done
 no_leftovers "$SCALE_PID"
