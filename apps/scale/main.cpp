@@ -284,12 +284,14 @@ Args parse_args(int argc, char** argv) {
     } else if (n == "--family") {
       a.family = choice(n, f.value(), {"4", "6"}) == "4" ? 4 : 6;
     } else if (n == "--shared") {
-      Result<IpCidr> c = parse_ip_cidr(f.value());
-      if (!c) throw UsageError{"--shared: '" + std::string(f.value()) + "' is not ADDR/LEN (a.b.c.d/n or x:x::x/n)"};
+      const std::string v(f.value());
+      Result<IpCidr> c = parse_ip_cidr(v);
+      if (!c) throw UsageError{"--shared: '" + v + "' is not ADDR/LEN (a.b.c.d/n or x:x::x/n)"};
       a.shared = *c;
     } else if (n == "--peer-ip") {
-      Result<IpAddr> ip = parse_ip(f.value());
-      if (!ip) throw UsageError{"--peer-ip: '" + std::string(f.value()) + "' is not an address"};
+      const std::string v(f.value());
+      Result<IpAddr> ip = parse_ip(v);
+      if (!ip) throw UsageError{"--peer-ip: '" + v + "' is not an address"};
       a.peer_ip = *ip;
     } else if (n == "--mtu") {
       a.mtu = parse_number<unsigned>(n, f.value(), 576, 9000);

@@ -194,6 +194,13 @@ expect xk-scale 2 "--conns 16384: 8192 connections a node, beyond the 4096 ports
 expect xk-scale 2 "--mtu: '9001' is not a number in 576..9000" --mtu 9001
 expect xk-scale 2 "--frame-max: '65536' is not a number in 0..65535" --frame-max 65536
 expect xk-scale 2 "--frame-max is for the memif external link" --remote linux --csum on --frame-max 9000
+expect xk-scale 2 "--family: expected 4 or 6, got '5'" --family 5
+expect xk-scale 2 "--shared 2001:db8::10/64 is IPv6, --family 4: give --family 6" --shared 2001:db8::10/64
+expect xk-scale 2 "--shared: '2001:db8::10' is not ADDR/LEN" --shared 2001:db8::10
+expect xk-scale 2 "--peer-ip 192.0.2.1 is not of --family 6" --family 6 --peer-ip 192.0.2.1
+expect xk-scale 2 "--peer-ip: .nowhere. is not an address" --peer-ip nowhere --n 1
+expect xk-scale 2 "--peer-ip 198.51.100.1: the receiver is on the link" --peer-ip 198.51.100.1
+expect xk-scale 2 "--peer-ip 2001:db8::20: the receiver is on the link" --family 6 --shared 2001:db8:1::10/64
 expect xk-scale 2 "--buflen: 1 byte to 64m" --buflen 0
 expect xk-scale 2 "--launcher: expected local or mpirun, got 'slurm'" --launcher slurm
 expect xk-scale 2 "--remote: expected xk, xk-filterd or linux, got 'vm'" --remote vm
