@@ -843,14 +843,15 @@ std::string FilterdClient::graph_spec(const std::string& tcp_opts, std::uint16_t
   g << "icmp icmp0 below=ip0\n";
   // IPv6 when filterd shares an address of that family: filterd checks it
   // on the external link and answers our neighbour solicitations, so
-  // nobody here checks it again (every node holds it) or reports groups;
-  // the hairpin as IPv4's.
+  // nobody here checks it again (every node holds it), reports groups or
+  // asks for routers (filterd is the one on the link); the hairpin as
+  // IPv4's.
   std::string ips = "ip0";
   if (hello_.address6) {
     g << "nd   nd0  below=eth0 dad=0 mld=off static=" << to_string(*hello_.address6) << "@"
       << to_string(hello_.filterd_mac) << "\n";
     g << "ipv6 ip6  below=eth0,nd0 addr=" << to_string(*hello_.address6) << "/" << int{hello_.prefix6_len}
-      << " hairpin=on";
+      << " hairpin=on ra=off";
     if (hello_.gateway6) g << " gw=" << to_string(*hello_.gateway6);
     g << "\nicmpv6 icmp6 below=ip6,nd0\n";
     ips = "ip0,ip6";

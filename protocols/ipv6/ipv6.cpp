@@ -1,6 +1,7 @@
 #include "xk/protocols/ipv6.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <array>
 #include <cstring>
 #include <random>
@@ -78,6 +79,7 @@ Ipv6Protocol::Ipv6Protocol(std::string name, Protocol& link, NextHopResolver* re
       config_(std::move(config)),
       next_id_(0),
       loopback_timer_(timers, [p = this] { p->drain_loopback(); }),
+      ra_timer_(timers, [p = this] { p->expire_learned(); }),
       rx_packets_(counters().add("rx_packets")),
       rx_delivered_(counters().add("rx_delivered", "packets handed to an upper protocol")),
       drop_truncated_(counters().add("drop_truncated", "shorter than 40 bytes or than the payload length")),
@@ -111,6 +113,8 @@ Ipv6Protocol::Ipv6Protocol(std::string name, Protocol& link, NextHopResolver* re
       drop_error_no_owner_(counters().add("drop_error_no_owner", "ICMPv6 errors nobody owns")),
       tx_l4_csum_resolved_(counters().add("tx_l4_csum_resolved",
                                           "checksums asked of the port but computed here (to self, fragments)")),
+      ra_taken_(counters().add("ra_taken", "router advertisements that configured something")),
+      ra_addresses_(counters().add("ra_addresses", "addresses formed from advertised prefixes (SLAAC)")),
       reasm_(timers,
              ip::ReasmLimits{std::min(config_.reasm_max_datagram, Header::kSize + Header::kMaxPayload) - Header::kSize,
                              config_.reasm_mem, config_.reasm_timeout},
@@ -173,10 +177,13 @@ Ipv6Protocol::Ipv6Protocol(std::string name, Protocol& link, NextHopResolver* re
     link_session_ = *s;
   } else {
     for (const IpCidr& a : addrs_) resolver_->add_local_address(a.addr);
+    if (config_.accept_ra) resolver_->set_router_sink(this);
   }
 }
 
 Ipv6Protocol::~Ipv6Protocol() {
+  if (resolver_ != nullptr && config_.accept_ra) resolver_->set_router_sink(nullptr);
+  ra_timer_.cancel();
   loopback_timer_.cancel();
   loopback_.clear();
   reasm_.clear();
@@ -205,7 +212,11 @@ bool Ipv6Protocol::is_joined(const IpAddr& group) const noexcept {
 }
 
 bool Ipv6Protocol::on_link(const IpAddr& dst) const noexcept {
-  return std::any_of(addrs_.begin(), addrs_.end(), [&](const IpCidr& c) { return c.contains(dst); });
+  if (std::any_of(addrs_.begin(), addrs_.end(), [&](const IpCidr& c) { return c.contains(dst); })) return true;
+  if (prefixes_.empty()) return false;
+  const Time now = timers_.clock().now();
+  return std::any_of(prefixes_.begin(), prefixes_.end(),
+                     [&](const LearnedPrefix& p) { return p.expires > now && p.prefix.contains(dst); });
 }
 
 bool Ipv6Protocol::usable(const IpAddr& a) const {
@@ -216,19 +227,40 @@ bool Ipv6Protocol::usable(const IpAddr& a) const {
   return true;
 }
 
+namespace {
+// Leading bits `a` and `b` share.
+unsigned common_prefix(const IpAddr& a, const IpAddr& b) noexcept {
+  for (unsigned i = 0; i < 16; ++i) {
+    const auto x = static_cast<std::uint8_t>(a.bytes()[i] ^ b.bytes()[i]);
+    if (x != 0) return 8 * i + static_cast<unsigned>(std::countl_zero(x));
+  }
+  return 128;
+}
+}  // namespace
+
 std::optional<IpAddr> Ipv6Protocol::source_for(const IpAddr& dst) const {
   const bool link_scope = icmpv6::is_link_local(dst) || (is_multicast(dst) && scope_of_multicast(dst) <= 2);
   if (link_scope) {
     std::optional<IpAddr> ll = link_local();
     if (ll && usable(*ll)) return ll;
   }
-  const IpCidr* any = nullptr;
+  // RFC 6724 in short: a preferred address before a deprecated one (its
+  // preferred lifetime over, RFC 4862 5.5.4), then the longest prefix in
+  // common with the destination (rule 8), then the first configured.
+  const IpCidr* best = nullptr;
+  bool best_deprecated = true;
+  unsigned best_common = 0;
   for (const IpCidr& c : addrs_) {
     if (icmpv6::is_link_local(c.addr) || !usable(c.addr)) continue;
-    if (c.contains(dst)) return c.addr;
-    if (any == nullptr) any = &c;
+    const bool dep = deprecated(c.addr);
+    const unsigned common = common_prefix(c.addr, dst);
+    if (best == nullptr || (best_deprecated && !dep) || (dep == best_deprecated && common > best_common)) {
+      best = &c;
+      best_deprecated = dep;
+      best_common = common;
+    }
   }
-  if (any != nullptr) return any->addr;
+  if (best != nullptr) return best->addr;
   return std::nullopt;
 }
 
@@ -236,11 +268,144 @@ std::optional<IpAddr> Ipv6Protocol::next_hop_for(const IpAddr& dst) const {
   // A host's conceptual sending (RFC 4861 5.2): on-link goes straight to
   // the neighbour, everything else to the default router.
   if (is_multicast(dst) || icmpv6::is_link_local(dst) || on_link(dst)) return dst;
-  return config_.gw;
+  if (config_.gw) return config_.gw;
+  const Time now = timers_.clock().now();
+  for (const LearnedRouter& r : routers_) {
+    if (r.expires > now) return r.addr;
+  }
+  return std::nullopt;
+}
+
+// ---- Router Advertisements (RFC 4861 6.3.4, RFC 4862 5.5.3) ----------------
+
+namespace {
+constexpr std::uint32_t kForever = 0xffffffff;
+Time after(Time now, std::uint32_t seconds) {
+  return seconds == kForever ? Time::max() : now + std::chrono::seconds(seconds);
+}
+constexpr auto kTwoHours = std::chrono::hours(2);
+// `a` with the bits past the first `len` cleared: one key per prefix.
+IpAddr masked(const IpAddr& a, unsigned len) {
+  IpAddr::Bytes b = a.bytes();
+  for (unsigned i = 0; i < 16; ++i) {
+    const unsigned keep = len >= 8 * (i + 1) ? 8 : len > 8 * i ? len - 8 * i : 0;
+    b[i] = static_cast<std::uint8_t>(b[i] & (keep == 0 ? 0 : 0xff << (8 - keep)));
+  }
+  return IpAddr::v6(b);
+}
+}  // namespace
+
+std::vector<IpAddr> Ipv6Protocol::default_routers() const {
+  std::vector<IpAddr> out;
+  const Time now = timers_.clock().now();
+  for (const LearnedRouter& r : routers_) {
+    if (r.expires > now) out.push_back(r.addr);
+  }
+  return out;
+}
+
+bool Ipv6Protocol::deprecated(const IpAddr& a) const noexcept {
+  if (auto_addrs_.empty()) return false;
+  const Time now = timers_.clock().now();
+  return std::any_of(auto_addrs_.begin(), auto_addrs_.end(),
+                     [&](const AutoAddress& x) { return x.addr == a && x.preferred_until <= now; });
+}
+
+void Ipv6Protocol::router_advert(const RouterAdvert& ra) {
+  const Time now = timers_.clock().now();
+  ++ra_taken_;
+  // The default router list: added, refreshed, or (lifetime 0) removed.
+  auto r = std::find_if(routers_.begin(), routers_.end(), [&](const LearnedRouter& x) { return x.addr == ra.router; });
+  if (ra.lifetime_s == 0) {
+    if (r != routers_.end()) routers_.erase(r);
+  } else if (r != routers_.end()) {
+    r->expires = now + std::chrono::seconds(ra.lifetime_s);
+  } else if (routers_.size() < 16) {
+    routers_.push_back({ra.router, now + std::chrono::seconds(ra.lifetime_s)});
+  }
+  if (ra.hop_limit != 0) config_.hop_limit = ra.hop_limit;
+  // An MTU the link can carry (RFC 4861 6.3.4: never above the link's own).
+  if (ra.mtu && *ra.mtu >= kMinMtu) {
+    Result<std::size_t> m = link_.control(ctl::GetMtu{});
+    const std::size_t link = m ? *m : kMinMtu;
+    if (*ra.mtu <= link) ra_mtu_ = *ra.mtu;
+  }
+  for (const RouterAdvert::Prefix& p : ra.prefixes) {
+    if (p.prefix.is_v4() || icmpv6::is_link_local(p.prefix) || is_multicast(p.prefix)) continue;
+    if (p.preferred_s > p.valid_s) continue;  // RFC 4862 5.5.3 c
+    if (p.on_link) learn_prefix(p, now);
+    if (p.autonomous) autoconfigure(p, now);
+  }
+  expire_learned();
+}
+
+void Ipv6Protocol::learn_prefix(const RouterAdvert::Prefix& p, Time now) {
+  const IpCidr c{masked(p.prefix, p.length), p.length};
+  auto it = std::find_if(prefixes_.begin(), prefixes_.end(), [&](const LearnedPrefix& x) { return x.prefix == c; });
+  if (p.valid_s == 0) {
+    if (it != prefixes_.end()) prefixes_.erase(it);
+    return;
+  }
+  if (it != prefixes_.end()) {
+    it->expires = after(now, p.valid_s);
+  } else if (prefixes_.size() < 16) {
+    prefixes_.push_back({c, after(now, p.valid_s)});
+  }
+}
+
+// SLAAC (RFC 4862 5.5.3): a /64 and our link-local interface identifier.
+void Ipv6Protocol::autoconfigure(const RouterAdvert::Prefix& p, Time now) {
+  const std::optional<IpAddr> ll = link_local();
+  if (p.length != 64 || !ll || resolver_ == nullptr) return;
+  IpAddr::Bytes b = p.prefix.bytes();
+  std::copy(ll->bytes().begin() + 8, ll->bytes().end(), b.begin() + 8);
+  const IpAddr addr = IpAddr::v6(b);
+  auto it = std::find_if(auto_addrs_.begin(), auto_addrs_.end(), [&](const AutoAddress& x) { return x.addr == addr; });
+  if (it != auto_addrs_.end()) {
+    // 5.5.3 e: a short valid lifetime cannot cut an address below two
+    // hours (an unauthenticated advertisement must not end it at once).
+    const Time advertised = after(now, p.valid_s);
+    if (p.valid_s == kForever || advertised > now + kTwoHours || advertised > it->valid_until) {
+      it->valid_until = advertised;
+    } else if (it->valid_until > now + kTwoHours) {
+      it->valid_until = now + kTwoHours;
+    }
+    it->preferred_until = after(now, p.preferred_s);
+    return;
+  }
+  if (p.valid_s == 0 || is_ours(addr) || auto_addrs_.size() >= 16) return;
+  auto_addrs_.push_back({addr, after(now, p.valid_s), after(now, p.preferred_s)});
+  addrs_.push_back(IpCidr{addr, 128});  // its prefix is on-link only if advertised so
+  const IpAddr g = icmpv6::solicited_node(addr);
+  if (std::find(groups_.begin(), groups_.end(), g) == groups_.end()) groups_.push_back(g);
+  all_usable_ = false;
+  resolver_->add_local_address(addr);  // its duplicate check first
+  ++ra_addresses_;
+}
+
+void Ipv6Protocol::expire_learned() {
+  const Time now = timers_.clock().now();
+  std::erase_if(routers_, [&](const LearnedRouter& r) { return r.expires <= now; });
+  std::erase_if(prefixes_, [&](const LearnedPrefix& p) { return p.expires <= now; });
+  for (auto it = auto_addrs_.begin(); it != auto_addrs_.end();) {
+    if (it->valid_until > now) {
+      ++it;
+      continue;
+    }
+    // Invalid: no longer ours (RFC 4862 5.5.4).
+    std::erase_if(addrs_, [&](const IpCidr& c) { return c.addr == it->addr; });
+    it = auto_addrs_.erase(it);
+  }
+  Time next = Time::max();
+  for (const LearnedRouter& r : routers_) next = std::min(next, r.expires);
+  for (const LearnedPrefix& p : prefixes_) next = std::min(next, p.expires);
+  for (const AutoAddress& a : auto_addrs_) next = std::min(next, a.valid_until);
+  ra_timer_.cancel();
+  if (next != Time::max()) ra_timer_.arm(next);
 }
 
 std::size_t Ipv6Protocol::link_mtu() {
-  std::size_t mtu = config_.mtu;
+  std::size_t mtu = config_.mtu != 0 ? config_.mtu : ra_mtu_;
   if (mtu == 0) {
     Result<std::size_t> m = link_.control(ctl::GetMtu{});
     mtu = m ? *m : kMinMtu;
@@ -706,6 +871,9 @@ void register_ipv6(Registry& registry) {
           .with_option(OptionSpec::boolean("hairpin", "addr is shared (filterd's nodes): what another stack owns "
                                                       "goes out through the link")
                            .defaults_to("off"))
+          .with_option(OptionSpec::boolean("ra", "take routers, prefixes, addresses (SLAAC), MTU and hop limit from "
+                                                 "Router Advertisements")
+                           .defaults_to("on"))
           .with_option(OptionSpec::boolean("link_local", "a link-local address from the link's MAC").defaults_to("on"))
           .with_option(OptionSpec::integer("hop_limit", 1, 255, "hop limit of sent unicast packets").defaults_to("64"))
           .with_option(OptionSpec::integer("mtu", 1280, 65575, "link MTU override (IPv6 header included)"))
@@ -733,6 +901,7 @@ void register_ipv6(Registry& registry) {
             c.reasm_max_datagram = static_cast<std::size_t>(o.get_size("reasm_max_datagram"));
             c.reasm_mem = static_cast<std::size_t>(o.get_size("reasm_mem"));
             c.hairpin = o.get_bool("hairpin");
+            c.accept_ra = o.get_bool("ra");
             return std::make_unique<Ipv6Protocol>(args.name, *args.below[0], resolver, args.loop->timers(), c);
           }));
 }

@@ -69,7 +69,8 @@ NdProtocol::NdProtocol(std::string name, Protocol& below, EventLoop& loop, Confi
       config_(std::move(config)),
       rx_solicits_(counters().add("rx_solicits")),
       rx_adverts_(counters().add("rx_adverts")),
-      rx_router_adverts_(counters().add("rx_router_adverts", "learned the router's link address only")),
+      rx_router_adverts_(counters().add("rx_router_adverts", "router advertisements taken")),
+      tx_router_solicits_(counters().add("tx_router_solicits", "router solicitations (RFC 4861 6.3.7)")),
       rx_other_(counters().add("rx_other", "router solicitations, redirects, MLD queries")),
       tx_solicits_(counters().add("tx_solicits")),
       tx_adverts_(counters().add("tx_adverts")),
@@ -95,7 +96,8 @@ NdProtocol::NdProtocol(std::string name, Protocol& below, EventLoop& loop, Confi
       drop_tx_error_(counters().add("drop_tx_error", "eth refused a packet")),
       drop_not_ipv6_(counters().add("drop_not_ipv6", "packets for a next hop of another family")),
       drop_data_no_listener_(counters().add("drop_data_no_listener", "IPv6 frame with nobody enabled")),
-      sink_(this->name() + ".data", drop_data_no_listener_) {
+      sink_(this->name() + ".data", drop_data_no_listener_),
+      rs_timer_(loop.timers(), [this] { solicit_routers(); }) {
   Result<Participant> local = below.control(ctl::GetLocalAddr{});
   Result<MacAddr> mac = local ? local->peek<MacAddr>() : Result<MacAddr>(local.error());
   if (!mac) throw std::invalid_argument("'" + below.name() + "' has no MAC address (nd needs eth below)");
@@ -173,6 +175,11 @@ void NdProtocol::add_local_address(const IpAddr& addr) {
 
 void NdProtocol::link_up() {
   if (config_.mld && !groups_.empty()) (void)send_report(true, groups_);
+  if (router_sink_ != nullptr && !router_heard_) {
+    router_solicits_ = 0;
+    rs_timer_.cancel();
+    solicit_routers();
+  }
   for (Local& l : locals_) {
     if (l.state != AddrState::tentative) continue;
     l.dad_sent = 0;
@@ -656,23 +663,81 @@ Status NdProtocol::handle_router_advert(const NdPacket& info, std::span<const st
     return Errc::malformed;
   }
   ++rx_router_adverts_;
-  if (!opts->source_link) return {};
-  Entry* e = find(info.src);
-  if (e == nullptr) {
-    e = &create(info.src, State::stale);
-    e->mac = *opts->source_link;
-    set_state(*e, State::stale);
-  } else if (e->state != State::permanent && e->mac != *opts->source_link) {
-    learn(*e, *opts->source_link);
-    if (e->state == State::incomplete) {
+  if (opts->source_link) {
+    Entry* e = find(info.src);
+    if (e == nullptr) {
+      e = &create(info.src, State::stale);
+      e->mac = *opts->source_link;
       set_state(*e, State::stale);
-      flush(*e);
-    } else {
-      set_state(*e, State::stale);
+    } else if (e->state != State::permanent && e->mac != *opts->source_link) {
+      learn(*e, *opts->source_link);
+      if (e->state == State::incomplete) {
+        set_state(*e, State::stale);
+        flush(*e);
+      } else {
+        set_state(*e, State::stale);
+      }
     }
+    e->router = true;
   }
-  e->router = true;
+  if (router_sink_ == nullptr) return {};
+  router_heard_ = true;
+  rs_timer_.cancel();
+  // 6.3.4: cur hop limit, router lifetime; nonzero reachable and retrans
+  // times replace ours.
+  RouterAdvert ra;
+  ra.router = info.src;
+  ra.hop_limit = std::to_integer<std::uint8_t>(m[4]);
+  ra.lifetime_s = load_be16(m.data() + 6);
+  const std::uint32_t reachable_ms = load_be32(m.data() + 8);
+  const std::uint32_t retrans_ms = load_be32(m.data() + 12);
+  if (reachable_ms != 0 && reachable_ms <= 3'600'000) {
+    std::random_device rd;
+    std::mt19937 gen(rd());
+    std::uniform_real_distribution<double> factor(0.5, 1.5);
+    reachable_ = std::chrono::duration_cast<Duration>(std::chrono::milliseconds(reachable_ms) * factor(gen));
+  }
+  if (retrans_ms != 0) config_.retrans = std::chrono::milliseconds(std::max<std::uint32_t>(retrans_ms, 10));
+  ra.mtu = opts->mtu;
+  for (const icmpv6::PrefixInfo& p : opts->prefixes) {
+    ra.prefixes.push_back({p.prefix, p.length, p.on_link, p.autonomous, p.valid_lifetime, p.preferred_lifetime});
+  }
+  router_sink_->router_advert(ra);
   return {};
+}
+
+void NdProtocol::set_router_sink(RouterSink* sink) {
+  router_sink_ = sink;
+  router_solicits_ = 0;
+  rs_timer_.cancel();
+  if (sink == nullptr || router_heard_) return;
+  // MAX_RTR_SOLICITATION_DELAY: hosts starting together do not all ask at once.
+  std::random_device rd;
+  std::mt19937 gen(rd());
+  std::uniform_int_distribution<int> ms(0, 1000);
+  rs_timer_.arm_after(std::chrono::milliseconds(ms(gen)));
+}
+
+// RFC 4861 6.3.7: to all-routers, from our link-local address with our link
+// address, or from :: without it while no address is usable yet.
+void NdProtocol::solicit_routers() {
+  if (router_sink_ == nullptr || router_heard_ || router_solicits_ >= 3) return;
+  std::optional<IpAddr> src = solicit_source(std::nullopt);
+  if (src && !icmpv6::is_link_local(*src)) src.reset();
+  std::vector<std::byte> m(icmpv6::kRouterSolicitSize + (src ? icmpv6::kLinkAddrOptionSize : 0));
+  icmpv6::Header h;
+  h.type = icmpv6::kRouterSolicit;
+  h.write(std::span(m).first<icmpv6::Header::kSize>());
+  if (src) {
+    icmpv6::write_link_addr_option(std::span(m).subspan(icmpv6::kRouterSolicitSize).first<icmpv6::kLinkAddrOptionSize>(),
+                                   icmpv6::kOptSourceLinkAddr, mac_);
+  }
+  const IpAddr all_routers = *parse_ip("ff02::2");
+  if (send_multicast(all_routers, packet_of(src.value_or(IpAddr{}), all_routers, icmpv6::kNdHopLimit, std::move(m), false))) {
+    ++tx_router_solicits_;
+  }
+  ++router_solicits_;
+  if (router_solicits_ < 3) rs_timer_.arm_after(std::chrono::seconds(4));  // RTR_SOLICITATION_INTERVAL
 }
 
 // ---- graph kind ----------------------------------------------------------------

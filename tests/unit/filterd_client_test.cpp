@@ -514,7 +514,7 @@ TEST_F(FilterdClientTest, AnIpv6SharedAddressGivesTheNodeADualStack) {
   // (Its hairpin: the shared address leads to filterd, as IPv4's does.)
   const std::string nd = "nd   nd0  below=eth0 dad=0 mld=off static=2001:db8::10@" +
                          to_string(client->hello().filterd_mac) + "\n";
-  for (const char* line : {nd.c_str(), "ipv6 ip6  below=eth0,nd0 addr=2001:db8::10/64 hairpin=on gw=fe80::1\n",
+  for (const char* line : {nd.c_str(), "ipv6 ip6  below=eth0,nd0 addr=2001:db8::10/64 hairpin=on ra=off gw=fe80::1\n",
                            "icmpv6 icmp6 below=ip6,nd0\n", "udp  udp0 below=ip0,ip6\n", "tcp  tcp0 below=ip0,ip6 secret="}) {
     EXPECT_NE(g.find(line), std::string::npos) << line << " in\n" << g;
   }

@@ -485,11 +485,11 @@ const MacAddr kMacB{{0x02, 0, 0, 0, 0, 0x0b}};
 
 struct Node {
   Node(drivers::PairHub& hub, EventLoop& loop, const std::string& tag, MacAddr mac, std::vector<IpCidr> addrs,
-       nd::NdConfig ndc)
+       nd::NdConfig ndc, std::optional<ipv6::Config> ipc = std::nullopt)
       : drv("net" + tag, hub.link("wire"), driver_config(mac), &loop),
         eth("eth" + tag, drv),
         nd("nd" + tag, eth, loop, std::move(ndc)),
-        ip("ip" + tag, eth, &nd, loop.timers(), ip_config(std::move(addrs))),
+        ip("ip" + tag, eth, &nd, loop.timers(), ipc.value_or(ip_config(std::move(addrs)))),
         icmp("icmp" + tag, ip, &nd, &loop.clock(), icmpv6::Config{}),
         app("app" + tag) {
     auto en = local_proto(ipv6::kUdp);
@@ -755,6 +755,103 @@ TEST_F(Ipv6Pair, NeighborDiscoveryFromBeyondTheLinkIsDropped) {
   EXPECT_EQ(b->nd_count("drop_hop_limit"), 1u);
   EXPECT_EQ(b->nd_count("rx_solicits"), 0u);
 
+}
+
+// A Router Advertisement from B's link-local address: B as default router
+// for `lifetime` s, hop limit 64, an MTU option, and 2001:db8:1::/64 on-link
+// and autonomous for `valid`/`preferred` s (RFC 4861 4.2, 4.6).
+void advertise(Node& b, std::uint16_t lifetime, std::uint32_t valid, std::uint32_t preferred, std::uint32_t mtu) {
+  std::string body(8, '\0');  // reachable time, retrans timer: unspecified
+  auto put32 = [](std::string& s, std::uint32_t v) {
+    for (int i = 3; i >= 0; --i) s.push_back(static_cast<char>(v >> (8 * i)));
+  };
+  body += std::string("\x01\x01", 2);  // source link-layer address
+  body += std::string(reinterpret_cast<const char*>(kMacB.bytes.data()), 6);
+  body += std::string("\x03\x04\x40\xc0", 4);  // prefix information: /64, L and A
+  put32(body, valid);
+  put32(body, preferred);
+  put32(body, 0);
+  const IpAddr prefix = v6("2001:db8:1::");
+  body += std::string(reinterpret_cast<const char*>(prefix.bytes().data()), 16);
+  body += std::string("\x05\x01\x00\x00", 4);  // MTU
+  put32(body, mtu);
+  const IpAddr src = *b.ip.link_local();
+  const IpAddr all_nodes = icmpv6::all_nodes();
+  ipv6::Ipv6Protocol::SendOptions opts;
+  opts.hop_limit = 255;
+  opts.src = src;
+  const std::uint32_t rest = std::uint32_t{64} << 24 | lifetime;
+  ASSERT_TRUE(b.ip.send(all_nodes, ipv6::kIcmpv6, icmp_message(icmpv6::kRouterAdvert, rest, body, src, all_nodes), opts).ok());
+}
+
+// A host learns from a router's advertisement what it was not given: its
+// default router, an on-link prefix, an address of its own on it (SLAAC,
+// after its duplicate check), the link MTU; a lifetime of 0 takes the
+// router back, and a short valid lifetime cannot end the address at once.
+TEST_F(Ipv6Pair, RouterAdvertisementsGiveARouterAPrefixAnAddressAndTheMtu) {
+  make();
+  settle();
+  EXPECT_GE(a->nd_count("tx_router_solicits"), 1u) << "a host asks for routers when it starts";
+  const IpAddr far = v6("2001:db8:99::1");
+  EXPECT_EQ(a->ip.send(far, ipv6::kUdp, Msg::copy_of(bytes_of("x"))).error(), Errc::no_route);
+
+  advertise(*b, 1800, 3600, 1800, 1400);
+  pump();
+  EXPECT_EQ(a->nd_count("rx_router_adverts"), 1u);
+  ASSERT_EQ(a->ip.default_routers().size(), 1u);
+  EXPECT_EQ(a->ip.default_routers()[0], *b->ip.link_local());
+  EXPECT_EQ(a->ip.link_mtu(), 1400u);
+  EXPECT_EQ(a->ip.config().hop_limit, 64);
+  // Off-link now goes to the router (B's MAC: B receives it, not for it).
+  const std::uint64_t b_not_for_us = b->ip.counters().value("drop_not_for_us");
+  ASSERT_TRUE(a->ip.send(far, ipv6::kUdp, Msg::copy_of(bytes_of("x"))).ok());
+  pump();
+  EXPECT_EQ(b->ip.counters().value("drop_not_for_us"), b_not_for_us + 1);
+  // SLAAC: 2001:db8:1:: with A's interface identifier, tentative first.
+  IpAddr::Bytes mine = v6("2001:db8:1::").bytes();
+  std::copy(a->ip.link_local()->bytes().begin() + 8, a->ip.link_local()->bytes().end(), mine.begin() + 8);
+  const IpAddr slaac = IpAddr::v6(mine);
+  EXPECT_TRUE(a->ip.is_ours(slaac));
+  EXPECT_EQ(a->ip.counters().value("ra_addresses"), 1u);
+  EXPECT_EQ(a->nd.address_state(slaac), nd::NdProtocol::AddrState::tentative);
+  settle();
+  EXPECT_EQ(a->nd.address_state(slaac), nd::NdProtocol::AddrState::preferred);
+  EXPECT_EQ(a->ip.source_for(v6("2001:db8:1::77")), slaac) << "the source on the advertised prefix";
+  const std::uint64_t solicits = a->nd_count("tx_solicits");
+  ASSERT_TRUE(a->ip.send(v6("2001:db8:1::77"), ipv6::kUdp, Msg::copy_of(bytes_of("y"))).ok());
+  pump();
+  EXPECT_GT(a->nd_count("tx_solicits"), solicits) << "on-link: resolved directly, not sent to the router";
+  EXPECT_EQ(a->nd_count("tx_router_solicits"), 1u) << "no more solicitations once a router spoke";
+
+  // A valid lifetime of 10 s cannot end the address at once (RFC 4862
+  // 5.5.3 e); the router's lifetime 0 withdraws it as a default router.
+  advertise(*b, 0, 10, 5, 1400);
+  pump();
+  EXPECT_TRUE(a->ip.default_routers().empty());
+  EXPECT_EQ(a->ip.send(far, ipv6::kUdp, Msg::copy_of(bytes_of("x"))).error(), Errc::no_route);
+  advance_in_steps(60s, 5s);
+  EXPECT_TRUE(a->ip.is_ours(slaac));
+  // Past its valid lifetime (an hour) the address is gone.
+  advance_in_steps(3700s, 100s);
+  EXPECT_FALSE(a->ip.is_ours(slaac));
+  EXPECT_EQ(a->ip.source_for(v6("2001:db8:1::77")), ga);
+}
+
+// ra=off: advertisements teach the router's link address only.
+TEST_F(Ipv6Pair, WithRaOffAdvertisementsConfigureNothing) {
+  make();
+  ipv6::Config c = Node::ip_config({{ga, 64}});
+  c.accept_ra = false;
+  a.reset();
+  a = std::make_unique<Node>(hub, loop_a, "A", kMacA, std::vector<IpCidr>{{ga, 64}}, nd::NdConfig{}, c);
+  settle();
+  EXPECT_EQ(a->nd_count("tx_router_solicits"), 0u);
+  advertise(*b, 1800, 3600, 1800, 1400);
+  pump();
+  EXPECT_EQ(a->nd_count("rx_router_adverts"), 1u);
+  EXPECT_TRUE(a->ip.default_routers().empty());
+  EXPECT_EQ(a->ip.counters().value("ra_addresses"), 0u);
+  EXPECT_EQ(a->ip.link_mtu(), 1500u);
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 // on Neighbor Discovery (nd) the same way. A resolver serves one family and
 // refuses the other's addresses (unsupported).
 
+#include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -21,6 +23,32 @@
 #include "xk/result.hpp"
 
 namespace xk {
+
+// What a router advertised (IPv6, RFC 4861 6.3.4), read and checked by the
+// resolver (nd), for the network layer to configure itself from: a
+// default router, on-link prefixes, addresses of its own (RFC 4862 5.5.3),
+// the link's MTU and hop limit.
+struct RouterAdvert {
+  struct Prefix {
+    IpAddr prefix;
+    std::uint8_t length = 0;
+    bool on_link = false;     // L: addresses on it are neighbours
+    bool autonomous = false;  // A: form an address on it
+    std::uint32_t valid_s = 0, preferred_s = 0;  // 0xffffffff: for ever
+  };
+  IpAddr router;               // its link-local address
+  std::uint16_t lifetime_s = 0;  // as a default router; 0: not one (any more)
+  std::uint8_t hop_limit = 0;    // 0: unspecified
+  std::optional<std::uint32_t> mtu;
+  std::vector<Prefix> prefixes;
+};
+
+// The network layer's side of Router Advertisements.
+class RouterSink {
+ public:
+  virtual ~RouterSink() = default;
+  virtual void router_advert(const RouterAdvert& ra) = 0;
+};
 
 class NextHopResolver {
  public:
@@ -40,6 +68,10 @@ class NextHopResolver {
   // Whether `addr`, one of ours, may be used: false while a duplicate check
   // runs (RFC 4862 "tentative") and after it found a duplicate.
   virtual bool address_usable(const IpAddr& addr) const { return !addr.is_unspecified(); }
+  // Router Advertisements go to `sink` (null: nobody takes them), and the
+  // resolver solicits them (RFC 4861 6.3.7). A resolver without routers
+  // (ARP) ignores it.
+  virtual void set_router_sink(RouterSink* /*sink*/) {}
 };
 
 // A network layer's protocols below: the link, and the resolver when it has

@@ -91,6 +91,11 @@ struct Config {
   // resolver must know where the shared address leads (nd static=ADDR@MAC).
   // The link-local address is ours alone and never takes this path.
   bool hairpin = false;
+  // Router Advertisements (from nd) configure what was not given: default
+  // routers (beside `gw`, which comes first), on-link prefixes, an address
+  // per advertised /64 (RFC 4862 SLAAC, its interface identifier the
+  // link-local address's), the link MTU and hop limit.
+  bool accept_ra = true;
 };
 
 // The flow label last computed for a session's packets (one transport flow
@@ -120,7 +125,7 @@ class Ipv6Session final : public Session {
   FlowMemo memo_;
 };
 
-class Ipv6Protocol final : public Protocol {
+class Ipv6Protocol final : public Protocol, public RouterSink {
  public:
   // `resolver` may be null (bare IP link). `timers` runs reassembly and
   // path-MTU timeouts and loopback delivery; it must outlive this protocol.
@@ -169,6 +174,10 @@ class Ipv6Protocol final : public Protocol {
   bool is_joined(const IpAddr& group) const noexcept;
   std::size_t link_mtu();
   std::size_t session_count() const noexcept { return active_.size(); }
+  // RouterSink: what nd read from a Router Advertisement.
+  void router_advert(const RouterAdvert& ra) override;
+  // Default routers learned from advertisements, still valid.
+  std::vector<IpAddr> default_routers() const;
   std::size_t reassemblies() const noexcept { return reasm_.size(); }
 
  private:
@@ -239,6 +248,29 @@ class Ipv6Protocol final : public Protocol {
   FlatMap<DestKey, PathMtu> path_mtus_;
   std::deque<Msg> loopback_;
   Timer loopback_timer_;
+  // Learned from Router Advertisements; each until its `expires`.
+  struct LearnedRouter {
+    IpAddr addr;
+    Time expires;
+  };
+  struct LearnedPrefix {
+    IpCidr prefix;
+    Time expires;
+  };
+  struct AutoAddress {
+    IpAddr addr;
+    Time valid_until;
+    Time preferred_until;  // after it: deprecated, a source only when nothing else is
+  };
+  std::vector<LearnedRouter> routers_;
+  std::vector<LearnedPrefix> prefixes_;
+  std::vector<AutoAddress> auto_addrs_;
+  std::size_t ra_mtu_ = 0;  // 0: none advertised
+  Timer ra_timer_;          // the next expiry among them
+  void learn_prefix(const RouterAdvert::Prefix& p, Time now);
+  void autoconfigure(const RouterAdvert::Prefix& p, Time now);
+  void expire_learned();
+  bool deprecated(const IpAddr& a) const noexcept;
 
   Counter& rx_packets_;
   Counter& rx_delivered_;
@@ -272,6 +304,8 @@ class Ipv6Protocol final : public Protocol {
   Counter& errors_delivered_;
   Counter& drop_error_no_owner_;
   Counter& tx_l4_csum_resolved_;
+  Counter& ra_taken_;
+  Counter& ra_addresses_;
 
   ip::Reassembler<ReasmKey> reasm_;  // after the counters it counts in
 };

@@ -105,6 +105,11 @@ class NdProtocol final : public Protocol, public NextHopResolver {
   Status send_to(const IpAddr& next_hop, Msg packet) override;
   void add_local_address(const IpAddr& addr) override;
   bool address_usable(const IpAddr& addr) const override;
+  // Router Advertisements, checked, go to `sink`; while it is set and none
+  // has come, up to three Router Solicitations go to all-routers, the first
+  // after a random delay of up to a second, then every 4 s (RFC 4861
+  // 6.3.7). Null: routers' messages only teach their link addresses.
+  void set_router_sink(RouterSink* sink) override;
 
   // An ICMPv6 message of an ND or MLD type (133-137, 130), whole from its
   // type byte on, its checksum checked. Malformed ones are dropped
@@ -152,6 +157,7 @@ class NdProtocol final : public Protocol, public NextHopResolver {
   Status handle_solicit(const NdPacket& info, std::span<const std::byte> m);
   Status handle_advert(const NdPacket& info, std::span<const std::byte> m);
   Status handle_router_advert(const NdPacket& info, std::span<const std::byte> m);
+  void solicit_routers();
 
   // Our source for a solicitation about `target`: `hint` when it is ours and
   // usable, else the usable link-local address, else any usable one.
@@ -178,10 +184,14 @@ class NdProtocol final : public Protocol, public NextHopResolver {
   std::vector<std::pair<MacAddr, SessionRef>> group_sessions_;
   FlatMap<IpKey, std::unique_ptr<Entry>> entries_;
   std::size_t pending_total_ = 0;
+  RouterSink* router_sink_ = nullptr;
+  unsigned router_solicits_ = 0;  // sent since the sink was set or the link came up
+  bool router_heard_ = false;     // an advertisement came: no more solicitations
 
   Counter& rx_solicits_;
   Counter& rx_adverts_;
   Counter& rx_router_adverts_;
+  Counter& tx_router_solicits_;
   Counter& rx_other_;
   Counter& tx_solicits_;
   Counter& tx_adverts_;
@@ -208,6 +218,7 @@ class NdProtocol final : public Protocol, public NextHopResolver {
   Counter& drop_not_ipv6_;
   Counter& drop_data_no_listener_;
   ResolverDataSink sink_;
+  Timer rs_timer_;  // the next router solicitation
 };
 
 // Make the kind `nd` available to graph specs (needs the graph's EventLoop).
