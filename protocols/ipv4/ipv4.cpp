@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "xk/event_loop.hpp"
+#include "xk/ip_layers.hpp"
 
 namespace xk::ipv4 {
 
@@ -490,15 +491,7 @@ Status Ipv4Protocol::resolve_l4_checksum(Msg& payload) {
 
 bool Ipv4Protocol::delivered_here(std::uint8_t protocol, Msg& payload) {
   if (!config_.hairpin || (protocol != kProtoTcp && protocol != kProtoUdp)) return true;
-  constexpr std::uint8_t kSyn = 0x02, kAck = 0x10;
-  const bool tcp = protocol == kProtoTcp;
-  Result<std::span<const std::byte>> h = payload.peek(tcp ? 14 : 4);
-  Protocol* upper = passive_.upper(ProtoKey{protocol});
-  if (!h || upper == nullptr) return true;  // nobody's: answered here as ever
-  const auto flags = tcp ? std::to_integer<std::uint8_t>((*h)[13]) : std::uint8_t{0};
-  const ctl::ClaimsOwn q{address(), Port{load_be16(h->data())}, Port{load_be16(h->data() + 2)},
-                         tcp && (flags & (kSyn | kAck)) == kSyn};
-  if (upper->control(q)) return true;
+  if (transport_claims(passive_.upper(ProtoKey{protocol}), address(), protocol == kProtoTcp, payload)) return true;
   ++tx_hairpin_;
   return false;
 }

@@ -11,6 +11,7 @@
 
 #include "xk/checksum.hpp"
 #include "xk/event_loop.hpp"
+#include "xk/ip_layers.hpp"
 #include "xk/protocols/icmpv6_wire.hpp"
 
 namespace xk::ipv6 {
@@ -806,15 +807,7 @@ Status Ipv6Protocol::finish_requested_checksum(Msg& payload) {
 
 bool Ipv6Protocol::delivered_here(const IpAddr& dst, std::uint8_t next_header, Msg& payload) {
   if (!config_.hairpin || (next_header != kTcp && next_header != kUdp) || icmpv6::is_link_local(dst)) return true;
-  constexpr std::uint8_t kSyn = 0x02, kAck = 0x10;
-  const bool tcp = next_header == kTcp;
-  Result<std::span<const std::byte>> h = payload.peek(tcp ? 14 : 4);
-  Protocol* upper = passive_.upper(ProtoKey{next_header});
-  if (!h || upper == nullptr) return true;  // nobody's: answered here as ever
-  const auto flags = tcp ? std::to_integer<std::uint8_t>((*h)[13]) : std::uint8_t{0};
-  const ctl::ClaimsOwn q{dst, Port{load_be16(h->data())}, Port{load_be16(h->data() + 2)},
-                         tcp && (flags & (kSyn | kAck)) == kSyn};
-  if (upper->control(q)) return true;
+  if (transport_claims(passive_.upper(ProtoKey{next_header}), dst, next_header == kTcp, payload)) return true;
   ++tx_hairpin_;
   return false;
 }

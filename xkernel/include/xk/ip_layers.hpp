@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <span>
 
+#include "xk/byteorder.hpp"
+#include "xk/msg.hpp"
 #include "xk/protocol.hpp"
 
 namespace xk {
@@ -69,6 +71,22 @@ inline FamilyOffloads offloads_of(std::span<Protocol* const> layers) {
     if (addr && o) (addr->is_v4() ? f.v4 : f.v6) = *o;
   }
   return f;
+}
+
+// The hairpin of a shared address (ipv4's and ipv6's `hairpin`): whether
+// `upper`, the transport of a TCP (`tcp`) or UDP packet `payload` (its
+// header first) sent to our own address `dst`, owns it -- its connection,
+// or for a SYN its listener (ctl::ClaimsOwn). What nobody takes is ours,
+// answered here as ever.
+inline bool transport_claims(Protocol* upper, const IpAddr& dst, bool tcp, Msg& payload) {
+  if (upper == nullptr) return true;
+  Result<std::span<const std::byte>> h = payload.peek(tcp ? 14 : 4);
+  if (!h) return true;
+  constexpr std::uint8_t kSyn = 0x02, kAck = 0x10;
+  const auto flags = tcp ? std::to_integer<std::uint8_t>((*h)[13]) : std::uint8_t{0};
+  const ctl::ClaimsOwn q{dst, Port{load_be16(h->data())}, Port{load_be16(h->data() + 2)},
+                         tcp && (flags & (kSyn | kAck)) == kSyn};
+  return upper->control(q).ok();
 }
 
 }  // namespace xk
