@@ -4,12 +4,12 @@
 #include <rte_mbuf.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "xk/byteorder.hpp"
 #include "xk/checksum.hpp"
 #include "xk/protocols/eth_wire.hpp"
-#include "xk/ip_addr.hpp"
 #include "xk/protocols/ipv4_wire.hpp"
 #include "xk/protocols/ipv6_wire.hpp"
 #include "xk/protocols/tcp_wire.hpp"
@@ -26,10 +26,13 @@ using tcp::kPsh;
 // oldest first (its frame is ready where it stands).
 constexpr std::size_t kOpenGroups = 8;
 
-// A flow of either family (an IPv4 address in its mapped form).
+// A flow of either family: its addresses as they are on the wire (IPv4's 8
+// bytes in addr[0], the rest zero; IPv6's 32), a flag for the family, and
+// the ports. Compared whole on every segment: kept to plain words.
 struct Key {
-  IpAddr saddr, daddr;
+  std::uint64_t addr[4] = {};
   std::uint32_t ports = 0;
+  std::uint32_t v6 = 0;
   bool operator==(const Key&) const = default;
 };
 
@@ -47,6 +50,7 @@ struct Seg {
   std::uint16_t thl = 0;       // TCP header bytes
   std::uint16_t iphl = 0;      // IP header bytes: kIp4 or kIp6
   std::uint32_t flow = 0;      // IPv6's flow label
+  std::uint32_t addr_sum = 0;  // the pseudo-header's addresses: their 16-bit words summed (host order)
   // tos: IPv4's TOS or IPv6's traffic class; ttl: TTL or hop limit;
   // frag: IPv4's DF bit's byte (0 for IPv6).
   std::uint8_t flags = 0, tos = 0, ttl = 0, frag = 0;
@@ -78,10 +82,23 @@ std::uint32_t chain_sum(const rte_mbuf* m, std::size_t off, std::size_t len) noe
 }
 
 // The TCP pseudo-header and header (checksum field as it is) of `s`, summed.
+// (RFC 9293 3.1, RFC 8200 8.1: the addresses, the protocol and the length;
+// the last two summed in host order and turned to memory order.)
 std::uint32_t header_sum(const Seg& s, std::size_t tcp_len) noexcept {
-  const std::uint32_t pseudo =
-      csum::pseudo_header(s.key.saddr, s.key.daddr, tcp::kIpProtocol, static_cast<std::uint32_t>(tcp_len));
+  std::uint32_t pseudo = s.addr_sum + tcp::kIpProtocol + static_cast<std::uint32_t>(tcp_len >> 16) +
+                         static_cast<std::uint32_t>(tcp_len & 0xffff);
+  if constexpr (std::endian::native == std::endian::little) pseudo = std::rotl(pseudo, 8);
   return csum::partial(s.tcp, s.thl, pseudo);
+}
+
+// The 16-bit big-endian words of `n` 32-bit words at `p`, summed.
+std::uint32_t word_sum(const std::byte* p, std::size_t n) noexcept {
+  std::uint32_t sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t w = load_be32(p + 4 * i);
+    sum += (w >> 16) + (w & 0xffff);
+  }
+  return sum;
 }
 
 // The timestamps option alone, as senders lay it out: NOP NOP TS 10.
@@ -94,8 +111,8 @@ Parse parse_v4(rte_mbuf* m, std::byte* ip, Seg& s, std::size_t& tot) noexcept {
   const ipv4::Header iph = ipv4::Header::read(std::span<const std::byte, kIp4>(ip, kIp4));
   if (iph.version != 4 || iph.ihl != kIp4 / 4 || iph.protocol != tcp::kIpProtocol) return Parse::other;
   s.iphl = kIp4;
-  s.key.saddr = iph.src;
-  s.key.daddr = iph.dst;
+  std::memcpy(&s.key.addr[0], ip + 12, 8);
+  s.addr_sum = word_sum(ip + 12, 2);
   s.tos = iph.tos;
   s.ttl = iph.ttl;
   s.frag = static_cast<std::uint8_t>(iph.flags_offset >> 8);
@@ -114,8 +131,9 @@ Parse parse_v6(rte_mbuf* m, std::byte* ip, Seg& s, std::size_t& tot) noexcept {
   const ipv6::Header h = ipv6::Header::read(std::span<const std::byte, kIp6>(ip, kIp6));
   if (h.version != 6 || h.next_header != tcp::kIpProtocol) return Parse::other;
   s.iphl = kIp6;
-  s.key.saddr = h.src;
-  s.key.daddr = h.dst;
+  std::memcpy(s.key.addr, ip + 8, 32);
+  s.key.v6 = 1;
+  s.addr_sum = word_sum(ip + 8, 8);
   s.tos = h.traffic_class;
   s.ttl = h.hop_limit;
   s.flow = h.flow_label;
