@@ -60,6 +60,8 @@ test:
   --count N           pingpong: timed round trips (default 100000)
   --warmup N          pingpong: untimed round trips first (default 1000)
   --seconds S         rate: how long to send (default 5)
+  --pps N             rate: send at most N datagrams a second (default: as fast as the stack
+                      takes them), so the sink's CPU per datagram is measured below overload
   --sink              server: count, do not echo
   --idle-exit S       server: exit S seconds after the last datagram (default: never)
   --help
@@ -76,6 +78,7 @@ struct Args : xk::apps::CommonArgs {
   std::uint64_t count = 100000;
   std::uint64_t warmup = 1000;
   double seconds = 5;
+  std::uint64_t pps = 0;  // 0: no pacing
   bool sink = false;
   std::optional<double> idle_exit_s;
 };
@@ -102,6 +105,8 @@ Args parse_args(int argc, char** argv) {
       a.warmup = parse_number<std::uint64_t>(f.name(), f.value(), 0, std::uint64_t{1} << 40);
     } else if (f.name() == "--seconds") {
       a.seconds = xk::apps::parse_seconds(f.name(), f.value());
+    } else if (f.name() == "--pps") {
+      a.pps = parse_number<std::uint64_t>(f.name(), f.value(), 1, 100'000'000);
     } else if (f.name() == "--sink") {
       f.no_value();
       a.sink = true;
@@ -119,6 +124,7 @@ Args parse_args(int argc, char** argv) {
     if (!a.peer) throw UsageError{"--peer A.B.C.D:PORT or [X:X::X]:PORT is required"};
     if (a.sink) throw UsageError{"--sink is for the server"};
   }
+  if (a.pps != 0 && a.mode != Args::Mode::rate) throw UsageError{"--pps is for rate"};
   return a;
 }
 
@@ -140,7 +146,10 @@ class Server final : public xk::Pollable {
       if (!d) break;  // would_block, or an ICMP error: nothing to do with it
       ++n;
       auto now = Clock::now();
-      if (datagrams_ == 0) first_ = now;
+      if (datagrams_ == 0) {
+        first_ = now;
+        cpu_first_ = xk::apps::process_cpu_seconds();
+      }
       last_ = now;
       ++datagrams_;
       bytes_ += d->payload.size();
@@ -163,10 +172,15 @@ class Server final : public xk::Pollable {
                 sink_ ? "sink" : "echo", static_cast<unsigned long long>(datagrams_),
                 static_cast<unsigned long long>(bytes_), span, rate,
                 span > 0 ? static_cast<double>(bytes_) * 8 / span / 1e9 : 0.0);
-    std::printf("RESULT mode=%s datagrams=%llu bytes=%llu seconds=%.6f rate=%.0f send_errors=%llu cpu_s=%.3f\n",
+    // CPU from the first datagram on, per datagram: what each costs (with
+    // --idle sleep; a busy loop spends all the time it has).
+    const double cpu = xk::apps::process_cpu_seconds();
+    const double per = datagrams_ > 1 ? (cpu - cpu_first_) / static_cast<double>(datagrams_ - 1) * 1e6 : 0;
+    std::printf("RESULT mode=%s datagrams=%llu bytes=%llu seconds=%.6f rate=%.0f send_errors=%llu cpu_s=%.3f "
+                "cpu_us_per_datagram=%.2f\n",
                 sink_ ? "sink" : "echo", static_cast<unsigned long long>(datagrams_),
-                static_cast<unsigned long long>(bytes_), span, rate, static_cast<unsigned long long>(send_errors_),
-                xk::apps::process_cpu_seconds());
+                static_cast<unsigned long long>(bytes_), span, rate, static_cast<unsigned long long>(send_errors_), cpu,
+                per);
   }
 
  private:
@@ -178,6 +192,7 @@ class Server final : public xk::Pollable {
   std::uint64_t bytes_ = 0;
   std::uint64_t send_errors_ = 0;
   Clock::time_point first_{};
+  double cpu_first_ = 0;  // process CPU seconds at the first datagram
   Clock::time_point last_{};
 };
 
@@ -287,7 +302,8 @@ class RateSender final : public xk::Pollable {
  public:
   RateSender(xk::udp::UdpSocket& sock, xk::EventLoop& loop, const Args& a)
       : sock_(sock), loop_(loop), payload_(a.size, std::byte{0x5a}),
-        duration_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds))) {}
+        duration_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds))),
+        pps_(a.pps) {}
 
   void start() { start_ = Clock::now(); }
 
@@ -298,7 +314,14 @@ class RateSender final : public xk::Pollable {
       loop_.stop();
       return 0;
     }
-    for (std::size_t i = 0; i < budget; ++i) {
+    // Paced: no more than the time since the start allows.
+    std::size_t allowed = budget;
+    if (pps_ != 0) {
+      const double due = std::chrono::duration<double>(now - start_).count() * static_cast<double>(pps_);
+      const std::uint64_t done = sent_ + refused_;
+      allowed = due > static_cast<double>(done) ? std::min<std::size_t>(budget, static_cast<std::size_t>(due - static_cast<double>(done)) + 1) : 0;
+    }
+    for (std::size_t i = 0; i < allowed; ++i) {
       if (sock_.send(std::span<const std::byte>(payload_))) {
         ++sent_;
       } else {
@@ -327,6 +350,7 @@ class RateSender final : public xk::Pollable {
   xk::EventLoop& loop_;
   std::vector<std::byte> payload_;
   Clock::duration duration_;
+  std::uint64_t pps_;
   Clock::time_point start_{};
   Clock::time_point end_{};
   std::uint64_t sent_ = 0;
