@@ -162,6 +162,8 @@ expect xk-ttcp 2 "--filterd: empty socket path" -r --filterd ''
 
 # xk-udp-echo, xk-udp-perf
 expect xk-udp-perf 2 "unknown mode 'bogus': expected server, pingpong or rate" bogus
+expect xk-udp-perf 2 "--pps is for rate" server "${STACK[@]}" --pps 1000
+expect xk-udp-perf 2 "--pps: '0' is not a number" rate "${STACK[@]}" --peer 192.0.2.1:9 --pps 0
 expect xk-udp-echo 2 "unknown mode 'bogus': expected server or client" bogus
 
 # xk-scale (no stack of its own: every case fails before a process starts)
