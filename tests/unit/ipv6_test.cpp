@@ -809,7 +809,8 @@ TEST_F(Ipv6Pair, RouterAdvertisementsGiveARouterAPrefixAnAddressAndTheMtu) {
   EXPECT_EQ(b->ip.counters().value("drop_not_for_us"), b_not_for_us + 1);
   // SLAAC: 2001:db8:1:: with A's interface identifier, tentative first.
   IpAddr::Bytes mine = v6("2001:db8:1::").bytes();
-  std::copy(a->ip.link_local()->bytes().begin() + 8, a->ip.link_local()->bytes().end(), mine.begin() + 8);
+  const IpAddr ll = *a->ip.link_local();
+  std::copy(ll.bytes().begin() + 8, ll.bytes().end(), mine.begin() + 8);
   const IpAddr slaac = IpAddr::v6(mine);
   EXPECT_TRUE(a->ip.is_ours(slaac));
   EXPECT_EQ(a->ip.counters().value("ra_addresses"), 1u);
